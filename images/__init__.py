@@ -1,0 +1,1 @@
+"""Image recipes and the admin side of `sprawl-orch image`."""

@@ -1,0 +1,121 @@
+"""Choosing the arm: a pure function of the config's spelling and the machine (SPEC §2).
+
+`auto` is container-first and says every step down; a name written explicitly
+whose mechanism is missing gives `unavailable` with what is missing — never a
+silently weaker arm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator import arms
+from orchestrator.arms import ArmName, Missing
+from orchestrator.offerings import EngineOffer, Offerings
+
+ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
+
+
+@dataclass(frozen=True)
+class Choice:
+    arm: ArmName
+    asked: str
+    # What `auto` stepped past, in order, or why an explicit arm is unavailable.
+    missing: tuple[Missing, ...] = ()
+    engine: str | None = None
+
+    def reason(self) -> str:
+        if self.arm is ArmName.UNAVAILABLE:
+            return f"{self.asked} is unavailable: " + "; ".join(m.text() for m in self.missing)
+        if not self.missing:
+            return f"{self.asked} resolves to {self.arm.value}" + (
+                f" ({self.engine})" if self.engine else ""
+            )
+        steps = "; ".join(m.phrase for m in self.missing)
+        return f"{self.asked} resolves to {self.arm.value} because {steps}"
+
+
+def _native_name(platform: str) -> ArmName | None:
+    if platform.startswith("linux"):
+        return ArmName.LINUX_NAMESPACES
+    if platform == "darwin":
+        return ArmName.MACOS_SEATBELT
+    if platform == "win32":
+        return ArmName.WINDOWS_JOB
+    return None
+
+
+def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, list[Missing]]:
+    names = ENGINE_ORDER if engine == "auto" else (engine,)
+    refusals: list[str] = []
+    for name in names:
+        offer = offerings.engine(name)
+        if offer is None:
+            refusals.append(f"{name}: not examined")
+            continue
+        if offer.admitted:
+            return offer, []
+        refusals.append(f"{name}: {offer.detail}")
+    # An engine that works but lacks the pinned image is the fault to name: its
+    # recovery (build the image) is what the person must do.
+    for name in names:
+        offer = offerings.engine(name)
+        if offer is not None and offer.image_missing is not None:
+            return None, [offer.image_missing]
+    return None, [arms.container_runtime("; ".join(refusals))]
+
+
+def _native(offerings: Offerings) -> tuple[ArmName | None, list[Missing]]:
+    name = _native_name(offerings.platform)
+    if name is ArmName.LINUX_NAMESPACES:
+        if offerings.bwrap is None:
+            return None, [arms.namespace_wrapper()]
+        if offerings.user_namespace is False:
+            return None, [arms.user_namespace(offerings.user_namespace_why)]
+        return name, []
+    if name is ArmName.MACOS_SEATBELT:
+        if offerings.sandbox_exec is None:
+            return None, [arms.seatbelt("sandbox-exec not found")]
+        return name, []
+    if name is ArmName.WINDOWS_JOB:
+        if not offerings.windows_job:
+            return None, [arms.job_leaf(offerings.windows_job_why)]
+        return name, []
+    return None, [arms.not_this_platform("native", offerings.platform)]
+
+
+def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
+    if offerings.scratch is None and name != "none":
+        why = offerings.scratch_problem or "unknown"
+        return Choice(ArmName.UNAVAILABLE, name, (arms.scratch_directory("scratch", why),))
+    if name == "container":
+        offer, missing = _container(offerings, engine)
+        if offer is None:
+            return Choice(ArmName.UNAVAILABLE, name, tuple(missing))
+        return Choice(ArmName.CONTAINER, name, engine=offer.engine)
+    if name == "native":
+        native, missing = _native(offerings)
+        if native is None:
+            return Choice(ArmName.UNAVAILABLE, name, tuple(missing))
+        return Choice(native, name)
+    if name == "copied_tree":
+        return Choice(ArmName.COPIED_TREE, name)
+    if name == "none":
+        return Choice(ArmName.UNAVAILABLE, name, (Missing(
+            "disabled", '[sandbox] arm = "none" turns sandboxed commands off',
+            'set [sandbox] arm = "auto", or ask for where = "host" by name',
+        ),))
+    if name == "python":
+        return Choice(ArmName.UNAVAILABLE, name, (arms.not_built("python"),))
+    if name != "auto":
+        raise ValueError(f"unknown arm spelling {name!r}; config parsing should have refused it")
+    said: list[Missing] = []
+    offer, missing = _container(offerings, engine)
+    if offer is not None:
+        return Choice(ArmName.CONTAINER, name, engine=offer.engine)
+    said += missing
+    native, missing = _native(offerings)
+    if native is not None:
+        return Choice(native, name, tuple(said))
+    said += missing
+    return Choice(ArmName.COPIED_TREE, name, tuple(said))

@@ -1,0 +1,215 @@
+"""`sprawl.toml`: parsed once into pydantic models, refused with E_CONFIG_INVALID.
+
+Every refusal names the key, the value found and the accepted spellings, so the
+person can fix the file without reading this code.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.errors import ErrorCode, SprawlError
+
+CONFIG_NAME = "sprawl.toml"
+
+ArmSpelling = Literal["auto", "container", "native", "copied_tree", "none", "python"]
+ARM_SPELLINGS: tuple[str, ...] = ("auto", "container", "native", "copied_tree", "none", "python")
+
+IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+# Names that look like they hold a credential: never passed into a sandbox (SPEC §8).
+CREDENTIAL_PATTERNS: tuple[str, ...] = (
+    "*TOKEN*",
+    "*SECRET*",
+    "*PASSWORD*",
+    "*PASSWD*",
+    "*_KEY",
+    "*_KEY_*",
+    "*APIKEY*",
+    "*API_KEY*",
+    "*CREDENTIAL*",
+    "*PRIVATE*",
+    "*AUTH*",
+    "*SESSION*",
+    "*COOKIE*",
+)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def credential_shaped(name: str) -> bool:
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pattern) for pattern in CREDENTIAL_PATTERNS)
+
+
+def _image_id(value: str | None) -> str | None:
+    if value is not None and not IMAGE_ID.match(value):
+        raise ValueError(
+            f"{value!r} is not a fixed image ID (sha256:<64 hex>); tags and short IDs are "
+            "refused because a tag can move. Resolve it locally: sprawl-orch image pin "
+            f"{value}"
+        )
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineImages(_Strict):
+    """Per-engine pins: the same rootfs imported into docker and podman gets two IDs."""
+
+    docker: str | None = None
+    podman: str | None = None
+
+    @field_validator("docker", "podman")
+    @classmethod
+    def _fixed(cls, value: str | None) -> str | None:
+        return _image_id(value)
+
+
+class ContainerConfig(_Strict):
+    engine: Literal["auto", "docker", "podman"] = "auto"
+    image: str | None = None
+    images: EngineImages = EngineImages()
+    memory_bytes: int = Field(default=512 * 1024 * 1024, ge=6 * 1024 * 1024)
+    cpus: float = Field(default=1.0, gt=0, le=1024)
+    pids: int = Field(default=256, ge=8, le=4_194_304)
+    user: str = "65534:65534"
+    # Podman 4.3's default rlimits exceed these hosts' hard limits ("setrlimit
+    # RLIMIT_NOFILE: Operation not permitted"), so we always pass explicit ones.
+    ulimits: dict[str, str] = Field(
+        default_factory=lambda: {"nofile": "1024:1024", "nproc": "1024:1024"}
+    )
+    cpu_shares: int = Field(default=512, ge=2, le=262_144)
+
+    @field_validator("image")
+    @classmethod
+    def _fixed(cls, value: str | None) -> str | None:
+        return _image_id(value)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9]+(:[0-9]+)?", value):
+            raise ValueError(
+                f"{value!r} must be a numeric uid or uid:gid (names resolve inside the image "
+                "and can't be verified by inspect)"
+            )
+        return value
+
+    @field_validator("ulimits")
+    @classmethod
+    def _ulimits(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, limit in value.items():
+            if not re.fullmatch(r"[a-z]+", name) or not re.fullmatch(r"[0-9]+(:[0-9]+)?", limit):
+                raise ValueError(f"ulimit {name}={limit!r} must look like nofile = \"1024:1024\"")
+        return value
+
+    def image_for(self, engine: str) -> str | None:
+        pinned = getattr(self.images, engine, None)
+        return pinned if isinstance(pinned, str) else self.image
+
+
+class SandboxConfig(_Strict):
+    arm: ArmSpelling = "auto"
+    shell: bool = True
+    interpreter: Literal["system", "pwsh"] = "system"
+    env_passthrough: tuple[str, ...] = ()
+    write_limit: Literal["none", "create"] = "none"
+    scratch_dir: Path | None = None
+    window_seconds: float = Field(default=600.0, gt=0)
+    container: ContainerConfig = ContainerConfig()
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _no_credentials(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if credential_shaped(name):
+                raise ValueError(
+                    f"{name!r} looks like a credential (matches one of "
+                    f"{', '.join(CREDENTIAL_PATTERNS)}); credentials are never passed into "
+                    "a sandbox"
+                )
+        return names
+
+
+class StateConfig(_Strict):
+    dir: Path | None = None
+    ledger: Path | None = None
+
+
+class Config(_Strict):
+    sandbox: SandboxConfig = SandboxConfig()
+    state: StateConfig = StateConfig()
+    # Where the file was read from (None: defaults). Not a TOML key.
+    source: Path | None = Field(default=None, exclude=True)
+
+
+def _key_of(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    if len(parts) > 1:
+        return f"[{'.'.join(parts[:-1])}] {parts[-1]}"
+    return parts[0] if parts else "(file)"
+
+
+def _explain(err: ValidationError, data: dict[str, Any], path: Path | None) -> SprawlError:
+    first = err.errors()[0]
+    key = _key_of(first["loc"])
+    found = first.get("input")
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "literal_error":
+        expected = first.get("ctx", {}).get("expected", "")
+        msg = f"accepted spellings: {expected}"
+    elif first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    where = f" in {path}" if path else ""
+    return SprawlError(
+        ErrorCode.CONFIG_INVALID,
+        subject=key,
+        detail=f"{key} = {found!r}{where}: {msg}",
+        recovery=f"fix {key}{where}, or remove it to take the default",
+    )
+
+
+def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as err:
+        raise _explain(err, data, path) from err
+    return config.model_copy(update={"source": path})
+
+
+def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
+    """Read `path`, else `sprawl.toml` in `cwd` if present, else all defaults."""
+    if path is None:
+        candidate = (cwd or Path.cwd()) / CONFIG_NAME
+        if not candidate.is_file():
+            return Config()
+        path = candidate
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID,
+            subject=str(path),
+            detail=f"cannot read the config file: {err.strerror}",
+            recovery="check the path given with --config",
+        ) from err
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID,
+            subject=str(path),
+            detail=f"not valid TOML: {err}",
+            recovery="fix the TOML syntax at the position shown",
+        ) from err
+    return parse_config(data, path)

@@ -1,0 +1,50 @@
+"""The one error type sprawl-orch raises, and its codes.
+
+Every refusal or failure is a :class:`SprawlError` carrying four fields::
+
+    SprawlError
+      code      -- one of ErrorCode (E_CONFIG_INVALID, E_SANDBOX_DENIED, ...)
+      subject   -- what was wrong ("[sandbox] arm", "bwrap", "/work/tree")
+      detail    -- why, with the numbers ("101 000 files, bound is 100 000")
+      recovery  -- what the person can do next
+
+Lower layers raise it directly, or translate foreign exceptions at their
+boundary with ``raise SprawlError(...) from err`` so the cause stays attached.
+A refused command never changes the person's tree: errors are raised before
+anything is started or after the copy is cleaned up.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    CONFIG_INVALID = "E_CONFIG_INVALID"
+    SANDBOX_DENIED = "E_SANDBOX_DENIED"
+    TOOL_UNAVAILABLE = "E_TOOL_UNAVAILABLE"
+    STORAGE_FATAL = "E_STORAGE_FATAL"
+    COPY_BOUND = "E_COPY_BOUND"
+    ENGINE_REFUSED = "E_ENGINE_REFUSED"
+    IMAGE_INVALID = "E_IMAGE_INVALID"
+    UNKNOWN_HANDLE = "E_UNKNOWN_HANDLE"
+    BAD_REQUEST = "E_BAD_REQUEST"
+
+
+class SprawlError(Exception):
+    """A refusal or failure with a code, a subject, a detail and a recovery."""
+
+    def __init__(self, code: ErrorCode, subject: str, detail: str, recovery: str) -> None:
+        self.code = code
+        self.subject = subject
+        self.detail = detail
+        self.recovery = recovery
+        super().__init__(f"{code.value}: {subject}: {detail} (recovery: {recovery})")
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "code": self.code.value,
+            "subject": self.subject,
+            "detail": self.detail,
+            "recovery": self.recovery,
+        }

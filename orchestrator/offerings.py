@@ -1,0 +1,103 @@
+"""What this machine offers, as a plain value (SPEC §2).
+
+`Offerings.this_machine()` is the only place that samples the machine; every
+other function takes an `Offerings`, so tests describe a machine instead of
+borrowing one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.arms import Missing
+from orchestrator.config import Config
+
+
+@dataclass(frozen=True)
+class EngineOffer:
+    """One container engine's admission, reduced to what choosing an arm needs."""
+
+    engine: str
+    admitted: bool
+    detail: str  # admitted: facts and notes; refused: the engine's own words
+    recovery: str = ""
+    # Set when the engine itself works but the pinned image is not local.
+    image_missing: Missing | None = None
+    image: str | None = None
+    uids_namespaced: bool = False
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Offerings:
+    platform: str
+    scratch: Path | None
+    scratch_problem: str | None = None
+    bwrap: str | None = None
+    # None: not probed (no bwrap, or not Linux); otherwise the probe's answer.
+    user_namespace: bool | None = None
+    user_namespace_why: str = ""
+    engines: tuple[EngineOffer, ...] = ()
+    sandbox_exec: str | None = None
+    windows_job: bool = False
+    windows_job_why: str = "not Windows"
+    nice: str | None = None
+    ionice: str | None = None
+    taskpolicy: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def engine(self, name: str) -> EngineOffer | None:
+        return next((e for e in self.engines if e.engine == name), None)
+
+    @classmethod
+    def this_machine(cls, config: Config, *, with_engines: bool = True) -> Offerings:
+        """Sample the machine. Engine admission runs real probe containers, so it is
+        skipped (`with_engines=False`) when the chosen arm cannot be a container."""
+        scratch, problem = _scratch(config)
+        bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+        userns, why = (None, "bwrap not installed")
+        if bwrap:
+            from native_fallbacks.bwrap import user_namespace_works
+
+            userns, why = user_namespace_works(bwrap)
+        engines: tuple[EngineOffer, ...] = ()
+        if with_engines:
+            from orchestrator.container.offer import offer_engines
+
+            engines = offer_engines(config)
+        job, job_why = (False, "not Windows")
+        if sys.platform == "win32":
+            from native_fallbacks.job_object import job_available
+
+            job, job_why = job_available()
+        return cls(
+            platform=sys.platform,
+            scratch=scratch,
+            scratch_problem=problem,
+            bwrap=bwrap,
+            user_namespace=userns,
+            user_namespace_why=why,
+            engines=engines,
+            sandbox_exec=shutil.which("sandbox-exec") if sys.platform == "darwin" else None,
+            windows_job=job,
+            windows_job_why=job_why,
+            nice=shutil.which("nice"),
+            ionice=shutil.which("ionice"),
+            taskpolicy=shutil.which("taskpolicy") if sys.platform == "darwin" else None,
+        )
+
+
+def _scratch(config: Config) -> tuple[Path | None, str | None]:
+    root = config.sandbox.scratch_dir or Path(tempfile.gettempdir()) / "sprawl-orch"
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        return None, f"{root}: {err.strerror}"
+    if not os.access(root, os.W_OK | os.X_OK):
+        return None, f"{root}: not writable"
+    return root, None

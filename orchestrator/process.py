@@ -1,0 +1,172 @@
+"""A host command in its own process group, with output in files (POSIX).
+
+The leader is waited for *without reaping* (pidfd, or waitid(WNOWAIT)), so its
+pid -- and therefore its process group id -- cannot be reused while we signal
+the group; only after the group is cleaned up is the leader reaped. Killing is
+SIGTERM, a short wait, then SIGKILL (trio's `_posix_deliver_cancel` shape).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+
+import psutil
+
+from orchestrator.launch import Finished
+
+TERM_GRACE_SECONDS = 1.0
+
+
+@cache
+def can_use_pidfd() -> bool:
+    """pidfd_open needs Linux >= 5.3; probe once and fall back to polling."""
+    if not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+class HostProcess:
+    """A `Running` for commands that run as host processes (copied tree, bwrap, host)."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        env: Mapping[str, str],
+        outputs: Path,
+    ) -> None:
+        outputs.mkdir(parents=True, exist_ok=True)
+        self.stdout_path = outputs / "stdout"
+        self.stderr_path = outputs / "stderr"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self._popen = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self.pid = self._popen.pid
+        self.pgid = self.pid
+        self._killed = False
+        self._exited = False
+        self._pidfd: int | None = None
+        if can_use_pidfd():
+            with contextlib.suppress(OSError):
+                self._pidfd = os.pidfd_open(self.pid)
+
+    def _exited_now(self) -> bool:
+        if self._exited:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = None
+            self._exited = True
+        if info is not None:
+            self._exited = True
+        return self._exited
+
+    def wait(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._pidfd is not None:
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            while not self._exited_now():
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                poller.poll(None if left is None else int(left * 1000) + 1)
+                if deadline is not None and time.monotonic() >= deadline:
+                    return self._exited_now()
+            return True
+        delay = 0.001
+        while not self._exited_now():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        return True
+
+    def pids(self) -> list[int]:
+        """The leader and every live process of its group (descendants that left
+        the group with setsid are followed through psutil while their parent lives)."""
+        found: set[int] = set()
+        for proc in psutil.process_iter(["pid"]):
+            with contextlib.suppress(psutil.Error):
+                if os.getpgid(proc.pid) == self.pgid:
+                    found.add(proc.pid)
+        with contextlib.suppress(psutil.Error):
+            leader = psutil.Process(self.pid)
+            found.update(child.pid for child in leader.children(recursive=True))
+            if leader.status() != psutil.STATUS_ZOMBIE:
+                found.add(self.pid)
+        return sorted(found)
+
+    def _signal_group(self, sig: int) -> None:
+        # Safe while the leader is unreaped: its pid (= pgid) can't be reused.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        # A group whose only member is our zombie leader counts as gone.
+        return any(pid != self.pid for pid in self.pids()) or not self._exited_now()
+
+    def kill(self) -> None:
+        self._killed = True
+        stray = self._descendants()
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_SECONDS
+        while self._group_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._signal_group(signal.SIGKILL)
+        _kill_verified(stray)
+        self.wait(None)
+
+    def _descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def finish(self) -> Finished:
+        self.wait(None)
+        # Whatever the command left in its group goes with it.
+        self._signal_group(signal.SIGKILL)
+        code = self._popen.wait()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        return Finished(
+            exit_code=code,
+            stdout_path=self.stdout_path,
+            stderr_path=self.stderr_path,
+            killed=self._killed,
+        )
+
+
+def _kill_verified(procs: list[psutil.Process]) -> None:
+    """SIGKILL processes captured earlier, unless their pid now names another
+    process (psutil compares the creation time: `_raise_if_pid_reused`)."""
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running():
+                proc.kill()

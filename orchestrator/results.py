@@ -1,0 +1,100 @@
+"""The one owner of every key of an exec result (SPEC §10).
+
+Shapes, by `outcome`:
+  settled       finished within the window: exit_code, stdout, stderr
+  backgrounded  handed to the backlog: handle
+  exceptional   refused or failed to start: what (error code), detail, recovery
+
+Output past `OUTPUT_CAP` bytes per stream is cut here; the full text stays on
+disk and the result points at it ("the way back"). Text is UTF-8 with
+replacement, so undecodable bytes show as U+FFFD (the encoding failure class
+reads exactly that).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.copy_sync import FileWork
+from orchestrator.errors import SprawlError
+
+OUTPUT_CAP = 64 * 1024
+
+Outcome = Literal["settled", "backgrounded", "exceptional"]
+
+
+class Confinement(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    arm: str
+    statement: str
+    assurances: dict[str, str]
+
+
+class ExecResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    outcome: Outcome
+    arm: str
+    where: Literal["sandbox", "host"] = "sandbox"
+    command: list[str] = []
+    shell: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    stdout_full: str | None = None
+    stderr_full: str | None = None
+    exit_code: int | None = None
+    killed: bool = False
+    handle: str | None = None
+    what: str | None = None
+    subject: str | None = None
+    detail: str | None = None
+    recovery: str | None = None
+    background: bool = False
+    env: list[str] = []
+    interpreter: str | None = None
+    memory_ceiling: dict[str, Any] | None = None
+    confinement: Confinement | None = None
+    work: FileWork | None = None
+    container: dict[str, Any] | None = None
+    run: str = "default"
+    duration_ms: float | None = None
+
+    def as_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
+    """The first OUTPUT_CAP bytes as text; when the stream was longer, the file is
+    moved to `keep_dir` (if given) and its path returned as the way back."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(OUTPUT_CAP)
+    except FileNotFoundError:
+        return "", None
+    text = head.decode("utf-8", errors="replace")
+    if size <= OUTPUT_CAP:
+        return text, None
+    full = path
+    if keep_dir is not None:
+        keep_dir.mkdir(parents=True, exist_ok=True)
+        full = keep_dir / path.name
+        shutil.move(path, full)
+    note = f"\n[cut at {OUTPUT_CAP} of {size} bytes; the full text is in {full}]"
+    return text + note, str(full)
+
+
+def exceptional(arm: str, err: SprawlError, **fields: Any) -> ExecResult:
+    return ExecResult(
+        outcome="exceptional",
+        arm=arm,
+        what=err.code.value,
+        subject=err.subject,
+        detail=err.detail,
+        recovery=err.recovery,
+        **fields,
+    )
