@@ -16,6 +16,53 @@ from orchestrator.arms import ArmName
 from orchestrator.assurances import Assurances
 
 
+class Watcher(Protocol):
+    """The guardian's ear (guardian/): told of everything that must not outlive us.
+    Calls never raise; a watcher that can't be reached degrades to doing nothing."""
+
+    def expect(self, name: str) -> None:
+        """A container of this name is about to be created."""
+        ...
+
+    def created(self, name: str, container_id: str) -> None:
+        ...
+
+    def gone(self, name: str) -> None:
+        """The container was removed by us."""
+        ...
+
+    def process_group(self, pgid: int, create_time: float) -> None:
+        """A host command's process group (create_time guards against pid reuse)."""
+        ...
+
+    def process_group_gone(self, pgid: int) -> None:
+        ...
+
+    def scratch(self, path: Path) -> None:
+        """A scratch copy to delete if we die."""
+        ...
+
+
+class NullWatcher:
+    def expect(self, name: str) -> None:
+        return None
+
+    def created(self, name: str, container_id: str) -> None:
+        return None
+
+    def gone(self, name: str) -> None:
+        return None
+
+    def process_group(self, pgid: int, create_time: float) -> None:
+        return None
+
+    def process_group_gone(self, pgid: int) -> None:
+        return None
+
+    def scratch(self, path: Path) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class Launch:
     argv: tuple[str, ...]
@@ -27,6 +74,7 @@ class Launch:
     run: str = "default"
     # The shell line as written, when the shell arm expanded it into argv.
     shell_line: str | None = None
+    watcher: Watcher = field(default_factory=NullWatcher)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,49 @@
+"""The copied tree: the command runs as a host process inside the synced copy.
+
+It is also the base of every host-process mechanism: bwrap and seatbelt only
+add a probe and a pure `wrap(argv, copy)`. The process runs one level below the
+orchestrator (yielding) in its own process group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from orchestrator.arms import ASSURANCES, ArmName
+from orchestrator.assurances import Assurances
+from orchestrator.launch import Launch, Running
+from orchestrator.process import HostProcess
+from orchestrator.yielding import Yielders, yield_prefix
+
+
+class CopiedTreeArm:
+    name: ArmName = ArmName.COPIED_TREE
+
+    def __init__(self, yielders: Yielders) -> None:
+        self.yielders = yielders
+
+    def assurances(self) -> Assurances:
+        return ASSURANCES[self.name]
+
+    def note(self) -> str | None:
+        return None
+
+    def prepare(self, workdir: Path) -> None:
+        return None
+
+    def wrap(self, argv: Sequence[str], copy: Path) -> list[str]:
+        return list(argv)
+
+    def start(self, launch: Launch) -> Running:
+        argv = yield_prefix(self.yielders) + self.wrap(launch.argv, launch.cwd)
+        return HostProcess(argv, launch.cwd, launch.env, launch.outputs)
+
+    def close(self) -> None:
+        return None
+
+
+class HostArm(CopiedTreeArm):
+    """`where: host` — not an arm of the sandbox: runs in place, all five axes NO."""
+
+    name = ArmName.HOST

@@ -1,0 +1,54 @@
+"""Turn a `Choice` into the arm object that runs commands (chosen once, delegated to).
+
+Backends are imported only when chosen: the container arm pulls in the docker
+SDK, the Windows arm ctypes/pywin32.
+"""
+
+from __future__ import annotations
+
+from orchestrator.arms import ArmName
+from orchestrator.choice import Choice
+from orchestrator.config import Config
+from orchestrator.errors import ErrorCode, SprawlError
+from orchestrator.launch import Arm
+from orchestrator.offerings import Offerings
+from orchestrator.yielding import Yielders
+
+
+def yielders_of(offerings: Offerings) -> Yielders:
+    return Yielders(nice=offerings.nice, ionice=offerings.ionice, taskpolicy=offerings.taskpolicy)
+
+
+def build_arm(choice: Choice, offerings: Offerings, config: Config) -> Arm:
+    yielders = yielders_of(offerings)
+    if choice.arm is ArmName.COPIED_TREE:
+        from native_fallbacks.copied_tree import CopiedTreeArm
+
+        return CopiedTreeArm(yielders)
+    if choice.arm is ArmName.LINUX_NAMESPACES:
+        from native_fallbacks.bwrap import BwrapArm
+
+        assert offerings.bwrap is not None
+        return BwrapArm(offerings.bwrap, yielders)
+    if choice.arm is ArmName.MACOS_SEATBELT:
+        from native_fallbacks.seatbelt import SeatbeltArm
+
+        assert offerings.sandbox_exec is not None
+        return SeatbeltArm(offerings.sandbox_exec, yielders)
+    if choice.arm is ArmName.WINDOWS_JOB:
+        from native_fallbacks.job_object import JobObjectArm
+
+        return JobObjectArm(config.sandbox.container)
+    if choice.arm is ArmName.CONTAINER:
+        from orchestrator.container.arm import ContainerArm
+
+        assert choice.engine is not None
+        offer = offerings.engine(choice.engine)
+        assert offer is not None
+        return ContainerArm.from_offer(offer, config.sandbox.container)
+    raise SprawlError(
+        ErrorCode.SANDBOX_DENIED,
+        subject=f"[sandbox] arm = {choice.asked!r}",
+        detail=choice.reason(),
+        recovery="; ".join(m.recovery for m in choice.missing) or "see sprawl-orch doctor",
+    )

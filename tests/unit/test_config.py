@@ -1,0 +1,107 @@
+"""Config parsing: every refusal is E_CONFIG_INVALID naming key, value and spellings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Config, credential_shaped, load_config, parse_config
+from orchestrator.errors import ErrorCode, SprawlError
+
+HEX = "a" * 64
+
+BAD: list[tuple[str, str, str]] = [
+    # (toml text, key that must be named, a fragment the detail must contain)
+    ('[sandbox]\narm = "boat"\n', "[sandbox] arm", "'copied_tree'"),
+    ('[sandbox]\narm = 3\n', "[sandbox] arm", "accepted spellings"),
+    ('[sandbox]\ninterpreter = "fish"\n', "[sandbox] interpreter", "'pwsh'"),
+    ('[sandbox]\nshell = "yes please"\n', "[sandbox] shell", "yes please"),
+    ('[sandbox]\nwrite_limit = "all"\n', "[sandbox] write_limit", "'create'"),
+    ('[sandbox]\nenv_passthrough = ["GITHUB_TOKEN"]\n', "[sandbox] env_passthrough", "credential"),
+    ('[sandbox]\nenv_passthrough = ["AWS_SECRET_ACCESS_KEY"]\n', "[sandbox] env_passthrough",
+     "credential"),
+    ('[sandbox]\nenv_passthrough = ["MY_API_KEY"]\n', "[sandbox] env_passthrough", "credential"),
+    ('[sandbox]\nenv_passthrough = ["NOT A NAME"]\n', "[sandbox] env_passthrough",
+     "not an environment variable name"),
+    ('[sandbox]\ncolour = "red"\n', "[sandbox] colour", "unknown key"),
+    ('[sandbx]\narm = "auto"\n', "sandbx", "unknown key"),
+    ('[sandbox.container]\nimage = "busybox:latest"\n', "[sandbox.container] image",
+     "sprawl-orch image pin busybox:latest"),
+    ('[sandbox.container]\nimage = "sha256:abc"\n', "[sandbox.container] image", "sha256:<64 hex>"),
+    ('[sandbox.container]\nengine = "lxc"\n', "[sandbox.container] engine", "'podman'"),
+    ('[sandbox.container]\nmemory_bytes = 1000\n', "[sandbox.container] memory_bytes", "1000"),
+    ('[sandbox.container]\ncpus = 0\n', "[sandbox.container] cpus", "greater than 0"),
+    ('[sandbox.container]\npids = 2\n', "[sandbox.container] pids", "8"),
+    ('[sandbox.container]\nuser = "root"\n', "[sandbox.container] user", "numeric uid"),
+    ('[sandbox.container]\nulimits = {nofile = "lots"}\n', "[sandbox.container] ulimits",
+     "nofile"),
+    ('[sandbox.container.images]\ndocker = "latest"\n', "[sandbox.container.images] docker",
+     "fixed image ID"),
+    ('[sandbox]\nwindow_seconds = -1\n', "[sandbox] window_seconds", "-1"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "fragment"), BAD)
+def test_bad_config_is_refused_naming_key_and_value(
+    tmp_path: Path, text: str, key: str, fragment: str
+) -> None:
+    path = tmp_path / "sprawl.toml"
+    path.write_text(text)
+    with pytest.raises(SprawlError) as caught:
+        load_config(path)
+    err = caught.value
+    assert err.code is ErrorCode.CONFIG_INVALID
+    assert err.subject == key
+    assert key in err.detail and str(path) in err.detail
+    assert fragment in err.detail
+    assert err.recovery
+
+
+def test_toml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "sprawl.toml"
+    path.write_text("[sandbox\narm=")
+    with pytest.raises(SprawlError) as caught:
+        load_config(path)
+    assert caught.value.code is ErrorCode.CONFIG_INVALID
+    assert caught.value.subject == str(path)
+    assert "TOML" in caught.value.detail
+
+
+def test_unreadable_config_path(tmp_path: Path) -> None:
+    with pytest.raises(SprawlError) as caught:
+        load_config(tmp_path / "missing.toml")
+    assert caught.value.code is ErrorCode.CONFIG_INVALID
+    assert "cannot read" in caught.value.detail
+
+
+def test_no_file_means_defaults(tmp_path: Path) -> None:
+    config = load_config(cwd=tmp_path)
+    assert config == Config()
+    assert config.sandbox.arm == "auto"
+    assert config.sandbox.container.image is None
+
+
+def test_file_in_working_directory_is_found(tmp_path: Path) -> None:
+    (tmp_path / "sprawl.toml").write_text('[sandbox]\narm = "copied_tree"\n')
+    config = load_config(cwd=tmp_path)
+    assert config.sandbox.arm == "copied_tree"
+    assert config.source == tmp_path / "sprawl.toml"
+
+
+def test_per_engine_pins_override_the_shared_image() -> None:
+    shared, docker = "sha256:" + HEX, "sha256:" + "b" * 64
+    config = parse_config(
+        {"sandbox": {"container": {"image": shared, "images": {"docker": docker}}}}
+    )
+    assert config.sandbox.container.image_for("docker") == docker
+    assert config.sandbox.container.image_for("podman") == shared
+
+
+@pytest.mark.parametrize(
+    ("name", "shaped"),
+    [("GITHUB_TOKEN", True), ("db_password", True), ("SSH_KEY", True), ("CREDENTIALS_FILE", True),
+     ("HOME", False), ("PYTHONPATH", False), ("KEYBOARD", False), ("LANG", False)],
+)
+def test_credential_shapes(name: str, shaped: bool) -> None:
+    assert credential_shaped(name) is shaped
