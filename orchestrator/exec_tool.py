@@ -82,7 +82,8 @@ class ExecTool:
     def confinement(self, arm: Arm) -> Confinement:
         notes = [n for n in (arm.note(),) if n]
         if self.choice.missing and arm.name is not ArmName.HOST:
-            notes.insert(0, "Stepped down: " + "; ".join(m.phrase for m in self.choice.missing) + ".")
+            steps = "; ".join(m.phrase for m in self.choice.missing)
+            notes.insert(0, f"Stepped down: {steps}.")
         assurances = arm.assurances()
         return Confinement(
             arm=arm.name.value,
