@@ -26,11 +26,12 @@ from orchestrator.copy_sync import FileWork, ScratchCopy
 from orchestrator.environment import child_env, env_names
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.launch import Arm, Launch, Running
+from orchestrator.ledger import Ledger
 from orchestrator.offerings import Offerings
 from orchestrator.results import Confinement, ExecResult, exceptional, read_capped
 from orchestrator.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from orchestrator.shell import shell_argv as expand_shell
-from orchestrator.state import state_dir
+from orchestrator.state import ledger_path, state_dir
 from orchestrator.yielding import find_program
 
 Where = Literal["sandbox", "host"]
@@ -45,6 +46,7 @@ class ExecTool:
         offerings: Offerings | None = None,
         environ: Mapping[str, str] | None = None,
         session: str | None = None,
+        record: bool = True,
     ) -> None:
         self.config = config
         self.workdir = workdir.resolve()
@@ -57,6 +59,9 @@ class ExecTool:
         self._counter = itertools.count(1)
         self.state = state_dir(config, self.environ)
         self.outputs_root = self.state / "outputs" / self.session
+        self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
+        # The first ledger failure, said once on stderr-facing surfaces; never fails a command.
+        self.ledger_problem: str | None = None
 
     # -- choosing -----------------------------------------------------------------
     @property
@@ -108,9 +113,19 @@ class ExecTool:
         arm_name = ArmName.HOST.value if where == "host" else self.choice.arm.value
         fields: dict[str, object] = {"command": argv_in, "shell": shell, "where": where, "run": run}
         try:
-            return self._exec(argv_in, shell, where, timeout, run, started)
+            result = self._exec(argv_in, shell, where, timeout, run, started)
         except SprawlError as err:
-            return exceptional(arm_name, err, **fields)
+            result = exceptional(arm_name, err, **fields)
+        self._record(result)
+        return result
+
+    def _record(self, result: ExecResult) -> None:
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.append(result.as_json_dict())
+        except SprawlError as err:
+            self.ledger_problem = self.ledger_problem or str(err)
 
     def _exec(
         self,
