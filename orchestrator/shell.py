@@ -131,12 +131,12 @@ def resolve_shell(
     windows = platform.startswith("win")
     if interpreter == "pwsh":
         return _resolve_pwsh(which, run_version)
-    if windows:
-        wanted = _env(environ, "COMSPEC", windows) or "cmd.exe"
-        source = "%COMSPEC%" if _env(environ, "COMSPEC", windows) else "the default cmd.exe"
-    else:
-        wanted = _env(environ, "SHELL", windows) or "/bin/sh"
-        source = "$SHELL" if _env(environ, "SHELL", windows) else "the default /bin/sh"
+    variable, spelled, default = (
+        ("COMSPEC", "%COMSPEC%", "cmd.exe") if windows else ("SHELL", "$SHELL", "/bin/sh")
+    )
+    named = _env(environ, variable, windows)
+    wanted = named or default
+    source = spelled if named else f"the default {default}"
     program = which(wanted)
     if program is None:
         return Missing("system", f"{source} ({wanted}) is not an executable program on this host")
