@@ -1,0 +1,325 @@
+"""The image side of docker and podman, through their CLIs: import, build, resolve, list.
+
+The CLI, not the docker SDK: podman here is daemonless (no API socket to talk to), both CLIs
+speak the same verbs, and the SDK costs ~200 ms to import. Nothing here pulls: `image
+inspect` is local-only, `build` runs with `--pull=false`/`--pull=never` after every base was
+found locally (see dockerfile.py for why that check is needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from images.dockerfile import DockerfileError, external_bases
+from orchestrator.errors import ErrorCode, SprawlError
+
+ENGINES: tuple[str, ...] = ("docker", "podman")
+LABEL_RECIPE = "sprawl.recipe"
+LABEL_DATE = "sprawl.date"
+LABEL_SOURCE = "sprawl.source"
+FIXED_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+BUILD_FIRST = "build or import it first: sprawl-orch image build busybox"
+
+# What each engine says when an image simply isn't in its store (vs. an unreachable engine).
+_NOT_LOCAL = re.compile(
+    r"no such image|image not known|failed to find image|invalid reference format|"
+    r"repository name must be lowercase|not a valid",
+    re.IGNORECASE,
+)
+_UNREACHABLE_RECOVERY = {
+    "docker": "start the daemon and point DOCKER_HOST at it: bash .ci/setup-engines && . .ci/env",
+    "podman": "install podman (apt-get install podman, or bash .ci/setup-engines)",
+}
+
+
+def fixed_id(raw: str) -> str:
+    """Podman prints IDs without the `sha256:` prefix docker uses; configs hold the prefix."""
+    raw = raw.strip()
+    return raw if raw.startswith("sha256:") else f"sha256:{raw}"
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    engine: str
+    id: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    created: str
+    size: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "id": self.id,
+            "tags": list(self.tags),
+            "labels": dict(self.labels),
+            "created": self.created,
+            "size": self.size,
+        }
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's CLI. `binary` defaults to the engine's name on PATH."""
+
+    name: str
+    binary: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def _argv(self, args: Sequence[str]) -> list[str]:
+        return [self.binary or self.name, *args]
+
+    def _unreachable(self, what: str, detail: str) -> SprawlError:
+        return SprawlError(
+            ErrorCode.TOOL_UNAVAILABLE,
+            subject=f"{self.name} ({what})",
+            detail=detail,
+            recovery=_UNREACHABLE_RECOVERY.get(self.name, f"install {self.name}"),
+        )
+
+    def run(
+        self, args: Sequence[str], *, what: str, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run the CLI; a missing binary is TOOL_UNAVAILABLE, nothing else is judged here."""
+        try:
+            return subprocess.run(
+                self._argv(args),
+                input=stdin,
+                capture_output=True,
+                check=False,
+                env={**os.environ, **self.env},
+            )
+        except FileNotFoundError as err:
+            raise self._unreachable(what, f"{self._argv(args)[0]} is not on PATH") from err
+
+    def _ok(self, args: Sequence[str], *, what: str, stdin: bytes | None = None) -> str:
+        done = self.run(args, what=what, stdin=stdin)
+        out = done.stdout.decode(errors="replace")
+        err = done.stderr.decode(errors="replace").strip()
+        if done.returncode == 0:
+            return out
+        if _looks_unreachable(err):
+            raise self._unreachable(what, _last(err))
+        raise SprawlError(
+            ErrorCode.ENGINE_REFUSED,
+            subject=f"{self.name} {what}",
+            detail=f"exit {done.returncode}: {_last(err)}",
+            recovery=f"read the {self.name} message above; nothing was changed by sprawl-orch",
+        )
+
+    def server_version(self) -> str:
+        """The engine's own answer (docker: the daemon's version), proving it is reachable."""
+        fmt = "{{.Server.Version}}" if self.name == "docker" else "{{.Version}}"
+        return self._ok(["version", "--format", fmt], what="version").strip()
+
+    def resolve(self, ref: str) -> str | None:
+        """The fixed ID `ref` (tag, short or full ID) names in the local store, or None.
+        `image inspect` never pulls."""
+        done = self.run(["image", "inspect", "--format", "{{.Id}}", ref], what="image inspect")
+        if done.returncode == 0:
+            lines = done.stdout.decode().split()
+            return fixed_id(lines[0]) if lines else None
+        err = done.stderr.decode(errors="replace").strip()
+        if _NOT_LOCAL.search(err) and not _looks_unreachable(err):
+            return None
+        if _looks_unreachable(err):
+            raise self._unreachable("image inspect", _last(err))
+        raise SprawlError(
+            ErrorCode.ENGINE_REFUSED,
+            subject=f"{self.name} image inspect {ref}",
+            detail=f"exit {done.returncode}: {_last(err)}",
+            recovery="check the reference spelling (repository:tag or sha256:<hex>)",
+        )
+
+    def inspect(self, refs: Sequence[str]) -> list[LocalImage]:
+        if not refs:
+            return []
+        raw = json.loads(self._ok(["image", "inspect", *refs], what="image inspect") or "[]")
+        return [self._image(item) for item in raw]
+
+    def _image(self, item: Mapping[str, Any]) -> LocalImage:
+        config = item.get("Config") or {}
+        labels = config.get("Labels") or item.get("Labels") or {}
+        return LocalImage(
+            engine=self.name,
+            id=fixed_id(str(item["Id"])),
+            tags=tuple(item.get("RepoTags") or ()),
+            labels={str(k): str(v) for k, v in labels.items()},
+            created=str(item.get("Created", "")),
+            size=int(item.get("Size") or 0),
+        )
+
+    def sprawl_images(self) -> list[LocalImage]:
+        """Local images that carry the sprawl.recipe label (what `image build` made)."""
+        out = self._ok(
+            ["image", "ls", "--quiet", "--no-trunc", "--filter", f"label={LABEL_RECIPE}"],
+            what="image ls",
+        )
+        ids = sorted({fixed_id(line) for line in out.split()})
+        return sorted(self.inspect(ids), key=lambda i: i.created, reverse=True)
+
+    def import_tar(
+        self,
+        tar: bytes | Path,
+        *,
+        labels: Mapping[str, str],
+        changes: Sequence[str] = (),
+        tag: str | None = None,
+    ) -> str:
+        """`<engine> import --change 'LABEL k="v"' … TAR [TAG]` -> the fixed ID."""
+        args = ["import"]
+        for change in [*changes, *(_label_change(k, v) for k, v in labels.items())]:
+            args += ["--change", change]
+        if self.name == "podman":
+            args.append("--quiet")  # else podman prints its copy progress before the ID
+        args.append("-" if isinstance(tar, bytes) else str(tar))
+        if tag:
+            args.append(tag)
+        out = self._ok(args, what="import", stdin=tar if isinstance(tar, bytes) else None)
+        image_id = fixed_id(out.split()[-1]) if out.split() else ""
+        if not FIXED_ID.match(image_id):
+            raise SprawlError(
+                ErrorCode.ENGINE_REFUSED,
+                subject=f"{self.name} import",
+                detail=f"expected a sha256 image ID, got {out.strip()[-200:]!r}",
+                recovery=f"check `{self.name} images`; the import may have half-succeeded",
+            )
+        return image_id
+
+    def check_bases(self, dockerfile: Path, build_args: Mapping[str, str] | None = None) -> None:
+        """Refuse, before anything runs, when a base image isn't in this engine's store."""
+        try:
+            bases = external_bases(dockerfile.read_text(encoding="utf-8"), build_args)
+        except DockerfileError as err:
+            raise SprawlError(
+                ErrorCode.IMAGE_INVALID,
+                subject=f"{dockerfile}:{err.line}",
+                detail=str(err),
+                recovery="give the ARG a default, or write the base image's tag or ID",
+            ) from err
+        except OSError as err:
+            raise SprawlError(
+                ErrorCode.IMAGE_INVALID,
+                subject=str(dockerfile),
+                detail=f"cannot read the Dockerfile: {err.strerror}",
+                recovery="check the path given with --dockerfile",
+            ) from err
+        for base in bases:
+            if self.resolve(base.ref) is None:
+                raise SprawlError(
+                    ErrorCode.IMAGE_INVALID,
+                    subject=f"{base.instruction} {base.ref}",
+                    detail=f"{dockerfile}:{base.line}: base image {base.ref} is not in "
+                    f"{self.name}'s local images, and sprawl-orch never pulls",
+                    recovery=f"{BUILD_FIRST} --engine {self.name}, then write FROM "
+                    "sprawl/busybox:latest (or its ID)",
+                )
+
+    def build(
+        self,
+        dockerfile: Path,
+        context: Path,
+        *,
+        labels: Mapping[str, str],
+        tag: str | None,
+        ulimits: Mapping[str, str],
+        on_line: Callable[[str], None],
+    ) -> str:
+        """Build without pulling; bases are checked first (check_bases)."""
+        self.check_bases(dockerfile)
+        with tempfile.TemporaryDirectory(prefix="sprawl-build-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            pull = "--pull=false" if self.name == "docker" else "--pull=never"
+            args = ["build", pull, "--file", str(dockerfile), "--iidfile", str(iidfile)]
+            for key, value in labels.items():
+                args += ["--label", f"{key}={value}"]
+            # RUN steps start containers: podman's default rlimits exceed these hosts' hard
+            # limits ("error setting rlimit type 7: operation not permitted").
+            for name, limit in ulimits.items():
+                args += ["--ulimit", f"{name}={limit}"]
+            if tag:
+                args += ["--tag", tag]
+            args.append(str(context))
+            # BuildKit resolves FROM against the registry even for local images; the classic
+            # builder uses the local store. Docker 20.10 with no buildx uses it anyway.
+            env = {**os.environ, **self.env, "DOCKER_BUILDKIT": "0"}
+            tail: list[str] = []
+            try:
+                proc = subprocess.Popen(
+                    self._argv(args),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    text=True,
+                    errors="replace",
+                )
+            except FileNotFoundError as err:
+                raise self._unreachable("build", f"{self._argv(args)[0]} is not on PATH") from err
+            with proc:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    if line.strip():
+                        on_line(line.rstrip())
+                        tail = [*tail[-5:], line.strip()]
+            if proc.returncode != 0 or not iidfile.is_file():
+                raise SprawlError(
+                    ErrorCode.ENGINE_REFUSED,
+                    subject=f"{self.name} build {dockerfile}",
+                    detail=f"exit {proc.returncode}: " + " | ".join(tail),
+                    recovery="fix the Dockerfile step named above and build again",
+                )
+            return fixed_id(iidfile.read_text())
+
+    def remove(self, image_id: str) -> None:
+        """Remove an image by ID with every tag on it; a container using it stops that.
+
+        Docker refuses `rmi ID` for an ID with two tags unless forced, and its force still
+        refuses while a running container uses the image. Podman's force would remove
+        those containers, so there the tags go by ID first (`podman untag ID`) and the
+        removal is unforced.
+        """
+        if self.name == "podman":
+            self._ok(["untag", image_id], what="untag")
+            self._ok(["image", "rm", image_id], what="image rm")
+        else:
+            self._ok(["image", "rm", "--force", image_id], what="image rm")
+
+
+def _label_change(key: str, value: str) -> str:
+    # A Dockerfile LABEL value in double quotes takes JSON's \" and \\ escapes.
+    return f"LABEL {key}={json.dumps(value, ensure_ascii=False)}"
+
+
+def _looks_unreachable(err: str) -> bool:
+    return bool(
+        re.search(
+            r"cannot connect to the docker daemon|connection refused|no such file or directory.*"
+            r"sock|is the docker daemon running|permission denied.*sock",
+            err,
+            re.IGNORECASE,
+        )
+    )
+
+
+def _last(err: str, limit: int = 400) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    return " | ".join(lines[-3:])[-limit:] if lines else "(no message)"
+
+
+def engine(name: str) -> Engine:
+    if name not in ENGINES:
+        raise SprawlError(
+            ErrorCode.BAD_REQUEST,
+            subject=f"engine {name}",
+            detail=f"{name!r} is not an engine (accepted: {', '.join(ENGINES)})",
+            recovery="use --engine docker or --engine podman",
+        )
+    return Engine(name)
