@@ -1,0 +1,258 @@
+"""`sprawl-orch image …`: build, pin, list, verify. A thin layer over images.*; long steps
+show a rich spinner with the step name and elapsed time on stderr, results go to stdout.
+
+Exit codes: 0 done; 1 `verify` found a pin that isn't usable; 2 refused (code, subject,
+detail, recovery on stderr) or bad usage.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from images.engines import ENGINES, LABEL_DATE, LABEL_RECIPE, LABEL_SOURCE
+from images.recipe import RECIPE_NAMES
+from orchestrator.config import CONFIG_NAME
+from orchestrator.errors import SprawlError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _err_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def refusals(func: F) -> F:
+    """Print a SprawlError's four fields on stderr and exit 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SprawlError as err:
+            click.echo(f"error {err.code.value}: {err.subject}", err=True)
+            click.echo(f"  detail:   {err.detail}", err=True)
+            click.echo(f"  recovery: {err.recovery}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class RichSteps:
+    """One spinner line per long step: name, the step's latest output line, elapsed time."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[Callable[[str], None]]:
+        start = time.monotonic()
+        columns = (
+            SpinnerColumn(),
+            TextColumn("[bold]{task.fields[step]}[/]"),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+        )
+        try:
+            if self.console.is_terminal:
+                with Progress(*columns, console=self.console, transient=True) as progress:
+                    task = progress.add_task("", step=name)
+                    yield lambda line: progress.update(task, description=escape(line[-90:]))
+            else:
+                # A log or a pipe: no spinner redraws, a line when the step starts and ends.
+                self.console.print(f"… {escape(name)}")
+                yield lambda line: None
+        except BaseException:
+            self.console.print(f"✗ {escape(name)} ({time.monotonic() - start:.1f} s)")
+            raise
+        self.console.print(f"✓ {escape(name)} ({time.monotonic() - start:.1f} s)")
+
+
+@click.group("image")
+def image() -> None:
+    """Prepare local images: build, pin, list, verify. Nothing is ever pulled."""
+
+
+@image.command("build")
+@click.argument("recipe", required=False, type=click.Choice(RECIPE_NAMES))
+@click.option(
+    "--dockerfile",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Build this Dockerfile; every FROM base must already be local.",
+)
+@click.option(
+    "--context",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="Build context for --dockerfile (default: the Dockerfile's directory).",
+)
+@click.option("--tag", help="Tag the result (default: the recipe's, e.g. sprawl/busybox:latest).")
+@click.option("--suite", help="debian: the suite to debootstrap (default: the recipe's).")
+@click.option("--mirror", help="debian: the Debian mirror URL (default: the recipe's).")
+@click.option(
+    "--engine",
+    "engine_name",
+    type=click.Choice([*ENGINES, "all"]),
+    default=None,
+    help="Engine(s) to import into. Default: every engine that answers; "
+    "'all': both, and each must answer.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the IDs as JSON.")
+@refusals
+def build_command(
+    recipe: str | None,
+    dockerfile: Path | None,
+    context: Path | None,
+    tag: str | None,
+    suite: str | None,
+    mirror: str | None,
+    engine_name: str | None,
+    as_json: bool,
+) -> None:
+    """Make an image locally and print its fixed ID in each engine.
+
+    RECIPE is busybox (~0.2 s, the host's static busybox) or debian (debootstrap minbase,
+    ~35 s). Or --dockerfile PATH. The same rootfs gets a different ID in docker and podman.
+    """
+    from images.build import build_dockerfile, build_recipe, pick_engines
+
+    if (recipe is None) == (dockerfile is None):
+        raise click.UsageError("give a RECIPE (busybox, debian) or --dockerfile PATH, not both")
+    if recipe != "debian" and (suite or mirror):
+        raise click.UsageError("--suite and --mirror are for the debian recipe")
+    if context and not dockerfile:
+        raise click.UsageError("--context goes with --dockerfile")
+    steps = RichSteps(_err_console())
+    engines = pick_engines(engine_name)
+    if dockerfile is not None:
+        what = str(dockerfile)
+        built = build_dockerfile(dockerfile, engines, tag=tag, context=context, steps=steps)
+    else:
+        assert recipe is not None
+        what = recipe
+        built = build_recipe(recipe, engines, suite=suite, mirror=mirror, tag=tag, steps=steps)
+    if as_json:
+        click.echo(json.dumps({"built": what, "tag": built.tag, "images": built.ids}, indent=2))
+        return
+    for name, image_id in built.ids.items():
+        click.echo(f"{name:<7} {image_id}  {built.tag or '(untagged)'}")
+    if built.tag:
+        click.echo(f"pin it: sprawl-orch image pin {built.tag}   (one pin per engine it is in)")
+    else:
+        for name, image_id in built.ids.items():
+            click.echo(f"pin it: sprawl-orch image pin {image_id} --engine {name}")
+
+
+@image.command("pin")
+@click.argument("ref")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=CONFIG_NAME,
+    show_default=True,
+    help="The sprawl.toml to write.",
+)
+@click.option(
+    "--engine",
+    "engine_name",
+    type=click.Choice(ENGINES),
+    default=None,
+    help="Pin for this engine only ([sandbox.container.images] ENGINE).",
+)
+@click.option("--json", "as_json", is_flag=True)
+@refusals
+def pin_command(ref: str, config_path: Path, engine_name: str | None, as_json: bool) -> None:
+    """Resolve REF (a local tag or ID) to its fixed ID and write it into the config."""
+    from images.pin import pin
+
+    result = pin(ref, config_path, engine_name=engine_name)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "config": str(result.path),
+                    "ref": ref,
+                    "resolved": result.resolved,
+                    "written": result.written,
+                    "removed": result.removed,
+                    "notes": list(result.notes),
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(f"pinned {ref} in {result.path}:")
+    for key, image_id in result.written.items():
+        click.echo(f'  {key} = "{image_id}"')
+    for key, image_id in result.removed.items():
+        click.echo(f'  removed {key} = "{image_id}" (it would have shadowed the new pin)')
+    for note in result.notes:
+        click.echo(f"  note: {note}")
+
+
+@image.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@refusals
+def list_command(as_json: bool) -> None:
+    """Local images made by `image build` (label sprawl.recipe), per engine."""
+    from images.verify import list_images
+
+    listings = list_images()
+    if as_json:
+        click.echo(json.dumps([item.as_dict() for item in listings], indent=2))
+        return
+    for item in listings:
+        if not item.reachable:
+            click.echo(f"{item.engine}: not reachable: {item.reason}")
+            continue
+        click.echo(f"{item.engine}: {len(item.images)} sprawl image(s)")
+        for img in item.images:
+            tags = ", ".join(img.tags) or "(untagged)"
+            click.echo(
+                f"  {img.id}  {img.labels.get(LABEL_RECIPE, '?'):<10} "
+                f"{img.labels.get(LABEL_DATE, '?')}  {tags}"
+            )
+            click.echo(f"      source: {img.labels.get(LABEL_SOURCE, '?')}")
+
+
+@image.command("verify")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"The config to check (default: ./{CONFIG_NAME} if present).",
+)
+@click.option("--json", "as_json", is_flag=True)
+@refusals
+def verify_command(config_path: Path | None, as_json: bool) -> None:
+    """Which ID the config pins for each engine, and whether that engine has it locally.
+    Exit 1 when no usable engine has its pin, or a usable engine's pin is missing."""
+    from images.verify import verify
+    from orchestrator.config import load_config
+
+    result = verify(load_config(config_path))
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        click.echo(f"config: {result.config}")
+        for check in result.checks:
+            used = "" if check.used else "  (not used: [sandbox.container] engine)"
+            click.echo(f"{check.engine:<7} {check.status:<11} {check.pinned or '-'}{used}")
+            click.echo(f"        {check.detail}")
+            if check.recovery and check.status != "present":
+                click.echo(f"        recovery: {check.recovery}")
+        click.echo("ok" if result.ok else "NOT OK: see the rows above")
+    if not result.ok:
+        sys.exit(1)
