@@ -1,0 +1,105 @@
+"""`python -m guardian --session ID --engines docker,podman [--grace S] [--fd N]`
+
+Reads protocol lines (guardian/protocol.py) from stdin, or from fd N, until EOF: the
+orchestrator holds the only write end, so EOF means it is gone -- exited, crashed or
+SIGKILLed. Then it removes what was left (guardian/reaper.py), writes one JSON line per step
+on stderr, and exits: 0 when nothing was left behind, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from guardian.engines import Engine, open_engine
+from guardian.protocol import ProtocolError, parse_message
+from guardian.reaper import Reaper
+from guardian.watchlist import Watchlist
+
+DEFAULT_GRACE = 3.0
+
+
+def log(event: str, **fields: object) -> None:
+    line = json.dumps({"t": round(time.time(), 3), "event": event, **fields}, default=str)
+    # Nobody may be reading our stderr any more: the work matters, not the log.
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+class EngineLoader(threading.Thread):
+    """Open the engine backends (the docker SDK import is ~200 ms) while lines are read."""
+
+    def __init__(self, names: Sequence[str], docker_via: str) -> None:
+        super().__init__(name="engines", daemon=True)
+        self.names = names
+        self.docker_via = docker_via
+        self.engines: list[Engine] = []
+
+    def run(self) -> None:
+        for name in self.names:
+            engine = open_engine(name, self.docker_via)
+            if engine is None:
+                log("engine-missing", engine=name)
+            else:
+                self.engines.append(engine)
+                log("engine", engine=name, via=type(engine).__name__)
+
+
+def read_until_eof(fd: int, watch: Watchlist) -> int:
+    """Apply every whole line; return how many were refused. A last line without its newline
+    is ignored: the writer died inside it, and a cut name could name someone else's container."""
+    refused = 0
+    with os.fdopen(fd, "rb", buffering=0, closefd=False) as raw:
+        pending = b""
+        while chunk := raw.read(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                try:
+                    watch.apply(parse_message(line.decode("utf-8")))
+                except (ProtocolError, UnicodeDecodeError) as err:
+                    refused += 1
+                    log("refused-line", line=line[:200].decode("utf-8", "replace"), why=str(err))
+        if pending:
+            log("cut-line", line=pending[:200].decode("utf-8", "replace"))
+    return refused
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m guardian", description=__doc__)
+    parser.add_argument("--session", required=True)
+    parser.add_argument("--engines", default="", help="comma-separated: docker,podman")
+    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE,
+                        help="seconds after EOF to watch for late creates (default 3)")
+    parser.add_argument("--fd", type=int, default=0, help="read from this fd (default stdin)")
+    parser.add_argument("--docker-via", choices=("sdk", "cli"), default="sdk")
+    args = parser.parse_args(argv)
+    names = [n for n in args.engines.split(",") if n]
+    for name in names:
+        if name not in ("docker", "podman"):
+            parser.error(f"unknown engine {name!r}; known: docker, podman")
+
+    loader = EngineLoader(names, args.docker_via)
+    loader.start()
+    watch = Watchlist()
+    log("ready", session=args.session, pid=os.getpid(), engines=names)
+    read_until_eof(args.fd, watch)
+    eof = time.monotonic()
+    log("eof", containers=watch.containers, pgroups=watch.pgroups,
+        scratch=sorted(map(str, watch.scratch)))
+    loader.join()
+    report = Reaper(args.session, loader.engines, args.grace, log).reap(watch)
+    report.seconds = round(time.monotonic() - eof, 3)
+    log("done", **dataclasses.asdict(report))
+    return 1 if report.left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

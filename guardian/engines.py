@@ -1,0 +1,195 @@
+"""How the guardian finds and force-removes containers, per engine.
+
+Each backend answers two questions, and nothing else:
+- `find(session, names)`: the containers labelled `sprawl.session=<session>` or named one of
+  `names` (a create may have been announced and never labelled, or labelled by another
+  version of the arm: either way it is ours);
+- `remove(refs)`: force-remove them (ids or names), skipping ones already gone; returns what
+  the engine said for the ones it could not remove.
+
+Docker is driven through the SDK by default: the guardian imports it while the orchestrator
+is still alive, so at EOF a list is one HTTP round trip (~3 ms) instead of a CLI start
+(~25 ms), and the removals go out in parallel threads. `benchmarks/guardian.py` measures the
+CLI against it. Podman here is daemonless (no API socket), so its backend is its CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+LABEL = "sprawl.session"
+CLI_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Found:
+    container_id: str
+    name: str
+
+
+class Engine(Protocol):
+    name: str
+
+    def find(self, session: str, names: Collection[str]) -> list[Found]:
+        ...
+
+    def remove(self, refs: Collection[str]) -> list[str]:
+        ...
+
+
+def _ours(labels: object, names: Sequence[str], session: str, wanted: Collection[str]) -> bool:
+    if isinstance(labels, dict) and labels.get(LABEL) == session:
+        return True
+    return any(n in wanted for n in names)
+
+
+def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=CLI_TIMEOUT, stdin=subprocess.DEVNULL
+    )
+
+
+class EngineError(Exception):
+    """The engine could not be asked (down, missing binary, timeout)."""
+
+
+class DockerSDK:
+    name = "docker"
+
+    def __init__(self) -> None:
+        # Imported here, not at module import: ~200 ms, paid while the orchestrator lives.
+        import docker
+
+        self._errors = docker.errors
+        # from_env honours DOCKER_HOST (inherited from the orchestrator); version "auto"
+        # asks the daemon once, now, so an unreachable daemon falls back to the CLI.
+        self._api: Any = docker.from_env(timeout=int(CLI_TIMEOUT)).api
+
+    def find(self, session: str, names: Collection[str]) -> list[Found]:
+        try:
+            listed = self._api.containers(all=True)
+        except Exception as err:
+            raise EngineError(f"docker: {err}") from err
+        found = []
+        for item in listed:
+            own = [n.lstrip("/") for n in item.get("Names") or []]
+            if _ours(item.get("Labels"), own, session, names):
+                found.append(Found(item["Id"], own[0] if own else item["Id"]))
+        return found
+
+    def _remove_one(self, ref: str) -> str | None:
+        try:
+            self._api.remove_container(ref, force=True)
+        except self._errors.NotFound:
+            return None
+        except Exception as err:
+            return f"{ref}: {err}"
+        return None
+
+    def remove(self, refs: Collection[str]) -> list[str]:
+        if not refs:
+            return []
+        with ThreadPoolExecutor(max_workers=min(16, len(refs))) as pool:
+            return [e for e in pool.map(self._remove_one, refs) if e]
+
+
+class DockerCLI:
+    name = "docker"
+
+    def __init__(self, binary: str = "docker") -> None:
+        self.binary = binary
+
+    def find(self, session: str, names: Collection[str]) -> list[Found]:
+        try:
+            done = _run([
+                self.binary, "ps", "-a", "--no-trunc",
+                "--format", '{{.ID}}\t{{.Names}}\t{{.Label "' + LABEL + '"}}',
+            ])
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise EngineError(f"docker: {err}") from err
+        if done.returncode != 0:
+            raise EngineError(f"docker ps: {done.stderr.strip()}")
+        found = []
+        for line in done.stdout.splitlines():
+            cid, own, label = [*line.split("\t"), "", ""][:3]
+            names_here = own.split(",") if own else []
+            if _ours({LABEL: label}, names_here, session, names):
+                found.append(Found(cid, names_here[0] if names_here else cid))
+        return found
+
+    def remove(self, refs: Collection[str]) -> list[str]:
+        if not refs:
+            return []
+        try:
+            done = _run([self.binary, "rm", "-f", *refs])
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return [f"docker rm: {err}"]
+        return [
+            line for line in done.stderr.splitlines()
+            if line.strip() and "No such container" not in line
+        ]
+
+
+class PodmanCLI:
+    name = "podman"
+
+    def __init__(self, binary: str = "podman") -> None:
+        self.binary = binary
+
+    def find(self, session: str, names: Collection[str]) -> list[Found]:
+        try:
+            done = _run([self.binary, "ps", "-a", "--format", "json"])
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise EngineError(f"podman: {err}") from err
+        if done.returncode != 0:
+            raise EngineError(f"podman ps: {done.stderr.strip()}")
+        try:
+            listed = json.loads(done.stdout or "[]")
+        except json.JSONDecodeError as err:
+            raise EngineError(f"podman ps printed no JSON: {err}") from err
+        found = []
+        for item in listed or []:
+            own = list(item.get("Names") or [])
+            if _ours(item.get("Labels"), own, session, names):
+                found.append(Found(item["Id"], own[0] if own else item["Id"]))
+        return found
+
+    def remove(self, refs: Collection[str]) -> list[str]:
+        if not refs:
+            return []
+        # `-t 0`: podman's rm -f first *stops* with the container's stop timeout (10 s by
+        # default; a `sleep` as PID 1 ignores SIGTERM, so "StopSignal SIGTERM failed to stop
+        # container ... in 10 seconds, resorting to SIGKILL" -- podman 4.3.1). `-i`: a name
+        # that is already gone is not an error. The OCI runtime (`--runtime runc`) need not be
+        # repeated: podman stores it with each container.
+        try:
+            done = _run([self.binary, "rm", "-f", "-t", "0", "-i", *refs])
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return [f"podman rm: {err}"]
+        if done.returncode == 0:
+            return []
+        return [line for line in done.stderr.splitlines() if line.strip()] or [
+            f"podman rm exited {done.returncode}"
+        ]
+
+
+def open_engine(name: str, docker_via: str = "sdk") -> Engine | None:
+    """The backend for `name`, or None when its CLI is not installed here."""
+    if name == "podman":
+        binary = shutil.which("podman")
+        return PodmanCLI(binary) if binary else None
+    if name == "docker":
+        if docker_via == "sdk":
+            try:
+                return DockerSDK()
+            except Exception:
+                pass  # no SDK or no reachable daemon config: the CLI can still say why
+        binary = shutil.which("docker")
+        return DockerCLI(binary) if binary else None
+    raise ValueError(f"unknown engine {name!r} (docker, podman)")

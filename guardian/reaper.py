@@ -1,0 +1,254 @@
+"""What the guardian does at EOF: remove everything the dead orchestrator left, fast.
+
+All of it at once, in threads: per engine, force-remove the announced containers while
+listing the session's label (then remove what the list adds); kill the announced process
+groups; delete the scratch copies. Then, while a create that was announced with `expect` has
+not been seen (it may still be in flight at the engine), or while a removal has not yet shown
+up as gone, poll every engine until the grace period ends and remove whatever appears.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import stat
+import time
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from guardian.engines import Engine, EngineError, Found
+from guardian.watchlist import Watchlist
+from orchestrator.copy_fileops import remove_entry
+
+POLL_SECONDS = 0.05
+# While the CLI process of an announced create still runs, the create is still in flight (a
+# loaded engine can take longer than the grace period): keep waiting, up to this much longer.
+CREATOR_EXTRA_SECONDS = 30.0
+TERM_SECONDS = 0.5
+# psutil's create_time is starttime/CLK_TCK + btime, and the kernel recomputes btime from the
+# wall clock on every read of /proc/stat: a clock step can move it. One tick of slack keeps
+# an equal process equal; a reused pid started at another moment still differs.
+CREATE_TIME_SLACK = 0.011
+# Only directories named like a ScratchCopy are deleted: a wrong announcement must not be able
+# to delete the person's tree.
+SCRATCH_PREFIX = "sprawl-"
+
+Log = Callable[..., None]
+
+
+@dataclass
+class Report:
+    removed: dict[str, list[str]] = field(default_factory=dict)  # engine -> names
+    late: list[str] = field(default_factory=list)  # names that appeared after EOF
+    pgroups: list[int] = field(default_factory=list)  # groups signalled
+    scratch: list[str] = field(default_factory=list)  # copies deleted
+    problems: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # still there when the grace ended
+    seconds: float = 0.0
+
+
+def group_is_ours(pgid: int, create_time: float) -> bool:
+    """The announced group, not another that got the number after a pid reuse: while any
+    member lives (or the leader is an unreaped zombie) the kernel keeps the number from being
+    handed out again, so a live leader must have the announced creation time; a group whose
+    leader is gone can only be ours."""
+    try:
+        return abs(psutil.Process(pgid).create_time() - create_time) <= CREATE_TIME_SLACK
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) members of the group: a zombie leader nobody reaps (the orchestrator
+    that would have reaped it is dead) cannot be killed and holds nothing."""
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+    return members
+
+
+def creators(names: Collection[str]) -> list[int]:
+    """Pids of live `... create ... --name NAME ...` processes for one of `names`: the
+    engine CLI (or a wrapper around it) the dead orchestrator started and never heard back
+    from."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        argv = proc.info["cmdline"] or []
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or "create" not in argv:
+            continue
+        named = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--name"}
+        named |= {a.removeprefix("--name=") for a in argv if a.startswith("--name=")}
+        if named & set(names):
+            found.append(proc.pid)
+    return found
+
+
+def kill_groups(groups: dict[int, float], log: Log) -> list[int]:
+    """SIGTERM every verified group, wait up to TERM_SECONDS, SIGKILL what is left."""
+    ours = [pgid for pgid, created in groups.items() if group_is_ours(pgid, created)]
+    for pgid in set(groups) - set(ours):
+        log("pgroup-skipped", pgid=pgid, why="pid reused: the leader's create_time differs")
+    for pgid in ours:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_SECONDS
+    live = [p for p in ours if group_members(p)]
+    while live and time.monotonic() < deadline:
+        time.sleep(0.02)
+        live = [p for p in live if group_members(p)]
+    for pgid in live:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    return ours
+
+
+def delete_scratch(path: Path) -> str | None:
+    """Delete one scratch copy without following any link in it (copy_fileops walks by
+    directory fd with O_NOFOLLOW); None on success or if it is already gone."""
+    if not path.name.startswith(SCRATCH_PREFIX):
+        return f"{path}: not a scratch copy name ({SCRATCH_PREFIX}...), left alone"
+    try:
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"{path}: {err}"
+    try:
+        st = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+        remove_entry(path.name, parent, stat.S_ISDIR(st.st_mode))
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"{path}: {err}"
+    finally:
+        os.close(parent)
+    return None
+
+
+class Reaper:
+    def __init__(self, session: str, engines: list[Engine], grace: float, log: Log) -> None:
+        self.session = session
+        self.engines = engines
+        self.grace = grace
+        self.log = log
+
+    def _find(self, engine: Engine, names: Collection[str], report: Report) -> list[Found]:
+        try:
+            return engine.find(self.session, names)
+        except EngineError as err:
+            report.problems.append(str(err))
+            return []
+
+    def _remove(self, engine: Engine, found: list[Found], report: Report) -> None:
+        if not found:
+            return
+        errors = engine.remove([f.container_id for f in found])
+        report.problems.extend(errors)
+        report.removed.setdefault(engine.name, []).extend(f.name for f in found)
+        self.log("removed", engine=engine.name, names=[f.name for f in found], errors=errors)
+
+    def _first_sweep(self, engine: Engine, watch: Watchlist, report: Report) -> list[Found]:
+        """Remove the announced containers while listing the label; remove what the list
+        adds. Returns what the list showed (the announced ones may have been among it)."""
+        refs = [cid or name for name, cid in watch.containers.items()]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            removing = pool.submit(engine.remove, refs) if refs else None
+            found = self._find(engine, watch.containers, report)
+            extra = [f for f in found if f.container_id not in refs and f.name not in refs]
+            self._remove(engine, extra, report)
+            if removing is not None:
+                errors = removing.result()
+                report.problems.extend(errors)
+                present = [f.name for f in found if f.container_id in refs or f.name in refs]
+                report.removed.setdefault(engine.name, []).extend(present)
+                self.log("removed-announced", engine=engine.name, refs=refs, listed=present,
+                         errors=errors)
+        return found
+
+    def reap(self, watch: Watchlist) -> Report:
+        started = time.monotonic()
+        report = Report()
+        waiting = watch.in_flight()
+        with ThreadPoolExecutor(max_workers=len(self.engines) + 2) as pool:
+            groups = pool.submit(kill_groups, dict(watch.pgroups), self.log)
+            copies = pool.submit(self._delete_copies, set(watch.scratch))
+            sweeps = [pool.submit(self._first_sweep, e, watch, report) for e in self.engines]
+            for sweep in sweeps:
+                waiting -= {f.name for f in sweep.result()}
+            self._watch_late(watch, waiting, started, report, pool)
+            report.pgroups = groups.result()
+            report.scratch, problems = copies.result()
+            report.problems.extend(problems)
+        report.seconds = round(time.monotonic() - started, 3)
+        return report
+
+    def _watch_late(
+        self, watch: Watchlist, waiting: set[str], started: float, report: Report,
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        """Poll until every awaited name has shown up (and been removed) and a list comes
+        back empty, or the grace period ends."""
+        if not self.engines:
+            return
+        deadline = started + self.grace
+        cap = deadline + CREATOR_EXTRA_SECONDS
+        names = set(watch.containers)
+        said = False
+        while True:
+            seen = self._round(names, report, pool)
+            late = seen & waiting
+            report.late.extend(sorted(late))
+            waiting -= late
+            if not (waiting or seen):
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                live = creators(waiting) if waiting and now < cap else []
+                if not live:
+                    break
+                if not said:
+                    self.log("create-in-flight", pids=live, names=sorted(waiting))
+                    said = True
+                deadline = min(now + POLL_SECONDS * 4, cap)
+            time.sleep(POLL_SECONDS)
+        # A creator may have finished between the last list and the look for creators.
+        seen = self._round(names, report, pool)
+        report.late.extend(sorted(seen & waiting))
+        waiting -= seen
+        if waiting:
+            self.log("never-created", names=sorted(waiting))
+        if seen:
+            # The last round removed what it saw; say what a fresh look still finds.
+            report.left = sorted(self._round(names, report, pool, remove=False))
+
+    def _round(
+        self, names: set[str], report: Report, pool: ThreadPoolExecutor, remove: bool = True
+    ) -> set[str]:
+        """List every engine at once; remove what is found; return the names seen."""
+        rounds = [(e, pool.submit(self._find, e, names, report)) for e in self.engines]
+        seen: set[str] = set()
+        for engine, fut in rounds:
+            found = fut.result()
+            seen.update(f.name for f in found)
+            if remove:
+                self._remove(engine, found, report)
+        return seen
+
+    def _delete_copies(self, paths: set[Path]) -> tuple[list[str], list[str]]:
+        deleted, problems = [], []
+        for path in sorted(paths):
+            problem = delete_scratch(path)
+            if problem:
+                problems.append(problem)
+            else:
+                deleted.append(str(path))
+        return deleted, problems
