@@ -1,0 +1,202 @@
+"""The orchestrator's end of the guardian (SPEC §4): a `Watcher` that writes protocol lines
+to a `python -m guardian` process through a pipe whose write end only we hold.
+
+- Started lazily, by the first announcement, once per exec tool (not per command). Spawning
+  costs the caller well under 1 ms plus the fork (`benchmarks/guardian.py` prints it); the
+  guardian boots and imports its engine clients on its own time.
+- The guardian runs in its own session (`start_new_session`), so a signal to our process
+  group does not reach it, and gets only the read end (`close_fds`; our write end is also
+  O_CLOEXEC, so no command we start later inherits it and holds EOF back).
+- Writes never raise. A guardian that died, never started, or stops reading for
+  WRITE_STALL_SECONDS turns this into a no-op; the problem is reported once (`on_problem`,
+  default: one line on stderr) and kept in `problem`. A message that cannot be written (an
+  empty name, a relative path) is reported each time and dropped; the link stays up.
+- `close()` is the normal end: the orchestrator has already removed its containers and
+  copies, so the guardian finds nothing, and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from guardian.protocol import (
+    Created,
+    Expect,
+    Gone,
+    Message,
+    PGroup,
+    PGroupGone,
+    Scratch,
+    ScratchGone,
+    format_message,
+)
+
+WRITE_STALL_SECONDS = 2.0
+# The directory holding the `guardian` and `orchestrator` packages, so `python -m guardian`
+# finds them from a source checkout as well as from an install.
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _stderr_once(problem: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        print(f"sprawl-orch: {problem}", file=sys.stderr, flush=True)
+
+
+class Guardian:
+    def __init__(
+        self,
+        session: str,
+        engines: Sequence[str] = (),
+        *,
+        grace: float | None = None,
+        log: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        argv: Sequence[str] | None = None,
+        on_problem: Callable[[str], None] = _stderr_once,
+    ) -> None:
+        self.session = session
+        self.engines = tuple(engines)
+        self.grace = grace
+        self.log = log
+        self.environ = dict(os.environ if environ is None else environ)
+        # Tests replace the program (e.g. a guardian that exits at once).
+        self._argv = list(argv) if argv is not None else None
+        self.on_problem = on_problem
+        self.problem: str | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- the Watcher protocol -------------------------------------------------------------
+    def expect(self, name: str) -> None:
+        self._send(Expect(name))
+
+    def created(self, name: str, container_id: str) -> None:
+        self._send(Created(name, container_id))
+
+    def gone(self, name: str) -> None:
+        self._send(Gone(name))
+
+    def process_group(self, pgid: int, create_time: float) -> None:
+        self._send(PGroup(pgid, create_time))
+
+    def process_group_gone(self, pgid: int) -> None:
+        self._send(PGroupGone(pgid))
+
+    def scratch(self, path: Path) -> None:
+        self._send(Scratch(Path(path)))
+
+    def scratch_gone(self, path: Path) -> None:
+        self._send(ScratchGone(Path(path)))
+
+    # -- life -----------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        alive = self.process is not None and self.process.poll() is None
+        return alive and self._fd is not None and self.problem is None
+
+    def command(self) -> list[str]:
+        if self._argv is not None:
+            return list(self._argv)
+        argv = [sys.executable, "-m", "guardian", "--session", self.session,
+                "--engines", ",".join(self.engines)]
+        if self.grace is not None:
+            argv += ["--grace", repr(self.grace)]
+        return argv
+
+    def start(self) -> None:
+        """Spawn the guardian now (the first announcement does it otherwise)."""
+        with self._lock:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._fd is not None or self.problem is not None or self._closed:
+            return
+        read_end, write_end = os.pipe()  # both O_CLOEXEC (PEP 446)
+        env = dict(self.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        try:
+            log = open(self.log, "ab") if self.log else None  # noqa: SIM115
+            try:
+                self.process = subprocess.Popen(
+                    self.command(), stdin=read_end, stdout=subprocess.DEVNULL,
+                    stderr=log or subprocess.DEVNULL, cwd="/", env=env,
+                    start_new_session=True, close_fds=True,
+                )
+            finally:
+                if log is not None:
+                    log.close()
+        except OSError as err:
+            os.close(write_end)
+            self._fail(f"the guardian could not be started ({err}); containers, process "
+                       "groups and copies will not be cleaned up if this process dies")
+            return
+        finally:
+            os.close(read_end)
+        os.set_blocking(write_end, False)
+        self._fd = write_end
+
+    def _send(self, message: Message) -> None:
+        try:
+            data = format_message(message).encode("utf-8")
+        except ValueError as err:
+            # A bad announcement (a caller's bug) is said, and the link stays up.
+            with contextlib.suppress(Exception):
+                self.on_problem(f"the guardian was not told {message}: {err}")
+            return
+        with self._lock:
+            self._start_locked()
+            if self._fd is None or self.problem is not None:
+                return
+            try:
+                self._write_all(self._fd, data)
+            except OSError as err:
+                self._fail(f"the guardian stopped listening ({err}); nothing will be cleaned "
+                           "up for this session if this process dies")
+
+    @staticmethod
+    def _write_all(fd: int, data: bytes) -> None:
+        # Non-blocking with a bounded wait: a stopped guardian must not stall the orchestrator
+        # (a full pipe, 64 KiB, would otherwise block every later command).
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                poller = select.poll()
+                poller.register(fd, select.POLLOUT)
+                if not poller.poll(int(WRITE_STALL_SECONDS * 1000)):
+                    raise OSError(f"pipe full for {WRITE_STALL_SECONDS:g} s") from None
+
+    def _fail(self, problem: str) -> None:
+        if self.problem is not None:
+            return
+        self.problem = problem
+        with contextlib.suppress(Exception):
+            self.on_problem(problem)
+
+    def close(self, wait: float | None = 0.0) -> int | None:
+        """Close our end (EOF for the guardian). `wait`: seconds to wait for it to exit
+        (None: until it does); returns its exit code if it exited by then. Never raises."""
+        with self._lock:
+            self._closed = True
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(wait)
+        except subprocess.TimeoutExpired:
+            return None
