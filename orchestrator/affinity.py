@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def enter_trace(state: RunJobState, entries: Iterable[JobEntry]) -> RunJobState:
     return reduce(enter_job, entries, state)
 
 
-def affinity_of(state: RunJobState) -> int | str:
+def affinity_of(state: RunJobState) -> int | Literal["os"]:
     """What `processes()` reports: the mask the run's job holds, or "os"."""
     if isinstance(state, Created) and state.affinity is not None:
         return state.affinity

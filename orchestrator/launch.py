@@ -63,6 +63,14 @@ class NullWatcher:
         return None
 
 
+class Join(Protocol):
+    """A run's cgroup to enter (cgroup_run.Joining). A host-process arm calls `join(pid)`
+    after the child exists and before it execs the command; other arms ignore it."""
+
+    def join(self, pid: int) -> None:
+        ...
+
+
 @dataclass(frozen=True)
 class Launch:
     argv: tuple[str, ...]
@@ -75,6 +83,8 @@ class Launch:
     # The shell line as written, when the shell arm expanded it into argv.
     shell_line: str | None = None
     watcher: Watcher = field(default_factory=NullWatcher)
+    # The run's cgroup, when the run has one (backlog.py); None: nothing to join.
+    join: Join | None = None
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.launch import Finished
+from orchestrator.launch import Finished, Join
 
 TERM_GRACE_SECONDS = 1.0
+# Wait for the go line on stdin, then give the command /dev/null as stdin, as without a gate.
+_GATE = 'read -r _ || exit 125; exec </dev/null; exec "$@"'
 
 
 @cache
@@ -47,21 +49,42 @@ class HostProcess:
         cwd: Path,
         env: Mapping[str, str],
         outputs: Path,
+        join: Join | None = None,
     ) -> None:
         outputs.mkdir(parents=True, exist_ok=True)
         self.stdout_path = outputs / "stdout"
         self.stderr_path = outputs / "stderr"
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self._popen = subprocess.Popen(
-                list(argv),
-                cwd=cwd,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-            )
+        gate_r = gate_w = -1
+        stdin: int = subprocess.DEVNULL
+        if join is not None:
+            # Joining a cgroup leaves no window: the child starts as /bin/sh blocked on a pipe
+            # (its stdin), we write its pid into the cgroup, then release it and it execs the
+            # command -- so the command and all it starts are inside from the first instruction.
+            # Not preexec_fn: unsafe with threads (serve's pool), as Python's docs warn. Not
+            # CLONE_INTO_CGROUP: v2 only, and subprocess doesn't expose it. If we die before
+            # releasing the gate, read() sees EOF and the command never runs (exit 125).
+            gate_r, gate_w = os.pipe()
+            stdin = gate_r
+            argv = ["/bin/sh", "-c", _GATE, "sprawl-gate", *argv]
+        try:
+            with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+                self._popen = subprocess.Popen(
+                    list(argv),
+                    cwd=cwd,
+                    env=dict(env),
+                    stdin=stdin,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            if join is not None:
+                join.join(self._popen.pid)
+                os.write(gate_w, b"go\n")
+        finally:
+            for fd in (gate_r, gate_w):
+                if fd >= 0:
+                    os.close(fd)
         self.pid = self._popen.pid
         self.pgid = self.pid
         self._killed = False
@@ -107,7 +130,8 @@ class HostProcess:
         the group with setsid are followed through psutil while their parent lives)."""
         found: set[int] = set()
         for proc in psutil.process_iter(["pid"]):
-            with contextlib.suppress(psutil.Error):
+            # A process listed a moment ago may be gone: getpgid raises ProcessLookupError.
+            with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(proc.pid) == self.pgid:
                     found.add(proc.pid)
         with contextlib.suppress(psutil.Error):
