@@ -64,8 +64,11 @@ class Guardian:
         self.session = session
         self.engines = tuple(engines)
         self.grace = grace
-        self.log = log
         self.environ = dict(os.environ if environ is None else environ)
+        # The guardian's JSON-lines log (what it found and removed after a crash); tests and
+        # people debugging a leak set SPRAWL_GUARDIAN_LOG instead of touching the caller.
+        named = self.environ.get("SPRAWL_GUARDIAN_LOG")
+        self.log = log if log is not None else Path(named) if named else None
         # Tests replace the program (e.g. a guardian that exits at once).
         self._argv = list(argv) if argv is not None else None
         self.on_problem = on_problem
