@@ -25,7 +25,8 @@ from orchestrator.config import Config
 from orchestrator.copy_sync import FileWork, ScratchCopy
 from orchestrator.environment import child_env, env_names
 from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Arm, Launch, Running
+from orchestrator.guardian_client import Guardian
+from orchestrator.launch import Arm, Launch, NullWatcher, Running, Watcher
 from orchestrator.ledger import Ledger
 from orchestrator.offerings import Offerings
 from orchestrator.results import Confinement, ExecResult, exceptional, read_capped
@@ -56,6 +57,7 @@ class ExecTool:
         self._choice: Choice | None = None
         self._arm: Arm | None = None
         self._copy: ScratchCopy | None = None
+        self._guardian: Guardian | None = None
         self._counter = itertools.count(1)
         self.state = state_dir(config, self.environ)
         self.outputs_root = self.state / "outputs" / self.session
@@ -150,7 +152,9 @@ class ExecTool:
         work: FileWork | None = None
         cwd = self.workdir
         arm.prepare(self.workdir)
+        watcher: Watcher = NullWatcher()
         if arm.name is not ArmName.HOST:
+            watcher = self.guardian()
             copy = self._scratch_copy()
             work = copy.sync(self.workdir)
             cwd = copy.path
@@ -159,7 +163,7 @@ class ExecTool:
         launch = Launch(
             argv=tuple(argv), cwd=cwd, env=env, outputs=outputs,
             tag=f"{self.session}-{n}", session=self.session, run=run,
-            shell_line=argv_in[0] if shell else None,
+            shell_line=argv_in[0] if shell else None, watcher=watcher,
         )
         running = arm.start(launch)
         window = timeout if timeout is not None else self.config.sandbox.window_seconds
@@ -234,16 +238,33 @@ class ExecTool:
                     "set [sandbox] scratch_dir to a writable directory",
                 )
             self._copy = ScratchCopy(scratch, self.session)
+            self.guardian().scratch(self._copy.path)
         return self._copy
+
+    def guardian(self) -> Guardian:
+        """The session's guardian (SPEC §4), made on the first sandboxed command; its
+        process starts with the first announcement. One per exec tool, not per command."""
+        if self._guardian is None:
+            engines: tuple[str, ...] = ()
+            if self.choice.arm is ArmName.CONTAINER:
+                engines = (self.choice.engine,) if self.choice.engine else ("docker", "podman")
+            self._guardian = Guardian(self.session, engines)
+        return self._guardian
 
     def close(self) -> str | None:
         """Delete the copy and release the arm. Never raises; says what stayed."""
         left = None
         if self._copy is not None:
             left = self._copy.close()
+            if left is None and self._guardian is not None:
+                self._guardian.scratch_gone(self._copy.path)
             self._copy = None
         if self._arm is not None:
             self._arm.close()
+        if self._guardian is not None:
+            # Everything is cleaned up: the guardian reads EOF, finds nothing, and exits.
+            self._guardian.close()
+            self._guardian = None
         shutil.rmtree(self.outputs_root, ignore_errors=True)
         return left
 
