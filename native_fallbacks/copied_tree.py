@@ -37,7 +37,9 @@ class CopiedTreeArm:
 
     def start(self, launch: Launch) -> Running:
         argv = yield_prefix(self.yielders) + self.wrap(launch.argv, launch.cwd)
-        return HostProcess(argv, launch.cwd, launch.env, launch.outputs, join=launch.join)
+        return HostProcess(
+            argv, launch.cwd, launch.env, launch.outputs, join=launch.join, watcher=launch.watcher
+        )
 
     def close(self) -> None:
         return None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.launch import Finished, Join
+from orchestrator.launch import Finished, Join, NullWatcher, Watcher
 
 TERM_GRACE_SECONDS = 1.0
 # Wait for the go line on stdin, then give the command /dev/null as stdin, as without a gate.
@@ -50,7 +50,9 @@ class HostProcess:
         env: Mapping[str, str],
         outputs: Path,
         join: Join | None = None,
+        watcher: Watcher | None = None,
     ) -> None:
+        self._watcher = watcher or NullWatcher()
         outputs.mkdir(parents=True, exist_ok=True)
         self.stdout_path = outputs / "stdout"
         self.stderr_path = outputs / "stderr"
@@ -78,6 +80,12 @@ class HostProcess:
                     start_new_session=True,
                     close_fds=True,
                 )
+            # Told before the command is released (gate) or gets far: the guardian kills the
+            # group if we die. The leader stays unreaped until finish(), so its creation time
+            # (the guardian's pid-reuse check) is readable even if it already exited.
+            with contextlib.suppress(psutil.Error):
+                created = psutil.Process(self._popen.pid).create_time()
+                self._watcher.process_group(self._popen.pid, created)
             if join is not None:
                 join.join(self._popen.pid)
                 os.write(gate_w, b"go\n")
@@ -175,6 +183,7 @@ class HostProcess:
         self.wait(None)
         # Whatever the command left in its group goes with it.
         self._signal_group(signal.SIGKILL)
+        self._watcher.process_group_gone(self.pgid)  # before the reap frees the number
         code = self._popen.wait()
         if self._pidfd is not None:
             os.close(self._pidfd)
