@@ -203,3 +203,22 @@ class Guardian:
             return self.process.wait(wait)
         except subprocess.TimeoutExpired:
             return None
+
+
+# A test hook, not a feature: `SPRAWL_TEST_PAUSE_AFTER_CREATE=PATH` makes the container arm
+# stop between create and start (after announcing `created`) until PATH exists, writing
+# PATH.reached first, so a test can SIGKILL the orchestrator at exactly that point.
+PAUSE_AFTER_CREATE = "SPRAWL_TEST_PAUSE_AFTER_CREATE"
+PAUSE_LIMIT_SECONDS = 600.0
+
+
+def hold_after_create(name: str, environ: Mapping[str, str] | None = None) -> None:
+    gate = (os.environ if environ is None else environ).get(PAUSE_AFTER_CREATE)
+    if not gate:
+        return
+    import time
+
+    Path(gate + ".reached").write_text(name)
+    deadline = time.monotonic() + PAUSE_LIMIT_SECONDS
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
