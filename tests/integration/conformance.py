@@ -1,0 +1,477 @@
+"""Five-axis conformance probes (SPEC §15), shared by every arm's conformance test.
+
+Each axis is *observed* with a real command run through the arm under test and read back
+from the host; `assert_conformance(claimed, observed)` fails on any axis where the arm's
+`Assurances` and the observation differ, in either direction.
+
+    run = exec_runner(tool)                       # or tool.exec(..., where="host")
+    observed = observe_all(run, PythonDialect(), workdir=tree, copy=lambda: the_copy(scratch),
+                           limit_bytes=64 * MiB)
+    assert_conformance(arm.assurances(), observed)
+
+- `run` is any `Runner`: a callable taking an argv and returning `Ran` (exit code, stdout,
+  stderr). `exec_runner(tool, where=...)` wraps an ExecTool and fails on a refusal.
+- A `Dialect` writes the probe commands: `PythonDialect` (host arms: a Python is on the
+  host) or `ShDialect` (busybox images; `ShDialect("busybox ")` runs the same applets on a
+  host that has busybox-static, which is how it is tested here).
+- `copy` returns the directory the arm ran the command in when it is not the working
+  directory (the synced copy; `the_copy(scratch_root)` finds it), or None.
+
+What each observation means (kept = YES):
+  filesystem    the file the command wrote in its working directory is in the copy and not
+                in the source tree (in the source: NO; in neither: the probe is broken)
+  network       a connection to a listener on the host's 127.0.0.1 failed and the listener
+                saw nothing (connected and seen: NO)
+  process_tree  a grandchild that called setsid() (Windows: a detached process) and was
+                confirmed alive when the command ended is gone within GONE_GRACE_S; a
+                survivor means NO and is killed by the probe
+  user          POSIX: the owner uid of a file the command created, read from the host, is
+                neither ours nor root. Windows: a file only we may read (outside the copy)
+                can't be read by the command (an AppContainer keeps our user SID; its own
+                SID is what differs, so access, not ownership, tells)
+  resources     allocating (and touching) more than `limit_bytes` fails or gets the
+                command killed (it succeeded: NO)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shlex
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+import pytest
+
+from orchestrator.assurances import Assurances, Guarantee, Kept
+
+MiB = 1024 * 1024
+GONE_GRACE_S = 0.5
+REFUSED_EXIT = 3  # every probe exits 3 when the sandbox stopped what it tried
+
+
+@dataclass(frozen=True)
+class Ran:
+    exit_code: int | None
+    stdout: str
+    stderr: str
+
+    def said(self) -> str:
+        err = self.stderr.strip()[-400:]
+        return f"exit {self.exit_code}; stdout {self.stdout.strip()!r}; stderr {err!r}"
+
+
+Runner = Callable[[Sequence[str]], Ran]
+
+
+@dataclass(frozen=True)
+class Observed:
+    axis: Guarantee
+    kept: Kept
+    evidence: str
+
+
+class ProbeBroken(AssertionError):
+    """The probe itself did not work: neither outcome can be concluded."""
+
+
+def absent(what: str, why: str) -> None:
+    """A mechanism this test needs is missing: a failure in CI (CI=true: the runner was
+    set up to have it), a skip elsewhere."""
+    message = f"{what} is not usable here: {why}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def exec_runner(tool: object, where: str = "sandbox", timeout: float = 60.0) -> Runner:
+    """A Runner over an ExecTool; a refused command fails the test (probes must run)."""
+
+    def run(argv: Sequence[str]) -> Ran:
+        result = tool.exec(list(argv), where=where, timeout=timeout)  # type: ignore[attr-defined]
+        if result.outcome != "settled":
+            raise ProbeBroken(f"{list(argv)} was not run: {result.what}: {result.detail}")
+        return Ran(result.exit_code, result.stdout, result.stderr)
+
+    return run
+
+
+def arm_runner(arm: object, cwd: Path, env: dict[str, str], outputs: Path,
+               timeout: float = 60.0) -> Runner:
+    """A Runner straight over an arm (prepare is the caller's): Launch -> start -> wait ->
+    finish, for proving an arm where the exec tool can't run yet."""
+    from orchestrator.launch import Launch
+
+    count = iter(range(1, 1_000_000))
+
+    def run(argv: Sequence[str]) -> Ran:
+        n = next(count)
+        launch = Launch(argv=tuple(argv), cwd=cwd, env=env, outputs=outputs / str(n),
+                        tag=f"conformance-{n}", session="conformance")
+        running = arm.start(launch)  # type: ignore[attr-defined]
+        if not running.wait(timeout):
+            running.kill()
+        done = running.finish()
+        out = done.stdout_path.read_text(errors="replace")
+        err = done.stderr_path.read_text(errors="replace")
+        return Ran(done.exit_code, out, err)
+
+    return run
+
+
+def the_copy(scratch_root: Path) -> Path | None:
+    """The one synced copy under a scratch root (ScratchCopy names it sprawl-<session>-*)."""
+    copies = [p for p in scratch_root.glob("sprawl-*") if p.is_dir()]
+    if len(copies) > 1:
+        raise ProbeBroken(f"more than one copy under {scratch_root}: {copies}")
+    return copies[0] if copies else None
+
+
+# -- dialects -------------------------------------------------------------------------
+class Dialect(Protocol):
+    def write(self, name: str) -> list[str]: ...
+    def connect(self, host: str, port: int) -> list[str]: ...
+    def outlive(self, marker: str, ready: str) -> list[str]: ...
+    def create(self, name: str) -> list[str]: ...
+    def allocate(self, nbytes: int) -> list[str]: ...
+    def read(self, path: str) -> list[str]: ...
+
+
+_PY_CONNECT = """
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+except OSError as err:
+    print("refused", type(err).__name__, err)
+    sys.exit(3)
+s.sendall(b"x")
+s.close()
+print("connected")
+"""
+
+_PY_OUTLIVE_POSIX = """
+import os, sys, time
+marker, ready = sys.argv[1], sys.argv[2]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        code = "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(120)"
+        os.execv(sys.executable, [sys.executable, "-c", code, ready, marker])
+    os._exit(0)
+os.wait()
+for _ in range(100):
+    if os.path.exists(ready):
+        print("ready")
+        break
+    time.sleep(0.05)
+"""
+
+_PY_OUTLIVE_WINDOWS = """
+import os, subprocess, sys, time
+marker, ready = sys.argv[1], sys.argv[2]
+code = "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(120)"
+argv = [sys.executable, "-c", code, ready, marker]
+flags = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
+try:
+    subprocess.Popen(argv, creationflags=flags | subprocess.CREATE_BREAKAWAY_FROM_JOB)
+except OSError:
+    subprocess.Popen(argv, creationflags=flags)
+for _ in range(100):
+    if os.path.exists(ready):
+        print("ready")
+        break
+    time.sleep(0.05)
+"""
+
+_PY_ALLOCATE = """
+import sys
+want, chunk, held, got = int(sys.argv[1]), 16 * 1024 * 1024, [], 0
+try:
+    while got < want:
+        held.append(bytearray(b"\\1") * chunk)  # written, so the pages are really there
+        got += chunk
+except MemoryError:
+    print("refused", got)
+    sys.exit(3)
+print("allocated", got)
+"""
+
+_PY_READ = """
+import sys
+try:
+    print("read", open(sys.argv[1]).read())
+except OSError as err:
+    print("refused", type(err).__name__, err)
+    sys.exit(3)
+"""
+
+
+@dataclass(frozen=True)
+class PythonDialect:
+    python: str = sys.executable
+    platform: str = sys.platform
+
+    def _py(self, code: str, *args: str) -> list[str]:
+        return [self.python, "-c", code, *args]
+
+    def write(self, name: str) -> list[str]:
+        return self._py("import sys; open(sys.argv[1], 'w').write('x')", name)
+
+    def connect(self, host: str, port: int) -> list[str]:
+        return self._py(_PY_CONNECT, host, str(port))
+
+    def outlive(self, marker: str, ready: str) -> list[str]:
+        code = _PY_OUTLIVE_WINDOWS if self.platform == "win32" else _PY_OUTLIVE_POSIX
+        return self._py(code, marker, ready)
+
+    def create(self, name: str) -> list[str]:
+        return self.write(name)
+
+    def allocate(self, nbytes: int) -> list[str]:
+        return self._py(_PY_ALLOCATE, str(nbytes))
+
+    def read(self, path: str) -> list[str]:
+        return self._py(_PY_READ, path)
+
+
+@dataclass(frozen=True)
+class ShDialect:
+    """POSIX sh plus busybox applets (nc, setsid, dd, sleep, touch): a busybox image's
+    tools. `prefix` ("busybox ") runs the applets through a host's busybox binary."""
+
+    prefix: str = ""
+    shell: str = "sh"
+
+    def _sh(self, line: str) -> list[str]:
+        return [self.shell, "-c", line]
+
+    def write(self, name: str) -> list[str]:
+        return self._sh(f"echo x > {shlex.quote(name)}")
+
+    def connect(self, host: str, port: int) -> list[str]:
+        p = self.prefix
+        return self._sh(
+            f"if {p}nc -w 3 {host} {port} </dev/null; then echo connected; "
+            f"else echo refused; exit {REFUSED_EXIT}; fi"
+        )
+
+    def outlive(self, marker: str, ready: str) -> list[str]:
+        p, r = self.prefix, shlex.quote(ready)
+        # The detached sh keeps the marker in its own argv (the trailing `:` stops sh
+        # from exec'ing sleep in its place).
+        inner = shlex.quote(f"{p}touch {r}; {p}sleep 120; : {marker}")
+        return self._sh(
+            f"{p}setsid sh -c {inner} & i=0; "
+            f"while [ ! -e {r} ] && [ $i -lt 100 ]; do {p}sleep 0.05; i=$((i+1)); done; "
+            f"[ -e {r} ] && echo ready"
+        )
+
+    def create(self, name: str) -> list[str]:
+        return self._sh(f"{self.prefix}touch {shlex.quote(name)}")
+
+    def allocate(self, nbytes: int) -> list[str]:
+        # dd's buffer is one block of `bs` bytes; reading /dev/zero into it touches every page.
+        return self._sh(
+            f"if {self.prefix}dd if=/dev/zero of=/dev/null bs={nbytes} count=1 2>/dev/null; "
+            f"then echo allocated {nbytes}; else echo refused; exit {REFUSED_EXIT}; fi"
+        )
+
+    def read(self, path: str) -> list[str]:
+        return self._sh(
+            f"if {self.prefix}cat {shlex.quote(path)}; then :; else echo refused; "
+            f"exit {REFUSED_EXIT}; fi"
+        )
+
+
+# -- observations ---------------------------------------------------------------------
+def _token() -> str:
+    return secrets.token_hex(6)
+
+
+def observe_filesystem(run: Runner, dialect: Dialect, workdir: Path,
+                       copy: Callable[[], Path | None]) -> Observed:
+    name = f"conformance-fs-{_token()}"
+    ran = run(dialect.write(name))
+    if ran.exit_code != 0:
+        raise ProbeBroken(f"the write probe failed: {ran.said()}")
+    where = copy()
+    in_source = (workdir / name).exists()
+    in_copy = where is not None and (where / name).exists()
+    if in_source:
+        (workdir / name).unlink()
+        return Observed(Guarantee.FILESYSTEM, Kept.NO, f"{name} landed in {workdir}")
+    if in_copy:
+        return Observed(Guarantee.FILESYSTEM, Kept.YES, f"{name} is in the copy {where} only")
+    raise ProbeBroken(f"{name} was written (exit 0) but is neither in {workdir} nor the copy")
+
+
+class _Listener:
+    """A TCP listener on the host's loopback that counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.port = int(self.sock.getsockname()[1])
+        self.seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.seen += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+def observe_network(run: Runner, dialect: Dialect) -> Observed:
+    listener = _Listener()
+    try:
+        ran = run(dialect.connect("127.0.0.1", listener.port))
+        time.sleep(0.2)  # let the accept loop count a connection that just arrived
+    finally:
+        listener.close()
+    said = f"127.0.0.1:{listener.port}: {ran.stdout.strip() or ran.stderr.strip()[-200:]}"
+    if ran.exit_code == 0 and "connected" in ran.stdout and listener.seen:
+        return Observed(Guarantee.NETWORK, Kept.NO, f"connected to {said}")
+    if ran.exit_code != 0 and not listener.seen:
+        return Observed(Guarantee.NETWORK, Kept.YES, f"no connection to {said}")
+    raise ProbeBroken(f"connect probe and listener disagree (seen {listener.seen}): {ran.said()}")
+
+
+def _with_marker(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info.get("cmdline") or []
+        if proc.info.get("status") == psutil.STATUS_ZOMBIE:
+            continue
+        if any(marker in part for part in cmdline):
+            found.append(proc)
+    return found
+
+
+def observe_process_tree(run: Runner, dialect: Dialect, workdir: Path) -> Observed:
+    marker, ready = f"sprawl-outlive-{_token()}", f"conformance-ready-{_token()}"
+    ran = run(dialect.outlive(marker, ready))
+    if "ready" not in ran.stdout:
+        raise ProbeBroken(f"the grandchild never said it was running: {ran.said()}")
+    deadline = time.monotonic() + GONE_GRACE_S
+    left = _with_marker(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = _with_marker(marker)
+    (workdir / ready).unlink(missing_ok=True)
+    if not left:
+        return Observed(Guarantee.PROCESS_TREE, Kept.YES,
+                        "the setsid grandchild was gone when the command ended")
+    pids = [p.pid for p in left]
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    return Observed(Guarantee.PROCESS_TREE, Kept.NO,
+                    f"the setsid grandchild outlived the command (pids {pids}, killed by the test)")
+
+
+def observe_user(run: Runner, dialect: Dialect, workdir: Path,
+                 copy: Callable[[], Path | None], platform: str = sys.platform) -> Observed:
+    if platform == "win32":
+        return _observe_user_by_access(run, dialect)
+    name = f"conformance-user-{_token()}"
+    ran = run(dialect.create(name))
+    if ran.exit_code != 0:
+        raise ProbeBroken(f"the create probe failed: {ran.said()}")
+    where = copy()
+    candidates = [workdir / name] + ([where / name] if where is not None else [])
+    path = next((p for p in candidates if p.exists()), None)
+    if path is None:
+        raise ProbeBroken(f"{name} was created (exit 0) but is not in {candidates}")
+    uid = path.stat().st_uid
+    mine = os.getuid()  # type: ignore[attr-defined,unused-ignore]
+    if path.parent == workdir:
+        path.unlink()
+    if uid in (mine, 0):
+        who = "ours" if uid == mine else "root's"
+        return Observed(Guarantee.USER, Kept.NO, f"the file it created is owned by uid {uid} "
+                        f"({who}; we are {mine})")
+    return Observed(Guarantee.USER, Kept.YES, f"the file it created is owned by uid {uid} "
+                    f"(we are {mine})")
+
+
+def _observe_user_by_access(run: Runner, dialect: Dialect) -> Observed:
+    private = Path(tempfile.mkdtemp(prefix="sprawl-conformance-"))
+    secret = private / "ours-only.txt"
+    secret.write_text("ours")
+    try:
+        ran = run(dialect.read(str(secret)))
+    finally:
+        secret.unlink()
+        private.rmdir()
+    if ran.exit_code == 0 and "ours" in ran.stdout:
+        return Observed(Guarantee.USER, Kept.NO, f"it read {secret}, which only we may read")
+    if ran.exit_code == REFUSED_EXIT:
+        return Observed(Guarantee.USER, Kept.YES,
+                        f"it could not read {secret}: {ran.stdout.strip()}")
+    raise ProbeBroken(f"the read probe failed otherwise: {ran.said()}")
+
+
+def observe_resources(run: Runner, dialect: Dialect, limit_bytes: int) -> Observed:
+    want = limit_bytes + max(limit_bytes // 2, 32 * MiB)
+    ran = run(dialect.allocate(want))
+    if ran.exit_code == 0 and "allocated" in ran.stdout:
+        return Observed(Guarantee.RESOURCES, Kept.NO,
+                        f"it allocated {want} bytes past a limit of {limit_bytes}")
+    killed = ran.exit_code is not None and (ran.exit_code < 0 or ran.exit_code == 137)
+    if killed or ran.exit_code == REFUSED_EXIT:
+        return Observed(Guarantee.RESOURCES, Kept.YES,
+                        f"allocating {want} bytes past {limit_bytes} was stopped ({ran.said()})")
+    raise ProbeBroken(f"the allocation probe failed otherwise: {ran.said()}")
+
+
+def observe_all(run: Runner, dialect: Dialect, *, workdir: Path,
+                copy: Callable[[], Path | None], limit_bytes: int) -> dict[Guarantee, Observed]:
+    return {
+        Guarantee.FILESYSTEM: observe_filesystem(run, dialect, workdir, copy),
+        Guarantee.NETWORK: observe_network(run, dialect),
+        Guarantee.PROCESS_TREE: observe_process_tree(run, dialect, workdir),
+        Guarantee.USER: observe_user(run, dialect, workdir, copy),
+        Guarantee.RESOURCES: observe_resources(run, dialect, limit_bytes),
+    }
+
+
+def mismatches(claimed: Assurances, observed: dict[Guarantee, Observed]) -> list[str]:
+    wrong = []
+    for axis in Guarantee:
+        said = claimed.axes()[axis]
+        seen = observed[axis]
+        if said is not seen.kept:
+            wrong.append(f"{axis.value}: claimed {said.value}, observed {seen.kept.value} "
+                         f"({seen.evidence})")
+    return wrong
+
+
+def table(arm: str, observed: dict[Guarantee, Observed]) -> str:
+    return f"{arm}: " + ", ".join(f"{a.value}={o.kept.value}" for a, o in observed.items())
+
+
+def assert_conformance(claimed: Assurances, observed: dict[Guarantee, Observed]) -> None:
+    wrong = mismatches(claimed, observed)
+    assert not wrong, "claim and observation differ:\n  " + "\n  ".join(wrong)
