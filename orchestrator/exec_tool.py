@@ -4,14 +4,19 @@ Per command: refuse early (placement, program, shell) -> probe the arm -> sync
 the copy -> start -> wait for the window -> result. A refused or failed command
 never touches the person's tree: the copy is the only thing written, and it is
 ours.
+
+A command still running when its window passes is handed to the backlog
+(backlog.py) and keeps its own copy until it is collected; the next command
+takes an idle copy or a fresh one (SPEC §5). With `background_ok=False` it is
+killed at the window instead (the CLI: a process that exits can keep no backlog).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,22 +25,26 @@ from typing import Literal
 from orchestrator.arm_factory import build_arm, yielders_of
 from orchestrator.arms import ArmName
 from orchestrator.assurances import statement
+from orchestrator.backlog import Backlog, Pending, RunProcesses
+from orchestrator.cgroups import UNSET, Shares
 from orchestrator.choice import Choice, choose
 from orchestrator.config import Config
 from orchestrator.copy_sync import FileWork, ScratchCopy
-from orchestrator.environment import child_env, env_names
+from orchestrator.environment import child_env
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import Guardian
-from orchestrator.launch import Arm, Launch, NullWatcher, Running, Watcher
+from orchestrator.launch import Arm, Launch, NullWatcher, Watcher
 from orchestrator.ledger import Ledger
 from orchestrator.offerings import Offerings
-from orchestrator.results import Confinement, ExecResult, exceptional, read_capped
+from orchestrator.results import Confinement, ExecResult, exceptional
 from orchestrator.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from orchestrator.shell import shell_argv as expand_shell
 from orchestrator.state import ledger_path, state_dir
 from orchestrator.yielding import find_program
 
 Where = Literal["sandbox", "host"]
+# Idle copies kept for the next commands; more are deleted as their commands are collected.
+IDLE_COPIES = 4
 
 
 class ExecTool:
@@ -48,18 +57,27 @@ class ExecTool:
         environ: Mapping[str, str] | None = None,
         session: str | None = None,
         record: bool = True,
+        shares: Shares = UNSET,
+        backlog: Backlog | None = None,
     ) -> None:
+        """`shares`: what each run gets (cgroups.py); `backlog`: share one with other tools
+        (serve does, one tool per arm), which then own and close it."""
         self.config = config
         self.workdir = workdir.resolve()
         self.environ = dict(os.environ if environ is None else environ)
-        self.session = session or secrets.token_hex(4)
+        self.session = session or (backlog.session if backlog else secrets.token_hex(4))
         self._offerings = offerings
         self._choice: Choice | None = None
         self._arm: Arm | None = None
-        self._copy: ScratchCopy | None = None
+        self._lock = threading.Lock()
+        self._idle: list[ScratchCopy] = []
+        self._closed = False
         self._guardian: Guardian | None = None
-        self._counter = itertools.count(1)
         self.state = state_dir(config, self.environ)
+        self._owns_backlog = backlog is None
+        self.backlog = backlog or Backlog(
+            self.session, shares, keep_root=self.state / "kept-output"
+        )
         self.outputs_root = self.state / "outputs" / self.session
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure, said once on stderr-facing surfaces; never fails a command.
@@ -82,9 +100,10 @@ class ExecTool:
         return self._choice
 
     def arm(self) -> Arm:
-        if self._arm is None:
-            self._arm = build_arm(self.choice, self.offerings, self.config)
-        return self._arm
+        with self._lock:
+            if self._arm is None:
+                self._arm = build_arm(self.choice, self.offerings, self.config)
+            return self._arm
 
     def confinement(self, arm: Arm) -> Confinement:
         notes = [n for n in (arm.note(),) if n]
@@ -107,7 +126,10 @@ class ExecTool:
         where: Where = "sandbox",
         timeout: float | None = None,
         run: str = "default",
+        background_ok: bool = True,
     ) -> ExecResult:
+        """Run one command. Past its window (`timeout`, else [sandbox] window_seconds) it is
+        handed to the backlog (`backgrounded`, with a handle), or killed if not background_ok."""
         started = time.monotonic()
         argv_in = [command] if isinstance(command, str) else list(command)
         if shell and len(argv_in) > 1:
@@ -115,7 +137,7 @@ class ExecTool:
         arm_name = ArmName.HOST.value if where == "host" else self.choice.arm.value
         fields: dict[str, object] = {"command": argv_in, "shell": shell, "where": where, "run": run}
         try:
-            result = self._exec(argv_in, shell, where, timeout, run, started)
+            result = self._exec(argv_in, shell, where, timeout, run, started, background_ok)
         except SprawlError as err:
             result = exceptional(arm_name, err, **fields)
         self._record(result)
@@ -137,6 +159,7 @@ class ExecTool:
         timeout: float | None,
         run: str,
         started: float,
+        background_ok: bool,
     ) -> ExecResult:
         if not argv_in or not argv_in[0]:
             raise SprawlError(
@@ -153,57 +176,55 @@ class ExecTool:
         cwd = self.workdir
         arm.prepare(self.workdir)
         watcher: Watcher = NullWatcher()
+        copy: ScratchCopy | None = None
         if arm.name is not ArmName.HOST:
             watcher = self.guardian()
-            copy = self._scratch_copy()
-            work = copy.sync(self.workdir)
+            copy = self._take_copy()
+            try:
+                work = copy.sync(self.workdir)
+            except SprawlError:
+                self._drop_copy(copy)  # sync already deleted its half-synced directory
+                raise
             cwd = copy.path
-        n = next(self._counter)
-        outputs = self.outputs_root / str(n)
-        launch = Launch(
-            argv=tuple(argv), cwd=cwd, env=env, outputs=outputs,
-            tag=f"{self.session}-{n}", session=self.session, run=run,
-            shell_line=argv_in[0] if shell else None, watcher=watcher,
-        )
-        running = arm.start(launch)
+        try:
+            join = self.backlog.joining(run)
+            n = self.backlog.number()
+            launch = Launch(
+                argv=tuple(argv), cwd=cwd, env=env, outputs=self.outputs_root / str(n),
+                tag=f"{self.session}-{n}", session=self.session, run=run,
+                shell_line=argv_in[0] if shell else None, watcher=watcher, join=join,
+            )
+            running = arm.start(launch)
+        except BaseException:
+            if copy is not None:
+                self._give_copy(copy)
+            raise
         window = timeout if timeout is not None else self.config.sandbox.window_seconds
-        return self._settle(arm, running, launch, window, work, interpreter, started, argv_in)
+        pending = Pending(arm.name, argv_in, interpreter, self.confinement(arm), work, window,
+                          started)
+        give_back = None if copy is None else (lambda: self._give_copy(copy))
+        entry = self.backlog.enter(running, launch, pending, join, give_back)
+        return self.backlog.settle(entry, running.wait(window), background_ok)
 
-    def _settle(
-        self, arm: Arm, running: Running, launch: Launch, window: float, work: FileWork | None,
-        interpreter: str | None, started: float, argv_in: list[str],
-    ) -> ExecResult:
-        in_time = running.wait(window)
-        if not in_time:
-            running.kill()
-        finished = running.finish()
-        keep = self.state / "kept-output" / launch.tag
-        stdout, stdout_full = read_capped(finished.stdout_path, keep)
-        stderr, stderr_full = read_capped(finished.stderr_path, keep)
-        shutil.rmtree(launch.outputs, ignore_errors=True)
-        detail = None if in_time else f"the window of {window:g} s passed; the command was killed"
-        container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
-        return ExecResult(
-            outcome="settled",
-            arm=arm.name.value,
-            where="host" if arm.name is ArmName.HOST else "sandbox",
-            command=argv_in,
-            shell=launch.shell_line is not None,
-            stdout=stdout,
-            stderr=stderr,
-            stdout_full=stdout_full,
-            stderr_full=stderr_full,
-            exit_code=finished.exit_code,
-            killed=finished.killed,
-            detail=detail,
-            env=env_names(launch.env),
-            interpreter=interpreter,
-            confinement=self.confinement(arm),
-            work=work,
-            container=container or None,
-            run=launch.run,
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
-        )
+    # -- the backlog ----------------------------------------------------------------
+    def harvest(self) -> list[ExecResult]:
+        """Full results of background commands that have finished (each returned once)."""
+        return [self._recorded(r) for r in self.backlog.harvest()]
+
+    def halt(self, handle: str) -> ExecResult:
+        """Kill one command (its whole process group, or its container); its result."""
+        return self._recorded(self.backlog.halt(handle))
+
+    def release(self, run: str) -> list[ExecResult]:
+        """Kill every command of `run` and remove its cgroup; their results."""
+        return [self._recorded(r) for r in self.backlog.release(run)]
+
+    def processes(self) -> dict[str, RunProcesses]:
+        return self.backlog.processes()
+
+    def _recorded(self, result: ExecResult) -> ExecResult:
+        self._record(result)
+        return result
 
     def _arm_for(self, where: Where) -> Arm:
         if where == "host":
@@ -228,18 +249,35 @@ class ExecTool:
             found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
 
-    def _scratch_copy(self) -> ScratchCopy:
-        if self._copy is None:
-            scratch = self.offerings.scratch
-            if scratch is None:
-                raise SprawlError(
-                    ErrorCode.STORAGE_FATAL, "scratch directory",
-                    self.offerings.scratch_problem or "no scratch directory",
-                    "set [sandbox] scratch_dir to a writable directory",
-                )
-            self._copy = ScratchCopy(scratch, self.session)
-            self.guardian().scratch(self._copy.path)
-        return self._copy
+    def _take_copy(self) -> ScratchCopy:
+        """An idle copy (synced before use), or a fresh one."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        scratch = self.offerings.scratch
+        if scratch is None:
+            raise SprawlError(
+                ErrorCode.STORAGE_FATAL, "scratch directory",
+                self.offerings.scratch_problem or "no scratch directory",
+                "set [sandbox] scratch_dir to a writable directory",
+            )
+        copy = ScratchCopy(scratch, self.session)
+        self.guardian().scratch(copy.path)
+        return copy
+
+    def _give_copy(self, copy: ScratchCopy) -> None:
+        """A collected command's copy: kept for the next command, or deleted."""
+        with self._lock:
+            if not self._closed and len(self._idle) < IDLE_COPIES:
+                self._idle.append(copy)
+                return
+        self._drop_copy(copy)
+
+    def _drop_copy(self, copy: ScratchCopy) -> str | None:
+        left = copy.close()
+        if left is None and self._guardian is not None:
+            self._guardian.scratch_gone(copy.path)
+        return left
 
     def guardian(self) -> Guardian:
         """The session's guardian (SPEC §4), made on the first sandboxed command; its
@@ -252,13 +290,14 @@ class ExecTool:
         return self._guardian
 
     def close(self) -> str | None:
-        """Delete the copy and release the arm. Never raises; says what stayed."""
-        left = None
-        if self._copy is not None:
-            left = self._copy.close()
-            if left is None and self._guardian is not None:
-                self._guardian.scratch_gone(self._copy.path)
-            self._copy = None
+        """Release every run (own backlog), delete the copies and release the arm. Never
+        raises; says what stayed."""
+        stayed = [self.backlog.close() if self._owns_backlog else None]
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        stayed += [self._drop_copy(copy) for copy in idle]
+        left = "; ".join(s for s in stayed if s) or None
         if self._arm is not None:
             self._arm.close()
         if self._guardian is not None:

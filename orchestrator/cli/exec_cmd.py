@@ -74,7 +74,7 @@ def exec_command(
         sys.exit(EXIT_REFUSED)
     with ExecTool(config, workdir) as tool:
         result = tool.exec(list(argv), shell=shell, where=where,  # type: ignore[arg-type]
-                           timeout=timeout)
+                           timeout=timeout, background_ok=False)
     if as_json:
         click.echo(json.dumps(result.as_json_dict(), indent=2))
     elif result.outcome == "exceptional":

@@ -94,7 +94,8 @@ def test_environment_is_floor_plus_passthrough(tmp_path: Path, tree: Path,
 def test_window_kills_the_whole_group(tmp_path: Path, tree: Path, offerings: Offerings) -> None:
     config = make_config(tmp_path, arm="copied_tree")
     with ExecTool(config, tree, offerings=offerings) as tool:
-        result = tool.exec(["sh", "-c", "sleep 97 & sleep 98; echo never"], timeout=0.5)
+        result = tool.exec(["sh", "-c", "sleep 97 & sleep 98; echo never"], timeout=0.5,
+                           background_ok=False)
     assert result.killed and result.detail and "window" in result.detail
     assert "never" not in result.stdout
     time.sleep(0.1)
