@@ -158,7 +158,8 @@ def build_recipe(
         tar_path = work / "rootfs.tar"
         with steps.step("tar rootfs"):
             rootfs.tar_file(root, tar_path)
-        rootfs.remove_tree(root)
+        with steps.step("remove the rootfs directory"):
+            rootfs.remove_tree(root)
         return Built(image_tag, _import_all(handles, tar_path, recipe, source, image_tag, steps))
     finally:
         rootfs.remove_tree(work)
