@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "exec": "orchestrator.cli.exec_cmd:exec_command",
     "view": "orchestrator.cli.view_cmd:view_command",
     "image": "images.cli:image",
+    "doctor": "orchestrator.cli.doctor_cmd:doctor_command",
 }
 
 
