@@ -1,0 +1,118 @@
+"""Per-command cost of the host-process arms against the raw mechanism, side by side in one run.
+
+    python benchmarks/native_exec.py [--reps N] [--files F]
+
+Each repetition runs `true` four ways, interleaved so all see the same machine state:
+
+- sprawl-orch's bwrap arm: `ExecTool.exec(["true"])` in-process (probe, copy sync, yielding
+  prefix, bwrap, wait, result), against raw bwrap with the same arguments on the same copy;
+- sprawl-orch's copied tree: `ExecTool.exec(["true"])`, against a plain `subprocess.run(["true"])`.
+
+Also reported, to explain the difference: the bwrap probe alone (it runs before every command,
+by design never cached), and the no-change resync of the working directory (F small files).
+Prints medians in ms and ratios (ours / raw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from native_fallbacks.bwrap import bwrap_argv, probe_argv, run_probe
+from orchestrator.config import parse_config
+from orchestrator.copy_sync import sync
+from orchestrator.exec_tool import ExecTool
+
+
+def timed(step: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    step()
+    return (time.perf_counter() - start) * 1000
+
+
+def must_run(argv: list[str]) -> None:
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)
+
+
+def tool_for(tmp: Path, tree: Path, arm: str) -> ExecTool:
+    scratch = tmp / f"scratch-{arm}"
+    scratch.mkdir()
+    config = parse_config({"sandbox": {"arm": arm, "scratch_dir": str(scratch), "shell": False},
+                           "state": {"dir": str(tmp / f"state-{arm}")}})
+    return ExecTool(config, tree)
+
+
+def settled(tool: ExecTool) -> None:
+    result = tool.exec(["true"])
+    if result.outcome != "settled" or result.exit_code != 0:
+        sys.exit(f"{tool.choice.arm} did not run true: {result.what}: {result.detail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--files", type=int, default=20)
+    args = parser.parse_args()
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        sys.exit("bwrap is not installed (apt-get install -y bubblewrap)")
+    true = shutil.which("true") or "/bin/true"
+
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        tree = tmp / "tree"
+        tree.mkdir()
+        for i in range(args.files):
+            (tree / f"f{i:03d}.txt").write_text(f"file {i}\n" * 20)
+        ns, ct = tool_for(tmp, tree, "native"), tool_for(tmp, tree, "copied_tree")
+        if ns.choice.arm.value != "linux_namespaces":
+            sys.exit(f"the native arm is not bwrap here: {ns.choice.reason()}")
+        settled(ns)  # warm-up: the arm, the copy and the page cache
+        settled(ct)
+        copy = next((tmp / "scratch-native").iterdir())
+        raw_bwrap = bwrap_argv(bwrap, copy, [true])
+        probe = probe_argv(bwrap, tree)
+        resync_dest = tmp / "resync"
+        sync(tree, resync_dest)
+
+        samples: dict[str, list[float]] = {k: [] for k in (
+            "ours_bwrap", "raw_bwrap", "ours_copied", "raw_process", "probe", "resync")}
+        for _ in range(args.reps):
+            samples["ours_bwrap"].append(timed(lambda: settled(ns)))
+            samples["raw_bwrap"].append(timed(lambda: must_run(raw_bwrap)))
+            samples["ours_copied"].append(timed(lambda: settled(ct)))
+            samples["raw_process"].append(timed(lambda: must_run([true])))
+            samples["probe"].append(timed(lambda: run_probe(probe)))
+            samples["resync"].append(timed(lambda: sync(tree, resync_dest)))
+        ns.close()
+        ct.close()
+
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    rows = [
+        ("bwrap arm, per command", "ExecTool.exec(true)", med["ours_bwrap"],
+         "bwrap <same args> true", med["raw_bwrap"]),
+        ("copied tree, per command", "ExecTool.exec(true)", med["ours_copied"],
+         "subprocess.run(true)", med["raw_process"]),
+        ("  of which: bwrap probe", "run_probe(workdir)", med["probe"],
+         "bwrap <same args> true", med["raw_bwrap"]),
+        ("  of which: resync", f"sync() {args.files} files", med["resync"],
+         "subprocess.run(true)", med["raw_process"]),
+    ]
+    print(f"`true`, median of {args.reps} interleaved repetitions, {args.files}-file tree")
+    print(f"{'case':<27}{'ours':<24}{'ms':>7}  {'raw':<24}{'ms':>7}  {'ratio':>6}")
+    for case, ours_name, ours_ms, raw_name, raw_ms in rows:
+        print(f"{case:<27}{ours_name:<24}{ours_ms:>7.1f}  {raw_name:<24}{raw_ms:>7.1f}  "
+              f"{ours_ms / raw_ms:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
