@@ -126,12 +126,17 @@ class Backlog:
         return self._found
 
     # -- entering ---------------------------------------------------------------------
-    def joining(self, run: str) -> Joining | None:
-        """The run's cgroup for a command about to start (made for the run's first command)."""
-        if self.shares.kind == "unset":
-            return None
+    def check_open(self) -> None:
+        """Refuse a new command once the backlog is closed (before anything is copied)."""
         with self._lock:
             self._refuse_if_closed()
+
+    def joining(self, run: str) -> Joining | None:
+        """The run's cgroup for a command about to start (made for the run's first command)."""
+        with self._lock:
+            self._refuse_if_closed()
+            if self.shares.kind == "unset":
+                return None
             state = self._runs.setdefault(run, _Run())
             if state.group is None and self.found.shares is not PlatformShares.NONE:
                 state.group = self._create(run, state)

@@ -166,6 +166,7 @@ class ExecTool:
                 ErrorCode.BAD_REQUEST, "command", "the command is empty",
                 "give a program and its arguments, or a shell line with --shell",
             )
+        self.backlog.check_open()
         arm = self._arm_for(where)
         env = child_env(self.environ, self.config.sandbox.env_passthrough)
         argv, interpreter = self._argv(arm, argv_in, shell)

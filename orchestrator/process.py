@@ -203,3 +203,15 @@ def _kill_verified(procs: list[psutil.Process]) -> None:
         with contextlib.suppress(psutil.Error):
             if proc.is_running():
                 proc.kill()
+    # SIGKILL is delivered asynchronously: wait until each is dead (a zombie, or reaped by
+    # whoever inherited it), so "killed" means gone when kill() returns.
+    deadline = time.monotonic() + TERM_GRACE_SECONDS
+    while time.monotonic() < deadline and any(_alive(p) for p in procs):
+        time.sleep(0.005)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
