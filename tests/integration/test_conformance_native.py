@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.arms import ASSURANCES, ArmName
-from orchestrator.assurances import Assurances, Guarantee
-from orchestrator.config import Config, ContainerConfig, parse_config
-from orchestrator.environment import child_env
+from orchestrator.assurances import Assurances
+from orchestrator.config import Config, parse_config
 from orchestrator.exec_tool import ExecTool
 from tests.integration.conformance import (
     Dialect,
@@ -27,7 +26,6 @@ from tests.integration.conformance import (
     PythonDialect,
     ShDialect,
     absent,
-    arm_runner,
     assert_conformance,
     exec_runner,
     observe_all,
@@ -41,6 +39,7 @@ LINUX = sys.platform.startswith("linux")
 # the environment floor doesn't pass: without it the network probe would fail for a reason
 # that is not confinement.
 PASS = ("SYSTEMROOT",) if sys.platform == "win32" else ()
+# The arm alone (without the exec tool) is proven on Windows by test_job_object_arm.py.
 
 
 def dialects() -> list[pytest.param]:  # type: ignore[valid-type]
@@ -130,28 +129,3 @@ def test_windows_job_conforms(tmp_path: Path, tree: Path) -> None:
         if tool.choice.arm is not ArmName.WINDOWS_JOB:
             absent("the windows_job arm", tool.choice.reason())
         conform(tool, tree, tmp_path / "scratch", PythonDialect())
-
-
-@pytest.mark.skipif(sys.platform != "win32", reason="Job Objects are Windows' (windows-latest)")
-def test_windows_job_arm_conforms_by_itself(tmp_path: Path, tree: Path) -> None:
-    """The arm alone, on a plain copy: proves the Job Object + AppContainer mechanism even
-    where the exec tool's synced copy is not available."""
-    from native_fallbacks.job_object import JobObjectArm, job_available
-
-    ok, why = job_available()
-    if not ok:
-        absent("the windows_job arm", why)
-    copy = tmp_path / "scratch" / "copy"
-    shutil.copytree(tree, copy)
-    arm = JobObjectArm(ContainerConfig(memory_bytes=LIMIT))
-    try:
-        arm.prepare(tree)
-        env = child_env(os.environ, PASS)
-        run = arm_runner(arm, copy, env, tmp_path / "outputs")
-        observed = observe_all(run, PythonDialect(), workdir=tree, copy=lambda: copy,
-                               limit_bytes=LIMIT)
-    finally:
-        arm.close()
-    print(table("windows_job", observed))
-    assert observed[Guarantee.FILESYSTEM].kept.value == "yes"
-    assert_conformance(arm.assurances(), observed)
