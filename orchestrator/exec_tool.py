@@ -69,7 +69,8 @@ class ExecTool:
         self._offerings = offerings
         self._choice: Choice | None = None
         self._arm: Arm | None = None
-        self._lock = threading.Lock()
+        # Guards the lazy choice/arm and the idle copies: serve calls exec from many threads.
+        self._lock = threading.RLock()
         self._idle: list[ScratchCopy] = []
         self._closed = False
         self._guardian: Guardian | None = None
@@ -86,18 +87,20 @@ class ExecTool:
     # -- choosing -----------------------------------------------------------------
     @property
     def offerings(self) -> Offerings:
-        if self._offerings is None:
-            engines = self.config.sandbox.arm in ("auto", "container")
-            self._offerings = Offerings.this_machine(self.config, with_engines=engines)
-        return self._offerings
+        with self._lock:
+            if self._offerings is None:
+                engines = self.config.sandbox.arm in ("auto", "container")
+                self._offerings = Offerings.this_machine(self.config, with_engines=engines)
+            return self._offerings
 
     @property
     def choice(self) -> Choice:
-        if self._choice is None:
-            self._choice = choose(
-                self.config.sandbox.arm, self.offerings, self.config.sandbox.container.engine
-            )
-        return self._choice
+        with self._lock:
+            if self._choice is None:
+                self._choice = choose(
+                    self.config.sandbox.arm, self.offerings, self.config.sandbox.container.engine
+                )
+            return self._choice
 
     def arm(self) -> Arm:
         with self._lock:
@@ -283,12 +286,13 @@ class ExecTool:
     def guardian(self) -> Guardian:
         """The session's guardian (SPEC §4), made on the first sandboxed command; its
         process starts with the first announcement. One per exec tool, not per command."""
-        if self._guardian is None:
-            engines: tuple[str, ...] = ()
-            if self.choice.arm is ArmName.CONTAINER:
-                engines = (self.choice.engine,) if self.choice.engine else ("docker", "podman")
-            self._guardian = Guardian(self.session, engines)
-        return self._guardian
+        with self._lock:  # one guardian even when the first commands arrive together
+            if self._guardian is None:
+                engines: tuple[str, ...] = ()
+                if self.choice.arm is ArmName.CONTAINER:
+                    engines = (self.choice.engine,) if self.choice.engine else ("docker", "podman")
+                self._guardian = Guardian(self.session, engines)
+            return self._guardian
 
     def close(self) -> str | None:
         """Release every run (own backlog), delete the copies and release the arm. Never

@@ -16,6 +16,7 @@ import click
 COMMANDS: dict[str, str] = {
     "exec": "orchestrator.cli.exec_cmd:exec_command",
     "view": "orchestrator.cli.view_cmd:view_command",
+    "serve": "orchestrator.cli.serve_cmd:serve_command",
     "image": "images.cli:image",
     "doctor": "orchestrator.cli.doctor_cmd:doctor_command",
 }

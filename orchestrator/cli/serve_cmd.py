@@ -1,0 +1,77 @@
+"""`sprawl-orch serve`: JSON lines on stdin/stdout for harnesses in any language (docs/serve.md).
+
+Exit status: 0 when stdin closed and everything was released; 2 for bad options; 143 on
+SIGTERM and 130 on SIGINT, also after releasing everything.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from orchestrator.config import load_config
+from orchestrator.errors import SprawlError
+
+
+class _Stop(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+def _stop_on(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(128 + signum)
+
+
+@click.command("serve")
+@click.option("-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=".",
+              help="Working directory whose copies commands run in (default: .).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Config file (default: sprawl.toml in the working directory).")
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Execs running at once; more requests wait their turn.")
+@click.option("--shares", type=click.Choice(["unset", "cpu", "cpu_and_memory"]),
+              default="unset", show_default=True,
+              help="Per-run cgroup: equal CPU shares, and a memory ceiling with cpu_and_memory.")
+@click.option("--run-memory-bytes", type=click.IntRange(min=1), default=None,
+              help="Each run's memory ceiling (with --shares cpu_and_memory).")
+@click.option("--cgroup-root", type=click.Path(path_type=Path), default=None,
+              help="Where cgroupfs is mounted (default /sys/fs/cgroup).")
+@click.option("--schema", is_flag=True, help="Print the JSON schema of requests and responses.")
+def serve_command(
+    workdir: Path, config_path: Path | None, workers: int, shares: str,
+    run_memory_bytes: int | None, cgroup_root: Path | None, schema: bool,
+) -> None:
+    """Serve exec, harvest, halt, release, processes and doctor as JSON lines."""
+    from orchestrator import serve
+    from orchestrator.cgroups import Shares, delegation
+
+    if schema:
+        click.echo(json.dumps(serve.schema(), indent=2))
+        return
+    if (shares == "cpu_and_memory") != (run_memory_bytes is not None):
+        raise click.UsageError("--run-memory-bytes goes with --shares cpu_and_memory, and only")
+    try:
+        config = load_config(config_path, cwd=workdir)
+    except SprawlError as err:
+        click.echo(f"sprawl-orch: {err.code.value}: {err.subject}: {err.detail}", err=True)
+        click.echo(f"sprawl-orch: what you can do: {err.recovery}", err=True)
+        sys.exit(125)
+    asked = Shares.cpu_and_memory(run_memory_bytes) if run_memory_bytes else Shares(
+        kind=shares)  # type: ignore[arg-type]
+    found = delegation(cgroup_root) if cgroup_root is not None else None
+    server = serve.Server(config, workdir, sys.stdout, shares=asked, workers=workers, found=found)
+    if isinstance(sys.stdin, io.TextIOWrapper):
+        sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+    signal.signal(signal.SIGTERM, _stop_on)
+    signal.signal(signal.SIGINT, _stop_on)
+    try:
+        server.serve(sys.stdin)
+    except _Stop as stop:
+        server.close()
+        sys.exit(stop.status)
