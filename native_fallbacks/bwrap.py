@@ -45,6 +45,13 @@ NAMESPACE_FLAGS: tuple[str, ...] = (
     "ALL",
 )
 PROBE_TIMEOUT_S = 10.0
+# bwrap 0.8 re-mounts every mount under `--ro-bind / /` read-only one by one; a mount that
+# disappears meanwhile (a container starting or stopping: docker's overlay2 .../merged)
+# fails the whole setup with "Can't bind mount /oldroot/ on /newroot/: Unable to apply
+# mount flags: remount ...: No such file or directory" (containers/bubblewrap#650, open).
+# That is a race, not a refusal: the probe tries again before it calls the arm unusable.
+MOUNT_RACE = "Unable to apply mount flags: remount"
+PROBE_ATTEMPTS = 3
 # Enough of bwrap's own words to say what refused; its messages are one line each.
 STDERR_KEEP = 2000
 
@@ -103,9 +110,19 @@ def run_probe(argv: Sequence[str]) -> tuple[bool, str]:
     return False, f"exit {done.returncode}: {said or '(bwrap printed nothing)'}"
 
 
+def probe(bwrap: str, workdir: Path | str) -> tuple[bool, str]:
+    """The probe, tried again (up to PROBE_ATTEMPTS) only when it lost the mount-table race."""
+    ok, why = run_probe(probe_argv(bwrap, workdir))
+    for _ in range(PROBE_ATTEMPTS - 1):
+        if ok or MOUNT_RACE not in why:
+            break
+        ok, why = run_probe(probe_argv(bwrap, workdir))
+    return ok, why
+
+
 def user_namespace_works(bwrap: str) -> tuple[bool, str]:
     """Offerings' sample: can this bwrap create an unprivileged user namespace right now?"""
-    ok, why = run_probe(probe_argv(bwrap, "/"))
+    ok, why = probe(bwrap, "/")
     return ok, ("an unprivileged user namespace can be created" if ok else why)
 
 
@@ -124,7 +141,7 @@ class BwrapArm(CopiedTreeArm):
 
     def prepare(self, workdir: Path) -> None:
         # Never cached: the kernel's or the LSM's answer can change between two commands.
-        ok, why = run_probe(probe_argv(self.bwrap, workdir))
+        ok, why = probe(self.bwrap, workdir)
         if ok:
             return
         missing = user_namespace(why)

@@ -10,9 +10,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
-from native_fallbacks.bwrap import bwrap_argv, probe_argv, run_probe
+from native_fallbacks.bwrap import bwrap_argv, probe, probe_argv
 from orchestrator.config import parse_config
 from orchestrator.exec_tool import ExecTool
 from tests.integration.conformance import absent
@@ -26,7 +27,7 @@ def bwrap() -> str:
     if path is None:
         absent("bwrap", "not installed (apt-get install bubblewrap)")
     assert path is not None
-    ok, why = run_probe(probe_argv(path, "/"))
+    ok, why = probe(path, "/")
     if not ok:
         absent("an unprivileged user namespace", why)
     return path
@@ -100,3 +101,32 @@ def test_writes_outside_the_copy_fail(bwrap: str, tmp_path: Path) -> None:
     # /tmp is a private tmpfs: writable inside, nothing lands on the host.
     assert lines[1] == "tmp-ok"
     assert not Path(marker).exists()
+
+
+def escaped(marker: str) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"])
+            if any(marker in part for part in (p.info["cmdline"] or []))]
+
+
+@pytest.mark.parametrize("how", ["window", "halt"])
+def test_ending_a_command_takes_its_escaped_grandchildren(bwrap: str, tmp_path: Path,
+                                                          how: str) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    config = parse_config({"sandbox": {"arm": "native", "scratch_dir": str(scratch)},
+                           "state": {"dir": str(tmp_path / "state")}})
+    marker = f"sprawl-{how}-{tmp_path.name}"
+    line = f"setsid sh -c 'sleep 60; : {marker}' & sleep 60"
+    with ExecTool(config, tree) as tool:
+        if how == "window":
+            result = tool.exec(["sh", "-c", line], timeout=0.5, background_ok=False)
+            assert result.killed and result.detail is not None and "window" in result.detail
+        else:
+            started = tool.exec(["sh", "-c", line], timeout=0.5)
+            assert started.outcome == "backgrounded" and started.handle is not None
+            assert escaped(marker), "the grandchild should be running while backgrounded"
+            result = tool.halt(started.handle)
+            assert result.killed
+        assert escaped(marker) == []

@@ -10,6 +10,7 @@ import pytest
 
 from native_fallbacks.bwrap import (
     NAMESPACE_FLAGS,
+    PROBE_ATTEMPTS,
     BwrapArm,
     bwrap_argv,
     probe_argv,
@@ -153,3 +154,39 @@ def test_a_missing_bwrap_binary_is_a_refusal_not_a_crash(tmp_path: Path) -> None
     with pytest.raises(SprawlError) as raised:
         arm.prepare(tmp_path)
     assert "could not be started" in raised.value.detail
+
+
+def racing_bwrap(tmp_path: Path, races: int) -> tuple[Path, Path]:
+    """A bwrap that loses the mount-table race `races` times, then works."""
+    script, log = tmp_path / "bwrap", tmp_path / "calls"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"echo call >> {log}\n"
+        f"if [ $(wc -l < {log}) -le {races} ]; then\n"
+        "  echo \"bwrap: Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags: "
+        "remount /newroot/var/lib/docker/overlay2/x/merged: No such file or directory\" >&2\n"
+        "  exit 1\nfi\nexit 0\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script, log
+
+
+def test_a_lost_mount_race_is_tried_again(tmp_path: Path) -> None:
+    script, log = racing_bwrap(tmp_path, races=2)
+    BwrapArm(str(script), Yielders(nice=None, ionice=None)).prepare(tmp_path)
+    assert len(log.read_text().splitlines()) == 3
+
+
+def test_a_race_lost_every_time_refuses(tmp_path: Path) -> None:
+    script, log = racing_bwrap(tmp_path, races=99)
+    with pytest.raises(SprawlError) as raised:
+        BwrapArm(str(script), Yielders(nice=None, ionice=None)).prepare(tmp_path)
+    assert "Unable to apply mount flags" in raised.value.detail
+    assert len(log.read_text().splitlines()) == PROBE_ATTEMPTS
+
+
+def test_a_real_refusal_is_not_retried(tmp_path: Path) -> None:
+    script, deny, log = fake_bwrap(tmp_path)
+    deny.touch()
+    assert user_namespace_works(str(script))[0] is False
+    assert len(log.read_text().splitlines()) == 1
