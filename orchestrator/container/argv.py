@@ -1,0 +1,269 @@
+"""The create argv (SPEC §3.3): one pure function, and the limits it carries.
+
+`fit_limits` turns `[sandbox.container]` into numbers that fit this host: a value the
+person left at its default is lowered to the host's limit (and the lowering is said in
+`Limits.notes`); a value the person wrote that the host cannot give is refused with
+E_CONFIG_INVALID naming both numbers. `create_argv` then lays the limits out exactly in
+the order SPEC §3.3 lists. Env *values* never appear: `--env NAME` makes the engine CLI
+read the value from its own environment, which the caller sets to the child's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config import ENV_NAME, IMAGE_ID, ContainerConfig
+from orchestrator.errors import ErrorCode, SprawlError
+
+ENGINES: tuple[str, ...] = ("docker", "podman")
+WORKDIR = "/work"
+# docker/podman container names: [a-zA-Z0-9][a-zA-Z0-9_.-]*
+_NAME_PART = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+
+# /proc/self/limits row titles -> the names `--ulimit` takes.
+PROC_LIMIT_NAMES: dict[str, str] = {
+    "Max cpu time": "cpu",
+    "Max file size": "fsize",
+    "Max data size": "data",
+    "Max stack size": "stack",
+    "Max core file size": "core",
+    "Max resident set": "rss",
+    "Max processes": "nproc",
+    "Max open files": "nofile",
+    "Max locked memory": "memlock",
+    "Max address space": "as",
+    "Max file locks": "locks",
+    "Max pending signals": "sigpending",
+    "Max msgqueue size": "msgqueue",
+    "Max nice priority": "nice",
+    "Max realtime priority": "rtprio",
+    "Max realtime timeout": "rttime",
+}
+
+
+def parse_proc_limits(text: str) -> dict[str, int | None]:
+    """Hard limits from the text of /proc/self/limits; None = unlimited."""
+    hard: dict[str, int | None] = {}
+    for line in text.splitlines()[1:]:
+        for title, name in PROC_LIMIT_NAMES.items():
+            if line.startswith(title):
+                fields = line[len(title):].split()
+                if len(fields) >= 2:
+                    hard[name] = None if fields[1] == "unlimited" else int(fields[1])
+    return hard
+
+
+def parse_meminfo_total(text: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+@dataclass(frozen=True)
+class HostLimits:
+    """What the host can give a container. Sampled by `this_host()`; a plain value otherwise."""
+
+    rlimits_hard: Mapping[str, int | None]
+    cpus: int
+    memory_bytes: int | None
+
+    @classmethod
+    def this_host(cls) -> HostLimits:
+        # The runtime applies --ulimit in a child of the engine; our own hard limits are
+        # the best evidence we have of the host's (podman 4.3 inherits them exactly).
+        with open("/proc/self/limits", encoding="ascii") as f:
+            rlimits = parse_proc_limits(f.read())
+        try:
+            with open("/proc/meminfo", encoding="ascii") as f:
+                memory = parse_meminfo_total(f.read())
+        except OSError:
+            memory = None
+        return cls(rlimits, os.cpu_count() or 1, memory)
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int
+    cpus: float
+    pids: int
+    cpu_shares: int
+    user: str
+    ulimits: tuple[tuple[str, int, int], ...]  # (name, soft, hard), sorted by name
+    notes: tuple[str, ...] = ()
+
+    @property
+    def memory_swap_bytes(self) -> int:
+        # equal to memory: no swap on top of the memory limit
+        return self.memory_bytes
+
+    @property
+    def nano_cpus(self) -> int:
+        return round(self.cpus * 1e9)
+
+    @property
+    def uid_gid(self) -> tuple[int, int]:
+        uid, _, gid = self.user.partition(":")
+        return int(uid), int(gid or uid)
+
+
+def _refuse(key: str, detail: str, recovery: str) -> SprawlError:
+    return SprawlError(ErrorCode.CONFIG_INVALID, f"[sandbox.container] {key}", detail, recovery)
+
+
+def _fit_ulimits(
+    config: ContainerConfig, host: HostLimits, notes: list[str]
+) -> tuple[tuple[str, int, int], ...]:
+    explicit = "ulimits" in config.model_fields_set
+    fitted: list[tuple[str, int, int]] = []
+    for name, value in sorted(config.ulimits.items()):
+        soft_s, _, hard_s = value.partition(":")
+        soft, hard = int(soft_s), int(hard_s or soft_s)
+        if name not in host.rlimits_hard:
+            raise _refuse(
+                "ulimits", f"ulimit {name!r} is not one of {', '.join(sorted(host.rlimits_hard))}",
+                "use a name from that list, as `ulimit` and /proc/self/limits know them",
+            )
+        if soft > hard:
+            raise _refuse(
+                "ulimits", f"{name} = \"{value}\": soft {soft} is above hard {hard}",
+                f"write {name} = \"{hard}:{hard}\" or lower the soft limit",
+            )
+        ceiling = host.rlimits_hard[name]
+        if ceiling is not None and hard > ceiling:
+            if explicit:
+                raise _refuse(
+                    "ulimits",
+                    f"{name} = \"{value}\" is above this host's hard limit {ceiling} "
+                    "(/proc/self/limits); the runtime would fail with \"setrlimit: Operation "
+                    "not permitted\"",
+                    f"write {name} = \"{min(soft, ceiling)}:{ceiling}\" or lower",
+                )
+            notes.append(f"ulimit {name} lowered from {soft}:{hard} to the host's hard limit "
+                         f"{ceiling}")
+            soft, hard = min(soft, ceiling), ceiling
+        fitted.append((name, soft, hard))
+    return tuple(fitted)
+
+
+def fit_limits(config: ContainerConfig, host: HostLimits) -> Limits:
+    """The configured limits made to fit `host`: defaults lowered (and said), explicit
+    values that don't fit refused with both numbers."""
+    notes: list[str] = []
+    cpus = config.cpus
+    if cpus > host.cpus:
+        if "cpus" in config.model_fields_set:
+            raise _refuse(
+                "cpus", f"cpus = {cpus:g} but this host has {host.cpus} CPUs; engines refuse "
+                "more CPUs than the host has", f"write cpus = {host.cpus} or fewer",
+            )
+        notes.append(f"cpus lowered from {cpus:g} to the host's {host.cpus}")
+        cpus = float(host.cpus)
+    memory = config.memory_bytes
+    if host.memory_bytes is not None and memory > host.memory_bytes:
+        if "memory_bytes" in config.model_fields_set:
+            raise _refuse(
+                "memory_bytes", f"memory_bytes = {memory} is above this host's memory "
+                f"{host.memory_bytes} (/proc/meminfo MemTotal)",
+                f"write memory_bytes = {host.memory_bytes // 2} or less",
+            )
+        notes.append(f"memory lowered from {memory} to half the host's {host.memory_bytes}")
+        memory = host.memory_bytes // 2
+    return Limits(
+        memory_bytes=memory,
+        cpus=cpus,
+        pids=config.pids,
+        cpu_shares=config.cpu_shares,
+        user=config.user,
+        ulimits=_fit_ulimits(config, host, notes),
+        notes=tuple(notes),
+    )
+
+
+def container_name(tag: str) -> str:
+    return f"sprawl-{tag}"
+
+
+def _check(engine: str, image_id: str, copy: Path, tag: str, env_names: Sequence[str]) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+    if not IMAGE_ID.match(image_id):
+        raise _refuse(
+            "image", f"{image_id!r} is not a fixed image ID (sha256:<64 hex>); a tag can move "
+            "and is never pulled", f"resolve it locally: sprawl-orch image pin {image_id}",
+        )
+    if not copy.is_absolute() or any(c in str(copy) for c in ",=\n"):
+        # --mount is comma/equals separated: such a path would change the mount's meaning.
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID, "[sandbox] scratch_dir",
+            f"the copy path {str(copy)!r} must be absolute and free of ',', '=' and newlines "
+            "to be mounted with --mount", "set [sandbox] scratch_dir to a plain absolute path",
+        )
+    if not _NAME_PART.match(tag):
+        raise SprawlError(
+            ErrorCode.BAD_REQUEST, "tag", f"{tag!r} cannot be part of a container name",
+            "use letters, digits, '_', '.', '-'",
+        )
+    for name in env_names:
+        if not ENV_NAME.match(name):
+            raise SprawlError(
+                ErrorCode.BAD_REQUEST, "env", f"{name!r} is not an environment variable name",
+                "pass names made of letters, digits and '_'",
+            )
+
+
+def create_argv(
+    engine: str,
+    config: ContainerConfig,
+    image_id: str,
+    copy: Path,
+    argv: Sequence[str],
+    env_names: Iterable[str],
+    tag: str,
+    session: str,
+    run: str,
+    runtime: str | None,
+    *,
+    host: HostLimits,
+) -> tuple[str, ...]:
+    """`create …` for `engine` (without the program name), exactly as SPEC §3.3 lists it."""
+    names = sorted(set(env_names))
+    _check(engine, image_id, copy, tag, names)
+    if not argv:
+        raise SprawlError(
+            ErrorCode.BAD_REQUEST, "command", "the command is empty",
+            "give a program and its arguments",
+        )
+    limits = fit_limits(config, host)
+    out: list[str] = [
+        "create", "--pull", "never",
+        "--name", container_name(tag),
+        "--label", f"sprawl.session={session}",
+        "--label", f"sprawl.run={run}",
+        "--network", "none",
+        "--memory", str(limits.memory_bytes),
+        "--memory-swap", str(limits.memory_swap_bytes),
+        "--cpus", f"{limits.cpus:g}",
+        "--pids-limit", str(limits.pids),
+        "--cpu-shares", str(limits.cpu_shares),
+        "--user", limits.user,
+        "--read-only",
+        "--tmpfs", "/tmp",
+        "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+        "--mount", f"type=bind,src={copy},dst={WORKDIR}",
+        "--workdir", WORKDIR,
+    ]
+    for name in names:
+        out += ["--env", name]
+    for name, soft, hard in limits.ulimits:
+        out += ["--ulimit", f"{name}={soft}:{hard}"]
+    if runtime is not None:
+        out += ["--runtime", runtime]
+    out.append(image_id)
+    out.extend(argv)
+    return tuple(out)

@@ -1,0 +1,163 @@
+"""`ContainerArm`: the Arm protocol over an admitted engine (SPEC §3).
+
+Per command: own the copy for the container user -> build the create argv (pure) ->
+create through the engine CLI with the child's env -> inspect and verify (mismatch:
+remove, refuse) -> start. The guardian hears the container's name before the create,
+its ID after it, and "gone" after removal (`Launch.watcher`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.arms import ArmName, container_assurances
+from orchestrator.assurances import Assurances
+from orchestrator.config import ContainerConfig
+from orchestrator.container.admission import Admission, admit, admit_each, engine_for
+from orchestrator.container.argv import HostLimits, container_name, create_argv, fit_limits
+from orchestrator.container.engine import Engine, not_found_in_image
+from orchestrator.container.ownership import own_copy
+from orchestrator.container.run import ContainerRun
+from orchestrator.container.verify import Expected, verify
+from orchestrator.errors import ErrorCode, SprawlError
+from orchestrator.guardian_client import hold_after_create
+from orchestrator.launch import Launch
+from orchestrator.offerings import EngineOffer
+
+SHELL = "/bin/sh"  # a shell line runs under the image's own shell
+
+
+def _start_refusal(words: str, program: str, err: SprawlError | None) -> SprawlError:
+    """The command never ran: say why, as exec would on the host (SPEC §7)."""
+    if not_found_in_image(words):
+        return SprawlError(
+            ErrorCode.TOOL_UNAVAILABLE, program,
+            f"{program!r} is not an executable in the image: {words}",
+            "check the program name, or use the shell arm",
+        )
+    if err is not None:
+        return err
+    return SprawlError(ErrorCode.ENGINE_REFUSED, "container start", words,
+                       "see `sprawl-orch doctor`; the engine could not start the container")
+
+
+class ContainerArm:
+    name = ArmName.CONTAINER
+
+    def __init__(
+        self, config: ContainerConfig, engine: Engine | None = None, *,
+        host: HostLimits | None = None,
+    ) -> None:
+        self.config = config
+        self._engine = engine
+        self._host = host
+        self._admission: Admission | None = None
+
+    @classmethod
+    def from_offer(cls, offer: EngineOffer, config: ContainerConfig) -> ContainerArm:
+        return cls(config, engine_for(offer.engine))
+
+    @property
+    def host(self) -> HostLimits:
+        if self._host is None:
+            self._host = HostLimits.this_host()
+        return self._host
+
+    @property
+    def engine(self) -> Engine:
+        self.admission()
+        assert self._engine is not None
+        return self._engine
+
+    def admission(self) -> Admission:
+        if self._admission is None:
+            if self._engine is None:
+                # engine = "auto" (or the configured name): first admitted of docker, podman
+                tried = admit_each(self.config)
+                self._engine, self._admission = next(
+                    ((e, a) for e, a in tried if a.admitted), tried[-1]
+                )
+                if not self._admission.admitted and len(tried) > 1:
+                    reasons = "; ".join(a.summary() for _, a in tried)
+                    self._admission = Admission(
+                        "auto", False, code=ErrorCode.TOOL_UNAVAILABLE, reason=reasons,
+                        recovery="; ".join(dict.fromkeys(a.recovery for _, a in tried)),
+                    )
+            else:
+                self._admission = admit(self._engine, self.config, self.host)
+        return self._admission
+
+    def assurances(self) -> Assurances:
+        admission = self.admission()
+        return container_assurances(admission.admitted and admission.uids_namespaced)
+
+    def note(self) -> str | None:
+        admission = self.admission()
+        if not admission.admitted:
+            return None
+        kept = "kept" if admission.uids_namespaced else "not kept"
+        return f"User axis {kept}: {admission.userns_why}."
+
+    def prepare(self, workdir: Path) -> None:
+        admission = self.admission()
+        if not admission.admitted:
+            raise admission.error()
+
+    def start(self, launch: Launch) -> ContainerRun:
+        admission = self.admission()
+        if not admission.admitted:
+            raise admission.error()
+        assert admission.image is not None and admission.runtime_used is not None
+        engine = self.engine
+        copy = launch.cwd.resolve()
+        own_copy(copy, *fit_limits(self.config, self.host).uid_gid)
+        command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
+        argv = create_argv(
+            engine.name, self.config, admission.image, copy, command, launch.env.keys(),
+            launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
+        )
+        name = container_name(launch.tag)
+        record: dict[str, object] = {
+            "engine": engine.name, "image": admission.image, "argv": list(engine.cli_argv(argv)),
+            "verified": False, "removed": False, "runtime": admission.runtime_used, "name": name,
+        }
+        launch.outputs.mkdir(parents=True, exist_ok=True)
+        launch.watcher.expect(name)
+        try:
+            container = engine.create(argv, launch.env)
+        except SprawlError as err:
+            self._remove_quietly(engine, name, launch)
+            raise _start_refusal(err.detail, command[0], err) from err
+        launch.watcher.created(name, container)
+        hold_after_create(name)  # SPRAWL_TEST_PAUSE_AFTER_CREATE (guardian tests); else nothing
+        try:
+            expected = Expected.of(engine.name, self.config, self.host, admission.image, copy,
+                                   admission.runtime_used)
+            verify(expected, engine.inspect(container))
+        except SprawlError as err:
+            left = self._remove_quietly(engine, container, launch, name)
+            if left:
+                raise SprawlError(err.code, err.subject, f"{err.detail}; {left}",
+                                  err.recovery) from err
+            raise
+        record |= {"verified": True, "id": container}
+        attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
+        if attached.start_error is not None:
+            attached.collect()
+            self._remove_quietly(engine, container, launch, name)
+            raise _start_refusal(attached.start_error, command[0], None)
+        return ContainerRun(engine, container, name, launch, attached, record)
+
+    @staticmethod
+    def _remove_quietly(engine: Engine, ref: str, launch: Launch, name: str | None = None) -> str:
+        """Remove a container that must not run; '' when gone, else what stayed."""
+        try:
+            engine.remove(ref)
+        except SprawlError as err:
+            return f"the container {ref} could not be removed: {err.detail}"
+        launch.watcher.gone(name or ref)
+        return ""
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()

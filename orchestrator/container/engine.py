@@ -1,0 +1,182 @@
+"""The small backend interface every container engine implements.
+
+Two backends exist (`docker`, `podman`). Admission, verification and the arm talk only to
+this interface, so a unit test can hand them a small fake and an integration test can
+wrap a real engine (e.g. to alter the create argv and watch verification refuse it).
+
+The create always goes through the engine's CLI with the argv `argv.create_argv` built,
+so the argv recorded in a result is the argv that ran. The other steps use whatever
+measured fastest per engine (benchmarks/container_steps.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.errors import ErrorCode, SprawlError
+
+CLI_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the engine says about itself (SPEC §3.1 step 1)."""
+
+    engine: str
+    server_version: str
+    api_version: str
+    os: str
+    arch: str
+    cgroup_version: str
+    cgroup_driver: str
+    memory_limit: bool
+    swap_limit: bool
+    pids_limit: bool
+    cpu_cfs_quota: bool
+    rootless: bool
+    userns_remap: bool
+    default_runtime: str
+    runtimes: tuple[str, ...] = ()
+    security_options: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    def uids_namespaced(self) -> tuple[bool, str]:
+        """(kept, why) for the user axis (SPEC §1)."""
+        if self.rootless:
+            return True, (
+                f"{self.engine} runs rootless: container uids map onto the caller's "
+                "subordinate uid range, not onto host principals"
+            )
+        if self.userns_remap:
+            return True, (
+                f"{self.engine} remaps uids (userns-remap): container uids map onto a "
+                "subordinate range reserved for it"
+            )
+        return False, (
+            f"{self.engine} {self.server_version} runs rootful without user-namespace "
+            "remapping, so the container's uid is the same number on the host and may be "
+            "shared with other host principals — a distinct principal is not claimed"
+        )
+
+    def unsupported_limits(self) -> list[str]:
+        missing = [
+            name for name, ok in (
+                ("memory", self.memory_limit), ("memory-swap", self.swap_limit),
+                ("pids", self.pids_limit), ("cpu quota", self.cpu_cfs_quota),
+            ) if not ok
+        ]
+        return missing
+
+    def summary(self) -> str:
+        return (
+            f"{self.engine} {self.server_version} (API {self.api_version}), {self.os}/{self.arch}, "
+            f"cgroup v{self.cgroup_version.removeprefix('v')} ({self.cgroup_driver}), "
+            f"default runtime {self.default_runtime}"
+        )
+
+
+class Attached(Protocol):
+    """A started container whose stdout/stderr end up in two files."""
+
+    # Set when the engine refused to start it synchronously (the command never ran).
+    start_error: str | None
+
+    def wait(self, timeout: float | None) -> bool:
+        """True once the container's command ended (timeout None: wait forever)."""
+        ...
+
+    def collect(self) -> str | None:
+        """Complete the stdout/stderr files (after wait). Returns the engine's words when
+        the container never started (its command was never run), else None."""
+        ...
+
+
+class Engine(Protocol):
+    name: str
+
+    def endpoint(self) -> str:
+        """Where the engine is reached (socket, or the CLI + its config): a cache key."""
+        ...
+
+    def facts(self) -> EngineFacts:
+        """Connect and read the engine's own facts. Raises SprawlError when it can't."""
+        ...
+
+    def local_image(self, image_id: str) -> str | None:
+        """The image's full ID if present locally, else None. Never pulls."""
+        ...
+
+    def cli_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """The full argv that runs `argv` through the engine's CLI (what is recorded)."""
+        ...
+
+    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
+        """Run `<cli> create …` with the child's env (values of --env NAME come from it);
+        return the container ID. Raises SprawlError with the engine's words."""
+        ...
+
+    def inspect(self, container: str) -> dict[str, Any]:
+        ...
+
+    def start(self, container: str, stdout: Path, stderr: Path) -> Attached:
+        ...
+
+    def kill(self, container: str) -> None:
+        """SIGKILL the container's processes; no error when it already ended."""
+        ...
+
+    def remove(self, container: str) -> None:
+        """Force-remove; a container already gone is not an error. Raises on failure."""
+        ...
+
+    def list_labelled(self, label: str) -> list[str]:
+        """IDs of every container (any state) carrying label `key=value`."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def not_found_in_image(words: str) -> bool:
+    """The runtime's words for "the program is not in the image" (runc 1.1, crun 1.8)."""
+    low = words.lower()
+    return "executable file not found" in low or (
+        "no such file or directory" in low and "exec" in low
+    )
+
+
+def engine_error(engine: str, verb: str, words: str, recovery: str) -> SprawlError:
+    return SprawlError(ErrorCode.ENGINE_REFUSED, f"{engine} {verb}", words.strip(), recovery)
+
+
+def run_cli(
+    engine: str, argv: Sequence[str], env: Mapping[str, str], *, timeout: float = CLI_TIMEOUT,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run an engine CLI, translating "not installed" and failures to SprawlError."""
+    try:
+        done = subprocess.run(
+            list(argv), env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            errors="replace", timeout=timeout, check=False,
+        )
+    except FileNotFoundError as err:
+        raise SprawlError(
+            ErrorCode.TOOL_UNAVAILABLE, engine, f"{argv[0]} is not installed",
+            f"install it: apt-get install {'docker.io' if engine == 'docker' else engine}",
+        ) from err
+    except subprocess.TimeoutExpired as err:
+        raise engine_error(
+            engine, argv[1] if len(argv) > 1 else "", f"no answer within {timeout:g} s",
+            f"check the {engine} engine is healthy (`{engine} info`)",
+        ) from err
+    if check and done.returncode != 0:
+        words = done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}"
+        raise engine_error(
+            engine, argv[1] if len(argv) > 1 else "", words,
+            f"see `{engine} info`; `sprawl-orch doctor` explains admission",
+        )
+    return done

@@ -1,0 +1,29 @@
+"""Admissions reduced to `EngineOffer`s, the part of `Offerings` choosing an arm needs."""
+
+from __future__ import annotations
+
+from orchestrator.config import Config
+from orchestrator.container.admission import Admission, admit_each
+from orchestrator.offerings import EngineOffer
+
+
+def offer_of(admission: Admission) -> EngineOffer:
+    missing = admission.missing
+    image_missing = missing if missing is not None and missing.kind == "image_not_local" else None
+    return EngineOffer(
+        engine=admission.engine,
+        admitted=admission.admitted,
+        detail=admission.summary() if admission.admitted else admission.reason,
+        recovery=admission.recovery,
+        image_missing=image_missing,
+        image=admission.image,
+        uids_namespaced=admission.uids_namespaced,
+        notes=admission.notes,
+    )
+
+
+def offer_engines(config: Config, *, every: bool = False) -> tuple[EngineOffer, ...]:
+    """`engine = "auto"`: docker, then podman, stopping at the first admitted one (each
+    admission runs a probe container) unless `every` (doctor). A named engine: only it."""
+    found = admit_each(config.sandbox.container, first_only=not every)
+    return tuple(offer_of(admission) for _, admission in found)

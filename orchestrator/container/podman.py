@@ -1,0 +1,217 @@
+"""Podman backend: the CLI and its JSON only.
+
+No podman service socket runs on these hosts (podman is daemonless here), so facts come
+from `podman info --format json` and inspect from `podman container inspect`. Every CLI
+call costs ~50 ms on podman 4.3.1, so the run takes as few as it can: create, inspect,
+`start --attach` (start + wait + output in one call, stdout and stderr kept apart),
+inspect, rm.
+
+conmon 2.1.6 (spawned by `podman start`) writes its OOM marker file "oom" into its
+*working directory*, and podman 4.3.1 looks for it in the container's bundle
+(`StaticDir`). Started from anywhere else, an OOM-killed container reads
+`State.OOMKilled: false` (seen: exit 137, "Memory cgroup out of memory: Killed process
+… (dd)" in the kernel log) and an empty file named "oom" appears in whatever directory
+we were in — possibly the person's tree. So `start` runs with cwd = StaticDir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from orchestrator.container.engine import EngineFacts, engine_error, run_cli
+from orchestrator.errors import ErrorCode, SprawlError
+
+# Where podman finds its configuration and state; passed through to every CLI call.
+CONNECTION_VARS: tuple[str, ...] = (
+    "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF",
+    "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "HOME", "PATH",
+)
+# OCI runtimes podman can be told to use by name (`--runtime NAME`).
+KNOWN_RUNTIMES: tuple[str, ...] = ("runc", "crun")
+_GONE = ("no such container", "no container with name or id")
+
+
+def parse_facts(info: Mapping[str, Any], installed: Sequence[str] = ()) -> EngineFacts:
+    """Facts from `podman info --format json`; `installed` = runtimes found on PATH."""
+    host: Mapping[str, Any] = info.get("host") or {}
+    version: Mapping[str, Any] = info.get("version") or {}
+    security: Mapping[str, Any] = host.get("security") or {}
+    controllers = set(host.get("cgroupControllers") or [])
+    mappings: Mapping[str, Any] = host.get("idMappings") or {}
+    default = str((host.get("ociRuntime") or {}).get("name") or "?")
+    runtimes = tuple(dict.fromkeys([default, *installed]))
+    return EngineFacts(
+        engine="podman",
+        server_version=str(version.get("Version") or "?"),
+        api_version=str(version.get("APIVersion") or "?"),
+        os=str(host.get("os") or version.get("Os") or "?"),
+        arch=str(host.get("arch") or "?"),
+        cgroup_version=str(host.get("cgroupVersion") or "?").removeprefix("v"),
+        cgroup_driver=str(host.get("cgroupManager") or "?"),
+        # rootless cgroup v2 without delegation lists no controllers: limits would be ignored
+        memory_limit="memory" in controllers,
+        swap_limit="memory" in controllers,
+        pids_limit="pids" in controllers,
+        cpu_cfs_quota="cpu" in controllers,
+        rootless=bool(security.get("rootless")),
+        userns_remap=bool(mappings.get("uidmap")),
+        default_runtime=default,
+        runtimes=runtimes,
+        security_options=tuple(
+            k for k in ("apparmorEnabled", "seccompEnabled", "selinuxEnabled") if security.get(k)
+        ),
+    )
+
+
+def _gone(words: str) -> bool:
+    low = words.lower()
+    return any(g in low for g in _GONE)
+
+
+class PodmanAttached:
+    """`podman start --attach`: the attach process writes the two files as they come."""
+
+    def __init__(self, cli: str, container: str, env: Mapping[str, str], stdout: Path,
+                 stderr: Path, cwd: str | None) -> None:
+        self._out: IO[bytes] = stdout.open("wb")
+        self._err: IO[bytes] = stderr.open("wb")
+        self.start_error: str | None = None
+        try:
+            self._proc = subprocess.Popen(
+                [cli, "start", "--attach", container], stdin=subprocess.DEVNULL,
+                stdout=self._out, stderr=self._err, env=dict(env), start_new_session=True,
+                cwd=cwd,
+            )
+        except OSError:
+            self._close()
+            raise
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def wait(self, timeout: float | None) -> bool:
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _close(self) -> None:
+        self._out.close()
+        self._err.close()
+
+    def collect(self) -> str | None:
+        self._close()
+        return self.start_error
+
+    def stop_attach(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+
+class PodmanEngine:
+    name = "podman"
+
+    def __init__(
+        self, *, cli: str | None = None, environ: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self._bundles: dict[str, str] = {}
+        self.cli = cli or shutil.which("podman", path=env.get("PATH"))
+        self._conn: dict[str, str] = {k: env[k] for k in CONNECTION_VARS if k in env}
+        self._path = env.get("PATH")
+
+    def endpoint(self) -> str:
+        return f"{self.cli}:{self._conn.get('CONTAINERS_CONF', '')}"
+
+    def _bin(self) -> str:
+        if self.cli is None:
+            raise SprawlError(
+                ErrorCode.TOOL_UNAVAILABLE, "podman", "podman is not installed",
+                "install it: apt-get install podman runc",
+            )
+        return self.cli
+
+    def _cli_env(self, child: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = dict(child or {})
+        for key, value in self._conn.items():
+            # the child's PATH/HOME win (they are what --env passes); the rest is podman's
+            if key in ("PATH", "HOME") and key in env:
+                continue
+            env[key] = value
+        return env
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run_cli("podman", [self._bin(), *args], self._cli_env(), check=check)
+
+    def facts(self) -> EngineFacts:
+        done = self._run("info", "--format", "json")
+        try:
+            info = json.loads(done.stdout)
+        except json.JSONDecodeError as err:
+            raise engine_error("podman", "info", f"not JSON: {done.stdout[:200]!r}",
+                               "check `podman info`") from err
+        installed = [r for r in KNOWN_RUNTIMES if shutil.which(r, path=self._path)]
+        return parse_facts(info, installed)
+
+    def local_image(self, image_id: str) -> str | None:
+        done = self._run("image", "inspect", "--format", "{{.Id}}", image_id, check=False)
+        if done.returncode != 0:
+            if "image not known" in done.stderr or "no such image" in done.stderr.lower():
+                return None
+            raise engine_error("podman", "image inspect", done.stderr,
+                               "check the image with `podman images`")
+        found = done.stdout.strip()
+        # podman prints the bare hex; the pin is "sha256:<hex>"
+        return image_id if found == image_id.removeprefix("sha256:") else None
+
+    def cli_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
+        return (self._bin(), *argv)
+
+    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
+        done = run_cli("podman", self.cli_argv(argv), self._cli_env(env))
+        return done.stdout.strip().splitlines()[-1]
+
+    def inspect(self, container: str) -> dict[str, Any]:
+        done = self._run("container", "inspect", container, check=False)
+        if done.returncode != 0:
+            raise engine_error("podman", "inspect", done.stderr,
+                               "the container is gone; run the command again")
+        found = dict(json.loads(done.stdout)[0])
+        if found.get("StaticDir"):
+            self._bundles[container] = str(found["StaticDir"])
+        return found
+
+    def start(self, container: str, stdout: Path, stderr: Path) -> PodmanAttached:
+        bundle = self._bundles.get(container)
+        if bundle is None:  # normally known from the verification inspect
+            bundle = str(self.inspect(container).get("StaticDir") or "") or None
+        return PodmanAttached(self._bin(), container, self._cli_env(), stdout, stderr, bundle)
+
+    def kill(self, container: str) -> None:
+        done = self._run("kill", "--signal", "KILL", container, check=False)
+        if done.returncode != 0 and not _gone(done.stderr) and "not running" not in done.stderr:
+            raise engine_error("podman", "kill", done.stderr,
+                               "kill it by hand: podman rm -f " + container)
+
+    def remove(self, container: str) -> None:
+        self._bundles.pop(container, None)
+        done = self._run("rm", "--force", container, check=False)
+        if done.returncode != 0 and not _gone(done.stderr):
+            raise engine_error("podman", "rm", done.stderr,
+                               "remove it by hand: podman rm -f " + container)
+
+    def list_labelled(self, label: str) -> list[str]:
+        done = self._run("ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={label}")
+        return done.stdout.split()
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,197 @@
+"""Inspect verification before start (SPEC §3.4): a pure comparison.
+
+The engine's own inspect answer is compared with what was asked. Docker and podman
+spell some fields differently; every difference handled here was seen in a real
+inspect (fixtures in tests/unit/fixtures/):
+
+- image: docker `Image` is "sha256:<hex>", podman's is bare hex (its `Config.Image`
+  keeps what was given).
+- caps: docker keeps `CapDrop: ["ALL"]`; podman 4.3 expands ALL into the default set
+  it would have granted and reports `BoundingCaps`/`EffectiveCaps` (null when empty).
+- tmpfs: podman's `--read-only-tmpfs` (default true) adds /run and /var/tmp next to
+  our /tmp; tmpfs is memory, not a host path, so those are allowed for podman only.
+- ulimits: docker names them "nofile", podman "RLIMIT_NOFILE".
+- runtime: docker `HostConfig.Runtime`, podman top-level `OCIRuntime`
+  (`HostConfig.Runtime` is always "oci" there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import ContainerConfig
+from orchestrator.container.argv import WORKDIR, HostLimits, fit_limits
+from orchestrator.errors import ErrorCode, SprawlError
+
+PODMAN_READ_ONLY_TMPFS: frozenset[str] = frozenset({"/run", "/var/tmp"})
+NO_NEW_PRIVILEGES: frozenset[str] = frozenset({"no-new-privileges", "no-new-privileges:true",
+                                               "no-new-privileges=true"})
+WEAKENING_OPTS: tuple[str, ...] = ("unconfined", "label=disable", "no-new-privileges:false",
+                                   "no-new-privileges=false")
+
+
+@dataclass(frozen=True)
+class Expected:
+    engine: str
+    image_id: str
+    memory: int
+    memory_swap: int
+    nano_cpus: int
+    pids_limit: int
+    cpu_shares: int
+    user: str
+    copy: str
+    runtime: str
+    ulimits: tuple[tuple[str, int, int], ...]
+
+    @classmethod
+    def of(
+        cls, engine: str, config: ContainerConfig, host: HostLimits, image_id: str, copy: Path,
+        runtime: str,
+    ) -> Expected:
+        limits = fit_limits(config, host)
+        return cls(
+            engine=engine, image_id=image_id, memory=limits.memory_bytes,
+            memory_swap=limits.memory_swap_bytes, nano_cpus=limits.nano_cpus,
+            pids_limit=limits.pids, cpu_shares=limits.cpu_shares, user=limits.user,
+            copy=str(copy), runtime=runtime, ulimits=limits.ulimits,
+        )
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    field: str      # our stable name, e.g. "memory"
+    where: str      # the inspect path, e.g. "HostConfig.Memory"
+    expected: object
+    found: object
+
+    def text(self) -> str:
+        return f"{self.where}: expected {self.expected!r}, found {self.found!r}"
+
+
+def _bare(image: object) -> str:
+    return str(image or "").removeprefix("sha256:")
+
+
+def _mounts(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
+    want = [{"Type": "bind", "Source": expected.copy, "Destination": WORKDIR, "RW": True}]
+    found = [
+        {k: m.get(k) for k in ("Type", "Source", "Destination", "RW")}
+        for m in (inspect.get("Mounts") or [])
+    ]
+    if found != want:
+        return Mismatch("mounts", "Mounts", want, found)
+    volumes = (inspect.get("Config") or {}).get("Volumes")
+    if volumes:
+        return Mismatch("mounts", "Config.Volumes", None, volumes)
+    return None
+
+
+def _caps(inspect: Mapping[str, Any]) -> Mismatch | None:
+    hc = inspect.get("HostConfig") or {}
+    added = hc.get("CapAdd") or []
+    if added:
+        return Mismatch("cap_add", "HostConfig.CapAdd", [], added)
+    dropped = [str(c).upper() for c in hc.get("CapDrop") or []]
+    if "ALL" in dropped:
+        return None
+    # podman: ALL is expanded; the evidence is the bounding set being empty.
+    if "BoundingCaps" in inspect and not inspect["BoundingCaps"]:
+        return None
+    where = "BoundingCaps" if "BoundingCaps" in inspect else "HostConfig.CapDrop"
+    return Mismatch("cap_drop", where, ["ALL"], inspect.get("BoundingCaps", hc.get("CapDrop")))
+
+
+def _security(inspect: Mapping[str, Any]) -> Mismatch | None:
+    opts = [str(o) for o in (inspect.get("HostConfig") or {}).get("SecurityOpt") or []]
+    weak = [o for o in opts if any(w in o for w in WEAKENING_OPTS)]
+    if weak or not NO_NEW_PRIVILEGES.intersection(opts):
+        return Mismatch("security_opt", "HostConfig.SecurityOpt", ["no-new-privileges"], opts)
+    return None
+
+
+def _tmpfs(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
+    tmpfs = set((inspect.get("HostConfig") or {}).get("Tmpfs") or {})
+    allowed = {"/tmp"} | (PODMAN_READ_ONLY_TMPFS if expected.engine == "podman" else set())
+    if "/tmp" not in tmpfs or not tmpfs <= allowed:
+        return Mismatch("tmpfs", "HostConfig.Tmpfs", sorted(allowed), sorted(tmpfs))
+    return None
+
+
+def _ulimits(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
+    found = sorted(
+        (str(u.get("Name", "")).lower().removeprefix("rlimit_"), u.get("Soft"), u.get("Hard"))
+        for u in (inspect.get("HostConfig") or {}).get("Ulimits") or []
+    )
+    want = sorted(expected.ulimits)
+    if found != want:
+        return Mismatch("ulimits", "HostConfig.Ulimits", want, found)
+    return None
+
+
+def _runtime(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
+    if expected.engine == "podman":
+        where, found = "OCIRuntime", inspect.get("OCIRuntime")
+    else:
+        where, found = "HostConfig.Runtime", (inspect.get("HostConfig") or {}).get("Runtime")
+    # podman reports the name it was given, or the path for a runtime given by path
+    if found != expected.runtime and Path(str(found)).name != expected.runtime:
+        return Mismatch("runtime", where, expected.runtime, found)
+    return None
+
+
+def mismatches(expected: Expected, inspect: Mapping[str, Any]) -> list[Mismatch]:
+    """Every difference between what was asked and what the engine set up."""
+    hc: Mapping[str, Any] = inspect.get("HostConfig") or {}
+    config: Mapping[str, Any] = inspect.get("Config") or {}
+    out: list[Mismatch] = []
+
+    def same(field: str, where: str, want: object, found: object) -> None:
+        if want != found:
+            out.append(Mismatch(field, where, want, found))
+
+    same("image", "Image", _bare(expected.image_id), _bare(inspect.get("Image")))
+    same("memory", "HostConfig.Memory", expected.memory, hc.get("Memory"))
+    same("memory_swap", "HostConfig.MemorySwap", expected.memory_swap, hc.get("MemorySwap"))
+    same("nano_cpus", "HostConfig.NanoCpus", expected.nano_cpus, hc.get("NanoCpus"))
+    same("pids_limit", "HostConfig.PidsLimit", expected.pids_limit, hc.get("PidsLimit"))
+    same("cpu_shares", "HostConfig.CpuShares", expected.cpu_shares, hc.get("CpuShares"))
+    same("network_mode", "HostConfig.NetworkMode", "none", hc.get("NetworkMode"))
+    same("user", "Config.User", expected.user, config.get("User"))
+    same("read_only", "HostConfig.ReadonlyRootfs", True, hc.get("ReadonlyRootfs"))
+    same("privileged", "HostConfig.Privileged", False, hc.get("Privileged"))
+    if hc.get("PidMode") not in ("", "private", None):
+        out.append(Mismatch("pid_mode", "HostConfig.PidMode", "private", hc.get("PidMode")))
+    for check in (
+        _caps(inspect), _security(inspect), _mounts(expected, inspect),
+        _tmpfs(expected, inspect), _ulimits(expected, inspect), _runtime(expected, inspect),
+    ):
+        if check is not None:
+            out.append(check)
+    return out
+
+
+def refusal(mismatch: Mismatch, engine: str) -> SprawlError:
+    return SprawlError(
+        ErrorCode.SANDBOX_DENIED,
+        subject=mismatch.field,
+        detail=f"{engine} created the container differently from what was asked — "
+        f"{mismatch.text()}; it was removed without starting",
+        recovery=f"the {engine} engine or its runtime does not apply this setting; run "
+        "`sprawl-orch doctor`, or use another engine/runtime",
+    )
+
+
+def verify(expected: Expected, inspect: Mapping[str, Any]) -> None:
+    """Raise E_SANDBOX_DENIED naming the first differing field (and counting the rest)."""
+    found = mismatches(expected, inspect)
+    if found:
+        err = refusal(found[0], expected.engine)
+        if len(found) > 1:
+            others = ", ".join(m.field for m in found[1:])
+            err = SprawlError(err.code, err.subject, f"{err.detail} (also differs: {others})",
+                              err.recovery)
+        raise err

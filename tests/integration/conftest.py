@@ -1,0 +1,120 @@
+"""Real engines for integration tests.
+
+`busybox_image(engine)` imports a tiny busybox rootfs into docker or podman and returns
+its fixed ID (until `images.build` lands, this is the project's test image). The fixtures
+`docker_image` / `podman_image` build it once per session and remove it afterwards.
+An engine that is absent FAILS the test when CI=true and skips it only outside CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PRIVATE_DOCKER_SOCK = Path("/run/sprawl-orch/docker.sock")
+ROOTFS_DIRS = ("bin", "work", "tmp", "etc", "proc", "sys", "dev", "run", "var/tmp")
+
+# .ci/env exports DOCKER_HOST; a person running pytest by hand may not have sourced it.
+if "DOCKER_HOST" not in os.environ and PRIVATE_DOCKER_SOCK.exists():
+    os.environ["DOCKER_HOST"] = f"unix://{PRIVATE_DOCKER_SOCK}"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def engine_absent(name: str, why: str) -> None:
+    """Fail in CI (a missing engine there is a broken runner), skip elsewhere."""
+    message = f"{name} is not usable here: {why} (run `bash .ci/setup-engines && . .ci/env`)"
+    if in_ci():
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def engine_problem(engine: str) -> str | None:
+    """None when the engine answers, else why not."""
+    cli = shutil.which(engine)
+    if cli is None:
+        return f"{engine} is not installed"
+    probe = ["version"] if engine == "docker" else ["info", "--format", "json"]
+    done = subprocess.run([cli, *probe], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return (done.stderr or done.stdout).strip() or f"exit {done.returncode}"
+    return None
+
+
+def busybox_rootfs_tar(dest: Path) -> Path:
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        raise RuntimeError("busybox-static is not installed (apt-get install busybox-static)")
+    root = dest / "rootfs"
+    for d in ROOTFS_DIRS:
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for d in ("tmp", "var/tmp"):
+        # runc gives a --tmpfs mount the mode of the image's directory: 0755 root would
+        # leave /tmp unwritable for the container's non-root user
+        (root / d).chmod(0o1777)
+    shutil.copy2(busybox, root / "bin" / "busybox")
+    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
+    for applet in applets.stdout.split():
+        if applet != "busybox":
+            (root / "bin" / applet).symlink_to("busybox")
+    tar = dest / "rootfs.tar"
+    with tarfile.open(tar, "w") as t:
+        t.add(root, arcname=".")
+    return tar
+
+
+def busybox_image(engine: str) -> str:
+    """Import a busybox rootfs into `engine`; return its fixed ID (sha256:<64 hex>)."""
+    with tempfile.TemporaryDirectory(prefix="sprawl-busybox-") as tmp:
+        tar = busybox_rootfs_tar(Path(tmp))
+        done = subprocess.run(
+            [engine, "import", "--message", "sprawl-orch test image", str(tar)],
+            capture_output=True, text=True, check=True,
+        )
+    raw = done.stdout.strip().splitlines()[-1]
+    return raw if raw.startswith("sha256:") else f"sha256:{raw}"
+
+
+def remove_image(engine: str, image: str) -> None:
+    # Not forced: an image some other test still uses stays, and says so.
+    done = subprocess.run([engine, "rmi", image], capture_output=True, text=True, check=False)
+    if done.returncode != 0 and "no such image" not in done.stderr.lower() \
+            and "image not known" not in done.stderr:
+        print(f"could not remove {engine} image {image}: {done.stderr.strip()}")
+
+
+def _image(engine: str) -> Iterator[str]:
+    problem = engine_problem(engine)
+    if problem is not None:
+        engine_absent(engine, problem)
+    image = busybox_image(engine)
+    try:
+        yield image
+    finally:
+        remove_image(engine, image)
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> Iterator[str]:
+    yield from _image("docker")
+
+
+@pytest.fixture(scope="session")
+def podman_image() -> Iterator[str]:
+    yield from _image("podman")
+
+
+@pytest.fixture(params=["docker", "podman"])
+def engine_image(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(engine name, image ID) for each engine: parametrizes a test over both."""
+    name = str(request.param)
+    return name, str(request.getfixturevalue(f"{name}_image"))

@@ -1,0 +1,339 @@
+"""The container arm against real docker and podman (no engine mocks).
+
+Every test runs on both engines; a missing engine fails in CI (conftest). Each test
+checks that no container of its session is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from container_support import (
+    Case,
+    config_for,
+    image_ids,
+    make_engine,
+    processes_with_cmdline,
+    run,
+)
+
+from orchestrator.config import parse_config
+from orchestrator.container.admission import admit, clear_cache
+from orchestrator.container.argv import HostLimits
+from orchestrator.container.arm import ContainerArm
+from orchestrator.container.docker import DockerEngine
+from orchestrator.container.podman import PodmanEngine
+from orchestrator.errors import ErrorCode, SprawlError
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def fresh_admissions() -> Iterator[None]:
+    clear_cache()
+    yield
+    clear_cache()
+
+
+@pytest.fixture
+def case(tmp_path: Path, engine_image: tuple[str, str]) -> Iterator[Case]:
+    c = Case(tmp_path, engine_image[0])
+    yield c
+    assert c.leftovers() == [], "a container of this test was left behind"
+
+
+def arm_for(engine_image: tuple[str, str], **limits: object) -> ContainerArm:
+    name, image = engine_image
+    return ContainerArm(config_for(name, image, **limits), make_engine(name))
+
+
+def test_program_and_shell_line(case: Case, engine_image: tuple[str, str]) -> None:
+    arm = arm_for(engine_image)
+    arm.prepare(case.source)
+    done = run(arm, case.launch(["ls", "a.txt", "missing"]))
+    assert done.exit_code == 1
+    assert done.stdout_path.read_text() == "a.txt\n"
+    assert "missing" in done.stderr_path.read_text()
+    secret_value = f"v-{secrets.token_hex(8)}"
+    done = run(arm, case.launch(shell="echo $GREETING; echo to-err >&2; exit 7",
+                                env={"GREETING": secret_value}))
+    assert (done.exit_code, done.killed, done.oom_killed) == (7, False, False)
+    assert done.stdout_path.read_text() == f"{secret_value}\n"
+    assert done.stderr_path.read_text() == "to-err\n"
+    container = done.extra["container"]
+    assert isinstance(container, dict)
+    argv = container["argv"]
+    assert argv[argv.index("--env"):argv.index("--env") + 2] == ["--env", "GREETING"]
+    assert not any(secret_value in part for part in argv), "an env value reached the argv"
+    assert argv[-3:] == ["/bin/sh", "-c", "echo $GREETING; echo to-err >&2; exit 7"]
+    assert container["verified"] is True and container["removed"] is True
+    assert container["engine"] == engine_image[0] and container["image"] == engine_image[1]
+
+
+def test_writes_land_in_the_copy(case: Case, engine_image: tuple[str, str]) -> None:
+    arm = arm_for(engine_image)
+    done = run(arm, case.launch(shell="echo made > new.txt && echo more >> a.txt && mkdir d"))
+    assert done.exit_code == 0, done.stderr_path.read_text()
+    assert (case.copy / "new.txt").read_text() == "made\n"
+    assert (case.copy / "a.txt").read_text() == "original\nmore\n"
+    assert (case.copy / "d").is_dir()
+    assert sorted(p.name for p in case.source.iterdir()) == ["a.txt"]
+    assert (case.source / "a.txt").read_text() == "original\n"
+
+
+def test_root_filesystem_is_read_only(case: Case, engine_image: tuple[str, str]) -> None:
+    line = "touch /bin/x || echo refused; touch /tmp/x && echo tmp-ok"
+    done = run(arm_for(engine_image), case.launch(shell=line))
+    assert done.stdout_path.read_text() == "refused\ntmp-ok\n"
+    assert "Read-only file system" in done.stderr_path.read_text()
+
+
+def test_tag_is_refused_at_parse() -> None:
+    with pytest.raises(SprawlError) as err:
+        parse_config({"sandbox": {"container": {"image": "busybox:latest"}}})
+    assert err.value.code is ErrorCode.CONFIG_INVALID
+    assert "sprawl-orch image pin" in err.value.detail
+
+
+def test_missing_image_refused_without_pull(tmp_path: Path, engine_image: tuple[str, str]) -> None:
+    name, _ = engine_image
+    absent = "sha256:" + secrets.token_hex(32)
+    engine = make_engine(name)
+    admission = admit(engine, config_for(name, absent))
+    assert not admission.admitted
+    assert admission.missing is not None and admission.missing.kind == "image_not_local"
+    assert "sprawl-orch image build" in admission.recovery
+    # and the engine itself, asked to create it, neither pulls nor finds it
+    from orchestrator.container.argv import create_argv
+
+    copy = tmp_path / "c"
+    copy.mkdir()
+    argv = create_argv(name, config_for(name, absent), absent, copy, ["true"], [],
+                       f"nopull{secrets.token_hex(3)}", "nopull", "nopull", None,
+                       host=HostLimits.this_host())
+    with pytest.raises(SprawlError) as err:
+        engine.create(argv, {})
+    words = err.value.detail.lower()
+    assert "no such image" in words or "image not known" in words or "not found" in words
+    for pulling in ("trying to pull", "pulling", "registry", "dial tcp", "lookup "):
+        assert pulling not in words, f"the engine tried to pull: {words}"
+    # (other images may appear meanwhile: engineers and CI jobs share the engines)
+    assert absent.removeprefix("sha256:") not in image_ids(name)
+
+
+def test_docker_daemon_down_is_refused_with_recovery(tmp_path: Path) -> None:
+    dead = tmp_path / "dead.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(dead))
+    s.close()  # the path exists, nothing listens: connect() is refused
+    engine = DockerEngine(f"unix://{dead}")
+    admission = admit(engine, config_for("docker", "sha256:" + "1" * 64))
+    assert not admission.admitted
+    assert admission.code is ErrorCode.TOOL_UNAVAILABLE
+    assert "not running (socket refused)" in admission.reason
+    assert "Connection refused" in admission.reason  # the engine's (SDK's) own words
+    assert "start it" in admission.recovery
+    arm = ContainerArm(config_for("docker", "sha256:" + "1" * 64), engine)
+    with pytest.raises(SprawlError) as err:
+        arm.prepare(tmp_path)
+    assert err.value.code is ErrorCode.TOOL_UNAVAILABLE
+
+
+@pytest.mark.parametrize("name", ["docker", "podman"])
+def test_engine_not_installed(name: str) -> None:
+    engine = (DockerEngine(cli="/nonexistent/docker") if name == "docker"
+              else PodmanEngine(cli="/nonexistent/podman"))
+    if name == "docker":  # a docker SDK connection without the CLI can't create
+        engine.cli = None
+    admission = admit(engine, config_for(name, "sha256:" + "2" * 64))
+    assert not admission.admitted
+    assert "not installed" in admission.reason
+    assert "apt-get install" in admission.recovery
+
+
+def test_rlimit_above_the_engines_hard_limit_is_explained(
+    tmp_path: Path, engine_image: tuple[str, str]
+) -> None:
+    name, image = engine_image
+    real = HostLimits.this_host()
+    hard = real.rlimits_hard.get("nofile") or 1_048_576
+    # Pretend the host allows more than it does, so the engine's runtime meets the limit.
+    pretend = HostLimits({**real.rlimits_hard, "nofile": hard * 4}, real.cpus, real.memory_bytes)
+    # nproc is given too: podman adds its own default nproc (1048576) for any left out, and
+    # verification refuses a limit nobody asked for before the runtime is even reached
+    config = config_for(name, image, ulimits={"nofile": f"{hard * 2}:{hard * 2}",
+                                              "nproc": "1024:1024"})
+    admission = admit(make_engine(name), config, pretend)
+    assert not admission.admitted
+    assert admission.code is ErrorCode.SANDBOX_DENIED
+    assert "rlimit" in admission.reason.lower()
+    assert "operation not permitted" in admission.reason.lower()
+    assert "lower [sandbox.container] ulimits" in admission.recovery
+    assert f"nofile {hard * 4}" in admission.recovery  # the limit admission was told of
+
+
+class DroppingMemory:
+    """A real engine whose create loses --memory/--memory-swap (a runtime that accepts a
+    flag and ignores it)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    def endpoint(self) -> str:
+        return "dropping-memory:" + self.inner.endpoint()
+
+    def create(self, argv: list[str], env: dict[str, str]) -> str:
+        out: list[str] = []
+        skip = False
+        for part in argv:
+            if skip:
+                skip = False
+                continue
+            if part in ("--memory", "--memory-swap"):
+                skip = True
+                continue
+            out.append(part)
+        return str(self.inner.create(out, env))
+
+
+def test_inspect_mismatch_is_refused_and_removed(
+    case: Case, engine_image: tuple[str, str]
+) -> None:
+    name, image = engine_image
+    config = config_for(name, image)
+    real = make_engine(name)
+    assert admit(real, config).admitted
+    altered = DroppingMemory(real)
+    # Admission's probe goes through the same create: it refuses such an engine too.
+    refused = admit(altered, config)  # type: ignore[arg-type]
+    assert not refused.admitted and "HostConfig.Memory" in refused.reason
+    arm = ContainerArm(config, altered)  # type: ignore[arg-type]
+    arm._admission = admit(real, config)  # admitted by the real engine, then it misbehaves
+    with pytest.raises(SprawlError) as err:
+        arm.start(case.launch(["touch", "ran"]))
+    assert err.value.code is ErrorCode.SANDBOX_DENIED
+    assert err.value.subject == "memory"
+    assert f"expected {config.memory_bytes}, found 0" in err.value.detail
+    assert not (case.copy / "ran").exists(), "the unverified container started"
+    missing = subprocess.run([name, "inspect", f"sprawl-{case.session}-1"],
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode != 0, "the refused container was not removed"
+
+
+def test_memory_over_the_limit_is_oom_killed(case: Case, engine_image: tuple[str, str]) -> None:
+    arm = arm_for(engine_image, memory_bytes=64 * MiB)
+    # busybox dd allocates one bs-sized buffer and fills it: 200 MiB > 64 MiB
+    done = run(arm, case.launch(["dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"]))
+    assert done.oom_killed is True
+    assert done.exit_code == 137
+    small = run(arm, case.launch(["dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1"]))
+    assert (small.oom_killed, small.exit_code) == (False, 0)
+
+
+def test_window_kill_and_pids(case: Case, engine_image: tuple[str, str]) -> None:
+    arm = arm_for(engine_image)
+    seconds = str(3000 + secrets.randbelow(999))
+    running = arm.start(case.launch(["sleep", seconds]))
+    assert running.wait(0.5) is False
+    pids = []
+    for _ in range(50):
+        pids = running.pids()
+        if pids:
+            break
+    assert pids, "no host pid seen for a running container"
+    assert set(processes_with_cmdline(["sleep", seconds])) <= set(pids)
+    running.kill()
+    assert running.wait(30)
+    done = running.finish()
+    assert done.killed and done.exit_code == 137
+    assert done.extra["container"]["removed"] is True  # type: ignore[index]
+    assert processes_with_cmdline(["sleep", seconds]) == []
+    assert running.pids() == []
+
+
+def test_program_missing_in_image_is_refused(case: Case, engine_image: tuple[str, str]) -> None:
+    arm = arm_for(engine_image)
+    try:
+        done = run(arm, case.launch(["no-such-program"]))
+    except SprawlError as err:
+        assert err.code is ErrorCode.TOOL_UNAVAILABLE
+        assert err.subject == "no-such-program"
+        assert "executable file not found" in err.detail
+        assert err.recovery == "check the program name, or use the shell arm"
+    else:
+        # podman learns it only from `start --attach` (its create does not run the runtime)
+        assert isinstance(arm.engine, PodmanEngine)
+        assert done.exit_code == 127
+        assert "executable file not found" in done.stderr_path.read_text()
+        assert "no-such-program" in str(done.extra["container"]["start_error"])  # type: ignore[index]
+
+
+def _crun() -> str:
+    """A real crun: the installed one, or Debian's package unpacked in a temp dir (not
+    installed: that would change every podman user's default runtime on this host)."""
+    found = shutil.which("crun")
+    if found:
+        return found
+    root = Path(os.environ.get("SPRAWL_CRUN_CACHE", "/tmp/sprawl-orch-crun"))
+    wrapper = root / "crun"
+    if not wrapper.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["apt-get", "download", "crun", "libyajl2"], cwd=root, check=True,
+                       capture_output=True)
+        for deb in root.glob("*.deb"):
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(root / "unpacked")], check=True)
+        lib = root / "unpacked/usr/lib/x86_64-linux-gnu"
+        wrapper.write_text(
+            f"#!/bin/sh\nLD_LIBRARY_PATH={lib} exec {root}/unpacked/usr/bin/crun \"$@\"\n"
+        )
+        wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def hybrid_cgroups() -> bool:
+    """v1 hierarchies plus a v2 mount that holds a controller (here: hugetlb) — the layout
+    crun 1.8 refuses ("cgroups in hybrid mode not supported, drop all controllers from
+    cgroupv2")."""
+    controllers = Path("/sys/fs/cgroup/unified/cgroup.controllers")
+    return Path("/sys/fs/cgroup/memory").is_dir() and controllers.exists() and bool(
+        controllers.read_text().strip())
+
+
+def test_podman_crun_failure_falls_back_to_runc_and_says_so(
+    tmp_path: Path, podman_image: str
+) -> None:
+    conf = tmp_path / "containers.conf"
+    conf.write_text(f'[engine]\nruntime = "crun"\n[engine.runtimes]\ncrun = ["{_crun()}"]\n')
+    engine = PodmanEngine(environ={**os.environ, "CONTAINERS_CONF": str(conf)})
+    assert engine.facts().default_runtime == "crun"
+    config = config_for("podman", podman_image)
+    admission = admit(engine, config)
+    assert admission.admitted, admission.reason
+    if not hybrid_cgroups():  # crun works on pure v2 hosts: then nothing to fall back from
+        assert admission.runtime is None and admission.runtime_used == "crun"
+        return
+    assert (admission.runtime, admission.runtime_used) == ("runc", "runc")
+    said = " ".join(admission.notes)
+    assert "default runtime crun failed the probe" in said
+    assert "cgroups in hybrid mode not supported" in said
+    assert "--runtime runc" in said
+    case = Case(tmp_path, "podman")
+    done = run(ContainerArm(config, engine), case.launch(["echo", "ran"]))
+    assert done.stdout_path.read_text() == "ran\n"
+    container = done.extra["container"]
+    assert container["runtime"] == "runc"  # type: ignore[index]
+    argv = container["argv"]  # type: ignore[index]
+    assert argv[argv.index("--runtime") + 1] == "runc"
+    assert case.leftovers() == []
