@@ -169,3 +169,15 @@ def test_ceiling_unapplied_through_serve(tmp_path: Path, tree: Path, offerings: 
     assert result["memory_ceiling"]["why"] == "not_delegated"
     lines.close()
     thread.join(30)
+
+
+def test_cli_prints_the_schema_and_checks_its_options() -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    printed = CliRunner().invoke(main, ["serve", "--schema"])
+    assert printed.exit_code == 0
+    assert json.loads(printed.output) == json.loads(json.dumps(schema()))
+    wrong = CliRunner().invoke(main, ["serve", "--shares", "cpu_and_memory"])
+    assert wrong.exit_code == 2 and "--run-memory-bytes" in wrong.output
