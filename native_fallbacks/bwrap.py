@@ -135,8 +135,9 @@ class BwrapArm(CopiedTreeArm):
 
     def note(self) -> str | None:
         return (
-            "Reads are not restricted: the whole machine is visible read-only. The user "
-            "namespace maps the command onto your own uid, so it is not a principal of its own."
+            "Reads are not restricted: the whole machine is visible read-only (/tmp is a private, "
+            "empty tmpfs). The user namespace maps the command onto your own uid, so it is not "
+            "a principal of its own."
         )
 
     def prepare(self, workdir: Path) -> None:
