@@ -1,0 +1,133 @@
+"""Synced-copy cost against the raw mechanisms, measured side by side in one run.
+
+    python benchmarks/copy_sync.py [--files N] [--size BYTES] [--reps R]
+
+Builds a tree of N files (default 10 000 of 16 KiB, in ~100 directories) in a temporary
+directory, then measures the median of R repetitions of:
+
+- first sync: ``orchestrator.copy_sync.sync`` into a fresh directory vs ``cp -a``;
+- no-change resync: our sync vs ``rsync -a --delete --checksum`` (reads both sides, as we do)
+  and, for reference, plain ``rsync -a --delete`` (size + mtime only, not safe enough for us);
+- a metadata-only walk (scandir + stat of both sides, no file reads): the floor any
+  (size, mtime_ns, inode, ctime) skip could reach -- the SPEC §5 open question.
+
+Before each timed step the page cache is written back (``os.sync``) so one step's writeback
+does not land in the next one's time. Prints a table with ms and ratios (ours / raw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from orchestrator.copy_sync import Bounds, FileWork, sync
+
+
+def build_tree(root: Path, files: int, size: int) -> None:
+    dirs = max(1, files // 100)
+    for i in range(files):
+        d = root / f"d{i % dirs:03d}"
+        d.mkdir(exist_ok=True)
+        (d / f"f{i:06d}.bin").write_bytes(os.urandom(size))
+
+
+def timed(step: Callable[[], object]) -> float:
+    os.sync()
+    start = time.perf_counter()
+    step()
+    return (time.perf_counter() - start) * 1000
+
+
+def run(argv: list[str]) -> None:
+    subprocess.run(argv, check=True)
+
+
+def stat_walk(src: Path, dst: Path) -> None:
+    """Walk both trees with scandir and lstat every entry on both sides; read nothing."""
+    stack = [(str(src), str(dst))]
+    while stack:
+        s, d = stack.pop()
+        with os.scandir(s) as it:
+            for entry in it:
+                entry.stat()
+                other = os.path.join(d, entry.name)
+                os.stat(other, follow_symlinks=False)
+                if entry.is_dir():
+                    stack.append((entry.path, other))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--size", type=int, default=16 * 1024)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    for tool in ("cp", "rsync"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed (apt-get install -y {tool})")
+    total = args.files * args.size
+    bounds = Bounds(files=max(args.files, 1), bytes=max(total, 1))
+
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        src = tmp / "src"
+        src.mkdir()
+        build_tree(src, args.files, args.size)
+        # Each repetition copies into a fresh directory and nothing is deleted until the end:
+        # ext4 (mounted with discard here) is ~3x slower to allocate right after a big delete.
+        first_ours: list[float] = []
+        first_cp: list[float] = []
+        for i in range(args.reps):  # interleaved so both see the same disk state
+            first_ours.append(timed(lambda i=i: sync(src, tmp / f"ours{i}", bounds)))
+            first_cp.append(timed(lambda i=i: run(["cp", "-a", str(src), str(tmp / f"cp{i}")])))
+        ours = tmp / "ours0"
+
+        # Resyncs of an equal copy; one warm-up each so all read from the page cache.
+        rs_sum, rs_plain = tmp / "rsync-sum", tmp / "rsync-plain"
+        checksum = ["rsync", "-a", "--delete", "--checksum", f"{src}/", f"{rs_sum}/"]
+        plain = ["rsync", "-a", "--delete", f"{src}/", f"{rs_plain}/"]
+        run(checksum)
+        run(plain)
+        sync(src, ours, bounds)
+        re_ours: list[float] = []
+        re_sum: list[float] = []
+        re_plain: list[float] = []
+        re_stat: list[float] = []
+        no_change = f"created=0 rewritten=0 removed=0 walked={args.files + len(os.listdir(src))}"
+        work: list[FileWork] = []
+        for _ in range(args.reps):
+            re_ours.append(timed(lambda: work.append(sync(src, ours, bounds))))
+            re_sum.append(timed(lambda: run(checksum)))
+            re_plain.append(timed(lambda: run(plain)))
+            re_stat.append(timed(lambda: stat_walk(src, ours)))
+            if str(work[-1]) != no_change:
+                sys.exit(f"resync was not a no-change resync: {work[-1]}")
+
+    med = statistics.median
+    ours_re = med(re_ours)
+    rows = [
+        ("first sync", "sync()", med(first_ours), "cp -a", med(first_cp)),
+        ("no-change resync", "sync()", ours_re, "rsync -a --delete --checksum", med(re_sum)),
+        ("no-change resync", "sync()", ours_re, "rsync -a --delete (mtime+size)", med(re_plain)),
+        ("metadata-only walk floor", "stat both sides", med(re_stat), "sync() resync", ours_re),
+    ]
+    print(f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "
+          f"median of {args.reps}")
+    print(f"{'case':<26}{'ours':<17}{'ms':>8}  {'raw':<32}{'ms':>8}  {'ratio':>6}")
+    for case, ours_name, ours_ms, raw_name, raw_ms in rows:
+        print(f"{case:<26}{ours_name:<17}{ours_ms:>8.0f}  {raw_name:<32}{raw_ms:>8.0f}  "
+              f"{ours_ms / raw_ms:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Low-level file operations of the synced copy (SPEC §5), all relative to directory fds.
+
+The copy side is hostile ground: an earlier command may have planted symbolic links, hard
+links, fifos or deep trees there, and with the `copied_tree` arm (no process-tree guarantee) a
+leftover process may even still be changing it. So every copy-side operation here works on a
+directory fd plus one name and passes ``O_NOFOLLOW``: a path through the copy is never resolved
+by the kernel, and no planted link is ever followed. New files are created with
+``O_CREAT | O_EXCL`` only, so each file we write is a new inode in a new directory entry; we
+never open an existing copy file for writing, so nothing a command linked to it can be written
+through. The source side (the person's tree) is only ever opened read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from dataclasses import dataclass
+
+CHUNK = 1024 * 1024
+"""Compare and copy in 1 MiB pieces: large enough to amortise the syscalls, small enough to
+keep two buffers cheap."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a fifo that raced into place of a regular file must not hang the sync.
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class BudgetExceeded(Exception):
+    """A source file grew past the byte budget while it was being copied."""
+
+
+class SourceUnreadable(Exception):
+    """A source file could not be opened or read; ``path`` names it, ``__cause__`` says why."""
+
+    def __init__(self, path: str, err: OSError) -> None:
+        super().__init__(f"{path}: {err.strerror or err}")
+        self.path = path
+        self.reason = err.strerror or str(err)
+
+
+def open_source(path: str) -> int:
+    """Open a source file read-only, following links (the source side always does)."""
+    try:
+        return os.open(path, _READ_FLAGS)
+    except OSError as err:
+        raise SourceUnreadable(path, err) from err
+
+
+def _read_source(fd: int, size: int, path: str) -> bytes:
+    try:
+        return os.read(fd, size)
+    except OSError as err:
+        raise SourceUnreadable(path, err) from err
+
+
+def open_dir(name: str, dir_fd: int | None = None) -> int:
+    """Open a directory without following a link in its last component."""
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def same_bytes(src_path: str, name: str, dst_fd: int, size: int, mode: int) -> bool:
+    """True when copy entry ``name`` is a regular file with ``mode`` holding the source bytes.
+
+    ``size`` is the source size from its stat. Bytes are compared in full (no mtime shortcut,
+    SPEC §5: a same-length rewrite within one timestamp tick would otherwise be missed). Only
+    ``size`` bytes are read: a source that grows after its stat is indistinguishable from one
+    that changes right after the sync, which no sync can see either.
+    """
+    try:
+        dfd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=dst_fd)
+    except OSError:
+        return False  # a link, or gone: it differs and will be replaced
+    try:
+        dst = os.fstat(dfd)
+        if (
+            not stat.S_ISREG(dst.st_mode)
+            or dst.st_size != size
+            or stat.S_IMODE(dst.st_mode) != mode
+        ):
+            return False
+        sfd = open_source(src_path)
+        try:
+            left = size
+            while left > 0:
+                want = min(CHUNK, left)
+                a = _read_source(sfd, want, src_path)
+                try:
+                    b = os.read(dfd, want)
+                except OSError:
+                    return False
+                if not a or a != b:
+                    return False
+                left -= len(a)
+            return True
+        finally:
+            os.close(sfd)
+    finally:
+        os.close(dfd)
+
+
+def copy_file(src_path: str, name: str, dst_fd: int, mode: int, budget: int) -> int:
+    """Copy the source file into a NEW entry ``name`` of ``dst_fd``; return the bytes copied.
+
+    The entry must not exist (``O_EXCL`` refuses anything there, a planted link included).
+    Copies until end of file but at most ``budget`` bytes; past that, the partial file is
+    removed and :class:`BudgetExceeded` is raised. Permission bits are set with ``fchmod`` so
+    the process umask does not change them.
+    """
+    sfd = open_source(src_path)
+    try:
+        if not stat.S_ISREG(os.fstat(sfd).st_mode):
+            raise OSError(f"{src_path} stopped being a regular file while syncing")
+        dfd = os.open(name, _CREATE_FLAGS, 0o600, dir_fd=dst_fd)
+        try:
+            total = _pump(sfd, dfd, budget, src_path)
+            os.fchmod(dfd, mode)
+        except BaseException:
+            os.close(dfd)
+            dfd = -1
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dst_fd)
+            raise
+        finally:
+            if dfd >= 0:
+                os.close(dfd)
+        return total
+    finally:
+        os.close(sfd)
+
+
+def _pump(sfd: int, dfd: int, budget: int, src_path: str) -> int:
+    """Copy ``sfd`` to its end into ``dfd``; more than ``budget`` bytes raises BudgetExceeded."""
+    total = 0
+    use_sendfile = True
+    while True:
+        want = min(CHUNK, budget - total + 1)
+        if use_sendfile:
+            # sendfile copies in the kernel (what shutil.copyfile uses on Linux), with our own
+            # fds so the O_EXCL/O_NOFOLLOW guarantees above hold.
+            try:
+                sent = os.sendfile(dfd, sfd, None, want)
+            except OSError as err:
+                # Some files a source link may point at refuse it: /proc/self/status gives
+                # EINVAL (Linux 6.18); shutil falls back the same way, on the first call only.
+                if total or err.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise
+                use_sendfile = False
+                continue
+        else:
+            data = _read_source(sfd, want, src_path)
+            sent = len(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(dfd, view) :]
+        if sent == 0:
+            return total
+        total += sent
+        if total > budget:
+            raise BudgetExceeded(src_path)
+
+
+@dataclass
+class _Frame:
+    name: str  # this directory's name in its parent
+    pending: list[str]  # subdirectories still to empty
+    ident: tuple[int, int]  # (st_dev, st_ino), to check the climb back through ".."
+
+
+def _empty_out(fd: int) -> tuple[list[str], int]:
+    """Unlink every non-directory entry of ``fd``; return its subdirectory names and the count."""
+    subdirs: list[str] = []
+    removed = 0
+    with os.scandir(fd) as it:
+        for entry in it:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.name)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+                removed += 1
+    return subdirs, removed
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def remove_tree(name: str, parent_fd: int) -> int:
+    """Delete directory ``name`` of ``parent_fd`` and everything in it; return the files removed.
+
+    "Files" are all non-directory entries (regular files, links, fifos, ...). Links are removed,
+    never followed. The walk holds one directory fd at a time and climbs back through ``..``
+    (checked against the device and inode it came from), so a tree a command nested thousands
+    of levels deep in the copy exhausts neither fds nor Python's recursion limit (shutil.rmtree
+    in 3.11 keeps one fd and one stack frame per level).
+    """
+    fd = open_dir(name, parent_fd)
+    try:
+        subdirs, removed = _empty_out(fd)
+        stack = [_Frame(name, subdirs, _ident(fd))]
+        while True:
+            top = stack[-1]
+            if top.pending:
+                sub = top.pending.pop()
+                old, fd = fd, open_dir(sub, fd)
+                os.close(old)
+                subdirs, count = _empty_out(fd)
+                removed += count
+                stack.append(_Frame(sub, subdirs, _ident(fd)))
+                continue
+            stack.pop()
+            if not stack:
+                break
+            old, fd = fd, os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(old)
+            if _ident(fd) != stack[-1].ident:
+                raise OSError(f"a directory inside {name!r} was moved while it was being deleted")
+            os.rmdir(top.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+    return removed
+
+
+def remove_entry(name: str, parent_fd: int, is_dir: bool) -> int:
+    """Delete one copy entry (a whole tree if ``is_dir``); return the files removed."""
+    if is_dir:
+        return remove_tree(name, parent_fd)
+    os.unlink(name, dir_fd=parent_fd)
+    return 1
