@@ -16,14 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from container_support import (
-    Case,
-    config_for,
-    image_ids,
-    make_engine,
-    processes_with_cmdline,
-    run,
-)
 
 from orchestrator.config import parse_config
 from orchestrator.container.admission import admit, clear_cache
@@ -32,6 +24,14 @@ from orchestrator.container.arm import ContainerArm
 from orchestrator.container.docker import DockerEngine
 from orchestrator.container.podman import PodmanEngine
 from orchestrator.errors import ErrorCode, SprawlError
+from tests.integration.container_support import (
+    Case,
+    config_for,
+    image_ids,
+    make_engine,
+    processes_with_cmdline,
+    run,
+)
 
 MiB = 1024 * 1024
 
