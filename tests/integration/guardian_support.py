@@ -102,6 +102,29 @@ def guardian_done(log: Path, timeout: float = SETTLE_SECONDS) -> dict[str, Any]:
     return next(e for e in guardian_events(log) if e["event"] == "done")
 
 
+def guardian_running(session: str) -> bool:
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        argv = proc.info["cmdline"] or []
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and "guardian" in argv \
+                and session in argv:
+            return True
+    return False
+
+
+def guardian_outcome(log: Path, session: str, timeout: float = 60.0) -> dict[str, Any]:
+    """The guardian's `done` once it has finished; {} when none was ever started. The client
+    opens the log just before spawning the guardian, so no log means no guardian."""
+    if not log.exists():
+        return {}
+
+    def finished() -> bool:
+        return any(e["event"] == "done" for e in guardian_events(log)) \
+            or not guardian_running(session)
+
+    assert wait_for(finished, timeout, step=0.05), f"guardian still busy: {guardian_events(log)}"
+    return next((e for e in guardian_events(log) if e["event"] == "done"), {"missing": True})
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while True:
