@@ -34,7 +34,8 @@ def log(event: str, **fields: object) -> None:
 
 
 class EngineLoader(threading.Thread):
-    """Open the engine backends (the docker SDK import is ~200 ms) while lines are read."""
+    """Open the engine backends while lines are read (`--docker-via sdk` imports the SDK:
+    ~200 ms that must not delay reading the pipe)."""
 
     def __init__(self, names: Sequence[str], docker_via: str) -> None:
         super().__init__(name="engines", daemon=True)
@@ -79,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE,
                         help="seconds after EOF to watch for late creates (default 3)")
     parser.add_argument("--fd", type=int, default=0, help="read from this fd (default stdin)")
-    parser.add_argument("--docker-via", choices=("sdk", "cli"), default="sdk")
+    parser.add_argument("--docker-via", choices=("sdk", "cli"), default="cli",
+                        help="docker's backend (default cli: see guardian/engines.py)")
     args = parser.parse_args(argv)
     names = [n for n in args.engines.split(",") if n]
     for name in names:

@@ -7,10 +7,13 @@ Each backend answers two questions, and nothing else:
 - `remove(refs)`: force-remove them (ids or names), skipping ones already gone; returns what
   the engine said for the ones it could not remove.
 
-Docker is driven through the SDK by default: the guardian imports it while the orchestrator
-is still alive, so at EOF a list is one HTTP round trip (~3 ms) instead of a CLI start
-(~25 ms), and the removals go out in parallel threads. `benchmarks/guardian.py` measures the
-CLI against it. Podman here is daemonless (no API socket), so its backend is its CLI.
+Docker goes through its CLI by default. `benchmarks/guardian.py` measured both in one run
+(docker 20.10, 3 running containers, SIGKILL to last gone): SDK ~400 ms, CLI ~390 ms -- the
+daemon's kill + remove dominates, and one `docker rm -f a b c` already removes in parallel.
+The SDK's one gain, a ~3 ms list instead of a ~25 ms CLI start, only matters while polling
+for a late create, and the SDK costs the guardian ~300 ms of CPU to import, paid at the
+session's first command, exactly while the orchestrator syncs and creates. `--docker-via sdk`
+keeps it available. Podman here is daemonless (no API socket), so its backend is its CLI.
 """
 
 from __future__ import annotations
@@ -179,7 +182,7 @@ class PodmanCLI:
         ]
 
 
-def open_engine(name: str, docker_via: str = "sdk") -> Engine | None:
+def open_engine(name: str, docker_via: str = "cli") -> Engine | None:
     """The backend for `name`, or None when its CLI is not installed here."""
     if name == "podman":
         binary = shutil.which("podman")
