@@ -110,6 +110,7 @@ class Backlog:
         self._entries: dict[str, Entry] = {}
         self._runs: dict[str, _Run] = {}
         self._closed = False
+        self._closed_why = "the exec tool is closed: every run was released"
         self._numbers = itertools.count(1)
 
     def number(self) -> int:
@@ -195,8 +196,8 @@ class Backlog:
     def _refuse_if_closed(self) -> None:
         if self._closed:
             raise SprawlError(
-                ErrorCode.TOOL_UNAVAILABLE, "exec tool", "the exec tool is closed: every run "
-                "was released", "start a new exec tool (or a new sprawl-orch serve)",
+                ErrorCode.TOOL_UNAVAILABLE, "exec tool", f"{self._closed_why}; nothing was run",
+                "start a new exec tool (or a new sprawl-orch serve)",
             )
 
     # -- collecting ---------------------------------------------------------------------
@@ -280,10 +281,11 @@ class Backlog:
             )
         return report
 
-    def close(self) -> str | None:
+    def close(self, why: str | None = None) -> str | None:
         """Refuse new commands, release every run, remove our cgroups. Says what stayed."""
         with self._lock:
             self._closed = True
+            self._closed_why = why or self._closed_why
             runs = {e.run for e in self._entries.values()} | set(self._runs)
         for run in sorted(runs):
             self.release(run)

@@ -289,7 +289,7 @@ class Server:
             self._closed = True
             tools = list(self._tools.values())
         # Kills every command (in its window or in the backlog); their execs then answer.
-        self.backlog.close()
+        self.backlog.close("the server is closing (its stdin closed): every run was released")
         self._execs.shutdown(wait=True)
         self._control.shutdown(wait=True)
         for tool in tools:

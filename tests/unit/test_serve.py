@@ -181,3 +181,29 @@ def test_cli_prints_the_schema_and_checks_its_options() -> None:
     assert json.loads(printed.output) == json.loads(json.dumps(schema()))
     wrong = CliRunner().invoke(main, ["serve", "--shares", "cpu_and_memory"])
     assert wrong.exit_code == 2 and "--run-memory-bytes" in wrong.output
+
+
+def test_subprocess_without_delegation_reports_unapplied(tmp_path: Path, tree: Path) -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    config = tmp_path / "sprawl.toml"
+    config.write_text(f'[sandbox]\narm = "copied_tree"\nscratch_dir = "{tmp_path}"\n'
+                      f'[state]\ndir = "{tmp_path / "state"}"\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", "serve", "-C",
+         str(tree), "--config", str(config), "--shares", "cpu_and_memory",
+         "--run-memory-bytes", str(2**20), "--cgroup-root", str(tmp_path / "no-cgroupfs")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo)},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write('{"id": 1, "op": "exec", "command": ["true"]}\n')
+    proc.stdin.flush()
+    answer = json.loads(proc.stdout.readline())
+    proc.stdin.close()
+    assert proc.wait(30) == 0
+    assert answer["result"]["exit_code"] == 0
+    assert answer["result"]["memory_ceiling"]["why"] == "not_delegated"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("sprawl-")] == []
