@@ -1,0 +1,159 @@
+"""Per-command cost of the container arm against the raw engine, side by side in one run.
+
+    . .ci/env && python benchmarks/container_exec.py [--reps N] [--cli-reps M]
+
+For each engine (docker, podman) with the same busybox image and the same limits/mount:
+- ours:    ContainerArm in this one long-lived process (admitted once), per command:
+           own copy -> create (CLI) -> inspect + verify -> start -> wait -> output -> inspect
+           -> remove. This is what the library and `sprawl-orch serve` pay per command.
+- raw:     `docker run --rm …` / `podman run --rm --runtime <admitted> …`, same flags.
+- cli:     `sprawl-orch exec -- true` as a fresh process (python start, imports, admission
+           with its probe container, sync, the run): what a one-shot CLI call pays.
+Runs are interleaved (ours, raw, ours, raw, …) so machine noise hits both. Prints medians
+and ratios; the goal is ours/raw(docker) <= 1.15.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from images.build import build_busybox
+from orchestrator.config import ContainerConfig, EngineImages
+from orchestrator.container.admission import admit
+from orchestrator.container.argv import HostLimits, create_argv
+from orchestrator.container.arm import ContainerArm
+from orchestrator.container.docker import DockerEngine
+from orchestrator.container.engine import Engine
+from orchestrator.container.podman import PodmanEngine
+from orchestrator.launch import Launch
+
+ROOT = Path(__file__).resolve().parent.parent
+# the `sprawl-orch` console script, without needing the package installed
+CLI = "import sys; from orchestrator.cli import main; sys.argv[0] = 'sprawl-orch'; main()"
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+def raw_run_argv(engine: Engine, config: ContainerConfig, image: str, copy: Path,
+                 runtime: str | None) -> list[str]:
+    """Our create argv turned into `run --rm` (no name/labels: the raw mechanism)."""
+    argv = list(create_argv(engine.name, config, image, copy, ["true"], [], "raw-1", "raw",
+                            "raw", runtime, host=HostLimits.this_host()))
+    for flag in ("--name", "--label", "--label"):
+        at = argv.index(flag)
+        del argv[at:at + 2]
+    argv[0:1] = ["run", "--rm"]
+    return list(engine.cli_argv(argv))
+
+
+def ours_once(arm: ContainerArm, copy: Path, out: Path, n: int, session: str) -> float:
+    launch = Launch(argv=("true",), cwd=copy, env={}, outputs=out / str(n),
+                    tag=f"{session}-{n}", session=session, run="bench")
+    start = time.perf_counter()
+    running = arm.start(launch)
+    running.wait(None)
+    done = running.finish()
+    took = time.perf_counter() - start
+    assert done.exit_code == 0 and done.extra["container"]["removed"], done  # type: ignore[index]
+    return took
+
+
+def raw_once(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def cli_once(workdir: Path, config_file: Path, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", CLI, "exec", "-C", str(workdir), "--config", str(config_file),
+         "--", "true"],
+        env=env, capture_output=True, text=True, check=False,
+    )
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"sprawl-orch exec failed: {done.stdout}{done.stderr}")
+    return took
+
+
+def bench_engine(name: str, reps: int, cli_reps: int, tmp: Path) -> dict[str, float]:
+    engine: Engine = DockerEngine() if name == "docker" else PodmanEngine()
+    image = build_busybox(name)
+    try:
+        config = ContainerConfig(engine=name, images=EngineImages(**{name: image}))
+        admission = admit(engine, config)
+        if not admission.admitted:
+            raise SystemExit(f"{name} not admitted: {admission.reason}")
+        arm = ContainerArm(config, engine)
+        copy = tmp / f"{name}-copy"
+        copy.mkdir()
+        (copy / "a.txt").write_text("x")
+        raw = raw_run_argv(engine, config, image, copy, admission.runtime)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        ours_once(arm, copy, tmp / f"{name}-out", 0, f"warm{os.getpid()}")  # warm caches
+        raw_once(raw, env)
+        ours, plain = [], []
+        for n in range(1, reps + 1):
+            ours.append(ours_once(arm, copy, tmp / f"{name}-out", n, f"bench{os.getpid()}"))
+            plain.append(raw_once(raw, env))
+        cli: list[float] = []
+        if cli_reps:
+            work = tmp / f"{name}-work"
+            work.mkdir()
+            (work / "a.txt").write_text("x")
+            conf = tmp / f"{name}.toml"
+            conf.write_text(
+                f'[sandbox]\narm = "container"\nscratch_dir = "{tmp / "scratch"}"\n'
+                f'[sandbox.container]\nengine = "{name}"\n'
+                f'[sandbox.container.images]\n{name} = "{image}"\n'
+                f'[state]\ndir = "{tmp / "state"}"\n'
+            )
+            cli = [cli_once(work, conf, env) for _ in range(cli_reps)]
+        arm.close()
+    finally:
+        subprocess.run([name, "rmi", image], capture_output=True, check=False)
+    return {
+        "ours": statistics.median(ours),
+        "raw": statistics.median(plain),
+        "cli": statistics.median(cli) if cli else float("nan"),
+        "runtime": 0.0 if admission.runtime is None else 1.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--cli-reps", type=int, default=5)
+    parser.add_argument("--engines", default="docker,podman")
+    args = parser.parse_args()
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-") as tmp:
+        for name in args.engines.split(","):
+            results[name] = bench_engine(name, args.reps, args.cli_reps, Path(tmp))
+    print(f"\nper-command medians, `true` in busybox, {args.reps} reps "
+          f"({args.cli_reps} for the CLI)")
+    print(f"{'engine':8} {'ours (library)':>15} {'raw run --rm':>13} {'ratio':>6} "
+          f"{'CLI exec':>9} {'CLI/raw':>8}")
+    for name, r in results.items():
+        print(f"{name:8} {ms(r['ours']):>12} ms {ms(r['raw']):>10} ms {r['ours'] / r['raw']:>6.2f} "
+              f"{ms(r['cli']):>6} ms {r['cli'] / r['raw']:>8.2f}")
+    if "docker" in results:
+        ratio = results["docker"]["ours"] / results["docker"]["raw"]
+        print(f"\ngoal ours/raw docker <= 1.15: {'met' if ratio <= 1.15 else 'NOT met'} "
+              f"({ratio:.2f})")
+
+
+if __name__ == "__main__":
+    main()
