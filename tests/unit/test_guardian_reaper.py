@@ -1,0 +1,154 @@
+"""The guardian's EOF logic over a small fake engine (the real engines are in
+tests/integration/test_guardian.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Collection
+from pathlib import Path
+
+from guardian.engines import EngineError, Found
+from guardian.protocol import Created, Expect, Scratch
+from guardian.reaper import Reaper, creators, delete_scratch
+from guardian.watchlist import Watchlist
+
+
+class FakeEngine:
+    """Containers by name; `later` ones appear after a delay (a create in flight)."""
+
+    def __init__(self, name: str = "docker", *, stuck: Collection[str] = ()) -> None:
+        self.name = name
+        self.containers: dict[str, dict[str, str]] = {}
+        self.stuck = set(stuck)  # removal fails for these
+        self.lock = threading.Lock()
+        self.removed: list[str] = []
+
+    def add(self, name: str, session: str, after: float = 0.0) -> None:
+        def put() -> None:
+            time.sleep(after)
+            with self.lock:
+                self.containers[name] = {"id": f"id-{name}", "session": session}
+
+        if after:
+            threading.Thread(target=put, daemon=True).start()
+        else:
+            put()
+
+    def find(self, session: str, names: Collection[str]) -> list[Found]:
+        with self.lock:
+            return [Found(c["id"], n) for n, c in self.containers.items()
+                    if c["session"] == session or n in names]
+
+    def remove(self, refs: Collection[str]) -> list[str]:
+        errors = []
+        with self.lock:
+            for name, c in list(self.containers.items()):
+                if name in refs or c["id"] in refs:
+                    if name in self.stuck:
+                        errors.append(f"{name}: removal failed")
+                        continue
+                    del self.containers[name]
+                    self.removed.append(name)
+        return errors
+
+
+def quiet(event: str, **fields: object) -> None:
+    return None
+
+
+def watch_of(*messages: object) -> Watchlist:
+    watch = Watchlist()
+    for m in messages:
+        watch.apply(m)  # type: ignore[arg-type]
+    return watch
+
+
+def test_announced_and_labelled_containers_go_and_strangers_stay() -> None:
+    engine = FakeEngine()
+    engine.add("sprawl-s-1", "s")
+    engine.add("sprawl-s-2", "s")  # labelled, never announced: still ours
+    engine.add("other", "someone-else")
+    watch = watch_of(Expect("sprawl-s-1"), Created("sprawl-s-1", "id-sprawl-s-1"))
+    report = Reaper("s", [engine], 3.0, quiet).reap(watch)
+    assert sorted(engine.removed) == ["sprawl-s-1", "sprawl-s-2"]
+    assert list(engine.containers) == ["other"]
+    assert report.left == [] and report.late == []
+    assert report.seconds < 1.0, "nothing in flight: no grace period to sit out"
+
+
+def test_a_late_create_is_removed_when_it_appears() -> None:
+    engine = FakeEngine("podman")
+    engine.add("sprawl-s-1", "s", after=0.4)
+    report = Reaper("s", [engine], 3.0, quiet).reap(watch_of(Expect("sprawl-s-1")))
+    assert report.late == ["sprawl-s-1"]
+    assert engine.containers == {}
+    assert report.seconds < 2.0, "done as soon as the awaited name was seen and removed"
+
+
+def test_a_create_that_never_comes_is_awaited_for_the_grace_only() -> None:
+    engine = FakeEngine()
+    report = Reaper("s", [engine], 0.3, quiet).reap(watch_of(Expect("sprawl-s-1")))
+    assert report.late == [] and report.left == []
+    assert 0.3 <= report.seconds < 1.5
+
+
+def test_what_cannot_be_removed_is_reported_left() -> None:
+    engine = FakeEngine(stuck={"sprawl-s-1"})
+    engine.add("sprawl-s-1", "s")
+    report = Reaper("s", [engine], 0.3, quiet).reap(watch_of(Expect("sprawl-s-1"),
+                                                             Created("sprawl-s-1", "x")))
+    assert report.left == ["sprawl-s-1"]
+    assert any("removal failed" in p for p in report.problems)
+
+
+def test_an_engine_that_cannot_be_asked_does_not_stop_the_others(tmp_path: Path) -> None:
+    class Down(FakeEngine):
+        def find(self, session: str, names: Collection[str]) -> list[Found]:
+            raise EngineError("docker: connection refused")
+
+    up = FakeEngine("podman")
+    up.add("sprawl-s-1", "s")
+    copy = tmp_path / "sprawl-s-copy"
+    copy.mkdir()
+    report = Reaper("s", [Down(), up], 0.2, quiet).reap(watch_of(Scratch(copy)))
+    assert up.containers == {}
+    assert not copy.exists()
+    assert "docker: connection refused" in report.problems
+
+
+def test_a_live_create_process_extends_the_wait() -> None:
+    """The container lands at 0.6 s, past the 0.2 s grace, while its create (a stand-in
+    whose argv names it, as the engine CLI's does) still runs."""
+    engine = FakeEngine()
+    engine.add("sprawl-s-1", "s", after=0.6)
+    proc = subprocess.Popen(["sh", "-c", "sleep 0.8", "create", "--name", "sprawl-s-1"])
+    try:
+        assert creators(["sprawl-s-1"]) == [proc.pid]
+        report = Reaper("s", [engine], 0.2, quiet).reap(watch_of(Expect("sprawl-s-1")))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert report.late == ["sprawl-s-1"] and engine.containers == {}
+
+
+def test_creators_reads_both_spellings_of_name() -> None:
+    proc = subprocess.Popen(["sh", "-c", "sleep 5", "create", "--name=sprawl-x-9"])
+    try:
+        assert creators(["sprawl-x-9"]) == [proc.pid]
+        assert creators(["sprawl-x-8"]) == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_only_scratch_named_directories_are_deleted(tmp_path: Path) -> None:
+    mine = tmp_path / "sprawl-s-abc"
+    (mine / "d").mkdir(parents=True)
+    theirs = tmp_path / "project"
+    theirs.mkdir()
+    assert delete_scratch(mine) is None and not mine.exists()
+    assert delete_scratch(mine) is None  # already gone is fine
+    problem = delete_scratch(theirs)
+    assert problem is not None and "not a scratch copy name" in problem and theirs.exists()
