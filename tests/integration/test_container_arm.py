@@ -6,6 +6,7 @@ checks that no container of its session is left behind.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -76,6 +77,18 @@ def test_program_and_shell_line(case: Case, engine_image: tuple[str, str]) -> No
     assert argv[-3:] == ["/bin/sh", "-c", "echo $GREETING; echo to-err >&2; exit 7"]
     assert container["verified"] is True and container["removed"] is True
     assert container["engine"] == engine_image[0] and container["image"] == engine_image[1]
+
+
+def test_output_bytes_arrive_as_written(case: Case, engine_image: tuple[str, str]) -> None:
+    # docker's json-file log would turn every non-UTF-8 byte into U+FFFD: we attach instead
+    line = ("head -c 3000000 /dev/urandom > /tmp/r; cat /tmp/r; md5sum /tmp/r >&2; "
+            "printf '\\377\\376end' >&2")
+    done = run(arm_for(engine_image), case.launch(shell=line))
+    out = done.stdout_path.read_bytes()
+    err = done.stderr_path.read_bytes()
+    assert len(out) == 3_000_000
+    assert err.startswith(hashlib.md5(out).hexdigest().encode())
+    assert err.endswith(b"\xff\xfeend")
 
 
 def test_writes_land_in_the_copy(case: Case, engine_image: tuple[str, str]) -> None:
