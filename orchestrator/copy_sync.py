@@ -336,6 +336,22 @@ def sync(source: Path, copy: Path, bounds: Bounds = Bounds()) -> FileWork:
     except SprawlError as err:
         raise _discarding(err, copy) from err.__cause__
     except SourceUnreadable as err:
+        cause = err.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.ELOOP:
+            # Seen on Linux 5.x/6.x: a path through ~30 links to an ancestor can already
+            # fail with ELOOP before the depth bound is reached (the kernel's 40-link
+            # budget also counts links met while resolving each absolute target). It is
+            # the same endless tree the depth bound exists to end, so refuse it as one.
+            rel = os.path.relpath(err.path, src)
+            rel = rel if len(rel) <= 160 else rel[:160] + "…"
+            raise _discarding(
+                walk._refuse(
+                    f"following symbolic links to {rel} fails with ELOOP before the depth bound "
+                    f"(bound {_bound_name('depth', bounds.depth, MAX_DEPTH)}); a symbolic link "
+                    "to a directory that contains it makes an endless tree"
+                ),
+                copy,
+            ) from cause
         raise _discarding(
             SprawlError(
                 ErrorCode.STORAGE_FATAL,

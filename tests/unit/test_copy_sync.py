@@ -231,8 +231,12 @@ def test_link_loop_is_refused_by_depth(tmp_path: Path, src: Path) -> None:
         sync(src, copy)
     err = caught.value
     assert err.code is ErrorCode.COPY_BOUND and err.subject == str(src)
-    assert f"deeper than {MAX_DEPTH} levels" in err.detail
-    assert f"at level {MAX_DEPTH + 1}" in err.detail and "MAX_DEPTH = 64" in err.detail
+    # Either the depth bound or the kernel's link budget (ELOOP) ends the loop first,
+    # depending on the order the directory lists its entries in.
+    assert "MAX_DEPTH = 64" in err.detail and "endless tree" in err.detail
+    if "ELOOP" not in err.detail:
+        assert f"deeper than {MAX_DEPTH} levels" in err.detail
+        assert f"at level {MAX_DEPTH + 1}" in err.detail
     assert not os.path.lexists(copy)
     assert snapshot(src) == before
 
