@@ -4,8 +4,9 @@ in orchestrator/container/docker.py and podman.py.
     . .ci/env && python benchmarks/container_steps.py [--reps N]
 
 docker: create (CLI vs SDK), inspect (SDK vs CLI), start+wait+output (SDK start, wait,
-logs vs CLI `start -a`), remove (SDK vs CLI). podman (CLI only, no service socket):
-`start --attach` vs `start` + `wait` + `logs`, and the per-call floor (`inspect`).
+logs; SDK attach, start, wait — what the arm does; CLI `start -a`), remove (SDK vs CLI).
+podman (CLI only, no service socket): `start --attach` vs `start` + `wait` + `logs`, and
+the per-call floor (`inspect`).
 Interleaved, medians in ms.
 """
 
@@ -61,10 +62,17 @@ def docker_steps(reps: int, copy: Path, times: Times) -> None:
             api.remove_container(sdk)
             timed(times, "docker inspect: SDK", lambda c=cid: api.inspect_container(c))
             timed(times, "docker inspect: CLI", lambda c=cid: cli("docker", "inspect", c))
-            if n % 2:
+            if n % 3 == 1:
                 timed(times, "docker start+wait+logs: SDK", lambda c=cid: (
                     api.start(c), api.wait(c), api.logs(c, stdout=True, stderr=False),
                     api.logs(c, stdout=False, stderr=True)))
+                timed(times, "docker remove: SDK", lambda c=cid: api.remove_container(c))
+            elif n % 3 == 2:
+                def attached(c: str = cid) -> None:  # what DockerAttached does
+                    run = engine.start(c, copy / "o", copy / "e")
+                    run.wait(None)
+                    run.collect()
+                timed(times, "docker attach+start+wait: SDK", attached)
                 timed(times, "docker remove: SDK", lambda c=cid: api.remove_container(c))
             else:
                 timed(times, "docker start -a: CLI", lambda c=cid: cli("docker", "start", "-a", c))

@@ -27,6 +27,7 @@ DEFAULT_HOST = "unix:///var/run/docker.sock"
 CONNECTION_VARS: tuple[str, ...] = ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG")
 API_TIMEOUT = 120
 STREAM_DRAIN_SECONDS = 10.0
+POLL_SECONDS = 0.05
 
 START_RECOVERY = "the docker runtime could not start the container; see `sprawl-orch doctor`"
 
@@ -117,17 +118,26 @@ class DockerAttached:
                 self._pump_error = f"{type(err).__name__}: {err}"
 
     def wait(self, timeout: float | None) -> bool:
+        import docker.errors
         import requests
 
         if self._done:
             return True
         try:
+            if timeout is not None and timeout <= POLL_SECONDS:
+                # a poll (harvest): one inspect, instead of a long-poll that times out and
+                # costs its pooled connection
+                state = self._api.inspect_container(self._id).get("State") or {}
+                if state.get("Running") or state.get("Status") in ("running", "paused"):
+                    return False
             # timeout=None reaches requests as None: wait as long as it takes
             self._api.wait(self._id, timeout=None if timeout is None else max(timeout, 0.001))
         except requests.exceptions.ConnectionError as err:
             if "timed out" in str(err):
                 return False
             raise engine_error("docker", "wait", str(err), START_RECOVERY) from err
+        except docker.errors.NotFound:
+            pass  # removed behind our back (guardian, a person): it is over; finish says so
         self._done = True
         return True
 
