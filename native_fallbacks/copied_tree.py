@@ -27,7 +27,12 @@ class CopiedTreeArm:
         return ASSURANCES[self.name]
 
     def note(self) -> str | None:
-        return None
+        # Nothing stops a write by absolute path: the copy protects the tree only from
+        # writes made relative to the working directory (conformance probes exactly that).
+        return (
+            "The copy protects your tree from writes made through the working directory; "
+            "a write by absolute path outside it is not stopped."
+        )
 
     def prepare(self, workdir: Path) -> None:
         return None
@@ -49,3 +54,6 @@ class HostArm(CopiedTreeArm):
     """`where: host` — not an arm of the sandbox: runs in place, all five axes NO."""
 
     name = ArmName.HOST
+
+    def note(self) -> str | None:
+        return None

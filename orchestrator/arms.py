@@ -116,7 +116,7 @@ def job_leaf(why: str) -> Missing:
     return Missing(
         "job_leaf",
         f"a Windows Job Object with an AppContainer cannot be made: {why}",
-        "run on Windows 10 1809 or later with pywin32 installed (pip install pywin32)",
+        "run on Windows 10 1809 or later (AppContainer and Job Object APIs, called through ctypes)",
     )
 
 

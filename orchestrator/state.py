@@ -13,11 +13,16 @@ from orchestrator.config import Config
 
 def state_dir(config: Config, environ: Mapping[str, str]) -> Path:
     if config.state.dir is not None:
-        return config.state.dir
-    xdg = environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path(environ.get("HOME", "/root")) / ".local" / "state"
-    return base / "sprawl-orch"
+        return config.state.dir.expanduser()
+    xdg = environ.get("XDG_STATE_HOME", "")
+    # The XDG spec says a relative value is invalid and must be ignored.
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "sprawl-orch"
+    home = environ.get("HOME") or str(Path.home())
+    return Path(home) / ".local" / "state" / "sprawl-orch"
 
 
 def ledger_path(config: Config, environ: Mapping[str, str]) -> Path:
-    return config.state.ledger or state_dir(config, environ) / "ledger.jsonl"
+    if config.state.ledger is not None:
+        return config.state.ledger.expanduser()
+    return state_dir(config, environ) / "ledger.jsonl"
