@@ -7,13 +7,13 @@ Each backend answers two questions, and nothing else:
 - `remove(refs)`: force-remove them (ids or names), skipping ones already gone; returns what
   the engine said for the ones it could not remove.
 
-Docker goes through its CLI by default. `benchmarks/guardian.py` measured both in one run
-(docker 20.10, 3 running containers, SIGKILL to last gone): SDK ~400 ms, CLI ~390 ms -- the
-daemon's kill + remove dominates, and one `docker rm -f a b c` already removes in parallel.
-The SDK's one gain, a ~3 ms list instead of a ~25 ms CLI start, only matters while polling
-for a late create, and the SDK costs the guardian ~300 ms of CPU to import, paid at the
-session's first command, exactly while the orchestrator syncs and creates. `--docker-via sdk`
-keeps it available. Podman here is daemonless (no API socket), so its backend is its CLI.
+Docker goes through its CLI by default. `benchmarks/guardian.py` measured both, interleaved
+in one run (docker 20.10, 3 running containers, 15 kills each, SIGKILL to last gone): SDK
+median ~290 ms, CLI ~340 ms -- the daemon's kill + remove dominates (a live process's own
+`docker rm -f` takes ~280 ms), and one `docker rm -f a b c` already removes in parallel. The
+SDK's ~50 ms is one CLI start; it costs the guardian ~300 ms of CPU to import, paid at every
+session's first command, exactly while the orchestrator syncs and creates, for a gain only a
+crash sees. `--docker-via sdk` keeps it available. Podman here is daemonless (no API socket), so its backend is its CLI.
 """
 
 from __future__ import annotations

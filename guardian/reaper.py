@@ -1,8 +1,8 @@
 """What the guardian does at EOF: remove everything the dead orchestrator left, fast.
 
-All of it at once, in threads: per engine, force-remove the announced containers while
-listing the session's label (then remove what the list adds); kill the announced process
-groups; delete the scratch copies. Then, while a create that was announced with `expect` has
+All of it at once, in threads: per engine, force-remove the announced containers, then list
+the session's label and remove what the list adds; kill the announced process groups; delete
+the scratch copies. Then, while a create that was announced with `expect` has
 not been seen (it may still be in flight at the engine), or while a removal has not yet shown
 up as gone, poll every engine until the grace period ends and remove whatever appears.
 """
@@ -43,7 +43,8 @@ Log = Callable[..., None]
 
 @dataclass
 class Report:
-    removed: dict[str, list[str]] = field(default_factory=dict)  # engine -> names
+    announced: list[str] = field(default_factory=list)  # names force-removed as announced
+    removed: dict[str, list[str]] = field(default_factory=dict)  # engine -> names listed+removed
     late: list[str] = field(default_factory=list)  # names that appeared after EOF
     pgroups: list[int] = field(default_factory=list)  # groups signalled
     scratch: list[str] = field(default_factory=list)  # copies deleted
@@ -157,21 +158,18 @@ class Reaper:
         self.log("removed", engine=engine.name, names=[f.name for f in found], errors=errors)
 
     def _first_sweep(self, engine: Engine, watch: Watchlist, report: Report) -> list[Found]:
-        """Remove the announced containers while listing the label; remove what the list
-        adds. Returns what the list showed (the announced ones may have been among it)."""
+        """Remove the announced containers, then list the label and remove what the list adds.
+        One after the other, not side by side: a `podman ps` beside the `podman rm` slowed the
+        removal by ~140 ms (podman 4.3.1: CPU and container locks, measured), and containers
+        that were never announced are the rare case. Returns what the list showed."""
         refs = [cid or name for name, cid in watch.containers.items()]
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            removing = pool.submit(engine.remove, refs) if refs else None
-            found = self._find(engine, watch.containers, report)
-            extra = [f for f in found if f.container_id not in refs and f.name not in refs]
-            self._remove(engine, extra, report)
-            if removing is not None:
-                errors = removing.result()
-                report.problems.extend(errors)
-                present = [f.name for f in found if f.container_id in refs or f.name in refs]
-                report.removed.setdefault(engine.name, []).extend(present)
-                self.log("removed-announced", engine=engine.name, refs=refs, listed=present,
-                         errors=errors)
+        report.announced = sorted(watch.containers)
+        if refs:
+            errors = engine.remove(refs)
+            report.problems.extend(errors)
+            self.log("removed-announced", engine=engine.name, refs=refs, errors=errors)
+        found = self._find(engine, watch.containers, report)
+        self._remove(engine, found, report)
         return found
 
     def reap(self, watch: Watchlist) -> Report:
