@@ -13,7 +13,8 @@ median ~290 ms, CLI ~340 ms -- the daemon's kill + remove dominates (a live proc
 `docker rm -f` takes ~280 ms), and one `docker rm -f a b c` already removes in parallel. The
 SDK's ~50 ms is one CLI start; it costs the guardian ~300 ms of CPU to import, paid at every
 session's first command, exactly while the orchestrator syncs and creates, for a gain only a
-crash sees. `--docker-via sdk` keeps it available. Podman here is daemonless (no API socket), so its backend is its CLI.
+crash sees. `--docker-via sdk` keeps it available. Podman here is daemonless (no API
+socket), so its backend is its CLI.
 """
 
 from __future__ import annotations
