@@ -2,9 +2,10 @@
 
 All of it at once, in threads: per engine, force-remove the announced containers, then list
 the session's label and remove what the list adds; kill the announced process groups; delete
-the scratch copies. Then, while a create that was announced with `expect` has
-not been seen (it may still be in flight at the engine), or while a removal has not yet shown
-up as gone, poll every engine until the grace period ends and remove whatever appears.
+the scratch copies. Then, while a create announced with `expect` has not been seen (it may
+still be in flight at the engine), or while a removal has not yet shown up as gone, poll every
+engine until the grace period ends -- longer while the create's CLI process still runs -- and
+remove whatever appears.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ class Report:
 def group_is_ours(pgid: int, create_time: float) -> bool:
     """The announced group, not another that got the number after a pid reuse: while any
     member lives (or the leader is an unreaped zombie) the kernel keeps the number from being
-    handed out again, so a live leader must have the announced creation time; a group whose
-    leader is gone can only be ours."""
+    handed out again, so a live leader must have the announced creation time. A group whose
+    leader is gone is taken as ours: for it to be another, our whole group would have had to
+    end, the number be recycled to a new group leader, and that leader end too."""
     try:
         return abs(psutil.Process(pgid).create_time() - create_time) <= CREATE_TIME_SLACK
     except psutil.NoSuchProcess:
