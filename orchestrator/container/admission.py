@@ -139,7 +139,8 @@ def _state_failure(state: dict[str, object]) -> str | None:
 def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | None,
           runtime_name: str, host: HostLimits) -> str | None:
     """Run `true` exactly as a command would run (limits, mount, verify). None = passed,
-    else the engine's words."""
+    else the engine's words. Our own faults (the copy can't be given to the user, the
+    limits don't fit) raise SprawlError with their own recovery instead."""
     work = Path(tempfile.mkdtemp(prefix="sprawl-probe-"))
     container: str | None = None
     try:
@@ -149,6 +150,10 @@ def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | No
         tag = f"probe-{secrets.token_hex(4)}"
         argv = create_argv(engine.name, config, image, copy, ["true"], [], tag,
                            "admission", "admission", runtime, host=host)
+    except SprawlError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    try:
         container = engine.create(argv, {})
         expected = Expected.of(engine.name, config, host, image, copy, runtime_name)
         found = mismatches(expected, engine.inspect(container))
@@ -212,7 +217,10 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits) -> Admissi
         name, True, facts=facts, image=image, runtime_used=facts.default_runtime,
         uids_namespaced=namespaced, userns_why=why, notes=limits.notes,
     )
-    first = probe(engine, config, image, None, facts.default_runtime, host)
+    try:
+        first = probe(engine, config, image, None, facts.default_runtime, host)
+    except SprawlError as err:
+        return refused(name, err.code, err.detail, err.recovery)
     if first is None:
         return admitted
     for other in _fallbacks(facts):

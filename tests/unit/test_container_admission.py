@@ -222,3 +222,21 @@ def test_explicit_limits_the_host_cannot_give_refuse_admission() -> None:
     admission = admit(FakeEngine(images=[IMAGE]), config, HOST)  # type: ignore[arg-type]
     assert not admission.admitted and admission.code is ErrorCode.CONFIG_INVALID
     assert "cpus = 8 but this host has 2 CPUs" in admission.reason
+
+
+def test_a_copy_the_user_cannot_be_given_refuses_with_its_own_recovery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import orchestrator.container.admission as admission_module
+
+    def refuse(root: Path, uid: int, gid: int) -> int:
+        raise SprawlError(ErrorCode.SANDBOX_DENIED, str(root),
+                          "cannot give the copy to the container user 65534:65534",
+                          'set [sandbox.container] user = "1000:1000"')
+
+    monkeypatch.setattr(admission_module, "own_copy", refuse)
+    engine = FakeEngine(images=[IMAGE])
+    admission = admit(engine, CONFIG, HOST)  # type: ignore[arg-type]
+    assert not admission.admitted and admission.code is ErrorCode.SANDBOX_DENIED
+    assert admission.recovery == 'set [sandbox.container] user = "1000:1000"'
+    assert not [c for c in engine.calls if c[0] == "create"]
