@@ -294,26 +294,26 @@ def test_program_missing_in_image_is_refused(case: Case, engine_image: tuple[str
         assert "no-such-program" in str(done.extra["container"]["start_error"])  # type: ignore[index]
 
 
-def _crun() -> str:
+@pytest.fixture(scope="session")
+def crun(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real crun: the installed one, or Debian's package unpacked in a temp dir (not
     installed: that would change every podman user's default runtime on this host)."""
     found = shutil.which("crun")
     if found:
-        return found
-    root = Path(os.environ.get("SPRAWL_CRUN_CACHE", "/tmp/sprawl-orch-crun"))
+        yield found
+        return
+    root = tmp_path_factory.mktemp("crun")
+    subprocess.run(["apt-get", "download", "crun", "libyajl2"], cwd=root, check=True,
+                   capture_output=True)
+    for deb in root.glob("*.deb"):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root / "unpacked")], check=True)
+    lib = root / "unpacked/usr/lib/x86_64-linux-gnu"
     wrapper = root / "crun"
-    if not wrapper.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["apt-get", "download", "crun", "libyajl2"], cwd=root, check=True,
-                       capture_output=True)
-        for deb in root.glob("*.deb"):
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(root / "unpacked")], check=True)
-        lib = root / "unpacked/usr/lib/x86_64-linux-gnu"
-        wrapper.write_text(
-            f"#!/bin/sh\nLD_LIBRARY_PATH={lib} exec {root}/unpacked/usr/bin/crun \"$@\"\n"
-        )
-        wrapper.chmod(0o755)
-    return str(wrapper)
+    binary = root / "unpacked/usr/bin/crun"
+    wrapper.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH={lib} exec {binary} "$@"\n')
+    wrapper.chmod(0o755)
+    yield str(wrapper)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def hybrid_cgroups() -> bool:
@@ -326,10 +326,10 @@ def hybrid_cgroups() -> bool:
 
 
 def test_podman_crun_failure_falls_back_to_runc_and_says_so(
-    tmp_path: Path, podman_image: str
+    tmp_path: Path, podman_image: str, crun: str
 ) -> None:
     conf = tmp_path / "containers.conf"
-    conf.write_text(f'[engine]\nruntime = "crun"\n[engine.runtimes]\ncrun = ["{_crun()}"]\n')
+    conf.write_text(f'[engine]\nruntime = "crun"\n[engine.runtimes]\ncrun = ["{crun}"]\n')
     engine = PodmanEngine(environ={**os.environ, "CONTAINERS_CONF": str(conf)})
     assert engine.facts().default_runtime == "crun"
     config = config_for("podman", podman_image)
