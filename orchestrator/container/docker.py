@@ -9,8 +9,10 @@ inside functions only: `import docker` costs ~200 ms.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +30,9 @@ CONNECTION_VARS: tuple[str, ...] = ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DO
 API_TIMEOUT = 120
 STREAM_DRAIN_SECONDS = 10.0
 POLL_SECONDS = 0.05
+# Connections one client may hold at once (long-poll waits of running containers each
+# hold one); above it urllib3 opens extra ones and warns "Connection pool is full".
+MAX_POOL = 64
 
 START_RECOVERY = "the docker runtime could not start the container; see `sprawl-orch doctor`"
 
@@ -71,6 +76,31 @@ def connect_recovery(host: str, words: str) -> str:
             "point DOCKER_HOST at a running one")
 
 
+def one_pool(api: APIClient) -> None:
+    """Give a unix-socket client ONE connection pool, so connections are reused.
+
+    docker SDK 7.1's UnixHTTPAdapter keys its pools by the full URL: every container-
+    specific call (/containers/<id>/json, /start, /wait, DELETE) made a pool with a socket
+    of its own, none reused, all kept open until the pool fell out of an LRU of 25 — about
+    four sockets piled up per command (seen by tests/integration/test_serve_load.py). The
+    `num_pools` argument can't shrink it: `num_pools or X if ssh else 25` ignores it for
+    every non-ssh URL. One pool keyed by the socket fixes both. tcp/ssh clients keep theirs.
+    """
+    from docker.transport.unixconn import UnixHTTPAdapter
+
+    old = api.get_adapter("http+docker://localhost")
+    if not isinstance(old, UnixHTTPAdapter):
+        return
+
+    class OnePool(UnixHTTPAdapter):  # type: ignore[misc]
+        def get_connection(self, url: str, proxies: object = None) -> object:
+            return super().get_connection("http+docker://localhost", proxies)
+
+    api.mount("http+docker://",
+              OnePool(f"http+unix://{old.socket_path}", old.timeout, 1, MAX_POOL))
+    old.close()
+
+
 class DockerAttached:
     """attach (before start, so nothing is missed) -> start -> wait, via the SDK.
 
@@ -102,7 +132,23 @@ class DockerAttached:
             # e.g. 'exec: "nope": executable file not found in $PATH': the command never ran
             self.start_error = str(err.explanation or err)
             self._done = True
+            self._close_stream()
+
+    def _close_stream(self) -> None:
+        """Close the attach socket for real. It was hijacked from the pool, and the SDK's
+        CancellableStream.close() skips it once the stream hit EOF (`raw.closed` is then
+        true) — every command leaked one socket until this (docker/docker-py#2766)."""
+        response = getattr(self._stream, "_response", None)
+        fp = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+        sock = getattr(getattr(fp, "raw", None), "_sock", None)
+        with contextlib.suppress(Exception):
             self._stream.close()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        if response is not None:
+            response.close()
 
     def _pump(self) -> None:
         try:
@@ -144,9 +190,8 @@ class DockerAttached:
     def collect(self) -> str | None:
         # the attach stream ends with the container; give it a moment to drain
         self._reader.join(STREAM_DRAIN_SECONDS)
-        if self._reader.is_alive():
-            self._stream.close()
-            self._reader.join(STREAM_DRAIN_SECONDS)
+        self._close_stream()
+        self._reader.join(STREAM_DRAIN_SECONDS)
         if self._pump_error:
             self._err.write(f"[sprawl-orch: output stream broke: {self._pump_error}]\n".encode())
         if self.start_error:
@@ -191,6 +236,7 @@ class DockerEngine:
                     "docker", "connect", f"cannot reach the daemon at {self.host}: {err}",
                     connect_recovery(self.host, str(err)),
                 ) from err
+            one_pool(self._api)
         return self._api
 
     def streams(self) -> APIClient:
@@ -203,6 +249,7 @@ class DockerEngine:
                 **kwargs_from_env(environment=self._conn), version=self.api().api_version,
                 timeout=None,
             )
+            one_pool(self._streams)
         return self._streams
 
     def _cli_env(self, child: Mapping[str, str]) -> dict[str, str]:
