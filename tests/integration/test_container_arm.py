@@ -6,6 +6,7 @@ checks that no container of its session is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -350,4 +351,29 @@ def test_podman_crun_failure_falls_back_to_runc_and_says_so(
     assert container["runtime"] == "runc"  # type: ignore[index]
     argv = container["argv"]  # type: ignore[index]
     assert argv[argv.index("--runtime") + 1] == "runc"
+    assert case.leftovers() == []
+
+
+def _open_sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+def test_docker_client_sockets_do_not_pile_up(tmp_path: Path, docker_image: str) -> None:
+    # docker SDK 7.1 kept one socket per container-specific URL (see docker.one_pool)
+    case = Case(tmp_path, "docker")
+    arm = ContainerArm(config_for("docker", docker_image), make_engine("docker"))
+    run(arm, case.launch(["true"]))
+    before = _open_sockets()
+    for _ in range(12):
+        running = arm.start(case.launch(["sleep", "0.3"]))
+        assert running.wait(0) is False
+        running.wait(0.05)
+        assert running.wait(30)
+        running.finish()
+    assert _open_sockets() <= before + 1
+    arm.close()
     assert case.leftovers() == []
