@@ -405,15 +405,48 @@ def observe_user(run: Runner, dialect: Dialect, workdir: Path,
     if path is None:
         raise ProbeBroken(f"{name} was created (exit 0) but is not in {candidates}")
     uid = path.stat().st_uid
-    mine = os.getuid()  # type: ignore[attr-defined,unused-ignore]
     if path.parent == workdir:
         path.unlink()
+    return judge_uid(uid)
+
+
+def subordinate_ranges(path: Path = Path("/etc/subuid")) -> list[range]:
+    ranges = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            start, count = int(parts[1]), int(parts[2])
+            ranges.append(range(start, start + count))
+    return ranges
+
+
+def host_principal(uid: int) -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def judge_uid(uid: int) -> Observed:
+    """SPEC §1's user rule, read from the host: kept only for a uid that is not ours, not
+    root, not a host account (a rootful container's 65534 is the host's `nobody`), and lies
+    in a subordinate range reserved for sandboxes (/etc/subuid)."""
+    mine = os.getuid()  # type: ignore[attr-defined,unused-ignore]
+    said = f"the file it created is owned by uid {uid} (we are {mine})"
     if uid in (mine, 0):
-        who = "ours" if uid == mine else "root's"
-        return Observed(Guarantee.USER, Kept.NO, f"the file it created is owned by uid {uid} "
-                        f"({who}; we are {mine})")
-    return Observed(Guarantee.USER, Kept.YES, f"the file it created is owned by uid {uid} "
-                    f"(we are {mine})")
+        return Observed(Guarantee.USER, Kept.NO, f"{said}: ours or root's")
+    account = host_principal(uid)
+    if account is not None:
+        return Observed(Guarantee.USER, Kept.NO, f"{said}: the host account {account!r}")
+    if not any(uid in r for r in subordinate_ranges()):
+        return Observed(Guarantee.USER, Kept.NO, f"{said}: in no subordinate range")
+    return Observed(Guarantee.USER, Kept.YES, f"{said}: a subordinate uid, no host account")
 
 
 def _observe_user_by_access(run: Runner, dialect: Dialect) -> Observed:

@@ -2,7 +2,7 @@
 busybox image: the claimed `Assurances` must equal what is observed on every axis.
 
 Four axes use the shared probes (tests/integration/conformance.py, busybox sh dialect).
-The user axis is observed here with SPEC §1's full rule, because a rootful container's
+The user axis uses the shared judge_uid (SPEC §1's full rule): a rootful container's
 uid 65534 is neither ours nor root's and yet is not a principal of its own: it is the
 host's `nobody`. Observed kept = the owner uid of a file the command created, read from
 the host, is not ours, not root, not a host account, and lies in a subordinate range
@@ -11,8 +11,6 @@ the host, is not ours, not root, not a host account, and lies in a subordinate r
 
 from __future__ import annotations
 
-import os
-import pwd
 import secrets
 import shutil
 from collections.abc import Iterator, Sequence
@@ -21,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.arms import container_assurances
-from orchestrator.assurances import Guarantee, Kept
+from orchestrator.assurances import Guarantee
 from orchestrator.container.admission import admit, clear_cache
 from orchestrator.container.arm import ContainerArm
 from orchestrator.launch import Launch
@@ -33,6 +31,7 @@ from tests.integration.conformance import (
     Runner,
     ShDialect,
     assert_conformance,
+    judge_uid,
     observe_filesystem,
     observe_network,
     observe_process_tree,
@@ -51,44 +50,12 @@ def fresh_admissions() -> Iterator[None]:
     clear_cache()
 
 
-def subordinate_ranges(path: Path = Path("/etc/subuid")) -> list[range]:
-    ranges = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        parts = line.strip().split(":")
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-            start, count = int(parts[1]), int(parts[2])
-            ranges.append(range(start, start + count))
-    return ranges
-
-
-def host_principal(uid: int) -> str | None:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return None
-
-
 def observe_user_spec(run: Runner, copy: Path) -> Observed:
     name = f"conformance-user-{secrets.token_hex(6)}"
     ran = run(["touch", name])
     if ran.exit_code != 0 or not (copy / name).exists():
         raise ProbeBroken(f"the create probe failed: {ran.said()}")
-    uid = (copy / name).stat().st_uid
-    me = os.getuid()
-    account = host_principal(uid)
-    sub = any(uid in r for r in subordinate_ranges())
-    said = f"the file it created is owned by uid {uid} (we are {me})"
-    if uid in (me, 0):
-        return Observed(Guarantee.USER, Kept.NO, f"{said}: ours or root's")
-    if account is not None:
-        return Observed(Guarantee.USER, Kept.NO, f"{said}: the host account {account!r}")
-    if not sub:
-        return Observed(Guarantee.USER, Kept.NO, f"{said}: in no subordinate range")
-    return Observed(Guarantee.USER, Kept.YES, f"{said}: a subordinate uid, no host account")
+    return judge_uid((copy / name).stat().st_uid)
 
 
 class ContainerRunner:
