@@ -58,10 +58,13 @@ def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, l
         refusals.append(f"{name}: {offer.detail}")
     # An engine that works but lacks the pinned image is the fault to name: its
     # recovery (build the image) is what the person must do.
-    for name in names:
-        offer = offerings.engine(name)
-        if offer is not None and offer.image_missing is not None:
-            return None, [offer.image_missing]
+    image_faults = [
+        offer.image_missing
+        for offer in map(offerings.engine, names)
+        if offer is not None and offer.image_missing is not None
+    ]
+    if image_faults:
+        return None, image_faults
     return None, [arms.container_runtime("; ".join(refusals))]
 
 

@@ -67,6 +67,19 @@ def test_auto_names_the_missing_image_when_the_engine_works() -> None:
     assert "sprawl-orch image build" in choice.missing[0].recovery
 
 
+def test_auto_names_every_engine_whose_image_is_missing() -> None:
+    from orchestrator.arms import image_not_local
+
+    docker = EngineOffer("docker", admitted=False, detail="image missing",
+                         image_missing=image_not_local("docker", None))
+    podman = EngineOffer("podman", admitted=False, detail="image missing",
+                         image_missing=image_not_local("podman", "sha256:" + "c" * 64))
+    choice = choose("auto", linux(engines=(docker, podman)))
+    assert kinds(choice.missing) == ["image_not_local", "image_not_local"]
+    reason = choice.reason()
+    assert "pinned for docker" in reason and "not present in podman" in reason
+
+
 def test_auto_without_bwrap_takes_the_copied_tree_and_says_both_steps() -> None:
     choice = choose("auto", linux(bwrap=None, user_namespace=None))
     assert choice.arm is ArmName.COPIED_TREE
