@@ -217,7 +217,10 @@ except OSError as err:
 
 @dataclass(frozen=True)
 class PythonDialect:
-    python: str = sys.executable
+    # The interpreter itself, not a venv's link to it: a venv under /tmp (CI may clone
+    # there) is hidden inside bwrap by its private --tmpfs /tmp, and the probes need only
+    # the standard library.
+    python: str = os.path.realpath(sys.executable)
     platform: str = sys.platform
 
     def _py(self, code: str, *args: str) -> list[str]:
