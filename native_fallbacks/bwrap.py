@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from native_fallbacks.copied_tree import CopiedTreeArm
+from native_fallbacks.probe import run_probe
 from orchestrator.arms import ArmName, user_namespace
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.yielding import Yielders
@@ -44,7 +44,6 @@ NAMESPACE_FLAGS: tuple[str, ...] = (
     "--cap-drop",
     "ALL",
 )
-PROBE_TIMEOUT_S = 10.0
 # bwrap 0.8 re-mounts every mount under `--ro-bind / /` read-only one by one; a mount that
 # disappears meanwhile (a container starting or stopping: docker's overlay2 .../merged)
 # fails the whole setup with "Can't bind mount /oldroot/ on /newroot/: Unable to apply
@@ -52,8 +51,6 @@ PROBE_TIMEOUT_S = 10.0
 # That is a race, not a refusal: the probe tries again before it calls the arm unusable.
 MOUNT_RACE = "Unable to apply mount flags: remount"
 PROBE_ATTEMPTS = 3
-# Enough of bwrap's own words to say what refused; its messages are one line each.
-STDERR_KEEP = 2000
 
 
 def bwrap_argv(
@@ -87,36 +84,13 @@ def probe_argv(bwrap: str, workdir: Path | str) -> list[str]:
     return bwrap_argv(bwrap, workdir, [_true()], writable=False)
 
 
-def run_probe(argv: Sequence[str]) -> tuple[bool, str]:
-    """Run a probe argv; (True, "") when it exited 0, else (False, why with bwrap's stderr)."""
-    try:
-        done = subprocess.run(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={"PATH": os.defpath},
-            timeout=PROBE_TIMEOUT_S,
-            start_new_session=True,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return False, f"the probe did not finish within {PROBE_TIMEOUT_S:g} s"
-    except OSError as err:
-        return False, f"{argv[0]} could not be started: {err.strerror or err}"
-    if done.returncode == 0:
-        return True, ""
-    said = done.stderr.decode("utf-8", errors="replace").strip()[:STDERR_KEEP]
-    return False, f"exit {done.returncode}: {said or '(bwrap printed nothing)'}"
-
-
 def probe(bwrap: str, workdir: Path | str) -> tuple[bool, str]:
     """The probe, tried again (up to PROBE_ATTEMPTS) only when it lost the mount-table race."""
-    ok, why = run_probe(probe_argv(bwrap, workdir))
+    ok, why = run_probe(probe_argv(bwrap, workdir), "bwrap")
     for _ in range(PROBE_ATTEMPTS - 1):
         if ok or MOUNT_RACE not in why:
             break
-        ok, why = run_probe(probe_argv(bwrap, workdir))
+        ok, why = run_probe(probe_argv(bwrap, workdir), "bwrap")
     return ok, why
 
 

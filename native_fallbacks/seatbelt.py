@@ -17,17 +17,15 @@ Process lifetime, identity and resources are not confined (those axes say NO).
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from native_fallbacks.copied_tree import CopiedTreeArm
+from native_fallbacks.probe import run_probe
 from orchestrator.arms import ArmName, seatbelt
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.yielding import Yielders
 
-PROBE_TIMEOUT_S = 10.0
-STDERR_KEEP = 2000
 TRUE = "/usr/bin/true"
 
 # Everything but the copy's path. Written for this project; the set of allowances is
@@ -80,28 +78,6 @@ def seatbelt_argv(sandbox_exec: str, copy: Path | str, argv: Sequence[str]) -> l
     return [sandbox_exec, "-p", profile(copy), "--", *argv]
 
 
-def run_probe(argv: Sequence[str]) -> tuple[bool, str]:
-    try:
-        done = subprocess.run(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={"PATH": os.defpath},
-            timeout=PROBE_TIMEOUT_S,
-            start_new_session=True,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return False, f"the probe did not finish within {PROBE_TIMEOUT_S:g} s"
-    except OSError as err:
-        return False, f"{argv[0]} could not be started: {err.strerror or err}"
-    if done.returncode == 0:
-        return True, ""
-    said = done.stderr.decode("utf-8", errors="replace").strip()[:STDERR_KEEP]
-    return False, f"exit {done.returncode}: {said or '(sandbox-exec printed nothing)'}"
-
-
 class SeatbeltArm(CopiedTreeArm):
     name: ArmName = ArmName.MACOS_SEATBELT
 
@@ -117,7 +93,8 @@ class SeatbeltArm(CopiedTreeArm):
         if not os.access(self.sandbox_exec, os.X_OK):
             self._refuse(f"{self.sandbox_exec} is not an executable file")
         true = TRUE if os.path.exists(TRUE) else "/bin/true"
-        ok, why = run_probe(seatbelt_argv(self.sandbox_exec, os.path.realpath(workdir), [true]))
+        argv = seatbelt_argv(self.sandbox_exec, os.path.realpath(workdir), [true])
+        ok, why = run_probe(argv, "sandbox-exec")
         if not ok:
             self._refuse(f"the fixed profile was refused: {why}")
 
