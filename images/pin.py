@@ -29,7 +29,7 @@ import tomlkit.items
 from tomlkit.exceptions import TOMLKitError
 
 from images.engines import BUILD_FIRST, ENGINES, engine
-from orchestrator.config import Config, load_config, parse_config
+from orchestrator.config import Config, load_config, parse_config, read_toml
 from orchestrator.errors import ErrorCode, SprawlError
 
 Resolver = Callable[[str, str], str | None]  # (engine, ref) -> fixed ID, or None if not local
@@ -152,15 +152,7 @@ def _expected(data: dict[str, Any], pins: dict[str | None, str]) -> dict[str, An
 
 def render(text: str, pins: dict[str | None, str], path: Path) -> tuple[str, dict[str, str]]:
     """The config text with `pins` written in, comments and order kept; (text, removed)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise SprawlError(
-            ErrorCode.CONFIG_INVALID,
-            subject=str(path),
-            detail=f"not valid TOML: {err}; nothing was written",
-            recovery="fix the TOML syntax at the position shown, then pin again",
-        ) from err
+    data = read_toml(text, path, "; nothing was written")
     want = _expected(data, pins)
     # A [sandbox.container] written as a table takes a [sandbox.container.images] table; a
     # dotted (container.engine = …) or inline one only keeps its shape with an inline table.

@@ -203,13 +203,18 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
             detail=f"cannot read the config file: {err.strerror}",
             recovery="check the path given with --config",
         ) from err
+    return parse_config(read_toml(text, path), path)
+
+
+def read_toml(text: str, path: Path, consequence: str = "") -> dict[str, Any]:
+    """The config's TOML as data; E_CONFIG_INVALID at the position of a syntax error.
+    `consequence` says what did not happen because of it (e.g. "; nothing was written")."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise SprawlError(
             ErrorCode.CONFIG_INVALID,
             subject=str(path),
-            detail=f"not valid TOML: {err}",
+            detail=f"not valid TOML: {err}{consequence}",
             recovery="fix the TOML syntax at the position shown",
         ) from err
-    return parse_config(data, path)
