@@ -40,9 +40,7 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +63,6 @@ MAX_DEPTH = 64
 
 _BOUND_RECOVERY = 'run in a smaller directory, or use where = "host"'
 # The tag becomes part of one file name: no "/" or NUL, and short enough for NAME_MAX (255).
-_TAG = re.compile(r"[^/\0]{1,128}")
 # A link that cannot be resolved: ENOENT dangling, ELOOP pointing at itself, ENOTDIR through a file.
 _UNRESOLVED = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
 
@@ -267,7 +264,7 @@ def _open_copy_root(name: str, parent_fd: int) -> int:
     return open_dir(name, parent_fd)
 
 
-def _delete_path(path: Path) -> None:
+def delete_path(path: Path) -> None:
     """Delete ``path`` (a copy) without following links in it; no error if it is already gone."""
     try:
         parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -286,7 +283,7 @@ def _delete_path(path: Path) -> None:
 def _discarding(err: SprawlError, copy: Path) -> SprawlError:
     """Delete the half-synced copy; say so in the error if that fails too."""
     try:
-        _delete_path(copy)
+        delete_path(copy)
     except OSError as gone:
         return SprawlError(
             err.code,
@@ -374,40 +371,3 @@ def sync(source: Path, copy: Path, bounds: Bounds = Bounds()) -> FileWork:
     finally:
         os.close(parent_fd)
     return walk.work()
-
-
-class ScratchCopy:
-    """A private copy for one tool instance, kept between commands and synced before each."""
-
-    path: Path
-
-    def __init__(self, scratch_root: Path, tag: str) -> None:
-        if not _TAG.fullmatch(tag):
-            raise SprawlError(
-                ErrorCode.CONFIG_INVALID,
-                repr(tag),
-                "a scratch copy tag must be 1-128 characters without '/' or NUL",
-                "pass a plain identifier (a session name) as the tag",
-            )
-        try:
-            # mkdtemp makes the directory with mode 0700 under a random, unguessable name.
-            self.path = Path(tempfile.mkdtemp(prefix=f"sprawl-{tag}-", dir=scratch_root))
-        except OSError as err:
-            raise SprawlError(
-                ErrorCode.STORAGE_FATAL,
-                str(scratch_root),
-                f"cannot make a scratch copy there: {err.strerror or err}",
-                "check that the scratch directory exists and is writable",
-            ) from err
-
-    def sync(self, source: Path, bounds: Bounds = Bounds()) -> FileWork:
-        """Sync the copy to ``source``; on refusal the whole copy directory is deleted."""
-        return sync(source, self.path, bounds)
-
-    def close(self) -> str | None:
-        """Delete the copy. Never raises: returns None, or a text saying what was left behind."""
-        try:
-            _delete_path(self.path)
-        except Exception as err:  # SPEC §5: a copy that cannot be deleted never fails the command
-            return f"could not delete the scratch copy {self.path}: {err}"
-        return None

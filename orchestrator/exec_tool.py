@@ -29,7 +29,7 @@ from orchestrator.backlog import Backlog, Pending, RunProcesses
 from orchestrator.cgroups import UNSET, Shares
 from orchestrator.choice import Choice, choose
 from orchestrator.config import Config
-from orchestrator.copy_sync import FileWork, ScratchCopy
+from orchestrator.copy_sync import FileWork
 from orchestrator.environment import child_env
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import Guardian
@@ -37,6 +37,7 @@ from orchestrator.launch import Arm, Launch, NullWatcher, Watcher
 from orchestrator.ledger import Ledger
 from orchestrator.offerings import Offerings
 from orchestrator.results import Confinement, ExecResult, exceptional
+from orchestrator.scratch_copy import ScratchCopy
 from orchestrator.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from orchestrator.shell import shell_argv as expand_shell
 from orchestrator.state import ledger_path, state_dir
@@ -265,8 +266,7 @@ class ExecTool:
                 self.offerings.scratch_problem or "no scratch directory",
                 "set [sandbox] scratch_dir to a writable directory",
             )
-        copy = ScratchCopy(scratch, self.session)
-        self.guardian().scratch(copy.path)
+        copy = ScratchCopy(scratch, self.session, announce=self.guardian().scratch)
         return copy
 
     def _give_copy(self, copy: ScratchCopy) -> None:

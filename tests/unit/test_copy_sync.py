@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator import copy_sync
-from orchestrator.copy_sync import MAX_DEPTH, Bounds, FileWork, ScratchCopy, sync
+from orchestrator.copy_sync import MAX_DEPTH, Bounds, FileWork, sync
 from orchestrator.errors import ErrorCode, SprawlError
+from orchestrator.scratch_copy import ScratchCopy
 
 Entry = tuple[object, ...]
 
