@@ -27,6 +27,7 @@ from orchestrator.config import ContainerConfig
 from orchestrator.container.argv import HostLimits, create_argv, fit_limits
 from orchestrator.container.engine import Engine, EngineFacts
 from orchestrator.container.ownership import own_copy
+from orchestrator.container.stale_probes import PROBE_SESSION, owner_label, sweep_stale_probes
 from orchestrator.container.verify import Expected, mismatches
 from orchestrator.errors import ErrorCode, SprawlError
 
@@ -149,7 +150,7 @@ def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | No
         own_copy(copy, *fit_limits(config, host).uid_gid)
         tag = f"probe-{secrets.token_hex(4)}"
         argv = create_argv(engine.name, config, image, copy, ["true"], [], tag,
-                           "admission", "admission", runtime, host=host)
+                           PROBE_SESSION, owner_label(), runtime, host=host)
     except SprawlError:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -172,7 +173,7 @@ def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | No
         return err.detail
     finally:
         if container is not None:
-            # a probe left behind is labelled sprawl.session=admission for the guardian
+            # one left behind (we died here) is removed by the next admission: stale_probes
             with contextlib.suppress(SprawlError):
                 engine.remove(container)
         shutil.rmtree(work, ignore_errors=True)
@@ -243,6 +244,7 @@ def admit(engine: Engine, config: ContainerConfig, host: HostLimits | None = Non
     key = (engine.name, engine.endpoint(), config.model_dump_json())
     with _lock:
         if key not in _cache:
+            sweep_stale_probes(engine)
             _cache[key] = _admit(engine, config, host or HostLimits.this_host())
         return _cache[key]
 
