@@ -1,0 +1,92 @@
+"""`sprawl-orch exec` through click's CliRunner: exit status mirrors the command; refusals
+are 125 with code, detail and what to do; --json prints the result object."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_text("a\n")
+    (tree / "sprawl.toml").write_text(
+        f'[sandbox]\narm = "copied_tree"\nscratch_dir = "{tmp_path / "scratch"}"\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+    )
+    return tree
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_exit_status_and_output_mirror_the_command(workdir: Path) -> None:
+    code, out, err = run("exec", "-C", str(workdir), "--", "sh", "-c",
+                         "cat a.txt; echo oops >&2; echo x > a.txt; exit 7")
+    assert code == 7
+    assert out == "a\n"
+    assert "oops" in err
+    assert "Runs under copied_tree:" in err  # the statement is always said
+    assert (workdir / "a.txt").read_text() == "a\n"
+
+
+def test_json_result(workdir: Path) -> None:
+    code, out, _ = run("exec", "-C", str(workdir), "--json", "--", "ls")
+    data = json.loads(out)
+    assert code == 0
+    assert data["outcome"] == "settled" and data["arm"] == "copied_tree"
+    assert data["stdout"].split() == ["a.txt", "sprawl.toml"]
+    assert data["confinement"]["assurances"]["filesystem"] == "yes"
+    assert data["work"]["created"] == 2
+
+
+def test_shell_line(workdir: Path) -> None:
+    code, out, _ = run("exec", "-C", str(workdir), "--shell", "--", "echo $((6*7)) | tr 4 x")
+    assert (code, out) == (0, "x2\n")
+
+
+def test_missing_program_is_refused_with_125(workdir: Path) -> None:
+    code, out, err = run("exec", "-C", str(workdir), "--", "no-such-program-here")
+    assert code == 125 and out == ""
+    assert "E_TOOL_UNAVAILABLE" in err and "use the shell arm" in err
+
+
+def test_bad_config_is_refused_with_125(workdir: Path) -> None:
+    (workdir / "sprawl.toml").write_text('[sandbox]\narm = "boat"\n')
+    code, _, err = run("exec", "-C", str(workdir), "--", "true")
+    assert code == 125
+    assert "E_CONFIG_INVALID" in err and "[sandbox] arm" in err and "'copied_tree'" in err
+
+
+def test_window_kill_is_124(workdir: Path) -> None:
+    code, _, err = run("exec", "-C", str(workdir), "--timeout", "0.3", "--", "sleep", "30")
+    assert code == 124
+    assert "window of 0.3 s passed" in err
+
+
+def test_signal_is_128_plus_n(workdir: Path) -> None:
+    code, _, _ = run("exec", "-C", str(workdir), "--", "sh", "-c", "kill -TERM $$")
+    assert code == 128 + 15
+
+
+def test_where_host_writes_in_place(workdir: Path) -> None:
+    code, _, err = run("exec", "-C", str(workdir), "--where", "host", "--", "sh", "-c",
+                       "echo host > h.txt")
+    assert code == 0
+    assert (workdir / "h.txt").read_text() == "host\n"
+    assert "Runs under host:" in err
+
+
+def test_not_a_directory(tmp_path: Path) -> None:
+    code, _, err = run("exec", "-C", str(tmp_path / "nope"), "--", "true")
+    assert code == 2
+    assert "nope" in err
