@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     read_until_eof(args.fd, watch)
     eof = time.monotonic()
     log("eof", containers=watch.containers, pgroups=watch.pgroups,
-        scratch=sorted(map(str, watch.scratch)))
+        scratch=sorted(map(str, watch.scratch)), cgroups=sorted(map(str, watch.cgroups)))
     loader.join()
     report = Reaper(args.session, loader.engines, args.grace, log).reap(watch)
     report.seconds = round(time.monotonic() - eof, 3)

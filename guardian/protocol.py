@@ -7,6 +7,8 @@
     pgroup-gone PGID         ... ended and was cleaned up by the orchestrator
     scratch PATH             a scratch copy to delete if the orchestrator dies
     scratch-gone PATH        ... deleted by the orchestrator itself
+    cgroup PATH              a run's cgroup directory (about to be made): empty and rmdir it
+    cgroup-gone PATH         ... removed by the orchestrator itself
 
 Fields are separated by one space and percent-encoded (`urllib.parse.quote`, nothing safe but
 unreserved characters and "/"), so a path holding spaces, newlines or "%" survives the round
@@ -63,7 +65,22 @@ class ScratchGone:
     path: Path
 
 
-Message = Expect | Created | Gone | PGroup | PGroupGone | Scratch | ScratchGone
+@dataclass(frozen=True)
+class Cgroup:
+    path: Path
+
+
+@dataclass(frozen=True)
+class CgroupGone:
+    path: Path
+
+
+Message = (
+    Expect | Created | Gone | PGroup | PGroupGone | Scratch | ScratchGone | Cgroup | CgroupGone
+)
+_PATH_VERBS: dict[str, type[Scratch | ScratchGone | Cgroup | CgroupGone]] = {
+    "scratch": Scratch, "scratch-gone": ScratchGone, "cgroup": Cgroup, "cgroup-gone": CgroupGone,
+}
 
 
 def _enc(text: str) -> str:
@@ -115,10 +132,10 @@ def format_message(message: Message) -> str:
             if pgid <= 1:
                 raise ProtocolError(f"pgroup-gone {pgid} cannot be sent")
             fields = ["pgroup-gone", str(pgid)]
-        case Scratch(path) | ScratchGone(path):
+        case Scratch(path) | ScratchGone(path) | Cgroup(path) | CgroupGone(path):
+            verb = next(v for v, kind in _PATH_VERBS.items() if isinstance(message, kind))
             if not path.is_absolute():
-                raise ProtocolError(f"scratch path {str(path)!r} is not absolute")
-            verb = "scratch" if isinstance(message, Scratch) else "scratch-gone"
+                raise ProtocolError(f"{verb} path {str(path)!r} is not absolute")
             fields = [verb, _enc(str(path))]
     return " ".join(fields) + "\n"
 
@@ -129,7 +146,7 @@ def parse_message(line: str) -> Message:
     verb, args = fields[0], fields[1:]
     arity = {
         "expect": 1, "created": 2, "gone": 1, "pgroup": 2, "pgroup-gone": 1,
-        "scratch": 1, "scratch-gone": 1,
+        "scratch": 1, "scratch-gone": 1, "cgroup": 1, "cgroup-gone": 1,
     }
     if verb not in arity:
         raise ProtocolError(f"unknown message {verb!r}")
@@ -147,5 +164,5 @@ def parse_message(line: str) -> Message:
         return PGroupGone(_pgid(args[0]))
     path = Path(_dec(args[0]))
     if not path.is_absolute():
-        raise ProtocolError(f"scratch path {str(path)!r} is not absolute")
-    return Scratch(path) if verb == "scratch" else ScratchGone(path)
+        raise ProtocolError(f"{verb} path {str(path)!r} is not absolute")
+    return _PATH_VERBS[verb](path)

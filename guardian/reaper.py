@@ -2,10 +2,10 @@
 
 All of it at once, in threads: per engine, force-remove the announced containers, then list
 the session's label and remove what the list adds; kill the announced process groups; delete
-the scratch copies. Then, while a create announced with `expect` has not been seen (it may
-still be in flight at the engine), or while a removal has not yet shown up as gone, poll every
-engine until the grace period ends -- longer while the create's CLI process still runs -- and
-remove whatever appears.
+the scratch copies; empty and remove the announced cgroups (guardian/cgroup_reap.py). Then,
+while a create announced with `expect` has not been seen (it may still be in flight at the
+engine), or while a removal has not yet shown up as gone, poll every engine until the grace
+period ends -- longer while the create's CLI process still runs -- and remove whatever appears.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from guardian.cgroup_reap import remove_cgroups
 from guardian.engines import Engine, EngineError, Found
 from guardian.watchlist import Watchlist
 from orchestrator.copy_fileops import remove_entry
@@ -49,8 +50,10 @@ class Report:
     late: list[str] = field(default_factory=list)  # names that appeared after EOF
     pgroups: list[int] = field(default_factory=list)  # groups signalled
     scratch: list[str] = field(default_factory=list)  # copies deleted
+    cgroups: list[str] = field(default_factory=list)  # cgroup directories removed
     problems: list[str] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)  # still there when the grace ended
+    # still there when the grace ended: container names, cgroup directories
+    left: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -138,11 +141,15 @@ def delete_scratch(path: Path) -> str | None:
 
 
 class Reaper:
-    def __init__(self, session: str, engines: list[Engine], grace: float, log: Log) -> None:
+    def __init__(
+        self, session: str, engines: list[Engine], grace: float, log: Log,
+        *, rmdir: Callable[[Path], None] = os.rmdir,
+    ) -> None:
         self.session = session
         self.engines = engines
         self.grace = grace
         self.log = log
+        self._rmdir = rmdir  # tests stand a plain directory tree in for cgroupfs
 
     def _find(self, engine: Engine, names: Collection[str], report: Report) -> list[Found]:
         try:
@@ -178,15 +185,19 @@ class Reaper:
         started = time.monotonic()
         report = Report()
         waiting = watch.in_flight()
-        with ThreadPoolExecutor(max_workers=len(self.engines) + 2) as pool:
+        with ThreadPoolExecutor(max_workers=len(self.engines) + 3) as pool:
             groups = pool.submit(kill_groups, dict(watch.pgroups), self.log)
             copies = pool.submit(self._delete_copies, set(watch.scratch))
+            cgroups = pool.submit(remove_cgroups, set(watch.cgroups), self.log, self._rmdir)
             sweeps = [pool.submit(self._first_sweep, e, watch, report) for e in self.engines]
             for sweep in sweeps:
                 waiting -= {f.name for f in sweep.result()}
             self._watch_late(watch, waiting, started, report, pool)
             report.pgroups = groups.result()
             report.scratch, problems = copies.result()
+            report.problems.extend(problems)
+            report.cgroups, left, problems = cgroups.result()
+            report.left.extend(left)
             report.problems.extend(problems)
         report.seconds = round(time.monotonic() - started, 3)
         return report

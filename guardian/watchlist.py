@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guardian.protocol import (
+    Cgroup,
+    CgroupGone,
     Created,
     Expect,
     Gone,
@@ -23,6 +25,7 @@ class Watchlist:
     containers: dict[str, str | None] = field(default_factory=dict)
     pgroups: dict[int, float] = field(default_factory=dict)
     scratch: set[Path] = field(default_factory=set)
+    cgroups: set[Path] = field(default_factory=set)
 
     def apply(self, message: Message) -> None:
         match message:
@@ -40,10 +43,14 @@ class Watchlist:
                 self.scratch.add(path)
             case ScratchGone(path):
                 self.scratch.discard(path)
+            case Cgroup(path):
+                self.cgroups.add(path)
+            case CgroupGone(path):
+                self.cgroups.discard(path)
 
     def in_flight(self) -> set[str]:
         """Names announced with `expect` and never confirmed: a create may still land."""
         return {name for name, cid in self.containers.items() if cid is None}
 
     def empty(self) -> bool:
-        return not (self.containers or self.pgroups or self.scratch)
+        return not (self.containers or self.pgroups or self.scratch or self.cgroups)

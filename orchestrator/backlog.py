@@ -40,7 +40,7 @@ from orchestrator.cgroups import UNSET, Cgroups, Delegation, PlatformShares, Ref
 from orchestrator.copy_sync import FileWork
 from orchestrator.environment import env_names
 from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Launch, Running
+from orchestrator.launch import Launch, Running, Watcher
 from orchestrator.results import Confinement, ExecResult, read_capped
 
 
@@ -112,6 +112,14 @@ class Backlog:
         self._closed = False
         self._closed_why = "the exec tool is closed: every run was released"
         self._numbers = itertools.count(1)
+        # Gives the guardian to tell of each cgroup made (called once, when the first is made).
+        self._watcher: Callable[[], Watcher] | None = None
+
+    def watch_with(self, watcher: Callable[[], Watcher]) -> None:
+        """The exec tool's guardian hears of our cgroups; with a shared backlog (serve), the
+        first tool's, which serve closes after the backlog."""
+        with self._lock:
+            self._watcher = self._watcher or watcher
 
     def number(self) -> int:
         """The next command's number: handles are `<session>-<n>`, unique per backlog."""
@@ -148,7 +156,8 @@ class Backlog:
         if self.found.shares is PlatformShares.CPU:
             asked = Shares(kind="cpu")  # the memory half is not ours to give: said per command
         if self._cgroups is None:
-            self._cgroups = Cgroups(self.found, self.session)
+            watcher = self._watcher() if self._watcher is not None else None
+            self._cgroups = Cgroups(self.found, self.session, watcher=watcher)
         try:
             group = self._cgroups.create(run, asked)
         except Refused as err:

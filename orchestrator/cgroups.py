@@ -18,6 +18,11 @@ against a temporary directory tree as well as the real /sys/fs/cgroup.
   `memory.memsw.limit_in_bytes`, so swap is no way round it). v1 has no internal-process rule,
   so nobody moves. The count read is `memory.oom_control` `oom_kill`.
 
+Every directory made here (a run's, and v1's `sprawl-orch/<session>`) is announced to the
+guardian (`watcher.cgroup`) before mkdir and taken back once removed, so a SIGKILLed
+orchestrator leaves none behind (SPEC §4). `sprawl-orch` itself is shared between sessions and
+v2's `core` holds us (and the guardian we start): neither is announced.
+
 Checking writability is a dry open for writing (no O_CREAT, nothing written): the permission
 bits cgroupfs reports don't answer "would a write be refused" (seed D33, rejected ③).
 """
@@ -40,6 +45,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from orchestrator.cgroup_run import RunGroup
+from orchestrator.launch import NullWatcher, Watcher
 
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 RUN_CPU_WEIGHT = 100  # v2 cpu.weight: the same for every run
@@ -219,9 +225,10 @@ class Cgroups:
 
     def __init__(
         self, found: Delegation, session: str, *, pid: int | None = None,
-        rmdir: Callable[[Path], None] = os.rmdir,
+        rmdir: Callable[[Path], None] = os.rmdir, watcher: Watcher | None = None,
     ) -> None:
         self.found = found
+        self.watcher = watcher or NullWatcher()
         self.session = safe_name(session)
         self.pid = os.getpid() if pid is None else pid
         self._rmdir = rmdir
@@ -262,9 +269,23 @@ class Cgroups:
         for part in parts:
             path = path / part
             if not path.is_dir():
-                path.mkdir()
+                told = part != "sprawl-orch"
+                if told:
+                    self.watcher.cgroup(path)
+                try:
+                    path.mkdir()
+                except OSError:
+                    if told:
+                        self.watcher.cgroup_gone(path)
+                    raise
                 self._made.append(path)
         return path
+
+    def _rmdir_told(self, path: Path) -> None:
+        """rmdir, then take the announcement back (also when it was already gone)."""
+        with contextlib.suppress(FileNotFoundError):
+            self._rmdir(path)
+        self.watcher.cgroup_gone(path)
 
     def create(self, run: str, asked: Shares) -> RunGroup:
         """Make the run's cgroup(s) and write its shares; raise Refused, leaving nothing."""
@@ -276,7 +297,7 @@ class Cgroups:
             except (OSError, Refused) as err:
                 for path in reversed(self._made[made_before:]):
                     with contextlib.suppress(OSError):
-                        self._rmdir(path)
+                        self._rmdir_told(path)
                 del self._made[made_before:]
                 if isinstance(err, Refused):
                     raise
@@ -319,6 +340,9 @@ class Cgroups:
     def remove(self, group: RunGroup) -> str | None:
         """Kill what is left in the run's cgroup(s) and remove them; None, or what stayed."""
         left = group.empty_and_remove(self._rmdir)
+        for path in group.dirs.values():
+            if not path.exists():
+                self.watcher.cgroup_gone(path)
         with self._lock:
             self._made = [p for p in self._made if p.exists()]
         return left
@@ -333,9 +357,7 @@ class Cgroups:
                 if self.found.version == "v2" and path.name == "core":
                     continue  # we live in it
                 try:
-                    self._rmdir(path)
-                except FileNotFoundError:
-                    pass
+                    self._rmdir_told(path)
                 except OSError as err:
                     # `sprawl-orch` is shared with other sessions.
                     if path.name != "sprawl-orch":

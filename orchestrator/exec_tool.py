@@ -80,6 +80,7 @@ class ExecTool:
         self.backlog = backlog or Backlog(
             self.session, shares, keep_root=self.state / "kept-output"
         )
+        self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure, said once on stderr-facing surfaces; never fails a command.

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from guardian.protocol import (
+    Cgroup,
+    CgroupGone,
     Created,
     Expect,
     Gone,
@@ -99,6 +101,12 @@ class Guardian:
 
     def scratch_gone(self, path: Path) -> None:
         self._send(ScratchGone(Path(path)))
+
+    def cgroup(self, path: Path) -> None:
+        self._send(Cgroup(Path(path)))
+
+    def cgroup_gone(self, path: Path) -> None:
+        self._send(CgroupGone(Path(path)))
 
     # -- life -----------------------------------------------------------------------------
     @property

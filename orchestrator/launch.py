@@ -42,6 +42,14 @@ class Watcher(Protocol):
         """A scratch copy to delete if we die."""
         ...
 
+    def cgroup(self, path: Path) -> None:
+        """A run's (or session's) cgroup directory, before it is made: emptied and removed
+        if we die."""
+        ...
+
+    def cgroup_gone(self, path: Path) -> None:
+        ...
+
 
 class NullWatcher:
     def expect(self, name: str) -> None:
@@ -60,6 +68,12 @@ class NullWatcher:
         return None
 
     def scratch(self, path: Path) -> None:
+        return None
+
+    def cgroup(self, path: Path) -> None:
+        return None
+
+    def cgroup_gone(self, path: Path) -> None:
         return None
 
 

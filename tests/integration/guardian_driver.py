@@ -3,7 +3,8 @@
     python guardian_driver.py SPEC_JSON
 
 SPEC: {"session", "arm": "docker"|"podman"|"copied_tree"|"raw-docker"|"raw-podman", "workdir",
-"scratch", "state", "image" (container arms), "commands": [[argv...], ...], "run", "timeout"}.
+"scratch", "state", "image" (container arms), "commands": [[argv...], ...], "run", "timeout",
+"memory_limit" (optional: each run gets a cgroup with this memory limit, cgroups.py)}.
 
 The `raw-*` arms skip ExecTool: they announce a container through the Guardian client and
 create it with the engine CLI found on PATH (a test may put a slow wrapper first), labelled
@@ -26,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.cgroups import UNSET, Shares  # noqa: E402
 from orchestrator.config import parse_config  # noqa: E402
 from orchestrator.exec_tool import ExecTool  # noqa: E402
 from orchestrator.guardian_client import Guardian  # noqa: E402
@@ -78,7 +80,10 @@ def main() -> None:
         sandbox["arm"] = "container"
         sandbox["container"] = {"engine": arm, "images": {arm: spec["image"]}}
     config = parse_config({"sandbox": sandbox, "state": {"dir": spec["state"]}})
-    tool = ExecTool(config, Path(spec["workdir"]), session=spec["session"], record=False)
+    limit = spec.get("memory_limit")
+    shares = Shares.cpu_and_memory(int(limit)) if limit else UNSET
+    tool = ExecTool(config, Path(spec["workdir"]), session=spec["session"], record=False,
+                    shares=shares)
     tool.arm().prepare(tool.workdir)
     say("ready")
     for n, argv in enumerate(spec["commands"], 1):

@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from guardian.protocol import (
+    Cgroup,
+    CgroupGone,
     Created,
     Expect,
     Gone,
@@ -35,6 +37,8 @@ messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(PGroupGone, st.integers(2, 2**22)),
     st.builds(Scratch, paths),
     st.builds(ScratchGone, paths),
+    st.builds(Cgroup, paths),
+    st.builds(CgroupGone, paths),
 )
 
 
@@ -59,6 +63,10 @@ def test_the_spelling_on_the_wire() -> None:
     assert format_message(PGroupGone(4242)) == "pgroup-gone 4242\n"
     assert format_message(Scratch(Path("/tmp/a b/sprawl-x"))) == "scratch /tmp/a%20b/sprawl-x\n"
     assert format_message(ScratchGone(Path("/t/%\n"))) == "scratch-gone /t/%25%0A\n"
+    assert format_message(Cgroup(Path("/sys/fs/cgroup/cpu/sprawl-orch/s/run-a b"))) == (
+        "cgroup /sys/fs/cgroup/cpu/sprawl-orch/s/run-a%20b\n"
+    )
+    assert format_message(CgroupGone(Path("/c/run-x"))) == "cgroup-gone /c/run-x\n"
 
 
 def test_a_name_with_a_newline_cannot_split_the_line() -> None:
@@ -86,6 +94,9 @@ def test_a_name_with_a_newline_cannot_split_the_line() -> None:
         "pgroup-gone ١٢",  # non-ASCII digits
         "scratch relative/path",
         "scratch ",
+        "cgroup run-a",  # relative
+        "cgroup",
+        "cgroup-gone /a /b",
         "expect  x",
         "expect %ff",  # not UTF-8 once decoded
     ],
@@ -98,7 +109,7 @@ def test_lines_that_are_not_messages_are_refused(line: str) -> None:
 @pytest.mark.parametrize(
     "message",
     [Expect(""), PGroup(1, 1.0), PGroup(7, float("nan")), PGroupGone(0),
-     Scratch(Path("relative"))],
+     Scratch(Path("relative")), Cgroup(Path("run-x")), CgroupGone(Path("run-x"))],
 )
 def test_messages_that_cannot_be_sent_are_refused(message: Message) -> None:
     with pytest.raises(ProtocolError):
@@ -112,18 +123,22 @@ def test_the_watchlist_keeps_what_was_announced_and_not_taken_back() -> None:
         PGroup(100, 5.0), PGroup(200, 6.0), PGroupGone(100),
         Scratch(Path("/s/sprawl-1")), Scratch(Path("/s/sprawl-2")),
         ScratchGone(Path("/s/sprawl-2")),
+        Cgroup(Path("/c/sprawl-orch/s")), Cgroup(Path("/c/sprawl-orch/s/run-a")),
+        Cgroup(Path("/c/sprawl-orch/s/run-b")), CgroupGone(Path("/c/sprawl-orch/s/run-b")),
     ]:
         watch.apply(message)
     assert watch.containers == {"a": "id-a", "b": None}
     assert watch.in_flight() == {"b"}
     assert watch.pgroups == {200: 6.0}
     assert watch.scratch == {Path("/s/sprawl-1")}
+    assert watch.cgroups == {Path("/c/sprawl-orch/s"), Path("/c/sprawl-orch/s/run-a")}
     assert not watch.empty()
 
 
 def test_taking_back_what_was_never_announced_is_harmless() -> None:
     watch = Watchlist()
-    for message in [Gone("x"), PGroupGone(55), ScratchGone(Path("/nope"))]:
+    for message in [Gone("x"), PGroupGone(55), ScratchGone(Path("/nope")),
+                    CgroupGone(Path("/c/run-x"))]:
         watch.apply(message)
     assert watch.empty()
 
