@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from native_fallbacks.bwrap import bwrap_argv, probe_argv, run_probe
+from native_fallbacks.bwrap import bwrap_argv, probe_argv
+from native_fallbacks.probe import run_probe
 from orchestrator.config import parse_config
 from orchestrator.copy_sync import sync
 from orchestrator.exec_tool import ExecTool
@@ -91,7 +92,7 @@ def main() -> None:
             samples["raw_bwrap"].append(timed(lambda: must_run(raw_bwrap)))
             samples["ours_copied"].append(timed(lambda: settled(ct)))
             samples["raw_process"].append(timed(lambda: must_run([true])))
-            samples["probe"].append(timed(lambda: run_probe(probe)))
+            samples["probe"].append(timed(lambda: run_probe(probe, "bwrap")))
             samples["resync"].append(timed(lambda: sync(tree, resync_dest)))
         ns.close()
         ct.close()
