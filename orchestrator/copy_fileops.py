@@ -16,16 +16,24 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 CHUNK = 1024 * 1024
 """Compare and copy in 1 MiB pieces: large enough to amortise the syscalls, small enough to
 keep two buffers cheap."""
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# getattr: Windows has none of O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC, O_NONBLOCK, and this module
+# must still import there (copy_paths reuses its source-side helpers; the guardian imports it).
+# The dir-fd functions below are only called where copy_sync's probe found dir_fd support.
+O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+# O_BINARY: without it os.open on Windows opens in text mode (CRLF translated, ^Z ends reads).
+_COMMON = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | O_NOFOLLOW | _COMMON
 # O_NONBLOCK: opening a fifo that raced into place of a regular file must not hang the sync.
-_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | _COMMON | getattr(os, "O_NONBLOCK", 0)
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | _COMMON
 
 
 class BudgetExceeded(Exception):
@@ -44,7 +52,7 @@ class SourceUnreadable(Exception):
 def open_source(path: str) -> int:
     """Open a source file read-only, following links (the source side always does)."""
     try:
-        return os.open(path, _READ_FLAGS)
+        return os.open(path, READ_FLAGS)
     except OSError as err:
         raise SourceUnreadable(path, err) from err
 
@@ -70,7 +78,7 @@ def same_bytes(src_path: str, name: str, dst_fd: int, size: int, mode: int) -> b
     that changes right after the sync, which no sync can see either.
     """
     try:
-        dfd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=dst_fd)
+        dfd = os.open(name, READ_FLAGS | os.O_NOFOLLOW, dir_fd=dst_fd)
     except OSError:
         return False  # a link, or gone: it differs and will be replaced
     try:
@@ -81,24 +89,29 @@ def same_bytes(src_path: str, name: str, dst_fd: int, size: int, mode: int) -> b
             or stat.S_IMODE(dst.st_mode) != mode
         ):
             return False
-        sfd = open_source(src_path)
-        try:
-            left = size
-            while left > 0:
-                want = min(CHUNK, left)
-                a = _read_source(sfd, want, src_path)
-                try:
-                    b = os.read(dfd, want)
-                except OSError:
-                    return False
-                if not a or a != b:
-                    return False
-                left -= len(a)
-            return True
-        finally:
-            os.close(sfd)
+        return same_content(src_path, dfd, size)
     finally:
         os.close(dfd)
+
+
+def same_content(src_path: str, dfd: int, size: int) -> bool:
+    """True when the first ``size`` bytes of the source equal those of the open copy file."""
+    sfd = open_source(src_path)
+    try:
+        left = size
+        while left > 0:
+            want = min(CHUNK, left)
+            a = _read_source(sfd, want, src_path)
+            try:
+                b = os.read(dfd, want)
+            except OSError:
+                return False
+            if not a or a != b:
+                return False
+            left -= len(a)
+        return True
+    finally:
+        os.close(sfd)
 
 
 def copy_file(src_path: str, name: str, dst_fd: int, mode: int, budget: int) -> int:
@@ -109,19 +122,37 @@ def copy_file(src_path: str, name: str, dst_fd: int, mode: int, budget: int) -> 
     removed and :class:`BudgetExceeded` is raised. Permission bits are set with ``fchmod`` so
     the process umask does not change them.
     """
+    return copy_new(
+        src_path,
+        lambda: os.open(name, CREATE_FLAGS, 0o600, dir_fd=dst_fd),
+        lambda dfd: os.fchmod(dfd, mode),
+        lambda: os.unlink(name, dir_fd=dst_fd),
+        budget,
+    )
+
+
+def copy_new(
+    src_path: str,
+    create: Callable[[], int],
+    finish: Callable[[int], None],
+    discard: Callable[[], None],
+    budget: int,
+) -> int:
+    """Copy the source into the fd ``create`` opens; ``finish`` runs on it before it is closed,
+    ``discard`` removes the new entry when copying fails. Returns the bytes copied."""
     sfd = open_source(src_path)
     try:
         if not stat.S_ISREG(os.fstat(sfd).st_mode):
             raise OSError(f"{src_path} stopped being a regular file while syncing")
-        dfd = os.open(name, _CREATE_FLAGS, 0o600, dir_fd=dst_fd)
+        dfd = create()
         try:
             total = _pump(sfd, dfd, budget, src_path)
-            os.fchmod(dfd, mode)
+            finish(dfd)
         except BaseException:
             os.close(dfd)
             dfd = -1
             with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=dst_fd)
+                discard()
             raise
         finally:
             if dfd >= 0:
@@ -134,7 +165,7 @@ def copy_file(src_path: str, name: str, dst_fd: int, mode: int, budget: int) -> 
 def _pump(sfd: int, dfd: int, budget: int, src_path: str) -> int:
     """Copy ``sfd`` to its end into ``dfd``; more than ``budget`` bytes raises BudgetExceeded."""
     total = 0
-    use_sendfile = True
+    use_sendfile = hasattr(os, "sendfile")  # not on Windows
     while True:
         want = min(CHUNK, budget - total + 1)
         if use_sendfile:
@@ -231,3 +262,70 @@ def remove_entry(name: str, parent_fd: int, is_dir: bool) -> int:
         return remove_tree(name, parent_fd)
     os.unlink(name, dir_fd=parent_fd)
     return 1
+
+
+Kind = Literal["dir", "file", "other"]
+"""A copy entry seen without following it: a directory, a regular file, or anything else
+(a link, fifo, socket or device: never entered, never opened, only deleted)."""
+
+
+def _kind(entry: os.DirEntry[str]) -> Kind:
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
+
+
+class FdCopy:
+    """The copy side through directory fds and O_NOFOLLOW (see the module docstring): the one
+    copy_sync uses wherever the platform has them (Linux, macOS). Handles are directory fds."""
+
+    def open_parent(self, path: str) -> int:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _COMMON)
+
+    def open_root(self, name: str, parent: int) -> int:
+        """Open the copy's root directory, making it (0700) or replacing a non-directory."""
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=parent)
+            st = None
+        if st is None:
+            os.mkdir(name, 0o700, dir_fd=parent)
+        return open_dir(name, parent)
+
+    def close(self, handle: int) -> None:
+        os.close(handle)
+
+    def kinds(self, handle: int) -> dict[str, Kind]:
+        with os.scandir(handle) as it:
+            return {e.name: _kind(e) for e in it}
+
+    def lookup(self, name: str, parent: int) -> Kind | None:
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            return "dir"
+        return "file" if stat.S_ISREG(st.st_mode) else "other"
+
+    def remove(self, name: str, parent: int, kind: Kind) -> int:
+        return remove_entry(name, parent, kind == "dir")
+
+    def mkdir(self, name: str, parent: int) -> None:
+        os.mkdir(name, 0o700, dir_fd=parent)
+
+    def open_dir(self, name: str, parent: int) -> int:
+        return open_dir(name, parent)
+
+    def set_dir_mode(self, handle: int, mode: int) -> None:
+        if stat.S_IMODE(os.fstat(handle).st_mode) != mode:
+            os.fchmod(handle, mode)
+
+    def same_bytes(self, src_path: str, name: str, parent: int, size: int, mode: int) -> bool:
+        return same_bytes(src_path, name, parent, size, mode)
+
+    def copy_file(self, src_path: str, name: str, parent: int, mode: int, budget: int) -> int:
+        return copy_file(src_path, name, parent, mode, budget)

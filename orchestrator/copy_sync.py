@@ -34,6 +34,10 @@ Bounds are counted on the source side while syncing: more than ``files`` regular
 than ``bytes`` bytes in them, or an entry deeper than ``depth`` levels (which also ends a link
 loop, since links are followed) refuses with E_COPY_BOUND and deletes the half-synced copy. So
 does any failure to read the source (E_STORAGE_FATAL). The source is never written.
+
+The copy side has two implementations with one walk: directory fds (copy_fileops.FdCopy)
+wherever the platform has them, else paths checked with lstat (copy_paths.PathCopy, Windows;
+its docstring says what it lacks). ``COPY_SIDE`` is chosen once, by probing capability.
 """
 
 from __future__ import annotations
@@ -43,18 +47,12 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
 
 import pydantic
 
-from orchestrator.copy_fileops import (
-    BudgetExceeded,
-    SourceUnreadable,
-    copy_file,
-    open_dir,
-    remove_entry,
-    remove_tree,
-    same_bytes,
-)
+from orchestrator.copy_fileops import BudgetExceeded, FdCopy, Kind, SourceUnreadable
+from orchestrator.copy_paths import PathCopy
 from orchestrator.errors import ErrorCode, SprawlError
 
 MAX_FILES = 100_000
@@ -85,15 +83,50 @@ class Bounds:
     depth: int = MAX_DEPTH
 
 
+H = TypeVar("H")
+
+
+class CopySide(Protocol[H]):
+    """Every operation of a sync on the copy side; ``H`` is an open copy directory. Entries are
+    never followed: ``Kind`` is what the entry itself is (copy_fileops.Kind)."""
+
+    def open_parent(self, path: str) -> H: ...
+    def open_root(self, name: str, parent: H) -> H: ...
+    def close(self, handle: H) -> None: ...
+    def kinds(self, handle: H) -> dict[str, Kind]: ...
+    def lookup(self, name: str, parent: H) -> Kind | None: ...
+    def remove(self, name: str, parent: H, kind: Kind) -> int: ...
+    def mkdir(self, name: str, parent: H) -> None: ...
+    def open_dir(self, name: str, parent: H) -> H: ...
+    def set_dir_mode(self, handle: H, mode: int) -> None: ...
+    def same_bytes(self, src_path: str, name: str, parent: H, size: int, mode: int) -> bool: ...
+    def copy_file(self, src_path: str, name: str, parent: H, mode: int, budget: int) -> int: ...
+
+
+def dir_fds_work() -> bool:
+    """Whether FdCopy can run here: every dir_fd call it makes, O_DIRECTORY and O_NOFOLLOW."""
+    return (
+        hasattr(os, "O_DIRECTORY")
+        and hasattr(os, "O_NOFOLLOW")
+        and hasattr(os, "fchmod")
+        and os.scandir in os.supports_fd
+        and all(f in os.supports_dir_fd for f in (os.open, os.stat, os.mkdir, os.unlink, os.rmdir))
+        and os.stat in os.supports_follow_symlinks
+    )
+
+
+COPY_SIDE: CopySide[Any] = FdCopy() if dir_fds_work() else PathCopy()
+
+
 @dataclass
-class _Dir:
-    """One directory being synced: its source path, the copy's fd and what the copy held."""
+class _Dir(Generic[H]):
+    """One directory being synced: its source path, the open copy directory and what it held."""
 
     src: str
-    fd: int
+    handle: H
     depth: int
     entries: list[os.DirEntry[str]]
-    copy: dict[str, os.DirEntry[str]]
+    copy: dict[str, Kind]
     next: int = 0
 
 
@@ -109,10 +142,11 @@ def _bound_name(which: str, value: int, default: int) -> str:
     return f"MAX_{which.upper()} = {value}" if value == default else f"Bounds.{which} = {value}"
 
 
-class _Walk:
+class _Walk(Generic[H]):
     """One sync pass. Depth-first with an explicit stack: only ancestors' fds are open."""
 
-    def __init__(self, source: str, bounds: Bounds, subject: str) -> None:
+    def __init__(self, side: CopySide[H], source: str, bounds: Bounds, subject: str) -> None:
+        self.side = side
         self.source = source  # resolved: the walk must not depend on the caller's cwd or links
         self.bounds = bounds
         self.subject = subject  # the working directory as the caller named it
@@ -128,23 +162,23 @@ class _Walk:
     def _refuse(self, detail: str) -> SprawlError:
         return SprawlError(ErrorCode.COPY_BOUND, self.subject, detail, _BOUND_RECOVERY)
 
-    def run(self, root_fd: int) -> None:
-        """Sync the source into the open copy root; closes ``root_fd``."""
-        stack: list[_Dir] = []
+    def run(self, root: H) -> None:
+        """Sync the source into the open copy root; closes ``root``."""
+        side = self.side
+        stack: list[_Dir[H]] = []
         try:
             entries = _list(self.source)
-            stack.append(_Dir(self.source, root_fd, 0, entries, self._copy_entries(root_fd)))
+            stack.append(_Dir(self.source, root, 0, entries, side.kinds(root)))
         except BaseException:
-            os.close(root_fd)
+            side.close(root)
             raise
         try:
             while stack:
                 top = stack[-1]
                 if top.next == len(top.entries):
-                    for name, extra in top.copy.items():
-                        is_dir = extra.is_dir(follow_symlinks=False)
-                        self.removed += remove_entry(name, top.fd, is_dir)
-                    os.close(stack.pop().fd)
+                    for name, kind in top.copy.items():
+                        self.removed += side.remove(name, top.handle, kind)
+                    side.close(stack.pop().handle)
                     continue
                 entry = top.entries[top.next]
                 top.next += 1
@@ -154,14 +188,9 @@ class _Walk:
                     stack.append(child)
         finally:
             for frame in stack:
-                os.close(frame.fd)
+                side.close(frame.handle)
 
-    @staticmethod
-    def _copy_entries(fd: int) -> dict[str, os.DirEntry[str]]:
-        with os.scandir(fd) as it:
-            return {e.name: e for e in it}
-
-    def _entry(self, parent: _Dir, entry: os.DirEntry[str]) -> _Dir | None:
+    def _entry(self, parent: _Dir[H], entry: os.DirEntry[str]) -> _Dir[H] | None:
         depth = parent.depth + 1
         if depth > self.bounds.depth:
             rel = os.path.relpath(entry.path, self.source)
@@ -184,27 +213,26 @@ class _Walk:
             self._file(parent, entry, st)
         return None
 
-    def _dir(self, parent: _Dir, entry: os.DirEntry[str], st: os.stat_result) -> _Dir:
+    def _dir(self, parent: _Dir[H], entry: os.DirEntry[str], st: os.stat_result) -> _Dir[H]:
+        side = self.side
         want = stat.S_IMODE(st.st_mode) & 0o777 | 0o700
         entries = _list(entry.path)
         old = parent.copy.pop(entry.name, None)
-        if old is not None and not old.is_dir(follow_symlinks=False):
-            os.unlink(entry.name, dir_fd=parent.fd)
-            self.removed += 1
+        if old is not None and old != "dir":
+            self.removed += side.remove(entry.name, parent.handle, old)
             old = None
         if old is None:
-            os.mkdir(entry.name, 0o700, dir_fd=parent.fd)
-        fd = open_dir(entry.name, parent.fd)
+            side.mkdir(entry.name, parent.handle)
+        handle = side.open_dir(entry.name, parent.handle)
         try:
-            if stat.S_IMODE(os.fstat(fd).st_mode) != want:
-                os.fchmod(fd, want)
-            copy = self._copy_entries(fd) if old is not None else {}
+            side.set_dir_mode(handle, want)
+            copy = side.kinds(handle) if old is not None else {}
         except BaseException:
-            os.close(fd)
+            side.close(handle)
             raise
-        return _Dir(entry.path, fd, parent.depth + 1, entries, copy)
+        return _Dir(entry.path, handle, parent.depth + 1, entries, copy)
 
-    def _file(self, parent: _Dir, entry: os.DirEntry[str], st: os.stat_result) -> None:
+    def _file(self, parent: _Dir[H], entry: os.DirEntry[str], st: os.stat_result) -> None:
         bounds = self.bounds
         self.files += 1
         if self.files > bounds.files:
@@ -218,19 +246,21 @@ class _Walk:
         name = entry.name
         old = parent.copy.pop(name, None)
         fresh = True
+        side = self.side
         if old is not None:
-            if old.is_dir(follow_symlinks=False):
-                self.removed += remove_tree(name, parent.fd)
-            elif old.is_file(follow_symlinks=False) and same_bytes(
-                entry.path, name, parent.fd, st.st_size, mode
+            if old == "dir":
+                self.removed += side.remove(name, parent.handle, old)
+            elif old == "file" and side.same_bytes(
+                entry.path, name, parent.handle, st.st_size, mode
             ):
                 self.bytes += st.st_size
                 return
             else:
-                os.unlink(name, dir_fd=parent.fd)
+                side.remove(name, parent.handle, old)
                 fresh = False
         try:
-            self.bytes += copy_file(entry.path, name, parent.fd, mode, bounds.bytes - self.bytes)
+            budget = bounds.bytes - self.bytes
+            self.bytes += side.copy_file(entry.path, name, parent.handle, mode, budget)
         except BudgetExceeded:
             raise self._refuse(self._bytes_detail(bounds.bytes + 1)) from None
         if fresh:
@@ -250,34 +280,19 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _open_copy_root(name: str, parent_fd: int) -> int:
-    """Open the copy's root directory, making it (0700) or replacing a non-directory there."""
-    try:
-        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        os.unlink(name, dir_fd=parent_fd)
-        st = None
-    if st is None:
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    return open_dir(name, parent_fd)
-
-
 def delete_path(path: Path) -> None:
     """Delete ``path`` (a copy) without following links in it; no error if it is already gone."""
+    side = COPY_SIDE
     try:
-        parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        parent = side.open_parent(str(path.parent))
     except FileNotFoundError:
         return
     try:
-        try:
-            st = os.stat(path.name, dir_fd=parent_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        remove_entry(path.name, parent_fd, stat.S_ISDIR(st.st_mode))
+        kind = side.lookup(path.name, parent)
+        if kind is not None:
+            side.remove(path.name, parent, kind)
     finally:
-        os.close(parent_fd)
+        side.close(parent)
 
 
 def _discarding(err: SprawlError, copy: Path) -> SprawlError:
@@ -318,9 +333,10 @@ def sync(source: Path, copy: Path, bounds: Bounds = Bounds()) -> FileWork:
             "copy the copy into itself or delete parts of the working directory",
             "put the scratch directory outside the working directory",
         )
-    walk = _Walk(src, bounds, str(source))
+    side = COPY_SIDE
+    walk = _Walk(side, src, bounds, str(source))
     try:
-        parent_fd = os.open(copy.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        parent = side.open_parent(str(copy.parent))
     except OSError as err:
         raise SprawlError(
             ErrorCode.STORAGE_FATAL,
@@ -329,7 +345,7 @@ def sync(source: Path, copy: Path, bounds: Bounds = Bounds()) -> FileWork:
             "check that the scratch directory exists and is writable",
         ) from err
     try:
-        walk.run(_open_copy_root(copy.name, parent_fd))
+        walk.run(side.open_root(copy.name, parent))
     except SprawlError as err:
         raise _discarding(err, copy) from err.__cause__
     except SourceUnreadable as err:
@@ -369,5 +385,5 @@ def sync(source: Path, copy: Path, bounds: Bounds = Bounds()) -> FileWork:
             copy,
         ) from err
     finally:
-        os.close(parent_fd)
+        side.close(parent)
     return walk.work()

@@ -1,4 +1,8 @@
-"""The synced copy (SPEC §5) on real temporary trees: exact FileWork, links, bounds, safety."""
+"""The synced copy (SPEC §5) on real temporary trees: exact FileWork, links, bounds, safety.
+
+Every test runs against both copy sides: directory fds (what Linux and macOS use) and paths
+checked with lstat (Windows' fallback, forced here), so the fallback meets the same numbers.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +13,30 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator import copy_sync
-from orchestrator.copy_sync import MAX_DEPTH, Bounds, FileWork, sync
+from orchestrator.copy_fileops import FdCopy
+from orchestrator.copy_paths import PathCopy
+from orchestrator.copy_sync import MAX_DEPTH, Bounds, CopySide, FileWork, dir_fds_work, sync
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.scratch_copy import ScratchCopy
 
 Entry = tuple[object, ...]
+
+
+@pytest.fixture(autouse=True, params=["dir_fd", "paths"])
+def side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> CopySide[Any]:
+    """The copy side every sync in the test uses (copy_sync picks one per platform)."""
+    if request.param == "dir_fd" and not dir_fds_work():
+        pytest.skip("this platform has no directory fds; only the path fallback runs here")
+    impl: CopySide[Any] = FdCopy() if request.param == "dir_fd" else PathCopy()
+    monkeypatch.setattr(copy_sync, "COPY_SIDE", impl)
+    return impl
 
 
 def make_tree(root: Path, files: int, dirs: int = 4) -> int:
@@ -395,7 +412,7 @@ def _make_undeletable(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[
     def refuse(*_: object) -> None:  # a filesystem without chattr: fail the way rmdir would
         raise PermissionError(1, "Operation not permitted", str(victim))
 
-    monkeypatch.setattr(copy_sync, "remove_entry", refuse)
+    monkeypatch.setattr(copy_sync.COPY_SIDE, "remove", refuse)
     return []
 
 
@@ -447,7 +464,12 @@ def files_of(tree: dict[str, object], prefix: str = "") -> dict[str, bytes]:
     return out
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The autouse `side` fixture is function-scoped but constant across examples: harmless.
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(first=roots, second=roots)
 def test_property_copy_equals_source_and_counts_match_an_oracle(
     first: dict[str, object], second: dict[str, object]
