@@ -1,0 +1,35 @@
+"""Every benchmark script still runs (tiny sizes) and prints its comparison: numbers are
+read from full runs, but a script that no longer starts would be found only when needed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# script -> (tiny arguments, a line fragment its comparison always prints)
+SMALL: dict[str, tuple[list[str], str]] = {
+    "copy_sync.py": (["--files", "200", "--reps", "1"], "rsync -a --delete --checksum"),
+    "native_exec.py": (["--reps", "2"], "ratio"),
+    "container_exec.py": (["--reps", "1", "--cli-reps", "1"], "ratio"),
+    "container_steps.py": (["--reps", "1"], "docker create: CLI (our argv)"),
+    "guardian.py": (["--runs", "1"], "fastest raw removal"),
+}
+
+
+def test_every_benchmark_is_listed() -> None:
+    assert sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")) == sorted(SMALL)
+
+
+@pytest.mark.parametrize("script", sorted(SMALL))
+def test_benchmark_runs(script: str, docker_image: str, podman_image: str) -> None:
+    # The image fixtures make sure both engines answer (CI fails without them).
+    args, fragment = SMALL[script]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert fragment in done.stdout, done.stdout
