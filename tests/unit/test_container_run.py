@@ -48,6 +48,12 @@ class Ear:
     def scratch(self, path: Path) -> None:
         return None
 
+    def cgroup(self, path: Path) -> None:
+        raise AssertionError("a container arm makes no run cgroup of its own")
+
+    def cgroup_gone(self, path: Path) -> None:
+        raise AssertionError("a container arm makes no run cgroup of its own")
+
 
 @pytest.fixture(autouse=True)
 def fresh() -> Iterator[None]:
