@@ -1,9 +1,17 @@
-"""A host command in its own process group, with output in files (POSIX).
+"""A host command in its own process group, with output in files.
 
-The leader is waited for *without reaping* (pidfd, or waitid(WNOWAIT)), so its
+POSIX: the leader is waited for *without reaping* (pidfd, or waitid(WNOWAIT)), so its
 pid -- and therefore its process group id -- cannot be reused while we signal
 the group; only after the group is cleaned up is the leader reaped. Killing is
 SIGTERM, a short wait, then SIGKILL (trio's `_posix_deliver_cancel` shape).
+
+Without process groups (Windows: no killpg, no waitid; chosen once by `GROUPS`): the
+command gets CREATE_NEW_PROCESS_GROUP (a console Ctrl+C meant for us does not reach it),
+Popen's open process handle keeps its pid from being reused, and the tree is what psutil
+finds below the leader, killed with TerminateProcess (no SIGTERM to give first). A process
+that detached from the tree escapes, as a setsid() one does on POSIX: these arms claim no
+process-tree guarantee (the windows_job arm, which does, runs in a Job Object instead).
+The guardian is not told of a group, since there is none for it to kill.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ from orchestrator.launch import Finished, Join, NullWatcher, Watcher
 TERM_GRACE_SECONDS = 1.0
 # Wait for the go line on stdin, then give the command /dev/null as stdin, as without a gate.
 _GATE = 'read -r _ || exit 125; exec </dev/null; exec "$@"'
+GROUPS = hasattr(os, "killpg") and hasattr(os, "waitid")
+# Windows only; 0 elsewhere, where Popen refuses any creationflags (tests force GROUPS off).
+_NEW_GROUP: int = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
 
 
 @cache
@@ -77,7 +88,8 @@ class HostProcess:
                     stdin=stdin,
                     stdout=out,
                     stderr=err,
-                    start_new_session=True,
+                    start_new_session=GROUPS,
+                    creationflags=0 if GROUPS else _NEW_GROUP,
                     close_fds=True,
                 )
             # Told before the command is released (gate) or gets far: the guardian kills the
@@ -85,7 +97,8 @@ class HostProcess:
             # (the guardian's pid-reuse check) is readable even if it already exited.
             with contextlib.suppress(psutil.Error):
                 created = psutil.Process(self._popen.pid).create_time()
-                self._watcher.process_group(self._popen.pid, created)
+                if GROUPS:
+                    self._watcher.process_group(self._popen.pid, created)
             if join is not None:
                 join.join(self._popen.pid)
                 os.write(gate_w, b"go\n")
@@ -105,6 +118,9 @@ class HostProcess:
     def _exited_now(self) -> bool:
         if self._exited:
             return True
+        if not GROUPS:
+            self._exited = self._popen.poll() is not None
+            return self._exited
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
@@ -137,7 +153,7 @@ class HostProcess:
         """The leader and every live process of its group (descendants that left
         the group with setsid are followed through psutil while their parent lives)."""
         found: set[int] = set()
-        for proc in psutil.process_iter(["pid"]):
+        for proc in psutil.process_iter(["pid"]) if GROUPS else ():
             # A process listed a moment ago may be gone: getpgid raises ProcessLookupError.
             with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(proc.pid) == self.pgid:
@@ -165,6 +181,12 @@ class HostProcess:
     def kill(self) -> None:
         self._killed = True
         stray = self._descendants()
+        if not GROUPS:
+            with contextlib.suppress(OSError):
+                self._popen.kill()
+            _kill_verified(stray)
+            self.wait(None)
+            return
         self._signal_group(signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_SECONDS
         while self._group_alive() and time.monotonic() < deadline:
@@ -182,8 +204,11 @@ class HostProcess:
     def finish(self) -> Finished:
         self.wait(None)
         # Whatever the command left in its group goes with it.
-        self._signal_group(signal.SIGKILL)
-        self._watcher.process_group_gone(self.pgid)  # before the reap frees the number
+        if GROUPS:
+            self._signal_group(signal.SIGKILL)
+            self._watcher.process_group_gone(self.pgid)  # before the reap frees the number
+        else:
+            _kill_verified(self._descendants())  # those still below the (exited) leader
         code = self._popen.wait()
         if self._pidfd is not None:
             os.close(self._pidfd)
