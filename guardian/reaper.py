@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import stat
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,7 @@ import psutil
 from guardian.cgroup_reap import remove_cgroups
 from guardian.engines import Engine, EngineError, Found
 from guardian.watchlist import Watchlist
-from orchestrator.copy_fileops import remove_entry
+from orchestrator.copy_sync import delete_path
 
 POLL_SECONDS = 0.05
 # While the CLI process of an announced create still runs, the create is still in flight (a
@@ -118,25 +117,15 @@ def kill_groups(groups: dict[int, float], log: Log) -> list[int]:
 
 
 def delete_scratch(path: Path) -> str | None:
-    """Delete one scratch copy without following any link in it (copy_fileops walks by
-    directory fd with O_NOFOLLOW); None on success or if it is already gone."""
+    """Delete one scratch copy without following any link in it (copy_sync.delete_path:
+    directory fds + O_NOFOLLOW, or lstat-checked paths where there are no dir fds);
+    None on success or if it is already gone."""
     if not path.name.startswith(SCRATCH_PREFIX):
         return f"{path}: not a scratch copy name ({SCRATCH_PREFIX}...), left alone"
     try:
-        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
+        delete_path(path)
     except OSError as err:
         return f"{path}: {err}"
-    try:
-        st = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
-        remove_entry(path.name, parent, stat.S_ISDIR(st.st_mode))
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        return f"{path}: {err}"
-    finally:
-        os.close(parent)
     return None
 
 
