@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Protocol
 
 import psutil
-import pytest
 
 from orchestrator.assurances import Assurances, Guarantee, Kept
+from tests.integration.conftest import missing
 
 MiB = 1024 * 1024
 GONE_GRACE_S = 0.5
@@ -87,10 +87,7 @@ class ProbeBroken(AssertionError):
 def absent(what: str, why: str) -> None:
     """A mechanism this test needs is missing: a failure in CI (CI=true: the runner was
     set up to have it), a skip elsewhere."""
-    message = f"{what} is not usable here: {why}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    missing(f"{what} is not usable here: {why}")
 
 
 def exec_runner(tool: object, where: str = "sandbox", timeout: float = 60.0) -> Runner:

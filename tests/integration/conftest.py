@@ -15,8 +15,11 @@ import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
+
+from orchestrator.cgroups import Delegation, PlatformShares, delegation
 
 PRIVATE_DOCKER_SOCK = Path("/run/sprawl-orch/docker.sock")
 ROOTFS_DIRS = ("bin", "work", "tmp", "etc", "proc", "sys", "dev", "run", "var/tmp")
@@ -30,12 +33,30 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
-def engine_absent(name: str, why: str) -> None:
-    """Fail in CI (a missing engine there is a broken runner), skip elsewhere."""
-    message = f"{name} is not usable here: {why} (run `bash .ci/setup-engines && . .ci/env`)"
+def missing(message: str) -> NoReturn:
+    """Something a test needs is missing: a failure in CI (CI=true: the runner was set up
+    to have it, so its absence is a broken runner), a skip on a developer's machine. The
+    one place that decides; every "absent" path in these tests comes through here."""
     if in_ci():
         pytest.fail(message)
     pytest.skip(message)
+
+
+def engine_absent(name: str, why: str) -> NoReturn:
+    missing(f"{name} is not usable here: {why} (run `bash .ci/setup-engines && . .ci/env`)")
+
+
+@pytest.fixture(scope="module")
+def v1_delegation() -> Delegation:
+    """This machine's writable v1 memory+cpu hierarchies. On a v2 host (GitHub's runners)
+    the v1 tests don't apply, even in CI: v2 is tested on a directory tree and there."""
+    found = delegation()
+    if found.version == "v1" and found.shares is PlatformShares.CPU_AND_MEMORY:
+        return found
+    message = f"no writable v1 memory+cpu hierarchies here: {found.why}"
+    if found.version == "v2":
+        pytest.skip(message)
+    missing(message)
 
 
 def engine_problem(engine: str) -> str | None:

@@ -18,11 +18,10 @@ import psutil
 import pytest
 
 from orchestrator.backlog import Backlog
-from orchestrator.cgroups import Delegation, PlatformShares, Shares, delegation
+from orchestrator.cgroups import Delegation, Shares, delegation
 from orchestrator.config import parse_config
 from orchestrator.exec_tool import ExecTool
 from orchestrator.offerings import Offerings
-from tests.integration.conftest import in_ci
 
 MIB = 2**20
 LIMIT = 64 * MIB
@@ -30,14 +29,8 @@ HOG = "b = bytearray(300 * 1024 * 1024); print('survived')"
 
 
 @pytest.fixture(scope="module")
-def v1() -> Delegation:
-    found = delegation()
-    if found.version == "v1" and found.shares is PlatformShares.CPU_AND_MEMORY:
-        return found
-    message = f"no writable v1 memory+cpu hierarchies here: {found.why}"
-    if in_ci() and found.version != "v2":
-        pytest.fail(message)
-    pytest.skip(message)
+def v1(v1_delegation: Delegation) -> Delegation:
+    return v1_delegation
 
 
 @pytest.fixture

@@ -21,8 +21,7 @@ import psutil
 import pytest
 from guardian_support import Orchestrator, guardian_done, spec, wait_for
 
-from orchestrator.cgroups import Delegation, PlatformShares, delegation
-from tests.integration.conftest import in_ci
+from orchestrator.cgroups import Delegation
 
 GRACE = 3.0  # the guardian's default
 LIMIT = 256 * 2**20
@@ -32,14 +31,8 @@ COMMAND = ["sh", "-c", "setsid sleep 300 & sleep 300"]
 
 
 @pytest.fixture(scope="module")
-def v1() -> Delegation:
-    found = delegation()
-    if found.version == "v1" and found.shares is PlatformShares.CPU_AND_MEMORY:
-        return found
-    message = f"no writable v1 memory+cpu hierarchies here: {found.why}"
-    if in_ci() and found.version != "v2":
-        pytest.fail(message)
-    pytest.skip(message)
+def v1(v1_delegation: Delegation) -> Delegation:
+    return v1_delegation
 
 
 def live(pid: int) -> bool:

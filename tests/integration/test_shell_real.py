@@ -28,6 +28,7 @@ from orchestrator.ledger import Ledger
 from orchestrator.offerings import Offerings
 from orchestrator.outcome import FailureClass, ShellTally
 from orchestrator.shell import Found, Missing, pwsh_major, require_shell, resolve_shell, shell_argv
+from tests.integration.conftest import missing
 
 CNF = FailureClass.COMMAND_NOT_FOUND
 SYN = FailureClass.SYNTAX
@@ -52,10 +53,7 @@ def need(program: str) -> str:
     """The program's path; absent: a failure under CI, a skip on a developer's machine."""
     path = shutil.which(program)
     if path is None:
-        message = f"{program} is not installed (bash .ci/setup-engines installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{program} is not installed (bash .ci/setup-engines installs it)")
     return path
 
 
