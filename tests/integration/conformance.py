@@ -11,7 +11,7 @@ from the host; `assert_conformance(claimed, observed)` fails on any axis where t
 
 - `run` is any `Runner`: a callable taking an argv and returning `Ran` (exit code, stdout,
   stderr). `exec_runner(tool, where=...)` wraps an ExecTool and fails on a refusal.
-- A `Dialect` writes the probe commands: `PythonDialect` (host arms: a Python is on the
+- A `Dialect` (conformance_dialects.py) writes the probe commands: `PythonDialect` (host arms: a Python is on the
   host) or `ShDialect` (busybox images; `ShDialect("busybox ")` runs the same applets on a
   host that has busybox-static, which is how it is tested here).
 - `copy` returns the directory the arm ran the command in when it is not the working
@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shlex
 import socket
 import sys
 import tempfile
@@ -47,16 +46,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import psutil
 
 from orchestrator.assurances import Assurances, Guarantee, Kept
+from tests.integration.conformance_dialects import (
+    REFUSED_EXIT,
+    Dialect,
+)
 from tests.integration.conftest import missing
 
 MiB = 1024 * 1024
 GONE_GRACE_S = 0.5
-REFUSED_EXIT = 3  # every probe exits 3 when the sandbox stopped what it tried
 
 
 @dataclass(frozen=True)
@@ -134,164 +135,6 @@ def the_copy(scratch_root: Path) -> Path | None:
 
 
 # -- dialects -------------------------------------------------------------------------
-class Dialect(Protocol):
-    def write(self, name: str) -> list[str]: ...
-    def connect(self, host: str, port: int) -> list[str]: ...
-    def outlive(self, marker: str, ready: str) -> list[str]: ...
-    def create(self, name: str) -> list[str]: ...
-    def allocate(self, nbytes: int) -> list[str]: ...
-    def read(self, path: str) -> list[str]: ...
-
-
-_PY_CONNECT = """
-import socket, sys
-try:
-    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
-except OSError as err:
-    print("refused", type(err).__name__, err)
-    sys.exit(3)
-s.sendall(b"x")
-s.close()
-print("connected")
-"""
-
-_PY_OUTLIVE_POSIX = """
-import os, sys, time
-marker, ready = sys.argv[1], sys.argv[2]
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        code = "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(120)"
-        os.execv(sys.executable, [sys.executable, "-c", code, ready, marker])
-    os._exit(0)
-os.wait()
-for _ in range(100):
-    if os.path.exists(ready):
-        print("ready")
-        break
-    time.sleep(0.05)
-"""
-
-_PY_OUTLIVE_WINDOWS = """
-import os, subprocess, sys, time
-marker, ready = sys.argv[1], sys.argv[2]
-code = "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(120)"
-argv = [sys.executable, "-c", code, ready, marker]
-flags = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
-try:
-    subprocess.Popen(argv, creationflags=flags | subprocess.CREATE_BREAKAWAY_FROM_JOB)
-except OSError:
-    subprocess.Popen(argv, creationflags=flags)
-for _ in range(100):
-    if os.path.exists(ready):
-        print("ready")
-        break
-    time.sleep(0.05)
-"""
-
-_PY_ALLOCATE = """
-import sys
-want, chunk, held, got = int(sys.argv[1]), 16 * 1024 * 1024, [], 0
-try:
-    while got < want:
-        held.append(bytearray(b"\\1") * chunk)  # written, so the pages are really there
-        got += chunk
-except MemoryError:
-    print("refused", got)
-    sys.exit(3)
-print("allocated", got)
-"""
-
-_PY_READ = """
-import sys
-try:
-    print("read", open(sys.argv[1]).read())
-except OSError as err:
-    print("refused", type(err).__name__, err)
-    sys.exit(3)
-"""
-
-
-@dataclass(frozen=True)
-class PythonDialect:
-    # The interpreter itself, not a venv's link to it: a venv under /tmp (CI may clone
-    # there) is hidden inside bwrap by its private --tmpfs /tmp, and the probes need only
-    # the standard library.
-    python: str = os.path.realpath(sys.executable)
-    platform: str = sys.platform
-
-    def _py(self, code: str, *args: str) -> list[str]:
-        return [self.python, "-c", code, *args]
-
-    def write(self, name: str) -> list[str]:
-        return self._py("import sys; open(sys.argv[1], 'w').write('x')", name)
-
-    def connect(self, host: str, port: int) -> list[str]:
-        return self._py(_PY_CONNECT, host, str(port))
-
-    def outlive(self, marker: str, ready: str) -> list[str]:
-        code = _PY_OUTLIVE_WINDOWS if self.platform == "win32" else _PY_OUTLIVE_POSIX
-        return self._py(code, marker, ready)
-
-    def create(self, name: str) -> list[str]:
-        return self.write(name)
-
-    def allocate(self, nbytes: int) -> list[str]:
-        return self._py(_PY_ALLOCATE, str(nbytes))
-
-    def read(self, path: str) -> list[str]:
-        return self._py(_PY_READ, path)
-
-
-@dataclass(frozen=True)
-class ShDialect:
-    """POSIX sh plus busybox applets (nc, setsid, dd, sleep, touch): a busybox image's
-    tools. `prefix` ("busybox ") runs the applets through a host's busybox binary."""
-
-    prefix: str = ""
-    shell: str = "sh"
-
-    def _sh(self, line: str) -> list[str]:
-        return [self.shell, "-c", line]
-
-    def write(self, name: str) -> list[str]:
-        return self._sh(f"echo x > {shlex.quote(name)}")
-
-    def connect(self, host: str, port: int) -> list[str]:
-        p = self.prefix
-        return self._sh(
-            f"if {p}nc -w 3 {host} {port} </dev/null; then echo connected; "
-            f"else echo refused; exit {REFUSED_EXIT}; fi"
-        )
-
-    def outlive(self, marker: str, ready: str) -> list[str]:
-        p, r = self.prefix, shlex.quote(ready)
-        # The detached sh keeps the marker in its own argv (the trailing `:` stops sh
-        # from exec'ing sleep in its place).
-        inner = shlex.quote(f"{p}touch {r}; {p}sleep 120; : {marker}")
-        return self._sh(
-            f"{p}setsid sh -c {inner} & i=0; "
-            f"while [ ! -e {r} ] && [ $i -lt 100 ]; do {p}sleep 0.05; i=$((i+1)); done; "
-            f"[ -e {r} ] && echo ready"
-        )
-
-    def create(self, name: str) -> list[str]:
-        return self._sh(f"{self.prefix}touch {shlex.quote(name)}")
-
-    def allocate(self, nbytes: int) -> list[str]:
-        # dd's buffer is one block of `bs` bytes; reading /dev/zero into it touches every page.
-        return self._sh(
-            f"if {self.prefix}dd if=/dev/zero of=/dev/null bs={nbytes} count=1 2>/dev/null; "
-            f"then echo allocated {nbytes}; else echo refused; exit {REFUSED_EXIT}; fi"
-        )
-
-    def read(self, path: str) -> list[str]:
-        return self._sh(
-            f"if {self.prefix}cat {shlex.quote(path)}; then :; else echo refused; "
-            f"exit {REFUSED_EXIT}; fi"
-        )
-
-
 # -- observations ---------------------------------------------------------------------
 def _token() -> str:
     return secrets.token_hex(6)

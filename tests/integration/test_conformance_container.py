@@ -29,7 +29,6 @@ from tests.integration.conformance import (
     ProbeBroken,
     Ran,
     Runner,
-    ShDialect,
     assert_conformance,
     judge_uid,
     observe_filesystem,
@@ -38,6 +37,7 @@ from tests.integration.conformance import (
     observe_resources,
     table,
 )
+from tests.integration.conformance_dialects import ShDialect
 from tests.integration.container_support import config_for, make_engine
 
 LIMIT = 64 * MiB

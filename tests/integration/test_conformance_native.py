@@ -21,10 +21,7 @@ from orchestrator.assurances import Assurances
 from orchestrator.config import Config, parse_config
 from orchestrator.exec_tool import ExecTool
 from tests.integration.conformance import (
-    Dialect,
     MiB,
-    PythonDialect,
-    ShDialect,
     absent,
     assert_conformance,
     exec_runner,
@@ -32,6 +29,7 @@ from tests.integration.conformance import (
     table,
     the_copy,
 )
+from tests.integration.conformance_dialects import Dialect, PythonDialect, ShDialect
 
 LIMIT = 64 * MiB
 LINUX = sys.platform.startswith("linux")

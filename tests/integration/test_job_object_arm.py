@@ -15,15 +15,14 @@ from orchestrator.assurances import Guarantee, Kept
 from orchestrator.config import ContainerConfig
 from orchestrator.environment import child_env
 from tests.integration.conformance import (
-    Dialect,
     MiB,
-    PythonDialect,
     absent,
     arm_runner,
     assert_conformance,
     observe_all,
     table,
 )
+from tests.integration.conformance_dialects import Dialect, PythonDialect
 
 LIMIT = 64 * MiB
 # Windows' socket layer can't load its providers without SystemRoot (WinError 10106).
