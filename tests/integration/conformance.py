@@ -12,8 +12,9 @@ from the host; `assert_conformance(claimed, observed)` fails on any axis where t
 - `run` is any `Runner`: a callable taking an argv and returning `Ran` (exit code, stdout,
   stderr). `exec_runner(tool, where=...)` wraps an ExecTool and fails on a refusal.
 - A `Dialect` (conformance_dialects.py) writes the probe commands: `PythonDialect`
-  (host arms: a Python is on the host) or `ShDialect` (busybox images; `ShDialect("busybox ")` runs the same applets on a
-  host that has busybox-static, which is how it is tested here).
+  (host arms: a Python is on the host) or `ShDialect` (busybox images;
+  `ShDialect("busybox ")` runs the same applets on a host that has busybox-static,
+  which is how it is tested here).
 - `copy` returns the directory the arm ran the command in when it is not the working
   directory (the synced copy; `the_copy(scratch_root)` finds it), or None.
 
