@@ -180,15 +180,6 @@ def marked_processes(mark_prefix: str) -> list[psutil.Process]:
     return found
 
 
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for proc in psutil.process_iter(["status"]):
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-    return members
-
-
 def scratch_copies(scratch: Path) -> list[str]:
     return sorted(p.name for p in scratch.iterdir()) if scratch.exists() else []
 

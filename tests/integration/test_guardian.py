@@ -23,7 +23,6 @@ from guardian_support import (
     Orchestrator,
     containers,
     force_remove,
-    group_members,
     guardian_done,
     guardian_events,
     scratch_copies,
@@ -32,6 +31,7 @@ from guardian_support import (
     wait_for,
 )
 
+from guardian.reaper import group_members
 from orchestrator.guardian_client import PAUSE_AFTER_CREATE, Guardian
 
 GRACE = 3.0  # the guardian's default
