@@ -6,20 +6,30 @@ SDK, the Windows arm ctypes/pywin32.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from orchestrator.arms import ArmName
 from orchestrator.choice import Choice
 from orchestrator.config import Config
 from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Arm
+from orchestrator.launch import Arm, Watcher
 from orchestrator.offerings import Offerings
 from orchestrator.yielding import Yielders
+
+if TYPE_CHECKING:
+    from orchestrator.container.evidence import Evidence
 
 
 def yielders_of(offerings: Offerings) -> Yielders:
     return Yielders(nice=offerings.nice, ionice=offerings.ionice, taskpolicy=offerings.taskpolicy)
 
 
-def build_arm(choice: Choice, offerings: Offerings, config: Config) -> Arm:
+def build_arm(
+    choice: Choice, offerings: Offerings, config: Config, *, evidence: Evidence | None = None,
+    watcher: Watcher | None = None,
+) -> Arm:
+    """`evidence`, `watcher`: where a container engine's admission is kept, and who hears of
+    its probe containers (the guardian)."""
     yielders = yielders_of(offerings)
     if choice.arm is ArmName.COPIED_TREE:
         from native_fallbacks.copied_tree import CopiedTreeArm
@@ -45,7 +55,8 @@ def build_arm(choice: Choice, offerings: Offerings, config: Config) -> Arm:
         assert choice.engine is not None
         offer = offerings.engine(choice.engine)
         assert offer is not None
-        return ContainerArm.from_offer(offer, config.sandbox.container)
+        return ContainerArm.from_offer(offer, config.sandbox.container, evidence=evidence,
+                                       watcher=watcher)
     raise SprawlError(
         ErrorCode.SANDBOX_DENIED,
         subject=f"[sandbox] arm = {choice.asked!r}",

@@ -27,8 +27,9 @@ from orchestrator.arms import ArmName
 from orchestrator.assurances import statement
 from orchestrator.backlog import Backlog, Pending, RunProcesses
 from orchestrator.cgroups import UNSET, Shares
-from orchestrator.choice import Choice, choose
+from orchestrator.choice import ENGINE_ORDER, Choice, choose
 from orchestrator.config import Config
+from orchestrator.container.evidence import Evidence
 from orchestrator.copy_sync import FileWork
 from orchestrator.environment import child_env
 from orchestrator.errors import ErrorCode, SprawlError
@@ -76,6 +77,7 @@ class ExecTool:
         self._closed = False
         self._guardian: Guardian | None = None
         self.state = state_dir(config, self.environ)
+        self.evidence = Evidence(self.state / "admission")
         self._owns_backlog = backlog is None
         self.backlog = backlog or Backlog(
             self.session, shares, keep_root=self.state / "kept-output"
@@ -92,7 +94,11 @@ class ExecTool:
         with self._lock:
             if self._offerings is None:
                 engines = self.config.sandbox.arm in ("auto", "container")
-                self._offerings = Offerings.this_machine(self.config, with_engines=engines)
+                # Admission's probe containers are announced to the guardian, like commands.
+                self._offerings = Offerings.this_machine(
+                    self.config, with_engines=engines, evidence=self.evidence,
+                    watcher=self.guardian() if engines else None,
+                )
             return self._offerings
 
     @property
@@ -107,7 +113,8 @@ class ExecTool:
     def arm(self) -> Arm:
         with self._lock:
             if self._arm is None:
-                self._arm = build_arm(self.choice, self.offerings, self.config)
+                self._arm = build_arm(self.choice, self.offerings, self.config,
+                                      evidence=self.evidence, watcher=self.guardian())
             return self._arm
 
     def confinement(self, arm: Arm) -> Confinement:
@@ -289,9 +296,12 @@ class ExecTool:
         process starts with the first announcement. One per exec tool, not per command."""
         with self._lock:  # one guardian even when the first commands arrive together
             if self._guardian is None:
+                # From the config, not the choice: admission (which the choice waits for)
+                # already announces its probe containers.
                 engines: tuple[str, ...] = ()
-                if self.choice.arm is ArmName.CONTAINER:
-                    engines = (self.choice.engine,) if self.choice.engine else ("docker", "podman")
+                container = self.config.sandbox.container
+                if self.config.sandbox.arm in ("auto", "container"):
+                    engines = ENGINE_ORDER if container.engine == "auto" else (container.engine,)
                 self._guardian = Guardian(self.session, engines)
             return self._guardian
 

@@ -39,7 +39,11 @@ class Watcher(Protocol):
         ...
 
     def scratch(self, path: Path) -> None:
-        """A scratch copy to delete if we die."""
+        """A scratch copy (or admission's probe directory) to delete if we die."""
+        ...
+
+    def scratch_gone(self, path: Path) -> None:
+        """... deleted by us."""
         ...
 
     def cgroup(self, path: Path) -> None:
@@ -68,6 +72,9 @@ class NullWatcher:
         return None
 
     def scratch(self, path: Path) -> None:
+        return None
+
+    def scratch_gone(self, path: Path) -> None:
         return None
 
     def cgroup(self, path: Path) -> None:

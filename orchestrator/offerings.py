@@ -13,9 +13,14 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.arms import Missing
 from orchestrator.config import Config
+
+if TYPE_CHECKING:
+    from orchestrator.container.evidence import Evidence
+    from orchestrator.launch import Watcher
 
 
 @dataclass(frozen=True)
@@ -55,9 +60,13 @@ class Offerings:
         return next((e for e in self.engines if e.engine == name), None)
 
     @classmethod
-    def this_machine(cls, config: Config, *, with_engines: bool = True) -> Offerings:
-        """Sample the machine. Engine admission runs real probe containers, so it is
-        skipped (`with_engines=False`) when the chosen arm cannot be a container."""
+    def this_machine(
+        cls, config: Config, *, with_engines: bool = True, evidence: Evidence | None = None,
+        watcher: Watcher | None = None,
+    ) -> Offerings:
+        """Sample the machine. Engine admission runs real probe containers (announced to
+        `watcher`; skipped while `evidence` kept on disk holds), so it is skipped
+        (`with_engines=False`) when the chosen arm cannot be a container."""
         scratch, problem = _scratch(config)
         bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
         userns, why = (None, "bwrap not installed")
@@ -69,7 +78,7 @@ class Offerings:
         if with_engines:
             from orchestrator.container.offer import offer_engines
 
-            engines = offer_engines(config)
+            engines = offer_engines(config, evidence=evidence, watcher=watcher)
         job, job_why = (False, "not Windows")
         if sys.platform == "win32":
             from native_fallbacks.job_object import job_available

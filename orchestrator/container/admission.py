@@ -7,29 +7,37 @@ Steps, each refusing with the engine's own words and a recovery:
 3. a probe: create + inspect-verify + start `true` with the configured limits, then
    remove. When the default OCI runtime fails it and another installed runtime passes,
    that runtime is used for every container and the admission says so.
-Results are cached once per process per (engine, endpoint, config).
+Results are cached once per process per (engine, endpoint, config), and a passed admission
+is kept on disk while the engine's identity holds (container/evidence.py).
+
+The probe container and its directory are announced to the guardian (`watcher`) before
+they exist, like every command's: a process killed mid-probe leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from orchestrator import arms
 from orchestrator.arms import Missing
 from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import HostLimits, create_argv, fit_limits
+from orchestrator.container.argv import HostLimits, container_name, create_argv, fit_limits
 from orchestrator.container.engine import Engine, EngineFacts
+from orchestrator.container.evidence import Evidence, boot_id
 from orchestrator.container.ownership import own_copy
 from orchestrator.container.stale_probes import PROBE_SESSION, owner_label, sweep_stale_probes
 from orchestrator.container.verify import Expected, mismatches
 from orchestrator.errors import ErrorCode, SprawlError
+from orchestrator.launch import NullWatcher, Watcher
 
 ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
 PROBE_TIMEOUT = 60.0
@@ -53,6 +61,8 @@ class Admission:
     reason: str = ""
     recovery: str = ""
     missing: Missing | None = None
+    # When the kept evidence this admission was read from was proved (None: probed now).
+    proved_at: str | None = None
 
     def summary(self) -> str:
         if not self.admitted:
@@ -80,6 +90,7 @@ class Admission:
                 "uids_namespaced": self.uids_namespaced,
                 "userns_why": self.userns_why,
                 "notes": list(self.notes),
+                "proved_at": self.proved_at,
             }
         else:
             out |= {"code": self.code.value if self.code else None, "reason": self.reason,
@@ -137,25 +148,61 @@ def _state_failure(state: dict[str, object]) -> str | None:
     return None
 
 
+def _probe_dir(watcher: Watcher) -> Path:
+    """Like mkdtemp (0700, unguessable, O_EXCL-style), but the name is told to the guardian
+    before the directory exists (the guardian deletes only `sprawl-` names)."""
+    while True:
+        work = Path(tempfile.gettempdir()) / f"sprawl-probe-{secrets.token_hex(6)}"
+        watcher.scratch(work)
+        try:
+            os.mkdir(work, 0o700)
+        except FileExistsError:
+            continue
+        return work
+
+
+def _remove_probe(engine: Engine, ref: str, name: str, watcher: Watcher) -> None:
+    # one we cannot remove (engine down) stays announced: the guardian or the next
+    # admission (stale_probes) removes it
+    with contextlib.suppress(SprawlError):
+        engine.remove(ref)
+        watcher.gone(name)
+
+
 def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | None,
-          runtime_name: str, host: HostLimits) -> str | None:
+          runtime_name: str, host: HostLimits, watcher: Watcher | None = None) -> str | None:
     """Run `true` exactly as a command would run (limits, mount, verify). None = passed,
     else the engine's words. Our own faults (the copy can't be given to the user, the
     limits don't fit) raise SprawlError with their own recovery instead."""
-    work = Path(tempfile.mkdtemp(prefix="sprawl-probe-"))
-    container: str | None = None
+    watcher = watcher or NullWatcher()
+    work = _probe_dir(watcher)
+    tag = f"probe-{secrets.token_hex(4)}"
+    name = container_name(tag)
     try:
         (work / "copy").mkdir()
-        copy = work / "copy"
-        own_copy(copy, *fit_limits(config, host).uid_gid)
-        tag = f"probe-{secrets.token_hex(4)}"
-        argv = create_argv(engine.name, config, image, copy, ["true"], [], tag,
+        own_copy(work / "copy", *fit_limits(config, host).uid_gid)
+        argv = create_argv(engine.name, config, image, work / "copy", ["true"], [], tag,
                            PROBE_SESSION, owner_label(), runtime, host=host)
-    except SprawlError:
+        return _run_probe(engine, config, image, runtime_name, host, argv, name, work, watcher)
+    finally:
         shutil.rmtree(work, ignore_errors=True)
-        raise
+        if not work.exists():
+            watcher.scratch_gone(work)
+
+
+def _run_probe(engine: Engine, config: ContainerConfig, image: str, runtime_name: str,
+               host: HostLimits, argv: tuple[str, ...], name: str, work: Path,
+               watcher: Watcher) -> str | None:
+    copy = work / "copy"
+    container: str | None = None
+    watcher.expect(name)
     try:
-        container = engine.create(argv, {})
+        try:
+            container = engine.create(argv, {})
+        except SprawlError:
+            _remove_probe(engine, name, name, watcher)  # a create that failed late may exist
+            raise
+        watcher.created(name, container)
         expected = Expected.of(engine.name, config, host, image, copy, runtime_name)
         found = mismatches(expected, engine.inspect(container))
         if found:
@@ -173,10 +220,7 @@ def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | No
         return err.detail
     finally:
         if container is not None:
-            # one left behind (we died here) is removed by the next admission: stale_probes
-            with contextlib.suppress(SprawlError):
-                engine.remove(container)
-        shutil.rmtree(work, ignore_errors=True)
+            _remove_probe(engine, container, name, watcher)
 
 
 def _fallbacks(facts: EngineFacts) -> list[str]:
@@ -184,7 +228,8 @@ def _fallbacks(facts: EngineFacts) -> list[str]:
     return sorted(others, key=lambda r: (r != "runc", r))  # runc first: it works everywhere here
 
 
-def _admit(engine: Engine, config: ContainerConfig, host: HostLimits) -> Admission:
+def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
+           watcher: Watcher) -> Admission:
     name = engine.name
     try:
         facts = engine.facts()
@@ -219,13 +264,13 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits) -> Admissi
         uids_namespaced=namespaced, userns_why=why, notes=limits.notes,
     )
     try:
-        first = probe(engine, config, image, None, facts.default_runtime, host)
+        first = probe(engine, config, image, None, facts.default_runtime, host, watcher)
     except SprawlError as err:
         return refused(name, err.code, err.detail, err.recovery)
     if first is None:
         return admitted
     for other in _fallbacks(facts):
-        if probe(engine, config, image, other, other, host) is None:
+        if probe(engine, config, image, other, other, host, watcher) is None:
             said = (f"the default runtime {facts.default_runtime} failed the probe "
                     f"({first}); {other} passed it, so every container runs with "
                     f"--runtime {other}")
@@ -237,16 +282,56 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits) -> Admissi
 
 _cache: dict[tuple[str, str, str], Admission] = {}
 _lock = threading.Lock()
+# The fields of an admitted Admission that are kept on disk (container/evidence.py).
+_KEPT = ("engine", "admitted", "facts", "image", "runtime", "runtime_used", "uids_namespaced",
+         "userns_why", "notes")
 
 
-def admit(engine: Engine, config: ContainerConfig, host: HostLimits | None = None) -> Admission:
-    """The engine's admission for `config`, probed once per process and cached."""
+def _recall(engine: Engine, evidence: Evidence, key: str) -> tuple[Admission | None,
+                                                                    dict[str, Any] | None]:
+    """(the kept admission if the engine is still the one it was proved on, the identity
+    read now; None when the engine cannot be asked: a full admission says why)."""
+    try:
+        identity = {"engine": engine.identity(), "boot": boot_id()}
+    except SprawlError:
+        return None, None
+    kept = evidence.load(key, identity)
+    if kept is None:
+        return None, identity
+    try:
+        return Admission(**kept), identity
+    except TypeError:
+        evidence.drop(key)
+        return None, identity
+
+
+def admit(engine: Engine, config: ContainerConfig, host: HostLimits | None = None, *,
+          evidence: Evidence | None = None, watcher: Watcher | None = None,
+          fresh: bool = False) -> Admission:
+    """The engine's admission for `config`: once per process (cached), and once per engine
+    identity when `evidence` keeps it on disk. `fresh`: forget both and probe again (a real
+    command failed at the engine). The probe is announced to `watcher` (the guardian)."""
     key = (engine.name, engine.endpoint(), config.model_dump_json())
     with _lock:
-        if key not in _cache:
+        if fresh:
+            _cache.pop(key, None)
+        if key in _cache:
+            return _cache[key]
+        host = host or HostLimits.this_host()
+        kept_key = evidence.key(*key[:2], config, host) if evidence else ""
+        found, identity = None, None
+        if evidence is not None:
+            if fresh:
+                evidence.drop(kept_key)
+            found, identity = _recall(engine, evidence, kept_key)
+        if found is None:
             sweep_stale_probes(engine)
-            _cache[key] = _admit(engine, config, host or HostLimits.this_host())
-        return _cache[key]
+            found = _admit(engine, config, host, watcher or NullWatcher())
+            if evidence is not None and found.admitted and identity is not None:
+                fields = asdict(found)
+                evidence.save(kept_key, identity, {k: fields[k] for k in _KEPT})
+        _cache[key] = found
+        return found
 
 
 def clear_cache() -> None:
@@ -267,7 +352,8 @@ def engine_for(name: str) -> Engine:
 
 
 def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
-               *, first_only: bool = True) -> list[tuple[Engine, Admission]]:
+               *, first_only: bool = True, evidence: Evidence | None = None,
+               watcher: Watcher | None = None) -> list[tuple[Engine, Admission]]:
     """Admissions in order (`engine = "auto"`: docker, podman), stopping at the first
     admitted one unless `first_only` is False (doctor wants every engine's answer)."""
     if names is None:
@@ -275,7 +361,7 @@ def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
     out: list[tuple[Engine, Admission]] = []
     for name in names:
         engine = engine_for(name)
-        out.append((engine, admit(engine, config)))
+        out.append((engine, admit(engine, config, evidence=evidence, watcher=watcher)))
         if first_only and out[-1][1].admitted:
             break
     return out

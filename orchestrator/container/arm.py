@@ -4,6 +4,11 @@ Per command: own the copy for the container user -> build the create argv (pure)
 create through the engine CLI with the child's env -> inspect and verify (mismatch:
 remove, refuse) -> start. The guardian hears the container's name before the create,
 its ID after it, and "gone" after removal (`Launch.watcher`).
+
+An admission read from kept evidence (container/evidence.py) skipped the probe container.
+If the engine then fails a real command -- the create, the verification before start, or
+the start -- the evidence is dropped, the engine admitted again (probe included), and the
+command tried once more only if that admission passes.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from orchestrator.config import ContainerConfig
 from orchestrator.container.admission import Admission, admit, admit_each, engine_for
 from orchestrator.container.argv import HostLimits, container_name, create_argv, fit_limits
 from orchestrator.container.engine import Engine, not_found_in_image
+from orchestrator.container.evidence import Evidence
 from orchestrator.container.ownership import own_copy
 from orchestrator.container.run import ContainerRun
 from orchestrator.container.verify import Expected, verify
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import hold_after_create
-from orchestrator.launch import Launch
+from orchestrator.launch import Launch, Watcher
 from orchestrator.offerings import EngineOffer
 
 SHELL = "/bin/sh"  # a shell line runs under the image's own shell
@@ -46,16 +52,23 @@ class ContainerArm:
 
     def __init__(
         self, config: ContainerConfig, engine: Engine | None = None, *,
-        host: HostLimits | None = None,
+        host: HostLimits | None = None, evidence: Evidence | None = None,
+        watcher: Watcher | None = None,
     ) -> None:
         self.config = config
         self._engine = engine
         self._host = host
         self._admission: Admission | None = None
+        self.evidence = evidence
+        self.watcher = watcher
+        self.readmitted = False
 
     @classmethod
-    def from_offer(cls, offer: EngineOffer, config: ContainerConfig) -> ContainerArm:
-        return cls(config, engine_for(offer.engine))
+    def from_offer(
+        cls, offer: EngineOffer, config: ContainerConfig, *, evidence: Evidence | None = None,
+        watcher: Watcher | None = None,
+    ) -> ContainerArm:
+        return cls(config, engine_for(offer.engine), evidence=evidence, watcher=watcher)
 
     @property
     def host(self) -> HostLimits:
@@ -73,7 +86,7 @@ class ContainerArm:
         if self._admission is None:
             if self._engine is None:
                 # engine = "auto" (or the configured name): first admitted of docker, podman
-                tried = admit_each(self.config)
+                tried = admit_each(self.config, evidence=self.evidence, watcher=self.watcher)
                 self._engine, self._admission = next(
                     ((e, a) for e, a in tried if a.admitted), tried[-1]
                 )
@@ -84,7 +97,8 @@ class ContainerArm:
                         recovery="; ".join(dict.fromkeys(a.recovery for _, a in tried)),
                     )
             else:
-                self._admission = admit(self._engine, self.config, self.host)
+                self._admission = admit(self._engine, self.config, self.host,
+                                        evidence=self.evidence, watcher=self.watcher)
         return self._admission
 
     def assurances(self) -> Assurances:
@@ -104,6 +118,22 @@ class ContainerArm:
             raise admission.error()
 
     def start(self, launch: Launch) -> ContainerRun:
+        try:
+            return self._start(launch)
+        except SprawlError as err:
+            admission = self.admission()
+            engine_failed = err.code in (ErrorCode.ENGINE_REFUSED, ErrorCode.SANDBOX_DENIED)
+            if not (engine_failed and admission.proved_at is not None and not self.readmitted):
+                raise
+            # Kept evidence said yes, the engine says no: prove it again, once.
+            self.readmitted = True
+            self._admission = admit(self.engine, self.config, self.host, evidence=self.evidence,
+                                    watcher=self.watcher or launch.watcher, fresh=True)
+            if not self._admission.admitted:
+                raise self._admission.error() from err
+            return self._start(launch)
+
+    def _start(self, launch: Launch) -> ContainerRun:
         admission = self.admission()
         if not admission.admitted:
             raise admission.error()

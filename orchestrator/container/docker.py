@@ -10,6 +10,7 @@ inside functions only: `import docker` costs ~200 ms.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -269,6 +270,22 @@ class DockerEngine:
         except docker.errors.APIError as err:
             raise engine_error("docker", "info", str(err.explanation or err),
                                connect_recovery(self.host, str(err))) from err
+
+    def identity(self) -> dict[str, Any]:
+        """The daemon's ID and every fact admission reads, and which CLI creates: two API
+        calls on the connection the command uses next (~10 ms; see container/evidence.py)."""
+        import docker.errors
+
+        from orchestrator.container.evidence import stamp
+
+        api = self.api()
+        try:
+            info, version = api.info(), api.version()
+        except docker.errors.APIError as err:
+            raise engine_error("docker", "info", str(err.explanation or err),
+                               connect_recovery(self.host, str(err))) from err
+        return {"daemon": info.get("ID"), "host": self.host, "cli": [self.cli, stamp(self.cli)],
+                "facts": dataclasses.asdict(parse_facts(info, version))}
 
     def local_image(self, image_id: str) -> str | None:
         import docker.errors

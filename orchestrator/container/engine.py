@@ -102,6 +102,11 @@ class Engine(Protocol):
         """Where the engine is reached (socket, or the CLI + its config): a cache key."""
         ...
 
+    def identity(self) -> dict[str, Any]:
+        """What admission's evidence is valid for, read cheaply (JSON-able; see
+        container/evidence.py). Raises SprawlError when the engine can't be asked."""
+        ...
+
     def facts(self) -> EngineFacts:
         """Connect and read the engine's own facts. Raises SprawlError when it can't."""
         ...

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from orchestrator.config import Config
 from orchestrator.container.admission import Admission, admit_each
+from orchestrator.container.evidence import Evidence
+from orchestrator.launch import Watcher
 from orchestrator.offerings import EngineOffer
 
 
@@ -22,8 +24,13 @@ def offer_of(admission: Admission) -> EngineOffer:
     )
 
 
-def offer_engines(config: Config, *, every: bool = False) -> tuple[EngineOffer, ...]:
+def offer_engines(
+    config: Config, *, every: bool = False, evidence: Evidence | None = None,
+    watcher: Watcher | None = None,
+) -> tuple[EngineOffer, ...]:
     """`engine = "auto"`: docker, then podman, stopping at the first admitted one (each
-    admission runs a probe container) unless `every` (doctor). A named engine: only it."""
-    found = admit_each(config.sandbox.container, first_only=not every)
+    admission runs a probe container, unless `evidence` still holds) unless `every`
+    (doctor). A named engine: only it."""
+    found = admit_each(config.sandbox.container, first_only=not every, evidence=evidence,
+                       watcher=watcher)
     return tuple(offer_of(admission) for _, admission in found)

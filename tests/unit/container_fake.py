@@ -115,9 +115,19 @@ class FakeEngine:
         self.exit_code = 0
         self.oom = False
         self.finishes = True
+        self.identity_: dict[str, Any] = {"daemon": "fake-1"}
+        self.endpoint_ = f"fake:{id(self)}"
+        # create fails with these words while set (an engine that changed under kept evidence)
+        self.create_error: str | None = None
+
+    def identity(self) -> dict[str, Any]:
+        self.calls.append(("identity", None))
+        if self.facts_error:
+            raise self.facts_error
+        return dict(self.identity_)
 
     def endpoint(self) -> str:
-        return f"fake:{id(self)}"
+        return self.endpoint_
 
     def facts(self) -> EngineFacts:
         self.calls.append(("facts", None))
@@ -133,6 +143,9 @@ class FakeEngine:
 
     def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
         self.calls.append(("create", tuple(argv)))
+        if self.create_error:
+            raise SprawlError(ErrorCode.ENGINE_REFUSED, "docker create", self.create_error,
+                              "see docker info")
         self.created += 1
         container = f"c{self.created}"
         data = inspect_from_argv(argv, self.facts_.default_runtime)
