@@ -1,0 +1,184 @@
+"""A one-shot `sprawl-orch exec -- true` against the raw mechanism, interleaved in one run.
+
+    . .ci/env && python benchmarks/cli_oneshot.py [--reps N] [--big-reps M] [--files F]
+
+The rows of issue #12's table, whole processes, second and later calls (a first call per
+arm is made and not counted: it admits the engine and leaves its evidence in this run's
+own state directory):
+
+- docker / podman, a 2-file tree: `sprawl-orch exec` vs `docker run --rm` /
+  `podman run --rm --runtime <admitted>` with the same limits, mount and user;
+- linux_namespaces / copied_tree, a 2-file tree: vs a bare `python -c pass` (and raw bwrap);
+- docker / copied_tree, F files x 16 KiB (default 10 000): vs `docker run --rm -v tree:/work`;
+- the library: `ExecTool.exec` in one process vs the docker SDK's `containers.run`.
+
+Every row alternates ours and raw, so machine noise hits both. Prints medians and ratios
+against the targets (docker, podman <= 1.3x raw; native arms <= 4x python; 10k docker
+<= 1.5x raw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from images.build import build_busybox
+from orchestrator.config import ContainerConfig, EngineImages
+from orchestrator.container.argv import HostLimits, create_argv
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-c",
+       "import sys; from orchestrator.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
+TARGETS = {"docker": 1.3, "podman": 1.3, "linux_namespaces": 4.0, "copied_tree": 4.0,
+           "docker (big tree)": 1.5}
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, env=env, cwd=ROOT, check=False)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[:6]}... failed ({done.returncode}): {done.stderr[-2000:]!r}")
+    return took
+
+
+def tree(root: Path, files: int, size: int) -> Path:
+    root.mkdir(parents=True)
+    block = os.urandom(size)
+    for i in range(files):
+        sub = root / f"d{i // 1000}"
+        sub.mkdir(exist_ok=True)
+        (sub / f"f{i}").write_bytes(block)
+    return root
+
+
+def config_file(path: Path, arm: str, engine: str, images: dict[str, str], state: Path) -> Path:
+    path.write_text(
+        f'[sandbox]\narm = "{arm}"\n'
+        f'[sandbox.container]\nengine = "{engine}"\n'
+        f'images = {{ docker = "{images["docker"]}", podman = "{images["podman"]}" }}\n'
+        f'[state]\ndir = "{state}"\n'
+    )
+    return path
+
+
+def raw_run(engine: str, image: str, mount: Path, runtime: str | None) -> list[str]:
+    """Our create argv as `run --rm` (no name/labels): the raw mechanism, same limits."""
+    config = ContainerConfig.model_validate({"engine": engine, "images": {engine: image}})
+    argv = list(create_argv(engine, config, image, mount, ["true"], [], "raw-1", "raw", "raw",
+                            runtime, host=HostLimits.this_host()))
+    for flag in ("--name", "--label", "--label"):
+        at = argv.index(flag)
+        del argv[at:at + 2]
+    return [engine, "run", "--rm", *argv[1:]]
+
+
+def row(name: str, ours: Callable[[], float], raw: Callable[[], float], reps: int,
+        table: list[tuple[str, float, float]]) -> None:
+    ours()  # the first call admits / makes the copy: not counted
+    a, b = [], []
+    for i in range(reps):
+        if i % 2:
+            b.append(raw())
+            a.append(ours())
+        else:
+            a.append(ours())
+            b.append(raw())
+    table.append((name, statistics.median(a), statistics.median(b)))
+    print(f"  {name}: ours {statistics.median(a) * 1000:.0f} ms, raw "
+          f"{statistics.median(b) * 1000:.0f} ms", flush=True)
+
+
+def library_row(images: dict[str, str], work: Path, reps: int,
+                table: list[tuple[str, float, float]]) -> None:
+    import docker
+
+    from orchestrator.config import load_config
+    from orchestrator.exec_tool import ExecTool
+
+    conf = config_file(work / "lib.toml", "container", "docker", images, work / "state-lib")
+    client = docker.from_env()
+    config = ContainerConfig()
+    limits = dict(network_mode="none", mem_limit=config.memory_bytes,
+                  memswap_limit=config.memory_bytes, nano_cpus=int(config.cpus * 1e9),
+                  pids_limit=config.pids, user=config.user, read_only=True,
+                  tmpfs={"/tmp": ""}, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                  volumes={str(work / "small"): {"bind": "/work", "mode": "rw"}},
+                  working_dir="/work")
+    with ExecTool(load_config(conf), work / "small", record=False) as tool:
+        def ours() -> float:
+            started = time.perf_counter()
+            result = tool.exec(["true"])
+            assert result.exit_code == 0, result.as_json_dict()
+            return time.perf_counter() - started
+
+        def raw() -> float:
+            started = time.perf_counter()
+            client.containers.run(images["docker"], ["true"], remove=True, **limits)
+            return time.perf_counter() - started
+
+        row("library ExecTool.exec vs SDK containers.run", ours, raw, reps, table)
+    client.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--big-reps", type=int, default=3)
+    parser.add_argument("--files", type=int, default=10_000)
+    args = parser.parse_args()
+    images = {e: build_busybox(e) for e in ("docker", "podman")}
+    table: list[tuple[str, float, float]] = []
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-oneshot-") as tmp:
+        work = Path(tmp)
+        small = tree(work / "small", 0, 0)
+        (small / "a.txt").write_text("a\n")
+        (small / "b.txt").write_text("b\n")
+        big = tree(work / "big", args.files, 16 * 1024)
+        state = work / "state"
+        pypass = [sys.executable, "-c", "pass"]
+        for arm, engine in (("docker", "docker"), ("podman", "podman"),
+                            ("linux_namespaces", "auto"), ("copied_tree", "auto")):
+            asked = "container" if arm in ("docker", "podman") else (
+                "native" if arm == "linux_namespaces" else arm)
+            conf = config_file(work / f"{arm}.toml", asked, engine, images, state)
+            ours_argv = [*CLI, "exec", "-C", str(small), "--config", str(conf), "--", "true"]
+            if arm in ("docker", "podman"):
+                runtime = "runc" if arm == "podman" else None
+                raw_argv = raw_run(engine, images[engine], small, runtime)
+            else:
+                raw_argv = pypass
+            row(arm, lambda a=ours_argv: timed(a), lambda r=raw_argv: timed(r),  # type: ignore[misc]
+                args.reps, table)
+        for arm in ("docker", "copied_tree"):
+            asked = "container" if arm == "docker" else arm
+            conf = config_file(work / f"big-{arm}.toml", asked, "docker", images, state)
+            ours_argv = [*CLI, "exec", "-C", str(big), "--config", str(conf), "--", "true"]
+            raw_argv = (raw_run("docker", images["docker"], big, None) if arm == "docker"
+                        else pypass)
+            row(f"{arm} (big tree)", lambda a=ours_argv: timed(a),  # type: ignore[misc]
+                lambda r=raw_argv: timed(r), args.big_reps, table)
+        library_row(images, work, args.reps, table)
+        bwrap = ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
+        bw = statistics.median(timed(bwrap) for _ in range(args.reps))
+    print(f"\n{args.files} x 16 KiB in the big tree; medians of {args.reps} "
+          f"({args.big_reps} for the big tree); raw bwrap alone: {bw * 1000:.0f} ms\n")
+    print(f"{'case':48} {'ours':>8} {'raw':>8} {'ratio':>7} {'target':>7}")
+    for name, ours, raw in table:
+        target = TARGETS.get(name)
+        shown = f"<= {target:g}x" if target else ""
+        print(f"{name:48} {ours * 1000:6.0f}ms {raw * 1000:6.0f}ms {ours / raw:6.2f}x {shown:>7}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
