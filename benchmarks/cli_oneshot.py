@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from images.build import build_busybox
-from orchestrator.config import ContainerConfig, EngineImages
+from orchestrator.config import ContainerConfig
 from orchestrator.container.argv import HostLimits, create_argv
 
 ROOT = Path(__file__).resolve().parent.parent
