@@ -5,7 +5,9 @@
 Each repetition runs `true` four ways, interleaved so all see the same machine state:
 
 - sprawl-orch's bwrap arm: `ExecTool.exec(["true"])` in-process (probe, copy sync, yielding
-  prefix, bwrap, wait, result), against raw bwrap with the same arguments on the same copy;
+  prefix, bwrap, wait, result), against raw bwrap with the same arguments on the same copy:
+  the same explicit view, tmpfs mounts, copy at the working directory's path, a fresh fd
+  with the same seccomp program, and, for a root caller, started as the same sandbox uid;
 - sprawl-orch's copied tree: `ExecTool.exec(["true"])`, against a plain `subprocess.run(["true"])`.
 
 Also reported, to explain the difference: the bwrap probe alone (it runs before every command,
@@ -27,8 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from native_fallbacks.bwrap import bwrap_argv, probe_argv
+import os
+
+from native_fallbacks.bwrap import BwrapArm, drop_uid, probe_argv
 from native_fallbacks.probe import run_probe
+from native_fallbacks.seccomp_filter import program_fd
 from orchestrator.config import parse_config
 from orchestrator.copy_sync import sync
 from orchestrator.exec_tool import ExecTool
@@ -42,6 +47,23 @@ def timed(step: Callable[[], object]) -> float:
 
 def must_run(argv: list[str]) -> None:
     subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)
+
+
+def raw_bwrap(argv_with_fd: Callable[[int], list[str]], user: int | None) -> None:
+    fd = program_fd()
+    try:
+        subprocess.run(argv_with_fd(fd), check=True, stdin=subprocess.DEVNULL, pass_fds=(fd,),
+                       user=user, group=user, extra_groups=None if user is None else [])
+    finally:
+        os.close(fd)
+
+
+def probe_once(bwrap: str, tree: Path, user: int | None) -> None:
+    fd = program_fd()
+    try:
+        run_probe(probe_argv(bwrap, tree, fd), "bwrap", pass_fds=(fd,), user=user)
+    finally:
+        os.close(fd)
 
 
 def tool_for(tmp: Path, tree: Path, arm: str) -> ExecTool:
@@ -80,8 +102,13 @@ def main() -> None:
         settled(ns)  # warm-up: the arm, the copy and the page cache
         settled(ct)
         copy = next((tmp / "scratch-native").iterdir())
-        raw_bwrap = bwrap_argv(bwrap, copy, [true])
-        probe = probe_argv(bwrap, tree)
+        arm = ns.arm()
+        assert isinstance(arm, BwrapArm)
+        user = drop_uid()
+        env = dict(os.environ)
+
+        def raw_argv(fd: int) -> list[str]:
+            return arm.argv_for([true], copy, tree, env, fd)
         resync_dest = tmp / "resync"
         sync(tree, resync_dest)
 
@@ -89,10 +116,10 @@ def main() -> None:
             "ours_bwrap", "raw_bwrap", "ours_copied", "raw_process", "probe", "resync")}
         for _ in range(args.reps):
             samples["ours_bwrap"].append(timed(lambda: settled(ns)))
-            samples["raw_bwrap"].append(timed(lambda: must_run(raw_bwrap)))
+            samples["raw_bwrap"].append(timed(lambda: raw_bwrap(raw_argv, user)))
             samples["ours_copied"].append(timed(lambda: settled(ct)))
             samples["raw_process"].append(timed(lambda: must_run([true])))
-            samples["probe"].append(timed(lambda: run_probe(probe, "bwrap")))
+            samples["probe"].append(timed(lambda: probe_once(bwrap, tree, user)))
             samples["resync"].append(timed(lambda: sync(tree, resync_dest)))
         ns.close()
         ct.close()
@@ -108,7 +135,9 @@ def main() -> None:
         ("  of which: resync", f"sync() {args.files} files", med["resync"],
          "subprocess.run(true)", med["raw_process"]),
     ]
-    print(f"`true`, median of {args.reps} interleaved repetitions, {args.files}-file tree")
+    who = f"as uid {drop_uid()}" if drop_uid() is not None else "as the caller"
+    print(f"`true`, median of {args.reps} interleaved repetitions, {args.files}-file tree, "
+          f"bwrap {who}")
     print(f"{'case':<27}{'ours':<24}{'ms':>7}  {'raw':<24}{'ms':>7}  {'ratio':>6}")
     for case, ours_name, ours_ms, raw_name, raw_ms in rows:
         print(f"{case:<27}{ours_name:<24}{ours_ms:>7.1f}  {raw_name:<24}{raw_ms:>7.1f}  "

@@ -1,40 +1,58 @@
-"""bubblewrap (`linux_namespaces`): the copied tree inside a fresh set of namespaces (SPEC §6).
+"""bubblewrap (`linux_namespaces`): the copy inside a fresh set of namespaces (SPEC §6).
 
     bwrap --unshare-all --unshare-user --die-with-parent --new-session --cap-drop ALL
-          --ro-bind / / --tmpfs /tmp --bind COPY COPY --dev /dev --proc /proc
-          --chdir COPY -- ARGV
+          --dev /dev --proc /proc --tmpfs /tmp --tmpfs /var/tmp --tmpfs /run
+          --tmpfs /dev/shm --symlink ../run /var/run [--tmpfs $HOME]
+          --ro-bind P P ... (the view: bwrap_view.py) --symlink usr/bin /bin ...
+          --bind COPY WORKDIR --chdir WORKDIR --remount-ro / --seccomp FD -- ARGV
 
+- The view is explicit (bwrap_view.py says why): `--ro-bind / /` showed every unix socket
+  of the host, dockerd's included, and a read-only mount does not stop connect().
+  Behind it, a seccomp program refuses new AF_UNIX sockets and io_uring
+  (seccomp_filter.py).
+- The copy is mounted at the working directory's own path, and the command starts there:
+  absolute paths recorded in the tree (editable installs, venvs, build systems) resolve
+  into the copy, never to the person's tree.
 - `--unshare-all` alone only *tries* a user namespace (`--unshare-user-try`) and silently
   runs without one when the kernel refuses; the explicit `--unshare-user` makes that a
   failure instead, so the arm never runs with an axis missing.
 - `--new-session` (setsid) stops the command from pushing keystrokes into the caller's
   terminal with TIOCSTI (CVE-2017-5226).
-- Mount order matters: bwrap applies the operations in order, so a `--tmpfs /tmp` *after*
-  `--bind COPY COPY` would cover the copy whenever the scratch root is under /tmp -- and it
-  is by default (/tmp/sprawl-orch). The tmpfs comes first, then bwrap creates the mount
-  point for the copy inside it.
+- Mount order matters: bwrap applies operations in order. The tmpfs mounts come first, so
+  nothing bound later is hidden by them (a copy or a tool under /tmp or $HOME); the copy
+  comes last, over anything bound at or above the working directory.
 - `--die-with-parent` plus the pid namespace: when the command (or the bwrap we started)
   ends, the namespace's init dies and the kernel kills every process left in it, including
   ones that called setsid() and double-forked.
+- A root caller's bwrap is started as a uid of sprawl-orch's own (sandbox_uid.py), which
+  then owns the copy: the user axis is kept. A non-root caller cannot hand the command
+  another uid: the user namespace maps it onto the caller's own, and the axis is not kept.
 
-The probe runs the same arguments with `/bin/true` and the working directory itself bound
-read-only, before any copy is made, and is never cached: an LSM policy or a sysctl
-(`kernel.apparmor_restrict_unprivileged_userns`, `user.max_user_namespaces`) can change
-between two commands.
+The probe runs the same arguments (as the same uid) with `/bin/true`, before any copy is
+made, and is never cached: an LSM policy or a sysctl (`kernel.apparmor_restrict_
+unprivileged_userns`, `user.max_user_namespaces`) can change between two commands.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from native_fallbacks.bwrap_view import View, command_view, system_view
 from native_fallbacks.copied_tree import CopiedTreeArm
 from native_fallbacks.probe import run_probe
-from orchestrator.arms import ArmName, user_namespace
+from native_fallbacks.sandbox_uid import grant_search, sandbox_uid
+from native_fallbacks.seccomp_filter import SeccompUnsupported, program_fd
+from orchestrator.arms import ArmName, linux_namespaces_assurances, user_namespace
+from orchestrator.assurances import Assurances
+from orchestrator.container.ownership import own_copy
 from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.yielding import Yielders
+from orchestrator.launch import Launch, Running
+from orchestrator.process import HostProcess
+from orchestrator.yielding import Yielders, yield_prefix
 
 NAMESPACE_FLAGS: tuple[str, ...] = (
     "--unshare-all",
@@ -44,34 +62,55 @@ NAMESPACE_FLAGS: tuple[str, ...] = (
     "--cap-drop",
     "ALL",
 )
-# bwrap 0.8 re-mounts every mount under `--ro-bind / /` read-only one by one; a mount that
-# disappears meanwhile (a container starting or stopping: docker's overlay2 .../merged)
-# fails the whole setup with "Can't bind mount /oldroot/ on /newroot/: Unable to apply
-# mount flags: remount ...: No such file or directory" (containers/bubblewrap#650, open).
+PRIVATE_TMPFS: tuple[str, ...] = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+# bwrap 0.8 re-mounts bound mounts read-only one by one; a mount that disappears meanwhile
+# (a container starting or stopping: docker's overlay2 .../merged under a bound directory)
+# fails the setup with "Can't bind mount /oldroot/ on /newroot/: Unable to apply mount
+# flags: remount ...: No such file or directory" (containers/bubblewrap#650, open).
 # That is a race, not a refusal: the probe tries again before it calls the arm unusable.
 MOUNT_RACE = "Unable to apply mount flags: remount"
 PROBE_ATTEMPTS = 3
 
 
+def _home_tmpfs(home: str | None, view: View) -> str | None:
+    if not home or not home.startswith("/") or home == "/" or view.covers(home):
+        return None
+    return os.path.normpath(home)
+
+
 def bwrap_argv(
-    bwrap: str, copy: Path | str, argv: Sequence[str], *, writable: bool = True
+    bwrap: str,
+    view: View,
+    copy: Path | str | None,
+    workdir: Path | str,
+    argv: Sequence[str],
+    *,
+    home: str | None = None,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
-    """The wrapped command. Pure: the same inputs give the same list."""
-    where = str(copy)
-    bind = "--bind" if writable else "--ro-bind"
-    return [
-        bwrap,
-        *NAMESPACE_FLAGS,
-        "--ro-bind", "/", "/",
-        # Before the copy's bind: see the module docstring.
-        "--tmpfs", "/tmp",
-        bind, where, where,
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--chdir", where,
-        "--",
-        *argv,
-    ]
+    """The wrapped command. Pure: the same inputs give the same list. `copy` None: nothing
+    is mounted at `workdir` (the probe), the command still starts there."""
+    where = str(workdir)
+    out = [bwrap, *NAMESPACE_FLAGS, "--dev", "/dev", "--proc", "/proc"]
+    for place in PRIVATE_TMPFS:
+        out += ["--tmpfs", place]
+    out += ["--symlink", "../run", "/var/run"]
+    private_home = _home_tmpfs(home, view)
+    if private_home is not None:
+        out += ["--tmpfs", private_home]
+    for path in view.binds:
+        out += ["--ro-bind", path, path]
+    for target, path in view.links:
+        out += ["--symlink", target, path]
+    if copy is not None:
+        out += ["--bind", str(copy), where]
+    else:
+        out += ["--dir", where]
+    out += ["--chdir", where, "--remount-ro", "/"]
+    if seccomp_fd is not None:
+        out += ["--seccomp", str(seccomp_fd)]
+    out += ["--", *argv]
+    return out
 
 
 def _true() -> str:
@@ -79,44 +118,74 @@ def _true() -> str:
     return "/bin/true" if os.path.exists("/bin/true") else (shutil.which("true") or "/bin/true")
 
 
-def probe_argv(bwrap: str, workdir: Path | str) -> list[str]:
-    """The probe: the same wrapper arguments, the working directory bound read-only."""
-    return bwrap_argv(bwrap, workdir, [_true()], writable=False)
+def drop_uid() -> int | None:
+    """The uid bwrap is started as: ours for a root caller, None (the caller's) otherwise."""
+    return sandbox_uid() if hasattr(os, "geteuid") and os.geteuid() == 0 else None
 
 
-def probe(bwrap: str, workdir: Path | str) -> tuple[bool, str]:
+def probe_argv(bwrap: str, workdir: Path | str, seccomp_fd: int | None = None) -> list[str]:
+    """The probe: the same wrapper arguments over the system view, nothing bound at the
+    working directory (no write, and a dropped uid need not reach the person's tree)."""
+    return bwrap_argv(bwrap, system_view(), None, workdir, [_true()], seccomp_fd=seccomp_fd)
+
+
+def _probe_once(bwrap: str, workdir: Path | str, user: int | None) -> tuple[bool, str]:
+    try:
+        fd = program_fd()
+    except SeccompUnsupported as err:
+        return False, f"no seccomp program for this machine: {err}"
+    try:
+        return run_probe(probe_argv(bwrap, workdir, fd), "bwrap", pass_fds=(fd,), user=user)
+    finally:
+        os.close(fd)
+
+
+def probe(bwrap: str, workdir: Path | str, user: int | None = None) -> tuple[bool, str]:
     """The probe, tried again (up to PROBE_ATTEMPTS) only when it lost the mount-table race."""
-    ok, why = run_probe(probe_argv(bwrap, workdir), "bwrap")
+    ok, why = _probe_once(bwrap, workdir, user)
     for _ in range(PROBE_ATTEMPTS - 1):
         if ok or MOUNT_RACE not in why:
             break
-        ok, why = run_probe(probe_argv(bwrap, workdir), "bwrap")
+        ok, why = _probe_once(bwrap, workdir, user)
     return ok, why
 
 
 def user_namespace_works(bwrap: str) -> tuple[bool, str]:
-    """Offerings' sample: can this bwrap create an unprivileged user namespace right now?"""
-    ok, why = probe(bwrap, "/")
+    """Offerings' sample: can this bwrap (as the uid commands will use) make its namespaces?"""
+    user = drop_uid()
+    ok, why = probe(bwrap, "/", user)
     return ok, ("an unprivileged user namespace can be created" if ok else why)
 
 
 class BwrapArm(CopiedTreeArm):
     name: ArmName = ArmName.LINUX_NAMESPACES
 
-    def __init__(self, bwrap: str, yielders: Yielders) -> None:
+    def __init__(self, bwrap: str, yielders: Yielders, *, user: int | None = -1) -> None:
+        """`user`: the uid bwrap runs as; -1 (default) chooses: ours for a root caller."""
         super().__init__(yielders)
         self.bwrap = bwrap
+        self.user = drop_uid() if user == -1 else user
+        self._system = system_view()
+
+    def assurances(self) -> Assurances:
+        return linux_namespaces_assurances(own_principal=self.user is not None)
 
     def note(self) -> str | None:
+        view = (
+            "Reads are limited to a read-only view: the system directories, the programs on "
+            "PATH and the tree's virtualenv interpreters; /tmp, /run and $HOME are private "
+            "and empty, and no unix socket can be created."
+        )
+        if self.user is not None:
+            return f"{view} The command runs as uid {self.user}, which no account holds."
         return (
-            "Reads are not restricted: the whole machine is visible read-only (/tmp is a private, "
-            "empty tmpfs). The user namespace maps the command onto your own uid, so it is not "
-            "a principal of its own."
+            f"{view} The user namespace maps the command onto your own uid: only a root "
+            "caller can hand it a uid of its own."
         )
 
     def prepare(self, workdir: Path) -> None:
         # Never cached: the kernel's or the LSM's answer can change between two commands.
-        ok, why = probe(self.bwrap, workdir)
+        ok, why = probe(self.bwrap, workdir, self.user)
         if ok:
             return
         missing = user_namespace(why)
@@ -128,5 +197,41 @@ class BwrapArm(CopiedTreeArm):
             recovery=missing.recovery,
         )
 
-    def wrap(self, argv: Sequence[str], copy: Path) -> list[str]:
-        return bwrap_argv(self.bwrap, copy, argv)
+    def argv_for(
+        self, argv: Sequence[str], copy: Path, workdir: Path, env: Mapping[str, str],
+        seccomp_fd: int | None,
+    ) -> list[str]:
+        view = command_view(env, workdir, copy, self._system)
+        if self.user is not None:
+            self.give(copy, view)
+        return bwrap_argv(
+            self.bwrap, view, copy, workdir, argv, home=env.get("HOME"), seccomp_fd=seccomp_fd
+        )
+
+    def give(self, copy: Path, view: View) -> None:
+        """The copy to our uid, and the way to it and to the view's directories."""
+        assert self.user is not None
+        own_copy(copy, self.user, self.user)
+        for path in (copy, *(Path(p) for p in view.binds)):
+            grant_search(path, self.user)
+
+    def start(self, launch: Launch) -> Running:
+        workdir = launch.workdir or launch.cwd
+        try:
+            fd = program_fd()
+        except SeccompUnsupported as err:
+            raise SprawlError(
+                ErrorCode.SANDBOX_DENIED, "bwrap", f"no seccomp program for this machine: {err}",
+                'use a container arm, or ask for arm = "copied_tree"',
+            ) from err
+        try:
+            argv = yield_prefix(self.yielders) + self.argv_for(
+                launch.argv, launch.cwd, workdir, launch.env, fd
+            )
+            return HostProcess(
+                argv, launch.cwd, launch.env, launch.outputs, join=launch.join,
+                watcher=launch.watcher, pass_fds=(fd,), user=self.user,
+            )
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -15,7 +15,9 @@ PROBE_TIMEOUT_S = 10.0
 STDERR_KEEP = 2000
 
 
-def run_probe(argv: Sequence[str], wrapper: str) -> tuple[bool, str]:
+def run_probe(
+    argv: Sequence[str], wrapper: str, *, pass_fds: Sequence[int] = (), user: int | None = None
+) -> tuple[bool, str]:
     """(True, "") when the probe exited 0, else (False, why with the wrapper's stderr)."""
     try:
         done = subprocess.run(
@@ -27,6 +29,10 @@ def run_probe(argv: Sequence[str], wrapper: str) -> tuple[bool, str]:
             timeout=PROBE_TIMEOUT_S,
             start_new_session=True,
             check=False,
+            pass_fds=tuple(pass_fds),
+            user=user,
+            group=user,
+            extra_groups=None if user is None else [],
         )
     except subprocess.TimeoutExpired:
         return False, f"the probe did not finish within {PROBE_TIMEOUT_S:g} s"

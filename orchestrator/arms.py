@@ -36,11 +36,20 @@ def container_assurances(uids_namespaced: bool) -> Assurances:
     return Assurances.of(*axes)
 
 
+def linux_namespaces_assurances(own_principal: bool) -> Assurances:
+    """bwrap: --unshare-user gives a namespace, but a non-root caller's command is still
+    the caller's uid on the host, so the user axis is kept only when a root caller hands
+    bwrap a uid of the sandbox's own (native_fallbacks/sandbox_uid.py; SPEC §1, §6)."""
+    axes = [G.FILESYSTEM, G.NETWORK, G.PROCESS_TREE]
+    if own_principal:
+        axes.append(G.USER)
+    return Assurances.of(*axes)
+
+
 ASSURANCES: dict[ArmName, Assurances] = {
     ArmName.CONTAINER: container_assurances(uids_namespaced=False),
-    # bwrap: --unshare-user gives a namespace, but on the host the command is still
-    # the caller's uid, so the user axis is not claimed (SPEC §1, differs from the seed).
-    ArmName.LINUX_NAMESPACES: Assurances.of(G.FILESYSTEM, G.NETWORK, G.PROCESS_TREE),
+    # The non-root caller's answer; BwrapArm.assurances() gives the one in force.
+    ArmName.LINUX_NAMESPACES: linux_namespaces_assurances(own_principal=False),
     ArmName.WINDOWS_JOB: Assurances.of(*Guarantee),
     ArmName.MACOS_SEATBELT: Assurances.of(G.FILESYSTEM, G.NETWORK),
     ArmName.COPIED_TREE: Assurances.of(G.FILESYSTEM),

@@ -65,7 +65,11 @@ PHRASES: dict[Guarantee, tuple[str, str]] = {
     ),
     Guarantee.USER: (
         "it runs as a principal distinct from yours",
-        "it runs with your user's rights",
+        # True of every arm that does not keep the axis: the host arms and a non-root
+        # caller's bwrap run as your uid; a rootful container's non-root uid (65534) is the
+        # host's `nobody`, shared with other processes. The arm's note() says which.
+        "it is not a principal of its own: on the host it runs as your uid or as a uid "
+        "other processes share",
     ),
     Guarantee.RESOURCES: (
         "CPU, memory and process limits are enforced",

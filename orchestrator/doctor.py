@@ -10,12 +10,19 @@ describe machines instead of borrowing one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.arms import ASSURANCES, ArmName, Missing, container_assurances
+from orchestrator.arms import (
+    ASSURANCES,
+    ArmName,
+    Missing,
+    container_assurances,
+    linux_namespaces_assurances,
+)
 from orchestrator.assurances import Assurances, statement
 from orchestrator.cgroups import Delegation, PlatformShares
 from orchestrator.choice import ENGINE_ORDER, Choice, choose
@@ -85,6 +92,11 @@ class DoctorReport(_Row):
     cgroup: CgroupRow
 
 
+def _root_caller() -> bool:
+    # A root caller's bwrap runs as a uid of its own (native_fallbacks/bwrap.py).
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
 def native_arm(platform: str) -> ArmName | None:
     if platform.startswith("linux"):
         return ArmName.LINUX_NAMESPACES
@@ -126,8 +138,10 @@ def arm_rows(offerings: Offerings) -> list[ArmRow]:
             detail = offerings.sandbox_exec
         elif native is ArmName.WINDOWS_JOB:
             detail = offerings.windows_job_why
-        rows.append(_row(native.value, native, ASSURANCES[native], choice,
-                         detail=detail))
+        assurances = ASSURANCES[native]
+        if native is ArmName.LINUX_NAMESPACES:
+            assurances = linux_namespaces_assurances(own_principal=_root_caller())
+        rows.append(_row(native.value, native, assurances, choice, detail=detail))
     rows.append(_row("copied_tree", ArmName.COPIED_TREE, ASSURANCES[ArmName.COPIED_TREE],
                      choose("copied_tree", offerings)))
     return rows

@@ -206,6 +206,7 @@ class ExecTool:
                 argv=tuple(argv), cwd=cwd, env=env, outputs=self.outputs_root / str(n),
                 tag=f"{self.session}-{n}", session=self.session, run=run,
                 shell_line=argv_in[0] if shell else None, watcher=watcher, join=join,
+                workdir=self.workdir,
             )
             running = arm.start(launch)
         except BaseException:

@@ -106,6 +106,10 @@ class Launch:
     watcher: Watcher = field(default_factory=NullWatcher)
     # The run's cgroup, when the run has one (backlog.py); None: nothing to join.
     join: Join | None = None
+    # The person's working directory: arms with a mount namespace mount the copy (cwd) at
+    # this path (SPEC §5), so absolute paths recorded in the tree resolve into the copy.
+    # None: the same as cwd (where = host, or a caller that has no copy).
+    workdir: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,13 @@ class HostProcess:
         outputs: Path,
         join: Join | None = None,
         watcher: Watcher | None = None,
+        *,
+        pass_fds: Sequence[int] = (),
+        user: int | None = None,
     ) -> None:
+        """`pass_fds`: kept open in the child (bwrap's --seccomp FD); `user`: the uid (and
+        gid, no supplementary groups) the child drops to before exec -- a root caller's
+        bwrap, so that its namespaces are made by an unprivileged principal."""
         self._watcher = watcher or NullWatcher()
         outputs.mkdir(parents=True, exist_ok=True)
         self.stdout_path = outputs / "stdout"
@@ -91,6 +97,10 @@ class HostProcess:
                     start_new_session=GROUPS,
                     creationflags=0 if GROUPS else _NEW_GROUP,
                     close_fds=True,
+                    pass_fds=tuple(pass_fds),
+                    user=user,
+                    group=user,
+                    extra_groups=None if user is None else [],
                 )
             # Told before the command is released (gate) or gets far: the guardian kills the
             # group if we die. The leader stays unreaped until finish(), so its creation time

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import psutil
 
+from native_fallbacks.sandbox_uid import RANGE_SIZE, RANGE_START
 from orchestrator.assurances import Assurances, Guarantee, Kept
 from tests.integration.conformance_dialects import (
     REFUSED_EXIT,
@@ -280,7 +281,8 @@ def host_principal(uid: int) -> str | None:
 def judge_uid(uid: int) -> Observed:
     """SPEC §1's user rule, read from the host: kept only for a uid that is not ours, not
     root, not a host account (a rootful container's 65534 is the host's `nobody`), and lies
-    in a subordinate range reserved for sandboxes (/etc/subuid)."""
+    in a range reserved for sandboxes: a subordinate range (/etc/subuid), or the range
+    sprawl-orch takes a root caller's bwrap uid from (outside every subordinate range)."""
     mine = os.getuid()  # type: ignore[attr-defined,unused-ignore]
     said = f"the file it created is owned by uid {uid} (we are {mine})"
     if uid in (mine, 0):
@@ -288,8 +290,11 @@ def judge_uid(uid: int) -> Observed:
     account = host_principal(uid)
     if account is not None:
         return Observed(Guarantee.USER, Kept.NO, f"{said}: the host account {account!r}")
-    if not any(uid in r for r in subordinate_ranges()):
+    own = range(RANGE_START, RANGE_START + RANGE_SIZE)
+    if not any(uid in r for r in subordinate_ranges()) and uid not in own:
         return Observed(Guarantee.USER, Kept.NO, f"{said}: in no subordinate range")
+    if uid in own:
+        return Observed(Guarantee.USER, Kept.YES, f"{said}: sprawl-orch's own range, no account")
     return Observed(Guarantee.USER, Kept.YES, f"{said}: a subordinate uid, no host account")
 
 

@@ -1,5 +1,6 @@
-"""Real bwrap: the mount order keeps a copy under /tmp visible, the probe cannot write, and
-nothing outside the copy is writable (not the source tree by absolute path, not /tmp)."""
+"""Real bwrap: the copy sits at the working directory's path (also under /tmp), the probe
+cannot write, no host socket place is in the view, and nothing outside the copy is
+writable (the tree's own absolute path is the copy; /tmp is private)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import psutil
 import pytest
 
 from native_fallbacks.bwrap import bwrap_argv, probe, probe_argv
+from native_fallbacks.bwrap_view import system_view
 from orchestrator.config import parse_config
 from orchestrator.exec_tool import ExecTool
 from tests.integration.conformance import absent
@@ -41,46 +43,56 @@ def under_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+def run(argv: list[str], fd: int | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                          pass_fds=() if fd is None else (fd,))
 
 
-def test_a_copy_under_tmp_is_visible_and_writable(bwrap: str, under_tmp: Path) -> None:
-    copy = under_tmp / "copy"
+def test_a_copy_under_tmp_is_visible_and_writable_at_the_workdirs_path(
+    bwrap: str, under_tmp: Path
+) -> None:
+    copy, work = under_tmp / "copy", under_tmp / "work"
     copy.mkdir()
     (copy / "seen.txt").write_text("here\n")
-    done = run(bwrap_argv(bwrap, copy, ["sh", "-c", "cat seen.txt && echo w > written.txt"]))
+    argv = bwrap_argv(bwrap, system_view(), copy, work,
+                      ["sh", "-c", f"pwd && cat seen.txt && echo w > {work}/written.txt"])
+    done = run(argv)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "here\n"
+    assert done.stdout == f"{work}\nhere\n"
     assert (copy / "written.txt").read_text() == "w\n"
-
-
-def test_the_spec_order_would_hide_it(bwrap: str, under_tmp: Path) -> None:
-    """Why the order matters: with --tmpfs /tmp after the bind, the copy is covered."""
-    copy = under_tmp / "copy"
-    copy.mkdir()
-    (copy / "seen.txt").write_text("here\n")
-    argv = bwrap_argv(bwrap, copy, ["cat", str(copy / "seen.txt")])
-    i = argv.index("--tmpfs")
-    tmpfs = argv[i:i + 2]
-    del argv[i:i + 2]
-    j = argv.index("--dev")
-    argv[j:j] = tmpfs
-    assert run(argv).returncode != 0
+    assert not work.exists()
 
 
 def test_the_probe_writes_nothing(bwrap: str, under_tmp: Path) -> None:
     argv = probe_argv(bwrap, under_tmp)
-    argv[-1:] = ["sh", "-c", "echo x > probe-wrote.txt"]
+    argv[-1:] = ["sh", "-c", "echo x > probe-wrote.txt; echo x > /etc/probe-wrote.txt"]
     done = run(argv)
-    assert done.returncode != 0
+    # The working directory is an empty private directory there; the system is read-only.
     assert "Read-only file system" in done.stderr
     assert not (under_tmp / "probe-wrote.txt").exists()
+    assert not Path("/etc/probe-wrote.txt").exists()
 
 
-def test_writes_outside_the_copy_fail(bwrap: str, tmp_path: Path) -> None:
-    # Outside /tmp, so the source tree is visible in the sandbox (under /tmp it would be
-    # hidden by the tmpfs altogether); /var/tmp is on the root filesystem.
+def test_no_host_socket_place_is_in_the_view(bwrap: str) -> None:
+    """/run (the engines' sockets), /var, /home, /root, /tmp: absent, or private and empty."""
+    script = (
+        "for d in /run /tmp /var/tmp /dev/shm; do echo \"$d:$(ls -A $d | wc -l)\"; done; "
+        "echo \"var:$(ls -A /var | tr '\\n' ' ')\"; "
+        "for d in /home /root /srv /mnt /sys /var/lib; do test -e $d || echo \"$d:absent\"; done"
+    )
+    done = run(bwrap_argv(bwrap, system_view(), None, "/", ["sh", "-c", script]))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "/run:0", "/tmp:0", "/var/tmp:0", "/dev/shm:0", "var:run tmp ",
+        "/home:absent", "/root:absent", "/srv:absent", "/mnt:absent", "/sys:absent",
+        "/var/lib:absent",
+    ]
+
+
+def test_writes_outside_the_copy_fail_and_the_tree_path_is_the_copy(
+    bwrap: str, tmp_path: Path
+) -> None:
+    # Outside /tmp (a private tmpfs inside), on the root filesystem.
     tree = Path(tempfile.mkdtemp(prefix="sprawl-bwrap-tree-", dir="/var/tmp"))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -89,17 +101,20 @@ def test_writes_outside_the_copy_fail(bwrap: str, tmp_path: Path) -> None:
     marker = f"/tmp/sprawl-bwrap-private-{tmp_path.name}"
     try:
         with ExecTool(config, tree) as tool:
-            result = tool.exec(["sh", "-c", f"echo x > {tree}/absolute.txt; echo $?; "
+            result = tool.exec(["sh", "-c", f"echo x > {tree}/absolute.txt && cat "
+                                f"{tree}/absolute.txt; echo y > /etc/sprawl-x; echo $?; "
                                 f"echo y > {marker} && echo tmp-ok"])
         assert not (tree / "absolute.txt").exists()
     finally:
         shutil.rmtree(tree, ignore_errors=True)
     assert result.outcome == "settled", result
     lines = result.stdout.splitlines()
-    assert lines[0] != "0"  # the source tree by absolute path: read-only
-    assert "Read-only file system" in result.stderr
+    # The tree's own absolute path is the copy: the write landed there, not in the tree.
+    assert lines[0] == "x"
+    assert lines[1] != "0"  # the system view is read-only
+    assert "Read-only file system" in result.stderr or "Permission denied" in result.stderr
     # /tmp is a private tmpfs: writable inside, nothing lands on the host.
-    assert lines[1] == "tmp-ok"
+    assert lines[2] == "tmp-ok"
     assert not Path(marker).exists()
 
 

@@ -14,10 +14,11 @@ import shutil
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from orchestrator.arms import ASSURANCES, ArmName
-from orchestrator.assurances import Assurances
+from orchestrator.assurances import Assurances, Guarantee
 from orchestrator.config import Config, parse_config
 from orchestrator.exec_tool import ExecTool
 from tests.integration.conformance import (
@@ -25,6 +26,7 @@ from tests.integration.conformance import (
     absent,
     assert_conformance,
     exec_runner,
+    host_principal,
     observe_all,
     table,
     the_copy,
@@ -86,15 +88,67 @@ def conform(tool: ExecTool, tree: Path, scratch: Path, dialect: Dialect,
     assert_conformance(claimed, observed)
 
 
+def caller_secret(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A 0600 file of ours outside the copy, in a directory the sandbox does show (a tool
+    directory on PATH is bound read-only): only its owner may read it."""
+    tools = tmp_path / "tools" / "bin"
+    tools.mkdir(parents=True)
+    secret = tools / "ours-only.txt"
+    secret.write_text("ours")
+    secret.chmod(0o600)
+    environ = dict(os.environ)
+    environ["PATH"] = f"{tools}{os.pathsep}{environ.get('PATH', os.defpath)}"
+    return secret, environ
+
+
+def host_side_user(tool: ExecTool, secret: Path) -> dict[str, object]:
+    """What the host sees of the command's principal: the real uid of its process in
+    /proc/<pid>/status (not what the command says of itself), whether that uid is ours or
+    a passwd account, and whether the command could read our 0600 file."""
+    marker = f"sprawl-user-{os.getpid()}-{id(tool)}"
+    started = tool.exec(["sh", "-c", f"sleep 30; : {marker}"], timeout=0.5)
+    assert started.outcome == "backgrounded" and started.handle is not None, started
+    try:
+        procs = [p for p in psutil.process_iter(["cmdline"])
+                 if any(marker in part for part in (p.info["cmdline"] or []))
+                 and (p.info["cmdline"] or [""])[0] in ("sh", "/bin/sh", "/usr/bin/sh")]
+        assert procs, "the command's process was not found from the host"
+        with open(f"/proc/{procs[0].pid}/status") as f:
+            uid_line = next(line for line in f if line.startswith("Uid:"))
+        real_uid = int(uid_line.split()[1])
+    finally:
+        tool.halt(started.handle)
+    read = tool.exec(["cat", str(secret)])
+    return {
+        "real_uid": real_uid,
+        "ours": real_uid == os.getuid(),
+        "account": host_principal(real_uid),
+        "read_secret": read.exit_code == 0 and "ours" in read.stdout,
+        "read_said": read.stderr.strip(),
+    }
+
+
 @pytest.mark.skipif(not LINUX, reason="bwrap is the Linux native arm (ubuntu jobs run this)")
 @pytest.mark.parametrize("dialect", dialects())
 def test_bwrap_conforms(tmp_path: Path, tree: Path, dialect: Dialect) -> None:
+    """As the caller this test runs as (root in CI: the row "bwrap as root"; the non-root
+    row runs this file as another account, test_bwrap_nonroot.py)."""
     if shutil.which("bwrap") is None:
         absent("bwrap", "not installed (apt-get install bubblewrap)")
-    with ExecTool(config(tmp_path, "native"), tree) as tool:
+    secret, environ = caller_secret(tmp_path)
+    with ExecTool(config(tmp_path, "native"), tree, environ=environ) as tool:
         if tool.choice.arm is not ArmName.LINUX_NAMESPACES:
             absent("the linux_namespaces arm", tool.choice.reason())
         conform(tool, tree, tmp_path / "scratch", dialect)
+        seen = host_side_user(tool, secret)
+        kept = tool.arm().assurances().kept(Guarantee.USER)
+    print(f"bwrap as uid {os.getuid()}: user={'yes' if kept else 'no'}; host side: {seen}")
+    # The user axis from the host side agrees with the claim, every way.
+    independent = not seen["ours"] and seen["account"] is None and not seen["read_secret"]
+    assert kept == independent, seen
+    assert kept == (os.getuid() == 0)
+    if kept:
+        assert "Permission denied" in str(seen["read_said"])
 
 
 @pytest.mark.parametrize("dialect", dialects())

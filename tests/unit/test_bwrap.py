@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from native_fallbacks import bwrap as bwrap_module
 from native_fallbacks.bwrap import (
     NAMESPACE_FLAGS,
     PROBE_ATTEMPTS,
@@ -16,6 +17,7 @@ from native_fallbacks.bwrap import (
     probe_argv,
     user_namespace_works,
 )
+from native_fallbacks.bwrap_view import View
 from orchestrator.arms import ArmName
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.exec_tool import ExecTool
@@ -23,53 +25,71 @@ from orchestrator.offerings import Offerings
 from orchestrator.yielding import Yielders
 from tests.unit.conftest import make_config
 
-COPY = "/tmp/sprawl-orch/sprawl-s1-abc"
+COPY = "/root/.local/state/sprawl-orch/copies/abc"
+WORK = "/home/me/project"
+VIEW = View(binds=("/usr", "/etc", "/home/me/.pyenv"), links=(("usr/bin", "/bin"),))
 
 
-def test_argv_is_the_spec_line_with_tmp_before_the_copy() -> None:
-    assert bwrap_argv("/usr/bin/bwrap", COPY, ["pytest", "-q"]) == [
+@pytest.fixture(autouse=True)
+def as_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake bwrap below lives in a 0700 pytest directory: run it as ourselves, not as
+    the sandbox uid a root caller drops to (tested for real in tests/integration)."""
+    monkeypatch.setattr(bwrap_module, "drop_uid", lambda: None)
+
+
+def test_argv_is_the_spec_line_private_places_before_the_view_and_the_copy_last() -> None:
+    assert bwrap_argv("/usr/bin/bwrap", VIEW, COPY, WORK, ["pytest", "-q"], home="/home/me",
+                      seccomp_fd=7) == [
         "/usr/bin/bwrap",
         "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
         "--cap-drop", "ALL",
-        "--ro-bind", "/", "/",
-        "--tmpfs", "/tmp",
-        "--bind", COPY, COPY,
         "--dev", "/dev",
         "--proc", "/proc",
-        "--chdir", COPY,
+        "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", "--tmpfs", "/dev/shm",
+        "--symlink", "../run", "/var/run",
+        "--tmpfs", "/home/me",
+        "--ro-bind", "/usr", "/usr",
+        "--ro-bind", "/etc", "/etc",
+        "--ro-bind", "/home/me/.pyenv", "/home/me/.pyenv",
+        "--symlink", "usr/bin", "/bin",
+        "--bind", COPY, WORK,
+        "--chdir", WORK,
+        "--remount-ro", "/",
+        "--seccomp", "7",
         "--", "pytest", "-q",
     ]
 
 
-def test_the_tmpfs_cannot_cover_a_copy_under_tmp() -> None:
-    argv = bwrap_argv("bwrap", COPY, ["true"])
-    # bwrap mounts in order: a tmpfs on /tmp after the copy's bind would hide the copy.
-    assert argv.index("--tmpfs") < argv.index("--bind")
-    assert argv[argv.index("--tmpfs") + 1] == "/tmp"
+def test_no_host_root_is_bound() -> None:
+    argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["true"])
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]
+    assert "/" not in binds and "/run" not in binds and "/home/me" not in binds
+
+
+def test_a_home_inside_the_view_is_not_covered_by_a_tmpfs() -> None:
+    argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["true"], home="/etc/home")
+    assert "/etc/home" not in argv
+    assert "/" not in [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
 
 
 def test_user_namespace_is_demanded_not_tried() -> None:
-    argv = bwrap_argv("bwrap", COPY, ["true"])
+    argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["true"])
     assert "--unshare-user" in argv and "--unshare-user-try" not in argv
     assert tuple(argv[1:7]) == NAMESPACE_FLAGS
 
 
 def test_arguments_after_the_separator_are_the_command_verbatim() -> None:
-    argv = bwrap_argv("bwrap", COPY, ["--bind", "/", "/x"])
+    argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["--bind", "/", "/x"])
     assert argv[argv.index("--") + 1:] == ["--bind", "/", "/x"]
     assert argv.count("--bind") == 2
 
 
-def test_probe_binds_the_working_directory_read_only() -> None:
-    argv = probe_argv("bwrap", "/home/me/project")
+def test_probe_binds_nothing_writable_and_nothing_of_the_tree() -> None:
+    argv = probe_argv("bwrap", WORK, seccomp_fd=3)
     assert "--bind" not in argv
-    i = argv.index("--ro-bind", argv.index("--tmpfs"))
-    assert argv[i:i + 3] == ["--ro-bind", "/home/me/project", "/home/me/project"]
+    assert argv[argv.index("--dir") + 1] == WORK
     assert argv[-1].endswith("true") and argv[-2] == "--"
-    # Otherwise exactly the wrapper arguments of a real command.
-    real = bwrap_argv("bwrap", "/home/me/project", [argv[-1]])
-    real[real.index("--bind")] = "--ro-bind"
-    assert argv == real
+    assert argv[argv.index("--seccomp") + 1] == "3"
 
 
 def fake_bwrap(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -106,9 +126,10 @@ def test_failing_probe_refuses_before_the_copy_exists(tmp_path: Path, tree: Path
     assert "setting up uid map: Permission denied" in result.detail
     assert result.recovery is not None and 'where = "host"' in result.recovery
     assert not (tree / "ran.txt").exists()
-    # The one call was the probe: read-only on the working directory, running true.
+    # The one call was the probe: nothing of the tree bound, running true there.
     calls = log.read_text().splitlines()
-    assert len(calls) == 1 and f"--ro-bind {tree} {tree}" in calls[0]
+    assert len(calls) == 1 and f"--dir {tree} --chdir {tree}" in calls[0]
+    assert f"--bind {tree}" not in calls[0] and f"--ro-bind {tree}" not in calls[0]
 
 
 def test_probe_runs_before_every_command_never_cached(tmp_path: Path, tree: Path,

@@ -4,6 +4,7 @@ shell, pwsh and the cgroup line (SPEC §13)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,8 @@ def test_rows_carry_the_five_axes_of_their_arm() -> None:
     assert rows["container (docker)"].assurances == {
         "filesystem": "yes", "network": "yes", "process_tree": "yes", "user": "no",
         "resources": "yes"}
-    assert rows["linux_namespaces"].assurances["user"] == "no"
+    # bwrap keeps the user axis only for a root caller, whose bwrap drops to a uid of its own.
+    assert rows["linux_namespaces"].assurances["user"] == ("yes" if os.geteuid() == 0 else "no")
     assert rows["copied_tree"].assurances == {
         "filesystem": "yes", "network": "no", "process_tree": "no", "user": "no",
         "resources": "no"}
