@@ -48,13 +48,16 @@ def _native_name(platform: str) -> ArmName | None:
 def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, list[Missing]]:
     names = ENGINE_ORDER if engine == "auto" else (engine,)
     refusals: list[str] = []
+    admitted = [o for o in map(offerings.engine, names) if o is not None and o.admitted]
+    # an engine that keeps the user axis first (admission ran on past a plain one)
+    keeps_user = next((o for o in admitted if o.uids_namespaced), None)
+    if keeps_user is not None or admitted:
+        return keeps_user or admitted[0], []
     for name in names:
         offer = offerings.engine(name)
         if offer is None:
             refusals.append(f"{name}: not examined")
             continue
-        if offer.admitted:
-            return offer, []
         refusals.append(f"{name}: {offer.detail}")
     # An engine that works but lacks the pinned image is the fault to name: its
     # recovery (build the image) is what the person must do.

@@ -87,6 +87,11 @@ class ContainerConfig(_Strict):
         default_factory=lambda: {"nofile": "1024:1024", "nproc": "1024:1024"}
     )
     cpu_shares: int = Field(default=512, ge=2, le=262_144)
+    # "auto": a user namespace wherever the engine can give one (podman --userns=auto,
+    # proved by admission's probe; docker/rootless engines as they are), and engine =
+    # "auto" prefers an engine that keeps the user axis; "required": an engine without
+    # one is not admitted; "off": podman runs without one (docker/rootless can't opt out).
+    userns: Literal["auto", "required", "off"] = "auto"
 
     @field_validator("image")
     @classmethod

@@ -32,9 +32,17 @@ from orchestrator.arms import Missing
 from orchestrator.config import ContainerConfig
 from orchestrator.container.argv import HostLimits, container_name, create_argv, fit_limits
 from orchestrator.container.engine import Engine, EngineFacts
-from orchestrator.container.evidence import Evidence, boot_id
+from orchestrator.container.evidence import Evidence, boot_id, stamp
 from orchestrator.container.ownership import own_copy
 from orchestrator.container.stale_probes import PROBE_SESSION, owner_label, sweep_stale_probes
+from orchestrator.container.userns import (
+    SUBGID,
+    SUBUID,
+    Userns,
+    host_owner,
+    plan,
+    principal_problem,
+)
 from orchestrator.container.verify import Expected, mismatches
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.launch import NullWatcher, Watcher
@@ -42,6 +50,9 @@ from orchestrator.launch import NullWatcher, Watcher
 ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
 PROBE_TIMEOUT = 60.0
 _ZERO_TIME = "0001-01-01"
+# Under a user namespace the probe creates this file in its copy: its owner, read from
+# the host, must be the uid admission computed (else the copy could not be written).
+PROBE_FILE = "sprawl-probe"
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,7 @@ class Admission:
     uids_namespaced: bool = False
     userns_why: str = ""
     notes: tuple[str, ...] = ()
+    userns: Userns | None = None      # the user namespace every container is put in
     # refused
     code: ErrorCode | None = None
     reason: str = ""
@@ -68,7 +80,9 @@ class Admission:
         if not self.admitted:
             return f"{self.engine}: refused — {self.reason}"
         assert self.facts is not None
-        return f"{self.facts.summary()}; runs under {self.runtime_used}" + (
+        user = (f"user namespace: {self.userns_why}" if self.uids_namespaced
+                else f"no user namespace: {self.userns_why}")
+        return f"{self.facts.summary()}; runs under {self.runtime_used}; {user}" + (
             "; " + "; ".join(self.notes) if self.notes else ""
         )
 
@@ -89,6 +103,7 @@ class Admission:
                 "image": self.image,
                 "uids_namespaced": self.uids_namespaced,
                 "userns_why": self.userns_why,
+                "userns": self.userns.as_dict() if self.userns else None,
                 "notes": list(self.notes),
                 "proved_at": self.proved_at,
             }
@@ -144,7 +159,8 @@ def _state_failure(state: dict[str, object]) -> str | None:
     if str(state.get("StartedAt", "")).startswith(_ZERO_TIME):
         return str(state.get("Error") or "the container never started")
     if state.get("ExitCode") != 0:
-        return f"`true` exited with {state.get('ExitCode')}: {state.get('Error') or ''}".strip()
+        code, error = state.get("ExitCode"), state.get("Error") or ""
+        return f"the probe command exited with {code}: {error}".strip()
     return None
 
 
@@ -169,21 +185,36 @@ def _remove_probe(engine: Engine, ref: str, name: str, watcher: Watcher) -> None
         watcher.gone(name)
 
 
+class _OwnFault(Exception):
+    """The copy could not be given to the container's uid: our fault, not the engine's."""
+
+    def __init__(self, err: SprawlError) -> None:
+        super().__init__(err.detail)
+        self.err = err
+
+
 def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | None,
-          runtime_name: str, host: HostLimits, watcher: Watcher | None = None) -> str | None:
-    """Run `true` exactly as a command would run (limits, mount, verify). None = passed,
-    else the engine's words. Our own faults (the copy can't be given to the user, the
-    limits don't fit) raise SprawlError with their own recovery instead."""
+          runtime_name: str, host: HostLimits, watcher: Watcher | None = None,
+          userns: Userns | None = None) -> str | None:
+    """Run `true` exactly as a command would run (limits, mount, verify) — under a user
+    namespace `touch` a file and read its owner back from the host. None = passed, else
+    the engine's words. Our own faults (the copy can't be given to the user, the limits
+    don't fit) raise SprawlError with their own recovery instead."""
     watcher = watcher or NullWatcher()
     work = _probe_dir(watcher)
     tag = f"probe-{secrets.token_hex(4)}"
     name = container_name(tag)
+    command = ["true"] if userns is None else ["touch", PROBE_FILE]
     try:
         (work / "copy").mkdir()
-        own_copy(work / "copy", *fit_limits(config, host).uid_gid)
-        argv = create_argv(engine.name, config, image, work / "copy", ["true"], [], tag,
-                           PROBE_SESSION, owner_label(), runtime, host=host)
-        return _run_probe(engine, config, image, runtime_name, host, argv, name, work, watcher)
+        argv = create_argv(engine.name, config, image, work / "copy", command, [], tag,
+                           PROBE_SESSION, owner_label(), runtime, host=host,
+                           userns=userns.flags() if userns else ())
+        try:
+            return _run_probe(engine, config, image, runtime_name, host, argv, name, work,
+                              watcher, userns)
+        except _OwnFault as fault:
+            raise fault.err from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if not work.exists():
@@ -192,7 +223,7 @@ def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | No
 
 def _run_probe(engine: Engine, config: ContainerConfig, image: str, runtime_name: str,
                host: HostLimits, argv: tuple[str, ...], name: str, work: Path,
-               watcher: Watcher) -> str | None:
+               watcher: Watcher, userns: Userns | None) -> str | None:
     copy = work / "copy"
     container: str | None = None
     watcher.expect(name)
@@ -203,17 +234,27 @@ def _run_probe(engine: Engine, config: ContainerConfig, image: str, runtime_name
             _remove_probe(engine, name, name, watcher)  # a create that failed late may exist
             raise
         watcher.created(name, container)
-        expected = Expected.of(engine.name, config, host, image, copy, runtime_name)
-        found = mismatches(expected, engine.inspect(container))
+        expected = Expected.of(engine.name, config, host, image, copy, runtime_name, userns)
+        inspect = engine.inspect(container)
+        found = mismatches(expected, inspect)
         if found:
             return "inspect differs from what was asked: " + "; ".join(m.text() for m in found)
+        # the copy goes to the host uid the command's uid is (with podman's
+        # --userns=auto known only now, from the container's own map)
+        owner = host_owner(userns, *fit_limits(config, host).uid_gid, inspect)
+        if userns is not None and (problem := principal_problem(owner[0])):
+            return problem
+        try:
+            own_copy(copy, *owner)
+        except SprawlError as err:
+            raise _OwnFault(err) from err
         attached = engine.start(container, work / "stdout", work / "stderr")
         if not attached.wait(PROBE_TIMEOUT):
-            return f"`true` did not finish within {PROBE_TIMEOUT:g} s"
+            return f"the probe command did not finish within {PROBE_TIMEOUT:g} s"
         start_error = attached.collect()
         failure = _state_failure(engine.inspect(container).get("State") or {})
         if failure is None:
-            return None
+            return None if userns is None else _owned_as(copy / PROBE_FILE, owner)
         stderr = (work / "stderr").read_text(errors="replace").strip()
         return start_error or stderr or failure
     except SprawlError as err:
@@ -221,6 +262,17 @@ def _run_probe(engine: Engine, config: ContainerConfig, image: str, runtime_name
     finally:
         if container is not None:
             _remove_probe(engine, container, name, watcher)
+
+
+def _owned_as(made: Path, owner: tuple[int, int]) -> str | None:
+    try:
+        st = made.lstat()
+    except OSError as err:
+        return f"the probe's `touch {made.name}` left no file in the copy: {err.strerror}"
+    if (st.st_uid, st.st_gid) != owner:
+        return (f"the probe's file is owned by {st.st_uid}:{st.st_gid} on the host, not by "
+                f"the mapped {owner[0]}:{owner[1]}")
+    return None
 
 
 def _fallbacks(facts: EngineFacts) -> list[str]:
@@ -258,33 +310,59 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
         limits = fit_limits(config, host)
     except SprawlError as err:
         return refused(name, err.code, err.detail, err.recovery)
-    namespaced, why = facts.uids_namespaced()
-    admitted = Admission(
-        name, True, facts=facts, image=image, runtime_used=facts.default_runtime,
-        uids_namespaced=namespaced, userns_why=why, notes=limits.notes,
-    )
+    asked = config.userns
+    wanted, why_not = plan(name, facts.rootless, facts.userns_remap, facts.root_dir,
+                           facts.uid_map, facts.gid_map, asked)
+    if wanted is None and asked == "required":
+        return refused(
+            name, ErrorCode.SANDBOX_DENIED,
+            f'[sandbox.container] userns = "required", but {name} gives no user namespace: '
+            f"{why_not}",
+            'use an engine that does (podman with /etc/subuid ranges for "containers", a '
+            'dockerd with --userns-remap, a rootless engine) or set userns = "auto"',
+        )
     try:
-        first = probe(engine, config, image, None, facts.default_runtime, host, watcher)
+        found = _probe_runtimes(engine, config, image, facts, host, watcher, wanted)
+        if isinstance(found, str) and wanted is not None and wanted.flag and asked == "auto":
+            # podman's --userns=auto failed here: run without it, and say so
+            why_not = f"podman --userns={wanted.flag} failed the probe: {found}"
+            wanted = None
+            found = _probe_runtimes(engine, config, image, facts, host, watcher, None)
     except SprawlError as err:
         return refused(name, err.code, err.detail, err.recovery)
+    if isinstance(found, str):
+        reason, recovery = explain(name, facts.default_runtime, found, config, host)
+        return refused(name, ErrorCode.SANDBOX_DENIED, reason, recovery)
+    runtime, said = found
+    return Admission(
+        name, True, facts=facts, image=image, runtime=runtime,
+        runtime_used=runtime or facts.default_runtime, uids_namespaced=wanted is not None,
+        userns_why=wanted.why if wanted is not None else why_not,
+        notes=(*said, *limits.notes), userns=wanted,
+    )
+
+
+def _probe_runtimes(engine: Engine, config: ContainerConfig, image: str, facts: EngineFacts,
+                    host: HostLimits, watcher: Watcher, userns: Userns | None,
+                    ) -> str | tuple[str | None, tuple[str, ...]]:
+    """(runtime to pass, what to say) for the first runtime passing the probe — the
+    engine's default, else another installed one — or the default's failure words."""
+    first = probe(engine, config, image, None, facts.default_runtime, host, watcher, userns)
     if first is None:
-        return admitted
+        return None, ()
     for other in _fallbacks(facts):
-        if probe(engine, config, image, other, other, host, watcher) is None:
-            said = (f"the default runtime {facts.default_runtime} failed the probe "
-                    f"({first}); {other} passed it, so every container runs with "
-                    f"--runtime {other}")
-            return replace(admitted, runtime=other, runtime_used=other,
-                           notes=(said, *admitted.notes))
-    reason, recovery = explain(name, facts.default_runtime, first, config, host)
-    return refused(name, ErrorCode.SANDBOX_DENIED, reason, recovery)
+        if probe(engine, config, image, other, other, host, watcher, userns) is None:
+            return other, (f"the default runtime {facts.default_runtime} failed the probe "
+                           f"({first}); {other} passed it, so every container runs with "
+                           f"--runtime {other}",)
+    return first
 
 
 _cache: dict[tuple[str, str, str], Admission] = {}
 _lock = threading.Lock()
 # The fields of an admitted Admission that are kept on disk (container/evidence.py).
 _KEPT = ("engine", "admitted", "facts", "image", "runtime", "runtime_used", "uids_namespaced",
-         "userns_why", "notes")
+         "userns_why", "notes", "userns")
 
 
 def _recall(engine: Engine, evidence: Evidence, key: str) -> tuple[Admission | None,
@@ -292,15 +370,21 @@ def _recall(engine: Engine, evidence: Evidence, key: str) -> tuple[Admission | N
     """(the kept admission if the engine is still the one it was proved on, the identity
     read now; None when the engine cannot be asked: a full admission says why)."""
     try:
-        identity = {"engine": engine.identity(), "boot": boot_id()}
+        # the subordinate ranges a user namespace is drawn from are part of what was proved
+        identity = {"engine": engine.identity(), "boot": boot_id(),
+                    "subids": [stamp(SUBUID), stamp(SUBGID)]}
     except SprawlError:
         return None, None
     kept = evidence.load(key, identity)
     if kept is None:
         return None, identity
     try:
-        return Admission(**kept), identity
-    except TypeError:
+        kept["userns"] = Userns.from_json(kept.get("userns"))
+        found = Admission(**kept)
+        if found.uids_namespaced != (found.userns is not None):
+            raise TypeError("a kept user-axis claim without its namespace")
+        return found, identity
+    except (TypeError, KeyError, ValueError):
         evidence.drop(key)
         return None, identity
 
@@ -328,7 +412,8 @@ def admit(engine: Engine, config: ContainerConfig, host: HostLimits | None = Non
             sweep_stale_probes(engine)
             found = _admit(engine, config, host, watcher or NullWatcher())
             if evidence is not None and found.admitted and identity is not None:
-                fields = asdict(found)
+                fields = asdict(replace(found, userns=None))
+                fields["userns"] = found.userns.to_json() if found.userns else None
                 evidence.save(kept_key, identity, {k: fields[k] for k in _KEPT})
         _cache[key] = found
         return found
@@ -355,13 +440,22 @@ def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
                *, first_only: bool = True, evidence: Evidence | None = None,
                watcher: Watcher | None = None) -> list[tuple[Engine, Admission]]:
     """Admissions in order (`engine = "auto"`: docker, podman), stopping at the first
-    admitted one unless `first_only` is False (doctor wants every engine's answer)."""
+    admitted one unless `first_only` is False (doctor wants every engine's answer).
+    Unless userns = "off", an admitted engine that keeps no user axis doesn't stop the
+    search: `preferred` picks one that does (a second probe container, once)."""
     if names is None:
         names = ENGINE_ORDER if config.engine == "auto" else (config.engine,)
     out: list[tuple[Engine, Admission]] = []
     for name in names:
         engine = engine_for(name)
-        out.append((engine, admit(engine, config, evidence=evidence, watcher=watcher)))
-        if first_only and out[-1][1].admitted:
+        found = admit(engine, config, evidence=evidence, watcher=watcher)
+        out.append((engine, found))
+        if first_only and found.admitted and (found.uids_namespaced or config.userns == "off"):
             break
     return out
+
+
+def preferred(tried: Sequence[tuple[Engine, Admission]]) -> tuple[Engine, Admission] | None:
+    """The first admitted engine that keeps the user axis, else the first admitted."""
+    admitted = [pair for pair in tried if pair[1].admitted]
+    return next((p for p in admitted if p[1].uids_namespaced), admitted[0] if admitted else None)

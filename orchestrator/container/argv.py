@@ -229,6 +229,7 @@ def create_argv(
     runtime: str | None,
     *,
     host: HostLimits,
+    userns: Sequence[str] = (),
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as SPEC §3.3 lists it."""
     names = sorted(set(env_names))
@@ -251,6 +252,7 @@ def create_argv(
         "--pids-limit", str(limits.pids),
         "--cpu-shares", str(limits.cpu_shares),
         "--user", limits.user,
+        *userns,  # e.g. --userns auto:size=65536 (podman); userns.py chooses them
         "--read-only",
         "--tmpfs", "/tmp",
         "--cap-drop", "ALL",

@@ -14,16 +14,24 @@ command tried once more only if that admission passes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from orchestrator.arms import ArmName, container_assurances
 from orchestrator.assurances import Assurances
 from orchestrator.config import ContainerConfig
-from orchestrator.container.admission import Admission, admit, admit_each, engine_for
+from orchestrator.container.admission import (
+    Admission,
+    admit,
+    admit_each,
+    engine_for,
+    preferred,
+)
 from orchestrator.container.argv import HostLimits, container_name, create_argv, fit_limits
 from orchestrator.container.engine import Engine, not_found_in_image
 from orchestrator.container.evidence import Evidence
 from orchestrator.container.ownership import own_copy
 from orchestrator.container.run import ContainerRun
+from orchestrator.container.userns import host_owner, principal_problem
 from orchestrator.container.verify import Expected, verify
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import hold_after_create
@@ -87,9 +95,7 @@ class ContainerArm:
             if self._engine is None:
                 # engine = "auto" (or the configured name): first admitted of docker, podman
                 tried = admit_each(self.config, evidence=self.evidence, watcher=self.watcher)
-                self._engine, self._admission = next(
-                    ((e, a) for e, a in tried if a.admitted), tried[-1]
-                )
+                self._engine, self._admission = preferred(tried) or tried[-1]
                 if not self._admission.admitted and len(tried) > 1:
                     reasons = "; ".join(a.summary() for _, a in tried)
                     self._admission = Admission(
@@ -140,11 +146,11 @@ class ContainerArm:
         assert admission.image is not None and admission.runtime_used is not None
         engine = self.engine
         copy = launch.cwd.resolve()
-        own_copy(copy, *fit_limits(self.config, self.host).uid_gid)
         command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
         argv = create_argv(
             engine.name, self.config, admission.image, copy, command, launch.env.keys(),
             launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
+            userns=self._userns_flags(admission, copy),
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {
@@ -162,21 +168,56 @@ class ContainerArm:
         hold_after_create(name)  # SPRAWL_TEST_PAUSE_AFTER_CREATE (guardian tests); else nothing
         try:
             expected = Expected.of(engine.name, self.config, self.host, admission.image, copy,
-                                   admission.runtime_used)
-            verify(expected, engine.inspect(container))
+                                   admission.runtime_used, admission.userns)
+            inspect = engine.inspect(container)
+            verify(expected, inspect)
+            # the copy goes to the host uid the command's uid is: with podman's
+            # --userns=auto that is known only now, from the container's own map
+            owner = self._owner(admission, inspect)
+            own_copy(copy, *owner)
         except SprawlError as err:
             left = self._remove_quietly(engine, container, launch, name)
             if left:
                 raise SprawlError(err.code, err.subject, f"{err.detail}; {left}",
                                   err.recovery) from err
             raise
-        record |= {"verified": True, "id": container}
+        record |= {"verified": True, "id": container, "host_owner": f"{owner[0]}:{owner[1]}"}
+        if admission.userns is not None:
+            record["userns"] = admission.userns.mode
         attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
         if attached.start_error is not None:
             attached.collect()
             self._remove_quietly(engine, container, launch, name)
             raise _start_refusal(attached.start_error, command[0], None)
         return ContainerRun(engine, container, name, launch, attached, record)
+
+    def _userns_flags(self, admission: Admission, copy: Path) -> tuple[str, ...]:
+        if admission.userns is None:
+            return ()
+        st = copy.stat()
+        uid, gid = fit_limits(self.config, self.host).uid_gid
+        return admission.userns.flags(owner=(st.st_uid, st.st_gid), user=(uid, gid))
+
+    def _owner(self, admission: Admission, inspect: dict[str, Any]) -> tuple[int, int]:
+        """The host uid:gid of the command; refused when the user axis is claimed and the
+        map puts the command on a host principal (root, the caller, a passwd account)."""
+        uid, gid = fit_limits(self.config, self.host).uid_gid
+        if admission.userns is None:
+            return uid, gid
+        try:
+            owner = host_owner(admission.userns, uid, gid, inspect)
+        except ValueError as err:
+            owner, problem = (uid, gid), str(err)
+        else:
+            problem = principal_problem(owner[0]) or ""
+        if problem:
+            raise SprawlError(
+                ErrorCode.SANDBOX_DENIED, "userns",
+                f"{problem}; the user axis would not hold, so it was removed without starting",
+                "check the subordinate ranges in /etc/subuid and /etc/subgid "
+                "(`sprawl-orch doctor` shows the map)",
+            )
+        return owner
 
     @staticmethod
     def _remove_quietly(engine: Engine, ref: str, launch: Launch, name: str | None = None) -> str:

@@ -66,6 +66,7 @@ def parse_facts(info: Mapping[str, Any], version: Mapping[str, Any]) -> EngineFa
         runtimes=runtimes,
         security_options=options,
         warnings=tuple(str(w) for w in info.get("Warnings") or []),
+        root_dir=str(info.get("DockerRootDir") or ""),
     )
 
 

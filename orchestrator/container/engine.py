@@ -43,6 +43,11 @@ class EngineFacts:
     runtimes: tuple[str, ...] = ()
     security_options: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    # docker: `DockerRootDir` (ends in "<uid>.<gid>" under userns-remap)
+    root_dir: str = ""
+    # podman: `host.idMappings` ([{container_id, host_id, size}]; rootless only)
+    uid_map: tuple[tuple[int, int, int], ...] = ()
+    gid_map: tuple[tuple[int, int, int], ...] = ()
 
     def uids_namespaced(self) -> tuple[bool, str]:
         """(kept, why) for the user axis (SPEC §1)."""

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +35,7 @@ CONNECTION_VARS: tuple[str, ...] = (
 )
 # OCI runtimes podman can be told to use by name (`--runtime NAME`).
 KNOWN_RUNTIMES: tuple[str, ...] = ("runc", "crun")
+RM_BUSY_RETRIES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4, 0.8)
 _GONE = ("no such container", "no container with name or id")
 
 
@@ -66,6 +68,14 @@ def parse_facts(info: Mapping[str, Any], installed: Sequence[str] = ()) -> Engin
         security_options=tuple(
             k for k in ("apparmorEnabled", "seccompEnabled", "selinuxEnabled") if security.get(k)
         ),
+        uid_map=_id_map(mappings.get("uidmap")),
+        gid_map=_id_map(mappings.get("gidmap")),
+    )
+
+
+def _id_map(entries: Any) -> tuple[tuple[int, int, int], ...]:
+    return tuple(
+        (int(e["container_id"]), int(e["host_id"]), int(e["size"])) for e in entries or ()
     )
 
 
@@ -249,6 +259,15 @@ class PodmanEngine:
     def remove(self, container: str) -> None:
         self._bundles.pop(container, None)
         done = self._run("rm", "--force", container, check=False)
+        for pause in RM_BUSY_RETRIES:
+            # podman 4.3 races its own `container cleanup` (conmon's exit command) under
+            # --userns=auto: ~1 rm in 6 fails "unlinkat …/userdata/shm: device or resource
+            # busy" while the cleanup unmounts and removes it; an rm a moment later finds
+            # the container gone and nothing left in storage or the mount table.
+            if done.returncode == 0 or "device or resource busy" not in done.stderr:
+                break
+            time.sleep(pause)
+            done = self._run("rm", "--force", container, check=False)
         if done.returncode != 0 and not _gone(done.stderr):
             raise engine_error("podman", "rm", done.stderr,
                                "remove it by hand: podman rm -f " + container)

@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator.config import ContainerConfig
 from orchestrator.container.argv import WORKDIR, HostLimits, fit_limits
+from orchestrator.container.userns import Userns, mapping_problem
 from orchestrator.errors import ErrorCode, SprawlError
 
 PODMAN_READ_ONLY_TMPFS: frozenset[str] = frozenset({"/run", "/var/tmp"})
@@ -46,18 +47,19 @@ class Expected:
     copy: str
     runtime: str
     ulimits: tuple[tuple[str, int, int], ...]
+    userns: Userns | None = None
 
     @classmethod
     def of(
         cls, engine: str, config: ContainerConfig, host: HostLimits, image_id: str, copy: Path,
-        runtime: str,
+        runtime: str, userns: Userns | None = None,
     ) -> Expected:
         limits = fit_limits(config, host)
         return cls(
             engine=engine, image_id=image_id, memory=limits.memory_bytes,
             memory_swap=limits.memory_swap_bytes, nano_cpus=limits.nano_cpus,
             pids_limit=limits.pids, cpu_shares=limits.cpu_shares, user=limits.user,
-            copy=str(copy), runtime=runtime, ulimits=limits.ulimits,
+            copy=str(copy), runtime=runtime, ulimits=limits.ulimits, userns=userns,
         )
 
 
@@ -143,6 +145,18 @@ def _runtime(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
     return None
 
 
+def _userns(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
+    if expected.userns is None:
+        return None
+    uid, _, gid = expected.user.partition(":")
+    found = mapping_problem(expected.userns, int(uid), int(gid or uid), inspect)
+    if found is None:
+        return None
+    where = ("HostConfig.UsernsMode" if expected.userns.uid_map is not None
+             else "HostConfig.IDMappings")
+    return Mismatch("userns", where, found[0], found[1])
+
+
 def mismatches(expected: Expected, inspect: Mapping[str, Any]) -> list[Mismatch]:
     """Every difference between what was asked and what the engine set up."""
     hc: Mapping[str, Any] = inspect.get("HostConfig") or {}
@@ -168,6 +182,7 @@ def mismatches(expected: Expected, inspect: Mapping[str, Any]) -> list[Mismatch]
     for check in (
         _caps(inspect), _security(inspect), _mounts(expected, inspect),
         _tmpfs(expected, inspect), _ulimits(expected, inspect), _runtime(expected, inspect),
+        _userns(expected, inspect),
     ):
         if check is not None:
             out.append(check)

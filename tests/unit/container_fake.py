@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,18 @@ def inspect_from_argv(argv: Sequence[str], runtime_default: str) -> dict[str, An
             "Runtime": flags.get("--runtime", [runtime_default])[0],
         },
     }
+
+
+def _touch(data: dict[str, Any]) -> None:
+    """`touch NAME` (admission's probe under a user namespace) creates NAME in the mount,
+    owned as the container user would: by the owner the copy was given to."""
+    argv = data["_argv"]
+    if len(argv) >= 2 and argv[-2] == "touch":
+        copy = Path(data["Mounts"][0]["Source"])
+        made = copy / argv[-1]
+        made.touch()
+        st = copy.stat()
+        os.chown(made, st.st_uid, st.st_gid)
 
 
 class FakeAttached:
@@ -153,6 +166,7 @@ class FakeEngine:
             self.alter(data)
         runtime = argv[argv.index("--runtime") + 1] if "--runtime" in argv else None
         data["_runtime_asked"] = runtime
+        data["_argv"] = tuple(argv)
         self.containers[container] = data
         return container
 
@@ -170,6 +184,7 @@ class FakeEngine:
         if words is None and self.start_error is None:
             state.update(StartedAt="2026-11-29T23:45:19Z", Status="exited",
                          ExitCode=self.exit_code, OOMKilled=self.oom)
+            _touch(data)
         else:
             state.update(Error=words or "")
         return FakeAttached(stdout, stderr, self.exit_code, self.start_error, self.finishes)

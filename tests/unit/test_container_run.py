@@ -173,8 +173,15 @@ def test_refused_admission_refuses_prepare_and_start(launch: Launch) -> None:
     assert arm.note() is None
 
 
-@pytest.mark.parametrize(("changes", "kept"), [({}, False), ({"rootless": True}, True)])
-def test_user_axis_follows_the_engine(changes: dict[str, bool], kept: bool) -> None:
+ROOTLESS_MAP = ((0, 1500, 1), (1, 1_400_000_000, 65536))
+
+
+@pytest.mark.parametrize(("changes", "kept"), [
+    ({}, False),
+    ({"rootless": True, "uid_map": ROOTLESS_MAP, "gid_map": ROOTLESS_MAP}, True),
+    ({"rootless": True}, False),  # rootless but no map listed: nothing to claim from
+])
+def test_user_axis_follows_the_engine(changes: dict[str, object], kept: bool) -> None:
     arm = arm_with(FakeEngine(facts(**changes), [IMAGE]))
     assert arm.assurances() == container_assurances(kept)
     note = arm.note()
