@@ -154,3 +154,34 @@ def test_a_copy_a_container_owns_keeps_its_principal(tmp_path: Path) -> None:
     # root-owned (fresh), unaligned, or outside the range: a fresh range from podman
     for owner in ((0, 0), (1_000_000_100, 1_000_000_100), (65534, 65534)):
         assert userns.flags(owner=owner) == ("--userns", PODMAN_AUTO)
+
+
+def test_a_kept_admission_keeps_its_user_namespace(tmp_path: Path) -> None:
+    """Evidence on disk must bring the namespace back with the claim: a recalled
+    "user = yes" without it would run containers without one."""
+    from orchestrator.config import EngineImages
+    from orchestrator.container.admission import admit, clear_cache
+    from orchestrator.container.evidence import Evidence
+    from tests.unit.container_fake import FakeEngine, facts
+
+    rootless_map = ((0, 1500, 1), (1, 1_400_000_000, 65536))
+    config = ContainerConfig(images=EngineImages(docker=IMAGE))
+    evidence = Evidence(tmp_path / "admission")
+
+    def engine() -> FakeEngine:
+        found = FakeEngine(facts(rootless=True, uid_map=rootless_map, gid_map=rootless_map),
+                           [IMAGE])
+        found.endpoint_ = "fake"
+        return found
+
+    clear_cache()
+    try:
+        first = admit(engine(), config, HOST, evidence=evidence)  # type: ignore[arg-type]
+        assert first.admitted and first.userns is not None and first.uids_namespaced
+        clear_cache()
+        again = admit(engine(), config, HOST, evidence=evidence)  # type: ignore[arg-type]
+        assert again.proved_at is not None, "not recalled from disk"
+        assert again.userns == first.userns
+        assert again.uids_namespaced
+    finally:
+        clear_cache()
