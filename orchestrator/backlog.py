@@ -37,6 +37,7 @@ from orchestrator.arms import ArmName
 from orchestrator.ceiling import CeilingMark, NotAsked, Unapplied, Unread, Watching, Why, ceiling_at
 from orchestrator.cgroup_run import Joining, RunGroup
 from orchestrator.cgroups import UNSET, Cgroups, Delegation, PlatformShares, Refused, Shares
+from orchestrator.changes import Changes
 from orchestrator.copy_sync import FileWork
 from orchestrator.environment import env_names
 from orchestrator.errors import ErrorCode, SprawlError
@@ -78,6 +79,8 @@ class Entry:
     followed: bool
     # Called once when the entry is collected: gives its copy back to the exec tool.
     release_copy: Callable[[], None] | None = None
+    # Called once when the command has ended, before the copy goes back: its `changes`.
+    changes: Callable[[str], Changes] | None = None
     background: bool = False
     claimed: bool = False
     done: threading.Event = field(default_factory=threading.Event)
@@ -169,12 +172,13 @@ class Backlog:
         return group
 
     def enter(self, running: Running, launch: Launch, pending: Pending, join: Joining | None,
-              release_copy: Callable[[], None] | None = None) -> Entry:
+              release_copy: Callable[[], None] | None = None,
+              changes: Callable[[str], Changes] | None = None) -> Entry:
         followed = pending.arm is ArmName.CONTAINER or (join is not None and join.joined is True)
         with self._lock:
             state = self._runs.setdefault(launch.run, _Run())
             entry = Entry(launch.tag, launch.run, running, launch, pending,
-                          self._mark(state, join, pending.arm), followed, release_copy)
+                          self._mark(state, join, pending.arm), followed, release_copy, changes)
             self._entries[entry.handle] = entry
             if self._closed:  # closed while this command was starting: it goes at once
                 entry.claimed = True
@@ -337,12 +341,13 @@ class Backlog:
             stderr, stderr_full = read_capped(finished.stderr_path, keep)
             shutil.rmtree(entry.launch.outputs, ignore_errors=True)
             container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
+            changes = entry.changes(entry.handle) if entry.changes is not None else None
             entry.result = ExecResult(
                 outcome="settled", stdout=stdout, stderr=stderr, stdout_full=stdout_full,
                 stderr_full=stderr_full, exit_code=finished.exit_code, killed=finished.killed,
                 detail=detail, memory_ceiling=verdict.as_result(), container=container or None,
                 handle=entry.handle if entry.background else None, background=entry.background,
-                **self._common(entry),
+                changes=changes, **self._common(entry),
             )
             return entry.result
         finally:

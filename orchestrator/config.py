@@ -149,6 +149,8 @@ class SandboxConfig(_Strict):
 class StateConfig(_Strict):
     dir: Path | None = None
     ledger: Path | None = None
+    # Kept changes of finished commands (change_store.py), dropped oldest first past this.
+    changes_budget_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
 
 
 class Config(_Strict):

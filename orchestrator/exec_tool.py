@@ -18,15 +18,21 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from orchestrator import change_record
+from orchestrator.apply import ApplyResult
+from orchestrator.apply import apply as apply_changes
 from orchestrator.arm_factory import build_arm, yielders_of
 from orchestrator.arms import ArmName
 from orchestrator.assurances import statement
 from orchestrator.backlog import Backlog, Pending, RunProcesses
 from orchestrator.cgroups import UNSET, Shares
+from orchestrator.change_store import keep as keep_changes
+from orchestrator.changes import Changes
+from orchestrator.changes import compute as compute_changes
 from orchestrator.choice import ENGINE_ORDER, Choice, choose
 from orchestrator.config import Config
 from orchestrator.container.evidence import Evidence
@@ -190,15 +196,18 @@ class ExecTool:
         arm.prepare(self.workdir)
         watcher: Watcher = NullWatcher()
         copy: ScratchCopy | None = None
+        changes: Callable[[str], Changes] | None = None
         if arm.name is not ArmName.HOST:
             watcher = self.guardian()
             copy = self._take_copy()
             try:
+                source, walked = change_record.source_stamps_before_sync(self.workdir)
                 work = copy.sync(self.workdir)
             except SprawlError:
                 self._drop_copy(copy)  # sync already deleted its half-synced directory
                 raise
             cwd = copy.path
+            changes = self._changes_hook(arm, copy.path, source, walked)
         try:
             join = self.backlog.joining(run)
             n = self.backlog.number()
@@ -217,8 +226,33 @@ class ExecTool:
         pending = Pending(arm.name, argv_in, interpreter, self.confinement(arm), work, window,
                           started)
         give_back = None if copy is None else (lambda: self._give_copy(copy))
-        entry = self.backlog.enter(running, launch, pending, join, give_back)
+        entry = self.backlog.enter(running, launch, pending, join, give_back, changes)
         return self.backlog.settle(entry, running.wait(window), background_ok)
+
+    def _changes_hook(self, arm: Arm, copy: Path, source: dict[str, change_record.Stamp],
+                      walked: int) -> Callable[[str], Changes]:
+        """Record the readied copy now; the returned call computes and keeps the command's
+        changes once it has ended (never failing the command: a failure becomes a note)."""
+        ready = getattr(arm, "ready_copy", None)
+        if ready is not None:
+            ready(copy)
+        record = change_record.finish(copy, source, walked)
+
+        def collect(handle: str) -> Changes:
+            try:
+                found = compute_changes(record, self.workdir, copy)
+                return keep_changes(self.state, handle, self.workdir, copy, record, found,
+                                    self.config.state.changes_budget_bytes)
+            except (OSError, SprawlError) as err:
+                return Changes(handle=handle, note=f"changes could not be computed: {err}")
+
+        return collect
+
+    def apply(self, handle: str, paths: Sequence[str] | None = None, *,
+              dry_run: bool = False) -> ApplyResult:
+        """Bring kept changes of a finished command (all, or ``paths``) into the working
+        directory (apply.py); refuses conflicts, links out of the tree."""
+        return apply_changes(self.state, handle, paths, dry_run=dry_run, workdir=self.workdir)
 
     # -- the backlog ----------------------------------------------------------------
     def harvest(self) -> list[ExecResult]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.changes import Changes
 from orchestrator.copy_sync import FileWork
 from orchestrator.errors import SprawlError
 
@@ -59,6 +60,7 @@ class ExecResult(BaseModel):
     memory_ceiling: dict[str, Any] | None = None
     confinement: Confinement | None = None
     work: FileWork | None = None
+    changes: Changes | None = None  # what the command changed in its copy (changes.py)
     container: dict[str, Any] | None = None
     run: str = "default"
     duration_ms: float | None = None

@@ -28,6 +28,7 @@ from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from orchestrator.apply import ApplyResult, apply
 from orchestrator.backlog import Backlog, RunProcesses
 from orchestrator.cgroups import UNSET, Delegation, Shares
 from orchestrator.config import ArmSpelling, Config
@@ -80,9 +81,17 @@ class DoctorRequest(_Request):
     op: Literal["doctor"]
 
 
+class ApplyRequest(_Request):
+    op: Literal["apply"]
+    handle: str = Field(description="a result's changes.handle")
+    paths: list[str] = Field(default=[], description="what to apply (and what is beneath "
+                             "it); empty: every change")
+    dry_run: bool = False
+
+
 Request = Annotated[
     ExecRequest | HarvestRequest | HaltRequest | ReleaseRequest | ProcessesRequest
-    | DoctorRequest,
+    | DoctorRequest | ApplyRequest,
     Field(discriminator="op"),
 ]
 REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
@@ -122,13 +131,19 @@ class DoctorResponse(_Response):
     report: DoctorReport
 
 
+class ApplyResponse(_Response):
+    op: Literal["apply"]
+    result: ApplyResult
+
+
 class ErrorResponse(_Response):
     op: str | None = None
     ok: bool = False
     error: ErrorBody
 
 
-Response = ExecResponse | ResultsResponse | ProcessesResponse | DoctorResponse | ErrorResponse
+Response = (ExecResponse | ResultsResponse | ProcessesResponse | DoctorResponse | ApplyResponse
+            | ErrorResponse)
 
 
 def schema() -> dict[str, Any]:
@@ -250,6 +265,10 @@ class Server:
         if isinstance(request, ProcessesRequest):
             return ProcessesResponse(id=request.id, op="processes",
                                      runs=self._any_tool().processes())
+        if isinstance(request, ApplyRequest):
+            applied = apply(state_dir(self.config, os.environ), request.handle,
+                            request.paths or None, dry_run=request.dry_run, workdir=self.workdir)
+            return ApplyResponse(id=request.id, op="apply", result=applied)
         return DoctorResponse(id=request.id, op="doctor", report=self._doctor())
 
     def _any_tool(self) -> ExecTool:

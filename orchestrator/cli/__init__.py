@@ -15,6 +15,7 @@ import click
 # name -> "module:attribute". One line per command; add yours here.
 COMMANDS: dict[str, str] = {
     "exec": "orchestrator.cli.exec_cmd:exec_command",
+    "apply": "orchestrator.cli.apply_cmd:apply_command",
     "view": "orchestrator.cli.view_cmd:view_command",
     "serve": "orchestrator.cli.serve_cmd:serve_command",
     "image": "images.cli:image",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.changes import Changes
 from orchestrator.config import load_config
 from orchestrator.errors import SprawlError
 from orchestrator.results import ExecResult
@@ -31,6 +32,17 @@ def exit_status(result: ExecResult) -> int:
     if code is None:
         return EXIT_REFUSED
     return 128 - code if code < 0 else code
+
+
+def changes_line(c: Changes) -> str:
+    counts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in (
+        ("created", c.created), ("modified", c.modified), ("deleted", c.deleted),
+        ("kind_changed", c.kind_changed), ("mode_changed", c.mode_changed)) if n)
+    line = f"the command changed {c.total} path(s) in its copy ({counts})"
+    if c.kept:
+        return f"{line}; review: sprawl-orch apply --dry-run {c.handle}; keep: " \
+               f"sprawl-orch apply {c.handle}"
+    return f"{line}; {c.note}" if c.note else line
 
 
 def print_refusal(err: SprawlError | ExecResult) -> None:
@@ -87,4 +99,6 @@ def exec_command(
             click.echo(f"sprawl-orch: {result.confinement.statement}", err=True)
         if result.detail:
             click.echo(f"sprawl-orch: {result.detail}", err=True)
+        if result.changes is not None and result.changes.total:
+            click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
     sys.exit(exit_status(result))

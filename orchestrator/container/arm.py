@@ -123,6 +123,11 @@ class ContainerArm:
         if not admission.admitted:
             raise admission.error()
 
+    def ready_copy(self, copy: Path) -> None:
+        """Give the synced copy to the container user now, before the exec tool records the
+        copy's stamps for `changes` (lchown sets every ctime; start() then finds nothing to do)."""
+        own_copy(copy.resolve(), *fit_limits(self.config, self.host).uid_gid)
+
     def start(self, launch: Launch) -> ContainerRun:
         try:
             return self._start(launch)

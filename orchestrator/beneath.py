@@ -1,0 +1,52 @@
+"""Opening a path beneath a directory fd without ever following a link (apply, change store).
+
+Each component is opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to the previous one, so a
+symbolic link anywhere on the way (planted by a command, or the person's own) makes the open
+fail instead of leading out of the tree. ``..`` and absolute paths are refused outright.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class NotBeneath(Exception):
+    """The path leaves the tree, or a component on the way is a link or not a directory."""
+
+
+def parts_of(rel: str) -> list[str]:
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise NotBeneath(f"{rel!r} is not a plain relative path")
+    return parts
+
+
+def open_dir_beneath(root_fd: int, parts: list[str], make: int | None = None) -> int:
+    """An fd of the directory ``parts`` under ``root_fd``; missing components are made with
+    mode ``make`` when it is given. Raises NotBeneath on a link or non-directory."""
+    fd = os.dup(root_fd)
+    try:
+        for i, name in enumerate(parts):
+            try:
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if make is None:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, make, dir_fd=fd)
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except OSError as err:
+                if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                    where = "/".join(parts[: i + 1])
+                    raise NotBeneath(f"{where} is a symbolic link or not a directory") from err
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -1,0 +1,197 @@
+"""What a command changed in its copy (SPEC §5): computed right after it ends, from the record
+of what the sync left (change_record.SyncRecord).
+
+One walk of the copy (lstat, links never followed). An entry whose stamp equals its recorded
+one, and whose recorded ctime is below the record's trusted line, is unchanged without reading
+it. Otherwise, for a regular file of the same size, the bytes decide: against the copy's hash
+taken after the sync when there is one, else against the source when the source's stamp is
+trusted and still the one recorded before the sync; failing both, the file is reported
+``modified`` with ``verified: false`` (it may hold the same bytes). A file whose bytes are
+equal but whose permission bits differ is ``mode_changed``; a path whose kind differs (file,
+dir, link, other) is ``kind_changed``. Ownership and times are not changes.
+
+Paths are relative to the working directory, "/"-separated, parents before children.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.change_record import Kind, Stamp, SyncRecord, kind_of, sha256_of
+from orchestrator.copy_fileops import CHUNK
+
+ChangeType = Literal["created", "modified", "deleted", "kind_changed", "mode_changed"]
+# Paths shown in a result; the rest are in the file named by `full` (the way back).
+SHOWN = 50
+
+
+class ChangeEntry(BaseModel):
+    """One changed path. ``kind``/``mode``/``size`` are the copy's now, ``was_*`` at the sync."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    change: ChangeType
+    kind: Kind | None = None
+    was_kind: Kind | None = None
+    mode: str | None = None
+    was_mode: str | None = None
+    size: int | None = None
+    was_size: int | None = None
+    target: str | None = None  # a link's target
+    verified: bool = True  # False: the stamp changed and the bytes could not be compared
+
+
+class Changes(BaseModel):
+    """The `changes` key of a result (SPEC §5, §10)."""
+
+    model_config = ConfigDict(frozen=True)
+    handle: str | None = None  # what `apply` takes
+    created: int = 0
+    modified: int = 0
+    deleted: int = 0
+    kind_changed: int = 0
+    mode_changed: int = 0
+    bytes_new: int = 0  # bytes of files created or modified (their new size)
+    bytes_old: int = 0  # bytes of files deleted or replaced (their size at the sync)
+    total: int = 0
+    paths: list[ChangeEntry] = []
+    cut: bool = False  # paths holds the first SHOWN of `total`
+    full: str | None = None  # the complete list on disk
+    kept: bool = False  # the changed files are kept for `apply`
+    note: str | None = None  # why not kept, or which older changes were dropped
+    dropped: list[str] = []  # handles whose kept changes were dropped for this one
+
+    @classmethod
+    def of(cls, entries: list[ChangeEntry], **fields: Any) -> Changes:
+        counts = {c: 0 for c in ("created", "modified", "deleted", "kind_changed",
+                                 "mode_changed")}
+        new = old = 0
+        for e in entries:
+            counts[e.change] += 1
+            if e.kind == "file" and e.change != "mode_changed":
+                new += e.size or 0
+            if e.was_kind == "file" and e.change != "mode_changed":
+                old += e.was_size or 0
+        return cls.model_validate({**counts, "bytes_new": new, "bytes_old": old,
+                                   "total": len(entries), "paths": entries[:SHOWN],
+                                   "cut": len(entries) > SHOWN, **fields})
+
+
+def _mode(st_mode: int) -> str:
+    return f"{stat.S_IMODE(st_mode):04o}"
+
+
+@dataclass
+class _Compare:
+    record: SyncRecord
+    workdir: Path
+    copy: Path
+
+    def same_bytes(self, rel: str, path: str, size: int) -> bool | None:
+        """Whether the copy file holds the bytes it had after the sync; None: unknowable."""
+        digest = self.record.hashes.get(rel)
+        if digest is not None:
+            return sha256_of(path) == digest
+        src = self.record.source.get(rel)
+        if src is None or not self.record.source_trusted(src):
+            return None
+        source = self.workdir / rel
+        try:
+            now = os.stat(source)
+        except OSError:
+            return None
+        if (now.st_mode, now.st_size, now.st_mtime_ns, now.st_ctime_ns, now.st_ino,
+                now.st_dev) != src or now.st_size != size:
+            return None
+        return _equal_files(str(source), path)
+
+
+def _equal_files(a: str, b: str) -> bool | None:
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fa = os.open(a, flags)
+    except OSError:
+        return None
+    try:
+        fb = os.open(b, flags | os.O_NOFOLLOW)
+    except OSError:
+        os.close(fa)
+        return None
+    try:
+        while True:
+            x, y = os.read(fa, CHUNK), os.read(fb, CHUNK)
+            if x != y:
+                return False
+            if not x:
+                return True
+    finally:
+        os.close(fa)
+        os.close(fb)
+
+
+def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
+    """Every change the command made in ``copy`` since the sync recorded in ``record``."""
+    base = dict(record.copy)
+    trusted = record.trusted_below_ns
+    cmp = _Compare(record, workdir, copy)
+    out: list[ChangeEntry] = []
+    stack = [("", str(copy))]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        with os.scandir(abs_dir) as it:
+            entries = list(it)
+        for entry in entries:
+            rel = entry.name if not rel_dir else f"{rel_dir}/{entry.name}"
+            st = entry.stat(follow_symlinks=False)
+            now: Stamp = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                          st.st_dev)
+            was = base.pop(rel, None)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if is_dir:
+                stack.append((rel, entry.path))
+            if was == now and now[3] < trusted:
+                continue
+            change = _judge(cmp, rel, entry.path, now, was)
+            if change is not None:
+                out.append(change)
+    for rel, was in base.items():
+        out.append(ChangeEntry(path=rel, change="deleted", was_kind=kind_of(was[0]),
+                               was_mode=_mode(was[0]), was_size=_size(was)))
+    out.sort(key=lambda e: e.path.split("/"))
+    return out
+
+
+def _size(stamp: Stamp) -> int | None:
+    return stamp[1] if stat.S_ISREG(stamp[0]) else None
+
+
+def _judge(cmp: _Compare, rel: str, path: str, now: Stamp, was: Stamp | None
+           ) -> ChangeEntry | None:
+    kind = kind_of(now[0])
+    target = os.readlink(path) if kind == "link" else None
+    fields = {"path": rel, "kind": kind, "mode": _mode(now[0]), "size": _size(now),
+              "target": target}
+    if was is None:
+        return ChangeEntry(change="created", **fields)  # type: ignore[arg-type]
+    before = {"was_kind": kind_of(was[0]), "was_mode": _mode(was[0]), "was_size": _size(was)}
+    if kind != before["was_kind"]:
+        return ChangeEntry(change="kind_changed", **fields, **before)  # type: ignore[arg-type]
+    mode_same = stat.S_IMODE(now[0]) == stat.S_IMODE(was[0])
+    if kind == "file":
+        same: bool | None = False
+        if now[1] == was[1]:
+            same = cmp.same_bytes(rel, path, now[1])
+        if same:
+            return None if mode_same else ChangeEntry(change="mode_changed", **fields, **before)  # type: ignore[arg-type]
+        return ChangeEntry(change="modified", verified=same is not None, **fields, **before)  # type: ignore[arg-type]
+    if kind == "link":
+        if target != cmp.record.targets.get(rel):
+            return ChangeEntry(change="modified", **fields, **before)  # type: ignore[arg-type]
+        return None
+    return None if mode_same else ChangeEntry(change="mode_changed", **fields, **before)  # type: ignore[arg-type]

@@ -1,0 +1,79 @@
+"""`sprawl-orch apply HANDLE [PATH...]`: bring kept changes of a finished command into the
+working directory (orchestrator/apply.py says what makes it safe).
+
+``--dry-run`` prints the unified diff (text) or a one-line summary (binary) of what would be
+applied and writes nothing. ``--drop`` forgets the handle's kept changes without applying.
+Exit status: 0 when nothing chosen was refused, 1 when something was (each refusal is named on
+stderr with its reason and, for a conflict, both stamps), 125 when the handle or the
+directory is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.exec_cmd import EXIT_REFUSED, print_refusal
+from orchestrator.config import load_config
+from orchestrator.errors import SprawlError
+
+EXIT_SOME_REFUSED = 1
+
+
+@click.command("apply")
+@click.option("-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Working directory the changes must belong to (default: the one they were "
+              "made from).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Config file (default: sprawl.toml in the working directory).")
+@click.option("--dry-run", is_flag=True, help="Print the diff of what would be applied.")
+@click.option("--drop", is_flag=True, help="Forget the handle's kept changes, apply nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the apply result as JSON.")
+@click.argument("handle")
+@click.argument("paths", nargs=-1)
+def apply_command(workdir: Path | None, config_path: Path | None, dry_run: bool, drop: bool,
+                  as_json: bool, handle: str, paths: tuple[str, ...]) -> None:
+    """Apply the changes of HANDLE (all, or the PATHs named and what is beneath them)."""
+    import os
+
+    from orchestrator.apply import apply
+    from orchestrator.change_store import drop_handle
+    from orchestrator.state import state_dir
+
+    try:
+        config = load_config(config_path, cwd=workdir or Path("."))
+        state = state_dir(config, os.environ)
+        if drop:
+            drop_handle(state, handle)
+            click.echo(f"sprawl-orch: the kept changes of {handle} are dropped", err=True)
+            sys.exit(0)
+        result = apply(state, handle, list(paths) or None, dry_run=dry_run, workdir=workdir)
+    except SprawlError as err:
+        if as_json:
+            click.echo(json.dumps({"outcome": "exceptional", **err.as_dict()}))
+        else:
+            print_refusal(err)
+        sys.exit(EXIT_REFUSED)
+    if as_json:
+        click.echo(json.dumps(result.as_json_dict(), indent=2))
+    else:
+        if result.diff:
+            sys.stdout.write(result.diff)
+        verb = "would apply" if dry_run else "applied"
+        for item in result.applied:
+            click.echo(f"sprawl-orch: {verb} {item.change} {item.path}", err=True)
+        for item in result.refused:
+            stamps = ""
+            if item.at_sync or item.now:
+                stamps = f" (stamp at the sync: {item.at_sync}; now: {item.now})"
+            click.echo(f"sprawl-orch: refused {item.path}: {item.why}{stamps}", err=True)
+        if result.skipped:
+            click.echo(f"sprawl-orch: skipped {len(result.skipped)} path(s) not chosen or "
+                       "applied before", err=True)
+        if result.finished:
+            click.echo(f"sprawl-orch: every change of {handle} is applied; its kept copy is "
+                       "removed", err=True)
+    sys.exit(EXIT_SOME_REFUSED if result.refused else 0)
