@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.apply_check import Verdict, check_all
 from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
-from orchestrator.change_store import Kept, load, mark_applied
+from orchestrator.change_store import Kept, finish_if_done, load, record_applied
 from orchestrator.changes import ChangeEntry
 from orchestrator.errors import ErrorCode, SprawlError
 
@@ -123,8 +123,11 @@ def _apply_locked(kept: Kept, root_fd: int, paths: Sequence[str] | None,
                for p in unknown]
     todo = [e for e in chosen if e.path not in kept.applied]
     verdicts = check_all(kept, root_fd, todo)
+    # Written by an earlier apply that was interrupted before it could record them.
+    already = [e for e in todo if (v := verdicts[e.path]) is not None and v.already]
     ok = [e for e in todo if verdicts[e.path] is None]
-    refused += [_refusal(e, verdicts[e.path]) for e in todo if verdicts[e.path] is not None]
+    refused += [_refusal(e, v) for e in todo
+                if (v := verdicts[e.path]) is not None and not v.already]
     base = {"handle": kept.handle, "workdir": str(kept.workdir), "dry_run": dry_run,
             "skipped": skipped}
     if dry_run:
@@ -133,7 +136,9 @@ def _apply_locked(kept: Kept, root_fd: int, paths: Sequence[str] | None,
         return ApplyResult(applied=[ApplyItem(path=e.path, change=e.change) for e in ok],
                            refused=refused, diff=diff_of(kept, ok), **base)  # type: ignore[arg-type]
     _clear_journal(kept, root_fd)
-    done: list[ApplyItem] = []
+    done = [ApplyItem(path=e.path, change=e.change, why="found already applied")
+            for e in already]
+    record_applied(kept, [e.path for e in already])
     failed: dict[str, str] = {}
     # rename() replaces a file or link in one step; only a directory on either side of a
     # kind change must be removed first.
@@ -144,18 +149,22 @@ def _apply_locked(kept: Kept, root_fd: int, paths: Sequence[str] | None,
         why = _attempt(partial(_remove, root_fd, e))
         if why:
             failed[e.path] = why
+        elif e.change == "deleted":
+            record_applied(kept, [e.path])
     for e in ok:
         if e.path in failed or e.change == "deleted":
             continue
         why = _attempt(partial(_write, kept, root_fd, e))
         if why:
             failed[e.path] = why
+        else:
+            record_applied(kept, [e.path])
     for e in ok:
         if e.path in failed:
             refused.append(ApplyItem(path=e.path, change=e.change, why=failed[e.path]))
         else:
             done.append(ApplyItem(path=e.path, change=e.change))
-    finished = mark_applied(kept, [i.path for i in done]) if done else False
+    finished = finish_if_done(kept) if done else False
     return ApplyResult(applied=done, refused=refused, finished=finished, **base)  # type: ignore[arg-type]
 
 

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 
 from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
-from orchestrator.change_record import sha256_of
+from orchestrator.change_record import kind_of, sha256_of
 from orchestrator.change_store import Kept
 from orchestrator.changes import ChangeEntry
 
@@ -25,6 +25,7 @@ class Verdict:
     why: str
     at_sync: dict[str, int] | None = None
     now: dict[str, int] | None = None
+    already: bool = False  # the working directory already holds exactly the change
 
 
 def _stamp_dict(s: list[int] | tuple[int, ...]) -> dict[str, int]:
@@ -98,6 +99,38 @@ def link_stays_inside(root_fd: int, rel: str, target: str) -> bool:
 
 
 def check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str]) -> Verdict | None:
+    verdict = _check(kept, root_fd, e, planned)
+    if verdict is not None and verdict.why.startswith("conflict") and _is_new(kept, root_fd, e):
+        return Verdict("found already applied", already=True)
+    return verdict
+
+
+def _is_new(kept: Kept, root_fd: int, e: ChangeEntry) -> bool:
+    """Whether the path already is what the change makes it (an interrupted apply wrote it)."""
+    try:
+        now = _lstat(root_fd, e.path, set())
+    except NotBeneath:
+        return False
+    if e.change == "deleted":
+        return now is None
+    if now is None or kind_of(now.st_mode) != e.kind:
+        return False
+    if e.mode and e.kind != "link" and f"{stat.S_IMODE(now.st_mode):04o}" != e.mode:
+        return False
+    if e.kind == "link":
+        parts = parts_of(e.path)
+        fd = open_dir_beneath(root_fd, parts[:-1])
+        try:
+            return os.readlink(parts[-1], dir_fd=fd) == e.target
+        finally:
+            os.close(fd)
+    if e.kind == "file" and e.change != "mode_changed":
+        blob = kept.blob(e.path)
+        return blob is not None and sha256_of_beneath(root_fd, e.path) == sha256_of(blob)
+    return True
+
+
+def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str]) -> Verdict | None:
     if e.kind == "other":
         return Verdict("a fifo, socket or device file is never applied")
     if e.kind == "file" and e.change != "mode_changed" and kept.blob(e.path) is None:

@@ -206,14 +206,20 @@ def drop_handle(state: Path, handle: str) -> None:
         drop(root, handle, "dropped on request (apply --drop)")
 
 
-def mark_applied(kept: Kept, paths: list[str]) -> bool:
-    """Record applied paths; when every change is applied the store is removed (True)."""
+def record_applied(kept: Kept, paths: list[str]) -> None:
+    """Record paths as applied, one by one as they land, so an interrupted apply resumes."""
+    if not paths:
+        return
     with open(kept.dir / "applied", "a") as f:
         f.write("".join(p + "\n" for p in paths))
         f.flush()
         os.fsync(f.fileno())
-    done = kept.applied | set(paths)
-    if all(e.path in done for e in kept.entries):
+    kept.applied.update(paths)
+
+
+def finish_if_done(kept: Kept) -> bool:
+    """When every change is applied the store is removed (True)."""
+    if all(e.path in kept.applied for e in kept.entries):
         drop(kept.dir.parent, kept.handle, "every change of it was applied")
         return True
     return False
