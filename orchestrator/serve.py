@@ -22,7 +22,7 @@ import os
 import secrets
 import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
@@ -184,7 +184,7 @@ class Server:
         self,
         config: Config,
         workdir: Path,
-        out: IO[str],
+        out: IO[str] | None,
         *,
         shares: Shares = UNSET,
         workers: int = 8,
@@ -222,21 +222,29 @@ class Server:
         if isinstance(request, ErrorResponse):
             self._write(request)
             return
-        pool = self._execs if isinstance(request, ExecRequest) else self._control
-        pool.submit(self._answer, request)
+        self.dispatch(request).add_done_callback(lambda done: self._write(done.result()))
 
-    def _answer(self, request: Request) -> None:
+    def dispatch(self, request: Request) -> Future[Response]:
+        """Answer on the right pool (execs, or control so a halt is never queued behind
+        windows); the future never raises. Other front ends (mcp_server.py) use this too:
+        the pools' threads live until close(), which bwrap's --die-with-parent needs."""
+        pool = self._execs if isinstance(request, ExecRequest) else self._control
+        return pool.submit(self.respond, request)
+
+    def respond(self, request: Request) -> Response:
+        """`handle`, with every failure turned into an error response carrying the id."""
         try:
-            response = self.handle(request)
+            return self.handle(request)
         except SprawlError as err:
-            response = _error(request.id, request.op, err)
+            return _error(request.id, request.op, err)
         except Exception as err:  # a bug must not end the server or lose the id
-            response = ErrorResponse(id=request.id, op=request.op, error=ErrorBody(
+            return ErrorResponse(id=request.id, op=request.op, error=ErrorBody(
                 code="E_INTERNAL", subject=request.op, detail=f"{type(err).__name__}: {err}",
                 recovery="report this; the server keeps serving"))
-        self._write(response)
 
     def _write(self, response: BaseModel) -> None:
+        if self._out is None:  # answers go through dispatch() (mcp_server.py)
+            return
         text = response.model_dump_json() + "\n"
         with self._out_lock:
             try:

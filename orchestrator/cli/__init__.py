@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "apply": "orchestrator.cli.apply_cmd:apply_command",
     "view": "orchestrator.cli.view_cmd:view_command",
     "serve": "orchestrator.cli.serve_cmd:serve_command",
+    "mcp": "orchestrator.cli.mcp_cmd:mcp_command",
     "image": "images.cli:image",
     "doctor": "orchestrator.cli.doctor_cmd:doctor_command",
 }

@@ -178,8 +178,13 @@ class DockerAttached:
                 state = self._api.inspect_container(self._id).get("State") or {}
                 if state.get("Running") or state.get("Status") in ("running", "paused"):
                     return False
+                # Ended: /wait answers at once, but not within the poll's 1 ms (that raised
+                # ReadTimeout under load in the MCP soak).
+                timeout = API_TIMEOUT
             # timeout=None reaches requests as None: wait as long as it takes
             self._api.wait(self._id, timeout=None if timeout is None else max(timeout, 0.001))
+        except requests.exceptions.ReadTimeout:
+            return False  # a long-poll's window passed with the container still running
         except requests.exceptions.ConnectionError as err:
             if "timed out" in str(err):
                 return False

@@ -1,0 +1,73 @@
+"""`sprawl-orch mcp`: a Model Context Protocol server on stdin/stdout (docs/mcp.md).
+
+stdout belongs to the protocol: nothing else is printed there (config errors go to stderr,
+before the server starts). On EOF, SIGTERM or SIGINT every run is released, every copy and
+container removed, as `serve` does; exit 0 on EOF, 143/130 on the signals.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import click
+
+from orchestrator.config import load_config
+from orchestrator.errors import SprawlError
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+
+async def _serve_until_signal(app: MCPServer[Any]) -> int:
+    """Run the stdio server; 0 at EOF, 128+N on SIGTERM/SIGINT (taken by the event loop, so a
+    signal never lands in the middle of a release)."""
+    status = 0
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            nonlocal status
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    status = 128 + signum
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(watch)
+        await app.run_stdio_async()
+        group.cancel_scope.cancel()
+    return status
+
+
+@click.command("mcp")
+@click.option("-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=".",
+              help="Working directory whose copies commands run in (default: .).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Config file (default: sprawl.toml in the working directory).")
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Execs running at once; more calls wait their turn.")
+def mcp_command(workdir: Path, config_path: Path | None, workers: int) -> None:
+    """Serve exec, harvest, halt, release and doctor as MCP tools over stdio."""
+    from orchestrator import mcp_server, serve
+
+    try:
+        config = load_config(config_path, cwd=workdir)
+    except SprawlError as err:
+        click.echo(f"sprawl-orch: {err.code.value}: {err.subject}: {err.detail}", err=True)
+        click.echo(f"sprawl-orch: what you can do: {err.recovery}", err=True)
+        sys.exit(125)
+    # No JSON-lines stream: MCP answers through Server.dispatch.
+    server = serve.Server(config, workdir, None, workers=workers)
+    try:
+        status = anyio.run(_serve_until_signal, mcp_server.build(server))
+    finally:
+        # An MCP client gives a server 2 s after closing stdin, then SIGTERM, then SIGKILL
+        # (mcp.client.stdio): a second signal must not cut the release short. What a SIGKILL
+        # cuts short, the guardian removes.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        server.close()
+    sys.exit(status)
