@@ -6,8 +6,8 @@ answered by the same `Server.dispatch` — same pools, same shared backlog, same
 close. Only the framing differs: each tool answers with text for the model (mcp_text.py) and
 the full JSON result as structured content (whose schema is the tool's output schema).
 
-Tools: exec, harvest, halt, release, doctor. `apply` (the changes of a settled command onto
-the working tree) is added by the `changes` work next to these, through the same `_call`.
+Tools: exec, harvest, halt, release, doctor, apply (a command's kept changes onto the
+working tree, docs/changes.md).
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from orchestrator.apply import ApplyResult
 from orchestrator.config import ArmSpelling
 from orchestrator.doctor import DoctorReport
 from orchestrator.errors import SprawlError
-from orchestrator.mcp_text import doctor_text, result_text, results_text
+from orchestrator.mcp_text import apply_text, doctor_text, result_text, results_text
 from orchestrator.results import ExecResult
 from orchestrator.serve import (
+    ApplyRequest,
+    ApplyResponse,
     DoctorRequest,
     DoctorResponse,
     ErrorResponse,
@@ -73,6 +76,8 @@ def to_tool_result(response: Response) -> CallToolResult:
         listed = ResultList(results=response.results, left=response.left)
         return _text(results_text(response.results, empty, response.left),
                      listed.model_dump(mode="json"))
+    if isinstance(response, ApplyResponse):
+        return _text(apply_text(response.result), response.result.as_json_dict())
     if isinstance(response, DoctorResponse):
         return _text(doctor_text(response.report), response.report.model_dump(mode="json"))
     raise TypeError(f"no MCP form for {type(response).__name__}")
@@ -140,6 +145,16 @@ def build(server: Server, *, describe: bool = True) -> MCPServer[Any]:
     async def doctor() -> Annotated[CallToolResult, DoctorReport]:
         return await call(lambda rid: DoctorRequest(id=rid, op="doctor"))
 
+    async def apply(
+        handle: Annotated[str, Field(description="a result's changes.handle")],
+        paths: Annotated[list[str] | None, Field(
+            description="what to apply (a path also chooses what is beneath it); "
+            "none: every change")] = None,
+        dry_run: Annotated[bool, Field(description="only say what would change")] = False,
+    ) -> Annotated[CallToolResult, ApplyResult]:
+        return await call(lambda rid: ApplyRequest(
+            id=rid, op="apply", handle=handle, paths=paths or [], dry_run=dry_run))
+
     quiet = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     app.add_tool(exec_, name="exec", description=exec_description(server) if describe else None,
                  annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
@@ -150,4 +165,8 @@ def build(server: Server, *, describe: bool = True) -> MCPServer[Any]:
     app.add_tool(release, description="Kill every command of a run; their results.")
     app.add_tool(doctor, description="What this machine offers: every arm, its five "
                  "guarantees, what is missing and how to get it.", annotations=quiet)
+    app.add_tool(apply, description="Apply a command's changes (its result's changes.handle) "
+                 "onto the person's working tree; refuses what changed there since the sync. "
+                 "Use dry_run first to see the diff.",
+                 annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     return app

@@ -9,6 +9,7 @@ full text on disk ("the way back"), so nothing here cuts again.
 
 from __future__ import annotations
 
+from orchestrator.apply import ApplyItem, ApplyResult
 from orchestrator.doctor import DoctorReport
 from orchestrator.results import ExecResult
 
@@ -70,4 +71,20 @@ def doctor_text(report: DoctorReport) -> str:
                      f"{report.configured.reason}")
     cg = report.cgroup
     lines.append(f"cgroup: {'delegated' if cg.delegated else 'not delegated'} — {cg.detail}")
+    return "\n".join(lines)
+
+
+def _items(verb: str, items: list[ApplyItem]) -> list[str]:
+    return [f"{verb}: {i.change} {i.path}" + (f" ({i.why})" if i.why else "") for i in items]
+
+
+def apply_text(result: ApplyResult) -> str:
+    head = "dry run: would apply" if result.dry_run else "applied"
+    lines = [f"{head} {len(result.applied)} change(s) of {result.handle} onto {result.workdir}; "
+             f"{len(result.skipped)} skipped, {len(result.refused)} refused"
+             + ("; every change of the handle is now applied" if result.finished else "")]
+    lines += _items("would apply" if result.dry_run else "applied", result.applied)
+    lines += _items("skipped", result.skipped) + _items("refused", result.refused)
+    if result.diff:
+        lines += ["diff:", result.diff.rstrip("\n")]
     return "\n".join(lines)

@@ -31,7 +31,7 @@ from tests.integration.conftest import in_ci
 from tests.integration.test_serve_load import bwrap_raced
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = {"exec", "harvest", "halt", "release", "doctor"}
+TOOLS = {"exec", "harvest", "halt", "release", "doctor", "apply"}
 
 
 def write_config(tmp: Path, engine: str, image: str) -> Path:

@@ -41,7 +41,7 @@ def test_exec_text_and_structured_result(tmp_path: Path, tree: Path, scratch: Pa
         ("exec", {"command": "sleep 5", "window": 0.05, "run": "r"}),
     ])[:4]
     tools = {t.name: t for t in listed.tools}
-    assert set(tools) == {"exec", "harvest", "halt", "release", "doctor"}
+    assert set(tools) == {"exec", "harvest", "halt", "release", "doctor", "apply"}
     assert "Runs under copied_tree" in (tools["exec"].description or "")
     assert "outcome" in (tools["exec"].output_schema or {}).get("properties", {})
     assert argv.structured_content["stdout"] == "readme\n" and not argv.is_error
@@ -75,3 +75,27 @@ def test_halt_release_harvest_doctor_and_errors(tmp_path: Path, tree: Path, scra
     assert "auto ->" in doctor.content[0].text and doctor.structured_content["arms"]
     assert empty.is_error and "E_BAD_REQUEST" in empty.content[0].text
     assert bad.is_error  # refused by the tool's input schema: window > 0
+
+
+def test_apply_a_commands_changes(tmp_path: Path, tree: Path, scratch: Path,
+                                  offerings: Offerings) -> None:
+    server = Server(make_config(tmp_path, arm="copied_tree"), tree, None, offerings=offerings)
+    got: list[Any] = []
+
+    async def scenario() -> None:
+        async with Client(mcp_server.build(server)) as client:
+            wrote = await client.call_tool("exec", {"command": "echo new > made.txt"})
+            handle = wrote.structured_content["changes"]["handle"]
+            got.append(await client.call_tool("apply", {"handle": handle, "dry_run": True}))
+            assert not (tree / "made.txt").exists()
+            got.append(await client.call_tool("apply", {"handle": handle}))
+
+    try:
+        anyio.run(scenario)
+    finally:
+        server.close()
+    dry, done = got
+    assert dry.content[0].text.startswith("dry run: would apply 1 change(s)")
+    assert "made.txt" in dry.content[0].text and dry.structured_content["dry_run"] is True
+    assert done.structured_content["applied"][0]["path"] == "made.txt" and not done.is_error
+    assert (tree / "made.txt").read_text() == "new\n"
