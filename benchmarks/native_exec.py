@@ -77,7 +77,7 @@ def tool_for(tmp: Path, tree: Path, arm: str) -> ExecTool:
 def settled(tool: ExecTool) -> None:
     result = tool.exec(["true"])
     if result.outcome != "settled" or result.exit_code != 0:
-        sys.exit(f"{tool.choice.arm} did not run true: {result.what}: {result.detail}")
+        sys.exit(f"{tool.choice.arm} did not run true: {result.code}: {result.detail}")
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from images.engines import ENGINES, LABEL_DATE, LABEL_RECIPE, LABEL_SOURCE
 from images.recipe import RECIPE_NAMES
+from orchestrator.cli.common import config_options, find_config, refuse
 from orchestrator.config import CONFIG_NAME
 from orchestrator.errors import SprawlError
 
@@ -34,17 +35,15 @@ def _err_console() -> Console:
 
 
 def refusals(func: F) -> F:
-    """Print a SprawlError's four fields on stderr and exit 2."""
+    """A SprawlError ends the subcommand as every subcommand ends one: exit 125, its four
+    fields on stderr (cli/common.py), or as JSON on stdout with --json."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except SprawlError as err:
-            click.echo(f"error {err.code.value}: {err.subject}", err=True)
-            click.echo(f"  detail:   {err.detail}", err=True)
-            click.echo(f"  recovery: {err.recovery}", err=True)
-            sys.exit(2)
+            refuse(err, bool(kwargs.get("as_json")))
 
     return wrapper  # type: ignore[return-value]
 
@@ -155,14 +154,7 @@ def build_command(
 
 @image.command("pin")
 @click.argument("ref")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=CONFIG_NAME,
-    show_default=True,
-    help="The sprawl.toml to write.",
-)
+@config_options
 @click.option(
     "--engine",
     "engine_name",
@@ -172,11 +164,16 @@ def build_command(
 )
 @click.option("--json", "as_json", is_flag=True)
 @refusals
-def pin_command(ref: str, config_path: Path, engine_name: str | None, as_json: bool) -> None:
-    """Resolve REF (a local tag or ID) to its fixed ID and write it into the config."""
+def pin_command(
+    ref: str, workdir: Path, config_path: Path | None, engine_name: str | None, as_json: bool
+) -> None:
+    """Resolve REF (a local tag or ID) to its fixed ID and write it into the config
+    (--config FILE, else sprawl.toml in -C DIR, made if absent)."""
     from images.pin import pin
 
-    result = pin(ref, config_path, engine_name=engine_name)
+    if not workdir.is_dir():
+        raise click.BadParameter(f"{workdir} is not a directory", param_hint="'-C'")
+    result = pin(ref, config_path or workdir / CONFIG_NAME, engine_name=engine_name)
     if as_json:
         click.echo(
             json.dumps(
@@ -227,22 +224,15 @@ def list_command(as_json: bool) -> None:
 
 
 @image.command("verify")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help=f"The config to check (default: ./{CONFIG_NAME} if present).",
-)
+@config_options
 @click.option("--json", "as_json", is_flag=True)
 @refusals
-def verify_command(config_path: Path | None, as_json: bool) -> None:
+def verify_command(workdir: Path, config_path: Path | None, as_json: bool) -> None:
     """Which ID the config pins for each engine, and whether that engine has it locally.
     Exit 1 when no usable engine has its pin, or a usable engine's pin is missing."""
     from images.verify import verify
-    from orchestrator.config import load_config
 
-    result = verify(load_config(config_path))
+    result = verify(find_config(workdir, config_path))
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:

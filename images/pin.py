@@ -29,7 +29,7 @@ import tomlkit.items
 from tomlkit.exceptions import TOMLKitError
 
 from images.engines import BUILD_FIRST, ENGINES, engine
-from orchestrator.config import Config, load_config, parse_config, read_toml
+from orchestrator.config import Config, load_config, parse_config, read_config_text, read_toml
 from orchestrator.errors import ErrorCode, SprawlError
 
 Resolver = Callable[[str, str], str | None]  # (engine, ref) -> fixed ID, or None if not local
@@ -213,15 +213,8 @@ def pin(
 ) -> PinResult:
     """Resolve `ref` locally and write its fixed ID into `config_path` (created if absent)."""
     pins, resolved, notes = plan(ref, engine_name, resolver)
-    try:
-        text = config_path.read_text(encoding="utf-8") if config_path.exists() else ""
-    except OSError as err:
-        raise SprawlError(
-            ErrorCode.STORAGE_FATAL,
-            subject=str(config_path),
-            detail=f"cannot read {config_path}: {err.strerror}",
-            recovery="check the path given with --config",
-        ) from err
+    # Not UTF-8 or unreadable: E_CONFIG_INVALID before anything is written.
+    text = read_config_text(config_path) if config_path.exists() else ""
     new_text, removed = render(text, pins, config_path)
     # Validate before replacing: a pin must never leave an invalid config behind.
     parse_config(tomllib.loads(new_text), config_path)

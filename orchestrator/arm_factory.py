@@ -57,6 +57,10 @@ def build_arm(
         assert offer is not None
         return ContainerArm.from_offer(offer, config.sandbox.container, evidence=evidence,
                                        watcher=watcher)
+    faults = [m for m in choice.missing if m.kind == "config_invalid"]
+    if faults:
+        raise SprawlError(ErrorCode.CONFIG_INVALID, faults[0].subject, faults[0].phrase,
+                          faults[0].recovery)
     raise SprawlError(
         ErrorCode.SANDBOX_DENIED,
         subject=f"[sandbox] arm = {choice.asked!r}",

@@ -66,6 +66,8 @@ class Missing:
     kind: str
     phrase: str
     recovery: str
+    # The config key at fault (kind "config_invalid"): such a fault refuses, never steps down.
+    subject: str = ""
 
     def text(self) -> str:
         return f"{self.phrase} ({self.recovery})"
@@ -97,6 +99,12 @@ def user_namespace(why: str) -> Missing:
     )
 
 
+def config_invalid(subject: str, detail: str, recovery: str) -> Missing:
+    """A config value this machine can't honour (e.g. more CPUs than it has): the person's
+    fault to fix, so `auto` refuses rather than stepping down to an arm without limits."""
+    return Missing("config_invalid", f"{subject}: {detail}", recovery, subject)
+
+
 def container_runtime(why: str) -> Missing:
     return Missing(
         "container_runtime",
@@ -110,7 +118,7 @@ def image_not_local(engine: str, image: str | None) -> Missing:
     if image is None:
         return Missing(
             "image_not_local",
-            f"no image is pinned for {engine} ([sandbox.container] image)",
+            f"no image is pinned for {engine} ([sandbox.container.images] {engine})",
             f"build and pin one: sprawl-orch image build busybox --engine {engine}",
         )
     return Missing(

@@ -81,6 +81,9 @@ class Entry:
     release_copy: Callable[[], None] | None = None
     # Called once when the command has ended, before the copy goes back: its `changes`.
     changes: Callable[[str], Changes] | None = None
+    # Set when the output is followed live (stream.Follower): called once the streams are
+    # complete; the result then keeps no way back (the person already has every byte).
+    drain: Callable[[], None] | None = None
     background: bool = False
     claimed: bool = False
     done: threading.Event = field(default_factory=threading.Event)
@@ -173,12 +176,14 @@ class Backlog:
 
     def enter(self, running: Running, launch: Launch, pending: Pending, join: Joining | None,
               release_copy: Callable[[], None] | None = None,
-              changes: Callable[[str], Changes] | None = None) -> Entry:
+              changes: Callable[[str], Changes] | None = None,
+              drain: Callable[[], None] | None = None) -> Entry:
         followed = pending.arm is ArmName.CONTAINER or (join is not None and join.joined is True)
         with self._lock:
             state = self._runs.setdefault(launch.run, _Run())
             entry = Entry(launch.tag, launch.run, running, launch, pending,
-                          self._mark(state, join, pending.arm), followed, release_copy, changes)
+                          self._mark(state, join, pending.arm), followed, release_copy, changes,
+                          drain)
             self._entries[entry.handle] = entry
             if self._closed:  # closed while this command was starting: it goes at once
                 entry.claimed = True
@@ -332,11 +337,13 @@ class Backlog:
                 entry.running.kill()
             entry.running.wait(None)
             finished = entry.running.finish()
+            if entry.drain is not None:
+                entry.drain()
             if group is None:
                 with self._lock:
                     group = self._runs.get(entry.run, _Run()).group
             verdict = ceiling_at(entry.mark, group.oom_count() if group else None)
-            keep = self.keep_root / entry.handle if self.keep_root else None
+            keep = self.keep_root / entry.handle if self.keep_root and not entry.drain else None
             stdout, stdout_full = read_capped(finished.stdout_path, keep)
             stderr, stderr_full = read_capped(finished.stderr_path, keep)
             shutil.rmtree(entry.launch.outputs, ignore_errors=True)

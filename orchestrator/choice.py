@@ -59,16 +59,19 @@ def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, l
             refusals.append(f"{name}: not examined")
             continue
         refusals.append(f"{name}: {offer.detail}")
-    # An engine that works but lacks the pinned image is the fault to name: its
-    # recovery (build the image) is what the person must do.
-    image_faults = [
-        offer.image_missing
-        for offer in map(offerings.engine, names)
-        if offer is not None and offer.image_missing is not None
-    ]
-    if image_faults:
-        return None, image_faults
-    return None, [arms.container_runtime("; ".join(refusals))]
+    offers = [o for o in map(offerings.engine, names) if o is not None]
+    # A config value no engine can honour is the person's to fix: only it is named.
+    faults = list(dict.fromkeys(o.config_fault for o in offers if o.config_fault is not None))
+    if faults:
+        return None, faults
+    # Every engine's fault is named: an engine that works but lacks the pinned image by
+    # its recovery (build the image), the others by their own words.
+    image_faults = [o.image_missing for o in offers if o.image_missing is not None]
+    others = [r for r in refusals if not any(
+        r.startswith(f"{o.engine}: ") and o.image_missing is not None for o in offers)]
+    if others:
+        image_faults.append(arms.container_runtime("; ".join(others)))
+    return None, image_faults
 
 
 def _native(offerings: Offerings) -> tuple[ArmName | None, list[Missing]]:
@@ -119,6 +122,9 @@ def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
     offer, missing = _container(offerings, engine)
     if offer is not None:
         return Choice(ArmName.CONTAINER, name, engine=offer.engine)
+    if any(m.kind == "config_invalid" for m in missing):
+        # Never a silent step-down to an arm without limits because a limit was mistyped.
+        return Choice(ArmName.UNAVAILABLE, name, tuple(missing))
     said += missing
     native, missing = _native(offerings)
     if native is not None:

@@ -201,16 +201,35 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
         if not candidate.is_file():
             return Config()
         path = candidate
+    return parse_config(read_toml(read_config_text(path), path), path)
+
+
+def read_config_text(path: Path) -> str:
+    """The file's text; E_CONFIG_INVALID (never a traceback) when it can't be read or is
+    not UTF-8, which TOML requires."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as err:
+        what = "is a directory" if isinstance(err, IsADirectoryError) else err.strerror
         raise SprawlError(
             ErrorCode.CONFIG_INVALID,
             subject=str(path),
-            detail=f"cannot read the config file: {err.strerror}",
+            detail=f"cannot read the config file: {what}",
             recovery="check the path given with --config",
         ) from err
-    return parse_config(read_toml(text, path), path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID,
+            subject=str(path),
+            detail=f"not UTF-8 (TOML files must be): byte 0x{data[err.start]:02x} at line "
+            f"{line}, column {column} cannot be decoded",
+            recovery="save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or remove the "
+            "character",
+        ) from err
 
 
 def read_toml(text: str, path: Path, consequence: str = "") -> dict[str, Any]:

@@ -29,6 +29,8 @@ class ErrorCode(StrEnum):
     IMAGE_INVALID = "E_IMAGE_INVALID"
     UNKNOWN_HANDLE = "E_UNKNOWN_HANDLE"
     BAD_REQUEST = "E_BAD_REQUEST"
+    # A bug in sprawl-orch itself (serve answers it instead of dying).
+    INTERNAL = "E_INTERNAL"
 
 
 class SprawlError(Exception):

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from orchestrator import change_record
 from orchestrator.apply import ApplyResult
@@ -34,7 +35,7 @@ from orchestrator.change_store import keep as keep_changes
 from orchestrator.changes import Changes
 from orchestrator.changes import compute as compute_changes
 from orchestrator.choice import ENGINE_ORDER, Choice, choose
-from orchestrator.config import Config
+from orchestrator.config import Config, load_config
 from orchestrator.container.evidence import Evidence
 from orchestrator.copy_sync import FileWork
 from orchestrator.environment import child_env
@@ -48,6 +49,7 @@ from orchestrator.scratch_copy import ScratchCopy
 from orchestrator.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from orchestrator.shell import shell_argv as expand_shell
 from orchestrator.state import ledger_path, state_dir
+from orchestrator.stream import Follower
 from orchestrator.yielding import find_program
 
 Where = Literal["sandbox", "host"]
@@ -56,10 +58,17 @@ IDLE_COPIES = 4
 
 
 class ExecTool:
+    """Runs commands confined in copies of `workdir` and says what held for each.
+
+    `config=None` reads `sprawl.toml` in `workdir` (defaults when absent), as the CLI's
+    `-C DIR` does; `workdir` may be a str. Use as a context manager: `close()` kills
+    what still runs and deletes every copy.
+    """
+
     def __init__(
         self,
-        config: Config,
-        workdir: Path,
+        config: Config | None,
+        workdir: Path | str,
         *,
         offerings: Offerings | None = None,
         environ: Mapping[str, str] | None = None,
@@ -70,6 +79,9 @@ class ExecTool:
     ) -> None:
         """`shares`: what each run gets (cgroups.py); `backlog`: share one with other tools
         (serve does, one tool per arm), which then own and close it."""
+        workdir = Path(workdir)
+        if config is None:
+            config = load_config(cwd=workdir)
         self.config = config
         self.workdir = workdir.resolve()
         self.environ = dict(os.environ if environ is None else environ)
@@ -145,21 +157,47 @@ class ExecTool:
         timeout: float | None = None,
         run: str = "default",
         background_ok: bool = True,
+        follow: tuple[BinaryIO, BinaryIO] | None = None,
     ) -> ExecResult:
         """Run one command. Past its window (`timeout`, else [sandbox] window_seconds) it is
-        handed to the backlog (`backgrounded`, with a handle), or killed if not background_ok."""
+        handed to the backlog (`backgrounded`, with a handle), or killed if not background_ok.
+        `follow`: binary (stdout, stderr) sinks that get the command's bytes live, unchanged
+        (the CLI's human mode)."""
         started = time.monotonic()
-        argv_in = [command] if isinstance(command, str) else list(command)
-        if shell and len(argv_in) > 1:
-            argv_in = [" ".join(argv_in)]
+        argv_in = self._command(command, shell)
         arm_name = ArmName.HOST.value if where == "host" else self.choice.arm.value
         fields: dict[str, object] = {"command": argv_in, "shell": shell, "where": where, "run": run}
         try:
-            result = self._exec(argv_in, shell, where, timeout, run, started, background_ok)
+            result = self._exec(argv_in, shell, where, timeout, run, started, background_ok,
+                                follow)
         except SprawlError as err:
             result = exceptional(arm_name, err, **fields)
         self._record(result)
         return result
+
+    def _command(self, command: Sequence[str] | str, shell: bool) -> list[str]:
+        """The argv, or the one shell line. A str without shell=True is a TypeError: it
+        would otherwise be looked up as a program named "echo hi"."""
+        if isinstance(command, str):
+            if not shell:
+                raise TypeError(
+                    f"exec({command!r}): a str is a shell line; pass shell=True to run it "
+                    "under the shell, or a list of program and arguments "
+                    f"(e.g. {shlex.split(command)!r})"
+                )
+            return [command]
+        if isinstance(command, bytes) or not all(isinstance(a, str) for a in command):
+            raise TypeError(f"exec({command!r}): the command is a list of str")
+        argv = list(command)
+        if shell and len(argv) > 1:
+            if self.config.sandbox.interpreter != "system" or os.name != "posix":
+                raise TypeError(
+                    "exec(list, shell=True) quotes the list for a POSIX shell; with "
+                    f"interpreter {self.config.sandbox.interpreter!r} pass one shell line (str)"
+                )
+            # Each item stays one word, as the list said: `printf '%s|' 'a b' c`.
+            return [shlex.join(argv)]
+        return argv
 
     def _record(self, result: ExecResult) -> None:
         if self.ledger is None:
@@ -178,6 +216,7 @@ class ExecTool:
         run: str,
         started: float,
         background_ok: bool,
+        follow: tuple[BinaryIO, BinaryIO] | None = None,
     ) -> ExecResult:
         if not argv_in or not argv_in[0]:
             raise SprawlError(
@@ -226,7 +265,8 @@ class ExecTool:
         pending = Pending(arm.name, argv_in, interpreter, self.confinement(arm), work, window,
                           started)
         give_back = None if copy is None else (lambda: self._give_copy(copy))
-        entry = self.backlog.enter(running, launch, pending, join, give_back, changes)
+        drain = Follower(launch.outputs, *follow).drain if follow is not None else None
+        entry = self.backlog.enter(running, launch, pending, join, give_back, changes, drain)
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
     def _changes_hook(self, arm: Arm, copy: Path, source: dict[str, change_record.Stamp],

@@ -23,7 +23,7 @@ def _stream(name: str, text: str) -> list[str]:
 def result_text(result: ExecResult) -> str:
     lines: list[str] = []
     if result.outcome == "exceptional":
-        lines.append(f"refused: {result.what}: {result.subject}: {result.detail}")
+        lines.append(f"refused: {result.code}: {result.subject}: {result.detail}")
         if result.recovery:
             lines.append(f"what you can do: {result.recovery}")
     elif result.outcome == "backgrounded":

@@ -33,6 +33,8 @@ class EngineOffer:
     recovery: str = ""
     # Set when the engine itself works but the pinned image is not local.
     image_missing: Missing | None = None
+    # Set when the config asks what this machine can't give (arms.config_invalid).
+    config_fault: Missing | None = None
     image: str | None = None
     uids_namespaced: bool = False
     notes: tuple[str, ...] = ()

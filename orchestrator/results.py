@@ -3,7 +3,8 @@
 Shapes, by `outcome`:
   settled       finished within the window: exit_code, stdout, stderr
   backgrounded  handed to the backlog: handle
-  exceptional   refused or failed to start: what (error code), detail, recovery
+  exceptional   refused or failed to start: the four keys of a `Refusal` (code, subject,
+                detail, recovery), the same four a config-time refusal and a serve error carry
 
 Output past `OUTPUT_CAP` bytes per stream is cut here; the full text stays on
 disk and the result points at it ("the way back"). Text is UTF-8 with
@@ -21,11 +22,26 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.changes import Changes
 from orchestrator.copy_sync import FileWork
-from orchestrator.errors import SprawlError
+from orchestrator.errors import ErrorCode, SprawlError
 
 OUTPUT_CAP = 64 * 1024
 
 Outcome = Literal["settled", "backgrounded", "exceptional"]
+
+
+class Refusal(BaseModel):
+    """The one shape of a refusal: `exec --json` before a tool exists (a config fault), a
+    serve error, and the four keys of an exceptional result are all this."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    code: ErrorCode
+    subject: str
+    detail: str
+    recovery: str
+
+    @classmethod
+    def of(cls, err: SprawlError) -> Refusal:
+        return cls(code=err.code, subject=err.subject, detail=err.detail, recovery=err.recovery)
 
 
 class Confinement(BaseModel):
@@ -50,7 +66,8 @@ class ExecResult(BaseModel):
     exit_code: int | None = None
     killed: bool = False
     handle: str | None = None
-    what: str | None = None
+    # exceptional: the Refusal's code (E_...), subject, detail and recovery.
+    code: ErrorCode | None = None
     subject: str | None = None
     detail: str | None = None
     recovery: str | None = None
@@ -64,9 +81,33 @@ class ExecResult(BaseModel):
     container: dict[str, Any] | None = None
     run: str = "default"
     duration_ms: float | None = None
+    # Limits the kernel enforced on this command: "memory" (an OOM kill in its container
+    # or its run's cgroup), "pids" (a fork refused at the pids limit).
+    limits_hit: list[Literal["memory", "pids"]] = []
 
     def as_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    @property
+    def statement(self) -> str:
+        """What happened, in words, on every arm: the refusal, or the confinement statement
+        followed by the limits that were hit and how the command ended."""
+        if self.outcome == "exceptional":
+            return (f"{self.code.value if self.code else 'refused'}: {self.subject}: "
+                    f"{self.detail} (what you can do: {self.recovery})")
+        lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
+        lines += [LIMIT_SENTENCES[limit] for limit in self.limits_hit]
+        if self.detail:
+            lines.append(self.detail)
+        return "\n".join(lines)
+
+
+LIMIT_SENTENCES: dict[str, str] = {
+    "memory": "Out of memory: the kernel killed the command's process(es) at its memory limit "
+    "(exit 137 is that SIGKILL); raise [sandbox.container] memory_bytes if it needs more.",
+    "pids": "Process limit reached: the kernel refused a fork at the pids limit; raise "
+    "[sandbox.container] pids if it needs more processes.",
+}
 
 
 def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
@@ -94,7 +135,7 @@ def exceptional(arm: str, err: SprawlError, **fields: Any) -> ExecResult:
     return ExecResult(
         outcome="exceptional",
         arm=arm,
-        what=err.code.value,
+        code=err.code,
         subject=err.subject,
         detail=err.detail,
         recovery=err.recovery,

@@ -36,7 +36,7 @@ from orchestrator.doctor import DoctorReport, doctor_report
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.exec_tool import ExecTool
 from orchestrator.offerings import Offerings
-from orchestrator.results import ExecResult
+from orchestrator.results import ExecResult, Refusal
 from orchestrator.state import state_dir
 
 RequestId = str | int
@@ -97,13 +97,6 @@ Request = Annotated[
 REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
 
 
-class ErrorBody(BaseModel):
-    code: str
-    subject: str
-    detail: str
-    recovery: str
-
-
 class _Response(BaseModel):
     model_config = ConfigDict(frozen=True)
     id: RequestId | None
@@ -139,7 +132,7 @@ class ApplyResponse(_Response):
 class ErrorResponse(_Response):
     op: str | None = None
     ok: bool = False
-    error: ErrorBody
+    error: Refusal
 
 
 Response = (ExecResponse | ResultsResponse | ProcessesResponse | DoctorResponse | ApplyResponse
@@ -154,7 +147,7 @@ def schema() -> dict[str, Any]:
 
 
 def _error(rid: RequestId | None, op: str | None, err: SprawlError) -> ErrorResponse:
-    return ErrorResponse(id=rid, op=op, error=ErrorBody(**err.as_dict()))
+    return ErrorResponse(id=rid, op=op, error=Refusal.of(err))
 
 
 def _bad(rid: RequestId | None, subject: str, detail: str) -> ErrorResponse:
@@ -238,8 +231,9 @@ class Server:
         except SprawlError as err:
             return _error(request.id, request.op, err)
         except Exception as err:  # a bug must not end the server or lose the id
-            return ErrorResponse(id=request.id, op=request.op, error=ErrorBody(
-                code="E_INTERNAL", subject=request.op, detail=f"{type(err).__name__}: {err}",
+            return ErrorResponse(id=request.id, op=request.op, error=Refusal(
+                code=ErrorCode.INTERNAL, subject=request.op,
+                detail=f"{type(err).__name__}: {err}",
                 recovery="report this; the server keeps serving"))
 
     def _write(self, response: BaseModel) -> None:
@@ -257,8 +251,11 @@ class Server:
     def handle(self, request: Request) -> Response:
         if isinstance(request, ExecRequest):
             tool = self.tool(request.arm or self.config.sandbox.arm)
-            result = tool.exec(request.command, shell=request.shell, where=request.where,
-                               timeout=request.window, run=request.run)
+            try:
+                result = tool.exec(request.command, shell=request.shell, where=request.where,
+                                   timeout=request.window, run=request.run)
+            except TypeError as err:  # a str command without shell: a line, not a program
+                raise SprawlError(ErrorCode.BAD_REQUEST, "command", str(err), SCHEMA_HINT) from err
             return ExecResponse(id=request.id, op="exec", result=result)
         if isinstance(request, HarvestRequest):
             # One shared backlog: any tool harvests every tool's commands (and records them).

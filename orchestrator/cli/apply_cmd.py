@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.exec_cmd import EXIT_REFUSED, print_refusal
+from orchestrator.cli.common import refuse
 from orchestrator.config import load_config
 from orchestrator.errors import SprawlError
 
@@ -52,11 +52,7 @@ def apply_command(workdir: Path | None, config_path: Path | None, dry_run: bool,
             sys.exit(0)
         result = apply(state, handle, list(paths) or None, dry_run=dry_run, workdir=workdir)
     except SprawlError as err:
-        if as_json:
-            click.echo(json.dumps({"outcome": "exceptional", **err.as_dict()}))
-        else:
-            print_refusal(err)
-        sys.exit(EXIT_REFUSED)
+        refuse(err, as_json)
     if as_json:
         click.echo(json.dumps(result.as_json_dict(), indent=2))
     else:

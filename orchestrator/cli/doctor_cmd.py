@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from pathlib import Path
 
 import click
 
-from orchestrator.config import load_config
+from orchestrator.cli.common import config_options, find_config, refuse
 from orchestrator.errors import SprawlError
 
 
@@ -63,10 +62,9 @@ def _render(report: object) -> None:
 
 
 @click.command("doctor")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Config file (default: sprawl.toml in the current directory).")
+@config_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def doctor_command(config_path: Path | None, as_json: bool) -> None:
+def doctor_command(workdir: Path, config_path: Path | None, as_json: bool) -> None:
     """Show every arm this machine offers, its five guarantees, and what auto picks."""
     from orchestrator.cgroups import delegation
     from orchestrator.container.offer import offer_engines
@@ -74,11 +72,9 @@ def doctor_command(config_path: Path | None, as_json: bool) -> None:
     from orchestrator.offerings import Offerings
 
     try:
-        config = load_config(config_path, cwd=Path.cwd())
+        config = find_config(workdir, config_path)
     except SprawlError as err:
-        click.echo(f"sprawl-orch: {err.code.value}: {err.subject}: {err.detail}", err=True)
-        click.echo(f"sprawl-orch: what you can do: {err.recovery}", err=True)
-        sys.exit(125)
+        refuse(err, as_json)
     offerings = Offerings.this_machine(config, with_engines=False)
     offerings = dataclasses.replace(offerings, engines=offer_engines(config, every=True))
     report = doctor_report(offerings, config, delegation(), os.environ)

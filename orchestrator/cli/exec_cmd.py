@@ -1,9 +1,12 @@
-"""`sprawl-orch exec`: run one command confined and mirror its exit status.
+"""`sprawl-orch exec`: run one command confined and mirror its exit status, like `docker run`.
 
-Exit status: the command's own; 128+N when a signal ended it; 124 when the
-window passed and it was killed (as timeout(1)); 125 when sprawl-orch refused
-or could not start it (as `docker run`), with the code, detail and recovery on
-stderr.
+Options end at the first argument that is not one of ours: `exec ls --help` runs
+`ls --help`, `exec grep -C 1 x f` runs grep with its own -C (as `docker run`, `env` and
+`sudo` parse). Without --json the command's stdout and stderr are copied live and
+byte for byte; the confinement statement follows on stderr at the end. With --json the
+result object (results.py: the cap and its way back) is printed instead.
+
+Exit status: see cli/common.py (the command's own; 124 window; 125 refused; 128+N signal).
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from pathlib import Path
 import click
 
 from orchestrator.changes import Changes
-from orchestrator.config import load_config
+from orchestrator.cli.common import (
+    EXIT_REFUSED,
+    EXIT_WINDOW,
+    config_options,
+    find_config,
+    say_refusal,
+)
 from orchestrator.errors import SprawlError
-from orchestrator.results import ExecResult
-
-EXIT_REFUSED = 125
-EXIT_WINDOW = 124
+from orchestrator.results import ExecResult, Refusal, exceptional
 
 
 def exit_status(result: ExecResult) -> int:
@@ -45,60 +51,66 @@ def changes_line(c: Changes) -> str:
     return f"{line}; {c.note}" if c.note else line
 
 
-def print_refusal(err: SprawlError | ExecResult) -> None:
-    if isinstance(err, SprawlError):
-        code, subject, detail, recovery = err.code.value, err.subject, err.detail, err.recovery
-    else:
-        code, subject = err.what or "", err.subject or ""
-        detail, recovery = err.detail or "", err.recovery or ""
-    click.echo(f"sprawl-orch: {code}: {subject}: {detail}", err=True)
-    click.echo(f"sprawl-orch: what you can do: {recovery}", err=True)
+def _say(result: ExecResult) -> None:
+    if result.outcome == "exceptional":
+        say_refusal(Refusal(code=result.code, subject=result.subject or "",  # type: ignore[arg-type]
+                            detail=result.detail or "", recovery=result.recovery or ""))
+        return
+    for line in result.statement.splitlines():
+        click.echo(f"sprawl-orch: {line}", err=True)
+    if result.changes is not None and result.changes.total:
+        click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
 
 
-@click.command("exec", context_settings={"ignore_unknown_options": True})
-@click.option("-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=".",
-              help="Working directory whose copy the command runs in (default: .).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Config file (default: sprawl.toml in the working directory).")
+@click.command("exec", context_settings={"allow_interspersed_args": False})
+@config_options
 @click.option("--shell", is_flag=True, help="Run ARGV as one shell line.")
 @click.option("--where", type=click.Choice(["sandbox", "host"]), default="sandbox",
               show_default=True, help="host runs in place with no guarantees; ask by name.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Window in seconds; past it the command is killed.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result object as JSON.")
-@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result object as JSON (output capped, with its way back).")
+@click.option("--schema", is_flag=True, help="Print the JSON schema of the result and exit.")
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def exec_command(
     workdir: Path, config_path: Path | None, shell: bool, where: str, timeout: float | None,
-    as_json: bool, argv: tuple[str, ...],
+    as_json: bool, schema: bool, argv: tuple[str, ...],
 ) -> None:
     """Run ARGV confined, in a synced copy of the working directory."""
+    if schema:
+        click.echo(json.dumps(result_schema(), indent=2))
+        return
+    if not argv:
+        raise click.UsageError("give the program to run (and its arguments)")
+    command = list(argv)
+    if shell:
+        command = [" ".join(argv)] if len(argv) > 1 else command
+    try:
+        config = find_config(workdir, config_path)
+    except SprawlError as err:
+        refused = exceptional("unavailable", err, command=command, shell=shell, where=where)
+        _finish(refused, as_json)
+        return
     from orchestrator.exec_tool import ExecTool
 
-    try:
-        if not workdir.is_dir():
-            raise click.BadParameter(f"{workdir} is not a directory", param_hint="-C")
-        config = load_config(config_path, cwd=workdir)
-    except SprawlError as err:
-        if as_json:
-            click.echo(json.dumps({"outcome": "exceptional", **err.as_dict()}))
-        else:
-            print_refusal(err)
-        sys.exit(EXIT_REFUSED)
+    follow = None if as_json else (sys.stdout.buffer, sys.stderr.buffer)
+    sys.stdout.flush()
     with ExecTool(config, workdir) as tool:
-        result = tool.exec(list(argv), shell=shell, where=where,  # type: ignore[arg-type]
-                           timeout=timeout, background_ok=False)
+        result = tool.exec(command, shell=shell, where=where,  # type: ignore[arg-type]
+                           timeout=timeout, background_ok=False, follow=follow)
+    _finish(result, as_json)
+
+
+def _finish(result: ExecResult, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.as_json_dict(), indent=2))
-    elif result.outcome == "exceptional":
-        print_refusal(result)
     else:
-        sys.stdout.write(result.stdout)
-        sys.stdout.flush()
-        sys.stderr.write(result.stderr)
-        if result.confinement:
-            click.echo(f"sprawl-orch: {result.confinement.statement}", err=True)
-        if result.detail:
-            click.echo(f"sprawl-orch: {result.detail}", err=True)
-        if result.changes is not None and result.changes.total:
-            click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
+        _say(result)
     sys.exit(exit_status(result))
+
+
+def result_schema() -> dict[str, object]:
+    """The one result schema: `exec --json`, serve's `result`, the ledger's lines and the
+    Python API's ExecResult all have exactly these keys."""
+    return ExecResult.model_json_schema()

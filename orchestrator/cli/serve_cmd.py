@@ -1,7 +1,8 @@
 """`sprawl-orch serve`: JSON lines on stdin/stdout for harnesses in any language (docs/serve.md).
 
-Exit status: 0 when stdin closed and everything was released; 2 for bad options; 143 on
-SIGTERM and 130 on SIGINT, also after releasing everything.
+Exit status (cli/common.py): 0 when stdin closed and everything was released; 2 for bad
+options; 125 for a config refused; 143 on SIGTERM and 130 on SIGINT, after releasing
+everything.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from types import FrameType
 
 import click
 
-from orchestrator.config import load_config
+from orchestrator.cli.common import config_options, find_config, refuse
 from orchestrator.errors import SprawlError
 
 
@@ -29,10 +30,7 @@ def _stop_on(signum: int, frame: FrameType | None) -> None:
 
 
 @click.command("serve")
-@click.option("-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=".",
-              help="Working directory whose copies commands run in (default: .).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Config file (default: sprawl.toml in the working directory).")
+@config_options
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Execs running at once; more requests wait their turn.")
 @click.option("--shares", type=click.Choice(["unset", "cpu", "cpu_and_memory"]),
@@ -57,11 +55,9 @@ def serve_command(
     if (shares == "cpu_and_memory") != (run_memory_bytes is not None):
         raise click.UsageError("--run-memory-bytes goes with --shares cpu_and_memory, and only")
     try:
-        config = load_config(config_path, cwd=workdir)
+        config = find_config(workdir, config_path)
     except SprawlError as err:
-        click.echo(f"sprawl-orch: {err.code.value}: {err.subject}: {err.detail}", err=True)
-        click.echo(f"sprawl-orch: what you can do: {err.recovery}", err=True)
-        sys.exit(125)
+        refuse(err)
     asked = Shares.cpu_and_memory(run_memory_bytes) if run_memory_bytes else Shares(
         kind=shares)  # type: ignore[arg-type]
     found = delegation(cgroup_root) if cgroup_root is not None else None

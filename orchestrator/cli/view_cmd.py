@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.config import load_config
+from orchestrator.cli.common import config_options, find_config, refuse
 from orchestrator.errors import SprawlError
 from orchestrator.ledger import Ledger
 from orchestrator.outcome import FailureClass, ShellTally
@@ -34,27 +34,22 @@ CAPTION = (
     default=None,
     help="Ledger file to read (default: [state] ledger, else <state dir>/ledger.jsonl).",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="sprawl.toml to read [state] from (default: ./sprawl.toml if present).",
-)
+@config_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per interpreter.")
 def view_command(
-    shells: bool, ledger_file: Path | None, config_file: Path | None, as_json: bool
+    shells: bool, ledger_file: Path | None, workdir: Path, config_path: Path | None,
+    as_json: bool,
 ) -> None:
-    """Read the ledger back in one of its views."""
+    """Read the ledger back in one of its views ([state] from the config found as exec does)."""
     if not shells:
         raise click.UsageError("choose a view: --shells")
     try:
         if ledger_file is None:
-            ledger_file = ledger_path(load_config(config_file), os.environ)
+            ledger_file = ledger_path(find_config(workdir, config_path), os.environ)
         ledger = Ledger(ledger_file)
         tally = ShellTally().absorb_all(ledger.read())
     except SprawlError as err:
-        raise click.ClickException(str(err)) from err
+        refuse(err, as_json)
     if as_json:
         for row in tally.sorted_rows():
             click.echo(json.dumps(row.as_dict(), ensure_ascii=False))

@@ -309,7 +309,8 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
     try:
         limits = fit_limits(config, host)
     except SprawlError as err:
-        return refused(name, err.code, err.detail, err.recovery)
+        return refused(name, err.code, err.detail, err.recovery,
+                       arms.config_invalid(err.subject, err.detail, err.recovery))
     asked = config.userns
     wanted, why_not = plan(name, facts.rootless, facts.userns_remap, facts.root_dir,
                            facts.uid_map, facts.gid_map, asked)

@@ -12,12 +12,14 @@ from orchestrator.offerings import EngineOffer
 def offer_of(admission: Admission) -> EngineOffer:
     missing = admission.missing
     image_missing = missing if missing is not None and missing.kind == "image_not_local" else None
+    fault = missing if missing is not None and missing.kind == "config_invalid" else None
     return EngineOffer(
         engine=admission.engine,
         admitted=admission.admitted,
         detail=admission.summary() if admission.admitted else admission.reason,
         recovery=admission.recovery,
         image_missing=image_missing,
+        config_fault=fault,
         image=admission.image,
         uids_namespaced=admission.uids_namespaced,
         notes=admission.notes,

@@ -99,7 +99,7 @@ def exec_runner(tool: object, where: str = "sandbox", timeout: float = 60.0) -> 
     def run(argv: Sequence[str]) -> Ran:
         result = tool.exec(list(argv), where=where, timeout=timeout)  # type: ignore[attr-defined]
         if result.outcome != "settled":
-            raise ProbeBroken(f"{list(argv)} was not run: {result.what}: {result.detail}")
+            raise ProbeBroken(f"{list(argv)} was not run: {result.code}: {result.detail}")
         return Ran(result.exit_code, result.stdout, result.stderr)
 
     return run

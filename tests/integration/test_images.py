@@ -196,10 +196,10 @@ def test_pin_of_a_tag_that_is_not_local_is_refused(
 ) -> None:
     config = tmp_path / "sprawl.toml"
     refused = cli("image", "pin", f"sprawl-test/absent:{RUN}", "--config", str(config))
-    assert refused.exit_code == 2
-    assert f"error E_IMAGE_INVALID: sprawl-test/absent:{RUN}" in refused.stderr
+    assert refused.exit_code == 125  # a refusal, as on every subcommand
+    assert f"E_IMAGE_INVALID: sprawl-test/absent:{RUN}" in refused.stderr
     assert "not a local image in docker or podman" in refused.stderr
-    assert "recovery: build or import it first: sprawl-orch image build busybox" in (
+    assert "what you can do: build or import it first: sprawl-orch image build busybox" in (
         refused.stderr
     )
     assert not config.exists()
@@ -237,12 +237,12 @@ def test_dockerfile_whose_base_is_not_local_is_refused_without_pulling(
         dockerfile = tmp_path / "Dockerfile"
         dockerfile.write_text(f"ARG BASE={base}\nFROM $BASE AS build\nRUN true\nFROM build\n")
         refused = cli("image", "build", "--dockerfile", str(dockerfile), "--engine", engine)
-        assert refused.exit_code == 2
-        assert f"error E_IMAGE_INVALID: FROM {base}" in refused.stderr
+        assert refused.exit_code == 125
+        assert f"E_IMAGE_INVALID: FROM {base}" in refused.stderr
         assert f"{dockerfile}:2: base image {base} is not in {engine}'s local images" in (
             refused.stderr
         )
-        assert "recovery: build or import it first: sprawl-orch image build busybox" in (
+        assert "what you can do: build or import it first: sprawl-orch image build busybox" in (
             refused.stderr
         )
         assert registry.connections == 0

@@ -120,7 +120,7 @@ def test_failing_probe_refuses_before_the_copy_exists(tmp_path: Path, tree: Path
         result = tool.exec(["sh", "-c", "echo ran > ran.txt"])
         assert list(scratch.iterdir()) == []  # no copy was made
     assert result.outcome == "exceptional"
-    assert result.what == ErrorCode.SANDBOX_DENIED.value
+    assert result.code == ErrorCode.SANDBOX_DENIED.value
     assert result.subject == "bwrap"
     assert result.detail is not None and "unprivileged user namespace" in result.detail
     assert "setting up uid map: Permission denied" in result.detail
@@ -144,7 +144,7 @@ def test_probe_runs_before_every_command_never_cached(tmp_path: Path, tree: Path
         second = tool.exec(["sh", "-c", "echo two"])
         deny.unlink()
         third = tool.exec(["sh", "-c", "echo three"])
-    assert second.outcome == "exceptional" and second.what == ErrorCode.SANDBOX_DENIED.value
+    assert second.outcome == "exceptional" and second.code == ErrorCode.SANDBOX_DENIED.value
     assert third.outcome == "settled" and third.stdout == "three\n"
     calls = log.read_text().splitlines()
     probes = [c for c in calls if c.endswith("true")]

@@ -63,8 +63,38 @@ def test_auto_names_the_missing_image_when_the_engine_works() -> None:
                          image_missing=image_not_local("docker", None))
     choice = choose("auto", linux(engines=(engine, PODMAN_REFUSED)))
     assert choice.arm is ArmName.LINUX_NAMESPACES
-    assert kinds(choice.missing) == ["image_not_local"]
+    # Both engines' faults are named: the image docker lacks, and podman's own words.
+    assert kinds(choice.missing) == ["image_not_local", "container_runtime"]
     assert "sprawl-orch image build" in choice.missing[0].recovery
+    assert "[sandbox.container.images] docker" in choice.missing[0].phrase
+    assert "podman: not installed" in choice.reason() and "docker:" not in choice.missing[1].phrase
+
+
+def test_auto_names_a_dead_socket_and_a_missing_pin_together() -> None:
+    from orchestrator.arms import image_not_local
+
+    podman = EngineOffer("podman", admitted=False, detail="image missing",
+                         image_missing=image_not_local("podman", None))
+    choice = choose("auto", linux(engines=(DOCKER_REFUSED, podman)))
+    said = choice.reason()
+    assert "docker: socket refused" in said and "no image is pinned for podman" in said
+
+
+@pytest.mark.parametrize("asked", ["auto", "container"])
+def test_a_limit_the_host_cannot_give_refuses_and_never_steps_down(asked: str) -> None:
+    from orchestrator.arms import config_invalid
+
+    fault = config_invalid("[sandbox.container] cpus", "cpus = 100 but this host has 2 CPUs",
+                           "write cpus = 2 or fewer")
+    docker = EngineOffer("docker", admitted=False, detail="cpus", config_fault=fault)
+    podman = EngineOffer("podman", admitted=False, detail="cpus", config_fault=fault)
+    choice = choose(asked, linux(engines=(docker, podman)))
+    assert choice.arm is ArmName.UNAVAILABLE and kinds(choice.missing) == ["config_invalid"]
+    with pytest.raises(SprawlError) as caught:
+        build_arm(choice, linux(engines=(docker, podman)), Config())
+    assert caught.value.code is ErrorCode.CONFIG_INVALID
+    assert caught.value.subject == "[sandbox.container] cpus"
+    assert "apt-get" not in caught.value.recovery and "cpus = 2" in caught.value.recovery
 
 
 def test_auto_names_every_engine_whose_image_is_missing() -> None:
@@ -165,6 +195,6 @@ def test_exec_with_explicit_native_missing_refuses_before_copying(tmp_path: Path
         result = tool.exec(["sh", "-c", "echo ran > ran.txt"])
         assert list(scratch.iterdir()) == []
     assert result.outcome == "exceptional"
-    assert result.arm == "unavailable" and result.what == ErrorCode.SANDBOX_DENIED.value
+    assert result.arm == "unavailable" and result.code == ErrorCode.SANDBOX_DENIED.value
     assert result.recovery is not None and "bubblewrap" in result.recovery
     assert not (tree / "ran.txt").exists()

@@ -54,7 +54,7 @@ def test_write_limit_create_refuses_host_before_starting(tmp_path: Path, tree: P
     with ExecTool(config, tree, offerings=offerings) as tool:
         result = tool.exec(["sh", "-c", "echo x > refused.txt"], where="host")
     assert result.outcome == "exceptional"
-    assert result.what == "E_SANDBOX_DENIED"
+    assert result.code == "E_SANDBOX_DENIED"
     assert not (tree / "refused.txt").exists()
 
 
@@ -64,7 +64,7 @@ def test_missing_program_refused_before_copy(tmp_path: Path, tree: Path, scratch
     with ExecTool(config, tree, offerings=offerings) as tool:
         result = tool.exec(["definitely-not-a-program"])
         assert result.outcome == "exceptional"
-        assert result.what == "E_TOOL_UNAVAILABLE"
+        assert result.code == "E_TOOL_UNAVAILABLE"
         assert list(scratch.iterdir()) == []
 
 
@@ -116,7 +116,7 @@ def test_output_past_cap_is_cut(tmp_path: Path, tree: Path, offerings: Offerings
 def test_empty_command(tmp_path: Path, tree: Path, offerings: Offerings) -> None:
     with ExecTool(make_config(tmp_path, arm="copied_tree"), tree, offerings=offerings) as tool:
         result = tool.exec([])
-    assert result.what == "E_BAD_REQUEST"
+    assert result.code == "E_BAD_REQUEST"
 
 
 def test_close_deletes_the_copy(tmp_path: Path, tree: Path, scratch: Path,
@@ -133,6 +133,6 @@ def test_unavailable_arm_refuses_before_copy(tmp_path: Path, tree: Path, scratch
     with ExecTool(make_config(tmp_path, arm="container"), tree, offerings=offerings) as tool:
         result = tool.exec(["true"])
     assert result.outcome == "exceptional"
-    assert result.what == "E_SANDBOX_DENIED"
+    assert result.code == "E_SANDBOX_DENIED"
     assert "no container engine passed admission" in (result.detail or "")
     assert list(scratch.iterdir()) == []

@@ -150,7 +150,7 @@ def test_tally_unnamed_results_count_as_system() -> None:
     "result",
     [
         _result(interpreter="sh", outcome="backgrounded", handle="h-1", exit_code=None),
-        _result(interpreter=None, outcome="exceptional", what="E_TOOL_UNAVAILABLE"),
+        _result(interpreter=None, outcome="exceptional", code="E_TOOL_UNAVAILABLE"),
         _result(shell=False, interpreter=None, exit_code=127),  # the program arm
         {"arm": "container", "outcome": "settled", "exit_code": 127},  # no shell key at all
     ],

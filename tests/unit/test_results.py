@@ -37,7 +37,7 @@ def test_exceptional_shape() -> None:
     result = exceptional("linux_namespaces", err, command=["true"])
     data = result.as_json_dict()
     assert data["outcome"] == "exceptional"
-    assert (data["what"], data["subject"], data["detail"], data["recovery"]) == (
+    assert (data["code"], data["subject"], data["detail"], data["recovery"]) == (
         "E_SANDBOX_DENIED", "bwrap", "no userns", "use a host",
     )
     assert data["exit_code"] is None
@@ -45,7 +45,7 @@ def test_exceptional_shape() -> None:
 
 def test_result_keys_are_owned_here() -> None:
     keys = set(ExecResult.model_fields)
-    spec_keys = {"arm", "stdout", "stderr", "exit_code", "outcome", "handle", "what", "detail",
+    spec_keys = {"arm", "stdout", "stderr", "exit_code", "outcome", "handle", "code", "detail",
                  "background", "env", "interpreter", "memory_ceiling", "confinement", "work",
                  "container"}
     assert spec_keys <= keys

@@ -85,7 +85,7 @@ def test_refused_profile_refuses_the_command_before_the_copy(tmp_path: Path, tre
     with ExecTool(config, tree, offerings=macos(script, scratch)) as tool:
         result = tool.exec(["sh", "-c", "echo ran > ran.txt"])
         assert list(scratch.iterdir()) == []
-    assert result.outcome == "exceptional" and result.what == ErrorCode.SANDBOX_DENIED.value
+    assert result.outcome == "exceptional" and result.code == ErrorCode.SANDBOX_DENIED.value
     assert result.subject == "sandbox-exec"
     assert result.detail is not None and "profile rejected" in result.detail
     assert "not run unconfined" in result.detail

@@ -45,7 +45,8 @@ def test_schema_names_every_operation() -> None:
     text = json.dumps(schema())
     for op in ("exec", "harvest", "halt", "release", "processes", "doctor"):
         assert f'"{op}"' in text
-    assert "E_BAD_REQUEST" not in text  # codes are documented in docs/serve.md, not the schema
+    # The refusal's code is an enum of every ErrorCode: a client can switch on it.
+    assert "E_BAD_REQUEST" in text and "E_TOOL_UNAVAILABLE" in text
     assert set(schema()) == {"request", "response"}
 
 

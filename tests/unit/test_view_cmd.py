@@ -115,7 +115,7 @@ def test_bad_config_is_reported_not_raised(tmp_path: Path) -> None:
     config = tmp_path / "sprawl.toml"
     config.write_text('[state]\nledgr = "x"\n', encoding="utf-8")
     code, _out, err = _invoke("--shells", "--config", str(config))
-    assert code == 1
+    assert code == 125  # a refusal, as on every subcommand (cli/common.py)
     assert "E_CONFIG_INVALID" in err
 
 

@@ -1,0 +1,68 @@
+"""What every subcommand shares: finding the config, saying a refusal, the exit statuses.
+
+Exit statuses, the same for every subcommand (README "Exit status"):
+
+    0        done (exec: the command's own status, 0-255)
+    1        image verify: a pinned image is absent; apply: some change was refused
+    2        usage error: an unknown option, a missing argument (click's convention)
+    124      exec: the window passed and the command was killed (as timeout(1))
+    125      sprawl-orch refused or could not start it: an E_... code (as `docker run`)
+    128+N    exec: the command died of signal N (137: killed, e.g. halted or out of memory);
+             serve: ended by SIGINT (130) or SIGTERM (143) after releasing everything
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from orchestrator.config import Config, load_config
+from orchestrator.errors import SprawlError
+from orchestrator.results import Refusal
+
+EXIT_USAGE = 2
+EXIT_WINDOW = 124
+EXIT_REFUSED = 125
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_options(func: F) -> F:
+    """-C DIR and --config FILE, on every subcommand, meaning the same thing everywhere."""
+    func = click.option(
+        "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+        default=None, help="Config file (default: sprawl.toml in the -C directory, if present).",
+    )(func)
+    return click.option(
+        "-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+        help="Working directory: commands run in its copy; its sprawl.toml is read (default: .).",
+    )(func)
+
+
+def find_config(workdir: Path, config_path: Path | None) -> Config:
+    """`--config FILE` if given, else `sprawl.toml` in `-C DIR`, else every default."""
+    if not workdir.is_dir():
+        raise click.BadParameter(f"{workdir} is not a directory", param_hint="'-C'")
+    return load_config(config_path, cwd=workdir)
+
+
+def say_refusal(refusal: Refusal) -> None:
+    click.echo(f"sprawl-orch: {refusal.code.value}: {refusal.subject}: {refusal.detail}",
+               err=True)
+    click.echo(f"sprawl-orch: what you can do: {refusal.recovery}", err=True)
+
+
+def refuse(err: SprawlError, as_json: bool = False) -> NoReturn:
+    """Say the refusal (its four keys as JSON on stdout with --json, else on stderr) and
+    exit 125."""
+    refusal = Refusal.of(err)
+    if as_json:
+        click.echo(json.dumps({"outcome": "exceptional", **refusal.model_dump(mode="json")}))
+    else:
+        say_refusal(refusal)
+    sys.exit(EXIT_REFUSED)
