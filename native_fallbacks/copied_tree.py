@@ -27,11 +27,13 @@ class CopiedTreeArm:
         return ASSURANCES[self.name]
 
     def note(self) -> str | None:
-        # Nothing stops a write by absolute path: the copy protects the tree only from
-        # writes made relative to the working directory (conformance probes exactly that).
+        # Nothing stops a write by absolute path, and the copy cannot sit at the working
+        # directory's path without a namespace: a path recorded in the tree (an editable
+        # install, a venv) names the person's tree (the conformance probe writes by it).
         return (
-            "The copy protects your tree from writes made through the working directory; "
-            "a write by absolute path outside it is not stopped."
+            "It runs in a copy of your working directory, so writes relative to it land in "
+            "the copy; a write by absolute path is not stopped, including through a path "
+            "recorded in the tree (an editable install, a virtualenv) that names your tree."
         )
 
     def prepare(self, workdir: Path) -> None:

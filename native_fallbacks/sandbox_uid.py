@@ -155,7 +155,11 @@ def _pack(acl: list[_Entry]) -> bytes:
     return struct.pack("<I", ACL_VERSION) + b"".join(struct.pack("<HHI", *e) for e in acl)
 
 
-_granted: set[tuple[str, int]] = set()
+# (directory, uid) -> the directory's ctime when the uid was last seen able to search it.
+# A chmod rewrites the ACL mask (and a plain chmod 0700 masks our entry out: pytest does
+# exactly that to /tmp/pytest-of-root at every session start), and every such change moves
+# ctime, so a cached answer is trusted only for an unchanged ctime; a stat per directory.
+_granted: dict[tuple[str, int], int] = {}
 _granted_lock = threading.Lock()
 
 
@@ -167,17 +171,18 @@ def grant_search(path: Path, uid: int) -> int:
     parts = [Path(*path.parts[:n]) for n in range(1, len(path.parts) + 1)]
     for directory in parts:
         key = (str(directory), uid)
-        with _granted_lock:
-            if key in _granted:
-                continue
         try:
             st = os.stat(directory)
             if not stat.S_ISDIR(st.st_mode):
                 break
+            with _granted_lock:
+                if _granted.get(key) == st.st_ctime_ns:
+                    continue
             acl = _acl_of(str(directory), st)
             if not can_search(st, acl, uid):
                 os.setxattr(directory, ACL_XATTR, _pack(with_search(acl, uid)))
                 changed += 1
+                st = os.stat(directory)
         except FileNotFoundError:
             break
         except OSError as err:
@@ -189,5 +194,5 @@ def grant_search(path: Path, uid: int) -> int:
                 "[state] dir to a directory every user can pass through (mode 0711)",
             ) from err
         with _granted_lock:
-            _granted.add(key)
+            _granted[key] = st.st_ctime_ns
     return changed

@@ -52,7 +52,10 @@ ASSURANCES: dict[ArmName, Assurances] = {
     ArmName.LINUX_NAMESPACES: linux_namespaces_assurances(own_principal=False),
     ArmName.WINDOWS_JOB: Assurances.of(*Guarantee),
     ArmName.MACOS_SEATBELT: Assurances.of(G.FILESYSTEM, G.NETWORK),
-    ArmName.COPIED_TREE: Assurances.of(G.FILESYSTEM),
+    # No namespace: the copy cannot sit at the working directory's path, so a write by that
+    # path -- one recorded in the tree by an editable install, a venv, a build system --
+    # lands in the person's tree. The filesystem axis is not kept (issue 11, SPEC §5).
+    ArmName.COPIED_TREE: Assurances.none(),
     ArmName.PYTHON: Assurances.none(),
     ArmName.UNAVAILABLE: Assurances.none(),
     ArmName.HOST: Assurances.none(),

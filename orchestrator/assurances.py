@@ -53,7 +53,8 @@ class Assurances(BaseModel):
 PHRASES: dict[Guarantee, tuple[str, str]] = {
     Guarantee.FILESYSTEM: (
         "writes land only in a copy of the working directory; your tree is untouched",
-        "writes land in your working directory",
+        # copied_tree runs in a copy, but a write by your tree's absolute path reaches it.
+        "writes can reach your working directory",
     ),
     Guarantee.NETWORK: (
         "no network connection out, not even to loopback",

@@ -20,7 +20,11 @@ from orchestrator.config import ENV_NAME, IMAGE_ID, ContainerConfig
 from orchestrator.errors import ErrorCode, SprawlError
 
 ENGINES: tuple[str, ...] = ("docker", "podman")
-WORKDIR = "/work"
+# The tmpfs at /tmp: sticky and world-writable like a host's /tmp. Without a mode the
+# engines make it root-owned 0755, and `touch /tmp/a` failed for the command's uid 65534.
+TMP_TMPFS = "/tmp:mode=1777"
+# Where the copy may not be mounted: the runtime's own mounts, and the root itself.
+RESERVED_DESTINATIONS: tuple[str, ...] = ("/proc", "/sys", "/dev")
 # docker/podman container names: [a-zA-Z0-9][a-zA-Z0-9_.-]*
 _NAME_PART = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 
@@ -188,6 +192,24 @@ def container_name(tag: str) -> str:
     return f"sprawl-{tag}"
 
 
+def destination_of(copy: Path, workdir: Path | None) -> str:
+    """Where the copy is mounted in the container, and where the command starts: the working
+    directory's own path (SPEC §5), so absolute paths recorded in the tree (editable
+    installs, venvs, build systems) resolve into the copy, never to the person's tree. Without
+    a working directory (admission's probe) the copy sits at its own path."""
+    where = str(workdir if workdir is not None else copy)
+    if (not where.startswith("/") or where == "/" or any(c in where for c in ",=\n")
+            or any(where == r or where.startswith(r + "/") for r in RESERVED_DESTINATIONS)):
+        raise SprawlError(
+            ErrorCode.BAD_REQUEST, "working directory",
+            f"{where!r} cannot be the copy's place in a container: it must be an absolute "
+            "path other than / and outside /proc, /sys and /dev, free of ',', '=' and "
+            "newlines (--mount is comma/equals separated)",
+            "run from a plain project directory",
+        )
+    return where
+
+
 def _check(engine: str, image_id: str, copy: Path, tag: str, env_names: Sequence[str]) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
@@ -230,10 +252,13 @@ def create_argv(
     *,
     host: HostLimits,
     userns: Sequence[str] = (),
+    workdir: Path | None = None,
 ) -> tuple[str, ...]:
-    """`create …` for `engine` (without the program name), exactly as SPEC §3.3 lists it."""
+    """`create …` for `engine` (without the program name), exactly as SPEC §3.3 lists it;
+    the copy mounted at `workdir`'s path (`destination_of`)."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)
+    where = destination_of(copy, workdir)
     if not argv:
         raise SprawlError(
             ErrorCode.BAD_REQUEST, "command", "the command is empty",
@@ -254,11 +279,11 @@ def create_argv(
         "--user", limits.user,
         *userns,  # e.g. --userns auto:size=65536 (podman); userns.py chooses them
         "--read-only",
-        "--tmpfs", "/tmp",
+        "--tmpfs", TMP_TMPFS,
         "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges",
-        "--mount", f"type=bind,src={copy},dst={WORKDIR}",
-        "--workdir", WORKDIR,
+        "--mount", f"type=bind,src={copy},dst={where}",
+        "--workdir", where,
     ]
     for name in names:
         out += ["--env", name]

@@ -156,6 +156,7 @@ class ContainerArm:
             engine.name, self.config, admission.image, copy, command, launch.env.keys(),
             launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
             userns=self._userns_flags(admission, copy),
+            workdir=launch.workdir,
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {
@@ -173,7 +174,8 @@ class ContainerArm:
         hold_after_create(name)  # SPRAWL_TEST_PAUSE_AFTER_CREATE (guardian tests); else nothing
         try:
             expected = Expected.of(engine.name, self.config, self.host, admission.image, copy,
-                                   admission.runtime_used, admission.userns)
+                                   admission.runtime_used, admission.userns,
+                                   workdir=launch.workdir)
             inspect = engine.inspect(container)
             verify(expected, inspect)
             # the copy goes to the host uid the command's uid is: with podman's

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import WORKDIR, HostLimits, fit_limits
+from orchestrator.container.argv import HostLimits, destination_of, fit_limits
 from orchestrator.container.userns import Userns, mapping_problem
 from orchestrator.errors import ErrorCode, SprawlError
 
@@ -48,11 +48,12 @@ class Expected:
     runtime: str
     ulimits: tuple[tuple[str, int, int], ...]
     userns: Userns | None = None
+    destination: str = ""  # where the copy is mounted; "" = at its own path
 
     @classmethod
     def of(
         cls, engine: str, config: ContainerConfig, host: HostLimits, image_id: str, copy: Path,
-        runtime: str, userns: Userns | None = None,
+        runtime: str, userns: Userns | None = None, workdir: Path | None = None,
     ) -> Expected:
         limits = fit_limits(config, host)
         return cls(
@@ -60,6 +61,7 @@ class Expected:
             memory_swap=limits.memory_swap_bytes, nano_cpus=limits.nano_cpus,
             pids_limit=limits.pids, cpu_shares=limits.cpu_shares, user=limits.user,
             copy=str(copy), runtime=runtime, ulimits=limits.ulimits, userns=userns,
+            destination=destination_of(copy, workdir),
         )
 
 
@@ -79,7 +81,8 @@ def _bare(image: object) -> str:
 
 
 def _mounts(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
-    want = [{"Type": "bind", "Source": expected.copy, "Destination": WORKDIR, "RW": True}]
+    where = expected.destination or expected.copy
+    want = [{"Type": "bind", "Source": expected.copy, "Destination": where, "RW": True}]
     found = [
         {k: m.get(k) for k in ("Type", "Source", "Destination", "RW")}
         for m in (inspect.get("Mounts") or [])
@@ -116,10 +119,15 @@ def _security(inspect: Mapping[str, Any]) -> Mismatch | None:
 
 
 def _tmpfs(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
-    tmpfs = set((inspect.get("HostConfig") or {}).get("Tmpfs") or {})
+    given: Mapping[str, Any] = (inspect.get("HostConfig") or {}).get("Tmpfs") or {}
+    tmpfs = set(given)
     allowed = {"/tmp"} | (PODMAN_READ_ONLY_TMPFS if expected.engine == "podman" else set())
     if "/tmp" not in tmpfs or not tmpfs <= allowed:
         return Mismatch("tmpfs", "HostConfig.Tmpfs", sorted(allowed), sorted(tmpfs))
+    # /tmp must be usable by the command's uid: docker reports "mode=1777", podman
+    # "mode=1777,rw,rprivate,nosuid,nodev,tmpcopyup".
+    if "mode=1777" not in str(given["/tmp"] or "").split(","):
+        return Mismatch("tmpfs", "HostConfig.Tmpfs[/tmp]", "mode=1777", given["/tmp"])
     return None
 
 
@@ -175,6 +183,8 @@ def mismatches(expected: Expected, inspect: Mapping[str, Any]) -> list[Mismatch]
     same("cpu_shares", "HostConfig.CpuShares", expected.cpu_shares, hc.get("CpuShares"))
     same("network_mode", "HostConfig.NetworkMode", "none", hc.get("NetworkMode"))
     same("user", "Config.User", expected.user, config.get("User"))
+    same("workdir", "Config.WorkingDir", expected.destination or expected.copy,
+         config.get("WorkingDir"))
     same("read_only", "HostConfig.ReadonlyRootfs", True, hc.get("ReadonlyRootfs"))
     same("privileged", "HostConfig.Privileged", False, hc.get("Privileged"))
     if hc.get("PidMode") not in ("", "private", None):

@@ -19,8 +19,9 @@ from the host; `assert_conformance(claimed, observed)` fails on any axis where t
   directory (the synced copy; `the_copy(scratch_root)` finds it), or None.
 
 What each observation means (kept = YES):
-  filesystem    the file the command wrote in its working directory is in the copy and not
-                in the source tree (in the source: NO; in neither: the probe is broken)
+  filesystem    the files the command wrote in its working directory, relatively and by the
+                directory's absolute path, are in the copy and not in the source tree (in
+                the source: NO; in neither: the probe is broken)
   network       a connection to a listener on the host's 127.0.0.1 failed and the listener
                 saw nothing (connected and seen: NO)
   process_tree  a grandchild that called setsid() (Windows: a detached process) and was
@@ -144,19 +145,25 @@ def _token() -> str:
 
 def observe_filesystem(run: Runner, dialect: Dialect, workdir: Path,
                        copy: Callable[[], Path | None]) -> Observed:
-    name = f"conformance-fs-{_token()}"
-    ran = run(dialect.write(name))
-    if ran.exit_code != 0:
-        raise ProbeBroken(f"the write probe failed: {ran.said()}")
-    where = copy()
-    in_source = (workdir / name).exists()
-    in_copy = where is not None and (where / name).exists()
-    if in_source:
-        (workdir / name).unlink()
-        return Observed(Guarantee.FILESYSTEM, Kept.NO, f"{name} landed in {workdir}")
-    if in_copy:
-        return Observed(Guarantee.FILESYSTEM, Kept.YES, f"{name} is in the copy {where} only")
-    raise ProbeBroken(f"{name} was written (exit 0) but is neither in {workdir} nor the copy")
+    """Two writes: one relative to the working directory, one by the working directory's
+    own absolute path -- the path an editable install or a venv records. Kept only when
+    both land in the copy and neither in the tree (SPEC §5: the copy sits at that path)."""
+    seen: list[str] = []
+    for target in (f"conformance-fs-{_token()}", str(workdir / f"conformance-abs-{_token()}")):
+        ran = run(dialect.write(target))
+        if ran.exit_code != 0:
+            raise ProbeBroken(f"the write probe failed: {ran.said()}")
+        # Checked after each command: the next one's sync makes the copy equal the tree again.
+        name = Path(target).name
+        where = copy()
+        if (workdir / name).exists():
+            (workdir / name).unlink()
+            return Observed(Guarantee.FILESYSTEM, Kept.NO, f"{target} landed in {workdir}")
+        if where is None or not (where / name).exists():
+            raise ProbeBroken(f"{target} was written (exit 0) but is neither in {workdir} "
+                              "nor the copy")
+        seen.append(target)
+    return Observed(Guarantee.FILESYSTEM, Kept.YES, f"{' and '.join(seen)} are in the copy only")
 
 
 class _Listener:

@@ -45,7 +45,7 @@ class Case:
 
     def launch(
         self, argv: Sequence[str] = (), *, shell: str | None = None,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None, workdir: Path | None = None,
     ) -> Launch:
         self.counter += 1
         if shell is not None:
@@ -53,7 +53,7 @@ class Case:
         return Launch(
             argv=tuple(argv), cwd=self.copy, env=dict(env or {}),
             outputs=self.outputs / str(self.counter), tag=f"{self.session}-{self.counter}",
-            session=self.session, run="test",
+            session=self.session, run="test", workdir=workdir,
         )
 
     def leftovers(self) -> list[str]:

@@ -110,6 +110,29 @@ def test_root_filesystem_is_read_only(case: Case, engine_image: tuple[str, str])
     assert "Read-only file system" in done.stderr_path.read_text()
 
 
+def test_the_copy_sits_at_the_working_directorys_own_path(
+    case: Case, engine_image: tuple[str, str]
+) -> None:
+    """An absolute path recorded in the tree (an editable install's, a venv's) names the
+    person's tree: inside the container it must resolve into the copy."""
+    src = case.source
+    (case.copy / "recorded.pth").write_text(f"{src}\n")
+    line = ('pwd; cat "$(cat recorded.pth)/a.txt"; echo via-path > "$(cat recorded.pth)/b.txt"'
+            " && echo wrote")
+    done = run(arm_for(engine_image), case.launch(shell=line, workdir=src))
+    assert done.exit_code == 0, done.stderr_path.read_text()
+    assert done.stdout_path.read_text() == f"{src}\noriginal\nwrote\n"
+    assert (case.copy / "b.txt").read_text() == "via-path\n"
+    assert not (src / "b.txt").exists()
+    assert done.extra["container"]["verified"] is True  # type: ignore[index]
+
+
+def test_tmp_is_usable_by_the_commands_uid(case: Case, engine_image: tuple[str, str]) -> None:
+    line = "id -u; stat -c %a /tmp; touch /tmp/a && mkdir /tmp/d && echo tmp-ok"
+    done = run(arm_for(engine_image, user="65534:65534"), case.launch(shell=line))
+    assert done.stdout_path.read_text() == "65534\n1777\ntmp-ok\n", done.stderr_path.read_text()
+
+
 def test_tag_is_refused_at_parse() -> None:
     with pytest.raises(SprawlError) as err:
         parse_config({"sandbox": {"container": {"image": "busybox:latest"}}})

@@ -57,7 +57,8 @@ def inspect_from_argv(argv: Sequence[str], runtime_default: str) -> dict[str, An
         "State": {"Status": "created", "StartedAt": "0001-01-01T00:00:00Z", "ExitCode": 0},
         "Mounts": [{"Type": "bind", "Source": mount["src"], "Destination": mount["dst"],
                     "Mode": "", "RW": True, "Propagation": "rprivate"}],
-        "Config": {"User": flags["--user"][0], "Volumes": None, "Image": image},
+        "Config": {"User": flags["--user"][0], "Volumes": None, "Image": image,
+                   "WorkingDir": flags["--workdir"][0]},
         "HostConfig": {
             "Memory": int(flags.get("--memory", ["0"])[0]),
             "MemorySwap": int(flags.get("--memory-swap", ["0"])[0]),
@@ -71,7 +72,7 @@ def inspect_from_argv(argv: Sequence[str], runtime_default: str) -> dict[str, An
             "CapAdd": None,
             "CapDrop": flags["--cap-drop"],
             "SecurityOpt": flags["--security-opt"],
-            "Tmpfs": {p: "" for p in flags["--tmpfs"]},
+            "Tmpfs": dict(spec.partition(":")[::2] for spec in flags["--tmpfs"]),
             "Ulimits": ulimits,
             "Runtime": flags.get("--runtime", [runtime_default])[0],
         },

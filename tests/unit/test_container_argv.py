@@ -20,6 +20,7 @@ from orchestrator.errors import ErrorCode, SprawlError
 
 IMAGE = "sha256:" + "ab" * 32
 COPY = Path("/scratch/sprawl/s1/copy")
+WORKDIR = Path("/home/me/project")
 GiB = 1024**3
 # /proc/self/limits as read on this project's machines (Debian 12, root, no CAP_SYS_RESOURCE)
 PROC_LIMITS = (Path(__file__).parent / "fixtures" / "proc_self_limits.txt").read_text()
@@ -28,9 +29,9 @@ HOST = HostLimits(parse_proc_limits(PROC_LIMITS), cpus=2, memory_bytes=24 * GiB)
 
 def argv_of(config: ContainerConfig | None = None, *, env: tuple[str, ...] = (),
             runtime: str | None = None, command: tuple[str, ...] = ("pytest", "-q"),
-            host: HostLimits = HOST) -> tuple[str, ...]:
+            host: HostLimits = HOST, workdir: Path | None = WORKDIR) -> tuple[str, ...]:
     return create_argv("docker", config or ContainerConfig(), IMAGE, COPY, command, env,
-                       "s1-3", "s1", "agent-7", runtime, host=host)
+                       "s1-3", "s1", "agent-7", runtime, host=host, workdir=workdir)
 
 
 def test_the_whole_argv_in_spec_order() -> None:
@@ -47,11 +48,11 @@ def test_the_whole_argv_in_spec_order() -> None:
         "--cpu-shares", "512",
         "--user", "65534:65534",
         "--read-only",
-        "--tmpfs", "/tmp",
+        "--tmpfs", "/tmp:mode=1777",
         "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges",
-        "--mount", "type=bind,src=/scratch/sprawl/s1/copy,dst=/work",
-        "--workdir", "/work",
+        "--mount", "type=bind,src=/scratch/sprawl/s1/copy,dst=/home/me/project",
+        "--workdir", "/home/me/project",
         "--env", "LANG",
         "--env", "PATH",
         "--ulimit", "nofile=1024:1024",
@@ -79,14 +80,28 @@ def test_every_limit_comes_from_the_config() -> None:
 
 def test_exactly_one_mount_and_the_fixed_confinement_flags() -> None:
     argv = argv_of()
-    assert flag(argv, "--mount") == ["type=bind,src=/scratch/sprawl/s1/copy,dst=/work"]
+    assert flag(argv, "--mount") == ["type=bind,src=/scratch/sprawl/s1/copy,dst=/home/me/project"]
     assert flag(argv, "--network") == ["none"]
     assert flag(argv, "--cap-drop") == ["ALL"]
     assert flag(argv, "--security-opt") == ["no-new-privileges"]
-    assert flag(argv, "--tmpfs") == ["/tmp"]
+    assert flag(argv, "--tmpfs") == ["/tmp:mode=1777"]  # usable by the command's uid
     assert flag(argv, "--pull") == ["never"]
     assert "--read-only" in argv
     assert not {"-v", "--volume", "--privileged", "--cap-add", "--rm"} & set(argv)
+
+
+def test_the_copy_sits_at_the_working_directorys_path_or_its_own() -> None:
+    # Absolute paths recorded in the tree (editable installs, venvs) resolve into the copy.
+    assert flag(argv_of(), "--workdir") == [str(WORKDIR)]
+    assert flag(argv_of(workdir=None), "--mount") == [f"type=bind,src={COPY},dst={COPY}"]
+
+
+@pytest.mark.parametrize("bad", ["/", "/proc", "/sys/x", "/dev", "/a,b", "/a=b"])
+def test_a_working_directory_that_cannot_be_a_destination_is_refused(bad: str) -> None:
+    with pytest.raises(SprawlError) as err:
+        argv_of(workdir=Path(bad))
+    assert err.value.code is ErrorCode.BAD_REQUEST
+    assert "/proc" in err.value.detail
 
 
 def test_env_names_only_sorted_once_each() -> None:

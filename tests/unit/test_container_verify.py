@@ -25,7 +25,7 @@ Mutation = Callable[[dict[str, Any]], None]
 def expected(engine: str) -> Expected:
     config = ContainerConfig.model_validate(META["config"])
     return Expected.of(engine, config, HOST, META[engine]["image"], Path(META["copy"]),
-                       META[engine]["runtime"])
+                       META[engine]["runtime"], workdir=Path(META["workdir"]))
 
 
 def recorded(engine: str) -> dict[str, Any]:
@@ -72,7 +72,12 @@ CASES: list[tuple[str, str, Mutation, str]] = [
     ("mounts", "Config.Volumes", lambda d: d["Config"].__setitem__("Volumes", {"/data": {}}),
      "/data"),
     ("tmpfs", "HostConfig.Tmpfs", hc("Tmpfs", {}), "found []"),
-    ("tmpfs", "HostConfig.Tmpfs", hc("Tmpfs", {"/tmp": "", "/home": ""}), "/home"),
+    ("tmpfs", "HostConfig.Tmpfs[/tmp]", hc("Tmpfs", {"/tmp": "rw,nosuid"}), "'rw,nosuid'"),
+    ("workdir", "Config.WorkingDir", lambda d: d["Config"].__setitem__("WorkingDir", "/work"),
+     "found '/work'"),
+    ("mounts", "Mounts", lambda d: d["Mounts"][0].__setitem__("Destination", "/work"),
+     "'/work'"),
+    ("tmpfs", "HostConfig.Tmpfs", hc("Tmpfs", {"/tmp": "mode=1777", "/home": ""}), "/home"),
     ("ulimits", "HostConfig.Ulimits", hc("Ulimits", []), "found []"),
     ("runtime", "runtime", lambda d: (d["HostConfig"].__setitem__("Runtime", "crun"),
                                       d.__setitem__("OCIRuntime", "crun")), "'crun'"),

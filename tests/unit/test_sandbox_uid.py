@@ -56,6 +56,8 @@ def test_grant_search_opens_the_way_for_that_uid_only(tmp_path: Path) -> None:
     except SprawlError as err:
         pytest.skip(f"no POSIX ACLs on this filesystem: {err.detail}")
     assert grant_search(deep, uid) == 0  # idempotent
+    (tmp_path / "a").chmod(0o700)  # a chmod rewrites the mask: our entry is masked out
+    assert grant_search(deep, uid) == 1  # seen (ctime moved) and granted again
     mode = stat.S_IMODE((tmp_path / "a").stat().st_mode)
     assert mode & 0o007 == 0  # nothing for others
     assert os.system(f"setpriv --reuid={uid} --regid={uid} --clear-groups test -d {deep}") == 0
