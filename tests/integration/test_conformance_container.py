@@ -61,8 +61,8 @@ def observe_user_spec(run: Runner, copy: Path) -> Observed:
 class ContainerRunner:
     """Commands through ContainerArm, each in the same copy; records what it created."""
 
-    def __init__(self, arm: ContainerArm, copy: Path, outputs: Path) -> None:
-        self.arm, self.copy, self.outputs = arm, copy, outputs
+    def __init__(self, arm: ContainerArm, copy: Path, outputs: Path, workdir: Path) -> None:
+        self.arm, self.copy, self.outputs, self.workdir = arm, copy, outputs, workdir
         self.session = f"conf{secrets.token_hex(4)}"
         self.n = 0
         self.records: list[dict[str, object]] = []
@@ -71,7 +71,7 @@ class ContainerRunner:
         self.n += 1
         launch = Launch(argv=tuple(argv), cwd=self.copy, env={"PATH": "/bin"},
                         outputs=self.outputs / str(self.n), tag=f"{self.session}-{self.n}",
-                        session=self.session, run="conformance")
+                        session=self.session, run="conformance", workdir=self.workdir)
         running = self.arm.start(launch)
         if not running.wait(60):
             running.kill()
@@ -94,7 +94,8 @@ def test_container_conformance(tmp_path: Path, engine_image: tuple[str, str]) ->
     copy = tmp_path / "copy"
     shutil.copytree(source, copy)  # the exec tool's sync, done by hand for the arm alone
     arm.prepare(source)
-    run = ContainerRunner(arm, copy, tmp_path / "outputs")
+    # The copy is mounted at the source's own path, as the exec tool does (SPEC §5).
+    run = ContainerRunner(arm, copy, tmp_path / "outputs", source)
     sh = ShDialect()
     observed = {
         Guarantee.FILESYSTEM: observe_filesystem(run, sh, source, lambda: copy),
@@ -110,4 +111,4 @@ def test_container_conformance(tmp_path: Path, engine_image: tuple[str, str]) ->
     # the source tree was never touched, every container was verified and removed
     assert sorted(p.name for p in source.iterdir()) == ["README"]
     assert all(r["verified"] is True and r["removed"] is True for r in run.records)
-    assert len(run.records) == 5
+    assert len(run.records) == 6  # the filesystem probe writes twice (relative, by path)
