@@ -239,7 +239,7 @@ def docker_remap(root_dir: str, subuid: Path = SUBUID, subgid: Path = SUBGID,
     ranges = ", ".join(f"{r.start}+{len(r)}" for r in uids)
     return Userns(
         "docker-remap",
-        f"docker userns-remap: container uids map onto {user!r}'s subordinate range "
+        f"docker userns-remap: container uids map onto the subordinate range of {user!r} "
         f"({ranges}), no host account",
         uid_map=uid_map, gid_map=gid_map, allowed_uids=tuple(uids), allowed_gids=tuple(gids),
     ), ""
