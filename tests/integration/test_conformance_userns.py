@@ -96,7 +96,8 @@ def conformance(tmp_path: Path, label: str, engine: Engine, image: str,
     copy = tmp_path / "copy"
     shutil.copytree(source, copy)
     arm.prepare(source)
-    run = ContainerRunner(arm, copy, tmp_path / "outputs")
+    # the copy is mounted at the source's own path, as the exec tool does (SPEC §5)
+    run = ContainerRunner(arm, copy, tmp_path / "outputs", source)
     sh = ShDialect()
 
     def plant(secret: Path) -> str:
