@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # script -> (tiny arguments, a line fragment its comparison always prints)
 SMALL: dict[str, tuple[list[str], str]] = {
+    "cli_chaos.py": (["--kills", "2"], "processes left"),
     "cli_oneshot.py": (["--reps", "1", "--big-reps", "1", "--files", "50"], "ratio"),
     "copy_sync.py": (["--files", "200", "--reps", "1"], "rsync -a --delete --checksum"),
     "native_exec.py": (["--reps", "2"], "ratio"),

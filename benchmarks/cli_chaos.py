@@ -1,0 +1,179 @@
+"""SIGKILL `sprawl-orch exec` at random moments of its first 1.5 s; count what is left.
+
+    . .ci/env && python benchmarks/cli_chaos.py [--kills 100] [--within 1.5] [--seed S]
+
+Each kill: a fresh `sprawl-orch exec` process on docker or podman (alternating), a command
+that is short or long, SIGKILLed a uniformly random 0..WITHIN s after it was started --
+so it lands in interpreter start, imports, admission (every third run starts from an empty
+state directory: admission's probe container runs), the copy, the create, the
+verification, the run or the removal. Afterwards, once the guardians are done:
+
+- containers: every container (docker and podman) whose bind mount comes from this run's
+  directory -- the commands' copies and admission's probe directories both live there
+  (`[sandbox] scratch_dir`, and TMPDIR for the probes), so other people's containers on
+  the same engines are never counted;
+- probe directories (`sprawl-probe-*`) and scratch copies left in this run's directory;
+- processes: any carrying this run's marker in its environment (the CLI, the guardian it
+  spawned) or this run's directory on its command line (an engine CLI);
+- the person's tree: unchanged, and a normal call afterwards runs and mirrors it.
+
+Prints the counts and exits 1 if anything was left. Not a timing: a check with numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from images.build import build_busybox
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-c",
+       "import sys; from orchestrator.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
+COMMANDS = [["true"], ["sh", "-c", "echo x > out.txt"], ["sleep", "30"]]
+MARK = "SPRAWL_CHAOS_MARK"
+SETTLE_SECONDS = 120.0
+
+
+def tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def config(path: Path, engine: str, image: dict[str, str], state: Path, scratch: Path) -> Path:
+    path.write_text(
+        f'[sandbox]\narm = "container"\nscratch_dir = "{scratch}"\n'
+        f'[sandbox.container]\nengine = "{engine}"\n'
+        f'images = {{ docker = "{image["docker"]}", podman = "{image["podman"]}" }}\n'
+        f'[state]\ndir = "{state}"\n'
+    )
+    return path
+
+
+def ours(mark: str, base: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.pid == os.getpid():
+                continue
+            if str(base) in " ".join(proc.info["cmdline"] or []) or \
+                    proc.environ().get(MARK) == mark:
+                found.append(proc)
+    return found
+
+
+def containers_from(base: Path) -> dict[str, list[str]]:
+    """Per engine: containers (any state) whose mounts come from under `base`."""
+    left: dict[str, list[str]] = {}
+    for engine in ("docker", "podman"):
+        ids = subprocess.run([engine, "ps", "-aq", "--no-trunc", "--filter",
+                              "label=sprawl.session"], capture_output=True, text=True,
+                             check=True).stdout.split()
+        mine = []
+        for cid in ids:
+            done = subprocess.run([engine, "inspect", cid], capture_output=True, text=True,
+                                  check=False)
+            if done.returncode != 0:
+                continue  # removed meanwhile
+            mounts = json.loads(done.stdout)[0].get("Mounts") or []
+            if any(str(m.get("Source", "")).startswith(str(base)) for m in mounts):
+                mine.append(cid[:12])
+        left[engine] = mine
+    return left
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=100)
+    parser.add_argument("--within", type=float, default=1.5)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else secrets.randbits(32)
+    rng = random.Random(seed)
+    images = {e: build_busybox(e) for e in ("docker", "podman")}
+    mark = secrets.token_hex(6)
+    with tempfile.TemporaryDirectory(prefix="sprawl-chaos-") as tmp:
+        base = Path(tmp)
+        person = base / "tree"
+        person.mkdir()
+        (person / "a.txt").write_text("mine\n")
+        (person / "sub").mkdir()
+        (person / "sub" / "b.txt").write_text("also mine\n")
+        before = tree_digest(person)
+        scratch, probes = base / "scratch", base / "tmp"
+        scratch.mkdir()
+        probes.mkdir()
+        env = {**os.environ, MARK: mark, "TMPDIR": str(probes),
+               "SPRAWL_GUARDIAN_LOG": str(base / "guardian.log")}
+        phases: dict[str, int] = {"docker": 0, "podman": 0, "fresh-admission": 0}
+        for i in range(args.kills):
+            engine = ("docker", "podman")[i % 2]
+            fresh = i % 3 == 0
+            state = base / (f"state-{i}" if fresh else "state")
+            conf = config(base / f"c{i}.toml", engine, images, state, scratch)
+            command = rng.choice(COMMANDS)
+            proc = subprocess.Popen(
+                [*CLI, "exec", "-C", str(person), "--config", str(conf), "--", *command],
+                env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            time.sleep(rng.uniform(0, args.within))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            phases[engine] += 1
+            phases["fresh-admission"] += fresh
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while ours(mark, base) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        processes = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in ours(mark, base)
+                     if p.is_running()]
+        containers = containers_from(base)
+        probe_dirs = sorted(p.name for p in probes.glob("sprawl-probe-*"))
+        copies = sorted(p.name for p in scratch.iterdir())
+        unchanged = tree_digest(person) == before
+        conf = config(base / "after.toml", "docker", images, base / "state", scratch)
+        after = subprocess.run([*CLI, "exec", "-C", str(person), "--config", str(conf), "--",
+                                "cat", "sub/b.txt"], env=env, cwd=ROOT, capture_output=True,
+                               text=True, check=False)
+        print(f"seed {seed}: {args.kills} SIGKILLs within {args.within:g} s of start "
+              f"({phases['docker']} docker, {phases['podman']} podman, "
+              f"{phases['fresh-admission']} from an empty state directory)")
+        print(f"containers left: docker {len(containers['docker'])}, podman "
+              f"{len(containers['podman'])} {containers if any(containers.values()) else ''}")
+        print(f"probe directories left: {len(probe_dirs)} {probe_dirs or ''}")
+        print(f"scratch copies left: {len(copies)} {copies or ''}")
+        print(f"processes left: {len(processes)} {processes or ''}")
+        print(f"the person's tree unchanged: {unchanged}; a call afterwards: exit "
+              f"{after.returncode}, read {after.stdout.strip()!r}")
+        clean = not (any(containers.values()) or probe_dirs or copies or processes)
+        ok = clean and unchanged and after.returncode == 0 and after.stdout == "also mine\n"
+        if not ok:
+            for engine, ids in containers.items():
+                if ids:
+                    subprocess.run([engine, "rm", "-f", *ids], capture_output=True, check=False)
+            with contextlib.suppress(OSError):
+                print((base / "guardian.log").read_text()[-4000:])
+        print("clean" if ok else "LEFT BEHIND")
+        return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
