@@ -1,9 +1,13 @@
 """`python -m guardian --session ID --engines docker,podman [--grace S] [--fd N]`
+`python -m guardian --serve SOCKET [--idle S]`
 
-Reads protocol lines (guardian/protocol.py) from stdin, or from fd N, until EOF: the
-orchestrator holds the only write end, so EOF means it is gone -- exited, crashed or
-SIGKILLed. Then it removes what was left (guardian/reaper.py), writes one JSON line per step
-on stderr, and exits: 0 when nothing was left behind, 1 otherwise.
+The first form reads protocol lines (guardian/protocol.py) from stdin, or from fd N, until
+EOF: the orchestrator holds the only write end, so EOF means it is gone -- exited, crashed
+or SIGKILLed. Then it removes what was left (guardian/reaper.py), writes one JSON line per
+step on stderr, and exits: 0 when nothing was left behind, 1 otherwise.
+
+The second serves many callers on a unix socket, each connection a lifeline of its own
+(guardian/server.py): what the orchestrator starts by default, one per state directory.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from guardian.engines import Engine, open_engine
 from guardian.protocol import ProtocolError, parse_message
@@ -53,29 +57,50 @@ class EngineLoader(threading.Thread):
                 log("engine", engine=name, via=type(engine).__name__)
 
 
-def read_until_eof(fd: int, watch: Watchlist) -> int:
-    """Apply every whole line; return how many were refused. A last line without its newline
-    is ignored: the writer died inside it, and a cut name could name someone else's container."""
-    refused = 0
+def whole_lines(fd: int, **fields: object) -> Iterator[bytes]:
+    """Every whole line read from `fd` until EOF. A last line without its newline is
+    dropped: the writer died inside it, and a cut name could name someone else's container."""
     with os.fdopen(fd, "rb", buffering=0, closefd=False) as raw:
         pending = b""
-        while chunk := raw.read(65536):
+        while True:
+            try:
+                chunk = raw.read(65536)
+            except ConnectionResetError:  # a socket whose peer died with unread replies
+                chunk = b""
+            if not chunk:
+                break
             pending += chunk
             *lines, pending = pending.split(b"\n")
-            for line in lines:
-                try:
-                    watch.apply(parse_message(line.decode("utf-8")))
-                except (ProtocolError, UnicodeDecodeError) as err:
-                    refused += 1
-                    log("refused-line", line=line[:200].decode("utf-8", "replace"), why=str(err))
+            yield from lines
         if pending:
-            log("cut-line", line=pending[:200].decode("utf-8", "replace"))
+            log("cut-line", line=pending[:200].decode("utf-8", "replace"), **fields)
+
+
+def apply_lines(lines: Iterator[bytes], watch: Watchlist, **fields: object) -> int:
+    """Apply every line; return how many were refused."""
+    refused = 0
+    for line in lines:
+        try:
+            watch.apply(parse_message(line.decode("utf-8")))
+        except (ProtocolError, UnicodeDecodeError) as err:
+            refused += 1
+            log("refused-line", line=line[:200].decode("utf-8", "replace"), why=str(err),
+                **fields)
     return refused
+
+
+def read_until_eof(fd: int, watch: Watchlist) -> int:
+    """Apply every whole line until EOF; return how many were refused."""
+    return apply_lines(whole_lines(fd), watch)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m guardian", description=__doc__)
-    parser.add_argument("--session", required=True)
+    parser.add_argument("--serve", metavar="SOCKET", default=None,
+                        help="serve many callers on this unix socket (guardian/server.py)")
+    parser.add_argument("--idle", type=float, default=None,
+                        help="with --serve: exit after this many seconds without callers")
+    parser.add_argument("--session", default=None)
     parser.add_argument("--engines", default="", help="comma-separated: docker,podman")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE,
                         help="seconds after EOF to watch for late creates (default 3)")
@@ -83,6 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docker-via", choices=("sdk", "cli"), default="cli",
                         help="docker's backend (default cli: see guardian/engines.py)")
     args = parser.parse_args(argv)
+    if args.serve is not None:
+        from pathlib import Path
+
+        from guardian.server import IDLE_SECONDS, Server
+
+        idle = IDLE_SECONDS if args.idle is None else args.idle
+        return Server(Path(args.serve), idle, args.docker_via, log).run()
+    if args.session is None:
+        parser.error("--session is required (or --serve SOCKET)")
     names = [n for n in args.engines.split(",") if n]
     for name in names:
         if name not in ("docker", "podman"):

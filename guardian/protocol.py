@@ -166,3 +166,37 @@ def parse_message(line: str) -> Message:
     if not path.is_absolute():
         raise ProtocolError(f"{verb} path {str(path)!r} is not absolute")
     return _PATH_VERBS[verb](path)
+
+
+# -- the shared guardian's greeting (guardian/server.py) ---------------------------------
+# A caller's connection opens with `hello SESSION ENGINES GRACE` (ENGINES comma-separated
+# or "-", GRACE a number or "-" for the default); the guardian answers `ok` once it owns
+# the connection, and `done 0|1` after cleaning up behind it (1: something was left).
+KNOWN_ENGINES = ("docker", "podman")
+
+
+@dataclass(frozen=True)
+class Hello:
+    session: str
+    engines: tuple[str, ...]
+    grace: float | None
+
+
+def format_hello(hello: Hello) -> str:
+    for engine in hello.engines:
+        if engine not in KNOWN_ENGINES:
+            raise ProtocolError(f"unknown engine {engine!r}; known: {', '.join(KNOWN_ENGINES)}")
+    engines = ",".join(hello.engines) or "-"
+    grace = "-" if hello.grace is None else repr(float(hello.grace))
+    return f"hello {_enc(hello.session)} {engines} {grace}\n"
+
+
+def parse_hello(line: str) -> Hello:
+    fields = line.rstrip("\n").split(" ")
+    if len(fields) != 4 or fields[0] != "hello":
+        raise ProtocolError(f"a connection must open with hello, not {line[:80]!r}")
+    engines = () if fields[2] == "-" else tuple(fields[2].split(","))
+    if any(e not in KNOWN_ENGINES for e in engines):
+        raise ProtocolError(f"unknown engine in {fields[2]!r}")
+    grace = None if fields[3] == "-" else _time(fields[3])
+    return Hello(_dec(fields[1]), engines, grace)

@@ -48,7 +48,7 @@ from orchestrator.results import Confinement, ExecResult, exceptional
 from orchestrator.scratch_copy import ScratchCopy
 from orchestrator.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from orchestrator.shell import shell_argv as expand_shell
-from orchestrator.state import ledger_path, state_dir
+from orchestrator.state import guardian_socket, ledger_path, state_dir
 from orchestrator.stream import Follower
 from orchestrator.yielding import find_program
 
@@ -377,7 +377,11 @@ class ExecTool:
                 container = self.config.sandbox.container
                 if self.config.sandbox.arm in ("auto", "container"):
                     engines = ENGINE_ORDER if container.engine == "auto" else (container.engine,)
-                self._guardian = Guardian(self.session, engines)
+                try:
+                    shared: Path | None = guardian_socket(self.state)
+                except OSError:
+                    shared = None  # a guardian process of our own, as before
+                self._guardian = Guardian(self.session, engines, socket_path=shared)
             return self._guardian
 
     def close(self) -> str | None:

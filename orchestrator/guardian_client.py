@@ -1,5 +1,8 @@
 """The orchestrator's end of the guardian (SPEC §4): a `Watcher` that writes protocol lines
-to a `python -m guardian` process through a pipe whose write end only we hold.
+to a `python -m guardian` process through a pipe whose write end only we hold -- or, with
+`socket_path` (what ExecTool uses), through a connection to the one guardian that serves
+every caller of a state directory (guardian/server.py), spawned by the first caller that
+finds none listening. Either way the kernel closes our end however we die.
 
 - Started lazily, by the first announcement, once per exec tool (not per command). Spawning
   costs the caller well under 1 ms plus the fork (`benchmarks/guardian.py` prints it); the
@@ -20,9 +23,11 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -32,18 +37,48 @@ from guardian.protocol import (
     Created,
     Expect,
     Gone,
+    Hello,
     Message,
     PGroup,
     PGroupGone,
     Scratch,
     ScratchGone,
+    format_hello,
     format_message,
 )
 
 WRITE_STALL_SECONDS = 2.0
+# How long a caller tries to reach (and if need be spawn) the shared guardian.
+CONNECT_SECONDS = 10.0
 # The directory holding the `guardian` and `orchestrator` packages, so `python -m guardian`
 # finds them from a source checkout as well as from an install.
 _ROOT = Path(__file__).resolve().parent.parent
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(64)
+        if not chunk:
+            break
+        data += chunk
+    return data.strip()
+
+
+def _finish_connection(sock: socket.socket, wait: float | None) -> int | None:
+    """EOF for the guardian; with `wait`, its `done N` for this connection."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        if wait == 0.0:
+            return None
+        sock.setblocking(True)
+        sock.settimeout(wait)
+        word = _read_line(sock).decode("ascii", "replace").split()
+        return int(word[1]) if len(word) == 2 and word[0] == "done" else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        sock.close()
 
 
 def _stderr_once(problem: str) -> None:
@@ -62,6 +97,7 @@ class Guardian:
         environ: Mapping[str, str] | None = None,
         argv: Sequence[str] | None = None,
         on_problem: Callable[[str], None] = _stderr_once,
+        socket_path: Path | None = None,
     ) -> None:
         self.session = session
         self.engines = tuple(engines)
@@ -76,6 +112,8 @@ class Guardian:
         self.on_problem = on_problem
         self.problem: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self.socket_path = socket_path
+        self._sock: socket.socket | None = None
         self._fd: int | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -111,6 +149,8 @@ class Guardian:
     # -- life -----------------------------------------------------------------------------
     @property
     def alive(self) -> bool:
+        if self._sock is not None:
+            return self._fd is not None and self.problem is None
         alive = self.process is not None and self.process.poll() is None
         return alive and self._fd is not None and self.problem is None
 
@@ -130,6 +170,9 @@ class Guardian:
 
     def _start_locked(self) -> None:
         if self._fd is not None or self.problem is not None or self._closed:
+            return
+        if self.socket_path is not None:
+            self._connect_locked(self.socket_path)
             return
         read_end, write_end = os.pipe()  # both O_CLOEXEC (PEP 446)
         env = dict(self.environ)
@@ -156,6 +199,64 @@ class Guardian:
             os.close(read_end)
         os.set_blocking(write_end, False)
         self._fd = write_end
+
+    def _spawn_server(self, path: Path) -> None:
+        env = dict(self.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        argv = [sys.executable, "-m", "guardian", "--serve", str(path)]
+        idle = self.environ.get("SPRAWL_GUARDIAN_IDLE")  # seconds without callers (tests)
+        if idle:
+            argv += ["--idle", idle]
+        log = open(self.log, "ab") if self.log else None  # noqa: SIM115
+        try:
+            # Not our child for long: its own session, no fd of ours, reaped by init.
+            self.process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=log or subprocess.DEVNULL, cwd="/", env=env, start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            if log is not None:
+                log.close()
+
+    def _connect_locked(self, path: Path) -> None:
+        """Connect and be greeted (`ok`); spawn the guardian when none answers. A guardian
+        closing for idleness at this moment gives no `ok`: we spawn the next one."""
+        try:
+            hello = format_hello(Hello(self.session, self.engines, self.grace)).encode()
+        except ValueError as err:
+            self._fail(f"the guardian cannot be asked ({err})")
+            return
+        deadline = time.monotonic() + CONNECT_SECONDS
+        spawned, pause = False, 0.005
+        last: str = "no answer"
+        while time.monotonic() < deadline:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable
+            try:
+                sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                sock.connect(str(path))
+                sock.sendall(hello)
+                if _read_line(sock) == b"ok":
+                    sock.setblocking(False)
+                    self._sock, self._fd = sock, sock.fileno()
+                    return
+                last = "the guardian closed the connection"
+            except OSError as err:
+                last = str(err)
+            sock.close()
+            if not spawned:
+                try:
+                    self._spawn_server(path)
+                except OSError as err:
+                    last = str(err)
+                    break
+                spawned = True
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        self._fail(f"the guardian at {path} could not be reached ({last}); containers, "
+                   "process groups and copies will not be cleaned up if this process dies")
 
     def _send(self, message: Message) -> None:
         try:
@@ -198,10 +299,14 @@ class Guardian:
 
     def close(self, wait: float | None = 0.0) -> int | None:
         """Close our end (EOF for the guardian). `wait`: seconds to wait for it to exit
-        (None: until it does); returns its exit code if it exited by then. Never raises."""
+        (None: until it does); returns its exit code if it exited by then. With a shared
+        guardian: its word on this connection (0: nothing was left). Never raises."""
         with self._lock:
             self._closed = True
             fd, self._fd = self._fd, None
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            return _finish_connection(sock, wait)
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -224,7 +329,6 @@ def hold_after_create(name: str, environ: Mapping[str, str] | None = None) -> No
     gate = (os.environ if environ is None else environ).get(PAUSE_AFTER_CREATE)
     if not gate:
         return
-    import time
 
     Path(gate + ".reached").write_text(name)
     deadline = time.monotonic() + PAUSE_LIMIT_SECONDS

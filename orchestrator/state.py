@@ -1,10 +1,14 @@
-"""Where sprawl-orch keeps its state: kept output, the ledger.
+"""Where sprawl-orch keeps its state: kept output, the ledger, admission evidence, the
+shared guardian's socket.
 
 `[state] dir` wins; else $XDG_STATE_HOME/sprawl-orch; else ~/.local/state/sprawl-orch.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,3 +30,26 @@ def ledger_path(config: Config, environ: Mapping[str, str]) -> Path:
     if config.state.ledger is not None:
         return config.state.ledger.expanduser()
     return state_dir(config, environ) / "ledger.jsonl"
+
+
+# sun_path holds 108 bytes on Linux, 104 on macOS (with the NUL).
+SOCKET_PATH_MAX = 100
+
+
+def guardian_socket(state: Path) -> Path:
+    """The shared guardian's socket for this state directory (guardian/server.py). In the
+    state directory itself when the path fits a unix socket address; else in a private
+    directory of ours under the temp dir, named by the state directory."""
+    state = state.absolute()
+    candidate = state / "guardian.sock"
+    if len(os.fsencode(candidate)) <= SOCKET_PATH_MAX:
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return candidate
+    private = Path(tempfile.gettempdir()) / f"sprawl-orch-{os.geteuid()}"
+    private.mkdir(mode=0o700, exist_ok=True)
+    st = private.lstat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not private.is_dir() \
+            or private.is_symlink():
+        raise OSError(f"{private} is not a private directory of this user")
+    digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
+    return private / f"guardian-{digest}.sock"

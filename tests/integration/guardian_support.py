@@ -33,6 +33,8 @@ class Orchestrator:
         environ = dict(os.environ)
         environ.update(env or {})
         environ["SPRAWL_GUARDIAN_LOG"] = str(log)
+        # The shared guardian (guardian/server.py) leaves soon after its last caller.
+        environ.setdefault("SPRAWL_GUARDIAN_IDLE", "1")
         environ[MARK] = str(spec["session"])
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -102,27 +104,42 @@ def guardian_done(log: Path, timeout: float = SETTLE_SECONDS) -> dict[str, Any]:
     return next(e for e in guardian_events(log) if e["event"] == "done")
 
 
-def guardian_running(session: str) -> bool:
+def guardian_running(session: str, log: Path | None = None) -> bool:
+    """A guardian of `session` still runs: its own process, or the shared guardian
+    (`--serve`) writing to `log`."""
     for proc in psutil.process_iter(["cmdline", "status"]):
         argv = proc.info["cmdline"] or []
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and "guardian" in argv \
-                and session in argv:
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or "guardian" not in argv:
+            continue
+        if session in argv:
             return True
+        if log is not None and "--serve" in argv:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{proc.pid}/fd/2") == str(log):
+                    return True
     return False
 
 
+def _of(event: dict[str, Any], session: str) -> bool:
+    return event.get("session", session) == session  # the shared guardian names it
+
+
 def guardian_outcome(log: Path, session: str, timeout: float = 60.0) -> dict[str, Any]:
-    """The guardian's `done` once it has finished; {} when none was ever started. The client
-    opens the log just before spawning the guardian, so no log means no guardian."""
+    """The guardian's `done` for `session` once it has finished; {} when the session never
+    reached a guardian. The client opens the log just before spawning the guardian, so no
+    log means no guardian; a shared guardian says `ready` for each session it serves."""
     if not log.exists():
         return {}
 
     def finished() -> bool:
-        return any(e["event"] == "done" for e in guardian_events(log)) \
-            or not guardian_running(session)
+        return any(e["event"] == "done" and _of(e, session) for e in guardian_events(log)) \
+            or not guardian_running(session, log)
 
     assert wait_for(finished, timeout, step=0.05), f"guardian still busy: {guardian_events(log)}"
-    return next((e for e in guardian_events(log) if e["event"] == "done"), {"missing": True})
+    events = [e for e in guardian_events(log) if _of(e, session)]
+    if not any(e["event"] == "ready" for e in events):
+        return {}
+    return next((e for e in events if e["event"] == "done"), {"missing": True})
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:

@@ -150,3 +150,17 @@ def test_a_second_expect_does_not_forget_the_id() -> None:
     watch.apply(Expect("a"))
     assert watch.containers == {"a": "id"}
     assert watch.in_flight() == set()
+
+
+def test_hello_round_trips_and_refuses_what_it_cannot_carry() -> None:
+    from guardian.protocol import Hello, format_hello, parse_hello
+
+    for hello in (Hello("s 1%", ("docker", "podman"), 0.5), Hello("s", (), None)):
+        line = format_hello(hello)
+        assert line.endswith("\n") and line.count("\n") == 1
+        assert parse_hello(line) == hello
+    with pytest.raises(ProtocolError):
+        format_hello(Hello("s", ("lxc",), None))
+    for bad in ("hello s docker", "expect x", "hello s lxc -", "hello s docker nan"):
+        with pytest.raises(ProtocolError):
+            parse_hello(bad)
