@@ -66,6 +66,7 @@ def test_one_guardian_many_lifelines_each_cleaned_at_once(tmp_path: Path) -> Non
         assert wait_for(lambda: not (tmp_path / "sprawl-a").exists(), 10), events(log)
         took = time.monotonic() - killed
         assert (tmp_path / "sprawl-b").exists(), "another caller's copy was touched"
+        assert wait_for(lambda: any(e["event"] == "done" for e in events(log)), 10)
         done = [e for e in events(log) if e["event"] == "done"]
         assert [e["session"] for e in done] == ["sa"] and done[0]["scratch"]
         print(f"a killed caller's copy deleted {took * 1000:.0f} ms after the SIGKILL")
