@@ -76,13 +76,18 @@ class ExecTool:
         record: bool = True,
         shares: Shares = UNSET,
         backlog: Backlog | None = None,
+        shared_guardian: bool = False,
     ) -> None:
         """`shares`: what each run gets (cgroups.py); `backlog`: share one with other tools
-        (serve does, one tool per arm), which then own and close it."""
+        (serve does, one tool per arm), which then own and close it. `shared_guardian`:
+        connect to the state directory's one guardian (guardian/server.py) instead of
+        spawning one for this tool -- for a process that lives for one call (the CLI); a
+        long-lived one (serve, mcp, a library user) pays its own guardian once."""
         workdir = Path(workdir)
         if config is None:
             config = load_config(cwd=workdir)
         self.config = config
+        self.shared_guardian = shared_guardian
         self.workdir = workdir.resolve()
         self.environ = dict(os.environ if environ is None else environ)
         self.session = session or (backlog.session if backlog else secrets.token_hex(4))
@@ -377,10 +382,12 @@ class ExecTool:
                 container = self.config.sandbox.container
                 if self.config.sandbox.arm in ("auto", "container"):
                     engines = ENGINE_ORDER if container.engine == "auto" else (container.engine,)
-                try:
-                    shared: Path | None = guardian_socket(self.state)
-                except OSError:
-                    shared = None  # a guardian process of our own, as before
+                shared: Path | None = None
+                if self.shared_guardian:
+                    try:
+                        shared = guardian_socket(self.state)
+                    except OSError:
+                        shared = None  # a guardian process of our own, as before
                 self._guardian = Guardian(self.session, engines, socket_path=shared)
             return self._guardian
 

@@ -96,7 +96,8 @@ def exec_command(
 
     follow = None if as_json else (sys.stdout.buffer, sys.stderr.buffer)
     sys.stdout.flush()
-    with ExecTool(config, workdir) as tool:
+    # One call per process: the state directory's shared guardian, not one of our own.
+    with ExecTool(config, workdir, shared_guardian=True) as tool:
         result = tool.exec(command, shell=shell, where=where,  # type: ignore[arg-type]
                            timeout=timeout, background_ok=False, follow=follow)
     _finish(result, as_json)
