@@ -1,0 +1,115 @@
+"""Filesystem escapes (axis: filesystem): writes by absolute path, through links, hard
+links, FIFOs and device nodes planted in the source tree before the sync, and planted in
+the copy by a first command for the host's resync or a second command.
+
+The resync probes attack the orchestrator rather than the sandbox: the command replaces
+a file of its copy with a link to a host file; the person then edits that file in the
+source tree; the next sync must replace the link, never write through it (a host write
+the command chose).
+"""
+
+from __future__ import annotations
+
+from orchestrator.assurances import Guarantee
+from tests.escapes.bait import Bait
+from tests.escapes.probe import Judge, Probe, exists, file_has
+
+F = Guarantee.FILESYSTEM
+
+
+def _write(pid: str, target: str, judge_path: str | None = None) -> Probe:
+    # The host judges: a sandbox's own /tmp taking the write is no escape.
+    sh = f'echo "$id" > "{target}" && echo "NOT $id wrote {target} (judged by the host)" || echo "NOT $id"'
+    return Probe(pid, "writes by absolute path", F, sh, judge=exists(judge_path or target))
+
+
+def _through(pid: str, link: str, judged: Judge) -> Probe:
+    sh = f'echo "$id" >> {link} && echo "NOT $id (judged by the host)" || echo "NOT $id"'
+    return Probe(pid, "planted links and nodes", F, sh, judge=judged)
+
+
+def parent_write(bait: Bait, out: str) -> str | None:
+    for where in ("@SCRATCH@", "@TREE@/.."):
+        seen = exists(f"{where}/esc-parent-@TOK@")(bait, out)
+        if seen:
+            return seen
+    return None
+
+
+def probes() -> list[Probe]:
+    return [
+        _write("write-source-tree-abs", "@TREE@/esc-write-src-@TOK@"),
+        _write("write-home", "@HOMED@/esc-write-home"),
+        _write("write-home-direct", "@HOME@/.esc-@TOK@-direct"),
+        _write("write-tmp", "@TMPD@/esc-write-tmp"),
+        _write("write-tmp-worldwritable", "@WWD@/esc-write-ww"),
+        _write("write-tmp-direct", "/tmp/.esc-@TOK@-direct"),
+        _write("write-var-tmp", "@VARTMPD@/esc-write-vartmp"),
+        _write("write-dev-shm", "@SHMD@/esc-write-shm"),
+        _write("write-run", "@RUND@/esc-write-run"),
+        _write("write-beside-tree", "@OUTSIDE@/esc-write-outside"),
+        _write("write-sibling-copy", "@VICTIM@/esc-write-victim"),
+        Probe("write-copy-parent", "writes by absolute path", F,
+              'echo "$id" > ../esc-parent-@TOK@ && echo "NOT $id (judged by the host)" || echo "NOT $id"',
+              judge=parent_write),
+        Probe("write-host-binary", "writes by absolute path", F,
+              # opened for appending, nothing written: proves write access, changes nothing; the
+              # same device:inode as the host's file, or it is a sandbox's own copy
+              'if ( : >> @BINPATH@ ) 2>/dev/null && [ "$($b stat -L -c %d:%i @BINPATH@)" = "@BINID@" ]; then echo "ESC $id the host binary @BINPATH@ opened for writing"; else echo "NOT $id"; fi'),
+        Probe("write-etc-passwd", "writes by absolute path", F,
+              'if ( : >> /etc/passwd ) 2>/dev/null && [ "$($b stat -L -c %d:%i /etc/passwd)" = "@PWID@" ]; then echo "ESC $id the host /etc/passwd opened for writing"; else echo "NOT $id"; fi'),
+        _through("link-abs-from-source", "link-abs", file_has("@TMPD@/target-abs", "link-abs")),
+        _through("link-rel-from-source", "link-rel",
+                 file_has("@OUTSIDE@/target-rel", "link-rel")),
+        Probe("link-dir-from-source", "planted links and nodes", F,
+              'echo "$id" > link-dir/esc && echo "NOT $id (judged by the host)" || echo "NOT $id"',
+              judge=exists("@LINKD@/esc")),
+        _through("hardlink-from-source", "hard", file_has("@TMPD@/target-hard", "hardlink")),
+        _through("link-to-source-file", "link-src", file_has("@TREE@/a.txt", "link-to-source")),
+        Probe("fifo-from-source", "planted links and nodes", F,
+              'echo "$id" | $b timeout 3 $b dd of=fifo 2>/dev/null; echo "NOT $id (judged by the host)"',
+              judge=lambda b, o: f"the host's FIFO reader got {b.fifo_got[:1]}" if b.fifo_got
+              else None),
+        Probe("device-node-from-source", "planted links and nodes", F,
+              'if $b dd if=@DEVNODE@ of=/dev/null bs=512 count=1 2>/dev/null; then echo "ESC $id read the host /dev/kmsg through a synced device node"; else echo "NOT $id"; fi'),
+        # planted by a first command, for the host's resync or a second command
+        Probe("resync-through-symlink", "planted by a first command", F,
+              'echo "NOT $id (judged by the host)"',
+              plant='rm -f a.txt; $b ln -s @TMPD@/resync-target a.txt',
+              judge=file_has("@TMPD@/resync-target", "RESYNC-@TOK@")),
+        Probe("resync-through-hardlink", "planted by a first command", F,
+              'echo "NOT $id (judged by the host)"',
+              plant='rm -f b.txt; $b ln @TMPD@/resync-hard b.txt',
+              judge=file_has("@TMPD@/resync-hard", "RESYNC-@TOK@")),
+        Probe("resync-through-dir-symlink", "planted by a first command", F,
+              'echo "NOT $id (judged by the host)"',
+              plant='rm -rf sub; $b ln -s @RESYNCD@ sub',
+              judge=exists("@RESYNCD@/c.txt")),
+        Probe("second-command-through-symlink", "planted by a first command", F,
+              'echo "$id" >> lnk2; echo "NOT $id (judged by the host)"',
+              plant='$b ln -s @TMPD@/second-target lnk2',
+              judge=file_has("@TMPD@/second-target", "second-command")),
+        Probe("second-command-into-source", "planted by a first command", F,
+              'echo "$id" >> via-src; echo "NOT $id (judged by the host)"',
+              plant='$b ln -s @TREE@/keep.txt via-src',
+              judge=file_has("@TREE@/keep.txt", "second-command-into-source")),
+        Probe("second-command-mknod", "planted by a first command", F,
+              'if $b dd if=esc-dev of=/dev/null bs=512 count=1 2>/dev/null; then echo "ESC $id read /dev/kmsg through a node a first command made"; else echo "NOT $id"; fi',
+              plant='$b mknod esc-dev c @MAJMIN@'),
+    ]
+
+
+def edit_source(tree_values: dict[str, str]) -> None:
+    """The person edits their tree between the two commands: in place, as editors do, so
+    on `where: host` (no copy) the write follows whatever the first command planted."""
+    import contextlib
+    import os
+
+    tree = tree_values["TREE"]
+    marker = f"RESYNC-{tree_values['TOK']}\n"
+    for rel in ("a.txt", "b.txt", "sub/c.txt"):
+        path = os.path.join(tree, rel)
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a") as f:
+                f.write(marker)

@@ -1,0 +1,107 @@
+"""Runs one arm's steps (plant, edit, battery, exhaust) and returns what the arm claimed,
+its statement and each step's output.
+
+Every arm but `raw` goes through sprawl-orch's ExecTool. `raw` is the bare control: the
+same scripts as a plain subprocess of this test, with the bait fds inherited and a
+terminal as stdin -- what a command gets when nothing confines it. It proves each probe
+*can* see an escape, including those sprawl-orch closes even for `where: host`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.arms import ASSURANCES, ArmName
+from orchestrator.assurances import Assurances, statement
+from orchestrator.config import parse_config
+from orchestrator.exec_tool import ExecTool
+from tests.escapes.bait import ESC_FDS, Bait
+from tests.escapes.probe import Probe, Step, script
+from tests.escapes.probes_fs import edit_source
+from tests.escapes.probes_priv import LIMIT_BYTES, LIMIT_PIDS
+
+STEPS: tuple[Step, ...] = ("plant", "battery", "exhaust")
+TIMEOUT_S = 120.0
+
+
+@dataclass
+class ArmRun:
+    arm: str
+    claimed: Assurances
+    statement: str
+    outputs: dict[Step, str]
+
+    def output(self) -> str:
+        return "\n".join(self.outputs.values())
+
+
+def config_data(arm: str, scratch: Path, state: Path,
+                engine: tuple[str, str] | None = None) -> dict[str, Any]:
+    sandbox: dict[str, Any] = {
+        "arm": arm, "scratch_dir": str(scratch),
+        "container": {"memory_bytes": LIMIT_BYTES, "pids": LIMIT_PIDS},
+    }
+    if engine is not None:
+        name, image = engine
+        sandbox["container"].update({"engine": name, "images": {name: image}})
+    return {"sandbox": sandbox, "state": {"dir": str(state)}}
+
+
+def python_for_probes() -> str:
+    # The interpreter itself, not the venv's link (a venv under /tmp is hidden by a
+    # sandbox's private /tmp); the helpers need only the standard library.
+    return os.path.realpath(sys.executable)
+
+
+def run_raw(bait: Bait, probes: list[Probe], tree: Path, outputs: Path) -> ArmRun:
+    outs: dict[Step, str] = {}
+    bait.open_fds()
+    leader, follower = os.openpty()
+    try:
+        for step in STEPS:
+            if step == "battery":
+                edit_source(bait.values)
+            out = outputs / f"raw-{step}.out"
+            with open(out, "wb") as f:
+                subprocess.run(
+                    ["busybox", "sh", "-c", script(probes, step, bait.values)], cwd=tree,
+                    env={"PATH": os.environ["PATH"]}, stdin=follower, stdout=f,
+                    stderr=subprocess.STDOUT, pass_fds=ESC_FDS, timeout=TIMEOUT_S, check=False,
+                )
+            outs[step] = out.read_text(errors="replace")
+    finally:
+        os.close(leader)
+        os.close(follower)
+    none = ASSURANCES[ArmName.HOST]
+    return ArmRun("raw (no sprawl-orch)", none, statement("raw", none), outs)
+
+
+def run_tool(bait: Bait, probes: list[Probe], tool: ExecTool, where: str) -> ArmRun:
+    outs: dict[Step, str] = {}
+    claimed: Assurances | None = None
+    said = ""
+    bait.open_fds()  # held by the caller while sprawl-orch starts the command
+    for step in STEPS:
+        if step == "battery":
+            edit_source(bait.values)
+        result = tool.exec(["busybox", "sh", "-c", script(probes, step, bait.values)],
+                           where=where, timeout=TIMEOUT_S, background_ok=False)  # type: ignore[arg-type]
+        if result.outcome != "settled" or result.confinement is None:
+            raise AssertionError(f"the {step} step was not run: {result.what}: {result.detail}")
+        claimed = Assurances(**result.confinement.assurances)
+        said = result.confinement.statement
+        outs[step] = result.stdout + "\n" + result.stderr
+    assert claimed is not None
+    name = "host" if where == "host" else tool.arm().name.value
+    if tool.choice.arm is ArmName.CONTAINER and where != "host":
+        name = f"container ({tool.config.sandbox.container.engine})"
+    return ArmRun(name, claimed, said, outs)
+
+
+def open_tool(data: dict[str, Any], tree: Path) -> ExecTool:
+    return ExecTool(parse_config(data), tree)
