@@ -97,8 +97,8 @@ def script(probes: list[Probe], step: Step, values: dict[str, str]) -> str:
 
 def said(out: str, probe_id: str) -> tuple[str | None, str | None]:
     """(what ESC said, what NOT said) for one probe in a script's output."""
-    esc = re.search(rf"^ESC {re.escape(probe_id)}(?:\s(.*))?$", out, re.M)
-    nope = re.search(rf"^NOT {re.escape(probe_id)}(?:\s(.*))?$", out, re.M)
+    esc = re.search(rf"^ESC {re.escape(probe_id)}(?:[ \t](.*))?$", out, re.M)
+    nope = re.search(rf"^NOT {re.escape(probe_id)}(?:[ \t](.*))?$", out, re.M)
     return ((esc.group(1) or "").strip() if esc else None,
             (nope.group(1) or "").strip() if nope else None)
 

@@ -130,5 +130,9 @@ else s=$($b cut -d")" -f2 /proc/@P_PID@/stat 2>/dev/null | $b cut -d" " -f21)
 done; echo "NOT $id (judged by the host)" """, judge=died("S_SWEEP")),
     ]
     for pid, sh in DAEMONS.items():
-        out.append(Probe(pid, "daemons", P, sh, judge=survivor(DAEMON_KEYS[pid])))
+        # Still in the command's process group: sprawl-orch kills the group when the command
+        # ends, `where: host` included (the raw control shows they survive otherwise).
+        same_group = pid in ("daemon-nohup", "daemon-ignores-signals", "daemon-background-job")
+        out.append(Probe(pid, "daemons", P, sh, judge=survivor(DAEMON_KEYS[pid]),
+                         orchestrator_closes=same_group))
     return out

@@ -38,7 +38,7 @@ from tests.escapes.runner import (
 from tests.integration.conftest import missing
 
 PROBES: list[Probe] = [*net_probes(), *proc_probes(), *fs_probes(), *priv_probes()]
-ARMS = ("raw", "host", "copied_tree", "docker", "podman")
+ARMS = ("raw", "host", "copied_tree", "linux_namespaces", "docker", "podman")
 
 
 def test_probe_ids_are_unique() -> None:
