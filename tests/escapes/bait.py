@@ -130,9 +130,11 @@ class Bait:
         # allowlist; reading one record changes nothing.
         if os.path.exists("/dev/kmsg"):
             self.values["MAJMIN"] = "1 11"
-        if shutil.which("systemctl") and subprocess.run(["systemctl", "is-system-running"], capture_output=True, text=True,
-                          check=False).stdout.strip() in ("running", "degraded"):
-            self.values["SYSTEMD"] = "1"
+        if shutil.which("systemctl"):
+            state = subprocess.run(["systemctl", "is-system-running"], capture_output=True,
+                                   text=True, check=False).stdout.strip()
+            if state in ("running", "degraded"):
+                self.values["SYSTEMD"] = "1"
 
     # -- directories ------------------------------------------------------------------
     def dir(self, key: str, path: Path, mode: int = 0o777) -> Path:
@@ -144,6 +146,8 @@ class Bait:
 
     def plant_dirs(self) -> None:
         t = self.tok
+        # written by probes outside the bait directories when they get out
+        self.planted += [Path.home() / f".esc-{t}-direct", Path(f"/tmp/.esc-{t}-direct")]
         self.dir("TMPD", Path(f"/tmp/esc-{t}"))
         self.dir("WWD", Path(f"/tmp/esc-{t}-ww"), 0o1777)
         self.dir("VARTMPD", Path(f"/var/tmp/esc-{t}"))

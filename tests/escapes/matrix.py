@@ -8,6 +8,7 @@ Per probe, against what the arm claimed in its result:
   open                 it got out on something no axis claims (disk in the copy)
   ESCAPED              it got out on an axis the arm claims -- the test fails
   UNSTATED             it got out on an unclaimed axis the statement does not admit -- fails
+  broken               it never ran (e.g. no fork left): it proves nothing -- fails
 A class's cell is the worst of its probes, with counts.
 """
 
@@ -20,7 +21,7 @@ from orchestrator.assurances import Kept, phrase
 from tests.escapes.probe import Verdict
 from tests.escapes.runner import ArmRun
 
-ORDER = ("ESCAPED", "UNSTATED", "open", "expected-and-stated", "blocked", "n/a")
+ORDER = ("broken", "ESCAPED", "UNSTATED", "open", "expected-and-stated", "blocked", "n/a")
 
 
 def outcome(v: Verdict, run: ArmRun) -> str:
@@ -79,4 +80,4 @@ def write(path: Path, rows: list[tuple[ArmRun, list[Verdict]]]) -> None:
 
 def failures(run: ArmRun, verdicts: list[Verdict]) -> list[str]:
     return [f"{v.probe.id} [{v.probe.axis}] {outcome(v, run)}: {v.evidence}"
-            for v in verdicts if outcome(v, run) in ("ESCAPED", "UNSTATED")]
+            for v in verdicts if outcome(v, run) in ("ESCAPED", "UNSTATED", "broken")]

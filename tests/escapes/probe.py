@@ -51,7 +51,7 @@ class Probe:
 @dataclass(frozen=True)
 class Verdict:
     probe: Probe
-    status: Literal["escaped", "blocked", "n/a"]
+    status: Literal["escaped", "blocked", "broken", "n/a"]
     evidence: str
 
 
@@ -83,14 +83,11 @@ def script(probes: list[Probe], step: Step, values: dict[str, str]) -> str:
     for p in probes:
         if not applicable(p, values):
             continue
-        if step == "plant":
-            body = p.plant
-        else:
-            body = p.sh if p.step == step else ""
+        body = p.plant if step == "plant" else (p.sh if p.step == step else "")
         if not body:
             continue
         # No pipe after the subshell: a daemon a probe starts would hold it open.
-        parts.append(f"echo TRY {p.id}\nid={p.id}\n( {fill(body, values)}\n) 2>&1")
+        parts.append(f"echo TRY {p.id}\nid={p.id}\n( echo RAN $id\n{fill(body, values)}\n) 2>&1")
     parts.append("echo DONE")
     return "\n".join(parts) + "\n"
 
@@ -114,8 +111,11 @@ def judge(probe: Probe, bait: Bait, out: str) -> Verdict:
         return Verdict(probe, "escaped", f"probe: {esc}")
     if nope is not None:
         return Verdict(probe, "blocked", nope)
-    tried = f"TRY {probe.id}" in out
-    return Verdict(probe, "blocked", "killed or silent" if tried else "did not run")
+    # Killed after it started (a limit took it): blocked. Never started (a fork refused
+    # because an earlier probe used up the pids): it proves nothing -- broken.
+    if re.search(rf"^RAN {re.escape(probe.id)}$", out, re.M):
+        return Verdict(probe, "blocked", "killed")
+    return Verdict(probe, "broken", "never ran" if f"TRY {probe.id}" in out else "not reached")
 
 
 # -- host-side judges --------------------------------------------------------------------
@@ -137,7 +137,8 @@ def file_has(template: str, marker: str) -> Judge:
                 text = f.read()
         except OSError:
             return None
-        return f"{path} now holds {fill(marker, bait.values)!r}" if fill(marker, bait.values) in text else None
+        wanted = fill(marker, bait.values)
+        return f"{path} now holds {wanted!r}" if wanted in text else None
 
     return seen
 

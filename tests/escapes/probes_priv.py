@@ -33,17 +33,18 @@ rm -f "$f"; echo "$r $id {mb} MiB into {where}" """
 
 def probes() -> list[Probe]:
     return [
-        Probe("exhaust-pids", "exhaustion", R, f"""i=0; pids=
-while [ $i -lt {2 * LIMIT_PIDS} ]; do $b sleep 20 </dev/null >/dev/null 2>&1 & pids="$pids $!"; i=$((i+1)); done
-$b kill $pids 2>/dev/null
-[ $i -ge {2 * LIMIT_PIDS} ] && echo "ESC $id started {2 * LIMIT_PIDS} processes" """,
-              step="exhaust"),
         Probe("exhaust-memory", "exhaustion", R, f"""if $b dd if=/dev/zero of=/dev/null bs={2 * LIMIT_BYTES} count=1 2>/dev/null; then echo "ESC $id held {2 * LIMIT_BYTES} bytes"; else echo "NOT $id"; fi""",
               step="exhaust"),
         _fill("exhaust-tmp-tmpfs", "/tmp"),
         _fill("exhaust-dev-shm", "/dev/shm"),
         Probe("exhaust-disk-in-copy", "exhaustion", None,
               _fill("x", ".").sh, step="exhaust"),
+        # last: the processes it leaves behind (when a fork is refused) hold the pids
+        Probe("exhaust-pids", "exhaustion", R, f"""i=0; pids=
+while [ $i -lt {2 * LIMIT_PIDS} ]; do $b sleep 20 </dev/null >/dev/null 2>&1 & pids="$pids $!"; i=$((i+1)); done
+$b kill $pids 2>/dev/null
+[ $i -ge {2 * LIMIT_PIDS} ] && echo "ESC $id started {2 * LIMIT_PIDS} processes" """,
+              step="exhaust"),
         Probe("capabilities", PRIV, U,
               'c=$(capeff); [ -n "$c" ] && [ "$c" != 0000000000000000 ] && echo "ESC $id CapEff=$c" || echo "NOT $id CapEff=$c"'),
         Probe("kernel-module-load", PRIV, U,

@@ -10,6 +10,7 @@ outside every wall, and its first casualty is the person's tree (filesystem).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -45,10 +46,8 @@ def survivor(key: str) -> Judge:
                 break
             time.sleep(0.1)
         for pid in found:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return f"sleep {n} outlived the command (pids {found}, killed)" if found else None
 
     return seen
