@@ -116,11 +116,15 @@ class ExecTool:
     def offerings(self) -> Offerings:
         with self._lock:
             if self._offerings is None:
-                engines = self.config.sandbox.arm in ("auto", "container")
+                asked = self.config.sandbox.arm
+                engines = asked in ("auto", "container")
+                # bwrap's user-namespace probe only when the arm can be native (auto steps
+                # down to it only when no engine is admitted)
+                native = True if asked == "native" else None if asked == "auto" else False
                 # Admission's probe containers are announced to the guardian, like commands.
                 self._offerings = Offerings.this_machine(
                     self.config, with_engines=engines, evidence=self.evidence,
-                    watcher=self.guardian() if engines else None,
+                    watcher=self.guardian() if engines else None, with_native=native,
                 )
             return self._offerings
 

@@ -64,23 +64,29 @@ class Offerings:
     @classmethod
     def this_machine(
         cls, config: Config, *, with_engines: bool = True, evidence: Evidence | None = None,
-        watcher: Watcher | None = None,
+        watcher: Watcher | None = None, with_native: bool | None = True,
     ) -> Offerings:
         """Sample the machine. Engine admission runs real probe containers (announced to
         `watcher`; skipped while `evidence` kept on disk holds), so it is skipped
-        (`with_engines=False`) when the chosen arm cannot be a container."""
+        (`with_engines=False`) when the chosen arm cannot be a container. The user-namespace
+        probe runs bwrap: `with_native=False` skips it (the arm asked cannot be native; the
+        offering then says "not probed"), None runs it only when no engine was admitted
+        (what `auto` needs: it steps down to native only then)."""
         scratch, problem = _scratch(config)
-        bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
-        userns, why = (None, "bwrap not installed")
-        if bwrap:
-            from native_fallbacks.bwrap import user_namespace_works
-
-            userns, why = user_namespace_works(bwrap)
         engines: tuple[EngineOffer, ...] = ()
         if with_engines:
             from orchestrator.container.offer import offer_engines
 
             engines = offer_engines(config, evidence=evidence, watcher=watcher)
+        bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+        userns, why = (None, "bwrap not installed")
+        probe = with_native or (with_native is None and not any(e.admitted for e in engines))
+        if bwrap and not probe:
+            why = "not probed: the arm asked cannot be bwrap"
+        elif bwrap:
+            from native_fallbacks.bwrap import user_namespace_works
+
+            userns, why = user_namespace_works(bwrap)
         job, job_why = (False, "not Windows")
         if sys.platform == "win32":
             from native_fallbacks.job_object import job_available
