@@ -14,12 +14,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from orchestrator.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from orchestrator.errors import ErrorCode, SprawlError
 
 CONFIG_NAME = "sprawl.toml"
 
 ArmSpelling = Literal["auto", "container", "native", "copied_tree", "none", "python"]
 ARM_SPELLINGS: tuple[str, ...] = ("auto", "container", "native", "copied_tree", "none", "python")
+
+DEFAULT_BUDGET = 2 * 1024**3  # 8 copies at MAX_BYTES; each call's own copy is never evicted
 
 IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -121,6 +124,24 @@ class ContainerConfig(_Strict):
         return pinned if isinstance(pinned, str) else self.image
 
 
+class CopyConfig(_Strict):
+    """``[sandbox.copy]``: the synced copy's bounds, excludes and disk budget (SPEC §5)."""
+
+    max_files: int = Field(default=MAX_FILES, ge=1)
+    max_bytes: int = Field(default=MAX_BYTES, ge=1)
+    max_depth: int = Field(default=MAX_DEPTH, ge=1, le=10_000)
+    exclude: tuple[str, ...] = ()
+    # Persistent copies kept in the state directory, all working directories together.
+    budget_bytes: int = Field(default=DEFAULT_BUDGET, ge=0)
+
+    @field_validator("exclude")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value:
+            compile_excludes(value)
+        return value
+
+
 class SandboxConfig(_Strict):
     arm: ArmSpelling = "auto"
     shell: bool = True
@@ -130,6 +151,7 @@ class SandboxConfig(_Strict):
     scratch_dir: Path | None = None
     window_seconds: float = Field(default=600.0, gt=0)
     container: ContainerConfig = ContainerConfig()
+    copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
 
     @field_validator("env_passthrough")
     @classmethod

@@ -114,8 +114,11 @@ def same_content(src_path: str, dfd: int, size: int) -> bool:
         os.close(sfd)
 
 
-def copy_file(src_path: str, name: str, dst_fd: int, mode: int, budget: int) -> int:
-    """Copy the source file into a NEW entry ``name`` of ``dst_fd``; return the bytes copied.
+def copy_file(
+    src_path: str, name: str, dst_fd: int, mode: int, budget: int
+) -> tuple[int, os.stat_result]:
+    """Copy the source file into a NEW entry ``name`` of ``dst_fd``; return the bytes copied
+    and the new file's stat once it is written (its stamp for the record, copy_stamps).
 
     The entry must not exist (``O_EXCL`` refuses anything there, a planted link included).
     Copies until end of file but at most ``budget`` bytes; past that, the partial file is
@@ -137,9 +140,10 @@ def copy_new(
     finish: Callable[[int], None],
     discard: Callable[[], None],
     budget: int,
-) -> int:
+) -> tuple[int, os.stat_result]:
     """Copy the source into the fd ``create`` opens; ``finish`` runs on it before it is closed,
-    ``discard`` removes the new entry when copying fails. Returns the bytes copied."""
+    ``discard`` removes the new entry when copying fails. Returns the bytes copied and the
+    new file's ``fstat`` after ``finish``."""
     sfd = open_source(src_path)
     try:
         if not stat.S_ISREG(os.fstat(sfd).st_mode):
@@ -148,6 +152,7 @@ def copy_new(
         try:
             total = _pump(sfd, dfd, budget, src_path)
             finish(dfd)
+            written = os.fstat(dfd)
         except BaseException:
             os.close(dfd)
             dfd = -1
@@ -157,7 +162,7 @@ def copy_new(
         finally:
             if dfd >= 0:
                 os.close(dfd)
-        return total
+        return total, written
     finally:
         os.close(sfd)
 
@@ -300,7 +305,12 @@ class FdCopy:
 
     def kinds(self, handle: int) -> dict[str, Kind]:
         with os.scandir(handle) as it:
-            return {e.name: _kind(e) for e in it}
+            # Inline, not _kind(): this runs for every entry of every resync.
+            return {
+                e.name: "dir" if e.is_dir(follow_symlinks=False)
+                else "file" if e.is_file(follow_symlinks=False) else "other"
+                for e in it
+            }
 
     def lookup(self, name: str, parent: int) -> Kind | None:
         try:
@@ -311,8 +321,23 @@ class FdCopy:
             return "dir"
         return "file" if stat.S_ISREG(st.st_mode) else "other"
 
+    def lstat(self, name: str, parent: int) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
     def remove(self, name: str, parent: int, kind: Kind) -> int:
         return remove_entry(name, parent, kind == "dir")
+
+    def readlink(self, name: str, parent: int) -> str | None:
+        try:
+            return os.readlink(name, dir_fd=parent)
+        except OSError:
+            return None  # not a link (EINVAL), or gone
+
+    def symlink(self, target: str, name: str, parent: int) -> None:
+        os.symlink(target, name, dir_fd=parent)
 
     def mkdir(self, name: str, parent: int) -> None:
         os.mkdir(name, 0o700, dir_fd=parent)
@@ -327,5 +352,7 @@ class FdCopy:
     def same_bytes(self, src_path: str, name: str, parent: int, size: int, mode: int) -> bool:
         return same_bytes(src_path, name, parent, size, mode)
 
-    def copy_file(self, src_path: str, name: str, parent: int, mode: int, budget: int) -> int:
+    def copy_file(
+        self, src_path: str, name: str, parent: int, mode: int, budget: int
+    ) -> tuple[int, os.stat_result]:
         return copy_file(src_path, name, parent, mode, budget)

@@ -139,6 +139,21 @@ class PathCopy:
         except FileNotFoundError:
             return None
 
+    def lstat(self, name: str, parent: str) -> os.stat_result | None:
+        try:
+            return os.lstat(os.path.join(parent, name))
+        except FileNotFoundError:
+            return None
+
+    def readlink(self, name: str, parent: str) -> str | None:
+        try:
+            return os.readlink(os.path.join(parent, name))
+        except OSError:
+            return None
+
+    def symlink(self, target: str, name: str, parent: str) -> None:
+        os.symlink(target, os.path.join(parent, name))
+
     def remove(self, name: str, parent: str, kind: Kind) -> int:
         path = os.path.join(parent, name)
         if kind == "dir":
@@ -179,9 +194,11 @@ class PathCopy:
         finally:
             os.close(dfd)
 
-    def copy_file(self, src_path: str, name: str, parent: str, mode: int, budget: int) -> int:
+    def copy_file(
+        self, src_path: str, name: str, parent: str, mode: int, budget: int
+    ) -> tuple[int, os.stat_result]:
         path = os.path.join(parent, name)
-        total = copy_new(
+        total, written = copy_new(
             src_path,
             lambda: os.open(path, CREATE_FLAGS, 0o600),
             lambda fd: _set_mode(path, fd, mode),
@@ -190,4 +207,5 @@ class PathCopy:
         )
         if os.chmod not in os.supports_fd:
             os.chmod(path, mode)
-        return total
+            written = os.lstat(path)
+        return total, written

@@ -7,8 +7,10 @@ ours.
 
 A command still running when its window passes is handed to the backlog
 (backlog.py) and keeps its own copy until it is collected; the next command
-takes an idle copy or a fresh one (SPEC §5). With `background_ok=False` it is
-killed at the window instead (the CLI: a process that exits can keep no backlog).
+leases a free copy slot (copy_store: persistent, per working directory and
+config, resynced rather than rebuilt, kept between CLI calls; SPEC §5). With
+`background_ok=False` it is killed at the window instead (the CLI: a process
+that exits can keep no backlog).
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ from orchestrator.changes import compute as compute_changes
 from orchestrator.choice import ENGINE_ORDER, Choice, choose
 from orchestrator.config import Config, load_config
 from orchestrator.container.evidence import Evidence
+from orchestrator.copy_bounds import Bounds, Excludes
+from orchestrator.copy_store import CopyStore, Lease, copy_key
 from orchestrator.copy_sync import FileWork
+from orchestrator.copy_walk import Progress
 from orchestrator.environment import child_env
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import Guardian
@@ -45,7 +50,6 @@ from orchestrator.launch import Arm, Launch, NullWatcher, Watcher
 from orchestrator.ledger import Ledger
 from orchestrator.offerings import Offerings
 from orchestrator.results import Confinement, ExecResult, exceptional
-from orchestrator.scratch_copy import ScratchCopy
 from orchestrator.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from orchestrator.shell import shell_argv as expand_shell
 from orchestrator.state import guardian_socket, ledger_path, state_dir
@@ -53,8 +57,6 @@ from orchestrator.stream import Follower
 from orchestrator.yielding import find_program
 
 Where = Literal["sandbox", "host"]
-# Idle copies kept for the next commands; more are deleted as their commands are collected.
-IDLE_COPIES = 4
 
 
 class ExecTool:
@@ -77,12 +79,14 @@ class ExecTool:
         shares: Shares = UNSET,
         backlog: Backlog | None = None,
         shared_guardian: bool = False,
+        progress: Progress | None = None,
     ) -> None:
         """`shares`: what each run gets (cgroups.py); `backlog`: share one with other tools
         (serve does, one tool per arm), which then own and close it. `shared_guardian`:
         connect to the state directory's one guardian (guardian/server.py) instead of
         spawning one for this tool -- for a process that lives for one call (the CLI); a
-        long-lived one (serve, mcp, a library user) pays its own guardian once."""
+        long-lived one (serve, mcp, a library user) pays its own guardian once. `progress`:
+        hears (files, bytes) during a long sync (the CLI draws it on a terminal)."""
         workdir = Path(workdir)
         if config is None:
             config = load_config(cwd=workdir)
@@ -96,8 +100,8 @@ class ExecTool:
         self._arm: Arm | None = None
         # Guards the lazy choice/arm and the idle copies: serve calls exec from many threads.
         self._lock = threading.RLock()
-        self._idle: list[ScratchCopy] = []
         self._closed = False
+        self.progress = progress
         self._guardian: Guardian | None = None
         self.state = state_dir(config, self.environ)
         self.evidence = Evidence(self.state / "admission")
@@ -107,6 +111,11 @@ class ExecTool:
         )
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
+        copies = config.sandbox.copy_
+        store_root = config.sandbox.scratch_dir or self.state
+        self.copies = CopyStore(store_root / "copies", copies.budget_bytes)
+        self.bounds = Bounds(copies.max_files, copies.max_bytes, copies.max_depth)
+        self.excludes = Excludes(copies.exclude)
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure, said once on stderr-facing surfaces; never fails a command.
         self.ledger_problem: str | None = None
@@ -243,16 +252,16 @@ class ExecTool:
         cwd = self.workdir
         arm.prepare(self.workdir)
         watcher: Watcher = NullWatcher()
-        copy: ScratchCopy | None = None
+        copy: Lease | None = None
         changes: Callable[[str], Changes] | None = None
         if arm.name is not ArmName.HOST:
             watcher = self.guardian()
             copy = self._take_copy()
             try:
                 source, walked = change_record.source_stamps_before_sync(self.workdir)
-                work = copy.sync(self.workdir)
-            except SprawlError:
-                self._drop_copy(copy)  # sync already deleted its half-synced directory
+                work = copy.sync(self.workdir, self.bounds, self.excludes, self.progress)
+            except BaseException:
+                copy.release()  # a refused sync already deleted the half-synced copy
                 raise
             cwd = copy.path
             changes = self._changes_hook(arm, copy.path, source, walked)
@@ -346,34 +355,19 @@ class ExecTool:
             found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
 
-    def _take_copy(self) -> ScratchCopy:
-        """An idle copy (synced before use), or a fresh one."""
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        scratch = self.offerings.scratch
-        if scratch is None:
-            raise SprawlError(
-                ErrorCode.STORAGE_FATAL, "scratch directory",
-                self.offerings.scratch_problem or "no scratch directory",
-                "set [sandbox] scratch_dir to a writable directory",
-            )
-        copy = ScratchCopy(scratch, self.session, announce=self.guardian().scratch)
-        return copy
+    def _take_copy(self) -> Lease:
+        """A free slot of this working directory's persistent copy (copy_store)."""
+        key = copy_key(self.workdir, self.config.sandbox.model_dump_json(by_alias=True))
+        return self.copies.lease(self.workdir, key)
 
-    def _give_copy(self, copy: ScratchCopy) -> None:
-        """A collected command's copy: kept for the next command, or deleted."""
-        with self._lock:
-            if not self._closed and len(self._idle) < IDLE_COPIES:
-                self._idle.append(copy)
-                return
-        self._drop_copy(copy)
-
-    def _drop_copy(self, copy: ScratchCopy) -> str | None:
-        left = copy.close()
-        if left is None and self._guardian is not None:
-            self._guardian.scratch_gone(copy.path)
-        return left
+    def _give_copy(self, copy: Lease) -> None:
+        """A collected command's copy: released for the next command or CLI call; copies past
+        the disk budget are evicted, this one last."""
+        copy.release()
+        try:
+            self.copies.evict(keep=copy.slot)
+        except OSError as err:  # SPEC §5: a copy that cannot be deleted never fails a command
+            self.ledger_problem = self.ledger_problem or f"evicting copies failed: {err}"
 
     def guardian(self) -> Guardian:
         """The session's guardian (SPEC §4), made on the first sandboxed command; its
@@ -396,13 +390,11 @@ class ExecTool:
             return self._guardian
 
     def close(self) -> str | None:
-        """Release every run (own backlog), delete the copies and release the arm. Never
-        raises; says what stayed."""
+        """Release every run (own backlog) and with them their copies (kept, see copy_store),
+        and release the arm. Never raises; says what stayed."""
         stayed = [self.backlog.close() if self._owns_backlog else None]
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
-        stayed += [self._drop_copy(copy) for copy in idle]
         left = "; ".join(s for s in stayed if s) or None
         if self._arm is not None:
             self._arm.close()

@@ -197,6 +197,13 @@ def marked_processes(mark_prefix: str) -> list[psutil.Process]:
     return found
 
 
+def persistent_copies(state: Path) -> list[bool]:
+    """Each persistent copy slot under the state directory: whether a live command holds it."""
+    from orchestrator.copy_store import CopyStore
+
+    return [info.busy for info in CopyStore(state / "copies", 0).info()]
+
+
 def scratch_copies(scratch: Path) -> list[str]:
     return sorted(p.name for p in scratch.iterdir()) if scratch.exists() else []
 

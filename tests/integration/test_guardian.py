@@ -25,6 +25,7 @@ from guardian_support import (
     force_remove,
     guardian_done,
     guardian_events,
+    persistent_copies,
     scratch_copies,
     slow_create_wrapper,
     spec,
@@ -60,13 +61,15 @@ def test_sigkill_during_a_long_command(
     orch.wait_line("exec 1")
     assert wait_for(lambda: bool(containers(engine, session, status="running")), 60), \
         orch.seen
-    assert scratch_copies(tmp_path / "scratch"), "the command runs in a scratch copy"
+    assert persistent_copies(tmp_path / "state") == [True], "the command holds its copy"
     killed = orch.sigkill()
     assert wait_for(lambda: not containers(engine, session), GRACE + 5)
     gone_after = time.monotonic() - killed
     done = guardian_done(tmp_path / "guardian.log")
     assert done["left"] == [] and done["problems"] == []
     assert scratch_copies(tmp_path / "scratch") == []
+    # The persistent copy stays for the next call, released (its lock died with the holder).
+    assert persistent_copies(tmp_path / "state") == [False]
     print(f"{engine}: container gone {gone_after:.2f} s after SIGKILL; guardian: {done}")
 
 

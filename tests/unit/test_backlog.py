@@ -73,22 +73,26 @@ def test_background_command_is_harvested_with_its_full_result(tool: ExecTool) ->
         assert tool.harvest() == []
 
 
-def test_background_command_keeps_its_own_copy(tool: ExecTool, scratch: Path) -> None:
+def test_background_command_keeps_its_own_copy(tool: ExecTool) -> None:
+    def busy() -> list[bool]:
+        return [info.busy for info in tool.copies.info()]
+
     with tool:
         slow = tool.exec(["sh", "-c", "pwd; sleep 0.5; echo late > late.txt"], timeout=0.2)
         assert slow.outcome == "backgrounded"
-        assert len(list(scratch.iterdir())) == 1
+        assert busy() == [True]
         fast = tool.exec(["sh", "-c", "pwd; ls"])
-        # A fresh copy for the next command: two copies while the first still runs.
-        assert len(list(scratch.iterdir())) == 2
+        # Another slot for the next command: two copies while the first still runs.
+        assert busy() == [True, False]
         assert "late.txt" not in fast.stdout
         got = harvest_one(tool)
         assert got.stdout.strip() != fast.stdout.splitlines()[0]
         # Both copies are idle now and reused, resynced to the working directory.
         again = tool.exec(["ls"])
         assert "late.txt" not in again.stdout
-        assert len(list(scratch.iterdir())) == 2
-    assert list(scratch.iterdir()) == []
+        assert busy() == [False, False]
+    # Persistent: kept (idle) for the next call, not deleted.
+    assert busy() == [False, False]
 
 
 def test_halt_kills_the_whole_tree(tool: ExecTool) -> None:

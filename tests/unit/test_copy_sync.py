@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from orchestrator import copy_sync
 from orchestrator.copy_fileops import FdCopy
+from orchestrator.copy_links import stays_inside
 from orchestrator.copy_paths import PathCopy
-from orchestrator.copy_sync import MAX_DEPTH, Bounds, CopySide, FileWork, dir_fds_work, sync
+from orchestrator.copy_sync import Bounds, CopySide, FileWork, dir_fds_work, sync
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.scratch_copy import ScratchCopy
 
@@ -73,19 +74,27 @@ def snapshot(root: Path) -> dict[str, Entry]:
     return seen
 
 
-def view(root: Path, follow: bool) -> dict[str, Entry]:
-    """What the copy must equal: the source seen through its links (``follow``), or the copy
-    seen without following anything (a link there is reported as one, and fails the match)."""
+def view(root: Path, follow: bool, top: Path | None = None) -> dict[str, Entry]:
+    """What the copy must equal: the source seen through its links (``follow``) except the
+    in-tree relative ones, kept as links; or the copy seen without following anything."""
     seen: dict[str, Entry] = {}
+    top = top or root
     for name in os.listdir(root):
         path = root / name
+        if path.is_symlink():
+            target = os.readlink(path)
+            where = path.parent.relative_to(top).parts
+            if not follow or (not os.path.isabs(target) and stays_inside(str(top), where, target)):
+                seen[name] = ("link", target)
+                continue
         try:
             s = path.stat() if follow else path.lstat()
         except OSError:
             continue  # dangling link: copied as nothing
         if stat.S_ISDIR(s.st_mode):
             seen[name] = ("dir", stat.S_IMODE(s.st_mode) & 0o777 | 0o700)
-            seen.update({f"{name}/{k}": v for k, v in view(path, follow).items()})
+            inner = view(path, follow, top if follow and not path.is_symlink() else path)
+            seen.update({f"{name}/{k}": v for k, v in inner.items()})
         elif stat.S_ISREG(s.st_mode):
             seen[name] = ("file", path.read_bytes(), stat.S_IMODE(s.st_mode) & 0o777)
         elif not follow:
@@ -199,15 +208,16 @@ def test_link_out_of_the_tree_brings_content_not_a_door(tmp_path: Path, src: Pat
     make_tree(elsewhere, 3, dirs=1)
     (src / "door").symlink_to(elsewhere)
     (src / "dangling").symlink_to(tmp_path / "nothing")
-    (src / "self").symlink_to("self")
+    (src / "self").symlink_to("self")  # in the tree: kept as the same (looping) link
     os.mkfifo(src / "fifo")
     before = snapshot(elsewhere)
     copy = tmp_path / "copy"
     n = entries(src)
-    assert sync(src, copy) == work(created=10 + 3, walked=n + entries(elsewhere))
+    assert sync(src, copy) == work(created=10 + 3 + 1, walked=n + entries(elsewhere))
     assert_equal_trees(src, copy)
     assert (copy / "door").is_dir() and not (copy / "door").is_symlink()
-    for name in ("dangling", "self", "fifo"):
+    assert os.readlink(copy / "self") == "self"
+    for name in ("dangling", "fifo"):
         assert not os.path.lexists(copy / name)
     (copy / "door" / "f0.txt").write_bytes(b"a command writes the copy")
     assert snapshot(elsewhere) == before
@@ -241,22 +251,35 @@ def test_copy_falls_back_when_the_kernel_refuses_sendfile(
 # --- bounds and failures ---------------------------------------------------------------------
 
 
-def test_link_loop_is_refused_by_depth(tmp_path: Path, src: Path) -> None:
-    (src / "d0" / "loop").symlink_to(src)
+def test_link_loop_is_found_by_the_loop_check(tmp_path: Path, src: Path) -> None:
+    (src / "d0" / "loop").symlink_to(src)  # absolute: followed, and it contains itself
     before = snapshot(src)
     copy = tmp_path / "copy"
     with pytest.raises(SprawlError) as caught:
         sync(src, copy)
     err = caught.value
     assert err.code is ErrorCode.COPY_BOUND and err.subject == str(src)
-    # Either the depth bound or the kernel's link budget (ELOOP) ends the loop first,
-    # depending on the order the directory lists its entries in.
-    assert "MAX_DEPTH = 64" in err.detail and "endless tree" in err.detail
-    if "ELOOP" not in err.detail:
-        assert f"deeper than {MAX_DEPTH} levels" in err.detail
-        assert f"at level {MAX_DEPTH + 1}" in err.detail
+    assert "d0/loop is a symbolic link to a directory that contains it" in err.detail
+    assert "loop check" in err.detail and "d0/loop" in err.recovery
     assert not os.path.lexists(copy)
     assert snapshot(src) == before
+
+
+def test_one_step_loop_is_a_link_not_forty_levels(tmp_path: Path, src: Path) -> None:
+    (src / "a").symlink_to(".")
+    (src / "d0" / "up").symlink_to("..")
+    (src / "d2" / "out").symlink_to("../../elsewhere")  # climbs out: content rule (dangles)
+    copy = tmp_path / "copy"
+    n = entries(src)
+    assert sync(src, copy) == work(created=10 + 2, walked=n)
+    assert os.readlink(copy / "a") == "." and os.readlink(copy / "d0" / "up") == ".."
+    assert not os.path.lexists(copy / "d2" / "out")
+    assert_equal_trees(src, copy)
+    assert sync(src, copy) == work(walked=n)
+    (src / "a").unlink()
+    (src / "a").symlink_to("d0")  # retargeted: rewritten
+    assert sync(src, copy) == work(rewritten=1, walked=n)
+    assert os.readlink(copy / "a") == "d0"
 
 
 def _total_bytes(root: Path) -> int:
@@ -286,8 +309,13 @@ def test_each_bound_refuses_and_deletes_the_partial_copy(
         holder.sync(src, over) if holder else sync(src, copy, over)
     err = caught.value
     assert err.code is ErrorCode.COPY_BOUND and err.subject == str(src)
-    assert f"Bounds.{bound} = {exact[bound] - 1}" in err.detail
-    assert "smaller directory" in err.recovery
+    key = f"[sandbox.copy] max_{bound} = {exact[bound] - 1}"
+    assert key in err.detail and key in err.recovery and "exclude" in err.recovery
+    reached = {"files": "10 reached", "bytes": f"{exact['bytes']:,} reached after 10 files",
+               "depth": "d2/d3/f4.txt is at level 3"}
+    assert reached[bound] in err.detail
+    # The largest top-level entry, sized whole (not only as far as the sync got).
+    assert "largest top-level entries: d2 196 B (4 files)" in err.detail
     assert not os.path.lexists(copy)
     before["f0.txt"] = snapshot(src)["f0.txt"]
     assert snapshot(src) == before

@@ -121,13 +121,22 @@ def test_empty_command(tmp_path: Path, tree: Path, offerings: Offerings) -> None
     assert result.code == "E_BAD_REQUEST"
 
 
-def test_close_deletes_the_copy(tmp_path: Path, tree: Path, scratch: Path,
-                                offerings: Offerings) -> None:
-    tool = ExecTool(make_config(tmp_path, arm="copied_tree"), tree, offerings=offerings)
-    tool.exec(["true"])
-    assert len(list(scratch.iterdir())) == 1
+def test_the_copy_outlives_the_tool_and_is_resynced(tmp_path: Path, tree: Path, scratch: Path,
+                                                    offerings: Offerings) -> None:
+    config = make_config(tmp_path, arm="copied_tree")
+    tool = ExecTool(config, tree, offerings=offerings)
+    first = tool.exec(["sh", "-c", "echo scribble > README"])
+    assert first.work is not None and first.work.created == 2
     assert tool.close() is None
-    assert list(scratch.iterdir()) == []
+    assert list(scratch.iterdir()) == []  # not a scratch copy any more: kept in the state dir
+    [slot] = [info.slot for info in tool.copies.info()]
+    assert (slot / "tree" / "README").read_text() == "scribble\n"
+    with ExecTool(config, tree, offerings=offerings) as again:  # the next CLI call
+        second = again.exec(["cat", "README"])
+    assert second.stdout == "readme\n"
+    assert second.work is not None
+    assert (second.work.created, second.work.rewritten, second.work.removed) == (0, 1, 0)
+    assert [info.slot for info in again.copies.info()] == [slot]
 
 
 def test_unavailable_arm_refuses_before_copy(tmp_path: Path, tree: Path, scratch: Path,

@@ -1,0 +1,332 @@
+"""One sync pass over the source and the copy (copy_sync's walk; the rules are in its docstring).
+
+Depth-first with an explicit stack: only the ancestors' copy directories are open. Each
+regular file is settled by, in order: the stamp record (copy_stamps: the racy-clean rule),
+then a byte comparison, then a fresh copy. Every settled file, link and directory goes into
+the new record, which the caller saves once the whole pass succeeded.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+import pydantic
+
+from orchestrator import copy_stamps, fs_clock
+from orchestrator.copy_bounds import RECOVERY, Bounds, Excludes, bound_key, human, largest_entries
+from orchestrator.copy_fileops import BudgetExceeded, Kind, SourceUnreadable
+from orchestrator.copy_links import stays_inside
+from orchestrator.copy_stamps import ENTRY, SyncRecord
+from orchestrator.errors import ErrorCode, SprawlError
+
+# Links are kept as links where the copy side can make them; Windows needs a privilege for it.
+LINKS_KEPT = os.name != "nt"
+# A link that cannot be resolved: ENOENT dangling, ELOOP pointing at itself, ENOTDIR through a file.
+_UNRESOLVED = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+_KIND_AND_BITS = stat.S_IFMT(0o177777) | 0o7777
+ENTRY_SIZE = ENTRY.size
+PROGRESS_EVERY = 512  # files between two progress reports
+Progress = Callable[[int, int], None]
+"""Told (files, bytes) counted so far, every PROGRESS_EVERY files of a sync."""
+
+
+class FileWork(pydantic.BaseModel, frozen=True):
+    """What one sync did (copy_sync's docstring says exactly what each count counts) and the
+    ``[sandbox.copy] exclude`` patterns it left out, named in every result."""
+
+    created: int
+    rewritten: int
+    removed: int
+    walked: int
+    excluded: tuple[str, ...] = ()
+
+
+H = TypeVar("H")
+
+
+class CopySide(Protocol[H]):
+    """Every operation of a sync on the copy side; ``H`` is an open copy directory. Entries are
+    never followed: ``Kind`` is what the entry itself is (copy_fileops.Kind)."""
+
+    def open_parent(self, path: str) -> H: ...
+    def open_root(self, name: str, parent: H) -> H: ...
+    def close(self, handle: H) -> None: ...
+    def kinds(self, handle: H) -> dict[str, Kind]: ...
+    def lookup(self, name: str, parent: H) -> Kind | None: ...
+    def lstat(self, name: str, parent: H) -> os.stat_result | None: ...
+    def remove(self, name: str, parent: H, kind: Kind) -> int: ...
+    def mkdir(self, name: str, parent: H) -> None: ...
+    def open_dir(self, name: str, parent: H) -> H: ...
+    def set_dir_mode(self, handle: H, mode: int) -> None: ...
+    def readlink(self, name: str, parent: H) -> str | None: ...
+    def symlink(self, target: str, name: str, parent: H) -> None: ...
+    def same_bytes(self, src_path: str, name: str, parent: H, size: int, mode: int) -> bool: ...
+    def copy_file(
+        self, src_path: str, name: str, parent: H, mode: int, budget: int
+    ) -> tuple[int, os.stat_result]: ...
+
+
+class _TimedDevices(dict[int, bool]):
+    """``dev in this``: whether fs_clock knows the timestamp margin of device ``dev``."""
+
+    def __contains__(self, dev: object) -> bool:
+        known: bool | None = self.get(dev)  # type: ignore[call-overload]
+        if known is None:
+            assert isinstance(dev, int)
+            known = self[dev] = fs_clock.granularity_ns(dev) is not None
+        return known
+
+
+@dataclass
+class _Dir(Generic[H]):
+    """One directory being synced: source path, path relative to the root, whether it was
+    reached without following a link (only then may its links stay links), the open copy
+    directory and what it held."""
+
+    src: str
+    rel: str
+    real: bool
+    handle: H
+    depth: int
+    ident: tuple[int, int]
+    entries: list[os.DirEntry[str]]
+    copy: dict[str, Kind]
+    next: int = 0
+
+
+def list_source(src: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(src) as it:
+            return list(it)
+    except OSError as err:
+        raise SourceUnreadable(src, err) from err
+
+
+@dataclass
+class Walk(Generic[H]):
+    side: CopySide[H]
+    source: str  # resolved: the walk must not depend on the caller's cwd or links
+    bounds: Bounds
+    subject: str  # the working directory as the caller named it
+    excludes: Excludes = field(default_factory=Excludes)
+    old: SyncRecord | None = None
+    progress: Progress | None = None
+    created: int = 0
+    rewritten: int = 0
+    removed: int = 0
+    walked: int = 0
+    files: int = 0
+    bytes: int = 0
+
+    def __post_init__(self) -> None:
+        self.new = SyncRecord(self.source, time.time_ns(), fs_clock.TICK_MARGIN_NS,
+                              self.excludes.patterns)
+        # Looked up once per sync (and replaceable in tests that simulate a coarse clock).
+        self._pack, self._newest = copy_stamps.pack, copy_stamps.newest
+        old = self.old
+        self._edge = old.started_ns - old.granularity_ns if old else 0
+        self._offsets = old.offsets() if old else {}
+        self._old_entries = old.entries if old else bytearray()
+        # Devices whose filesystems stamp files finely enough for the racy-clean rule.
+        self._timed_devs = _TimedDevices()
+        self._ancestors: set[tuple[int, int]] = set()
+
+    def work(self) -> FileWork:
+        return FileWork(created=self.created, rewritten=self.rewritten, removed=self.removed,
+                        walked=self.walked, excluded=self.excludes.patterns)
+
+    def refuse(self, detail: str, key: str, recovery: str | None = None) -> SprawlError:
+        top = largest_entries(self.source, self.excludes)
+        if top:
+            detail += f"; largest top-level entries: {top}"
+        return SprawlError(ErrorCode.COPY_BOUND, self.subject, detail,
+                           recovery or RECOVERY.format(key=key))
+
+    def refuse_depth(self, rel: str, level: int, why: str) -> SprawlError:
+        rel = rel if len(rel) <= 160 else rel[:160] + "…"  # a link loop repeats itself
+        key = bound_key("depth", self.bounds.depth)
+        return self.refuse(f"{why}: {rel} is at level {level} (bound {key})", key)
+
+    def run(self, root: H) -> None:
+        """Sync the source into the open copy root; closes ``root``."""
+        side = self.side
+        stack: list[_Dir[H]] = []
+        try:
+            st = os.stat(self.source)
+            top = _Dir(self.source, "", True, root, 0, (st.st_dev, st.st_ino),
+                       list_source(self.source), side.kinds(root))
+            stack.append(top)
+            self._ancestors.add(top.ident)
+        except BaseException:
+            side.close(root)
+            raise
+        try:
+            while stack:
+                top = stack[-1]
+                if top.next == len(top.entries):
+                    for name, kind in top.copy.items():
+                        self.removed += side.remove(name, top.handle, kind)
+                    self._ancestors.discard(top.ident)
+                    side.close(stack.pop().handle)
+                    continue
+                entry = top.entries[top.next]
+                top.next += 1
+                self.walked += 1
+                child = self._entry(top, entry)
+                if child is not None:
+                    stack.append(child)
+                    self._ancestors.add(child.ident)
+        finally:
+            for frame in stack:
+                side.close(frame.handle)
+
+    def _entry(self, parent: _Dir[H], entry: os.DirEntry[str]) -> _Dir[H] | None:
+        rel = parent.rel + os.sep + entry.name if parent.rel else entry.name
+        if self.excludes and self.excludes.match(rel, entry.is_dir()):
+            return None  # left out: whatever the copy holds there is deleted as an extra
+        level = parent.depth + 1
+        if level > self.bounds.depth:
+            raise self.refuse_depth(rel, level, f"the tree is deeper than {self.bounds.depth} "
+                                    "levels")
+        is_link = entry.is_symlink()
+        if is_link and parent.real and LINKS_KEPT:
+            try:
+                target = os.readlink(entry.path)
+            except OSError as err:
+                raise SourceUnreadable(entry.path, err) from err
+            where = tuple(parent.rel.split(os.sep)) if parent.rel else ()
+            if stays_inside(self.source, where, target):
+                self._link(parent, entry.name, rel, target)
+                return None
+        try:
+            st = entry.stat()  # follows links: the content rule
+        except OSError as err:
+            if err.errno in _UNRESOLVED and (is_link or err.errno == errno.ENOENT):
+                return None  # dangling or self-referencing link, or gone since listed
+            raise SourceUnreadable(entry.path, err) from err
+        if stat.S_ISDIR(st.st_mode):
+            if (st.st_dev, st.st_ino) in self._ancestors:
+                key = bound_key("depth", self.bounds.depth)
+                raise self.refuse(
+                    f"{rel} is a symbolic link to a directory that contains it (found by the "
+                    "loop check): copying what it points at would never end", key,
+                    f"add {rel!r} to [sandbox.copy] exclude, or remove the link",
+                )
+            return self._dir(parent, entry, st, rel, parent.real and not is_link)
+        if stat.S_ISREG(st.st_mode):
+            self._file(parent, entry, st, rel)
+        return None
+
+    def _dir(
+        self, parent: _Dir[H], entry: os.DirEntry[str], st: os.stat_result, rel: str, real: bool
+    ) -> _Dir[H]:
+        side = self.side
+        want = stat.S_IMODE(st.st_mode) & 0o777 | 0o700
+        entries = list_source(entry.path)
+        old = parent.copy.pop(entry.name, None)
+        if old is not None and old != "dir":
+            self.removed += side.remove(entry.name, parent.handle, old)
+            old = None
+        if old is None:
+            side.mkdir(entry.name, parent.handle)
+        handle = side.open_dir(entry.name, parent.handle)
+        try:
+            side.set_dir_mode(handle, want)
+            copy = side.kinds(handle) if old is not None else {}
+        except BaseException:
+            side.close(handle)
+            raise
+        self.new.dirs.append(rel)
+        return _Dir(entry.path, rel, real, handle, parent.depth + 1, (st.st_dev, st.st_ino),
+                    entries, copy)
+
+    def _count(self, size: int) -> None:
+        bounds = self.bounds
+        self.files += 1
+        if self.files > bounds.files:
+            key = bound_key("files", bounds.files)
+            raise self.refuse(f"the tree has more than {bounds.files:,} files: {self.files:,} "
+                              f"reached, with {human(self.bytes)} in them (bound {key})", key)
+        if self.bytes + size > bounds.bytes:
+            raise self._over_bytes(self.bytes + size)
+        if self.progress is not None and self.files % PROGRESS_EVERY == 0:
+            self.progress(self.files, self.bytes)
+
+    def _over_bytes(self, reached: int) -> SprawlError:
+        bound = self.bounds.bytes
+        key = bound_key("bytes", bound)
+        return self.refuse(f"the tree holds more than {bound:,} bytes ({human(bound)}): "
+                           f"{reached:,} reached after {self.files:,} files (bound {key})", key)
+
+    def _file(self, parent: _Dir[H], entry: os.DirEntry[str], st: os.stat_result, rel: str) -> None:
+        # The hot path of a resync: bounds, then the racy-clean rule (copy_stamps) inlined.
+        size = st.st_size
+        self.files += 1
+        if self.files > self.bounds.files or self.bytes + size > self.bounds.bytes:
+            self.files -= 1
+            self._count(size)  # raises the refusal
+        if self.progress is not None and self.files % PROGRESS_EVERY == 0:
+            self.progress(self.files, self.bytes)
+        mode = st.st_mode & 0o777
+        name, side, handle = entry.name, self.side, parent.handle
+        old = parent.copy.pop(name, None)
+        fresh = True
+        if old == "file":
+            cst = side.lstat(name, handle)
+            # A regular file of the same size and exactly the wanted bits (set-id bits a
+            # command added make it differ).
+            if cst is not None and cst.st_size == size and cst.st_mode & _KIND_AND_BITS == (
+                stat.S_IFREG | mode
+            ):
+                packed = self._pack(st, cst, mode)
+                at = self._offsets.get(rel)
+                if (
+                    at is not None
+                    and self._newest(st, cst) < self._edge
+                    and self._old_entries[at : at + ENTRY_SIZE] == packed
+                    and st.st_dev in self._timed_devs and cst.st_dev in self._timed_devs
+                ) or side.same_bytes(entry.path, name, handle, size, mode):
+                    self.new.add(rel, packed)
+                    self.bytes += size
+                    return
+        if old == "dir":
+            self.removed += side.remove(name, handle, old)
+        elif old is not None:
+            side.remove(name, handle, old)
+            fresh = False
+        try:
+            budget = self.bounds.bytes - self.bytes
+            size, cst = side.copy_file(entry.path, name, handle, mode, budget)
+        except BudgetExceeded:
+            raise self._over_bytes(self.bounds.bytes + 1) from None
+        self.bytes += size
+        self.new.add(rel, self._pack(st, cst, mode))
+        self._counted(fresh)
+
+    def _link(self, parent: _Dir[H], name: str, rel: str, target: str) -> None:
+        self._count(0)
+        side, handle = self.side, parent.handle
+        old = parent.copy.pop(name, None)
+        self.new.links[rel] = target
+        if old == "other" and side.readlink(name, handle) == target:
+            return
+        fresh = True
+        if old == "dir":
+            self.removed += side.remove(name, handle, old)
+        elif old is not None:
+            side.remove(name, handle, old)
+            fresh = False
+        side.symlink(target, name, handle)
+        self._counted(fresh)
+
+    def _counted(self, fresh: bool) -> None:
+        if fresh:
+            self.created += 1
+        else:
+            self.rewritten += 1
