@@ -1,6 +1,6 @@
 """Persistent copies (SPEC §5): one per working directory and config, kept between CLI calls.
 
-Layout under the store root (``<state dir>/copies``, or ``[sandbox] scratch_dir``/copies)::
+Layout under the store root, ``<state dir>/copies``::
 
     <key>/             key: hash of the working directory's real path and the [sandbox] config
       0/  1/  ...      slots: a concurrent call takes another one

@@ -112,8 +112,7 @@ class ExecTool:
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
         copies = config.sandbox.copy_
-        store_root = config.sandbox.scratch_dir or self.state
-        self.copies = CopyStore(store_root / "copies", copies.budget_bytes)
+        self.copies = CopyStore(self.state / "copies", copies.budget_bytes)
         self.bounds = Bounds(copies.max_files, copies.max_bytes, copies.max_depth)
         self.excludes = Excludes(copies.exclude)
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None

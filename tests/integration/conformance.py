@@ -129,11 +129,13 @@ def arm_runner(arm: object, cwd: Path, env: dict[str, str], outputs: Path,
     return run
 
 
-def the_copy(scratch_root: Path) -> Path | None:
-    """The one synced copy under a scratch root (ScratchCopy names it sprawl-<session>-*)."""
-    copies = [p for p in scratch_root.glob("sprawl-*") if p.is_dir()]
+def the_copy(root: Path) -> Path | None:
+    """The one synced copy under ``root``: a state directory's persistent copies
+    (copies/<key>/<slot>/tree, copy_store), or a scratch root's ScratchCopy (sprawl-*)."""
+    copies = [p for p in root.glob("copies/*/*/tree") if p.is_dir()]
+    copies += [p for p in root.glob("sprawl-*") if p.is_dir()]
     if len(copies) > 1:
-        raise ProbeBroken(f"more than one copy under {scratch_root}: {copies}")
+        raise ProbeBroken(f"more than one copy under {root}: {copies}")
     return copies[0] if copies else None
 
 

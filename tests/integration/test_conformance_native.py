@@ -78,7 +78,7 @@ def conform(tool: ExecTool, tree: Path, scratch: Path, dialect: Dialect,
     claimed: Assurances = arm.assurances() if arm is not None else ASSURANCES[ArmName.HOST]
     name = arm.name.value if arm is not None else "host"
     run = exec_runner(tool, where=where)
-    copy = (lambda: the_copy(scratch)) if where == "sandbox" else (lambda: None)
+    copy = (lambda: the_copy(tool.state)) if where == "sandbox" else (lambda: None)
     observed = observe_all(run, dialect, workdir=tree, copy=copy, limit_bytes=LIMIT)
     print(table(name, observed))
     # The result's own statement says the same as the arm's claim.
