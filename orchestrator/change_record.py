@@ -67,6 +67,9 @@ def kind_of(mode: int) -> Kind:
 class SyncRecord:
     copy: dict[str, Stamp] = field(default_factory=dict)
     targets: dict[str, str] = field(default_factory=dict)  # the copy's links
+    # The copy stamps by directory ("" is the root) and name: the walk after the command
+    # looks names up without building a path per entry.
+    by_dir: dict[str, dict[str, Stamp]] = field(default_factory=dict)
     source: dict[str, Stamp] = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)
     trusted_below_ns: int = 0
@@ -165,6 +168,12 @@ def finish(copy_root: Path, source: dict[str, Stamp], source_walk_ns: int) -> Sy
     """The record of a synced and readied copy; call just before the command starts."""
     record = SyncRecord(source=source, source_walk_ns=source_walk_ns)
     record.copy, record.targets = snapshot_copy(copy_root)
+    record.by_dir = {"": {}}
+    for rel, stamp in record.copy.items():
+        head, _, name = rel.rpartition("/")
+        record.by_dir.setdefault(head, {})[name] = stamp
+        if stat.S_ISDIR(stamp[0]):
+            record.by_dir.setdefault(rel, {})
     record.trusted_below_ns = fs_now_ns(copy_root.parent)
     budget = HASH_BUDGET
     for rel, stamp in record.copy.items():

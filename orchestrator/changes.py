@@ -137,34 +137,43 @@ def _equal_files(a: str, b: str) -> bool | None:
 
 def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
     """Every change the command made in ``copy`` since the sync recorded in ``record``."""
-    base = dict(record.copy)
+    base = {d: dict(names) for d, names in record.by_dir.items()}
     trusted = record.trusted_below_ns
     cmp = _Compare(record, workdir, copy)
     out: list[ChangeEntry] = []
     stack = [("", str(copy))]
     while stack:
         rel_dir, abs_dir = stack.pop()
+        names = base.pop(rel_dir, None) or {}
+        prefix = rel_dir + "/" if rel_dir else ""
         with os.scandir(abs_dir) as it:
-            entries = list(it)
-        for entry in entries:
-            rel = entry.name if not rel_dir else f"{rel_dir}/{entry.name}"
-            st = entry.stat(follow_symlinks=False)
-            now: Stamp = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                          st.st_dev)
-            was = base.pop(rel, None)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if is_dir:
-                stack.append((rel, entry.path))
-            if was == now and now[3] < trusted:
-                continue
-            change = _judge(cmp, rel, entry.path, now, was)
-            if change is not None:
-                out.append(change)
-    for rel, was in base.items():
-        out.append(ChangeEntry(path=rel, change="deleted", was_kind=kind_of(was[0]),
-                               was_mode=_mode(was[0]), was_size=_size(was)))
+            for entry in it:
+                st = entry.stat(follow_symlinks=False)
+                was = names.pop(entry.name, None)
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((prefix + entry.name, entry.path))
+                # Every change to an entry sets its ctime to the filesystem's now, which is at
+                # least `trusted` (change_record): same inode + same old ctime = untouched.
+                if was is not None and was[3] == st.st_ctime_ns and was[4] == st.st_ino \
+                        and was[3] < trusted:
+                    continue
+                now: Stamp = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                              st.st_ino, st.st_dev)
+                change = _judge(cmp, prefix + entry.name, entry.path, now, was)
+                if change is not None:
+                    out.append(change)
+        for name, was in names.items():
+            out.append(_deleted(prefix + name, was))
+    for rel_dir, names in base.items():  # directories that are gone (or are no longer dirs)
+        prefix = rel_dir + "/" if rel_dir else ""
+        out.extend(_deleted(prefix + name, was) for name, was in names.items())
     out.sort(key=lambda e: e.path.split("/"))
     return out
+
+
+def _deleted(rel: str, was: Stamp) -> ChangeEntry:
+    return ChangeEntry(path=rel, change="deleted", was_kind=kind_of(was[0]),
+                       was_mode=_mode(was[0]), was_size=_size(was))
 
 
 def _size(stamp: Stamp) -> int | None:
