@@ -81,8 +81,9 @@ def main() -> None:
         ours_ms: list[float] = []
         for _ in range(args.reps):
             raw_ms.append(timed(lambda: metadata_walk(copy)))
-            found: list[object] = []
-            ours_ms.append(timed(lambda: found.extend(compute(record, source, copy))))
+            start = time.perf_counter()
+            found = compute(record, source, copy)
+            ours_ms.append((time.perf_counter() - start) * 1000)
             assert found == [], f"a no-change copy reported changes: {found[:3]}"
         raw, ours = statistics.median(raw_ms), statistics.median(ours_ms)
         print(f"copy of {args.files} files in {len(record.copy) - args.files} directories; "

@@ -107,8 +107,10 @@ def test_changes_are_reported_exactly(tool: ExecTool) -> None:
 
 def test_apply_a_subset_then_the_rest(tool: ExecTool) -> None:
     result = tool.exec(EDIT, shell=True)
-    assert result.exit_code == 0 and result.changes is not None and result.changes.kept, (result.stderr, result.changes)
-    handle = result.changes.handle
+    c = result.changes
+    assert result.exit_code == 0 and c is not None and c.kept, (result.stderr, c)
+    handle = c.handle
+    assert handle is not None
     tool.exec(["true"])  # the next sync resets the copy: the kept changes must not care
     dry = tool.apply(handle, ["README", "nd"], dry_run=True)
     assert dry.diff is not None and "-readme\n+changed\n" in dry.diff and "+x\n" in dry.diff
@@ -136,7 +138,8 @@ def test_apply_a_subset_then_the_rest(tool: ExecTool) -> None:
 
 def test_conflicts_are_refused_and_the_tree_is_untouched(tool: ExecTool) -> None:
     result = tool.exec("echo mine > README; echo created > new.txt; rm gone.txt", shell=True)
-    assert result.exit_code == 0 and result.changes is not None and result.changes.kept, (result.stderr, result.changes)
+    c = result.changes
+    assert result.exit_code == 0 and c is not None and c.kept, (result.stderr, c)
     assert result.changes.handle is not None
     w = tool.workdir
     (w / "README").write_text("the person's edit\n")  # changed since the sync

@@ -27,7 +27,7 @@ def _tree(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_apply_through_serve(tmp_path: Path) -> None:
     tree, config = _tree(tmp_path)
-    proc = subprocess.Popen(CLI + ["serve", "-C", str(tree), "--config", str(config)],
+    proc = subprocess.Popen([*CLI, "serve", "-C", str(tree), "--config", str(config)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdin is not None and proc.stdout is not None
 
@@ -69,16 +69,16 @@ def test_apply_through_serve(tmp_path: Path) -> None:
 def test_apply_through_the_cli(tmp_path: Path) -> None:
     tree, config = _tree(tmp_path)
     base = ["-C", str(tree), "--config", str(config)]
-    ran = subprocess.run(CLI + ["exec", *base, "--json", "--shell", "echo ONE > a.txt"],
+    ran = subprocess.run([*CLI, "exec", *base, "--json", "--shell", "echo ONE > a.txt"],
                          capture_output=True, text=True, check=True)
     handle = json.loads(ran.stdout)["changes"]["handle"]
-    dry = subprocess.run(CLI + ["apply", "--config", str(config), "--dry-run", handle],
+    dry = subprocess.run([*CLI, "apply", "--config", str(config), "--dry-run", handle],
                          capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr
     assert "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+ONE\n" in dry.stdout
     assert (tree / "a.txt").read_text() == "one\n"
     (tree / "a.txt").write_text("mine\n")  # the person edits it meanwhile: a conflict
-    refused = subprocess.run(CLI + ["apply", "--config", str(config), handle],
+    refused = subprocess.run([*CLI, "apply", "--config", str(config), handle],
                              capture_output=True, text=True)
     assert refused.returncode == 1 and "conflict" in refused.stderr
     assert "stamp at the sync" in refused.stderr and (tree / "a.txt").read_text() == "mine\n"
