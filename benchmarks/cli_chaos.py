@@ -15,7 +15,10 @@ verification, the run or the removal. Afterwards, once the guardians are done:
 - probe directories (`sprawl-probe-*`) and scratch copies left in this run's directory;
 - processes: any carrying this run's marker in its environment (the CLI, the guardian it
   spawned) or this run's directory on its command line (an engine CLI);
-- the person's tree: unchanged, and a normal call afterwards runs and mirrors it.
+- persistent copies (`<state>/copies/<key>/<slot>/`, kept between calls): none still
+  locked (a killed call's flock dies with it), and a normal call afterwards resyncs one and
+  reads the person's file through it;
+- the person's tree: unchanged.
 
 Prints the counts and exits 1 if anything was left. Not a timing: a check with numbers.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -79,6 +83,21 @@ def ours(mark: str, base: Path) -> list[psutil.Process]:
                     proc.environ().get(MARK) == mark:
                 found.append(proc)
     return found
+
+
+def locked_copies(base: Path) -> tuple[int, list[str]]:
+    """(persistent copy slots found, those whose lock some process still holds)."""
+    slots = sorted(base.glob("state*/copies/*/*/lock"))
+    held = []
+    for lock in slots:
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.append(str(lock.parent.relative_to(base)))
+        finally:
+            os.close(fd)
+    return len(slots), held
 
 
 def containers_from(base: Path) -> dict[str, list[str]]:
@@ -149,6 +168,7 @@ def main() -> int:
         probe_dirs = sorted(p.name for p in probes.glob("sprawl-probe-*"))
         copies = sorted(p.name for p in scratch.iterdir())
         unchanged = tree_digest(person) == before
+        slots, held = locked_copies(base)
         conf = config(base / "after.toml", "docker", images, base / "state", scratch)
         after = subprocess.run([*CLI, "exec", "-C", str(person), "--config", str(conf), "--",
                                 "cat", "sub/b.txt"], env=env, cwd=ROOT, capture_output=True,
@@ -161,9 +181,10 @@ def main() -> int:
         print(f"probe directories left: {len(probe_dirs)} {probe_dirs or ''}")
         print(f"scratch copies left: {len(copies)} {copies or ''}")
         print(f"processes left: {len(processes)} {processes or ''}")
+        print(f"persistent copies: {slots}, still locked: {len(held)} {held or ''}")
         print(f"the person's tree unchanged: {unchanged}; a call afterwards: exit "
               f"{after.returncode}, read {after.stdout.strip()!r}")
-        clean = not (any(containers.values()) or probe_dirs or copies or processes)
+        clean = not (any(containers.values()) or probe_dirs or copies or processes or held)
         ok = clean and unchanged and after.returncode == 0 and after.stdout == "also mine\n"
         if not ok:
             for engine, ids in containers.items():

@@ -246,7 +246,9 @@ class Guardian:
             except OSError as err:
                 last = str(err)
             sock.close()
-            if not spawned:
+            # Spawn one; again if ours has already left (it found a closing guardian's lock
+            # still held, or died): one that is still starting is waited for.
+            if not spawned or (self.process is not None and self.process.poll() is not None):
                 try:
                     self._spawn_server(path)
                 except OSError as err:

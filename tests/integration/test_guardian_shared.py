@@ -122,3 +122,23 @@ def test_a_dead_guardians_socket_is_replaced(tmp_path: Path) -> None:
     assert second.alive, second.problem
     assert [p.pid for p in servers(sock)] != [old.pid]
     assert second.close(wait=10) == 0
+
+
+def test_a_caller_meeting_a_closing_guardian_starts_the_next(tmp_path: Path) -> None:
+    """A guardian closing for idleness still holds its lock: the one we spawn leaves at once
+    ("already-serving"), so we spawn again until the lock is free."""
+    import fcntl
+    import threading
+
+    from guardian.server import lock_path
+
+    sock, log = tmp_path / "g.sock", tmp_path / "guardian.log"
+    held = os.open(lock_path(sock), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    threading.Timer(1.0, lambda: os.close(held)).start()  # the closing guardian goes
+    g = Guardian("late", socket_path=sock, log=log)
+    g.start()
+    assert g.alive, g.problem
+    said = [e["event"] for e in events(log)]
+    assert "already-serving" in said and said.count("serving") == 1, said
+    assert g.close(wait=10) == 0
