@@ -45,7 +45,7 @@ from orchestrator.copy_sync import FileWork
 from orchestrator.copy_walk import Progress
 from orchestrator.environment import child_env
 from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.guardian_client import Guardian
+from orchestrator.guardian_client import GUARDIAN_CODE, Guardian
 from orchestrator.launch import Arm, Launch, NullWatcher, Watcher
 from orchestrator.ledger import Ledger
 from orchestrator.offerings import Offerings
@@ -382,7 +382,7 @@ class ExecTool:
                 shared: Path | None = None
                 if self.shared_guardian:
                     try:
-                        shared = guardian_socket(self.state)
+                        shared = guardian_socket(self.state, self.environ, GUARDIAN_CODE)
                     except OSError:
                         shared = None  # a guardian process of our own, as before
                 self._guardian = Guardian(self.session, engines, socket_path=shared)

@@ -53,6 +53,7 @@ CONNECT_SECONDS = 10.0
 # The directory holding the `guardian` and `orchestrator` packages, so `python -m guardian`
 # finds them from a source checkout as well as from an install.
 _ROOT = Path(__file__).resolve().parent.parent
+GUARDIAN_CODE = _ROOT / "guardian"
 
 
 def _read_line(sock: socket.socket) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,12 +37,24 @@ def ledger_path(config: Config, environ: Mapping[str, str]) -> Path:
 SOCKET_PATH_MAX = 100
 
 
-def guardian_socket(state: Path) -> Path:
-    """The shared guardian's socket for this state directory (guardian/server.py). In the
-    state directory itself when the path fits a unix socket address; else in a private
-    directory of ours under the temp dir, named by the state directory."""
+# What the guardian reaches the engines through, and which guardian code runs: callers that
+# differ in any of these must not share one (it would remove containers on another daemon,
+# or speak another version of the protocol).
+GUARDIAN_ENV: tuple[str, ...] = (
+    "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH",
+    "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "PATH",
+)
+
+
+def guardian_socket(state: Path, environ: Mapping[str, str], code: Path) -> Path:
+    """The shared guardian's socket for this state directory (guardian/server.py), one per
+    engine environment and guardian code (`code`: where the `guardian` package is loaded
+    from, with this interpreter). In the state directory when the path fits a unix socket
+    address; else in a private directory of ours under the temp dir."""
     state = state.absolute()
-    candidate = state / "guardian.sock"
+    seen = [sys.executable, str(code), *(f"{k}={environ.get(k, '')}" for k in GUARDIAN_ENV)]
+    flavour = hashlib.sha256("\0".join(seen).encode()).hexdigest()[:12]
+    candidate = state / f"guardian-{flavour}.sock"
     if len(os.fsencode(candidate)) <= SOCKET_PATH_MAX:
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
         return candidate
@@ -52,4 +65,4 @@ def guardian_socket(state: Path) -> Path:
             or private.is_symlink():
         raise OSError(f"{private} is not a private directory of this user")
     digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
-    return private / f"guardian-{digest}.sock"
+    return private / f"guardian-{digest}-{flavour}.sock"
