@@ -6,7 +6,6 @@ person can fix the file without reading this code.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 import tomllib
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
+from orchestrator.credentials import credential_pattern, why
 from orchestrator.errors import ErrorCode, SprawlError
 
 CONFIG_NAME = "sprawl.toml"
@@ -26,28 +26,7 @@ DEFAULT_BUDGET = 2 * 1024**3  # 8 copies at MAX_BYTES; each call's own copy is n
 
 IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 
-# Names that look like they hold a credential: never passed into a sandbox (SPEC §8).
-CREDENTIAL_PATTERNS: tuple[str, ...] = (
-    "*TOKEN*",
-    "*SECRET*",
-    "*PASSWORD*",
-    "*PASSWD*",
-    "*_KEY",
-    "*_KEY_*",
-    "*APIKEY*",
-    "*API_KEY*",
-    "*CREDENTIAL*",
-    "*PRIVATE*",
-    "*AUTH*",
-    "*SESSION*",
-    "*COOKIE*",
-)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def credential_shaped(name: str) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pattern) for pattern in CREDENTIAL_PATTERNS)
 
 
 def _image_id(value: str | None) -> str | None:
@@ -147,6 +126,8 @@ class SandboxConfig(_Strict):
     shell: bool = True
     interpreter: Literal["system", "pwsh"] = "system"
     env_passthrough: tuple[str, ...] = ()
+    # Credential-shaped names passed on purpose; every result's statement names them.
+    credentials: tuple[str, ...] = ()
     write_limit: Literal["none", "create"] = "none"
     scratch_dir: Path | None = None
     window_seconds: float = Field(default=600.0, gt=0)
@@ -159,12 +140,22 @@ class SandboxConfig(_Strict):
         for name in names:
             if not ENV_NAME.match(name):
                 raise ValueError(f"{name!r} is not an environment variable name")
-            if credential_shaped(name):
+            pattern = credential_pattern(name)
+            if pattern is not None:
                 raise ValueError(
-                    f"{name!r} looks like a credential (matches one of "
-                    f"{', '.join(CREDENTIAL_PATTERNS)}); credentials are never passed into "
-                    "a sandbox"
+                    f"{name!r} looks like a credential (matches {pattern}: {why(pattern)}); "
+                    "env_passthrough never passes one into a sandbox. If the commands really "
+                    f"need it, move it to [sandbox] credentials = [\"{name}\"]: it is then "
+                    "passed, and every result says so"
                 )
+        return names
+
+    @field_validator("credentials")
+    @classmethod
+    def _names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
         return names
 
 

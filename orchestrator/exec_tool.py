@@ -43,6 +43,7 @@ from orchestrator.copy_bounds import Bounds, Excludes
 from orchestrator.copy_store import CopyStore, Lease, copy_key
 from orchestrator.copy_sync import FileWork
 from orchestrator.copy_walk import Progress
+from orchestrator.credentials import passed_on_purpose
 from orchestrator.environment import child_env
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import GUARDIAN_CODE, Guardian
@@ -153,7 +154,8 @@ class ExecTool:
             return self._arm
 
     def confinement(self, arm: Arm) -> Confinement:
-        notes = [n for n in (arm.note(),) if n]
+        handed = [n for n in self.config.sandbox.credentials if n in self.environ]
+        notes = [n for n in (arm.note(), passed_on_purpose(handed)) if n]
         if self.choice.missing and arm.name is not ArmName.HOST:
             steps = "; ".join(m.phrase for m in self.choice.missing)
             notes.insert(0, f"Stepped down: {steps}.")
@@ -242,7 +244,8 @@ class ExecTool:
             )
         self.backlog.check_open()
         arm = self._arm_for(where)
-        env = child_env(self.environ, self.config.sandbox.env_passthrough)
+        sandbox = self.config.sandbox
+        env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
         argv, interpreter = self._argv(arm, argv_in, shell)
         if arm.name is not ArmName.CONTAINER and not shell:
             # Checked against the working directory: the copy will equal it.

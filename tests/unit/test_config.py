@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Config, credential_shaped, load_config, parse_config
+from orchestrator.config import Config, load_config, parse_config
+from orchestrator.credentials import credential_shaped
 from orchestrator.errors import ErrorCode, SprawlError
 
 HEX = "a" * 64
