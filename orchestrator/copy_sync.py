@@ -141,8 +141,8 @@ def sync_with_record(
     ``copy`` is made (0700) if missing; its parent must exist. ``record``: where the stamp
     record of this copy lives (copy_stamps; outside the copy, where no command can write it):
     read to skip byte comparisons the racy-clean rule allows, replaced once the sync succeeded.
-    ``progress`` hears (files, bytes) now and then. On any refusal or failure the copy and its
-    record are deleted before SprawlError is raised.
+    ``progress`` hears (files, bytes, done) now and then, and with ``done`` at the end. On any
+    refusal or failure the copy and its record are deleted before SprawlError is raised.
     """
     source, copy = Path(source), Path(copy)
     excludes = excludes or Excludes()
@@ -218,4 +218,6 @@ def sync_with_record(
         ) from err
     finally:
         side.close(parent)
+        if progress is not None:
+            progress(walk.files, walk.bytes, True)
     return walk.work(), walk.new

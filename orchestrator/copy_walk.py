@@ -32,8 +32,9 @@ _UNRESOLVED = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
 _KIND_AND_BITS = stat.S_IFMT(0o177777) | 0o7777
 ENTRY_SIZE = ENTRY.size
 PROGRESS_EVERY = 512  # files between two progress reports
-Progress = Callable[[int, int], None]
-"""Told (files, bytes) counted so far, every PROGRESS_EVERY files of a sync."""
+Progress = Callable[[int, int, bool], None]
+"""Told (files, bytes, done) counted so far: every PROGRESS_EVERY files of a sync with
+``done=False``, and once with ``done=True`` when the sync ends, however it ends."""
 
 
 class FileWork(pydantic.BaseModel, frozen=True):
@@ -146,7 +147,7 @@ class Walk(Generic[H]):
         if top:
             detail += f"; largest top-level entries: {top}"
         return SprawlError(ErrorCode.COPY_BOUND, self.subject, detail,
-                           recovery or RECOVERY.format(key=key))
+                           recovery or RECOVERY.format(key=key.replace(" = ", " (now ") + ")"))
 
     def refuse_depth(self, rel: str, level: int, why: str) -> SprawlError:
         rel = rel if len(rel) <= 160 else rel[:160] + "…"  # a link loop repeats itself
@@ -256,7 +257,7 @@ class Walk(Generic[H]):
         if self.bytes + size > bounds.bytes:
             raise self._over_bytes(self.bytes + size)
         if self.progress is not None and self.files % PROGRESS_EVERY == 0:
-            self.progress(self.files, self.bytes)
+            self.progress(self.files, self.bytes, False)
 
     def _over_bytes(self, reached: int) -> SprawlError:
         bound = self.bounds.bytes
@@ -272,7 +273,7 @@ class Walk(Generic[H]):
             self.files -= 1
             self._count(size)  # raises the refusal
         if self.progress is not None and self.files % PROGRESS_EVERY == 0:
-            self.progress(self.files, self.bytes)
+            self.progress(self.files, self.bytes, False)
         mode = st.st_mode & 0o777
         name, side, handle = entry.name, self.side, parent.handle
         old = parent.copy.pop(name, None)

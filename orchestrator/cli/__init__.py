@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "orchestrator.cli.mcp_cmd:mcp_command",
     "image": "images.cli:image",
     "doctor": "orchestrator.cli.doctor_cmd:doctor_command",
+    "copies": "orchestrator.cli.copies_cmd:copies_command",
 }
 
 

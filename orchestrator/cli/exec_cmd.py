@@ -58,6 +58,10 @@ def _say(result: ExecResult) -> None:
         return
     for line in result.statement.splitlines():
         click.echo(f"sprawl-orch: {line}", err=True)
+    if result.work is not None and result.work.excluded:
+        left_out = ", ".join(result.work.excluded)
+        click.echo(f"sprawl-orch: left out of the copy ([sandbox.copy] exclude): {left_out}",
+                   err=True)
     if result.changes is not None and result.changes.total:
         click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
 
@@ -97,7 +101,10 @@ def exec_command(
     follow = None if as_json else (sys.stdout.buffer, sys.stderr.buffer)
     sys.stdout.flush()
     # One call per process: the state directory's shared guardian, not one of our own.
-    with ExecTool(config, workdir, shared_guardian=True) as tool:
+    from orchestrator.cli.copy_progress import copy_progress
+
+    with copy_progress(as_json) as progress, \
+            ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool:
         result = tool.exec(command, shell=shell, where=where,  # type: ignore[arg-type]
                            timeout=timeout, background_ok=False, follow=follow)
     _finish(result, as_json)

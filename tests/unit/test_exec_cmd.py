@@ -91,3 +91,25 @@ def test_not_a_directory(tmp_path: Path) -> None:
     code, _, err = run("exec", "-C", str(tmp_path / "nope"), "--", "true")
     assert code == 2
     assert "nope" in err
+
+
+def test_excludes_and_bounds_a_person_can_see_and_change(workdir: Path) -> None:
+    (workdir / "big").mkdir()
+    for i in range(30):
+        (workdir / "big" / f"blob{i}").write_bytes(b"b" * 1000)
+    toml = (workdir / "sprawl.toml").read_text()
+    (workdir / "sprawl.toml").write_text(toml.replace(
+        "[state]", '[sandbox.copy]\nmax_files = 10\n[state]'))
+    code, out, err = run("exec", "-C", str(workdir), "--", "ls")
+    assert code == 125 and "E_COPY_BOUND" in err
+    assert "10 reached" not in err and "11 reached" in err  # the count it reached
+    assert "largest top-level entries: big 30 kB (30 files)" in err
+    assert "[sandbox.copy] max_files = 10" in err
+    assert "raise [sandbox.copy] max_files (now 10)" in err
+    (workdir / "sprawl.toml").write_text(toml.replace(
+        "[state]", '[sandbox.copy]\nmax_files = 10\nexclude = ["big/"]\n[state]'))
+    code, out, err = run("exec", "-C", str(workdir), "--", "ls")
+    assert code == 0 and "big" not in out.split() and "a.txt" in out
+    assert "left out of the copy ([sandbox.copy] exclude): big/" in err
+    code, out, _ = run("exec", "-C", str(workdir), "--json", "--", "true")
+    assert json.loads(out)["work"]["excluded"] == ["big/"]
