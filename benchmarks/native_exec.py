@@ -10,8 +10,10 @@ Each repetition runs `true` four ways, interleaved so all see the same machine s
   with the same seccomp program, and, for a root caller, started as the same sandbox uid;
 - sprawl-orch's copied tree: `ExecTool.exec(["true"])`, against a plain `subprocess.run(["true"])`.
 
-Also reported, to explain the difference: the bwrap probe alone (it runs before every command,
-by design never cached), and the no-change resync of the working directory (F small files).
+Also reported, to explain the difference: the arm alone (`BwrapArm.start` -> wait -> finish
+on the synced copy: view, seccomp fd, uid drop, yielding prefix, bwrap; no probe, no sync,
+no result), the bwrap probe alone (it runs before every command, by design never cached:
+SPEC §6), and the no-change resync of the working directory (F small files).
 Prints medians in ms and ratios (ours / raw).
 """
 
@@ -37,6 +39,7 @@ from native_fallbacks.seccomp_filter import program_fd
 from orchestrator.config import parse_config
 from orchestrator.copy_sync import sync
 from orchestrator.exec_tool import ExecTool
+from orchestrator.launch import Launch
 
 
 def timed(step: Callable[[], object]) -> float:
@@ -56,6 +59,16 @@ def raw_bwrap(argv_with_fd: Callable[[int], list[str]], user: int | None) -> Non
                        user=user, group=user, extra_groups=None if user is None else [])
     finally:
         os.close(fd)
+
+
+def arm_alone(arm: BwrapArm, copy: Path, tree: Path, env: dict[str, str], out: Path,
+              true: str) -> None:
+    launch = Launch(argv=(true,), cwd=copy, env=env, outputs=out, tag="bench", session="bench",
+                    workdir=tree)
+    running = arm.start(launch)
+    running.wait(None)
+    if running.finish().exit_code != 0:
+        sys.exit("the arm alone did not run true")
 
 
 def probe_once(bwrap: str, tree: Path, user: int | None) -> None:
@@ -113,10 +126,12 @@ def main() -> None:
         sync(tree, resync_dest)
 
         samples: dict[str, list[float]] = {k: [] for k in (
-            "ours_bwrap", "raw_bwrap", "ours_copied", "raw_process", "probe", "resync")}
+            "ours_bwrap", "raw_bwrap", "arm", "ours_copied", "raw_process", "probe", "resync")}
         for _ in range(args.reps):
             samples["ours_bwrap"].append(timed(lambda: settled(ns)))
             samples["raw_bwrap"].append(timed(lambda: raw_bwrap(raw_argv, user)))
+            samples["arm"].append(timed(lambda: arm_alone(arm, copy, tree, env, tmp / "out",
+                                                          true)))
             samples["ours_copied"].append(timed(lambda: settled(ct)))
             samples["raw_process"].append(timed(lambda: must_run([true])))
             samples["probe"].append(timed(lambda: probe_once(bwrap, tree, user)))
@@ -130,6 +145,8 @@ def main() -> None:
          "bwrap <same args> true", med["raw_bwrap"]),
         ("copied tree, per command", "ExecTool.exec(true)", med["ours_copied"],
          "subprocess.run(true)", med["raw_process"]),
+        ("  of which: the arm alone", "start->finish(true)", med["arm"],
+         "bwrap <same args> true", med["raw_bwrap"]),
         ("  of which: bwrap probe", "run_probe(workdir)", med["probe"],
          "bwrap <same args> true", med["raw_bwrap"]),
         ("  of which: resync", f"sync() {args.files} files", med["resync"],
