@@ -114,7 +114,8 @@ def main() -> None:
             sys.exit(f"the native arm is not bwrap here: {ns.choice.reason()}")
         settled(ns)  # warm-up: the arm, the copy and the page cache
         settled(ct)
-        copy = next((tmp / "scratch-native").iterdir())
+        # The persistent copy the bwrap tool synced (copy_store: copies/<key>/<slot>/tree).
+        copy = next((tmp / "state-native" / "copies").glob("*/*/tree"))
         arm = ns.arm()
         assert isinstance(arm, BwrapArm)
         user = drop_uid()
