@@ -1,0 +1,141 @@
+"""`changes` and `apply` edge cases with real commands on the copied tree (docs/changes.md):
+hidden edits, no-op writes, unverifiable stamps, links in the working directory, the budget,
+set-uid bits, trusted-stamp conflicts, deleted directories that gained entries."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from orchestrator import change_record, change_store
+from orchestrator.errors import SprawlError
+from orchestrator.exec_tool import ExecTool
+from orchestrator.offerings import Offerings
+from tests.unit.conftest import make_config
+
+
+def tool_for(tmp_path: Path, tree: Path, offerings: Offerings, **state: object) -> ExecTool:
+    config = make_config(tmp_path, arm="copied_tree")
+    if state:
+        config = config.model_copy(update={"state": config.state.model_copy(update=state)})
+    return ExecTool(config, tree, offerings=offerings, record=False)
+
+
+@pytest.fixture
+def trusted_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Source stamps trusted at once (as they are for files older than 2 s)."""
+    monkeypatch.setattr(change_record, "SOURCE_RACY_NS", 0)
+    monkeypatch.setattr(change_store, "SOURCE_RACY_NS", 0)
+
+
+def test_an_edit_hidden_behind_an_old_mtime_is_found(tmp_path: Path, tree: Path,
+                                                     offerings: Offerings) -> None:
+    with tool_for(tmp_path, tree, offerings) as tool:
+        # Same size, mtime set back to what it was: only the ctime (and the bytes) tell.
+        line = "m=$(stat -c %Y README); echo README > README; touch -d @$m README"
+        result = tool.exec(line, shell=True)
+    assert result.changes is not None
+    assert [(e.path, e.change) for e in result.changes.paths] == [("README", "modified")]
+
+
+def test_touch_and_same_bytes_rewrite_are_no_change(tmp_path: Path, tree: Path,
+                                                    offerings: Offerings) -> None:
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("touch README; cat src/a.py > t; mv t src/a.py; chmod 644 README",
+                           shell=True)
+    assert result.changes is not None and result.changes.total == 0, result.changes
+
+
+def test_unverifiable_bytes_are_modified_unverified(tmp_path: Path, tree: Path,
+                                                    offerings: Offerings,
+                                                    trusted_sources: None) -> None:
+    with tool_for(tmp_path, tree, offerings) as tool:
+        # The command rewrites README with its own bytes, and meanwhile the person edits the
+        # source: no hash, no trustworthy source left to compare with.
+        line = f"cat README > t; mv t README; echo other > {tree}/README"
+        result = tool.exec(line, shell=True)
+    assert result.changes is not None
+    [entry] = result.changes.paths
+    assert (entry.path, entry.change, entry.verified) == ("README", "modified", False)
+
+
+def test_a_link_in_the_working_directory_is_never_written_through(
+        tmp_path: Path, tree: Path, offerings: Offerings) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("echo new > src/b.py; echo changed > src/a.py", shell=True)
+        assert result.changes is not None and result.changes.handle is not None
+        (tree / "src").rename(tree / "src-moved")
+        (tree / "src").symlink_to(outside)  # the person (or anyone) swaps in a link
+        applied = tool.apply(result.changes.handle)
+    assert applied.applied == []
+    assert {i.path for i in applied.refused} == {"src/a.py", "src/b.py"}
+    assert all("symbolic link" in (i.why or "") for i in applied.refused)
+    assert list(outside.iterdir()) == []
+
+
+def test_the_budget_drops_the_oldest_and_says_so(tmp_path: Path, tree: Path,
+                                                 offerings: Offerings) -> None:
+    with tool_for(tmp_path, tree, offerings, changes_budget_bytes=6000) as tool:
+        first = tool.exec("head -c 4000 /dev/zero > one", shell=True).changes
+        second = tool.exec("head -c 4000 /dev/zero > two", shell=True).changes
+        huge = tool.exec("head -c 7000 /dev/zero > three", shell=True).changes
+        assert first is not None and second is not None and huge is not None
+        assert first.kept and second.kept and second.dropped == [first.handle]
+        assert second.note is not None and "dropped" in second.note
+        assert not huge.kept and huge.note is not None and "budget" in huge.note
+        assert huge.total == 1 and huge.paths[0].path == "three"  # still reported
+        with pytest.raises(SprawlError) as err:
+            tool.apply(str(first.handle))
+    assert err.value.code.value == "E_UNKNOWN_HANDLE" and "budget" in err.value.detail
+
+
+def test_setuid_is_never_carried(tmp_path: Path, tree: Path, offerings: Offerings) -> None:
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("echo x > tool; chmod 4755 tool", shell=True)
+        assert result.changes is not None and result.changes.handle is not None
+        tool.apply(result.changes.handle)
+    assert stat.S_IMODE((tree / "tool").stat().st_mode) == 0o755
+
+
+def test_a_same_size_edit_conflicts_by_stamp(tmp_path: Path, tree: Path, offerings: Offerings,
+                                             trusted_sources: None) -> None:
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("echo CHANGED > README", shell=True)
+        assert result.changes is not None and result.changes.handle is not None
+        (tree / "README").write_text("README\n")  # same size as "readme\n"
+        applied = tool.apply(result.changes.handle)
+    [refused] = applied.refused
+    assert refused.why is not None and refused.why.startswith("conflict")
+    assert refused.at_sync is not None and refused.now is not None
+    assert refused.at_sync["ctime_ns"] != refused.now["ctime_ns"]
+    assert (tree / "README").read_text() == "README\n"
+
+
+def test_a_deleted_directory_that_gained_entries_is_kept(tmp_path: Path, tree: Path,
+                                                         offerings: Offerings) -> None:
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("rm -r src", shell=True)
+        assert result.changes is not None and result.changes.handle is not None
+        (tree / "src" / "mine.py").write_text("the person's\n")
+        applied = tool.apply(result.changes.handle)
+    assert [i.path for i in applied.applied] == ["src/a.py"]
+    assert [i.path for i in applied.refused] == ["src"]
+    assert (tree / "src" / "mine.py").read_text() == "the person's\n"
+
+
+def test_apply_refuses_another_working_directory(tmp_path: Path, tree: Path,
+                                                 offerings: Offerings) -> None:
+    from orchestrator.apply import apply
+
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("echo x > new", shell=True)
+        assert result.changes is not None and result.changes.handle is not None
+        with pytest.raises(SprawlError) as err:
+            apply(tool.state, result.changes.handle, workdir=tmp_path)
+    assert "were made from" in err.value.detail
+    assert not os.path.exists(tmp_path / "new")
