@@ -42,7 +42,7 @@ from orchestrator.copy_sync import FileWork
 from orchestrator.environment import env_names
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.launch import Launch, Running, Watcher
-from orchestrator.results import Confinement, ExecResult, read_capped
+from orchestrator.results import Confinement, ExecResult, exceptional, read_capped
 
 
 class RunProcesses(BaseModel):
@@ -348,13 +348,25 @@ class Backlog:
             stderr, stderr_full = read_capped(finished.stderr_path, keep)
             shutil.rmtree(entry.launch.outputs, ignore_errors=True)
             container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
+            if finished.refusal is not None:
+                # Started, but the program never ran: a refusal like any other arm's.
+                entry.result = exceptional(
+                    entry.pending.arm.value, finished.refusal, container=container or None,
+                    **{k: v for k, v in self._common(entry).items() if k != "arm"})
+                return entry.result
             changes = entry.changes(entry.handle) if entry.changes is not None else None
+            ceiling = verdict.as_result()
+            hit: list[Literal["memory", "pids"]] = []
+            if finished.oom_killed or (ceiling or {}).get("state") == "hit":
+                hit.append("memory")
+            if finished.pids_hit:
+                hit.append("pids")
             entry.result = ExecResult(
                 outcome="settled", stdout=stdout, stderr=stderr, stdout_full=stdout_full,
                 stderr_full=stderr_full, exit_code=finished.exit_code, killed=finished.killed,
-                detail=detail, memory_ceiling=verdict.as_result(), container=container or None,
+                detail=detail, memory_ceiling=ceiling, container=container or None,
                 handle=entry.handle if entry.background else None, background=entry.background,
-                changes=changes, **self._common(entry),
+                changes=changes, limits_hit=hit, **self._common(entry),
             )
             return entry.result
         finally:

@@ -44,7 +44,7 @@ from orchestrator.copy_store import CopyStore, Lease, copy_key
 from orchestrator.copy_sync import FileWork
 from orchestrator.copy_walk import Progress
 from orchestrator.credentials import passed_on_purpose
-from orchestrator.environment import child_env
+from orchestrator.environment import child_env, with_home
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import GUARDIAN_CODE, Guardian
 from orchestrator.launch import Arm, Launch, NullWatcher, Watcher
@@ -270,8 +270,11 @@ class ExecTool:
         try:
             join = self.backlog.joining(run)
             n = self.backlog.number()
+            outputs = self.outputs_root / str(n)
+            if arm.name is not ArmName.HOST or "HOME" not in env:
+                env = with_home(env, arm.name, outputs)
             launch = Launch(
-                argv=tuple(argv), cwd=cwd, env=env, outputs=self.outputs_root / str(n),
+                argv=tuple(argv), cwd=cwd, env=env, outputs=outputs,
                 tag=f"{self.session}-{n}", session=self.session, run=run,
                 shell_line=argv_in[0] if shell else None, watcher=watcher, join=join,
                 workdir=self.workdir,

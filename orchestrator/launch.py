@@ -14,6 +14,7 @@ from typing import Protocol
 
 from orchestrator.arms import ArmName
 from orchestrator.assurances import Assurances
+from orchestrator.errors import SprawlError
 
 
 class Watcher(Protocol):
@@ -119,7 +120,12 @@ class Finished:
     stderr_path: Path
     killed: bool = False
     oom_killed: bool = False
+    # The kernel refused a fork at the command's pids limit (where it counts that).
+    pids_hit: bool = False
     extra: Mapping[str, object] = field(default_factory=dict)
+    # The program could not be executed at all (found out only once it was started, e.g.
+    # in a container): the result is this refusal, not an exit code (unrunnable.py).
+    refusal: SprawlError | None = None
 
 
 class Running(Protocol):

@@ -2,8 +2,10 @@
 
 POSIX: the leader is waited for *without reaping* (pidfd, or waitid(WNOWAIT)), so its
 pid -- and therefore its process group id -- cannot be reused while we signal
-the group; only after the group is cleaned up is the leader reaped. Killing is
-SIGTERM, a short wait, then SIGKILL (trio's `_posix_deliver_cancel` shape).
+the group; only after the group is cleaned up is the leader reaped. Killing (halt, the
+window, release) is SIGKILL to the whole group at once, as `docker kill` does to a
+container, so a halted command ends 137 on every arm. A command that died of signal N
+is reported as 128+N (the shell's and docker's convention), never Popen's -N.
 
 Without process groups (Windows: no killpg, no waitid; chosen once by `GROUPS`): the
 command gets CREATE_NEW_PROCESS_GROUP (a console Ctrl+C meant for us does not reach it),
@@ -30,6 +32,7 @@ import psutil
 
 from orchestrator.launch import Finished, Join, NullWatcher, Watcher
 
+# How long a SIGKILLed process may take to be gone (delivery is asynchronous).
 TERM_GRACE_SECONDS = 1.0
 # Wait for the go line on stdin, then give the command /dev/null as stdin, as without a gate.
 _GATE = 'read -r _ || exit 125; exec </dev/null; exec "$@"'
@@ -180,14 +183,6 @@ class HostProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
 
-    def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        # A group whose only member is our zombie leader counts as gone.
-        return any(pid != self.pid for pid in self.pids()) or not self._exited_now()
-
     def kill(self) -> None:
         self._killed = True
         stray = self._descendants()
@@ -197,10 +192,6 @@ class HostProcess:
             _kill_verified(stray)
             self.wait(None)
             return
-        self._signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + TERM_GRACE_SECONDS
-        while self._group_alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
         self._signal_group(signal.SIGKILL)
         _kill_verified(stray)
         self.wait(None)
@@ -224,7 +215,7 @@ class HostProcess:
             os.close(self._pidfd)
             self._pidfd = None
         return Finished(
-            exit_code=code,
+            exit_code=128 - code if code < 0 else code,
             stdout_path=self.stdout_path,
             stderr_path=self.stderr_path,
             killed=self._killed,

@@ -96,18 +96,26 @@ class ExecResult(BaseModel):
             return (f"{self.code.value if self.code else 'refused'}: {self.subject}: "
                     f"{self.detail} (what you can do: {self.recovery})")
         lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
-        lines += [LIMIT_SENTENCES[limit] for limit in self.limits_hit]
+        lines += [self._limit_sentence(limit) for limit in self.limits_hit]
         if self.detail:
             lines.append(self.detail)
         return "\n".join(lines)
 
-
-LIMIT_SENTENCES: dict[str, str] = {
-    "memory": "Out of memory: the kernel killed the command's process(es) at its memory limit "
-    "(exit 137 is that SIGKILL); raise [sandbox.container] memory_bytes if it needs more.",
-    "pids": "Process limit reached: the kernel refused a fork at the pids limit; raise "
-    "[sandbox.container] pids if it needs more processes.",
-}
+    def _limit_sentence(self, limit: str) -> str:
+        limits = (self.container or {}).get("limits") or {}
+        if limit == "pids":
+            return (f"Process limit reached: the kernel refused a fork at the pids limit of "
+                    f"{limits.get('pids', '?')}; raise [sandbox.container] pids if the "
+                    "command needs more processes.")
+        if isinstance(limits, dict) and "memory_bytes" in limits:
+            return (f"Out of memory: the kernel's OOM killer killed the command's process(es) "
+                    f"at its memory limit of {limits['memory_bytes']} bytes (SIGKILL, exit "
+                    "137 when it was the main one); raise [sandbox.container] memory_bytes "
+                    "if it needs more.")
+        ceiling = self.memory_ceiling or {}
+        return (f"Out of memory: the kernel's OOM killer killed process(es) of run "
+                f"{self.run!r} at its memory ceiling of {ceiling.get('limit_bytes', '?')} "
+                "bytes (SIGKILL, exit 137 when it was the command itself).")
 
 
 def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:

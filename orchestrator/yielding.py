@@ -11,8 +11,9 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from orchestrator.errors import ErrorCode, SprawlError
+from orchestrator.unrunnable import elf_problem, shebang, unavailable
 
 
 @dataclass(frozen=True)
@@ -24,26 +25,35 @@ class Yielders:
 
 def find_program(program: str, env: Mapping[str, str], cwd: str) -> str:
     """Resolve like execvp: a name with a slash is a path (relative to cwd); else the
-    first executable match on the child's PATH."""
+    first executable match on the child's PATH. A script's #! interpreter must exist too:
+    execve fails with ENOENT otherwise, which nice(1) would report as a bare exit 127."""
     if "/" in program:
-        path = program if os.path.isabs(program) else os.path.join(cwd, program)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return program
-        why = "does not exist" if not os.path.exists(path) else "is not an executable file"
-        raise _unavailable(program, f"{path} {why}")
-    found = shutil.which(program, path=env.get("PATH", os.defpath))
-    if found is None:
-        raise _unavailable(program, f"not found on PATH={env.get('PATH', os.defpath)}")
+        path = os.path.normpath(program if os.path.isabs(program) else os.path.join(cwd, program))
+        if os.path.isdir(path):
+            raise unavailable(program, f"{path} is a directory, not a program")
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            why = "does not exist" if not os.path.lexists(path) else (
+                "is a link to nothing" if not os.path.exists(path)
+                else "is not an executable file (no execute bit)")
+            raise unavailable(program, f"{path} {why}")
+        found = program
+        checked = path
+    else:
+        which = shutil.which(program, path=env.get("PATH", os.defpath))
+        if which is None:
+            raise unavailable(program, f"not found on PATH={env.get('PATH', os.defpath)}")
+        found = checked = which
+    problem = elf_problem(Path(checked))
+    if problem is not None:
+        raise unavailable(program, f"{os.path.normpath(checked)} {problem}")
+    interpreter = shebang(Path(checked))
+    if interpreter is not None:
+        target = os.path.join(cwd, interpreter) if interpreter else ""
+        if not interpreter or not os.path.isfile(target) or not os.access(target, os.X_OK):
+            named = f"names {interpreter}, which is not an executable file" if interpreter \
+                else "names no interpreter"
+            raise unavailable(program, f"{checked}'s #! line {named}")
     return found
-
-
-def _unavailable(program: str, why: str) -> SprawlError:
-    return SprawlError(
-        ErrorCode.TOOL_UNAVAILABLE,
-        subject=program,
-        detail=why,
-        recovery="check the program name, or use the shell arm (--shell)",
-    )
 
 
 def yield_prefix(yielders: Yielders) -> list[str]:

@@ -26,33 +26,43 @@ from orchestrator.container.admission import (
     engine_for,
     preferred,
 )
-from orchestrator.container.argv import HostLimits, container_name, create_argv, fit_limits
-from orchestrator.container.engine import Engine, not_found_in_image
+from orchestrator.container.argv import (
+    HostLimits,
+    Limits,
+    container_name,
+    create_argv,
+    fit_limits,
+)
+from orchestrator.container.engine import Engine
 from orchestrator.container.evidence import Evidence
 from orchestrator.container.ownership import own_copy
-from orchestrator.container.run import ContainerRun
+from orchestrator.container.run import ContainerRun, image_path
 from orchestrator.container.userns import host_owner, principal_problem
 from orchestrator.container.verify import Expected, verify
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import hold_after_create
 from orchestrator.launch import Launch, Watcher
 from orchestrator.offerings import EngineOffer
+from orchestrator.unrunnable import host_venv, runtime_refusal
 
 SHELL = "/bin/sh"  # a shell line runs under the image's own shell
 
 
-def _start_refusal(words: str, program: str, err: SprawlError | None) -> SprawlError:
+def _start_refusal(words: str, program: str, err: SprawlError | None,
+                   venv: str | None = None) -> SprawlError:
     """The command never ran: say why, as exec would on the host (SPEC §7)."""
-    if not_found_in_image(words):
-        return SprawlError(
-            ErrorCode.TOOL_UNAVAILABLE, program,
-            f"{program!r} is not an executable in the image: {words}",
-            "check the program name, or use the shell arm",
-        )
+    refusal = runtime_refusal(words, program, venv)
+    if refusal is not None:
+        return refusal
     if err is not None:
         return err
     return SprawlError(ErrorCode.ENGINE_REFUSED, "container start", words,
                        "see `sprawl-orch doctor`; the engine could not start the container")
+
+
+def _limits(limits: Limits) -> dict[str, object]:
+    """The numbers a result's statement names when the kernel enforced one of them."""
+    return {"memory_bytes": limits.memory_bytes, "pids": limits.pids, "cpus": limits.cpus}
 
 
 class ContainerArm:
@@ -152,8 +162,13 @@ class ContainerArm:
         engine = self.engine
         copy = launch.cwd.resolve()
         command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
+        # PATH is the image's (its config's Env, else the engine's default), never the host's
+        # (pyenv shims, ~/.local/bin): the engine fills it in when we pass none.
+        env = {k: v for k, v in launch.env.items() if k != "PATH"}
+        # Judged on the working directory: the copy turns links out of the tree into files.
+        venv = host_venv(launch.workdir or copy, command[0])
         argv = create_argv(
-            engine.name, self.config, admission.image, copy, command, launch.env.keys(),
+            engine.name, self.config, admission.image, copy, command, env.keys(),
             launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
             userns=self._userns_flags(admission, copy),
             workdir=launch.workdir,
@@ -162,14 +177,15 @@ class ContainerArm:
         record: dict[str, object] = {
             "engine": engine.name, "image": admission.image, "argv": list(engine.cli_argv(argv)),
             "verified": False, "removed": False, "runtime": admission.runtime_used, "name": name,
+            "limits": _limits(fit_limits(self.config, self.host)),
         }
         launch.outputs.mkdir(parents=True, exist_ok=True)
         launch.watcher.expect(name)
         try:
-            container = engine.create(argv, launch.env)
+            container = engine.create(argv, env)
         except SprawlError as err:
             self._remove_quietly(engine, name, launch)
-            raise _start_refusal(err.detail, command[0], err) from err
+            raise _start_refusal(err.detail, command[0], err, venv) from err
         launch.watcher.created(name, container)
         hold_after_create(name)  # SPRAWL_TEST_PAUSE_AFTER_CREATE (guardian tests); else nothing
         try:
@@ -188,15 +204,16 @@ class ContainerArm:
                 raise SprawlError(err.code, err.subject, f"{err.detail}; {left}",
                                   err.recovery) from err
             raise
-        record |= {"verified": True, "id": container, "host_owner": f"{owner[0]}:{owner[1]}"}
+        record |= {"verified": True, "id": container, "host_owner": f"{owner[0]}:{owner[1]}",
+                   "path": image_path(inspect)}
         if admission.userns is not None:
             record["userns"] = admission.userns.mode
         attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
         if attached.start_error is not None:
             attached.collect()
             self._remove_quietly(engine, container, launch, name)
-            raise _start_refusal(attached.start_error, command[0], None)
-        return ContainerRun(engine, container, name, launch, attached, record)
+            raise _start_refusal(attached.start_error, command[0], None, venv)
+        return ContainerRun(engine, container, name, launch, attached, record, venv)
 
     def _userns_flags(self, admission: Admission, copy: Path) -> tuple[str, ...]:
         if admission.userns is None:

@@ -14,8 +14,10 @@ from pathlib import Path
 import psutil
 
 from orchestrator.container.engine import Attached, Engine, not_found_in_image
+from orchestrator.container.pids_watch import PidsWatch
 from orchestrator.errors import SprawlError
 from orchestrator.launch import Finished, Launch
+from orchestrator.unrunnable import after_start_refusal, loader_refusal, runtime_refusal
 
 _ZERO_TIME = "0001-01-01"
 # after kill(), how long the attached output may take to end
@@ -45,7 +47,7 @@ def _tail(path: Path, limit: int = 2000) -> str:
 class ContainerRun:
     def __init__(
         self, engine: Engine, container: str, name: str, launch: Launch, attached: Attached,
-        record: Mapping[str, object],
+        record: Mapping[str, object], venv: str | None = None,
     ) -> None:
         self.engine = engine
         self.container = container
@@ -53,6 +55,8 @@ class ContainerRun:
         self.launch = launch
         self._attached = attached
         self._record = dict(record)
+        self._venv = venv  # unrunnable.host_venv's sentence, when the program is one
+        self._pids = PidsWatch(container)
         self._killed = False
         self._finished: Finished | None = None
         self._lock = threading.Lock()
@@ -105,6 +109,7 @@ class ContainerRun:
             self.engine.kill(self.container)
             self._attached.wait(SETTLE_SECONDS)
         start_error = self._attached.collect()
+        pids_hit = self._pids.stop()
         record = dict(self._record)
         exit_code: int | None = None
         oom = False
@@ -125,8 +130,23 @@ class ContainerRun:
         record["removed"] = self._remove(record)
         return Finished(
             exit_code=exit_code, stdout_path=self.stdout_path, stderr_path=self.stderr_path,
-            killed=self._killed, oom_killed=oom, extra={"container": record},
+            killed=self._killed, oom_killed=oom, pids_hit=pids_hit, extra={"container": record},
+            refusal=None if self._killed else self._refusal(start_error, exit_code),
         )
+
+    def _refusal(self, start_error: str | None, exit_code: int | None) -> SprawlError | None:
+        """The program could not be executed: podman's never-started container, runc's
+        after-start execve failure, or a host venv's interpreter without its libraries."""
+        program = self.launch.argv[0] if self.launch.shell_line is None else "/bin/sh"
+        if start_error:
+            return runtime_refusal(start_error, program, self._venv)
+        try:
+            size = self.stdout_path.stat().st_size
+            stderr = self.stderr_path.read_bytes()[:4096].decode(errors="replace")
+        except OSError:
+            return None
+        return after_start_refusal(program, exit_code, size, stderr, self._venv) or \
+            loader_refusal(program, exit_code, stderr, self._venv)
 
     def _remove(self, record: dict[str, object]) -> bool:
         try:
@@ -136,3 +156,13 @@ class ContainerRun:
             return False
         self.launch.watcher.gone(self.name)
         return True
+
+
+def image_path(inspect: Mapping[str, object]) -> str | None:
+    """The PATH the container got from its image (Config.Env at inspect), for the record."""
+    config = inspect.get("Config")
+    env = config.get("Env") if isinstance(config, dict) else None
+    for item in env if isinstance(env, list) else ():
+        if isinstance(item, str) and item.startswith("PATH="):
+            return item.removeprefix("PATH=")
+    return None

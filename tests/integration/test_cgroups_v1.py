@@ -72,7 +72,8 @@ def test_allocating_past_the_run_limit_is_reported_hit(tool: ExecTool, v1: Deleg
     hog = tool.exec(["python3", "-c", HOG], run="r")
     print("hog result:", hog.exit_code, hog.memory_ceiling)
     assert "survived" not in hog.stdout
-    assert hog.exit_code == -9  # the kernel's OOM killer, inside the run's cgroup
+    assert hog.exit_code == 137  # SIGKILL (128+9): the OOM killer, inside the run's cgroup
+    assert hog.limits_hit == ["memory"] and "memory ceiling" in hog.statement
     assert oom_kills(memory) == before + 1
     assert hog.memory_ceiling is not None
     assert hog.memory_ceiling["state"] == "hit"

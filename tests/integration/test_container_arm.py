@@ -309,11 +309,13 @@ def test_program_missing_in_image_is_refused(case: Case, engine_image: tuple[str
         assert err.code is ErrorCode.TOOL_UNAVAILABLE
         assert err.subject == "no-such-program"
         assert "executable file not found" in err.detail
-        assert err.recovery == "check the program name, or use the shell arm"
+        assert err.recovery.endswith("or use the shell arm (--shell)")
     else:
-        # podman learns it only from `start --attach` (its create does not run the runtime)
+        # podman learns it only from `start --attach` (its create does not run the runtime):
+        # the Finished record carries the same refusal, which the result becomes.
         assert isinstance(arm.engine, PodmanEngine)
-        assert done.exit_code == 127
+        assert done.refusal is not None and done.refusal.code is ErrorCode.TOOL_UNAVAILABLE
+        assert done.refusal.subject == "no-such-program"
         assert "executable file not found" in done.stderr_path.read_text()
         assert "no-such-program" in str(done.extra["container"]["start_error"])  # type: ignore[index]
 

@@ -87,8 +87,12 @@ def test_environment_is_floor_plus_passthrough(tmp_path: Path, tree: Path,
     environ = {"PATH": os.environ["PATH"], "KEEP_ME": "1", "HIDDEN_VALUE": "s3ntinel-value"}
     with ExecTool(config, tree, offerings=offerings, environ=environ) as tool:
         result = tool.exec(["env"])
-    assert sorted(result.stdout.split()) == sorted(["KEEP_ME=1", f"PATH={os.environ['PATH']}"])
-    assert result.env == ["KEEP_ME", "PATH"]
+    home = next(v for v in result.stdout.split() if v.startswith("HOME="))
+    assert sorted(result.stdout.split()) == sorted(["KEEP_ME=1", f"PATH={os.environ['PATH']}",
+                                                    home])
+    # HOME is the arm's: a private directory the command may write, gone with the command
+    assert home.startswith(f"HOME={tmp_path / 'state'}") and not Path(home[5:]).exists()
+    assert result.env == ["HOME", "KEEP_ME", "PATH"]
     assert "s3ntinel-value" not in result.model_dump_json()
     assert "HIDDEN_VALUE" not in result.model_dump_json()
 
