@@ -85,6 +85,25 @@ def ours(mark: str, base: Path) -> list[psutil.Process]:
     return found
 
 
+def held_at_eof(log: Path) -> dict[str, int]:
+    """What the guardian was holding when each killed call's lifeline dropped: where the
+    kills landed (a call killed before it announced anything never reached a guardian)."""
+    held = {"calls that reached the guardian": 0, "probe container announced": 0,
+            "command container announced": 0, "copy or probe directory announced": 0}
+    with contextlib.suppress(OSError):
+        for line in log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if event.get("event") != "eof":
+                    continue
+                names = list(event.get("containers") or {})
+                held["calls that reached the guardian"] += 1
+                held["probe container announced"] += any("-probe-" in n for n in names)
+                held["command container announced"] += any("-probe-" not in n for n in names)
+                held["copy or probe directory announced"] += bool(event.get("scratch"))
+    return held
+
+
 def locked_copies(base: Path) -> tuple[int, list[str]]:
     """(persistent copy slots found, those whose lock some process still holds)."""
     slots = sorted(base.glob("state*/copies/*/*/lock"))
@@ -169,6 +188,7 @@ def main() -> int:
         copies = sorted(p.name for p in scratch.iterdir())
         unchanged = tree_digest(person) == before
         slots, held = locked_copies(base)
+        landed = held_at_eof(base / "guardian.log")
         conf = config(base / "after.toml", "docker", images, base / "state", scratch)
         after = subprocess.run([*CLI, "exec", "-C", str(person), "--config", str(conf), "--",
                                 "cat", "sub/b.txt"], env=env, cwd=ROOT, capture_output=True,
@@ -176,6 +196,8 @@ def main() -> int:
         print(f"seed {seed}: {args.kills} SIGKILLs within {args.within:g} s of start "
               f"({phases['docker']} docker, {phases['podman']} podman, "
               f"{phases['fresh-admission']} from an empty state directory)")
+        print("where the kills landed (the guardian's view at each lifeline's end): "
+              + ", ".join(f"{k} {v}" for k, v in landed.items()))
         print(f"containers left: docker {len(containers['docker'])}, podman "
               f"{len(containers['podman'])} {containers if any(containers.values()) else ''}")
         print(f"probe directories left: {len(probe_dirs)} {probe_dirs or ''}")
