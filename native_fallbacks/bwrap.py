@@ -212,8 +212,7 @@ class BwrapArm(CopiedTreeArm):
         """The copy to our uid, and the way to it and to the view's directories."""
         assert self.user is not None
         own_copy(copy, self.user, self.user)
-        for path in (copy, *(Path(p) for p in view.binds)):
-            grant_search(path, self.user)
+        grant_search(copy, self.user, *(Path(p) for p in view.binds))
 
     def start(self, launch: Launch) -> Running:
         workdir = launch.workdir or launch.cwd

@@ -29,7 +29,6 @@ import errno
 import os
 import stat
 import struct
-import threading
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -155,36 +154,27 @@ def _pack(acl: list[_Entry]) -> bytes:
     return struct.pack("<I", ACL_VERSION) + b"".join(struct.pack("<HHI", *e) for e in acl)
 
 
-# (directory, uid) -> the directory's ctime when the uid was last seen able to search it.
-# A chmod rewrites the ACL mask (and a plain chmod 0700 masks our entry out: pytest does
-# exactly that to /tmp/pytest-of-root at every session start), and every such change moves
-# ctime, so a cached answer is trusted only for an unchanged ctime; a stat per directory.
-_granted: dict[tuple[str, int], int] = {}
-_granted_lock = threading.Lock()
-
-
-def grant_search(path: Path, uid: int) -> int:
-    """Let `uid` search every directory from / down to `path`'s parent (and `path` itself
-    when it is a directory): a named ACL entry where it cannot already. Returns how many
-    directories were changed."""
+def grant_search(path: Path, uid: int, *more: Path) -> int:
+    """Let `uid` search every directory from / down to `path` (and each of `more`): a named
+    ACL entry where it cannot already. Returns how many directories were changed."""
     changed = 0
-    parts = [Path(*path.parts[:n]) for n in range(1, len(path.parts) + 1)]
+    parts = sorted({Path(*p.parts[:n]) for p in (path, *more) for n in range(1, len(p.parts) + 1)},
+                   key=lambda d: len(d.parts))
+    # Checked every time, never cached: a chmod rewrites the ACL mask (a plain chmod 0700
+    # masks our entry out -- pytest does exactly that to /tmp/pytest-of-root at every session
+    # start), and ctime is too coarse (a jiffy on ext4) to say "unchanged since we looked".
+    # A stat and a getxattr per directory: ~0.2 ms for a view's few dozen directories.
     for directory in parts:
-        key = (str(directory), uid)
         try:
             st = os.stat(directory)
             if not stat.S_ISDIR(st.st_mode):
-                break
-            with _granted_lock:
-                if _granted.get(key) == st.st_ctime_ns:
-                    continue
+                continue
             acl = _acl_of(str(directory), st)
             if not can_search(st, acl, uid):
                 os.setxattr(directory, ACL_XATTR, _pack(with_search(acl, uid)))
                 changed += 1
-                st = os.stat(directory)
         except FileNotFoundError:
-            break
+            continue
         except OSError as err:
             raise SprawlError(
                 ErrorCode.SANDBOX_DENIED, str(directory),
@@ -193,6 +183,4 @@ def grant_search(path: Path, uid: int) -> int:
                 "use a filesystem with POSIX ACLs for the state directory and tools, or set "
                 "[state] dir to a directory every user can pass through (mode 0711)",
             ) from err
-        with _granted_lock:
-            _granted[key] = st.st_ctime_ns
     return changed

@@ -4,6 +4,7 @@ writable (the tree's own absolute path is the copy; /tmp is private)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -145,3 +146,27 @@ def test_ending_a_command_takes_its_escaped_grandchildren(bwrap: str, tmp_path: 
             result = tool.halt(started.handle)
             assert result.killed
         assert escaped(marker) == []
+
+
+def test_a_chmod_of_a_parent_between_commands_does_not_lock_the_sandbox_out(
+    bwrap: str, tmp_path: Path
+) -> None:
+    """A root caller's sandbox uid reaches its copy through ACL search entries on the
+    parents; a chmod of a parent rewrites the ACL mask and silences them. The next command
+    must find its way again (no cached "already granted")."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root caller's bwrap runs as a uid of its own")
+    private = tmp_path / "private"
+    tree = private / "tree"
+    tree.mkdir(parents=True)
+    (tree / "a.txt").write_text("a\n")
+    private.chmod(0o700)
+    config = parse_config({"sandbox": {"arm": "native"},
+                           "state": {"dir": str(private / "state")}})
+    with ExecTool(config, tree) as tool:
+        first = tool.exec(["cat", "a.txt"])
+        private.chmod(0o700)  # the mask goes to ---: the named entry no longer counts
+        tmp_path.chmod(0o700)
+        second = tool.exec(["cat", "a.txt"])
+    assert (first.exit_code, first.stdout) == (0, "a\n"), first.stderr
+    assert (second.exit_code, second.stdout) == (0, "a\n"), second.stderr

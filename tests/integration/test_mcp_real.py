@@ -168,16 +168,6 @@ def soak_call(i: int, run: str) -> tuple[str, dict[str, Any]]:
     return "exec", {"command": ["sh", "-c", f"echo {i}; ls >/dev/null"], "arm": arm, "run": run}
 
 
-def copy_unreachable(result: dict[str, Any]) -> bool:
-    """KNOWN BUG, not this test's subject (reported): with container and bwrap commands mixed
-    in one server, bwrap's own uid sometimes cannot search the copy it is given ("Can't find
-    source path <scratch>/sprawl-…: Permission denied"); serve's load test meets it too. The
-    command never ran; counted and printed so it stays visible, not hidden."""
-    return (result["arm"] == "linux_namespaces" and result["exit_code"] == 1
-            and "Can't find source path" in result["stderr"]
-            and "Permission denied" in result["stderr"])
-
-
 def test_soak_200_calls_leave_nothing(docker_image: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, "docker", docker_image)
     run = f"soak-{secrets.token_hex(3)}"
@@ -209,9 +199,6 @@ def test_soak_200_calls_leave_nothing(docker_image: str, tmp_path: Path) -> None
                         backgrounded.append(body["handle"])
                     elif bwrap_raced(body):  # counted and printed, as serve's load does
                         counts["bwrap mount race"] = counts.get("bwrap mount race", 0) + 1
-                    elif copy_unreachable(body):
-                        counts["bwrap copy unreachable"] = counts.get(
-                            "bwrap copy unreachable", 0) + 1
                     else:
                         assert body["stdout"] == f"{i}\n", (body["stdout"], body["stderr"])
                 sample(pid)

@@ -1,0 +1,31 @@
+"""Every pytest session gets a base temp directory of its own.
+
+pytest's default base, /tmp/pytest-of-<user>, is shared by every session of that user: a new
+session chmods it 0700 (which rewrites its POSIX ACL mask and silences the search entries a
+root caller's bwrap uid needs: native_fallbacks/sandbox_uid.py) and deletes all but the
+three newest `pytest-N` directories, possibly one a longer session is still using. On a
+machine where several sessions run at once (developers side by side) tests then failed with
+bwrap's "Can't find source path ...: Permission denied" or vanished files. A `--basetemp`
+given on the command line still wins.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.option.basetemp:
+        config.option.basetemp = tempfile.mkdtemp(prefix="sprawl-pytest-")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    base = str(config.option.basetemp or "")
+    if base.startswith(tempfile.gettempdir()) and "sprawl-pytest-" in base:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
