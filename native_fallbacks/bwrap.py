@@ -1,6 +1,7 @@
 """bubblewrap (`linux_namespaces`): the copy inside a fresh set of namespaces (SPEC §6).
 
-    bwrap --unshare-all --unshare-user --die-with-parent --new-session --cap-drop ALL
+    bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session
+          --cap-drop ALL
           --dev /dev --proc /proc --tmpfs /tmp --tmpfs /var/tmp --tmpfs /run
           --tmpfs /dev/shm --symlink ../run /var/run [--tmpfs $HOME]
           --ro-bind P P ... (the view: bwrap_view.py) --symlink usr/bin /bin ...
@@ -57,6 +58,11 @@ from orchestrator.yielding import Yielders, yield_prefix
 NAMESPACE_FLAGS: tuple[str, ...] = (
     "--unshare-all",
     "--unshare-user",
+    # No nested user namespace (bwrap >= 0.8 sets max_user_namespaces to 0 inside): inside
+    # one a command gains every capability over its own mounts, kernel attack surface that
+    # no claim needs (the escape suite found `unshare -Urm` working; sandbox-runtime and
+    # Codex refuse nested namespaces too).
+    "--disable-userns",
     "--die-with-parent",
     "--new-session",
     "--cap-drop",
@@ -73,9 +79,14 @@ PROBE_ATTEMPTS = 3
 
 
 def _home_tmpfs(home: str | None, view: View) -> str | None:
+    """A private tmpfs at $HOME, unless it is already private (HOME=/tmp: environment.py
+    gives the sandbox arms that) or inside the read-only view."""
     if not home or not home.startswith("/") or home == "/" or view.covers(home):
         return None
-    return os.path.normpath(home)
+    home = os.path.normpath(home)
+    if any(home == p or home.startswith(p + "/") for p in PRIVATE_TMPFS):
+        return None
+    return home
 
 
 def bwrap_argv(

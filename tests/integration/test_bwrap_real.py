@@ -170,3 +170,10 @@ def test_a_chmod_of_a_parent_between_commands_does_not_lock_the_sandbox_out(
         second = tool.exec(["cat", "a.txt"])
     assert (first.exit_code, first.stdout) == (0, "a\n"), first.stderr
     assert (second.exit_code, second.stdout) == (0, "a\n"), second.stderr
+
+
+def test_no_nested_user_namespace(bwrap: str) -> None:
+    """--disable-userns: `unshare -U` inside fails (max_user_namespaces is 0 there)."""
+    done = run(bwrap_argv(bwrap, system_view(), None, "/", [
+        "sh", "-c", "unshare -U true && echo nested || echo refused"]))
+    assert done.stdout == "refused\n", done.stderr

@@ -41,8 +41,8 @@ def test_argv_is_the_spec_line_private_places_before_the_view_and_the_copy_last(
     assert bwrap_argv("/usr/bin/bwrap", VIEW, COPY, WORK, ["pytest", "-q"], home="/home/me",
                       seccomp_fd=7) == [
         "/usr/bin/bwrap",
-        "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-        "--cap-drop", "ALL",
+        "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+        "--new-session", "--cap-drop", "ALL",
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", "--tmpfs", "/dev/shm",
@@ -72,10 +72,15 @@ def test_a_home_inside_the_view_is_not_covered_by_a_tmpfs() -> None:
     assert "/" not in [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
 
 
+def test_a_home_already_private_gets_no_second_tmpfs() -> None:
+    argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["true"], home="/tmp")
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"].count("/tmp") == 1
+
+
 def test_user_namespace_is_demanded_not_tried() -> None:
     argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["true"])
     assert "--unshare-user" in argv and "--unshare-user-try" not in argv
-    assert tuple(argv[1:7]) == NAMESPACE_FLAGS
+    assert tuple(argv[1:8]) == NAMESPACE_FLAGS
 
 
 def test_arguments_after_the_separator_are_the_command_verbatim() -> None:
