@@ -177,3 +177,25 @@ def test_no_nested_user_namespace(bwrap: str) -> None:
     done = run(bwrap_argv(bwrap, system_view(), None, "/", [
         "sh", "-c", "unshare -U true && echo nested || echo refused"]))
     assert done.stdout == "refused\n", done.stderr
+
+
+ISSUE_11_PROBE = (
+    "import socket; s=socket.socket(socket.AF_UNIX); s.connect('/run/sprawl-orch/docker.sock');"
+    " s.sendall(b'GET /_ping HTTP/1.0\\r\\n\\r\\n'); print(s.recv(60))"
+)
+
+
+def test_issue_11s_probe_verbatim_fails_and_the_statement_holds(bwrap: str, tmp_path: Path) -> None:
+    """The command that reached dockerd as uid 0 under arm = "native" (issue 11)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    config = parse_config({"sandbox": {"arm": "native"}, "state": {"dir": str(tmp_path / "st")}})
+    with ExecTool(config, tree) as tool:
+        result = tool.exec(["python3", "-c", ISSUE_11_PROBE])
+    assert result.outcome == "settled" and result.exit_code != 0, result
+    assert "HTTP/1.0" not in result.stdout
+    # Refused at socket(): the seccomp filter, before the view is even asked.
+    assert "PermissionError: [Errno 1] Operation not permitted" in result.stderr
+    assert result.confinement is not None
+    assert result.confinement.assurances["network"] == "yes"
+    assert "no unix socket can be created" in result.confinement.statement
