@@ -182,4 +182,21 @@ def command_view(
     home = env.get("HOME") or "/nonexistent"
     tools = [*_path_part(env.get("PATH", ""), home), *tree_venvs(workdir)]
     extra = _minimal(tools, base, str(workdir), str(copy))
-    return View(base.binds + extra, base.links)
+    view = View(base.binds + extra, base.links)
+    return View(view.binds, view.links + _path_aliases(env.get("PATH", ""), view, workdir))
+
+
+def _path_aliases(path_env: str, view: View, workdir: Path) -> tuple[tuple[str, str], ...]:
+    """A PATH entry reached through a link (~/.nix-profile/bin -> /nix/store/...) is bound at
+    its real path; the entry itself is recreated as a link to it, or PATH lookups inside would
+    miss it."""
+    out: list[tuple[str, str]] = []
+    for entry in path_env.split(os.pathsep):
+        if not entry.startswith("/") or view.covers(entry) or _under(entry, str(workdir)):
+            continue
+        if any(_under(entry, link) for _, link in view.links):
+            continue  # through a link the view already recreates (/bin -> usr/bin)
+        real = os.path.realpath(entry)
+        if real != os.path.normpath(entry) and view.covers(real) and os.path.isdir(real):
+            out.append((real, os.path.normpath(entry)))
+    return tuple(dict.fromkeys(out))

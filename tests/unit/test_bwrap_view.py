@@ -67,3 +67,16 @@ def test_a_bind_that_would_show_the_copys_neighbours_is_left_out(tmp_path: Path)
     view = command_view(env, tmp_path / "tree", state / "copies" / "c1", BASE)
     assert str(state) not in view.binds
     assert view.binds == BASE.binds
+
+
+def test_a_path_entry_through_a_link_is_recreated_as_that_link(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    profile = tmp_path / "home" / ".nix-profile"
+    profile.symlink_to(home / ".pyenv" / "versions" / "3.11")
+    base = View(binds=("/usr",), links=(("usr/bin", "/bin"),))
+    env = {"HOME": str(home), "PATH": f"{profile}/bin{os.pathsep}/bin"}
+    view = command_view(env, tmp_path / "tree", tmp_path / "copy", base)
+    real = str(home / ".pyenv" / "versions" / "3.11" / "bin")
+    assert view.covers(real)
+    assert (real, f"{profile}/bin") in view.links
+    assert not any(path == "/bin" for _, path in view.links[1:])  # /bin is a link already
