@@ -32,6 +32,16 @@ from pathlib import Path
 ESC_FDS = (60, 61, 62)  # the numbers the inheritable fds get (high: pytest owns the low ones)
 
 
+def link_local() -> str | None:
+    """An IPv6 link-local address of this machine with its scope (fe80::…%eth0), if any."""
+    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
+        for line in f:
+            raw, _, _, scope, _, dev = line.split()
+            if scope == "20" and dev != "lo":
+                return f"{socket.inet_ntop(socket.AF_INET6, bytes.fromhex(raw))}%{dev}"
+    return None
+
+
 def host_addresses() -> list[str]:
     """Every address of this machine a listener can bind, link-local ones left out (they
     need a scope id that busybox nc can't take)."""
@@ -89,7 +99,7 @@ class _Receiving(threading.Thread):
 
 
 class Bait:
-    def __init__(self, tree: Path, scratch: Path) -> None:
+    def __init__(self, tree: Path, scratch: Path, state: Path) -> None:
         self.tok = secrets.token_hex(4)
         self.secret = f"esc-secret-{secrets.token_hex(8)}"
         self.tree, self.scratch = tree, scratch
@@ -100,7 +110,8 @@ class Bait:
         self.fds: list[int] = []
         self.key: int | None = None
         self.values: dict[str, str] = {"TOK": self.tok, "TREE": str(tree),
-                                        "SCRATCH": str(scratch), "HOME": str(Path.home())}
+                                        "SCRATCH": str(scratch), "HOME": str(Path.home()),
+                                        "STATE": str(state), "LEDGER": str(state / "ledger.jsonl")}
         self.unix: dict[str, _Accepting] = {}
         self.tcp: dict[str, _Accepting] = {}
         self.udp: dict[str, _Receiving] = {}
@@ -156,6 +167,10 @@ class Bait:
         self.dir("HOMED", Path.home() / f".esc-{t}")
         self.dir("OUTSIDE", self.tree.parent / f"outside-{t}")
         self.dir("VICTIM", self.scratch / f"sprawl-victim-{t}")
+        # the state directory: the ledger, and another workdir's persistent copy in it
+        Path(self.values["STATE"]).mkdir(parents=True, exist_ok=True)
+        Path(self.values["LEDGER"]).touch()
+        self.dir("OTHERCOPY", Path(self.values["STATE"]) / "copies" / f"esc-victim-{t}")
         for name in ("target-abs", "target-rel", "target-hard", "resync-target",
                      "resync-hard", "second-target"):
             base = self.values["OUTSIDE"] if name == "target-rel" else self.values["TMPD"]
@@ -210,6 +225,18 @@ class Bait:
             self.threads.append(rec)
             self.udp[addr] = rec
             self.values[f"UDP{n}_A"], self.values[f"UDP{n}_P"] = addr, str(u.getsockname()[1])
+        scoped = link_local()
+        if scoped is not None:
+            where = socket.getaddrinfo(scoped, 0, socket.AF_INET6, socket.SOCK_STREAM)[0][4]
+            ll = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            ll.bind(where)
+            ll.listen(16)
+            acc = _Accepting(ll, "tcp-link-local")
+            acc.start()
+            self.socks.append(ll)
+            self.threads.append(acc)
+            self.tcp[scoped] = acc
+            self.values["TCPLL_A"], self.values["TCPLL_P"] = scoped, str(ll.getsockname()[1])
         # 127.0.0.2 and every other address of the machine: one wildcard listener.
         w = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         w.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

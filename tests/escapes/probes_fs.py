@@ -49,6 +49,13 @@ def probes() -> list[Probe]:
         _write("write-run", "@RUND@/esc-write-run"),
         _write("write-beside-tree", "@OUTSIDE@/esc-write-outside"),
         _write("write-sibling-copy", "@VICTIM@/esc-write-victim"),
+        _write("write-state-dir", "@STATE@/esc-write-state"),
+        _write("write-other-workdir-copy", "@OTHERCOPY@/esc-write-other-copy"),
+        Probe("write-ledger", "writes by absolute path", F,
+              # The ledger records each command line, this one included: the mark written
+              # is computed, so only a write by the command can put it there.
+              'echo "forged-$(echo @TOK@ | $b rev)" >> @LEDGER@ && echo "NOT $id (judged by the host)" || echo "NOT $id"',
+              judge=lambda b, o: file_has("@LEDGER@", f"forged-{b.tok[::-1]}")(b, o)),
         Probe("write-copy-parent", "writes by absolute path", F,
               'echo "$id" > ../esc-parent-@TOK@ && echo "NOT $id (judged by the host)" || echo "NOT $id"',
               judge=parent_write),
@@ -93,6 +100,12 @@ def probes() -> list[Probe]:
               'echo "$id" >> via-src; echo "NOT $id (judged by the host)"',
               plant='$b ln -s @TREE@/keep.txt via-src',
               judge=file_has("@TREE@/keep.txt", "second-command-into-source")),
+        # The copy must be exact again for the next command: same size, mtime put back
+        # (ctime and inode can't be), the racy-clean resync must still see the change.
+        # No axis claims a command's view of the next one's copy: reported as open.
+        Probe("poison-survives-resync", "planted by a first command", None,
+              'if $b grep -q POISONED poison.txt; then echo "ESC $id the next command saw the first one\'s file"; else echo "NOT $id resynced"; fi',
+              plant='$b touch -r poison.txt .esc-ref; printf "POISONED\\n" > poison.txt; $b touch -r .esc-ref poison.txt; rm -f .esc-ref'),
         Probe("second-command-mknod", "planted by a first command", F,
               'if $b dd if=esc-dev of=/dev/null bs=512 count=1 2>/dev/null; then echo "ESC $id read /dev/kmsg through a node a first command made"; else echo "NOT $id"; fi',
               plant='$b mknod esc-dev c @MAJMIN@'),

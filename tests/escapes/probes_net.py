@@ -104,6 +104,8 @@ fi"""),
         ua, up = f"@UDP{n}_A@", f"@UDP{n}_P@"
         out.append(Probe(f"udp-addr{n}", "tcp/udp", N, f"""if [ -n "$py" ]; then "$py" -c "$PYUDP" {ua} {up} "$id" >/dev/null; else $b timeout 3 $b tftp -g -r "$id" -l /dev/null {ua} {up} >/dev/null 2>&1; fi
 echo "NOT $id (judged by the host's receiver)" """, judge=listener("udp", f"UDP{n}_A")))
+    out.append(Probe("tcp-ipv6-link-local", "tcp/udp", N, """if [ -n "$py" ]; then "$py" -c "$PYTCP" @TCPLL_A@ @TCPLL_P@ "$id" >/dev/null && echo "ESC $id connected" || echo "NOT $id refused"
+else echo "$id" | $b timeout 5 $b nc -w 2 @TCPLL_A@ @TCPLL_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused"; fi""", judge=listener("tcp", "TCPLL_A")))
     out.append(Probe("tcp-127.0.0.2", "tcp/udp", N, """echo "$id" | $b timeout 5 $b nc -w 2 127.0.0.2 @TCPW_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused" """, judge=listener("tcp", "0.0.0.0")))
     out.append(Probe("tcp-localhost-name", "tcp/udp", N, """echo "$id" | $b timeout 5 $b nc -w 2 localhost @TCPW_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused" """, judge=listener("tcp", "0.0.0.0")))
     return out

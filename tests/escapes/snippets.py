@@ -74,6 +74,18 @@ except OSError as err:
 print("sent")
 """
 
+TCP = """
+import socket, sys
+addr, port, msg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    s = socket.create_connection((addr, port), timeout=2)
+except OSError as err:
+    print("refused", err)
+    sys.exit(1)
+s.sendall(msg.encode())
+print("connected")
+"""
+
 TIOCSTI = """
 import fcntl, os, sys, termios
 hit = []
@@ -145,7 +157,7 @@ for n in range(3, 256):
 sys.exit(1)
 """
 
-ALL = {"PYUNIX": UNIX, "PYSWEEP": SWEEP, "PYUDP": UDP, "PYSTI": TIOCSTI,
+ALL = {"PYUNIX": UNIX, "PYTCP": TCP, "PYSWEEP": SWEEP, "PYUDP": UDP, "PYSTI": TIOCSTI,
        "PYPTRACE": PTRACE, "PYDAEMON": DAEMON, "PYFDSOCK": FD_SOCKET}
 
 for _name, _code in ALL.items():

@@ -49,7 +49,7 @@ def test_probe_ids_are_unique() -> None:
 def make_tree(root: Path) -> Path:
     tree = root / "tree"
     (tree / "sub").mkdir(parents=True)
-    for name in ("a.txt", "b.txt", "keep.txt", "sub/c.txt"):
+    for name in ("a.txt", "b.txt", "keep.txt", "sub/c.txt", "poison.txt"):
         (tree / name).write_text("original\n")
     return tree
 
@@ -83,7 +83,7 @@ def test_escapes(arm: str, tmp_path: Path, request: pytest.FixtureRequest,
                  matrix_rows: list[tuple[ArmRun, list[Verdict]]]) -> None:
     tree = make_tree(tmp_path)
     (tmp_path / "scratch").mkdir()
-    bait = Bait(tree, tmp_path / "scratch")
+    bait = Bait(tree, tmp_path / "scratch", tmp_path / "state")
     try:
         bait.plant_dirs()
         bait.plant_listeners()
