@@ -164,8 +164,12 @@ def containers(engine: str, session: str, *, status: str | None = None) -> list[
 
 def sessions_left(engine: str, prefix: str) -> list[str]:
     """Names of containers whose sprawl.session label starts with `prefix`."""
+    # podman 4.3's ps template has no .Label method ("can't evaluate field Label in type
+    # containers.psReporter", once any container exists); docker's .Labels is a string.
+    label = ('{{index .Labels "sprawl.session"}}' if engine == "podman"
+             else '{{.Label "sprawl.session"}}')
     done = subprocess.run(
-        [engine, "ps", "--all", "--format", '{{.Names}} {{.Label "sprawl.session"}}'],
+        [engine, "ps", "--all", "--format", "{{.Names}} " + label],
         capture_output=True, text=True, check=True,
     )
     left = []
