@@ -74,6 +74,9 @@ class ContainerConfig(_Strict):
     # "auto" prefers an engine that keeps the user axis; "required": an engine without
     # one is not admitted; "off": podman runs without one (docker/rootless can't opt out).
     userns: Literal["auto", "required", "off"] = "auto"
+    # One kept container per exec tool and run, each command entered with an exec, every
+    # fresh-container guarantee re-established between commands (container/warm.py).
+    warm: bool = False
 
     @field_validator("image")
     @classmethod
@@ -257,3 +260,11 @@ def read_toml(text: str, path: Path, consequence: str = "") -> dict[str, Any]:
             detail=f"not valid TOML: {err}{consequence}",
             recovery="fix the TOML syntax at the position shown",
         ) from err
+
+
+def with_warm(config: Config, warm: bool) -> Config:
+    """The config with `[sandbox.container] warm` set (the serve/mcp `--warm` switch and
+    ExecTool(warm=...))."""
+    container = config.sandbox.container.model_copy(update={"warm": warm})
+    return config.model_copy(update={"sandbox": config.sandbox.model_copy(
+        update={"container": container})})

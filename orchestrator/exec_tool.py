@@ -37,7 +37,7 @@ from orchestrator.change_store import keep as keep_changes
 from orchestrator.changes import Changes
 from orchestrator.changes import compute as compute_changes
 from orchestrator.choice import ENGINE_ORDER, Choice, choose
-from orchestrator.config import Config, load_config
+from orchestrator.config import Config, load_config, with_warm
 from orchestrator.container.evidence import Evidence
 from orchestrator.copy_bounds import Bounds, Excludes
 from orchestrator.copy_store import CopyStore, Lease, copy_key
@@ -81,16 +81,20 @@ class ExecTool:
         backlog: Backlog | None = None,
         shared_guardian: bool = False,
         progress: Progress | None = None,
+        warm: bool | None = None,
     ) -> None:
         """`shares`: what each run gets (cgroups.py); `backlog`: share one with other tools
         (serve does, one tool per arm), which then own and close it. `shared_guardian`:
         connect to the state directory's one guardian (guardian/server.py) instead of
         spawning one for this tool -- for a process that lives for one call (the CLI); a
         long-lived one (serve, mcp, a library user) pays its own guardian once. `progress`:
-        hears (files, bytes) during a long sync (the CLI draws it on a terminal)."""
+        hears (files, bytes) during a long sync (the CLI draws it on a terminal). `warm`:
+        overrides `[sandbox.container] warm` (container/warm.py)."""
         workdir = Path(workdir)
         if config is None:
             config = load_config(cwd=workdir)
+        if warm is not None:
+            config = with_warm(config, warm)
         self.config = config
         self.shared_guardian = shared_guardian
         self.workdir = workdir.resolve()

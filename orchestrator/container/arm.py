@@ -13,8 +13,9 @@ command tried once more only if that admission passes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.arms import ArmName, container_assurances
 from orchestrator.assurances import Assurances
@@ -38,12 +39,15 @@ from orchestrator.container.evidence import Evidence
 from orchestrator.container.ownership import own_copy
 from orchestrator.container.run import ContainerRun, image_path
 from orchestrator.container.userns import host_owner, principal_problem
-from orchestrator.container.verify import Expected, verify
+from orchestrator.container.verify import Expected, as_command_user, verify
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.guardian_client import hold_after_create
-from orchestrator.launch import Launch, Watcher
+from orchestrator.launch import Launch, Running, Watcher
 from orchestrator.offerings import EngineOffer
 from orchestrator.unrunnable import host_venv, runtime_refusal
+
+if TYPE_CHECKING:
+    from orchestrator.container.warm import WarmPool
 
 SHELL = "/bin/sh"  # a shell line runs under the image's own shell
 
@@ -58,6 +62,17 @@ def _start_refusal(words: str, program: str, err: SprawlError | None,
         return err
     return SprawlError(ErrorCode.ENGINE_REFUSED, "container start", words,
                        "see `sprawl-orch doctor`; the engine could not start the container")
+
+
+def command_env(launch: Launch) -> dict[str, str]:
+    """PATH is the image's (its config's Env, else the engine's default), never the host's
+    (pyenv shims, ~/.local/bin): the engine fills it in when we pass none."""
+    return {k: v for k, v in launch.env.items() if k != "PATH"}
+
+
+def command_venv(launch: Launch, command: Sequence[str]) -> str | None:
+    """Judged on the working directory: the copy turns links out of the tree into files."""
+    return host_venv(launch.workdir or launch.cwd.resolve(), command[0])
 
 
 def _limits(limits: Limits) -> dict[str, object]:
@@ -77,6 +92,7 @@ class ContainerArm:
         self._engine = engine
         self._host = host
         self._admission: Admission | None = None
+        self._warm: WarmPool | None = None
         self.evidence = evidence
         self.watcher = watcher
         self.readmitted = False
@@ -126,7 +142,12 @@ class ContainerArm:
         if not admission.admitted:
             return None
         kept = "kept" if admission.uids_namespaced else "not kept"
-        return f"User axis {kept}: {admission.userns_why}."
+        said = f"User axis {kept}: {admission.userns_why}."
+        if self.config.warm:
+            from orchestrator.container.warm import WARM_NOTE
+
+            said = f"{said} {WARM_NOTE}"
+        return said
 
     def prepare(self, workdir: Path) -> None:
         admission = self.admission()
@@ -138,7 +159,7 @@ class ContainerArm:
         copy's stamps for `changes` (lchown sets every ctime; start() then finds nothing to do)."""
         own_copy(copy.resolve(), *fit_limits(self.config, self.host).uid_gid)
 
-    def start(self, launch: Launch) -> ContainerRun:
+    def start(self, launch: Launch) -> Running:
         try:
             return self._start(launch)
         except SprawlError as err:
@@ -154,21 +175,39 @@ class ContainerArm:
                 raise self._admission.error() from err
             return self._start(launch)
 
-    def _start(self, launch: Launch) -> ContainerRun:
+    def _start(self, launch: Launch) -> Running:
+        command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
+        if self.config.warm:
+            return self.warm_pool().start(launch, command)
+        engine = self.engine
+        venv = command_venv(launch, command)
+        container, name, record = self.create_verified(launch, command, venv=venv)
+        attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
+        if attached.start_error is not None:
+            attached.collect()
+            self._remove_quietly(engine, container, launch, name)
+            raise _start_refusal(attached.start_error, command[0], None, venv)
+        return ContainerRun(engine, container, name, launch, attached, record, venv)
+
+    def create_verified(
+        self, launch: Launch, command: Sequence[str], *, init_user: str | None = None,
+        venv: str | None = None,
+    ) -> tuple[str, str, dict[str, object]]:
+        """Create the container for `launch` running `command`, inspect and verify it (a
+        mismatch: removed, refused), give the copy to the command's host uid. Returns (id,
+        name, record). `init_user`: the container's own user when it is not the command's
+        (a warm container's idle init, warm.py); each exec then names the command's user."""
         admission = self.admission()
         if not admission.admitted:
             raise admission.error()
         assert admission.image is not None and admission.runtime_used is not None
         engine = self.engine
         copy = launch.cwd.resolve()
-        command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
-        # PATH is the image's (its config's Env, else the engine's default), never the host's
-        # (pyenv shims, ~/.local/bin): the engine fills it in when we pass none.
-        env = {k: v for k, v in launch.env.items() if k != "PATH"}
-        # Judged on the working directory: the copy turns links out of the tree into files.
-        venv = host_venv(launch.workdir or copy, command[0])
+        config = self.config if init_user is None else self.config.model_copy(
+            update={"user": init_user})
+        env = command_env(launch)
         argv = create_argv(
-            engine.name, self.config, admission.image, copy, command, env.keys(),
+            engine.name, config, admission.image, copy, command, env.keys(),
             launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
             userns=self._userns_flags(admission, copy),
             workdir=launch.workdir,
@@ -193,6 +232,8 @@ class ContainerArm:
                                    admission.runtime_used, admission.userns,
                                    workdir=launch.workdir)
             inspect = engine.inspect(container)
+            if init_user is not None:
+                inspect = as_command_user(inspect, init_user, expected.user)
             verify(expected, inspect)
             # the copy goes to the host uid the command's uid is: with podman's
             # --userns=auto that is known only now, from the container's own map
@@ -208,12 +249,14 @@ class ContainerArm:
                    "path": image_path(inspect)}
         if admission.userns is not None:
             record["userns"] = admission.userns.mode
-        attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
-        if attached.start_error is not None:
-            attached.collect()
-            self._remove_quietly(engine, container, launch, name)
-            raise _start_refusal(attached.start_error, command[0], None, venv)
-        return ContainerRun(engine, container, name, launch, attached, record, venv)
+        return container, name, record
+
+    def warm_pool(self) -> WarmPool:
+        if self._warm is None:
+            from orchestrator.container.warm import WarmPool
+
+            self._warm = WarmPool(self)
+        return self._warm
 
     def _userns_flags(self, admission: Admission, copy: Path) -> tuple[str, ...]:
         if admission.userns is None:
@@ -254,5 +297,7 @@ class ContainerArm:
         return ""
 
     def close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()
         if self._engine is not None:
             self._engine.close()

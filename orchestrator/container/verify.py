@@ -220,3 +220,17 @@ def verify(expected: Expected, inspect: Mapping[str, Any]) -> None:
             err = SprawlError(err.code, err.subject, f"{err.detail} (also differs: {others})",
                               err.recovery)
         raise err
+
+
+def as_command_user(inspect: dict[str, Any], init_user: str, command_user: str) -> dict[str, Any]:
+    """A warm container's inspect, checked to run its idle init as `init_user`, with the
+    command's user put in its place so `verify` compares everything else as for a fresh one
+    (each command's exec names the command's user; warm.py)."""
+    config = dict(inspect.get("Config") or {})
+    if str(config.get("User") or "") != init_user:
+        raise SprawlError(
+            ErrorCode.SANDBOX_DENIED, "container verification",
+            f"user: expected {init_user!r} for the warm container's init, found "
+            f"{config.get('User')!r}", "see `sprawl-orch doctor`; the engine changed the user")
+    config["User"] = command_user
+    return {**inspect, "Config": config}

@@ -1,0 +1,117 @@
+"""Warm mode's per-command cost against the raw mechanisms, side by side in one run (issue 15).
+
+    . .ci/env && python benchmarks/warm_exec.py [--reps N] [--engines docker,podman]
+
+Per engine, with the same busybox image, interleaved (warm, exec_run, fresh, run --rm, …):
+- warm:     ExecTool.exec(["true"]) with `[sandbox.container] warm = true`: the full command
+            as the library and serve/mcp pay it (resync of the copy, checks of the kept
+            container, the exec, the kill/clean-up of everything the command left, result).
+- exec:     docker: the SDK's `exec_run("true")` into a plain running container (create,
+            start, inspect of the exec); podman: `podman exec` (its CLI: no API socket here).
+- fresh:    ExecTool.exec(["true"]) without warm: a fresh, verified container per command.
+- run --rm: `docker run --rm IMAGE true` / `podman run --rm IMAGE true` (the CLI).
+Prints medians in ms and the ratios; the target is warm/exec <= 1.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from images.build import build_busybox
+from orchestrator.config import parse_config
+from orchestrator.exec_tool import ExecTool
+
+Times = dict[str, list[float]]
+
+
+def timed(times: Times, key: str, fn: Callable[[], Any]) -> Any:
+    start = time.perf_counter()
+    out = fn()
+    times.setdefault(key, []).append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def tool(engine: str, image: str, tmp: Path, warm: bool) -> ExecTool:
+    tree = tmp / "tree"
+    tree.mkdir(exist_ok=True)
+    for n in range(20):
+        (tree / f"f{n}.txt").write_text(f"file {n}\n" * 20)
+    config = parse_config({
+        "sandbox": {"arm": "container", "scratch_dir": str(tmp),
+                    "container": {"engine": engine, "images": {engine: image}, "warm": warm}},
+        "state": {"dir": str(tmp / ("state-warm" if warm else "state-fresh"))}})
+    return ExecTool(config, tree, record=False)
+
+
+def ok(result: Any) -> None:
+    assert result.exit_code == 0, result
+
+
+def bench(engine: str, reps: int) -> Times:
+    times: Times = {}
+    image = build_busybox(engine)
+    plain = f"sprawl-bench-plain-{engine}"
+    tmp = Path(tempfile.mkdtemp(prefix="sprawl-warm-bench-"))
+    subprocess.run([engine, "run", "-d", "--rm", "--name", plain, "--network", "none", image,
+                    "sleep", "3600"], capture_output=True, check=True)
+    warm, fresh = tool(engine, image, tmp, True), tool(engine, image, tmp, False)
+    try:
+        ok(warm.exec(["true"]))
+        ok(fresh.exec(["true"]))
+        if engine == "docker":
+            import docker
+
+            handle = docker.from_env().containers.get(plain)
+
+            def raw_exec() -> None:
+                assert handle.exec_run(["true"]).exit_code == 0
+        else:
+            def raw_exec() -> None:
+                subprocess.run(["podman", "exec", plain, "true"], check=True)
+        raw_exec()
+        for _ in range(reps):
+            timed(times, "warm (sprawl-orch)", lambda: ok(warm.exec(["true"])))
+            timed(times, "exec into a running container", raw_exec)
+            timed(times, "fresh (sprawl-orch)", lambda: ok(fresh.exec(["true"])))
+            timed(times, "run --rm", lambda: subprocess.run(
+                [engine, "run", "--rm", "--network", "none", image, "true"], check=True))
+    finally:
+        warm.close()
+        fresh.close()
+        subprocess.run([engine, "rm", "-f", plain], capture_output=True)
+        subprocess.run([engine, "rmi", image], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--engines", default="docker,podman")
+    args = parser.parse_args()
+    for engine in args.engines.split(","):
+        times = bench(engine, args.reps)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"\n{engine}: medians of {args.reps} interleaved runs of `true` (ms)")
+        for key, value in med.items():
+            print(f"  {key:32} {value:8.1f}")
+        exec_ms = med["exec into a running container"]
+        print(f"  ratio warm / exec:      {med['warm (sprawl-orch)'] / exec_ms:.2f}"
+              " (target <= 1.5)")
+        print(f"  ratio warm / fresh:     {med['warm (sprawl-orch)'] / med['fresh (sprawl-orch)']:.2f}")
+        print(f"  ratio warm / run --rm:  {med['warm (sprawl-orch)'] / med['run --rm']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

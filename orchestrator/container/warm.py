@@ -1,0 +1,281 @@
+"""Warm mode (`[sandbox.container] warm = true`): one kept container per exec tool, run and
+copy, created, inspected and verified once, idle under a minimal init; each command enters
+it with an exec (warm_exec.py). What a fresh container guaranteed by being new is made true
+again around every command, from the host (warm_host.py):
+
+- before: the copy was resynced by the exec tool, as for every command; the container is
+  checked alive, its init unchanged, and re-inspected against what was asked (verify.py).
+- the command runs as the configured user; the idle init runs as the container's root
+  (uid 0 with every capability dropped), so a command can neither signal nor trace it —
+  with the same uid it could ptrace the init and leave code behind for the next command.
+- after (or when its window passes and it is halted or released): every process it started
+  is SIGKILLed — found by the container's cgroup and pid namespace, so setsid/double-forked
+  ones too — before the container takes another command; what it added to /tmp, /dev/shm,
+  /dev/mqueue and every other rw tmpfs is deleted; SysV IPC removed; the memory cgroup's
+  OOM-kill count tells whether the OOM killer struck during this command.
+- a container that died, whose init or writable baseline changed, or whose processes could
+  not all be killed is removed and replaced; the result says why ("replaced").
+- a command still running when its window passes keeps its container (it is busy); the
+  next command gets another one. Idle containers past IDLE are removed, oldest first.
+The guardian hears of each warm container as of any other (expect / created / gone).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.container.argv import fit_limits
+from orchestrator.container.ownership import own_copy
+from orchestrator.container.run import SETTLE_SECONDS
+from orchestrator.container.verify import Expected, as_command_user, verify
+from orchestrator.container.warm_exec import Entered, enter
+from orchestrator.container.warm_host import HostView
+from orchestrator.errors import ErrorCode, SprawlError
+from orchestrator.launch import Finished, Launch, Watcher
+
+if TYPE_CHECKING:
+    from orchestrator.container.arm import ContainerArm
+
+INIT_USER = "0:0"
+# The idle init: a shell that reaps whatever is reparented to it (orphans of commands, until
+# they are killed) and sleeps; busybox and every distro image have both.
+INIT = ("/bin/sh", "-c", 'trap "exit 0" TERM; while :; do sleep 2147483647 & wait; done')
+IDLE = 4
+WARM_NOTE = (
+    "Warm container: each command is an exec into a kept, verified container; between "
+    "commands every process a command started is killed (found by the container's cgroup "
+    "and pid namespace), its files in /tmp, /dev/shm and the other writable mounts and its "
+    "SysV IPC objects are removed, and the copy is resynced; a container that died or was "
+    "changed is replaced."
+)
+
+
+class Warm:
+    """One kept container, bound to one copy and run."""
+
+    def __init__(self, container: str, name: str, copy: Path, run: str, workdir: str,
+                 watcher: Watcher, host: HostView, record: dict[str, object],
+                 owner: tuple[int, int]) -> None:
+        self.container, self.name, self.copy, self.run = container, name, copy, run
+        self.workdir, self.watcher, self.host, self.record = workdir, watcher, host, record
+        self.owner = owner  # the command's host uid:gid (podman --userns=auto: from its map)
+        self.commands = 0
+
+
+class WarmPool:
+    def __init__(self, arm: ContainerArm) -> None:
+        self.arm = arm
+        self._idle: list[Warm] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- taking a container -----------------------------------------------------------------
+    def start(self, launch: Launch, command: Sequence[str]) -> WarmRun:
+        copy = launch.cwd.resolve()
+        replaced: str | None = None
+        with self._lock:
+            warm = next((w for w in self._idle if w.copy == copy and w.run == launch.run), None)
+            if warm is not None:
+                self._idle.remove(warm)
+        if warm is not None:
+            replaced = self._still_good(warm)
+            if replaced is not None:
+                self.remove(warm)
+                warm = None
+        if warm is None:
+            warm = self._make(launch)
+        return WarmRun(self, warm, launch, command, replaced)
+
+    def _make(self, launch: Launch) -> Warm:
+        engine = self.arm.engine
+        container, name, record = self.arm.create_verified(launch, INIT, init_user=INIT_USER)
+        try:
+            # the init's output is nothing; podman's `start --attach` runs on in a thread
+            engine.start(container, launch.outputs / "init-out", launch.outputs / "init-err")
+            deadline = time.monotonic() + 10.0
+            state = engine.inspect(container).get("State") or {}
+            while state.get("Status") == "created" and time.monotonic() < deadline:
+                time.sleep(0.01)
+                state = engine.inspect(container).get("State") or {}
+            pid = int(state.get("Pid") or 0)
+            if not state.get("Running") or pid <= 0:
+                raise SprawlError(ErrorCode.ENGINE_REFUSED, "warm container",
+                                  f"its init did not stay up: {state.get('Error') or state}",
+                                  "check that the image has /bin/sh and sleep")
+            workdir = str((engine.inspect(container).get("Config") or {}).get("WorkingDir"))
+            deadline = time.monotonic() + 2.0
+            host = HostView.of(pid, workdir)
+            while len(host.baseline) < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)  # the init's sleep not forked yet
+                host = HostView.of(pid, workdir)
+        except BaseException:
+            self.arm._remove_quietly(engine, container, launch, name)
+            raise
+        record = {**record, "warm": True, "init_user": INIT_USER}
+        uid, _, gid = str(record["host_owner"]).partition(":")
+        return Warm(container, name, launch.cwd.resolve(), launch.run, workdir,
+                    launch.watcher, host, record, (int(uid), int(gid)))
+
+    def _still_good(self, warm: Warm) -> str | None:
+        """None when the idle container may take the next command, else why it is replaced."""
+        if not warm.host.baseline_intact():
+            return "its init is gone or was replaced"
+        admission = self.arm.admission()
+        assert admission.image is not None and admission.runtime_used is not None
+        try:
+            inspect = self.arm.engine.inspect(warm.container)
+            if not (inspect.get("State") or {}).get("Running"):
+                return "it is no longer running"
+            expected = Expected.of(self.arm.engine.name, self.arm.config, self.arm.host,
+                                   admission.image, warm.copy, admission.runtime_used,
+                                   admission.userns)
+            verify(expected, as_command_user(inspect, INIT_USER, expected.user))
+        except SprawlError as err:
+            return f"it no longer matches what was asked: {err.detail}"
+        return None
+
+    # -- giving it back ---------------------------------------------------------------------
+    def give_back(self, warm: Warm) -> None:
+        evicted: list[Warm] = []
+        with self._lock:
+            if self._closed:
+                evicted.append(warm)
+            else:
+                self._idle.append(warm)
+                while len(self._idle) > IDLE:
+                    evicted.append(self._idle.pop(0))
+        for old in evicted:
+            self.remove(old)
+
+    def remove(self, warm: Warm) -> str | None:
+        try:
+            self.arm.engine.remove(warm.container)
+        except SprawlError as err:
+            return f"the warm container {warm.name} could not be removed: {err.detail}"
+        warm.watcher.gone(warm.name)
+        return None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for warm in idle:
+            self.remove(warm)
+
+
+class WarmRun:
+    """The `Running` of one command entered into a warm container."""
+
+    def __init__(self, pool: WarmPool, warm: Warm, launch: Launch, command: Sequence[str],
+                 replaced: str | None) -> None:
+        self.pool, self.warm, self.launch = pool, warm, launch
+        self._killed = False
+        self._ended = False
+        self._seen = False
+        self._finished: Finished | None = None
+        self._lock = threading.Lock()
+        self._record = dict(warm.record)
+        if replaced is not None:
+            self._record["replaced"] = replaced
+        self._record["reused"] = warm.commands > 0
+        warm.commands += 1
+        self._oom_before = warm.host.oom_kills()
+        user = fit_limits(pool.arm.config, pool.arm.host).user
+        # the resynced copy goes to the command's host uid, as create_verified does for a
+        # fresh container (entries already owned so are left alone)
+        own_copy(warm.copy, *warm.owner)
+        launch.outputs.mkdir(parents=True, exist_ok=True)
+        from orchestrator.container.arm import command_env  # arm.py imports this module lazily
+
+        self._entered: Entered = enter(
+            pool.arm.engine, warm.container, command, command_env(launch), user, warm.workdir,
+            launch.outputs / "stdout", launch.outputs / "stderr")
+
+    def wait(self, timeout: float | None) -> bool:
+        """The command ended when the exec'd process did (what it left is killed then, as a
+        fresh container's end takes everything with it)."""
+        if self._ended:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # The channel ends a moment after a short command exits: wait on it alone first;
+        # asking the engine whether the process still runs costs an API call each time.
+        step = 0.05
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if self._entered.ended(step if left is None else max(0.0, min(step, left))):
+                self._ended = True
+                return True
+            if not self._command_alive():
+                self.warm.host.kill_strays()  # they hold its stdout/stderr open
+                self._ended = self._entered.ended(SETTLE_SECONDS)
+                return self._ended
+            if left is not None and left <= 0:
+                return False
+            step = min(step * 2, 0.25)
+
+    def _command_alive(self) -> bool:
+        said = self._entered.running()
+        if said is not None:
+            return said
+        # Seen alive once before it may be declared gone: right after the exec the process
+        # may not be in the container yet.
+        alive = self.warm.host.command_alive(self.warm.host.strays())
+        self._seen = self._seen or alive
+        return alive or not self._seen
+
+    def kill(self) -> None:
+        if self._finished is not None:
+            return
+        self._killed = True
+        self.warm.host.kill_strays()
+
+    def pids(self) -> list[int]:
+        return [] if self._finished is not None else self.warm.host.strays()
+
+    def finish(self) -> Finished:
+        with self._lock:
+            if self._finished is None:
+                self._finished = self._finish()
+            return self._finished
+
+    def _finish(self) -> Finished:
+        host = self.warm.host
+        if not self.wait(SETTLE_SECONDS if self._killed else None):
+            self._killed = True
+        clean = host.kill_strays()
+        self._entered.close()
+        exit_code = self._entered.exit_code()
+        oom_after = host.oom_kills()
+        oom = (self._oom_before is not None and oom_after is not None
+               and oom_after > self._oom_before)
+        replace: list[str] = []
+        if not clean:
+            replace.append("some of the command's processes survived every kill")
+        if not host.baseline_intact():
+            replace.append("its init died" + (" (OOM-killed)" if oom else ""))
+        else:
+            changed = host.reset_writable()
+            if changed:
+                replace.append(f"the command changed what it must not: {', '.join(changed[:5])}")
+            ipc = host.reset_ipc()
+            if ipc is not None:
+                replace.append(f"its SysV IPC could not be emptied: {ipc}")
+        record = dict(self._record)
+        if replace:
+            record["replaced_after"] = "; ".join(replace)
+            left = self.pool.remove(self.warm)
+            record["removed"] = left is None
+            if left:
+                record["removal_error"] = left
+        else:
+            record["removed"] = False
+            self.pool.give_back(self.warm)
+        return Finished(
+            exit_code=exit_code, stdout_path=self.launch.outputs / "stdout",
+            stderr_path=self.launch.outputs / "stderr", killed=self._killed, oom_killed=oom,
+            extra={"container": record},
+        )

@@ -1,0 +1,134 @@
+"""One command entered into a running container: docker through the SDK's exec API (what
+`exec_run` does: create, start, inspect), podman through `podman exec` (its API is not on
+this machine's podman 4.3 without a service). stdout/stderr go to two files as they arrive.
+
+`ended()` says the channel closed: the command ended AND nothing it left holds its stdout
+or stderr. warm.py decides the command's end from the container's processes, not from this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Protocol
+
+from orchestrator.container.docker import DockerEngine
+from orchestrator.container.engine import Engine
+from orchestrator.container.podman import PodmanEngine
+
+
+class Entered(Protocol):
+    def ended(self, timeout: float) -> bool:
+        ...
+
+    def exit_code(self) -> int | None:
+        ...
+
+    def running(self) -> bool | None:
+        """Whether the exec'd process itself still runs, when the engine says (None: ask
+        the container's processes)."""
+        ...
+
+    def close(self) -> None:
+        """Release the channel (after the container's strays were killed)."""
+        ...
+
+
+class DockerEntered:
+    def __init__(self, engine: DockerEngine, container: str, argv: Sequence[str],
+                 env: Mapping[str, str], user: str, workdir: str, stdout: Path,
+                 stderr: Path) -> None:
+        api = engine.api()
+        self._api = api
+        made = api.exec_create(container, list(argv), stdout=True, stderr=True,
+                               environment=dict(env), user=user, workdir=workdir)
+        self._id = str(made["Id"])
+        self._out: IO[bytes] = stdout.open("wb")
+        self._err: IO[bytes] = stderr.open("wb")
+        # the stream client has no read timeout: a quiet command must not lose its output
+        self._stream = engine.streams().exec_start(self._id, stream=True, demux=True)
+        self._reader = threading.Thread(target=self._pump, name="sprawl-warm-exec",
+                                        daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        with contextlib.suppress(Exception):  # the stream's end is the command's end
+            for out, err in self._stream:
+                if out:
+                    self._out.write(out)
+                    self._out.flush()
+                if err:
+                    self._err.write(err)
+                    self._err.flush()
+
+    def ended(self, timeout: float) -> bool:
+        self._reader.join(timeout)
+        return not self._reader.is_alive()
+
+    def exit_code(self) -> int | None:
+        code = self._api.exec_inspect(self._id).get("ExitCode")
+        return None if code is None else int(code)
+
+    def running(self) -> bool | None:
+        return bool(self._api.exec_inspect(self._id).get("Running"))
+
+    def close(self) -> None:
+        self._reader.join(5.0)
+        # the hijacked socket is not closed by the SDK once the stream hit EOF
+        # (docker/docker-py#2766; the same fix as DockerAttached._close_stream)
+        response = getattr(self._stream, "_response", None)
+        fp = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+        sock = getattr(getattr(fp, "raw", None), "_sock", None)
+        with contextlib.suppress(Exception):
+            self._stream.close()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._out.close()
+        self._err.close()
+
+
+class PodmanEntered:
+    def __init__(self, engine: PodmanEngine, container: str, argv: Sequence[str],
+                 env: Mapping[str, str], user: str, workdir: str, stdout: Path,
+                 stderr: Path) -> None:
+        cli = [engine.cli_argv(["exec"])[0], "exec", "--user", user, "--workdir", workdir]
+        for name in env:
+            cli += ["--env", name]  # the value comes from the CLI's own environment
+        with stdout.open("wb") as out, stderr.open("wb") as err:
+            self._proc = subprocess.Popen(
+                [*cli, container, *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                env=engine._cli_env(env))
+
+    def ended(self, timeout: float) -> bool:
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def exit_code(self) -> int | None:
+        return self._proc.returncode
+
+    def running(self) -> bool | None:
+        return None
+
+    def close(self) -> None:
+        try:
+            self._proc.wait(10.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def enter(engine: Engine, container: str, argv: Sequence[str], env: Mapping[str, str],
+          user: str, workdir: str, stdout: Path, stderr: Path) -> Entered:
+    if isinstance(engine, DockerEngine):
+        return DockerEntered(engine, container, argv, env, user, workdir, stdout, stderr)
+    if isinstance(engine, PodmanEngine):
+        return PodmanEntered(engine, container, argv, env, user, workdir, stdout, stderr)
+    raise TypeError(f"no exec for engine {engine.name}")
