@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import click
 
-from orchestrator.config import load_config
+from orchestrator.cli.common import config_options, find_config, refuse
+from orchestrator.config import with_warm
 from orchestrator.errors import SprawlError
 
 if TYPE_CHECKING:
@@ -43,22 +44,23 @@ async def _serve_until_signal(app: MCPServer[Any]) -> int:
 
 
 @click.command("mcp")
-@click.option("-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=".",
-              help="Working directory whose copies commands run in (default: .).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Config file (default: sprawl.toml in the working directory).")
+@config_options
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Execs running at once; more calls wait their turn.")
-def mcp_command(workdir: Path, config_path: Path | None, workers: int) -> None:
-    """Serve exec, harvest, halt, release and doctor as MCP tools over stdio."""
+@click.option("--warm/--no-warm", default=None,
+              help="Container arm: one kept container per run, an exec per command "
+              "(default: [sandbox.container] warm).")
+def mcp_command(workdir: Path, config_path: Path | None, workers: int,
+                warm: bool | None) -> None:
+    """Serve exec, harvest, halt, release, doctor and apply as MCP tools over stdio."""
     from orchestrator import mcp_server, serve
 
     try:
-        config = load_config(config_path, cwd=workdir)
+        config = find_config(workdir, config_path)
     except SprawlError as err:
-        click.echo(f"sprawl-orch: {err.code.value}: {err.subject}: {err.detail}", err=True)
-        click.echo(f"sprawl-orch: what you can do: {err.recovery}", err=True)
-        sys.exit(125)
+        refuse(err)
+    if warm is not None:
+        config = with_warm(config, warm)
     # No JSON-lines stream: MCP answers through Server.dispatch.
     server = serve.Server(config, workdir, None, workers=workers)
     try:

@@ -17,6 +17,7 @@ from types import FrameType
 import click
 
 from orchestrator.cli.common import config_options, find_config, refuse
+from orchestrator.config import with_warm
 from orchestrator.errors import SprawlError
 
 
@@ -40,10 +41,13 @@ def _stop_on(signum: int, frame: FrameType | None) -> None:
               help="Each run's memory ceiling (with --shares cpu_and_memory).")
 @click.option("--cgroup-root", type=click.Path(path_type=Path), default=None,
               help="Where cgroupfs is mounted (default /sys/fs/cgroup).")
+@click.option("--warm/--no-warm", default=None,
+              help="Container arm: one kept container per run, an exec per command "
+              "(default: [sandbox.container] warm).")
 @click.option("--schema", is_flag=True, help="Print the JSON schema of requests and responses.")
 def serve_command(
     workdir: Path, config_path: Path | None, workers: int, shares: str,
-    run_memory_bytes: int | None, cgroup_root: Path | None, schema: bool,
+    run_memory_bytes: int | None, cgroup_root: Path | None, warm: bool | None, schema: bool,
 ) -> None:
     """Serve exec, harvest, halt, release, processes and doctor as JSON lines."""
     from orchestrator import serve
@@ -58,6 +62,8 @@ def serve_command(
         config = find_config(workdir, config_path)
     except SprawlError as err:
         refuse(err)
+    if warm is not None:
+        config = with_warm(config, warm)
     asked = Shares.cpu_and_memory(run_memory_bytes) if run_memory_bytes else Shares(
         kind=shares)  # type: ignore[arg-type]
     found = delegation(cgroup_root) if cgroup_root is not None else None

@@ -63,6 +63,7 @@ class Warm:
         self.container, self.name, self.copy, self.run = container, name, copy, run
         self.workdir, self.watcher, self.host, self.record = workdir, watcher, host, record
         self.owner = owner  # the command's host uid:gid (podman --userns=auto: from its map)
+        self.source: Path | None = None  # the working directory the copy is mounted as
         self.commands = 0
 
 
@@ -117,8 +118,10 @@ class WarmPool:
             raise
         record = {**record, "warm": True, "init_user": INIT_USER}
         uid, _, gid = str(record["host_owner"]).partition(":")
-        return Warm(container, name, launch.cwd.resolve(), launch.run, workdir,
+        warm = Warm(container, name, launch.cwd.resolve(), launch.run, workdir,
                     launch.watcher, host, record, (int(uid), int(gid)))
+        warm.source = launch.workdir
+        return warm
 
     def _still_good(self, warm: Warm) -> str | None:
         """None when the idle container may take the next command, else why it is replaced."""
@@ -132,7 +135,7 @@ class WarmPool:
                 return "it is no longer running"
             expected = Expected.of(self.arm.engine.name, self.arm.config, self.arm.host,
                                    admission.image, warm.copy, admission.runtime_used,
-                                   admission.userns)
+                                   admission.userns, workdir=warm.source)
             verify(expected, as_command_user(inspect, INIT_USER, expected.user))
         except SprawlError as err:
             return f"it no longer matches what was asked: {err.detail}"
@@ -265,6 +268,7 @@ class WarmRun:
             if ipc is not None:
                 replace.append(f"its SysV IPC could not be emptied: {ipc}")
         record = dict(self._record)
+        record["oom_killed"] = oom
         if replace:
             record["replaced_after"] = "; ".join(replace)
             left = self.pool.remove(self.warm)

@@ -52,6 +52,7 @@ class HostView:
     procs_files: tuple[Path, ...]
     oom_file: Path | None
     writable: tuple[str, ...]
+    mounts: frozenset[str] = frozenset()
     snapshot: dict[str, dict[str, Entry]] = field(default_factory=dict)
 
     @classmethod
@@ -60,8 +61,9 @@ class HostView:
         root = psutil.Process(init)
         baseline = frozenset((p.pid, p.create_time())
                              for p in [root, *root.children(recursive=True)])
+        points = _mount_points(init)
         view = cls(init, baseline, os.stat(f"/proc/{init}/ns/pid").st_ino,
-                   *_cgroup_files(init), _writable_mounts(init, workdir))
+                   *_cgroup_files(init), _writable_mounts(init, workdir), frozenset(points))
         view.snapshot = {m: view._walk(m) for m in view.writable}
         return view
 
@@ -136,16 +138,23 @@ class HostView:
 
     # -- writable places ------------------------------------------------------------------
     def _walk(self, mount: str) -> dict[str, Entry]:
+        """Every entry of a writable mount, not descending into mounts beneath it (the copy
+        is mounted at the working directory's own path, which may be under /tmp). A
+        directory's size and mtime change with what commands add to it: not compared."""
         base = f"/proc/{self.init}/root{mount}"
         found: dict[str, Entry] = {}
         for top, dirs, files in os.walk(base):
+            inside = "/" + os.path.relpath(top, f"/proc/{self.init}/root")
+            dirs[:] = [d for d in dirs if os.path.join(inside, d) not in self.mounts]
             for name in [*dirs, *files]:
                 path = os.path.join(top, name)
                 with contextlib.suppress(OSError):
                     st = os.lstat(path)
+                    kind = st.st_mode & 0o170000
+                    plain = kind != 0o040000
                     found[os.path.relpath(path, base)] = Entry(
-                        st.st_mode & 0o170000, st.st_mode & 0o7777, st.st_uid, st.st_size,
-                        st.st_mtime_ns)
+                        kind, st.st_mode & 0o7777, st.st_uid, st.st_size if plain else 0,
+                        st.st_mtime_ns if plain else 0)
         return found
 
     def reset_writable(self) -> list[str]:
@@ -183,14 +192,24 @@ def _cgroup_files(init: int) -> tuple[tuple[Path, ...], Path | None]:
     for line in Path(f"/proc/{init}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         rel = path.lstrip("/")
-        if controllers == "":  # v2 unified
+        names = controllers.split(",")
+        if controllers == "":
+            # v2; on a hybrid host (this project's machines: v1 controllers plus an empty
+            # "unified" hierarchy) its files do not exist and the v1 ones count
             procs.append(CGROUP_ROOT / rel / "cgroup.procs")
-            oom = CGROUP_ROOT / rel / "memory.events"
-        elif "pids" in controllers.split(","):
+            events = CGROUP_ROOT / rel / "memory.events"
+            oom = oom or (events if events.exists() else None)
+        elif "pids" in names:
             procs.append(CGROUP_ROOT / "pids" / rel / "cgroup.procs")
-        elif "memory" in controllers.split(","):
-            oom = CGROUP_ROOT / "memory" / rel / "memory.oom_control"
-    return tuple(p for p in procs if p.exists()), oom if oom and oom.exists() else None
+        if "memory" in names:
+            control = CGROUP_ROOT / "memory" / rel / "memory.oom_control"
+            oom = control if control.exists() else oom
+    return tuple(p for p in procs if p.exists()), oom
+
+
+def _mount_points(init: int) -> list[str]:
+    return [line.split()[4]
+            for line in Path(f"/proc/{init}/mountinfo").read_text().splitlines()]
 
 
 def _writable_mounts(init: int, workdir: str) -> tuple[str, ...]:

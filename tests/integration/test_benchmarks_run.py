@@ -21,6 +21,7 @@ SMALL: dict[str, tuple[list[str], str]] = {
     "container_exec.py": (["--reps", "1", "--cli-reps", "1"], "ratio"),
     "container_steps.py": (["--reps", "1"], "docker create: CLI (our argv)"),
     "guardian.py": (["--runs", "1"], "fastest raw removal"),
+    "warm_exec.py": (["--reps", "2"], "ratio warm / exec"),
 }
 
 
