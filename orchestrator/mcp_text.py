@@ -40,6 +40,7 @@ def result_text(result: ExecResult) -> str:
     lines.append(f"arm: {result.arm} (where: {result.where}, run: {result.run})")
     if result.confinement is not None:
         lines.append(f"confinement: {result.confinement.statement}")
+    lines += [f"limit: {sentence}" for sentence in result.limit_sentences()]
     ceiling = result.memory_ceiling
     if ceiling and ceiling.get("state") == "hit":
         lines.append(f"memory ceiling: hit ({ceiling.get('detail', '')})")

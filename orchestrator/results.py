@@ -96,10 +96,14 @@ class ExecResult(BaseModel):
             return (f"{self.code.value if self.code else 'refused'}: {self.subject}: "
                     f"{self.detail} (what you can do: {self.recovery})")
         lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
-        lines += [self._limit_sentence(limit) for limit in self.limits_hit]
+        lines += self.limit_sentences()
         if self.detail:
             lines.append(self.detail)
         return "\n".join(lines)
+
+    def limit_sentences(self) -> list[str]:
+        """One sentence per limit the kernel enforced on this command, with its number."""
+        return [self._limit_sentence(limit) for limit in self.limits_hit]
 
     def _limit_sentence(self, limit: str) -> str:
         limits = (self.container or {}).get("limits") or {}

@@ -224,3 +224,20 @@ def test_the_cli_copies_a_containers_output_byte_for_byte(engine: str, tmp_path:
     data = json.loads(refused.stdout)
     assert (refused.returncode, data["code"]) == (125, "E_TOOL_UNAVAILABLE")
     assert time.monotonic() - started < 170
+
+
+def test_auto_names_every_engines_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead docker socket and a podman without its pin: the step-down names both."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'dead.sock'}")
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "tree").mkdir()
+    config = parse_config({"sandbox": {"arm": "auto", "scratch_dir": str(tmp_path / "scratch")},
+                           "state": {"dir": str(tmp_path / "state")}})
+    clear_cache()
+    with ExecTool(config, tmp_path / "tree") as tool:
+        result = tool.exec(["true"])
+    assert result.outcome == "settled" and result.arm != "container"
+    assert result.confinement is not None
+    said = result.confinement.statement
+    assert "docker:" in said and "dead.sock" in said, said
+    assert "no image is pinned for podman ([sandbox.container.images] podman)" in said

@@ -88,7 +88,10 @@ SUBCOMMANDS = [
     ("doctor",),
     ("view", "--shells"),
     ("serve",),
+    ("mcp",),
     ("image", "verify"),
+    ("copies", "list"),
+    ("apply", "x-1"),
 ]
 
 
@@ -101,7 +104,12 @@ def test_every_subcommand_finds_the_config_and_refuses_a_latin1_one(
     bad.mkdir()
     (bad / "sprawl.toml").write_bytes("# caf\xe9\n[sandbox]\narm = \"auto\"\n".encode("latin-1"))
     where = ["-C", str(bad)] if how == "-C" else ["--config", str(bad / "sprawl.toml")]
-    done = cli("exec", *where, "--", "true") if sub[0] == "exec" else cli(*sub, *where)
+    if sub[0] == "exec":
+        done = cli("exec", *where, "--", "true")
+    elif sub[0] == "apply":
+        done = cli("apply", *where, sub[1])
+    else:
+        done = cli(*sub, *where)
     assert done.returncode == 125, done.stderr
     err = done.stderr.decode()
     assert "Traceback" not in err
