@@ -28,6 +28,25 @@ def _through(pid: str, link: str, judged: Judge) -> Probe:
     return Probe(pid, "planted links and nodes", F, sh, judge=judged)
 
 
+def _applied(template: str) -> Judge:
+    def seen(bait: Bait, out: str) -> str | None:
+        return file_has(template, f"applied-{bait.tok[::-1]}")(bait, out)
+
+    return seen
+
+
+def link_out_applied(bait: Bait, out: str) -> str | None:
+    import os
+
+    path = os.path.join(bait.values["TREE"], "link-out-new")
+    if os.path.islink(path):
+        return f"apply put {path} -> {os.readlink(path)} into the tree"
+    return None
+
+
+APPLIED = 'echo "applied-$(echo @TOK@ | $b rev)"'
+
+
 def parent_write(bait: Bait, out: str) -> str | None:
     for where in ("@SCRATCH@", "@TREE@/.."):
         seen = exists(f"{where}/esc-parent-@TOK@")(bait, out)
@@ -106,6 +125,18 @@ def probes() -> list[Probe]:
         Probe("poison-survives-resync", "planted by a first command", None,
               'if $b grep -q POISONED poison.txt; then echo "ESC $id the next command saw the first one\'s file"; else echo "NOT $id resynced"; fi',
               plant='$b touch -r poison.txt .esc-ref; printf "POISONED\\n" > poison.txt; $b touch -r .esc-ref poison.txt; rm -f .esc-ref'),
+        # `apply` (the person keeps a command's changes) must never write outside the tree:
+        # the command turns the tree's links into a file and a directory, and adds a link
+        # out; only arms with a copy have an apply (@APPLY@), the runner applies everything.
+        Probe("apply-file-over-tree-link", "apply of a command's changes", F,
+              f'rm -f link-abs && {APPLIED} > link-abs; echo "NOT $id (judged after apply)"; : @APPLY@',
+              judge=_applied("@TMPD@/target-abs")),
+        Probe("apply-dir-over-tree-dir-link", "apply of a command's changes", F,
+              f'rm -rf link-dir && $b mkdir link-dir && {APPLIED} > link-dir/applied; echo "NOT $id (judged after apply)"; : @APPLY@',
+              judge=_applied("@LINKD@/applied")),
+        Probe("apply-new-link-out-of-tree", "apply of a command's changes", F,
+              '$b ln -s @TMPD@/target-abs link-out-new; echo "NOT $id (judged after apply)"; : @APPLY@',
+              judge=link_out_applied),
         Probe("second-command-mknod", "planted by a first command", F,
               'if $b dd if=esc-dev of=/dev/null bs=512 count=1 2>/dev/null; then echo "ESC $id read /dev/kmsg through a node a first command made"; else echo "NOT $id"; fi',
               plant='$b mknod esc-dev c @MAJMIN@'),

@@ -20,6 +20,7 @@ from orchestrator.arms import ASSURANCES, ArmName
 from orchestrator.assurances import Assurances, statement
 from orchestrator.config import parse_config
 from orchestrator.exec_tool import ExecTool
+from orchestrator.results import ExecResult
 from tests.escapes.bait import ESC_FDS, Bait
 from tests.escapes.probe import Probe, Step, script
 from tests.escapes.probes_fs import edit_source
@@ -36,6 +37,7 @@ def scripts(probes: list[Probe], step: Step, values: dict[str, str]) -> list[str
         return [script(probes, step, values)]
     return [script([p], step, values) for p in probes if p.step == "exhaust"]
 TIMEOUT_S = 120.0
+APPLY_PATHS = ["link-abs", "link-dir", "link-dir/applied", "link-out-new"]
 
 
 @dataclass
@@ -97,6 +99,8 @@ def run_tool(bait: Bait, probes: list[Probe], tool: ExecTool, where: str) -> Arm
     claimed: Assurances | None = None
     said = ""
     bait.open_fds()  # held by the caller while sprawl-orch starts the command
+    if where == "sandbox":
+        bait.values["APPLY"] = "1"  # a copy whose changes can be applied
     for step in STEPS:
         if step == "battery":
             edit_source(bait.values)
@@ -109,11 +113,23 @@ def run_tool(bait: Bait, probes: list[Probe], tool: ExecTool, where: str) -> Arm
             claimed = Assurances(**result.confinement.assurances)
             said = result.confinement.statement
             outs[step] += result.stdout + "\n" + result.stderr
+            if step == "battery" and where == "sandbox":
+                outs[step] += "\n" + apply_all(tool, result)
     assert claimed is not None
     name = "host" if where == "host" else tool.arm().name.value
     if tool.choice.arm is ArmName.CONTAINER and where != "host":
         name = f"container ({tool.config.sandbox.container.engine})"
     return ArmRun(name, claimed, said, outs)
+
+
+def apply_all(tool: ExecTool, result: ExecResult) -> str:
+    """The person keeps what the apply probes changed (only those paths: the other probes'
+    writes in the copy would land too, as apply means them to)."""
+    if result.changes is None or result.changes.handle is None:
+        raise AssertionError(f"the battery's result has no changes to apply: {result.changes}")
+    applied = tool.apply(result.changes.handle, APPLY_PATHS)
+    return f"APPLY {len(applied.applied)} applied, {len(applied.refused)} refused: " + \
+        "; ".join(f"{i.path} ({i.change}: {i.why})" for i in applied.refused)[:900]
 
 
 def open_tool(data: dict[str, Any], tree: Path) -> ExecTool:

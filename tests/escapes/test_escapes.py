@@ -99,6 +99,7 @@ def test_escapes(arm: str, tmp_path: Path, request: pytest.FixtureRequest,
         bait.close()
     matrix_rows.append((run, verdicts))
     print(matrix.table([(run, verdicts)]))
+    print(*(line for line in out.splitlines() if line.startswith("APPLY")), sep="\n")
     print(matrix.details(run, verdicts))
     assert "DONE" in run.outputs["battery"], f"the battery did not finish:\n{run.outputs}"
     if arm in ("raw", "host"):
