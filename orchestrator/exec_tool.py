@@ -65,7 +65,7 @@ class ExecTool:
 
     `config=None` reads `sprawl.toml` in `workdir` (defaults when absent), as the CLI's
     `-C DIR` does; `workdir` may be a str. Use as a context manager: `close()` kills
-    what still runs and deletes every copy.
+    what still runs and releases its copies (kept for the next call: copy_store).
     """
 
     def __init__(
