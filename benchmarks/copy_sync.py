@@ -55,15 +55,19 @@ def run(argv: list[str]) -> None:
 
 
 def stat_walk(src: Path, dst: Path) -> None:
-    """Walk both trees with scandir and lstat every entry on both sides; read nothing."""
+    """Walk both trees: list every directory on both sides (scandir; a resync must, to find
+    the copy's extras) and stat every entry on both sides; read no file."""
     stack = [(str(src), str(dst))]
     while stack:
         s, d = stack.pop()
+        with os.scandir(d) as listed:
+            names = {e.name for e in listed}
         with os.scandir(s) as it:
             for entry in it:
                 entry.stat()
                 other = os.path.join(d, entry.name)
-                os.stat(other, follow_symlinks=False)
+                if entry.name in names:
+                    os.stat(other, follow_symlinks=False)
                 if entry.is_dir():
                     stack.append((entry.path, other))
 

@@ -20,7 +20,7 @@ import pydantic
 
 from orchestrator import copy_stamps, fs_clock
 from orchestrator.copy_bounds import RECOVERY, Bounds, Excludes, bound_key, human, largest_entries
-from orchestrator.copy_fileops import BudgetExceeded, Kind, SourceUnreadable
+from orchestrator.copy_fileops import BudgetExceeded, FdCopy, Kind, SourceUnreadable
 from orchestrator.copy_links import stays_inside
 from orchestrator.copy_stamps import ENTRY, SyncRecord
 from orchestrator.errors import ErrorCode, SprawlError
@@ -73,17 +73,6 @@ class CopySide(Protocol[H]):
     ) -> tuple[int, os.stat_result]: ...
 
 
-class _TimedDevices(dict[int, bool]):
-    """``dev in this``: whether fs_clock knows the timestamp margin of device ``dev``."""
-
-    def __contains__(self, dev: object) -> bool:
-        known: bool | None = self.get(dev)  # type: ignore[call-overload]
-        if known is None:
-            assert isinstance(dev, int)
-            known = self[dev] = fs_clock.granularity_ns(dev) is not None
-        return known
-
-
 @dataclass
 class _Dir(Generic[H]):
     """One directory being synced: source path, path relative to the root, whether it was
@@ -98,7 +87,9 @@ class _Dir(Generic[H]):
     ident: tuple[int, int]
     entries: list[os.DirEntry[str]]
     copy: dict[str, Kind]
-    next: int = 0
+
+    def __post_init__(self) -> None:
+        self.it = iter(self.entries)
 
 
 def list_source(src: str) -> list[os.DirEntry[str]]:
@@ -129,13 +120,18 @@ class Walk(Generic[H]):
         self.new = SyncRecord(self.source, time.time_ns(), fs_clock.TICK_MARGIN_NS,
                               self.excludes.patterns)
         # Looked up once per sync (and replaceable in tests that simulate a coarse clock).
-        self._pack, self._newest = copy_stamps.pack, copy_stamps.newest
+        self._pack = copy_stamps.pack
         old = self.old
         self._edge = old.started_ns - old.granularity_ns if old else 0
         self._offsets = old.offsets() if old else {}
         self._old_entries = old.entries if old else bytearray()
         # Devices whose filesystems stamp files finely enough for the racy-clean rule.
-        self._timed_devs = _TimedDevices()
+        self._timed: set[int] = set()  # devices fs_clock knows the margin of
+        self._untimed: set[int] = set()
+        self._add_path, self._entries = self.new.paths.append, self.new.entries
+        # The inlined fast path (run) needs directory fds (FdCopy) and no excludes to match.
+        self._quick_ok = old is not None and isinstance(self.side, FdCopy) and not self.excludes
+        self._lstat = os.stat
         self._ancestors: set[tuple[int, int]] = set()
 
     def work(self) -> FileWork:
@@ -170,19 +166,59 @@ class Walk(Generic[H]):
         try:
             while stack:
                 top = stack[-1]
-                if top.next == len(top.entries):
-                    for name, kind in top.copy.items():
-                        self.removed += side.remove(name, top.handle, kind)
-                    self._ancestors.discard(top.ident)
-                    side.close(stack.pop().handle)
-                    continue
-                entry = top.entries[top.next]
-                top.next += 1
-                self.walked += 1
-                child = self._entry(top, entry)
+                child = None
+                quick = self._quick_ok and top.depth < self.bounds.depth
+                copy, handle = top.copy, top.handle
+                prefix = top.rel + os.sep if top.rel else ""
+                for entry in top.it:
+                    self.walked += 1
+                    # The hot path of a no-change resync, inlined (it is most of the time of
+                    # a resync): a plain file the stamp record vouches for by the racy-clean
+                    # rule, within the bounds. Anything else takes the full path (_entry).
+                    name = entry.name
+                    if quick and copy.get(name) == "file" and not entry.is_symlink():
+                        st = entry.stat()
+                        rel = prefix + name
+                        at = self._offsets.get(rel)
+                        if at is not None and stat.S_ISREG(st.st_mode):
+                            try:  # handle is a directory fd: _quick_ok checked FdCopy
+                                cst = self._lstat(name, dir_fd=handle,  # type: ignore[arg-type]
+                                                  follow_symlinks=False)
+                            except OSError:
+                                cst = None  # gone or unreadable: the full path decides
+                            packed = b"" if cst is None else self._pack(st, cst,
+                                                                        st.st_mode & 0o777)
+                            if (
+                                cst is not None
+                                and self._old_entries[at : at + ENTRY_SIZE] == packed
+                                and cst.st_mode & _KIND_AND_BITS == stat.S_IFREG | st.st_mode
+                                & 0o777
+                                and max(st.st_mtime_ns, st.st_ctime_ns, cst.st_mtime_ns,
+                                        cst.st_ctime_ns) < self._edge
+                                and (st.st_dev in self._timed or self._learn(st.st_dev))
+                                and (cst.st_dev in self._timed or self._learn(cst.st_dev))
+                                and self.files < self.bounds.files
+                                and self.bytes + st.st_size <= self.bounds.bytes
+                            ):
+                                del copy[name]
+                                self._add_path(rel)
+                                self._entries += packed
+                                self.files += 1
+                                self.bytes += st.st_size
+                                if self.progress is not None and not self.files % PROGRESS_EVERY:
+                                    self.progress(self.files, self.bytes, False)
+                                continue
+                    child = self._entry(top, entry)
+                    if child is not None:
+                        break
                 if child is not None:
                     stack.append(child)
                     self._ancestors.add(child.ident)
+                    continue
+                for name, kind in top.copy.items():
+                    self.removed += side.remove(name, top.handle, kind)
+                self._ancestors.discard(top.ident)
+                side.close(stack.pop().handle)
         finally:
             for frame in stack:
                 side.close(frame.handle)
@@ -265,6 +301,16 @@ class Walk(Generic[H]):
         return self.refuse(f"the tree holds more than {bound:,} bytes ({human(bound)}): "
                            f"{reached:,} reached after {self.files:,} files (bound {key})", key)
 
+    def _learn(self, dev: int) -> bool:
+        """Whether the racy-clean rule may trust stamps on ``dev`` (looked up once)."""
+        if dev in self._untimed:
+            return False
+        if fs_clock.granularity_ns(dev) is None:
+            self._untimed.add(dev)
+            return False
+        self._timed.add(dev)
+        return True
+
     def _file(self, parent: _Dir[H], entry: os.DirEntry[str], st: os.stat_result, rel: str) -> None:
         # The hot path of a resync: bounds, then the racy-clean rule (copy_stamps) inlined.
         size = st.st_size
@@ -289,11 +335,13 @@ class Walk(Generic[H]):
                 at = self._offsets.get(rel)
                 if (
                     at is not None
-                    and self._newest(st, cst) < self._edge
+                    and copy_stamps.newest(st, cst) < self._edge
                     and self._old_entries[at : at + ENTRY_SIZE] == packed
-                    and st.st_dev in self._timed_devs and cst.st_dev in self._timed_devs
+                    and (st.st_dev in self._timed or self._learn(st.st_dev))
+                    and (cst.st_dev in self._timed or self._learn(cst.st_dev))
                 ) or side.same_bytes(entry.path, name, handle, size, mode):
-                    self.new.add(rel, packed)
+                    self._add_path(rel)
+                    self._entries += packed
                     self.bytes += size
                     return
         if old == "dir":
@@ -307,7 +355,8 @@ class Walk(Generic[H]):
         except BudgetExceeded:
             raise self._over_bytes(self.bounds.bytes + 1) from None
         self.bytes += size
-        self.new.add(rel, self._pack(st, cst, mode))
+        self._add_path(rel)
+        self._entries += self._pack(st, cst, mode)
         self._counted(fresh)
 
     def _link(self, parent: _Dir[H], name: str, rel: str, target: str) -> None:
