@@ -40,13 +40,10 @@ def classes(verdicts: list[Verdict]) -> list[str]:
 
 
 def cell(verdicts: list[Verdict], run: ArmRun, cls: str) -> str:
+    """Every outcome of the class's probes with its count, worst first."""
     got = Counter(outcome(v, run) for v in verdicts if v.probe.cls == cls)
-    counted = {k: n for k, n in got.items() if k != "n/a"}
-    if not counted:
-        return "n/a"
-    worst = next(k for k in ORDER if k in counted)
-    total = sum(counted.values())
-    return f"{worst} {counted[worst]}/{total}" if len(counted) > 1 else f"{worst} ({total})"
+    counted = [(k, got[k]) for k in ORDER if k != "n/a" and got[k]]
+    return ", ".join(f"{k} {n}" for k, n in counted) if counted else "n/a"
 
 
 def table(rows: list[tuple[ArmRun, list[Verdict]]]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from orchestrator.assurances import Guarantee
 from tests.escapes.bait import Bait
-from tests.escapes.probe import Judge, Probe, exists, file_has
+from tests.escapes.probe import Judge, Probe, exists, file_has, fill
 
 F = Guarantee.FILESYSTEM
 
@@ -48,11 +48,17 @@ APPLIED = 'echo "applied-$(echo @TOK@ | $b rev)"'
 
 
 def parent_write(bait: Bait, out: str) -> str | None:
+    """The copy's parent, wherever the copy was: a scratch copy, a persistent copy's slot
+    in the state directory (beside its stamps record), or the tree itself."""
+    import glob
+
+    pattern = fill("@STATE@/copies/*/*/esc-parent-@TOK@", bait.values)
     for where in ("@SCRATCH@", "@TREE@/.."):
         seen = exists(f"{where}/esc-parent-@TOK@")(bait, out)
         if seen:
             return seen
-    return None
+    found = glob.glob(pattern)
+    return f"{found[0]} was created beside the copy" if found else None
 
 
 def probes() -> list[Probe]:
