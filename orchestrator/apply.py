@@ -31,12 +31,12 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_serializer
 
 from orchestrator.apply_check import Verdict, check_all
 from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
 from orchestrator.change_store import Kept, finish_if_done, load, record_applied
-from orchestrator.changes import ChangeEntry
+from orchestrator.changes import ChangeEntry, shown
 from orchestrator.errors import ErrorCode, SprawlError
 
 TEMP_PREFIX = ".sprawl-apply-"
@@ -49,6 +49,10 @@ class ApplyItem(BaseModel):
     why: str | None = None
     at_sync: dict[str, int] | None = None  # a conflict's source stamp when the sync read it
     now: dict[str, int] | None = None  # ... and in the working directory now
+
+    @field_serializer("path", "why", when_used="json")
+    def _shown(self, name: str | None) -> str | None:
+        return shown(name)
 
 
 class ApplyResult(BaseModel):
@@ -207,7 +211,7 @@ def _remove(root_fd: int, e: ChangeEntry) -> None:
 
 
 def _journal(kept: Kept, rel_tmp: str) -> None:
-    with open(kept.dir / "journal", "a") as f:
+    with open(kept.dir / "journal", "a", errors="surrogateescape") as f:
         f.write(rel_tmp + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -217,7 +221,7 @@ def _clear_journal(kept: Kept, root_fd: int) -> None:
     """Remove temp files an interrupted apply left (only our own, by their journalled names)."""
     journal = kept.dir / "journal"
     try:
-        names = journal.read_text().splitlines()
+        names = journal.read_text(errors="surrogateescape").splitlines()
     except FileNotFoundError:
         return
     for rel in names:

@@ -12,7 +12,7 @@ import os
 
 from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
 from orchestrator.change_store import Kept
-from orchestrator.changes import ChangeEntry
+from orchestrator.changes import ChangeEntry, shown
 
 _SNIFF = 8192
 
@@ -43,7 +43,7 @@ def _read_beneath(root: str, rel: str) -> bytes:
 
 
 def _one(kept: Kept, e: ChangeEntry) -> list[str]:
-    a, b = f"a/{e.path}", f"b/{e.path}"
+    a, b = f"a/{shown(e.path)}", f"b/{shown(e.path)}"
     head = [f"diff --sprawl {a} {b}\n"]
     if e.change == "mode_changed":
         return [*head, f"old mode {e.was_mode}\n", f"new mode {e.mode}\n"]
@@ -51,7 +51,7 @@ def _one(kept: Kept, e: ChangeEntry) -> list[str]:
         verb = "deleted" if e.change == "deleted" else "new"
         return [*head, f"{verb} directory mode {e.mode or e.was_mode}\n"]
     if e.kind == "link":
-        return [*head, f"{e.change} symbolic link -> {e.target}\n"]
+        return [*head, f"{e.change} symbolic link -> {shown(e.target)}\n"]
     old = b""
     if e.was_kind == "file" and e.change in ("modified", "deleted", "kind_changed"):
         try:

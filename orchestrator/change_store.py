@@ -141,7 +141,9 @@ def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord
         os.close(copy_fd)
     manifest = {
         "handle": handle, "workdir": str(workdir), "made": time.time(), "stored_bytes": stored,
-        "entries": [e.model_dump(mode="json") for e in entries],
+        # Python mode: the real names (json.dump escapes non-UTF-8 ones as \udcXX and reads
+        # them back), not the shown ones the JSON mode gives results.
+        "entries": [e.model_dump() for e in entries],
         "source": {rel: list(record.source[rel]) for rel in (e.path for e in entries)
                    if rel in record.source},
         "hashes": {e.path: record.hashes[e.path] for e in entries if e.path in record.hashes},
@@ -190,7 +192,7 @@ def load(state: Path, handle: str) -> Kept:
                           "run the command again and apply its new handle") from None
     applied: set[str] = set()
     with suppress(FileNotFoundError):
-        applied = set((where / "applied").read_text().splitlines())
+        applied = set((where / "applied").read_text(errors="surrogateescape").splitlines())
     return Kept(handle, where, Path(m["workdir"]),
                 [ChangeEntry.model_validate(e) for e in m["entries"]], m["source"], m["hashes"],
                 int(m["source_trusted_below_ns"]), m["blobs"], applied)
@@ -210,7 +212,7 @@ def record_applied(kept: Kept, paths: list[str]) -> None:
     """Record paths as applied, one by one as they land, so an interrupted apply resumes."""
     if not paths:
         return
-    with open(kept.dir / "applied", "a") as f:
+    with open(kept.dir / "applied", "a", errors="surrogateescape") as f:
         f.write("".join(p + "\n" for p in paths))
         f.flush()
         os.fsync(f.fileno())

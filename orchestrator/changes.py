@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_serializer
 
 from orchestrator.change_record import Kind, Stamp, SyncRecord, kind_of, sha256_of
 from orchestrator.copy_fileops import CHUNK
@@ -46,6 +46,18 @@ class ChangeEntry(BaseModel):
     target: str | None = None  # a link's target
     verified: bool = True  # False: the stamp changed and the bytes could not be compared
 
+    @field_serializer("path", "target", when_used="json")
+    def _shown(self, name: str | None) -> str | None:
+        return shown(name)
+
+
+def shown(name: str | None) -> str | None:
+    """A file name for JSON: bytes that are not UTF-8 (kept by os.fsdecode as surrogates, which
+    no JSON encoder takes) shown as backslash escapes. The store keeps the real name."""
+    if name is None:
+        return None
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
 
 class Changes(BaseModel):
     """The `changes` key of a result (SPEC §5, §10)."""
@@ -66,6 +78,10 @@ class Changes(BaseModel):
     kept: bool = False  # the changed files are kept for `apply`
     note: str | None = None  # why not kept, or which older changes were dropped
     dropped: list[str] = []  # handles whose kept changes were dropped for this one
+
+    @field_serializer("note", when_used="json")
+    def _shown(self, note: str | None) -> str | None:
+        return shown(note)
 
     @classmethod
     def of(cls, entries: list[ChangeEntry], **fields: Any) -> Changes:

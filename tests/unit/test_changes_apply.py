@@ -139,3 +139,16 @@ def test_apply_refuses_another_working_directory(tmp_path: Path, tree: Path,
             apply(tool.state, result.changes.handle, workdir=tmp_path)
     assert "were made from" in err.value.detail
     assert not os.path.exists(tmp_path / "new")
+
+
+def test_a_name_that_is_not_utf8_is_shown_escaped_and_applied_exactly(
+        tmp_path: Path, tree: Path, offerings: Offerings) -> None:
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("printf x > \"$(printf 'bad\\377')\"", shell=True)
+        assert result.changes is not None and result.changes.handle is not None
+        assert result.as_json_dict()["changes"]["paths"][0]["path"] == "bad\\xff"
+        dry = tool.apply(result.changes.handle, dry_run=True)
+        assert dry.diff is not None and "+++ b/bad\\xff\n" in dry.diff
+        dry.model_dump_json()  # serve and MCP send it: it must encode
+        tool.apply(result.changes.handle)
+    assert (tree / os.fsdecode(b"bad\xff")).read_text() == "x"
