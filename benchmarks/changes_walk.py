@@ -4,7 +4,7 @@ the same copy, interleaved in one run (issue #18: must be <= 1.3x).
     python benchmarks/changes_walk.py [--files N] [--reps R]
 
 Builds a tree of N files (default 10 000 of 4 KiB in ~100 directories), syncs it into a copy
-with ``copy_sync.sync``, records the copy as the exec tool does before a command
+with ``copy_sync.sync_with_record``, records the copy as the exec tool does before a command
 (``change_record.finish``), then measures R alternating repetitions of:
 
 - raw: a metadata-only walk of the copy (``os.scandir`` + ``lstat`` of every entry, the floor
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator import change_record
 from orchestrator.changes import compute
-from orchestrator.copy_sync import sync
+from orchestrator.copy_sync import sync_with_record
 
 
 def build_tree(root: Path, files: int, size: int) -> None:
@@ -73,10 +73,11 @@ def main() -> None:
         source, copy = Path(tmp) / "source", Path(tmp) / "copy"
         source.mkdir()
         build_tree(source, args.files, args.size)
-        stamps, walked = change_record.source_stamps_before_sync(source)
-        sync(source, copy)
-        record = change_record.finish(copy, stamps, walked)
-        racy = sum(1 for s in record.copy.values() if not record.copy_trusted(s))
+        _, synced = sync_with_record(source, copy)
+        stamps, line = change_record.source_from_sync(synced, source)
+        record = change_record.finish(copy, stamps, line)
+        entries = dict(record.entries())
+        racy = sum(1 for s in entries.values() if not record.copy_trusted(s))
         raw_ms: list[float] = []
         ours_ms: list[float] = []
         for _ in range(args.reps):
@@ -86,7 +87,7 @@ def main() -> None:
             ours_ms.append((time.perf_counter() - start) * 1000)
             assert found == [], f"a no-change copy reported changes: {found[:3]}"
         raw, ours = statistics.median(raw_ms), statistics.median(ours_ms)
-        print(f"copy of {args.files} files in {len(record.copy) - args.files} directories; "
+        print(f"copy of {args.files} files in {len(entries) - args.files} directories; "
               f"{racy} entries with a racy stamp (compared by bytes); {args.reps} reps, "
               "interleaved")
         print(f"{'metadata-only walk (scandir + lstat)':44} {raw:9.1f} ms")

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 
 from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
-from orchestrator.change_record import kind_of, sha256_of
+from orchestrator.change_record import kind_of, norm_mode, sha256_of
 from orchestrator.change_store import Kept
 from orchestrator.changes import ChangeEntry
 
@@ -190,7 +190,7 @@ def sha256_of_beneath(root_fd: int, rel: str) -> str | None:
 
 
 def _t(st: os.stat_result) -> tuple[int, int, int, int, int, int]:
-    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+    return (norm_mode(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
 def check_all(kept: Kept, root_fd: int, todo: list[ChangeEntry]) -> dict[str, Verdict | None]:

@@ -2,25 +2,21 @@
 
 A :class:`SyncRecord` holds, per path relative to the working directory:
 
-- ``copy``: the lstat stamp of each entry of the copy as the command got it (taken after the
+- ``by_dir``: the lstat stamp of each entry of the copy as the command got it (taken after the
   sync and after the arm readied the copy, just before the command starts);
-- ``source``: the stat stamp (links followed, as the sync follows them) of each source entry,
-  taken *before* the sync read it. A source file changed after the stamp has a different stamp
-  at apply time (a conflict), so the stamp can only err towards refusing;
+- ``source``: the stamp of each source entry as the sync read it (copy_stamps' record of that
+  sync, see :func:`source_from_sync`): a source file changed since has another stamp at apply
+  time, or a ctime past ``source_line_ns`` (the sync's start minus its filesystem margin);
 - ``hashes``: sha256 of the copy's bytes right after the sync, for files whose source stamp is
-  too young to trust (below): then the content itself says whether the source changed;
+  past that line (changed during or just before the sync): then the bytes themselves say
+  whether the source changed since;
 - ``trusted_below_ns``: the ctime of a file made on the copy's filesystem after the copy
   stamps were taken. Every change to an entry sets its ctime to the filesystem's current time,
   which cannot be earlier than that (Linux hands out timestamps monotonically, multigrain
   ctime included), so a copy stamp whose ctime is below it changes whenever the entry does:
   git's racy-clean rule, with the filesystem's own clock instead of a guessed granularity.
 
-The source side cannot be written (not even a marker), so its stamps use the wall clock: a
-source ctime within ``SOURCE_RACY_NS`` of the walk's start is not trusted, and its bytes are
-hashed from the fresh copy instead.
-
-The ``copies`` engineer's persistent copy record (docs: copies-api) will supply the same
-stamps from the sync itself; :func:`take` is the stand-alone way until then.
+Only the system clock stepping back (root, or CAP_SYS_TIME, which no arm grants) defeats it.
 """
 
 from __future__ import annotations
@@ -29,19 +25,17 @@ import hashlib
 import os
 import stat
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from orchestrator import copy_stamps
+
 Kind = Literal["file", "dir", "link", "other"]
-# Coarse clocks tick every 1-10 ms; FAT-like filesystems keep 2 s. Past this, a stamp is exact.
-SOURCE_RACY_NS = 2_000_000_000
 # Racy source files are hashed from the copy; past this many bytes they stay unproven
 # (apply then refuses them as conflicts rather than guess).
 HASH_BUDGET = 64 * 1024 * 1024
-WALK_DEPTH = 64
 
 
 # (st_mode, st_size, st_mtime_ns, st_ctime_ns, st_ino, st_dev): a plain tuple, so the walk
@@ -65,73 +59,51 @@ def kind_of(mode: int) -> Kind:
 
 @dataclass
 class SyncRecord:
-    copy: dict[str, Stamp] = field(default_factory=dict)
-    targets: dict[str, str] = field(default_factory=dict)  # the copy's links
     # The copy stamps by directory ("" is the root) and name: the walk after the command
     # looks names up without building a path per entry.
     by_dir: dict[str, dict[str, Stamp]] = field(default_factory=dict)
+    targets: dict[str, str] = field(default_factory=dict)  # the copy's links
     source: dict[str, Stamp] = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)
     trusted_below_ns: int = 0
-    source_walk_ns: int = 0  # wall clock when the source walk started
+    source_line_ns: int = 0  # a source stamp with a ctime below this is trusted
+
+    def entries(self) -> Iterator[tuple[str, Stamp]]:
+        """(relative path, stamp) of every copy entry."""
+        for rel_dir, names in self.by_dir.items():
+            prefix = rel_dir + "/" if rel_dir else ""
+            for name, stamp in names.items():
+                yield prefix + name, stamp
 
     def copy_trusted(self, stamp: Stamp) -> bool:
         return stamp[3] < self.trusted_below_ns
 
     def source_trusted(self, stamp: Stamp) -> bool:
-        return stamp[3] < self.source_walk_ns - SOURCE_RACY_NS
+        return stamp[3] < self.source_line_ns
 
 
-def walk_copy(root: Path) -> Iterator[tuple[str, os.stat_result, str]]:
-    """(relative path, lstat, absolute path) of every entry under ``root``; links never
-    followed. Directories come before their contents."""
+def snapshot_copy(root: Path) -> tuple[dict[str, dict[str, Stamp]], dict[str, str]]:
+    """lstat stamps of every entry under ``root`` by directory ("" is the root) and name, and
+    the targets of its links. One tight walk: it runs before every command."""
+    by_dir: dict[str, dict[str, Stamp]] = {}
+    targets: dict[str, str] = {}
     stack = [("", str(root))]
     while stack:
         rel_dir, abs_dir = stack.pop()
+        names: dict[str, Stamp] = {}
+        by_dir[rel_dir] = names
+        prefix = rel_dir + "/" if rel_dir else ""
         with os.scandir(abs_dir) as it:
             for entry in it:
-                rel = entry.name if not rel_dir else f"{rel_dir}/{entry.name}"
                 st = entry.stat(follow_symlinks=False)
-                yield rel, st, entry.path
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append((rel, entry.path))
-
-
-def snapshot_copy(root: Path) -> tuple[dict[str, Stamp], dict[str, str]]:
-    out: dict[str, Stamp] = {}
-    targets: dict[str, str] = {}
-    for rel, st, path in walk_copy(root):
-        if stat.S_ISLNK(st.st_mode):
-            targets[rel] = os.readlink(path)
-        out[rel] = stamp_of(st)
-    return out, targets
-
-
-def snapshot_source(root: Path) -> dict[str, Stamp]:
-    """Stamps of the working directory as the sync sees it (links followed, bounded depth).
-    Unreadable or vanishing entries are left out: a path without a source stamp is never
-    taken as unchanged."""
-    out: dict[str, Stamp] = {}
-    stack = [("", str(root), 0)]
-    while stack:
-        rel_dir, abs_dir, depth = stack.pop()
-        if depth >= WALK_DEPTH:
-            continue
-        try:
-            it = os.scandir(abs_dir)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                rel = entry.name if not rel_dir else f"{rel_dir}/{entry.name}"
-                try:
-                    st = entry.stat()
-                except OSError:
-                    continue
-                out[rel] = stamp_of(st)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append((rel, entry.path, depth + 1))
-    return out
+                mode = st.st_mode
+                names[entry.name] = (mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                     st.st_ino, st.st_dev)
+                if stat.S_ISDIR(mode):
+                    stack.append((prefix + entry.name, entry.path))
+                elif stat.S_ISLNK(mode):
+                    targets[prefix + entry.name] = os.readlink(entry.path)
+    return by_dir, targets
 
 
 def fs_now_ns(directory: Path) -> int:
@@ -158,29 +130,53 @@ def sha256_of(path: str | Path) -> str | None:
         os.close(fd)
 
 
-def source_stamps_before_sync(workdir: Path) -> tuple[dict[str, Stamp], int]:
-    """Stamp the source before the sync reads it (see the module docstring)."""
-    started = time.time_ns()
-    return snapshot_source(workdir), started
+def norm_mode(mode: int) -> int:
+    """The file type and the permission bits a sync carries (set-uid/gid/sticky never)."""
+    return stat.S_IFMT(mode) | (mode & 0o777)
 
 
-def finish(copy_root: Path, source: dict[str, Stamp], source_walk_ns: int) -> SyncRecord:
+def source_from_sync(sync: copy_stamps.SyncRecord, workdir: Path) -> tuple[dict[str, Stamp], int]:
+    """The source stamps the sync itself recorded (copy_stamps), as ``Stamp``s, and the line
+    below which a source ctime is trusted (the sync's start minus its filesystem margin).
+
+    Files: the stamp the sync recorded with the bytes it copied, so a source changed after it
+    read them has another stamp, or a ctime past the line (then apply compares bytes with the
+    copy's hash). Directories are stat-ed here, right after the sync (the record has no stamps
+    of them); apply compares only their kind, mode and inode, and removes one only with
+    rmdir, so what the person put in it is never lost — only a chmod of the directory itself
+    in the moment between the sync and this stat could be overridden by the command's.
+    Links kept as links get no stamp: apply never writes over a link anyway."""
+    line = sync.started_ns - sync.granularity_ns
+    out: dict[str, Stamp] = {}
+    sep = os.sep
+    for rel, f in sync.files().items():
+        size, mtime, ctime, ino, dev = f.source
+        out[rel.replace(sep, "/")] = (stat.S_IFREG | (f.mode & 0o777), size, mtime, ctime, ino,
+                                      dev)
+    for rel in sync.dirs:
+        try:
+            st = os.stat(os.path.join(workdir, rel))
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            out[rel.replace(sep, "/")] = (norm_mode(st.st_mode), 0, st.st_mtime_ns,
+                                          st.st_ctime_ns, st.st_ino, st.st_dev)
+    return out, line
+
+
+def finish(copy_root: Path, source: dict[str, Stamp], source_line_ns: int) -> SyncRecord:
     """The record of a synced and readied copy; call just before the command starts."""
-    record = SyncRecord(source=source, source_walk_ns=source_walk_ns)
-    record.copy, record.targets = snapshot_copy(copy_root)
-    record.by_dir = {"": {}}
-    for rel, stamp in record.copy.items():
-        head, _, name = rel.rpartition("/")
-        record.by_dir.setdefault(head, {})[name] = stamp
-        if stat.S_ISDIR(stamp[0]):
-            record.by_dir.setdefault(rel, {})
+    record = SyncRecord(source=source, source_line_ns=source_line_ns)
+    record.by_dir, record.targets = snapshot_copy(copy_root)
     record.trusted_below_ns = fs_now_ns(copy_root.parent)
     budget = HASH_BUDGET
-    for rel, stamp in record.copy.items():
-        src = source.get(rel)
-        if not stat.S_ISREG(stamp[0]) or src is None or record.source_trusted(src):
-            continue
-        if stamp[1] > budget:
+    line = source_line_ns
+    for rel, src in source.items():
+        if src[3] < line or not stat.S_ISREG(src[0]):
+            continue  # trusted (the common case, so tested first), or not a file
+        head, _, name = rel.rpartition("/")
+        stamp = record.by_dir.get(head, {}).get(name)
+        if stamp is None or not stat.S_ISREG(stamp[0]) or stamp[1] > budget:
             continue
         digest = sha256_of(copy_root / rel)
         if digest is not None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
-from orchestrator.change_record import SOURCE_RACY_NS, SyncRecord
+from orchestrator.change_record import SyncRecord
 from orchestrator.changes import ChangeEntry, Changes
 from orchestrator.errors import ErrorCode, SprawlError
 
@@ -147,7 +147,7 @@ def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord
         "source": {rel: list(record.source[rel]) for rel in (e.path for e in entries)
                    if rel in record.source},
         "hashes": {e.path: record.hashes[e.path] for e in entries if e.path in record.hashes},
-        "source_trusted_below_ns": record.source_walk_ns - SOURCE_RACY_NS,
+        "source_trusted_below_ns": record.source_line_ns,
         "blobs": blobs,
     }
     with open(tmp / MANIFEST, "w") as f:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
-from orchestrator.change_record import Kind, Stamp, SyncRecord, kind_of, sha256_of
+from orchestrator.change_record import Kind, Stamp, SyncRecord, kind_of, norm_mode, sha256_of
 from orchestrator.copy_fileops import CHUNK
 
 ChangeType = Literal["created", "modified", "deleted", "kind_changed", "mode_changed"]
@@ -122,7 +122,7 @@ class _Compare:
             now = os.stat(source)
         except OSError:
             return None
-        if (now.st_mode, now.st_size, now.st_mtime_ns, now.st_ctime_ns, now.st_ino,
+        if (norm_mode(now.st_mode), now.st_size, now.st_mtime_ns, now.st_ctime_ns, now.st_ino,
                 now.st_dev) != src or now.st_size != size:
             return None
         return _equal_files(str(source), path)

@@ -79,6 +79,8 @@ class Lease:
     slot: Path
     workdir: Path
     _fd: int | None
+    # The stamp record the last sync wrote (changes: the source stamps it read).
+    last_record: copy_stamps.SyncRecord | None = None
 
     @property
     def path(self) -> Path:
@@ -94,6 +96,7 @@ class Lease:
         work, record = sync_with_record(source, self.path, bounds, record=self.record_path,
                                         excludes=excludes, progress=progress)
         self._meta(record.total_bytes)
+        self.last_record = record
         return work
 
     def _meta(self, size: int | None = None) -> None:

@@ -264,13 +264,12 @@ class ExecTool:
             watcher = self.guardian()
             copy = self._take_copy()
             try:
-                source, walked = change_record.source_stamps_before_sync(self.workdir)
                 work = copy.sync(self.workdir, self.bounds, self.excludes, self.progress)
             except BaseException:
                 copy.release()  # a refused sync already deleted the half-synced copy
                 raise
             cwd = copy.path
-            changes = self._changes_hook(arm, copy.path, source, walked)
+            changes = self._changes_hook(arm, copy)
         try:
             join = self.backlog.joining(run)
             n = self.backlog.number()
@@ -296,14 +295,18 @@ class ExecTool:
         entry = self.backlog.enter(running, launch, pending, join, give_back, changes, drain)
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
-    def _changes_hook(self, arm: Arm, copy: Path, source: dict[str, change_record.Stamp],
-                      walked: int) -> Callable[[str], Changes]:
-        """Record the readied copy now; the returned call computes and keeps the command's
-        changes once it has ended (never failing the command: a failure becomes a note)."""
+    def _changes_hook(self, arm: Arm, lease: Lease) -> Callable[[str], Changes]:
+        """Record the synced, readied copy now; the returned call computes and keeps the
+        command's changes once it has ended (never failing the command: a failure is a note)."""
+        copy = lease.path
         ready = getattr(arm, "ready_copy", None)
         if ready is not None:
             ready(copy)
-        record = change_record.finish(copy, source, walked)
+        source: dict[str, change_record.Stamp] = {}
+        line = 0  # no record of the sync: no source stamp, so apply refuses all but creations
+        if lease.last_record is not None:
+            source, line = change_record.source_from_sync(lease.last_record, self.workdir)
+        record = change_record.finish(copy, source, line)
 
         def collect(handle: str) -> Changes:
             try:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
-from orchestrator import change_record, change_store
+from orchestrator import fs_clock
 from orchestrator.errors import SprawlError
 from orchestrator.exec_tool import ExecTool
 from orchestrator.offerings import Offerings
@@ -25,10 +26,11 @@ def tool_for(tmp_path: Path, tree: Path, offerings: Offerings, **state: object) 
 
 
 @pytest.fixture
-def trusted_sources(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Source stamps trusted at once (as they are for files older than 2 s)."""
-    monkeypatch.setattr(change_record, "SOURCE_RACY_NS", 0)
-    monkeypatch.setattr(change_store, "SOURCE_RACY_NS", 0)
+def trusted_sources(tree: Path) -> None:
+    """The tree's stamps older than the sync's margin (copy_stamps: 20 ms on local
+    filesystems, up to 2 s elsewhere), so they are trusted, as for any file not just written."""
+    assert fs_clock.granularity_ns(tree.stat().st_dev) == fs_clock.TICK_MARGIN_NS
+    time.sleep(fs_clock.TICK_MARGIN_NS / 1e9 + 0.05)
 
 
 def test_an_edit_hidden_behind_an_old_mtime_is_found(tmp_path: Path, tree: Path,
