@@ -100,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="serve many callers on this unix socket (guardian/server.py)")
     parser.add_argument("--idle", type=float, default=None,
                         help="with --serve: exit after this many seconds without callers")
+    parser.add_argument("--inherit", type=int, default=None,
+                        help="with --serve: an inherited connected socket, the first caller")
     parser.add_argument("--session", default=None)
     parser.add_argument("--engines", default="", help="comma-separated: docker,podman")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE,
@@ -114,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from guardian.server import IDLE_SECONDS, Server
 
         idle = IDLE_SECONDS if args.idle is None else args.idle
-        return Server(Path(args.serve), idle, args.docker_via, log).run()
+        return Server(Path(args.serve), idle, args.docker_via, log).run(args.inherit)
     if args.session is None:
         parser.error("--session is required (or --serve SOCKET)")
     names = [n for n in args.engines.split(",") if n]

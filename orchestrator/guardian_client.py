@@ -67,15 +67,22 @@ def _read_line(sock: socket.socket) -> bytes:
 
 
 def _finish_connection(sock: socket.socket, wait: float | None) -> int | None:
-    """EOF for the guardian; with `wait`, its `done N` for this connection."""
+    """EOF for the guardian; with `wait`, its `done N` for this connection (an `ok` the
+    guardian sent a socketpair caller comes before it; it closes after `done`)."""
     try:
         sock.shutdown(socket.SHUT_WR)
         if wait == 0.0:
             return None
         sock.setblocking(True)
         sock.settimeout(wait)
-        word = _read_line(sock).decode("ascii", "replace").split()
-        return int(word[1]) if len(word) == 2 and word[0] == "done" else None
+        said = b""
+        while chunk := sock.recv(256):
+            said += chunk
+        for line in said.decode("ascii", "replace").splitlines():
+            word = line.split()
+            if len(word) == 2 and word[0] == "done":
+                return int(word[1])
+        return None
     except (OSError, ValueError):
         return None
     finally:
@@ -201,12 +208,12 @@ class Guardian:
         os.set_blocking(write_end, False)
         self._fd = write_end
 
-    def _spawn_server(self, path: Path) -> None:
+    def _spawn_server(self, path: Path, inherit: int) -> None:
         env = dict(self.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p
         )
-        argv = [sys.executable, "-m", "guardian", "--serve", str(path)]
+        argv = [sys.executable, "-m", "guardian", "--serve", str(path), "--inherit", str(inherit)]
         idle = self.environ.get("SPRAWL_GUARDIAN_IDLE")  # seconds without callers (tests)
         if idle:
             argv += ["--idle", idle]
@@ -216,50 +223,48 @@ class Guardian:
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=log or subprocess.DEVNULL, cwd="/", env=env, start_new_session=True,
-                close_fds=True,
+                close_fds=True, pass_fds=(inherit,),
             )
         finally:
             if log is not None:
                 log.close()
 
     def _connect_locked(self, path: Path) -> None:
-        """Connect and be greeted (`ok`); spawn the guardian when none answers. A guardian
-        closing for idleness at this moment gives no `ok`: we spawn the next one."""
+        """Connect and be greeted (`ok`). When none answers (none runs, or it is closing for
+        idleness), start one and hand it our end of a socketpair as its first connection:
+        nothing waits for it to boot -- what we write waits in the socket, as in a pipe --
+        and our death is its EOF from the first byte on. If another guardian holds the lock
+        by then, the new one serves our connection alone and leaves."""
         try:
             hello = format_hello(Hello(self.session, self.engines, self.grace)).encode()
         except ValueError as err:
             self._fail(f"the guardian cannot be asked ({err})")
             return
-        deadline = time.monotonic() + CONNECT_SECONDS
-        spawned, pause = False, 0.005
-        last: str = "no answer"
-        while time.monotonic() < deadline:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable
-            try:
-                sock.settimeout(max(deadline - time.monotonic(), 0.01))
-                sock.connect(str(path))
-                sock.sendall(hello)
-                if _read_line(sock) == b"ok":
-                    sock.setblocking(False)
-                    self._sock, self._fd = sock, sock.fileno()
-                    return
-                last = "the guardian closed the connection"
-            except OSError as err:
-                last = str(err)
-            sock.close()
-            # Spawn one; again if ours has already left (it found a closing guardian's lock
-            # still held, or died): one that is still starting is waited for.
-            if not spawned or (self.process is not None and self.process.poll() is not None):
-                try:
-                    self._spawn_server(path)
-                except OSError as err:
-                    last = str(err)
-                    break
-                spawned = True
-            time.sleep(pause)
-            pause = min(pause * 2, 0.1)
-        self._fail(f"the guardian at {path} could not be reached ({last}); containers, "
-                   "process groups and copies will not be cleaned up if this process dies")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable
+        try:
+            sock.settimeout(CONNECT_SECONDS)
+            sock.connect(str(path))
+            sock.sendall(hello)
+            if _read_line(sock) == b"ok":
+                sock.setblocking(False)
+                self._sock, self._fd = sock, sock.fileno()
+                return
+        except OSError:
+            pass
+        sock.close()
+        ours, theirs = socket.socketpair()
+        try:
+            self._spawn_server(path, theirs.fileno())
+        except OSError as err:
+            ours.close()
+            self._fail(f"the guardian could not be started ({err}); containers, process "
+                       "groups and copies will not be cleaned up if this process dies")
+            return
+        finally:
+            theirs.close()
+        ours.sendall(hello)
+        ours.setblocking(False)
+        self._sock, self._fd = ours, ours.fileno()
 
     def _send(self, message: Message) -> None:
         try:

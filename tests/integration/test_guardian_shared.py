@@ -57,6 +57,7 @@ def caller(sock: Path, session: str, copy: Path, log: Path) -> subprocess.Popen[
 def test_one_guardian_many_lifelines_each_cleaned_at_once(tmp_path: Path) -> None:
     sock, log = tmp_path / "guardian.sock", tmp_path / "guardian.log"
     a = caller(sock, "sa", tmp_path / "sprawl-a", log)
+    assert wait_for(sock.exists, 30), "the guardian a started never listened"
     b = caller(sock, "sb", tmp_path / "sprawl-b", log)
     try:
         assert len(servers(sock)) == 1, "two callers, one guardian"
@@ -100,12 +101,14 @@ def test_racing_callers_start_one_guardian(tmp_path: Path) -> None:
         list(pool.map(lambda g: g.start(), guardians))
     try:
         assert all(g.alive for g in guardians), [g.problem for g in guardians]
-        # the ones spawned too late find the lock held and leave
-        assert wait_for(lambda: len(servers(sock)) == 1, 15), servers(sock)
+        # one listens; one spawned by a caller that lost the race serves that caller alone
+        assert wait_for(lambda: any(e["event"] == "serving" for e in events(log)), 30)
         serving = [e for e in events(log) if e["event"] == "serving"]
         assert len(serving) == 1, events(log)
     finally:
-        assert [g.close(wait=10) for g in guardians] == [0] * 6
+        assert [g.close(wait=30) for g in guardians] == [0] * 6
+    # those that served one caller leave with it; the listening one stays until idle
+    assert wait_for(lambda: len(servers(sock)) <= 1, 15), servers(sock)
 
 
 def test_a_dead_guardians_socket_is_replaced(tmp_path: Path) -> None:
@@ -124,21 +127,25 @@ def test_a_dead_guardians_socket_is_replaced(tmp_path: Path) -> None:
     assert second.close(wait=10) == 0
 
 
-def test_a_caller_meeting_a_closing_guardian_starts_the_next(tmp_path: Path) -> None:
-    """A guardian closing for idleness still holds its lock: the one we spawn leaves at once
-    ("already-serving"), so we spawn again until the lock is free."""
+def test_a_caller_meeting_a_closing_guardian_is_served_by_its_own(tmp_path: Path) -> None:
+    """A guardian closing for idleness still holds its lock: the one we spawn finds it held,
+    serves our connection alone (it is our lifeline from the first byte) and leaves."""
     import fcntl
-    import threading
 
     from guardian.server import lock_path
 
     sock, log = tmp_path / "g.sock", tmp_path / "guardian.log"
     held = os.open(lock_path(sock), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(held, fcntl.LOCK_EX)
-    threading.Timer(1.0, lambda: os.close(held)).start()  # the closing guardian goes
-    g = Guardian("late", socket_path=sock, log=log)
-    g.start()
-    assert g.alive, g.problem
-    said = [e["event"] for e in events(log)]
-    assert "already-serving" in said and said.count("serving") == 1, said
-    assert g.close(wait=10) == 0
+    try:
+        g = Guardian("late", socket_path=sock, log=log)
+        g.start()
+        assert g.alive, g.problem  # at once: nobody waits for the new guardian to boot
+        copy = tmp_path / "sprawl-late"
+        g.scratch(copy)
+        copy.mkdir()
+        assert wait_for(lambda: any(e["event"] == "already-serving" for e in events(log)), 30)
+        assert g.close(wait=30) == 0  # EOF with a copy held: deleted, nothing left
+        assert not copy.exists()
+    finally:
+        os.close(held)
