@@ -178,7 +178,7 @@ def sync_with_record(
     try:
         walk.run(side.open_root(copy.name, parent))
         walk.new.total_bytes = walk.bytes
-        if record is not None:
+        if record is not None and (walk.dirty or old is None):
             copy_stamps.save(walk.new, record)
     except SprawlError as err:
         raise _discarding(err, copy, record) from err.__cause__

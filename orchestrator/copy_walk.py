@@ -115,6 +115,9 @@ class Walk(Generic[H]):
     walked: int = 0
     files: int = 0
     bytes: int = 0
+    # Whether the new record says anything the old one does not: a sync that changed nothing
+    # and trusted every file keeps the old record (same stamps, same paths) unwritten.
+    dirty: bool = False
 
     def __post_init__(self) -> None:
         self.new = SyncRecord(self.source, time.time_ns(), fs_clock.TICK_MARGIN_NS,
@@ -216,6 +219,7 @@ class Walk(Generic[H]):
                     self._ancestors.add(child.ident)
                     continue
                 for name, kind in top.copy.items():
+                    self.dirty = True
                     self.removed += side.remove(name, top.handle, kind)
                 self._ancestors.discard(top.ident)
                 side.close(stack.pop().handle)
@@ -271,6 +275,7 @@ class Walk(Generic[H]):
             self.removed += side.remove(entry.name, parent.handle, old)
             old = None
         if old is None:
+            self.dirty = True
             side.mkdir(entry.name, parent.handle)
         handle = side.open_dir(entry.name, parent.handle)
         try:
@@ -333,17 +338,20 @@ class Walk(Generic[H]):
             ):
                 packed = self._pack(st, cst, mode)
                 at = self._offsets.get(rel)
-                if (
+                vouched = (
                     at is not None
                     and copy_stamps.newest(st, cst) < self._edge
                     and self._old_entries[at : at + ENTRY_SIZE] == packed
                     and (st.st_dev in self._timed or self._learn(st.st_dev))
                     and (cst.st_dev in self._timed or self._learn(cst.st_dev))
-                ) or side.same_bytes(entry.path, name, handle, size, mode):
+                )
+                self.dirty |= not vouched  # a new stamp to record, with this sync's start
+                if vouched or side.same_bytes(entry.path, name, handle, size, mode):
                     self._add_path(rel)
                     self._entries += packed
                     self.bytes += size
                     return
+        self.dirty = True
         if old == "dir":
             self.removed += side.remove(name, handle, old)
         elif old is not None:
@@ -372,6 +380,7 @@ class Walk(Generic[H]):
         elif old is not None:
             side.remove(name, handle, old)
             fresh = False
+        self.dirty = True
         side.symlink(target, name, handle)
         self._counted(fresh)
 

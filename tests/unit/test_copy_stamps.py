@@ -105,10 +105,17 @@ def test_a_quiet_resync_compares_no_bytes(setup: tuple[Path, Path, Path],
     src, copy, record = setup
     settle(src, copy, record)
     count = Counting(monkeypatch)
+    before = record.stat()
     assert sync(src, copy, record=record) == FileWork(created=0, rewritten=0, removed=0,
                                                       walked=21)
     assert count.calls == 0
     assert_same(src, copy)
+    # Nothing new to say: the record is left as it was (not even rewritten).
+    assert (record.stat().st_ino, record.stat().st_mtime_ns) == (before.st_ino,
+                                                                 before.st_mtime_ns)
+    (src / "d" / "new").write_bytes(b"n")
+    assert sync(src, copy, record=record).created == 1
+    assert record.stat().st_ino != before.st_ino
 
 
 def test_a_fresh_copy_is_not_trusted_until_the_margin_passed(

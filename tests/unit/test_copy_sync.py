@@ -520,3 +520,32 @@ def test_property_copy_equals_source_and_counts_match_an_oracle(
         assert sync(src, copy) == expected
         assert_equal_trees(src, copy)
         assert sync(src, copy) == work(walked=entries(src))
+
+
+def test_a_venv_is_counted_once(tmp_path: Path) -> None:
+    """The project's own .venv: lib64 -> lib used to be followed, doubling files and bytes."""
+    src = tmp_path / "proj"
+    site = src / ".venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    for i in range(30):
+        (site / f"m{i}.py").write_bytes(b"x" * 100)
+    (src / ".venv" / "lib64").symlink_to("lib")
+    (src / ".venv" / "bin").mkdir()
+    interpreter = tmp_path / "python3"
+    interpreter.write_bytes(b"\x7fELF interpreter")
+    (src / ".venv" / "bin" / "python").symlink_to(interpreter)  # absolute: its content
+    # Relative, but its next step (python -> /abs) leaves the tree: content as well.
+    (src / ".venv" / "bin" / "python3").symlink_to("python")
+    (src / ".venv" / "bin" / "activate").write_bytes(b"")
+    (src / ".venv" / "bin" / "py").symlink_to("activate")  # every step inside: a link
+    copy = tmp_path / "copy"
+    # 30 modules + lib64 + python + python3 + activate + py = 35 files, 3 000 + 2 x 16 bytes:
+    # the bounds hold exactly, so lib's files were not counted a second time through lib64.
+    work = sync(src, copy, Bounds(files=35, bytes=3032))
+    assert work.created == 35
+    assert os.readlink(copy / ".venv" / "lib64") == "lib"
+    assert os.readlink(copy / ".venv" / "bin" / "py") == "activate"
+    for name in ("python", "python3"):
+        assert (copy / ".venv" / "bin" / name).read_bytes() == b"\x7fELF interpreter"
+        assert not (copy / ".venv" / "bin" / name).is_symlink()
+    assert (copy / ".venv" / "lib64" / "python3.11" / "site-packages" / "m0.py").exists()
