@@ -156,8 +156,12 @@ class ContainerArm:
 
     def ready_copy(self, copy: Path) -> None:
         """Give the synced copy to the container user now, before the exec tool records the
-        copy's stamps for `changes` (lchown sets every ctime; start() then finds nothing to do)."""
-        own_copy(copy.resolve(), *fit_limits(self.config, self.host).uid_gid)
+        copy's stamps for `changes` (lchown sets every ctime; start() then finds nothing to do).
+        With a user namespace the host owner is known only from the created container's map
+        (_owner): nothing here, so the copy is not chowned twice; `changes` then compares the
+        bytes of what start() re-owned (exact, slower)."""
+        if self.admission().userns is None:
+            own_copy(copy.resolve(), *fit_limits(self.config, self.host).uid_gid)
 
     def start(self, launch: Launch) -> Running:
         try:
