@@ -82,6 +82,11 @@ r=$({UNMASK})
 r=$($b unshare -Urm $b sh -c '{UNMASK}' 2>&1)
 case "$r" in /*) echo "ESC $id a nested namespace revealed $r";; *) echo "NOT $id ${{r:-the masks stayed}}";; esac
 """),
+        Probe("unix-seccomp-bypass", "unix sockets", N, """if [ -n "$py" ]; then
+  r=$("$py" -c "$PYBYPASS" "@U_TMP@" "@U_RUN@" "@U_HOME@" "@U_SHM@") && echo "ESC $id $r" || echo "NOT $id $r"
+else echo "NOT $id no Python here to make raw syscalls"; fi""",
+              judge=lambda b, o: next((listener("unix", k)(b, o) for k in ("U_TMP", "U_RUN", "U_HOME", "U_SHM")
+                                       if listener("unix", k)(b, o)), None)),
         Probe("abstract-planted", "abstract sockets", N, """if [ -n "$py" ]; then
   "$py" -c "$PYUNIX" "@@U_ABSTRACT@" "$id" >/dev/null && echo "ESC $id connected" || echo "NOT $id refused"
 elif $b grep -q "@@U_ABSTRACT@" /proc/net/unix; then echo "ESC $id the host's abstract socket is in /proc/net/unix"

@@ -74,6 +74,38 @@ except OSError as err:
 print("sent")
 """
 
+# Every way to get an AF_UNIX socket past a seccomp filter on socket(): the plain call, the
+# x32 ABI number (a filter that forgets the ABI bit lets it through), and whether io_uring
+# (IORING_OP_SOCKET, Linux 5.19+) is there at all; each socket got tries every planted path.
+BYPASS = """
+import ctypes, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+said, got = [], []
+try:
+    got.append(("socket()", socket.socket(socket.AF_UNIX)))
+except OSError as err:
+    said.append("socket(): " + str(err.strerror))
+fd = libc.syscall(0x40000000 | 41, 1, 1, 0)
+if fd >= 0:
+    got.append(("x32 socket", socket.socket(fileno=fd)))
+else:
+    said.append("x32 socket: errno %d" % ctypes.get_errno())
+ring = libc.syscall(425, 1, ctypes.create_string_buffer(120))
+said.append("io_uring_setup: " + ("fd %d" % ring if ring >= 0 else "errno %d" % ctypes.get_errno()))
+for how, s in got:
+    s.settimeout(1)
+    for path in sys.argv[1:]:
+        try:
+            s.connect(path)
+            print("connected via", how, "to", path)
+            sys.exit(0)
+        except OSError as err:
+            said.append("%s %s: %s" % (how, path, err.strerror))
+print("; ".join(said[:5]))
+sys.exit(1)
+"""
+
 TCP = """
 import socket, sys
 addr, port, msg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -157,7 +189,8 @@ for n in range(3, 256):
 sys.exit(1)
 """
 
-ALL = {"PYUNIX": UNIX, "PYTCP": TCP, "PYSWEEP": SWEEP, "PYUDP": UDP, "PYSTI": TIOCSTI,
+ALL = {"PYUNIX": UNIX, "PYTCP": TCP, "PYBYPASS": BYPASS,
+       "PYSWEEP": SWEEP, "PYUDP": UDP, "PYSTI": TIOCSTI,
        "PYPTRACE": PTRACE, "PYDAEMON": DAEMON, "PYFDSOCK": FD_SOCKET}
 
 for _name, _code in ALL.items():
