@@ -107,7 +107,7 @@ fi"""),
         a, p = f"@TCP{n}_A@", f"@TCP{n}_P@"
         out.append(Probe(f"tcp-addr{n}", "tcp/udp", N, f"""echo "$id" | $b timeout 5 $b nc -w 2 {a} {p} >/dev/null 2>&1 && echo "ESC $id connected {a}" || echo "NOT $id {a}:{p} refused" """, judge=listener("tcp", f"TCP{n}_A")))
         ua, up = f"@UDP{n}_A@", f"@UDP{n}_P@"
-        out.append(Probe(f"udp-addr{n}", "tcp/udp", N, f"""if [ -n "$py" ]; then "$py" -c "$PYUDP" {ua} {up} "$id" >/dev/null; else $b timeout 3 $b tftp -g -r "$id" -l /dev/null {ua} {up} >/dev/null 2>&1; fi
+        out.append(Probe(f"udp-addr{n}", "tcp/udp", N, f"""if [ -n "$py" ]; then "$py" -c "$PYUDP" {ua} {up} "$id" >/dev/null; else $b timeout 1 $b tftp -g -r "$id" -l /dev/null {ua} {up} >/dev/null 2>&1; fi
 echo "NOT $id (judged by the host's receiver)" """, judge=listener("udp", f"UDP{n}_A")))
     out.append(Probe("tcp-ipv6-link-local", "tcp/udp", N, """if [ -n "$py" ]; then "$py" -c "$PYTCP" @TCPLL_A@ @TCPLL_P@ "$id" >/dev/null && echo "ESC $id connected" || echo "NOT $id refused"
 else echo "$id" | $b timeout 5 $b nc -w 2 @TCPLL_A@ @TCPLL_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused"; fi""", judge=listener("tcp", "TCPLL_A")))
