@@ -10,7 +10,8 @@ Layout under the store root, ``<state dir>/copies``::
         meta.json      working directory, bytes synced, when it was last released
 
 One command at a time holds a slot: ``lease`` takes the first slot whose lock it can get
-without waiting (``LOCK_EX | LOCK_NB``), making a new slot when all are busy. The lock fd is
+without waiting (``flock(LOCK_EX | LOCK_NB)``; on Windows ``msvcrt.locking(LK_NBLCK)``),
+making a new slot when all are busy. The lock fd is
 close-on-exec, so no command inherits it; when the holder dies -- even by SIGKILL -- the
 kernel drops the lock, and the next call finds the copy as it was left and resyncs it (the
 sync is exact whatever state a killed call left, copy_stamps). Nothing has to delete a
@@ -26,11 +27,10 @@ and deletes them by hand.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,16 +52,39 @@ def copy_key(workdir: Path, config_json: str) -> str:
     return digest.hexdigest()[:20]
 
 
+if sys.platform == "win32":
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        # One byte, non-blocking; released when the fd closes or the process dies, like flock.
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+else:
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
 def _lock(path: Path) -> int | None:
-    """An fd holding an exclusive flock on ``path`` (made if missing), or None if it is held."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """An fd holding an exclusive lock on ``path`` (made if missing), or None if it is held."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
+        locked = _try_lock(fd)
+    except BaseException:
         os.close(fd)
-        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return None
         raise
+    if not locked:
+        os.close(fd)
+        return None
     try:
         # Evicted between our open and our lock: the file we locked is no longer the slot's.
         if os.stat(path).st_ino != os.fstat(fd).st_ino:
@@ -203,14 +226,18 @@ class CopyStore:
         try:
             copy_stamps.forget(slot / STAMPS)
             delete_path(slot / TREE)
-            for name in (META, META + ".tmp", LOCK):
+            for name in (META, META + ".tmp"):
                 with contextlib.suppress(FileNotFoundError):
                     (slot / name).unlink()
-            slot.rmdir()
-            with contextlib.suppress(OSError):
-                slot.parent.rmdir()  # the last slot of its key
+            if sys.platform != "win32":  # Windows cannot unlink a file we hold open
+                (slot / LOCK).unlink()
         finally:
             os.close(fd)
+        with contextlib.suppress(OSError):
+            if sys.platform == "win32":
+                (slot / LOCK).unlink()
+            slot.rmdir()  # a lease racing us may have made a new lock here: then it stays
+            slot.parent.rmdir()  # the last slot of its key
         return True
 
     def evict(self, keep: Path | None = None) -> list[CopyInfo]:
