@@ -2,11 +2,14 @@
 
     . .ci/env && python benchmarks/container_exec.py [--reps N] [--cli-reps M]
 
-For each engine (docker, podman) with the same busybox image and the same limits/mount:
+For each variant with the same busybox image and the same limits/mount — docker (the plain
+daemon), docker-userns (the --userns-remap daemon at $SPRAWL_DOCKER_USERNS_HOST), podman
+(userns = "off") and podman-userns (--userns=auto, the default):
 - ours:    ContainerArm in this one long-lived process (admitted once), per command:
            own copy -> create (CLI) -> inspect + verify -> start -> wait -> output -> inspect
            -> remove. This is what the library and `sprawl-orch serve` pay per command.
-- raw:     `docker run --rm …` / `podman run --rm --runtime <admitted> …`, same flags.
+- raw:     `docker run --rm …` / `podman run --rm --runtime <admitted> …`, same flags
+           (podman-userns: `--userns auto:size=65536`; docker-userns: the remapped daemon).
 - cli:     `sprawl-orch exec -- true` as a fresh process (python start, imports, admission
            with its probe container, sync, the run): what a one-shot CLI call pays.
 Runs are interleaved (ours, raw, ours, raw, …) so machine noise hits both. Prints medians
@@ -16,12 +19,14 @@ and ratios; the goal is ours/raw(docker) <= 1.15.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,10 +51,10 @@ def ms(seconds: float) -> float:
 
 
 def raw_run_argv(engine: Engine, config: ContainerConfig, image: str, copy: Path,
-                 runtime: str | None) -> list[str]:
+                 runtime: str | None, userns: tuple[str, ...] = ()) -> list[str]:
     """Our create argv turned into `run --rm` (no name/labels: the raw mechanism)."""
     argv = list(create_argv(engine.name, config, image, copy, ["true"], [], "raw-1", "raw",
-                            "raw", runtime, host=HostLimits.this_host()))
+                            "raw", runtime, host=HostLimits.this_host(), userns=userns))
     for flag in ("--name", "--label", "--label"):
         at = argv.index(flag)
         del argv[at:at + 2]
@@ -88,42 +93,77 @@ def cli_once(workdir: Path, config_file: Path, env: dict[str, str]) -> float:
     return took
 
 
-def bench_engine(name: str, reps: int, cli_reps: int, tmp: Path) -> dict[str, float]:
-    engine: Engine = DockerEngine() if name == "docker" else PodmanEngine()
+VARIANTS: dict[str, tuple[str, str]] = {  # name: (engine, [sandbox.container] userns)
+    "docker": ("docker", "auto"),
+    "docker-userns": ("docker", "auto"),
+    "podman": ("podman", "off"),
+    "podman-userns": ("podman", "auto"),
+}
+
+
+@contextlib.contextmanager
+def daemon_for(variant: str) -> Iterator[dict[str, str]]:
+    """The environment reaching the variant's engine (docker-userns: the second dockerd);
+    os.environ follows it meanwhile, so image building reaches the same daemon."""
+    saved = os.environ.get("DOCKER_HOST")
+    if variant == "docker-userns":
+        os.environ["DOCKER_HOST"] = os.environ.get(
+            "SPRAWL_DOCKER_USERNS_HOST", "unix:///run/sprawl-orch/docker-userns.sock")
+    try:
+        yield {**os.environ, "PYTHONPATH": str(ROOT)}
+    finally:
+        if saved is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = saved
+
+
+def bench_engine(variant: str, reps: int, cli_reps: int, tmp: Path) -> dict[str, float]:
+    name, userns = VARIANTS[variant]
+    with daemon_for(variant) as env:
+        return _bench(variant, name, userns, env, reps, cli_reps, tmp)
+
+
+def _bench(variant: str, name: str, userns: str, env: dict[str, str], reps: int,
+           cli_reps: int, tmp: Path) -> dict[str, float]:
+    engine: Engine = DockerEngine(environ=env) if name == "docker" else PodmanEngine()
     image = build_busybox(name)
     try:
-        config = ContainerConfig(engine=name, images=EngineImages(**{name: image}))
+        config = ContainerConfig(engine=name, images=EngineImages(**{name: image}),
+                                 userns=userns)
         admission = admit(engine, config)
         if not admission.admitted:
-            raise SystemExit(f"{name} not admitted: {admission.reason}")
+            raise SystemExit(f"{variant} not admitted: {admission.reason}")
+        if variant.endswith("-userns") and admission.userns is None:
+            raise SystemExit(f"{variant}: no user namespace: {admission.userns_why}")
         arm = ContainerArm(config, engine)
-        copy = tmp / f"{name}-copy"
+        copy = tmp / f"{variant}-copy"
         copy.mkdir()
         (copy / "a.txt").write_text("x")
-        raw = raw_run_argv(engine, config, image, copy, admission.runtime)
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        ours_once(arm, copy, tmp / f"{name}-out", 0, f"warm{os.getpid()}")  # warm caches
+        flags = admission.userns.flags() if admission.userns else ()
+        raw = raw_run_argv(engine, config, image, copy, admission.runtime, flags)
+        ours_once(arm, copy, tmp / f"{variant}-out", 0, f"warm{os.getpid()}")  # warm caches
         raw_once(raw, env)
         ours, plain = [], []
         for n in range(1, reps + 1):
-            ours.append(ours_once(arm, copy, tmp / f"{name}-out", n, f"bench{os.getpid()}"))
+            ours.append(ours_once(arm, copy, tmp / f"{variant}-out", n, f"bench{os.getpid()}"))
             plain.append(raw_once(raw, env))
         cli: list[float] = []
         if cli_reps:
-            work = tmp / f"{name}-work"
+            work = tmp / f"{variant}-work"
             work.mkdir()
             (work / "a.txt").write_text("x")
-            conf = tmp / f"{name}.toml"
+            conf = tmp / f"{variant}.toml"
             conf.write_text(
                 f'[sandbox]\narm = "container"\nscratch_dir = "{tmp / "scratch"}"\n'
-                f'[sandbox.container]\nengine = "{name}"\n'
+                f'[sandbox.container]\nengine = "{name}"\nuserns = "{userns}"\n'
                 f'[sandbox.container.images]\n{name} = "{image}"\n'
                 f'[state]\ndir = "{tmp / "state"}"\n'
             )
             cli = [cli_once(work, conf, env) for _ in range(cli_reps)]
         arm.close()
     finally:
-        subprocess.run([name, "rmi", image], capture_output=True, check=False)
+        subprocess.run([name, "rmi", image], capture_output=True, check=False, env=env)
     return {
         "ours": statistics.median(ours),
         "raw": statistics.median(plain),
@@ -136,7 +176,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--cli-reps", type=int, default=5)
-    parser.add_argument("--engines", default="docker,podman")
+    parser.add_argument("--engines", default=",".join(VARIANTS),
+                        help=f"variants, comma-separated: {', '.join(VARIANTS)}")
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-") as tmp:
@@ -144,10 +185,11 @@ def main() -> None:
             results[name] = bench_engine(name, args.reps, args.cli_reps, Path(tmp))
     print(f"\nper-command medians, `true` in busybox, {args.reps} reps "
           f"({args.cli_reps} for the CLI)")
-    print(f"{'engine':8} {'ours (library)':>15} {'raw run --rm':>13} {'ratio':>6} "
+    print(f"{'engine':13} {'ours (library)':>15} {'raw run --rm':>13} {'ratio':>6} "
           f"{'CLI exec':>9} {'CLI/raw':>8}")
     for name, r in results.items():
-        print(f"{name:8} {ms(r['ours']):>12} ms {ms(r['raw']):>10} ms {r['ours'] / r['raw']:>6.2f} "
+        ratio = r["ours"] / r["raw"]
+        print(f"{name:13} {ms(r['ours']):>12} ms {ms(r['raw']):>10} ms {ratio:>6.2f} "
               f"{ms(r['cli']):>6} ms {r['cli'] / r['raw']:>8.2f}")
     if "docker" in results:
         ratio = results["docker"]["ours"] / results["docker"]["raw"]
