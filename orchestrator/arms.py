@@ -25,12 +25,15 @@ class ArmName(StrEnum):
     HOST = "host"
 
 
-def container_assurances(uids_namespaced: bool) -> Assurances:
+def container_assurances(uids_namespaced: bool, limits_enforced: bool = True) -> Assurances:
     """The user axis is kept only when the engine maps the command onto a subordinate
     uid range (rootless engine, podman --userns=auto, docker userns-remap): a plain
     non-root uid inside a rootful container is a uid shared with the host, not a
-    principal of its own."""
-    axes = [G.FILESYSTEM, G.NETWORK, G.PROCESS_TREE, G.RESOURCES]
+    principal of its own. Resources are kept unless admission's probe saw the engine
+    drop the limits (rootless podman on cgroup v1)."""
+    axes = [G.FILESYSTEM, G.NETWORK, G.PROCESS_TREE]
+    if limits_enforced:
+        axes.append(G.RESOURCES)
     if uids_namespaced:
         axes.append(G.USER)
     return Assurances.of(*axes)

@@ -121,7 +121,8 @@ def arm_rows(offerings: Offerings) -> list[ArmRow]:
     rows: list[ArmRow] = []
     for engine in ENGINE_ORDER:
         offer = offerings.engine(engine)
-        assurances = container_assurances(offer.uids_namespaced if offer else False)
+        assurances = container_assurances(offer.uids_namespaced if offer else False,
+                                          offer.limits_enforced if offer else True)
         choice = choose("container", offerings, engine=engine)
         detail = offer.detail if offer is not None and offer.admitted else ""
         rows.append(_row(f"container ({engine})", ArmName.CONTAINER, assurances, choice,

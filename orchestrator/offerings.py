@@ -38,6 +38,7 @@ class EngineOffer:
     image: str | None = None
     uids_namespaced: bool = False
     notes: tuple[str, ...] = ()
+    limits_enforced: bool = True
 
 
 @dataclass(frozen=True)

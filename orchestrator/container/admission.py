@@ -33,7 +33,7 @@ from orchestrator.config import ContainerConfig
 from orchestrator.container.argv import HostLimits, container_name, create_argv, fit_limits
 from orchestrator.container.engine import Engine, EngineFacts
 from orchestrator.container.evidence import Evidence, boot_id, stamp
-from orchestrator.container.ownership import own_copy
+from orchestrator.container.ownership import give_copy, take_back
 from orchestrator.container.stale_probes import PROBE_SESSION, owner_label, sweep_stale_probes
 from orchestrator.container.userns import (
     SUBGID,
@@ -68,6 +68,8 @@ class Admission:
     userns_why: str = ""
     notes: tuple[str, ...] = ()
     userns: Userns | None = None      # the user namespace every container is put in
+    limits_enforced: bool = True      # False: the probe saw the engine drop the limits
+    limits_why: str = ""
     # refused
     code: ErrorCode | None = None
     reason: str = ""
@@ -82,6 +84,8 @@ class Admission:
         assert self.facts is not None
         user = (f"user namespace: {self.userns_why}" if self.uids_namespaced
                 else f"no user namespace: {self.userns_why}")
+        if not self.limits_enforced:
+            user += f"; no resource limits: {self.limits_why}"
         return f"{self.facts.summary()}; runs under {self.runtime_used}; {user}" + (
             "; " + "; ".join(self.notes) if self.notes else ""
         )
@@ -104,6 +108,8 @@ class Admission:
                 "uids_namespaced": self.uids_namespaced,
                 "userns_why": self.userns_why,
                 "userns": self.userns.as_dict() if self.userns else None,
+                "limits_enforced": self.limits_enforced,
+                "limits_why": self.limits_why,
                 "notes": list(self.notes),
                 "proved_at": self.proved_at,
             }
@@ -195,7 +201,7 @@ class _OwnFault(Exception):
 
 def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | None,
           runtime_name: str, host: HostLimits, watcher: Watcher | None = None,
-          userns: Userns | None = None) -> str | None:
+          userns: Userns | None = None, limits: bool = True) -> str | None:
     """Run `true` exactly as a command would run (limits, mount, verify) — under a user
     namespace `touch` a file and read its owner back from the host. None = passed, else
     the engine's words. Our own faults (the copy can't be given to the user, the limits
@@ -209,13 +215,15 @@ def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | No
         (work / "copy").mkdir()
         argv = create_argv(engine.name, config, image, work / "copy", command, [], tag,
                            PROBE_SESSION, owner_label(), runtime, host=host,
-                           userns=userns.flags() if userns else ())
+                           userns=userns.flags() if userns else (), limits=limits)
         try:
             return _run_probe(engine, config, image, runtime_name, host, argv, name, work,
-                              watcher, userns)
+                              watcher, userns, limits)
         except _OwnFault as fault:
             raise fault.err from None
     finally:
+        with contextlib.suppress(SprawlError):
+            take_back(engine, userns, work / "copy")
         shutil.rmtree(work, ignore_errors=True)
         if not work.exists():
             watcher.scratch_gone(work)
@@ -223,7 +231,7 @@ def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | No
 
 def _run_probe(engine: Engine, config: ContainerConfig, image: str, runtime_name: str,
                host: HostLimits, argv: tuple[str, ...], name: str, work: Path,
-               watcher: Watcher, userns: Userns | None) -> str | None:
+               watcher: Watcher, userns: Userns | None, limits: bool) -> str | None:
     copy = work / "copy"
     container: str | None = None
     watcher.expect(name)
@@ -234,18 +242,20 @@ def _run_probe(engine: Engine, config: ContainerConfig, image: str, runtime_name
             _remove_probe(engine, name, name, watcher)  # a create that failed late may exist
             raise
         watcher.created(name, container)
-        expected = Expected.of(engine.name, config, host, image, copy, runtime_name, userns)
+        expected = Expected.of(engine.name, config, host, image, copy, runtime_name, userns,
+                               enforced=limits)
         inspect = engine.inspect(container)
         found = mismatches(expected, inspect)
         if found:
             return "inspect differs from what was asked: " + "; ".join(m.text() for m in found)
         # the copy goes to the host uid the command's uid is (with podman's
         # --userns=auto known only now, from the container's own map)
-        owner = host_owner(userns, *fit_limits(config, host).uid_gid, inspect)
+        user = fit_limits(config, host).uid_gid
+        owner = host_owner(userns, *user, inspect)
         if userns is not None and (problem := principal_problem(owner[0])):
             return problem
         try:
-            own_copy(copy, *owner)
+            give_copy(engine, userns, copy, owner, user)
         except SprawlError as err:
             raise _OwnFault(err) from err
         attached = engine.start(container, work / "stdout", work / "stderr")
@@ -294,7 +304,9 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
         return refused(name, ErrorCode.TOOL_UNAVAILABLE, f"{name} serves {facts.os} containers",
                        "switch the engine to Linux containers")
     unsupported = facts.unsupported_limits()
-    if unsupported:
+    # a rootless engine without the controllers runs, limits unasked and resources = no,
+    # once its probe shows it drops them (below); a rootful one is refused
+    if unsupported and not facts.rootless:
         return refused(
             name, ErrorCode.SANDBOX_DENIED,
             f"{name} reports no support for {', '.join(unsupported)} limits "
@@ -322,6 +334,7 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
             'use an engine that does (podman with /etc/subuid ranges for "containers", a '
             'dockerd with --userns-remap, a rootless engine) or set userns = "auto"',
         )
+    enforced, limits_why = True, ""
     try:
         found = _probe_runtimes(engine, config, image, facts, host, watcher, wanted)
         if isinstance(found, str) and wanted is not None and wanted.flag and asked == "auto":
@@ -329,6 +342,16 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
             why_not = f"podman --userns={wanted.flag} failed the probe: {found}"
             wanted = None
             found = _probe_runtimes(engine, config, image, facts, host, watcher, None)
+        if isinstance(found, str) and unsupported and _limits_dropped(found):
+            enforced = False
+            limits_why = (
+                f"{name} runs rootless on cgroup v{facts.cgroup_version} "
+                f"({facts.cgroup_driver}) without the {', '.join(unsupported)} controllers: "
+                f"its probe container was created without the asked limits ({found}), so "
+                "memory, CPU and process counts are not limited (only rlimits are)"
+            )
+            found = _probe_runtimes(engine, config, image, facts, host, watcher, wanted,
+                                    limits=False)
     except SprawlError as err:
         return refused(name, err.code, err.detail, err.recovery)
     if isinstance(found, str):
@@ -339,20 +362,35 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
         name, True, facts=facts, image=image, runtime=runtime,
         runtime_used=runtime or facts.default_runtime, uids_namespaced=wanted is not None,
         userns_why=wanted.why if wanted is not None else why_not,
-        notes=(*said, *limits.notes), userns=wanted,
+        notes=(*said, *limits.notes), userns=wanted, limits_enforced=enforced,
+        limits_why=limits_why,
     )
+
+
+_LIMIT_FIELDS = ("HostConfig.Memory", "HostConfig.MemorySwap", "HostConfig.NanoCpus",
+                 "HostConfig.PidsLimit", "HostConfig.CpuShares")
+
+
+def _limits_dropped(words: str) -> bool:
+    """The probe's inspect shows the limits were not applied (and nothing else differs)."""
+    if not words.startswith("inspect differs from what was asked: "):
+        return False
+    fields = [part.split(":")[0].strip() for part in
+              words.removeprefix("inspect differs from what was asked: ").split("; ")]
+    return bool(fields) and all(f in _LIMIT_FIELDS for f in fields)
 
 
 def _probe_runtimes(engine: Engine, config: ContainerConfig, image: str, facts: EngineFacts,
                     host: HostLimits, watcher: Watcher, userns: Userns | None,
-                    ) -> str | tuple[str | None, tuple[str, ...]]:
+                    limits: bool = True) -> str | tuple[str | None, tuple[str, ...]]:
     """(runtime to pass, what to say) for the first runtime passing the probe — the
     engine's default, else another installed one — or the default's failure words."""
-    first = probe(engine, config, image, None, facts.default_runtime, host, watcher, userns)
+    first = probe(engine, config, image, None, facts.default_runtime, host, watcher, userns,
+                  limits)
     if first is None:
         return None, ()
     for other in _fallbacks(facts):
-        if probe(engine, config, image, other, other, host, watcher, userns) is None:
+        if probe(engine, config, image, other, other, host, watcher, userns, limits) is None:
             return other, (f"the default runtime {facts.default_runtime} failed the probe "
                            f"({first}); {other} passed it, so every container runs with "
                            f"--runtime {other}",)
@@ -363,7 +401,7 @@ _cache: dict[tuple[str, str, str], Admission] = {}
 _lock = threading.Lock()
 # The fields of an admitted Admission that are kept on disk (container/evidence.py).
 _KEPT = ("engine", "admitted", "facts", "image", "runtime", "runtime_used", "uids_namespaced",
-         "userns_why", "notes", "userns")
+         "userns_why", "notes", "userns", "limits_enforced", "limits_why")
 
 
 def _recall(engine: Engine, evidence: Evidence, key: str) -> tuple[Admission | None,

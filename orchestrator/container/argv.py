@@ -253,6 +253,7 @@ def create_argv(
     host: HostLimits,
     userns: Sequence[str] = (),
     workdir: Path | None = None,
+    limits: bool = True,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as SPEC §3.3 lists it;
     the copy mounted at `workdir`'s path (`destination_of`)."""
@@ -264,19 +265,21 @@ def create_argv(
             ErrorCode.BAD_REQUEST, "command", "the command is empty",
             "give a program and its arguments",
         )
-    limits = fit_limits(config, host)
+    fitted = fit_limits(config, host)
     out: list[str] = [
         "create", "--pull", "never",
         "--name", container_name(tag),
         "--label", f"sprawl.session={session}",
         "--label", f"sprawl.run={run}",
         "--network", "none",
-        "--memory", str(limits.memory_bytes),
-        "--memory-swap", str(limits.memory_swap_bytes),
-        "--cpus", f"{limits.cpus:g}",
-        "--pids-limit", str(limits.pids),
-        "--cpu-shares", str(limits.cpu_shares),
-        "--user", limits.user,
+        # an engine that drops them (rootless podman on cgroup v1: "Resource limits are
+        # not supported and ignored") is not asked: the result says resources = no
+        *(("--memory", str(fitted.memory_bytes),
+           "--memory-swap", str(fitted.memory_swap_bytes),
+           "--cpus", f"{fitted.cpus:g}",
+           "--pids-limit", str(fitted.pids),
+           "--cpu-shares", str(fitted.cpu_shares)) if limits else ()),
+        "--user", fitted.user,
         *userns,  # e.g. --userns auto:size=65536 (podman); userns.py chooses them
         "--read-only",
         "--tmpfs", TMP_TMPFS,
@@ -287,7 +290,7 @@ def create_argv(
     ]
     for name in names:
         out += ["--env", name]
-    for name, soft, hard in limits.ulimits:
+    for name, soft, hard in fitted.ulimits:
         out += ["--ulimit", f"{name}={soft}:{hard}"]
     if runtime is not None:
         out += ["--runtime", runtime]

@@ -36,7 +36,7 @@ from orchestrator.container.argv import (
 )
 from orchestrator.container.engine import Engine
 from orchestrator.container.evidence import Evidence
-from orchestrator.container.ownership import own_copy
+from orchestrator.container.ownership import give_copy, take_back
 from orchestrator.container.run import ContainerRun, image_path
 from orchestrator.container.userns import host_owner, principal_problem
 from orchestrator.container.verify import Expected, as_command_user, verify
@@ -135,7 +135,8 @@ class ContainerArm:
 
     def assurances(self) -> Assurances:
         admission = self.admission()
-        return container_assurances(admission.admitted and admission.uids_namespaced)
+        return container_assurances(admission.admitted and admission.uids_namespaced,
+                                    not admission.admitted or admission.limits_enforced)
 
     def note(self) -> str | None:
         admission = self.admission()
@@ -147,6 +148,8 @@ class ContainerArm:
             from orchestrator.container.warm import WARM_NOTE
 
             said = f"{said} {WARM_NOTE}"
+        if not admission.limits_enforced:
+            said += f" Resources not kept: {admission.limits_why}."
         return said
 
     def prepare(self, workdir: Path) -> None:
@@ -157,11 +160,17 @@ class ContainerArm:
     def ready_copy(self, copy: Path) -> None:
         """Give the synced copy to the container user now, before the exec tool records the
         copy's stamps for `changes` (lchown sets every ctime; start() then finds nothing to do).
-        With a user namespace the host owner is known only from the created container's map
-        (_owner): nothing here, so the copy is not chowned twice; `changes` then compares the
-        bytes of what start() re-owned (exact, slower)."""
-        if self.admission().userns is None:
-            own_copy(copy.resolve(), *fit_limits(self.config, self.host).uid_gid)
+        A fixed map (docker userns-remap, rootless) names the host owner now; with podman
+        --userns=auto it is known only from the created container's map (_owner): nothing
+        here, so the copy is not chowned twice; `changes` then compares the bytes of what
+        start() re-owned (exact, slower)."""
+        admission = self.admission()
+        user = fit_limits(self.config, self.host).uid_gid
+        userns = admission.userns if admission.admitted else None
+        if userns is not None and userns.uid_map is None:
+            return
+        give_copy(self.engine if admission.admitted else None, userns, copy.resolve(),
+                  host_owner(userns, *user, {}), user)
 
     def start(self, launch: Launch) -> Running:
         try:
@@ -191,7 +200,9 @@ class ContainerArm:
             attached.collect()
             self._remove_quietly(engine, container, launch, name)
             raise _start_refusal(attached.start_error, command[0], None, venv)
-        return ContainerRun(engine, container, name, launch, attached, record, venv)
+        userns, copy = self.admission().userns, launch.cwd.resolve()
+        return ContainerRun(engine, container, name, launch, attached, record, venv,
+                            after=lambda: take_back(engine, userns, copy))
 
     def create_verified(
         self, launch: Launch, command: Sequence[str], *, init_user: str | None = None,
@@ -214,7 +225,7 @@ class ContainerArm:
             engine.name, config, admission.image, copy, command, env.keys(),
             launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
             userns=self._userns_flags(admission, copy),
-            workdir=launch.workdir,
+            workdir=launch.workdir, limits=admission.limits_enforced,
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {
@@ -234,7 +245,7 @@ class ContainerArm:
         try:
             expected = Expected.of(engine.name, self.config, self.host, admission.image, copy,
                                    admission.runtime_used, admission.userns,
-                                   workdir=launch.workdir)
+                                   workdir=launch.workdir, enforced=admission.limits_enforced)
             inspect = engine.inspect(container)
             if init_user is not None:
                 inspect = as_command_user(inspect, init_user, expected.user)
@@ -242,7 +253,8 @@ class ContainerArm:
             # the copy goes to the host uid the command's uid is: with podman's
             # --userns=auto that is known only now, from the container's own map
             owner = self._owner(admission, inspect)
-            own_copy(copy, *owner)
+            give_copy(engine, admission.userns, copy, owner,
+                      fit_limits(self.config, self.host).uid_gid)
         except SprawlError as err:
             left = self._remove_quietly(engine, container, launch, name)
             if left:

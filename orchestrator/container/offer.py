@@ -22,6 +22,7 @@ def offer_of(admission: Admission) -> EngineOffer:
         config_fault=fault,
         image=admission.image,
         uids_namespaced=admission.uids_namespaced,
+        limits_enforced=admission.limits_enforced,
         notes=admission.notes,
     )
 

@@ -9,8 +9,10 @@ may point anywhere, and chown must only reach entries inside the copy.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.container.userns import Userns
 from orchestrator.errors import ErrorCode, SprawlError
 
 
@@ -43,3 +45,32 @@ def own_copy(root: Path, uid: int, gid: int) -> int:
             f"= \"{os.geteuid()}:{os.getegid()}\"",
         ) from err
     return changed
+
+
+def _rootless_caller(engine: object, userns: Userns | None) -> Callable[[list[str]], None] | None:
+    """`podman unshare` when the command's uids are the caller's subordinate ones and the
+    caller is not root: only inside the engine's user namespace may it chown to them."""
+    if userns is None or userns.mode != "rootless" or os.geteuid() == 0:
+        return None
+    unshare = getattr(engine, "unshare", None)
+    return unshare if callable(unshare) else None
+
+
+def give_copy(engine: object, userns: Userns | None, copy: Path, owner: tuple[int, int],
+              user: tuple[int, int]) -> None:
+    """The copy to the command's host uid:gid `owner` (container ids `user`). A rootless
+    caller goes through its engine's namespace: `chown -R -h` to the container ids."""
+    unshare = _rootless_caller(engine, userns)
+    if unshare is None:
+        own_copy(copy, *owner)
+        return
+    unshare(["chown", "-R", "-h", f"{user[0]}:{user[1]}", str(copy)])
+
+
+def take_back(engine: object, userns: Userns | None, copy: Path) -> None:
+    """A rootless caller gets its copy back when the command is over (container root is
+    the caller): otherwise files the command made are its subordinate uid's, and the
+    caller could neither resync nor delete them."""
+    unshare = _rootless_caller(engine, userns)
+    if unshare is not None and copy.exists():
+        unshare(["chown", "-R", "-h", "0:0", str(copy)])

@@ -272,6 +272,11 @@ class PodmanEngine:
             raise engine_error("podman", "rm", done.stderr,
                                "remove it by hand: podman rm -f " + container)
 
+    def unshare(self, argv: list[str]) -> None:
+        """Run `argv` inside podman's rootless user namespace (`podman unshare`), where
+        the caller is root over its subordinate ids (ownership.give_copy)."""
+        self._run("unshare", *argv)
+
     def list_labelled(self, label: str) -> list[str]:
         done = self._run("ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={label}")
         return done.stdout.split()

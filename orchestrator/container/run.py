@@ -8,7 +8,7 @@ removes the container — a removal that fails is reported, never hidden.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -48,7 +48,9 @@ class ContainerRun:
     def __init__(
         self, engine: Engine, container: str, name: str, launch: Launch, attached: Attached,
         record: Mapping[str, object], venv: str | None = None,
+        after: Callable[[], None] | None = None,
     ) -> None:
+        self._after = after  # once the container is removed (ownership.take_back)
         self.engine = engine
         self.container = container
         self.name = name
@@ -128,6 +130,11 @@ class ContainerRun:
         if start_error:
             record["start_error"] = start_error
         record["removed"] = self._remove(record)
+        if self._after is not None:
+            try:
+                self._after()
+            except SprawlError as err:
+                record["ownership_error"] = err.detail
         return Finished(
             exit_code=exit_code, stdout_path=self.stdout_path, stderr_path=self.stderr_path,
             killed=self._killed, oom_killed=oom, pids_hit=pids_hit, extra={"container": record},

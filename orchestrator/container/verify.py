@@ -54,12 +54,14 @@ class Expected:
     def of(
         cls, engine: str, config: ContainerConfig, host: HostLimits, image_id: str, copy: Path,
         runtime: str, userns: Userns | None = None, workdir: Path | None = None,
+        enforced: bool = True,
     ) -> Expected:
         limits = fit_limits(config, host)
+        on = 1 if enforced else 0  # limits not asked: the engine must report none (0)
         return cls(
-            engine=engine, image_id=image_id, memory=limits.memory_bytes,
-            memory_swap=limits.memory_swap_bytes, nano_cpus=limits.nano_cpus,
-            pids_limit=limits.pids, cpu_shares=limits.cpu_shares, user=limits.user,
+            engine=engine, image_id=image_id, memory=limits.memory_bytes * on,
+            memory_swap=limits.memory_swap_bytes * on, nano_cpus=limits.nano_cpus * on,
+            pids_limit=limits.pids * on, cpu_shares=limits.cpu_shares * on, user=limits.user,
             copy=str(copy), runtime=runtime, ulimits=limits.ulimits, userns=userns,
             destination=destination_of(copy, workdir),
         )

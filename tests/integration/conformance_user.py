@@ -141,3 +141,33 @@ def write_secret(path: Path) -> None:
     finally:
         os.close(fd)
     os.chmod(path, 0o600)
+
+
+def observe_owner_live(run: Runner, copy: Path, timeout: float = 30.0) -> Observed:
+    """SPEC §15's file-owner probe, read while the command still runs: an arm may give the
+    copy back to the caller when the command ends (rootless: ownership.take_back)."""
+    from tests.integration.conformance import judge_uid
+
+    name = f"conformance-owner-{secrets.token_hex(6)}"
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                seen.append((copy / name).lstat().st_uid)
+                return
+            except OSError:
+                time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        ran = run(["sh", "-c", f"touch {name}; sleep 2"])
+    finally:
+        stop.set()
+        watcher.join(5)
+    if ran.exit_code != 0 or not seen:
+        raise ProbeBroken(f"the live create probe failed: {ran.said()}")
+    return judge_uid(seen[0])

@@ -1,7 +1,7 @@
 """Five-axis conformance of the container arm's user-namespace rows (issue #14), with the
 user axis proved from the host three ways (tests/integration/conformance_user.py):
 
-- the owner of a file the command created (SPEC §15),
+- the owner of a file the command created (SPEC §15), read while the command runs,
 - the ids in /proc/<pid>/status of the command's real process while it runs,
 - a 0600 file of ours, planted in the mounted copy right before start, is unreadable.
 
@@ -12,6 +12,8 @@ as the control (claims no, and the process probe shows the host's `nobody`).
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,13 +39,15 @@ from tests.integration.conformance import (
 )
 from tests.integration.conformance_dialects import ShDialect
 from tests.integration.conformance_user import (
+    SECRET,
+    observe_owner_live,
     observe_private_read,
     observe_user_process,
     sh_sleeper,
     write_secret,
 )
 from tests.integration.container_support import config_for, make_engine
-from tests.integration.test_conformance_container import ContainerRunner, observe_user_spec
+from tests.integration.test_conformance_container import ContainerRunner
 
 LIMIT = 64 * MiB
 
@@ -72,7 +76,15 @@ class Planting:
 
     def start(self, container: str, stdout: Path, stderr: Path) -> Attached:
         while self.pending:
-            write_secret(self.pending.pop())
+            secret = self.pending.pop()
+            if os.geteuid() == 0:
+                write_secret(secret)
+            else:
+                # a rootless caller no longer owns its copy now: it writes there inside
+                # podman's namespace, as container root, which is the caller on the host
+                self._real.unshare(["sh", "-c", f"umask 077; printf %s {shlex.quote(SECRET)} "
+                                    f"> {shlex.quote(str(secret))}"])  # type: ignore[attr-defined]
+                assert secret.stat().st_uid == os.getuid(), "the planted file is not ours"
         return self._real.start(container, stdout, stderr)
 
 
@@ -105,7 +117,7 @@ def conformance(tmp_path: Path, label: str, engine: Engine, image: str,
         return secret.name  # the command's cwd is the mounted copy
 
     user = combine(
-        observe_user_spec(run, copy),
+        observe_owner_live(run, copy),
         observe_user_process(run, sh_sleeper),
         observe_private_read(run, plant, copy),
     )

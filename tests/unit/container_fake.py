@@ -62,9 +62,9 @@ def inspect_from_argv(argv: Sequence[str], runtime_default: str) -> dict[str, An
         "HostConfig": {
             "Memory": int(flags.get("--memory", ["0"])[0]),
             "MemorySwap": int(flags.get("--memory-swap", ["0"])[0]),
-            "NanoCpus": round(float(flags["--cpus"][0]) * 1e9),
-            "PidsLimit": int(flags["--pids-limit"][0]),
-            "CpuShares": int(flags["--cpu-shares"][0]),
+            "NanoCpus": round(float(flags.get("--cpus", ["0"])[0]) * 1e9),
+            "PidsLimit": int(flags.get("--pids-limit", ["0"])[0]),
+            "CpuShares": int(flags.get("--cpu-shares", ["0"])[0]),
             "NetworkMode": flags["--network"][0],
             "ReadonlyRootfs": "--read-only" in flags,
             "Privileged": False,

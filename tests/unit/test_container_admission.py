@@ -229,12 +229,13 @@ def test_a_copy_the_user_cannot_be_given_refuses_with_its_own_recovery(
 ) -> None:
     import orchestrator.container.admission as admission_module
 
-    def refuse(root: Path, uid: int, gid: int) -> int:
+    def refuse(engine: object, userns: object, root: Path, owner: tuple[int, int],
+               user: tuple[int, int]) -> None:
         raise SprawlError(ErrorCode.SANDBOX_DENIED, str(root),
                           "cannot give the copy to the container user 65534:65534",
                           'set [sandbox.container] user = "1000:1000"')
 
-    monkeypatch.setattr(admission_module, "own_copy", refuse)
+    monkeypatch.setattr(admission_module, "give_copy", refuse)
     engine = FakeEngine(images=[IMAGE])
     admission = admit(engine, CONFIG, HOST)  # type: ignore[arg-type]
     assert not admission.admitted and admission.code is ErrorCode.SANDBOX_DENIED

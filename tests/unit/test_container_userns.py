@@ -185,3 +185,45 @@ def test_a_kept_admission_keeps_its_user_namespace(tmp_path: Path) -> None:
         assert again.uids_namespaced
     finally:
         clear_cache()
+
+
+def test_rootless_without_controllers_runs_unlimited_and_says_so(tmp_path: Path) -> None:
+    """Rootless podman on cgroup v1 creates the container without the asked limits
+    (inspect: Memory 0): admission sees that in its probe, stops asking, and the arm
+    claims resources = no with the probe's words. A rootful engine is still refused."""
+    from orchestrator.assurances import Guarantee, Kept
+    from orchestrator.config import EngineImages
+    from orchestrator.container.admission import admit, clear_cache
+    from orchestrator.container.arm import ContainerArm
+    from tests.unit.container_fake import FakeEngine, facts
+
+    rootless_map = ((0, 1500, 1), (1, 1_400_000_000, 65536))
+    no_controllers = dict(memory_limit=False, swap_limit=False, pids_limit=False,
+                          cpu_cfs_quota=False)
+
+    def drop(data: dict[str, Any]) -> None:
+        for key in ("Memory", "MemorySwap", "NanoCpus", "PidsLimit", "CpuShares"):
+            data["HostConfig"][key] = 0
+
+    config = ContainerConfig(images=EngineImages(docker=IMAGE))
+    clear_cache()
+    try:
+        engine = FakeEngine(facts(rootless=True, uid_map=rootless_map, gid_map=rootless_map,
+                                  **no_controllers), [IMAGE])
+        engine.alter = drop
+        arm = ContainerArm(config, engine, host=HOST)  # type: ignore[arg-type]
+        admission = arm.admission()
+        assert admission.admitted and not admission.limits_enforced
+        assert "HostConfig.Memory" in admission.limits_why
+        claimed = arm.assurances()
+        assert claimed.axes()[Guarantee.RESOURCES] is Kept.NO
+        assert claimed.axes()[Guarantee.USER] is Kept.YES
+        assert "Resources not kept" in (arm.note() or "")
+        creates = [c[1] for c in engine.calls if c[0] == "create"]
+        assert "--memory" in creates[0] and "--memory" not in creates[-1]
+        clear_cache()
+        rootful = FakeEngine(facts(**no_controllers), [IMAGE])
+        refused = admit(rootful, config, HOST)  # type: ignore[arg-type]
+        assert not refused.admitted and "no support for memory" in refused.reason
+    finally:
+        clear_cache()

@@ -1,0 +1,105 @@
+"""Rootless podman under a non-root account (issue #14 item 3): the container arm run as
+`sprawl-orch`'s test account `sprawl-rootless` (created by .ci/setup-engines with a
+subordinate range of its own), its five axes observed from the host by that account.
+
+On a cgroup v1 host rootless podman can't set memory/CPU/pids limits ("Resource limits
+are not supported and ignored on cgroups V1 rootless systems"): admission's probe sees
+them dropped in inspect and the arm claims resources = no — the conformance probe must
+then succeed in allocating past the limit. On cgroup v2 with delegation, yes and yes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import busybox_rootfs_tar, missing
+
+ACCOUNT = "sprawl-rootless"
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = "/usr/bin/python3"  # the account can't run an interpreter under root's home
+
+
+def as_account(*argv: str, env: dict[str, str] | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    home = pwd.getpwnam(ACCOUNT).pw_dir
+    base = {"HOME": home, "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+            "USER": ACCOUNT}
+    return subprocess.run(
+        ["runuser", "-u", ACCOUNT, "--", "env", "-i",
+         *(f"{k}={v}" for k, v in {**base, **(env or {})}.items()), *argv],
+        capture_output=True, text=True, check=False, timeout=timeout, cwd="/",
+    )
+
+
+def readable_tree(tmp: Path) -> Path:
+    """The repository and its installed packages where the account can read them: here
+    when it already can, else copied to a world-readable directory."""
+    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    if as_account("test", "-r", str(ROOT / "orchestrator" / "__init__.py"),
+                  "-a", "-r", str(site / "pydantic" / "__init__.py")).returncode == 0:
+        return ROOT
+    dest = tmp / "tree"
+    for part in ("orchestrator", "tests", "native_fallbacks", "guardian", "images"):
+        shutil.copytree(ROOT / part, dest / part)
+    shutil.copytree(site, dest / "site")
+    for path in (tmp, *dest.rglob("*")):
+        path.chmod(path.stat().st_mode | 0o055)
+    tmp.chmod(0o755)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def rootless_image() -> Iterator[str]:
+    if os.geteuid() != 0:
+        missing("switching to the rootless test account needs root")
+    try:
+        pwd.getpwnam(ACCOUNT)
+    except KeyError:
+        missing(f"no account {ACCOUNT} (run .ci/setup-engines)")
+    if not Path(PYTHON).exists():
+        missing(f"{PYTHON} is not installed (apt-get install python3)")
+    with tempfile.TemporaryDirectory(prefix="sprawl-rootless-img-") as tmp:
+        Path(tmp).chmod(0o755)
+        tar = busybox_rootfs_tar(Path(tmp))
+        for path in (tar.parent, tar):
+            path.chmod(0o755)
+        done = as_account("podman", "import", "--message", "sprawl-orch rootless test", str(tar))
+    if done.returncode != 0:
+        missing(f"rootless podman import as {ACCOUNT} failed: {done.stderr.strip()[-400:]}")
+    image = done.stdout.strip().splitlines()[-1]
+    image = image if image.startswith("sha256:") else f"sha256:{image}"
+    yield image
+    as_account("podman", "rmi", image)
+
+
+def test_rootless_podman_conformance(rootless_image: str, tmp_path: Path) -> None:
+    tree = readable_tree(tmp_path)
+    site = tree / "site" if tree != ROOT else Path(
+        next(p for p in sys.path if p.endswith("site-packages")))
+    done = as_account(PYTHON, "-m", "tests.integration.rootless_driver", rootless_image,
+                      env={"PYTHONPATH": f"{tree}:{site}"})
+    result_lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert done.returncode == 0 and result_lines, (
+        f"the driver failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
+        f"{done.stderr[-3000:]}")
+    result = json.loads(result_lines[-1].removeprefix("RESULT "))
+    print("\n" + next(ln for ln in done.stdout.splitlines() if ln.startswith("container (")))
+    print(f"  user: {result['evidence']['user']}\n  note: {result['note']}")
+    assert result["uid"] == pwd.getpwnam(ACCOUNT).pw_uid != 0
+    assert result["userns"] == "rootless"
+    # exactly what held, and nothing more: claim == observation on every axis
+    assert result["claimed"] == result["observed"], result["evidence"]
+    assert result["claimed"]["user"] == "yes"
+    assert result["claimed"]["resources"] == ("yes" if result["limits_enforced"] else "no")
+    if not result["limits_enforced"]:
+        assert "Resources not kept" in result["note"]
