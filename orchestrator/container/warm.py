@@ -34,8 +34,10 @@ from orchestrator.container.run import SETTLE_SECONDS
 from orchestrator.container.verify import Expected, as_command_user, verify
 from orchestrator.container.warm_exec import Entered, enter
 from orchestrator.container.warm_host import HostView
+from orchestrator.container.warm_program import cannot_run
 from orchestrator.errors import ErrorCode, SprawlError
 from orchestrator.launch import Finished, Launch, Watcher
+from orchestrator.unrunnable import runtime_refusal
 
 if TYPE_CHECKING:
     from orchestrator.container.arm import ContainerArm
@@ -89,6 +91,15 @@ class WarmPool:
                 warm = None
         if warm is None:
             warm = self._make(launch)
+        words = cannot_run(f"/proc/{warm.host.init}/root", command[0],
+                           str(warm.record.get("path") or "") or None, warm.workdir)
+        if words is not None:
+            self.give_back(warm)  # nothing ran in it
+            from orchestrator.container.arm import command_venv  # arm.py imports us lazily
+
+            refusal = runtime_refusal(words, command[0], command_venv(launch, command))
+            assert refusal is not None
+            raise refusal
         return WarmRun(self, warm, launch, command, replaced)
 
     def _make(self, launch: Launch) -> Warm:

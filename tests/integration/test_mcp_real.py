@@ -49,13 +49,14 @@ def write_config(tmp: Path, engine: str, image: str) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def session(tmp: Path, config: Path) -> AsyncIterator[tuple[ClientSession, int]]:
+async def session(tmp: Path, config: Path, *extra: str,
+                  ) -> AsyncIterator[tuple[ClientSession, int]]:
     """The server as an agent would start it (docs/mcp.md), and the SDK's client session."""
     env = {"PYTHONPATH": str(REPO), "DOCKER_HOST": os.environ.get("DOCKER_HOST", "")}
     params = StdioServerParameters(
         command=sys.executable,
         args=["-c", "from orchestrator.cli import main; main()", "mcp",
-              "-C", str(tmp / "tree"), "--config", str(config)],
+              "-C", str(tmp / "tree"), "--config", str(config), *extra],
         env=env, cwd=str(tmp))
     with (tmp / "server-stderr").open("w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), \
@@ -253,3 +254,29 @@ def _cwd(p: psutil.Process) -> str:
         return p.cwd()
     except psutil.Error:
         return ""
+
+
+def test_warm_switch(docker_image: str, tmp_path: Path) -> None:
+    """`sprawl-orch mcp --warm`: the commands of a run enter one kept container."""
+    config = write_config(tmp_path, "docker", docker_image)
+    run = f"warm-{secrets.token_hex(3)}"
+
+    async def scenario() -> None:
+        async with session(tmp_path, config, "--warm") as (client, _):
+            exec_tool = next(t for t in (await client.list_tools()).tools if t.name == "exec")
+            assert "Warm container" in (exec_tool.description or "")
+            names = []
+            for n in range(3):
+                got = structured(await client.call_tool(
+                    "exec", {"command": f"echo {n} > /tmp/{n}; ls /tmp | grep -x '[0-9]'",
+                             "run": run}))
+                assert got["stdout"].split() == [str(n)], got["stdout"]
+                names.append(got["container"]["name"])
+            assert len(set(names)) == 1, names
+            assert len(labelled("docker", run)) == 1  # kept between commands
+
+    anyio.run(scenario)
+    deadline = time.monotonic() + 10
+    while labelled("docker", run) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert labelled("docker", run) == []

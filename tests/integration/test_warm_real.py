@@ -178,3 +178,16 @@ def test_guardian_removes_an_idle_warm_container(
     while session_containers(engine, session) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert session_containers(engine, session) == [], f"{name} outlived its owner"
+
+
+def test_a_program_that_cannot_run_is_refused_and_nothing_ran(
+        warm_tool: tuple[str, ExecTool]) -> None:
+    _, tool = warm_tool
+    first = tool.exec(["true"])
+    missing = tool.exec(["no-such-program"])
+    assert missing.outcome == "exceptional" and missing.code == "E_TOOL_UNAVAILABLE", missing
+    not_exec = tool.exec(["./a.txt"])
+    assert not_exec.code == "E_TOOL_UNAVAILABLE", not_exec
+    after = tool.exec(["echo", "still"])
+    assert after.stdout == "still\n" and after.container and first.container
+    assert after.container["name"] == first.container["name"]
