@@ -170,6 +170,9 @@ class StateConfig(_Strict):
 
 
 class Config(_Strict):
+    """A parsed `sprawl.toml` (frozen). `load_config(path, cwd=DIR)` reads one; every key is
+    optional, and a bad one is refused with E_CONFIG_INVALID naming key, value and spellings."""
+
     sandbox: SandboxConfig = SandboxConfig()
     state: StateConfig = StateConfig()
     # Where the file was read from (None: defaults). Not a TOML key.
@@ -203,6 +206,7 @@ def _explain(err: ValidationError, data: dict[str, Any], path: Path | None) -> S
 
 
 def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
+    """A Config from already-parsed TOML data; E_CONFIG_INVALID naming the first bad key."""
     try:
         config = Config.model_validate(data)
     except ValidationError as err:

@@ -20,6 +20,8 @@ from enum import StrEnum
 
 
 class ErrorCode(StrEnum):
+    """Every refusal's code; a result's `code` and a serve error's `code` are one of these."""
+
     CONFIG_INVALID = "E_CONFIG_INVALID"
     SANDBOX_DENIED = "E_SANDBOX_DENIED"
     TOOL_UNAVAILABLE = "E_TOOL_UNAVAILABLE"

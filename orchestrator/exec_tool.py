@@ -209,9 +209,12 @@ class ExecTool:
                     f"(e.g. {shlex.split(command)!r})"
                 )
             return [command]
-        if isinstance(command, bytes) or not all(isinstance(a, str) for a in command):
-            raise TypeError(f"exec({command!r}): the command is a list of str")
-        argv = list(command)
+        if isinstance(command, bytes) or not all(isinstance(a, str | os.PathLike)
+                                                 for a in command):
+            raise TypeError(f"exec({command!r}): the command is a list of str (or paths)")
+        argv = [os.fspath(a) for a in command]
+        if not all(isinstance(a, str) for a in argv):
+            raise TypeError(f"exec({command!r}): bytes paths are not accepted; use str")
         if shell and len(argv) > 1:
             if self.config.sandbox.interpreter != "system" or os.name != "posix":
                 raise TypeError(

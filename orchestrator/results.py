@@ -52,6 +52,10 @@ class Confinement(BaseModel):
 
 
 class ExecResult(BaseModel):
+    """What happened to one command, the same keys on every surface (`exec --json`, serve,
+    MCP, the ledger, the API): `outcome` settled / backgrounded / exceptional; `statement`
+    says it in words. `sprawl-orch exec --schema` prints its JSON schema."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     outcome: Outcome

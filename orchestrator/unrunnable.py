@@ -33,16 +33,14 @@ RECOVERY = (
     "(--shell)"
 )
 # runc's (1.1) and crun's (1.8) words for an execve that failed, as docker and podman pass them.
+# runc formats every failed lookup or execve of the program as `exec: "<prog>": <errno>`
+# (create phase) or `exec <prog>: <errno>` (after start): any errno counts (ELOOP, ETXTBSY...).
 _RUNTIME = re.compile(
     r'exec: "(?P<program>[^"]*)": (?P<why>executable file not found in \$PATH|'
-    r"stat [^:]*: no such file or directory|no such file or directory|permission denied|"
-    r"exec format error|is a directory|not a directory)",
+    r"stat [^:]*: [a-z ]+|[a-z][a-z ]+[a-z])",
     re.IGNORECASE,
 )
-_AFTER_START = re.compile(
-    r"\Aexec (?P<program>\S+): (?P<why>no such file or directory|exec format error|"
-    r"permission denied|is a directory|not a directory)\n?\Z",
-)
+_AFTER_START = re.compile(r"\Aexec (?P<program>\S+): (?P<why>[a-z][a-z ]+[a-z])\n?\Z")
 _LOADER = re.compile(r"error while loading shared libraries: (?P<lib>\S+): cannot open shared "
                      r"object file")
 _PLAIN = {
@@ -64,8 +62,8 @@ def unavailable(program: str, why: str, recovery: str = RECOVERY) -> SprawlError
 def _plain(why: str) -> str:
     low = why.lower()
     if low.startswith("stat "):
-        low = "no such file or directory"
-    return _PLAIN.get(low, low)
+        low = low.rsplit(": ", 1)[-1]
+    return _PLAIN.get(low, f"cannot be executed ({low})")
 
 
 def runtime_refusal(words: str, program: str, venv: str | None = None) -> SprawlError | None:

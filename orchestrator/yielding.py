@@ -7,8 +7,10 @@ a missing program would otherwise surface as a confusing exit 127 from nice.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +34,7 @@ def find_program(program: str, env: Mapping[str, str], cwd: str) -> str:
         if os.path.isdir(path):
             raise unavailable(program, f"{path} is a directory, not a program")
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            why = "does not exist" if not os.path.lexists(path) else (
-                "is a link to nothing" if not os.path.exists(path)
-                else "is not an executable file (no execute bit)")
-            raise unavailable(program, f"{path} {why}")
+            raise unavailable(program, f"{path} {_why_not(path)}")
         found = program
         checked = path
     else:
@@ -54,6 +53,18 @@ def find_program(program: str, env: Mapping[str, str], cwd: str) -> str:
                 else "names no interpreter"
             raise unavailable(program, f"{checked}'s #! line {named}")
     return found
+
+
+def _why_not(path: str) -> str:
+    try:
+        info = os.stat(path)
+    except OSError as err:  # ENOENT, ELOOP (a link loop), EACCES on a directory above, ...
+        if err.errno == errno.ENOENT:
+            return "is a link to nothing" if os.path.lexists(path) else "does not exist"
+        return f"cannot be reached: {err.strerror}"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file (a device, FIFO or socket)"
+    return "is not an executable file (no execute bit)"
 
 
 def yield_prefix(yielders: Yielders) -> list[str]:

@@ -64,3 +64,23 @@ def test_a_refused_result_still_has_a_statement(tmp_path: Path, tree: Path,
     assert refused.outcome == "exceptional" and refused.confinement is None
     assert refused.statement.startswith("E_")
     assert "what you can do" in refused.statement
+
+
+def test_the_public_face_resolves_and_is_documented() -> None:
+    import importlib.resources
+    import subprocess
+    import sys
+
+    import orchestrator
+
+    for name in orchestrator.__all__:
+        value = getattr(orchestrator, name)
+        assert (value.__doc__ or "").strip(), f"{name} has no docstring"
+    with pytest.raises(AttributeError):
+        _ = orchestrator.no_such_name
+    assert importlib.resources.files("orchestrator").joinpath("py.typed").is_file()
+    # `import orchestrator` alone loads none of the heavy modules (the CLI's lean path)
+    done = subprocess.run([sys.executable, "-c", "import sys, orchestrator; "
+                           "print(sorted(m for m in sys.modules if m.startswith('orchestrator')))"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['orchestrator']"

@@ -132,3 +132,35 @@ def test_a_host_virtualenv_is_named(tmp_path: Path) -> None:
     assert refusal is not None and refusal.code is ErrorCode.TOOL_UNAVAILABLE
     assert "libpython3.11.so.1.0" in refusal.detail and "python3 -m venv" in refusal.recovery
     assert loader_refusal("./.venv/bin/python", 127, words, None) is None  # not a venv: as is
+
+
+def test_other_ways_to_be_unreachable_are_refused_too(tmp_path: Path) -> None:
+    (tmp_path / "loop").symlink_to("loop")
+    os.mkfifo(tmp_path / "fifo")
+    env = {"PATH": os.defpath}
+    for program, words in (("./loop", "symbolic links"), ("./fifo", "not a regular file")):
+        with pytest.raises(SprawlError) as caught:
+            find_program(program, env, str(tmp_path))
+        assert caught.value.code is ErrorCode.TOOL_UNAVAILABLE and words in caught.value.detail
+
+
+def test_any_errno_runc_names_for_the_program_is_a_refusal() -> None:
+    words = DOCKER.format(p="./loop", why="stat ./loop: too many levels of symbolic links")
+    refusal = runtime_refusal(words, "./loop")
+    assert refusal is not None and "too many levels of symbolic links" in refusal.detail
+    busy = after_start_refusal("./x", 1, 0, "exec ./x: text file busy\n")
+    assert busy is not None and "text file busy" in busy.detail
+
+
+def test_paths_are_accepted_as_arguments(tmp_path: Path) -> None:
+    from orchestrator.exec_tool import ExecTool
+    from orchestrator.offerings import Offerings
+    from tests.unit.conftest import make_config
+
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "scratch").mkdir()
+    offerings = Offerings(platform="linux", scratch=tmp_path / "scratch")
+    with ExecTool(make_config(tmp_path, arm="copied_tree"), tmp_path / "tree",
+                  offerings=offerings) as tool:
+        result = tool.exec([Path("/bin/echo"), Path("a b")])  # type: ignore[list-item]
+    assert result.stdout == "a b\n"
