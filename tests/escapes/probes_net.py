@@ -69,7 +69,7 @@ def probes() -> list[Probe]:
         _unix("unix-in-tree-abs", "U_TREE", "@U_TREE@"),
         _engine("engine-podman-service", "@PODMAN_SOCK@"),
         Probe("unix-sweep", "unix sockets", N, """if [ -n "$py" ]; then
-  r=$("$py" -c "$PYSWEEP" path /run /var/run /tmp /var/tmp /dev/shm @HOME@ /home) && echo "ESC $id $r" || echo "NOT $id $r"
+  r=$("$py" -c "$PYSWEEP" path @TOK@ /run /var/run /tmp /var/tmp /dev/shm @HOME@ /home) && echo "ESC $id $r" || echo "NOT $id $r"
 else
   f=$($b find /run /var/run /tmp /var/tmp /dev/shm @HOME@ /home -maxdepth 4 -type s 2>/dev/null | $b head -5)
   [ -n "$f" ] && echo "ESC $id visible: $f" || echo "NOT $id no socket visible"
@@ -92,7 +92,7 @@ else echo "NOT $id no Python here to make raw syscalls"; fi""",
 elif $b grep -q "@@U_ABSTRACT@" /proc/net/unix; then echo "ESC $id the host's abstract socket is in /proc/net/unix"
 else echo "NOT $id not in this network namespace"; fi""", judge=listener("unix", "U_ABSTRACT")),
         Probe("abstract-sweep", "abstract sockets", N, """if [ -n "$py" ]; then
-  r=$("$py" -c "$PYSWEEP" abstract) && echo "ESC $id $r" || echo "NOT $id $r"
+  r=$("$py" -c "$PYSWEEP" abstract @TOK@) && echo "ESC $id $r" || echo "NOT $id $r"
 else
   n=$($b grep -c " @" /proc/net/unix)
   [ "$n" -gt 0 ] && echo "ESC $id $n abstract sockets visible" || echo "NOT $id none visible"
