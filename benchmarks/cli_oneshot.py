@@ -38,6 +38,7 @@ from orchestrator.container.argv import HostLimits, create_argv
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-c",
        "import sys; from orchestrator.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
+RACY_SECONDS = 2.0
 TARGETS = {"docker": 1.3, "podman": 1.3, "linux_namespaces": 4.0, "copied_tree": 4.0,
            "docker (big tree)": 1.5}
 
@@ -144,6 +145,10 @@ def main() -> int:
         (small / "a.txt").write_text("a\n")
         (small / "b.txt").write_text("b\n")
         big = tree(work / "big", args.files, 16 * 1024)
+        # A person's files are older than the last second: a file written within the
+        # filesystem's timestamp granularity of a sync is compared by bytes (the racy-clean
+        # rule, copy_sync), which a tree made a moment ago would pay on the first resyncs.
+        time.sleep(RACY_SECONDS)
         state = work / "state"
         pypass = [sys.executable, "-c", "pass"]
         for arm, engine in (("docker", "docker"), ("podman", "podman"),
