@@ -166,6 +166,11 @@ class Walk(Generic[H]):
         except BaseException:
             side.close(root)
             raise
+        # The fast path's lookups, hoisted out of the loop (it runs once per file).
+        offsets, old_entries = self._offsets, self._old_entries
+        edge, timed = self._edge, self._timed
+        lstat, pack, add_path, buf = self._lstat, self._pack, self._add_path, self._entries
+        max_files, max_bytes = self.bounds.files, self.bounds.bytes
         try:
             while stack:
                 top = stack[-1]
@@ -182,30 +187,29 @@ class Walk(Generic[H]):
                     if quick and copy.get(name) == "file" and not entry.is_symlink():
                         st = entry.stat()
                         rel = prefix + name
-                        at = self._offsets.get(rel)
+                        at = offsets.get(rel)
                         if at is not None and stat.S_ISREG(st.st_mode):
                             try:  # handle is a directory fd: _quick_ok checked FdCopy
-                                cst = self._lstat(name, dir_fd=handle,  # type: ignore[arg-type]
-                                                  follow_symlinks=False)
+                                cst = lstat(name, dir_fd=handle,  # type: ignore[arg-type]
+                                            follow_symlinks=False)
                             except OSError:
                                 cst = None  # gone or unreadable: the full path decides
-                            packed = b"" if cst is None else self._pack(st, cst,
-                                                                        st.st_mode & 0o777)
                             if (
                                 cst is not None
-                                and self._old_entries[at : at + ENTRY_SIZE] == packed
+                                and old_entries[at : at + ENTRY_SIZE]
+                                == (packed := pack(st, cst, st.st_mode & 0o777))
                                 and cst.st_mode & _KIND_AND_BITS == stat.S_IFREG | st.st_mode
                                 & 0o777
                                 and max(st.st_mtime_ns, st.st_ctime_ns, cst.st_mtime_ns,
-                                        cst.st_ctime_ns) < self._edge
-                                and (st.st_dev in self._timed or self._learn(st.st_dev))
-                                and (cst.st_dev in self._timed or self._learn(cst.st_dev))
-                                and self.files < self.bounds.files
-                                and self.bytes + st.st_size <= self.bounds.bytes
+                                        cst.st_ctime_ns) < edge
+                                and (st.st_dev in timed or self._learn(st.st_dev))
+                                and (cst.st_dev in timed or self._learn(cst.st_dev))
+                                and self.files < max_files
+                                and self.bytes + st.st_size <= max_bytes
                             ):
                                 del copy[name]
-                                self._add_path(rel)
-                                self._entries += packed
+                                add_path(rel)
+                                buf += packed
                                 self.files += 1
                                 self.bytes += st.st_size
                                 if self.progress is not None and not self.files % PROGRESS_EVERY:
