@@ -63,6 +63,8 @@ class SyncRecord:
     # looks names up without building a path per entry.
     by_dir: dict[str, dict[str, Stamp]] = field(default_factory=dict)
     targets: dict[str, str] = field(default_factory=dict)  # the copy's links
+    # by_dir's trusted entries as (ctime_ns, inode): what the walk after the command compares.
+    fast: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
     source: dict[str, Stamp] = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)
     trusted_below_ns: int = 0
@@ -168,11 +170,12 @@ def finish(copy_root: Path, source: dict[str, Stamp], source_line_ns: int) -> Sy
     """The record of a synced and readied copy; call just before the command starts."""
     record = SyncRecord(source=source, source_line_ns=source_line_ns)
     record.by_dir, record.targets = snapshot_copy(copy_root)
-    record.trusted_below_ns = fs_now_ns(copy_root.parent)
+    record.trusted_below_ns = line = fs_now_ns(copy_root.parent)
+    record.fast = {d: {n: (st[3], st[4]) for n, st in names.items() if st[3] < line}
+                   for d, names in record.by_dir.items()}
     budget = HASH_BUDGET
-    line = source_line_ns
     for rel, src in source.items():
-        if src[3] < line or not stat.S_ISREG(src[0]):
+        if src[3] < source_line_ns or not stat.S_ISREG(src[0]):
             continue  # trusted (the common case, so tested first), or not a file
         head, _, name = rel.rpartition("/")
         stamp = record.by_dir.get(head, {}).get(name)

@@ -153,36 +153,42 @@ def _equal_files(a: str, b: str) -> bool | None:
 
 def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
     """Every change the command made in ``copy`` since the sync recorded in ``record``."""
-    base = {d: dict(names) for d, names in record.by_dir.items()}
-    trusted = record.trusted_below_ns
     cmp = _Compare(record, workdir, copy)
     out: list[ChangeEntry] = []
+    seen_dirs: set[str] = set()
     stack = [("", str(copy))]
     while stack:
         rel_dir, abs_dir = stack.pop()
-        names = base.pop(rel_dir, None) or {}
+        seen_dirs.add(rel_dir)
+        fast = record.fast.get(rel_dir, {})
+        full = record.by_dir.get(rel_dir, {})
         prefix = rel_dir + "/" if rel_dir else ""
+        matched = 0
         with os.scandir(abs_dir) as it:
             for entry in it:
                 st = entry.stat(follow_symlinks=False)
-                was = names.pop(entry.name, None)
-                if stat.S_ISDIR(st.st_mode):
+                if entry.is_dir(follow_symlinks=False):  # d_type: no call into stat
                     stack.append((prefix + entry.name, entry.path))
                 # Every change to an entry sets its ctime to the filesystem's now, which is at
-                # least `trusted` (change_record): same inode + same old ctime = untouched.
-                if was is not None and was[3] == st.st_ctime_ns and was[4] == st.st_ino \
-                        and was[3] < trusted:
+                # least the record's trusted line (change_record): a trusted entry with its
+                # old inode and ctime is untouched.
+                if fast.get(entry.name) == (st.st_ctime_ns, st.st_ino):
+                    matched += 1
                     continue
+                was = full.get(entry.name)
+                matched += was is not None
                 now: Stamp = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
                               st.st_ino, st.st_dev)
                 change = _judge(cmp, prefix + entry.name, entry.path, now, was)
                 if change is not None:
                     out.append(change)
-        for name, was in names.items():
-            out.append(_deleted(prefix + name, was))
-    for rel_dir, names in base.items():  # directories that are gone (or are no longer dirs)
-        prefix = rel_dir + "/" if rel_dir else ""
-        out.extend(_deleted(prefix + name, was) for name, was in names.items())
+        if matched != len(full):  # some recorded names are gone: list the directory again
+            here = set(os.listdir(abs_dir))
+            out.extend(_deleted(prefix + n, was) for n, was in full.items() if n not in here)
+    for rel_dir, names in record.by_dir.items():  # directories gone (or no longer dirs)
+        if rel_dir not in seen_dirs:
+            prefix = rel_dir + "/" if rel_dir else ""
+            out.extend(_deleted(prefix + name, was) for name, was in names.items())
     out.sort(key=lambda e: e.path.split("/"))
     return out
 
