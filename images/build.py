@@ -22,7 +22,7 @@ from images.engines import (
     Engine,
     engine,
 )
-from images.recipe import BusyboxRootfs, DebianRootfs, Recipe, load_recipe
+from images.recipe import BusyboxRootfs, DebianRootfs, Recipe, load_recipe, read_recipe
 from orchestrator.config import ContainerConfig
 from orchestrator.errors import ErrorCode, SprawlError
 
@@ -128,28 +128,42 @@ def build_busybox(engine: str, *, tag: str | None = None, steps: Steps = QUIET) 
 
 
 def build_recipe(
-    name: str,
+    name: str | Path,
     engines: Sequence[str],
     *,
     suite: str | None = None,
     mirror: str | None = None,
+    include: Sequence[str] = (),
     tag: str | None = None,
     steps: Steps = QUIET,
 ) -> Built:
-    """Make recipe `name`'s rootfs once and import it into every engine."""
-    recipe = load_recipe(name)
+    """Make a recipe's rootfs once and import it into every engine. `name` is a built-in
+    recipe ("busybox", "debian", "python") or the Path of an admin's own recipe file;
+    `include` adds packages to a debootstrap recipe's `include`."""
+    recipe = read_recipe(name) if isinstance(name, Path) else load_recipe(name)
     handles = [engine(e) for e in engines]
     spec = recipe.rootfs
     if isinstance(spec, BusyboxRootfs):
+        if include:
+            raise SprawlError(
+                ErrorCode.BAD_REQUEST,
+                subject=f"--include {','.join(include)}",
+                detail=f"recipe {recipe.name} ({recipe.source}) copies the host's busybox; "
+                "it installs no packages",
+                recovery="use --include with a debootstrap recipe (debian, python, or your own)",
+            )
         with steps.step("busybox rootfs"):
             tar, source = busybox_tar(recipe)
         image_tag = tag or recipe.tag_for()
         return Built(image_tag, _import_all(handles, tar, recipe, source, image_tag, steps))
     assert isinstance(spec, DebianRootfs)
+    packages = tuple(dict.fromkeys([*spec.include, *include]))
+    spec = spec.model_copy(update={"include": packages})
     suite = suite or spec.suite
     mirror = mirror or spec.mirror
     image_tag = tag or recipe.tag_for(suite=suite)
-    source = f"debootstrap --variant={spec.variant} {suite} {mirror}"
+    with_packages = f" --include={','.join(packages)}" if packages else ""
+    source = f"debootstrap --variant={spec.variant}{with_packages} {suite} {mirror}"
     work = Path(tempfile.mkdtemp(prefix="sprawl-debian-", dir=_big_tmp()))
     try:
         root = work / "rootfs"
@@ -195,10 +209,20 @@ def build_dockerfile(
     tag: str | None = None,
     context: Path | None = None,
     ulimits: Mapping[str, str] | None = None,
+    network: str = "none",
     steps: Steps = QUIET,
 ) -> Built:
     """Build `dockerfile` in each engine without pulling; every FROM base must be local in
-    that engine first (refused before any build starts otherwise)."""
+    that engine first (refused before any build starts otherwise). `network`: the RUN
+    steps' network, "none" or "host" (the private dockerd has no bridge, so "host" is the
+    one that reaches a package mirror there)."""
+    if network not in ("none", "host"):
+        raise SprawlError(
+            ErrorCode.BAD_REQUEST,
+            subject=f"network {network}",
+            detail=f"{network!r} is not a build network (accepted: none, host)",
+            recovery="build with --network none (default) or --network host",
+        )
     dockerfile = dockerfile.resolve()
     handles = [engine(e) for e in engines]
     for handle in handles:
@@ -215,5 +239,6 @@ def build_dockerfile(
                 tag=tag,
                 ulimits=limits,
                 on_line=line,
+                network=network,
             )
     return Built(tag, ids)

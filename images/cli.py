@@ -91,6 +91,27 @@ def image() -> None:
     help="Build this Dockerfile; every FROM base must already be local.",
 )
 @click.option(
+    "--recipe",
+    "recipe_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Your own recipe file (TOML, like images/recipes/debian.toml), kept anywhere.",
+)
+@click.option(
+    "--include",
+    "include",
+    multiple=True,
+    help="Debootstrap recipes: more packages, comma-separated (debootstrap --include); "
+    "repeatable.",
+)
+@click.option(
+    "--network",
+    type=click.Choice(["none", "host"]),
+    default="none",
+    show_default=True,
+    help="--dockerfile: the network of RUN steps. 'host' reaches the package mirror (the "
+    "private dockerd has no bridge). Containers sprawl-orch runs are --network none anyway.",
+)
+@click.option(
     "--context",
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="Build context for --dockerfile (default: the Dockerfile's directory).",
@@ -111,6 +132,9 @@ def image() -> None:
 def build_command(
     recipe: str | None,
     dockerfile: Path | None,
+    recipe_file: Path | None,
+    include: tuple[str, ...],
+    network: str,
     context: Path | None,
     tag: str | None,
     suite: str | None,
@@ -120,26 +144,47 @@ def build_command(
 ) -> None:
     """Make an image locally and print its fixed ID in each engine.
 
-    RECIPE is busybox (~0.2 s, the host's static busybox) or debian (debootstrap minbase,
-    ~35 s). Or --dockerfile PATH. The same rootfs gets a different ID in docker and podman.
+    RECIPE is python (debootstrap minbase + python3, venv, pip, git, ~40 s: build it first
+    for a Python project), debian (minbase only, ~35 s) or busybox (~0.2 s, the host's
+    static busybox). Or --recipe FILE, or --dockerfile PATH. The same rootfs gets a
+    different ID in docker and podman.
     """
     from images.build import build_dockerfile, build_recipe, pick_engines
+    from images.recipe import PACKAGE
 
-    if (recipe is None) == (dockerfile is None):
-        raise click.UsageError("give a RECIPE (busybox, debian) or --dockerfile PATH, not both")
-    if recipe != "debian" and (suite or mirror):
-        raise click.UsageError("--suite and --mirror are for the debian recipe")
+    given = [x for x in (recipe, dockerfile, recipe_file) if x is not None]
+    if len(given) != 1:
+        raise click.UsageError(
+            "give one of: a RECIPE (python, debian, busybox), --recipe FILE, --dockerfile PATH"
+        )
+    packages = [p.strip() for item in include for p in item.split(",") if p.strip()]
+    for package in packages:
+        if not PACKAGE.match(package):
+            raise click.BadParameter(
+                f"{package!r} is not a Debian package name (lower case letters, digits, + - .)",
+                param_hint="'--include'",
+            )
+    if dockerfile is None and network != "none":
+        raise click.UsageError("--network is for --dockerfile builds (debootstrap uses the host's)")
+    if dockerfile is not None and (suite or mirror or packages):
+        raise click.UsageError("--suite, --mirror and --include are for debootstrap recipes")
+    if recipe == "busybox" and (suite or mirror):
+        raise click.UsageError("--suite and --mirror are for debootstrap recipes")
     if context and not dockerfile:
         raise click.UsageError("--context goes with --dockerfile")
     steps = RichSteps(_err_console())
     engines = pick_engines(engine_name)
     if dockerfile is not None:
         what = str(dockerfile)
-        built = build_dockerfile(dockerfile, engines, tag=tag, context=context, steps=steps)
+        built = build_dockerfile(
+            dockerfile, engines, tag=tag, context=context, network=network, steps=steps
+        )
     else:
-        assert recipe is not None
-        what = recipe
-        built = build_recipe(recipe, engines, suite=suite, mirror=mirror, tag=tag, steps=steps)
+        source: str | Path = recipe_file.resolve() if recipe_file else str(recipe)
+        what = str(source)
+        built = build_recipe(
+            source, engines, suite=suite, mirror=mirror, include=packages, tag=tag, steps=steps
+        )
     if as_json:
         click.echo(json.dumps({"built": what, "tag": built.tag, "images": built.ids}, indent=2))
         return
@@ -184,6 +229,7 @@ def pin_command(
                     "written": result.written,
                     "removed": result.removed,
                     "notes": list(result.notes),
+                    "images": {e: i.as_dict() for e, i in result.images.items()},
                 },
                 indent=2,
             )
@@ -194,6 +240,8 @@ def pin_command(
         click.echo(f'  {key} = "{image_id}"')
     for key, image_id in result.removed.items():
         click.echo(f'  removed {key} = "{image_id}" (it would have shadowed the new pin)')
+    for name, described in result.images.items():
+        click.echo(f"  {name}: the image's own {described.facts()}")
     for note in result.notes:
         click.echo(f"  note: {note}")
 
@@ -221,6 +269,7 @@ def list_command(as_json: bool) -> None:
                 f"{img.labels.get(LABEL_DATE, '?')}  {tags}"
             )
             click.echo(f"      source: {img.labels.get(LABEL_SOURCE, '?')}")
+            click.echo(f"      {img.facts()}")
 
 
 @image.command("verify")
@@ -241,6 +290,8 @@ def verify_command(workdir: Path, config_path: Path | None, as_json: bool) -> No
             used = "" if check.used else "  (not used: [sandbox.container] engine)"
             click.echo(f"{check.engine:<7} {check.status:<11} {check.pinned or '-'}{used}")
             click.echo(f"        {check.detail}")
+            if check.image is not None:
+                click.echo(f"        {check.image.facts()}")
             if check.recovery and check.status != "present":
                 click.echo(f"        recovery: {check.recovery}")
         click.echo("ok" if result.ok else "NOT OK: see the rows above")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from images import buildlog
 from images.dockerfile import DockerfileError, external_bases
 from orchestrator.errors import ErrorCode, SprawlError
 
@@ -54,6 +55,10 @@ class LocalImage:
     labels: Mapping[str, str]
     created: str
     size: int
+    # The image's own Config: what a command gets when sprawl-orch doesn't override it.
+    path: str = ""  # Env PATH=…, "" when the image sets none
+    user: str = ""  # Config.User, "" = the engine's default (root) unless the run sets one
+    workdir: str = ""  # Config.WorkingDir, "" = /
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -63,7 +68,17 @@ class LocalImage:
             "labels": dict(self.labels),
             "created": self.created,
             "size": self.size,
+            "path": self.path,
+            "user": self.user,
+            "workdir": self.workdir,
         }
+
+    def facts(self) -> str:
+        """One line: PATH, user and working directory as the image itself sets them."""
+        return (
+            f"PATH={self.path or '(unset)'} user={self.user or '(unset: root)'} "
+            f"workdir={self.workdir or '(unset: /)'}"
+        )
 
 
 @dataclass(frozen=True)
@@ -148,6 +163,8 @@ class Engine:
     def _image(self, item: Mapping[str, Any]) -> LocalImage:
         config = item.get("Config") or {}
         labels = config.get("Labels") or item.get("Labels") or {}
+        env = [str(e) for e in config.get("Env") or ()]
+        path = next((e.removeprefix("PATH=") for e in env if e.startswith("PATH=")), "")
         return LocalImage(
             engine=self.name,
             id=fixed_id(str(item["Id"])),
@@ -155,6 +172,9 @@ class Engine:
             labels={str(k): str(v) for k, v in labels.items()},
             created=str(item.get("Created", "")),
             size=int(item.get("Size") or 0),
+            path=path,
+            user=str(config.get("User") or ""),
+            workdir=str(config.get("WorkingDir") or ""),
         )
 
     def sprawl_images(self) -> list[LocalImage]:
@@ -232,13 +252,20 @@ class Engine:
         tag: str | None,
         ulimits: Mapping[str, str],
         on_line: Callable[[str], None],
+        network: str = "none",
     ) -> str:
-        """Build without pulling; bases are checked first (check_bases)."""
+        """Build without pulling; bases are checked first (check_bases). `network` is the
+        RUN steps' network ("none" or "host"). The whole output goes to a log file, kept
+        (path in the error) when the build fails."""
         self.check_bases(dockerfile)
         with tempfile.TemporaryDirectory(prefix="sprawl-build-") as tmp:
             iidfile = Path(tmp) / "iid"
             pull = "--pull=false" if self.name == "docker" else "--pull=never"
             args = ["build", pull, "--file", str(dockerfile), "--iidfile", str(iidfile)]
+            # The default removes intermediate containers only after a successful build:
+            # three failed builds left three stopped containers (issue 19). Both engines
+            # take --rm/--force-rm (podman's default for --force-rm is true; said anyway).
+            args += ["--rm", "--force-rm", "--network", network]
             for key, value in labels.items():
                 args += ["--label", f"{key}={value}"]
             # RUN steps start containers: podman's default rlimits exceed these hosts' hard
@@ -251,32 +278,49 @@ class Engine:
             # BuildKit resolves FROM against the registry even for local images; the classic
             # builder uses the local store. Docker 20.10 with no buildx uses it anyway.
             env = {**os.environ, **self.env, "DOCKER_BUILDKIT": "0"}
-            tail: list[str] = []
+            log_path = buildlog.new_log(self.name)
             try:
-                proc = subprocess.Popen(
-                    self._argv(args),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    text=True,
-                    errors="replace",
-                )
+                with log_path.open("w", encoding="utf-8") as log:
+                    log.write(f"$ {' '.join(self._argv(args))}\n")
+                    proc = subprocess.Popen(
+                        self._argv(args),
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        text=True,
+                        errors="replace",
+                    )
+                    with proc:
+                        assert proc.stdout is not None
+                        for line in proc.stdout:
+                            log.write(line)
+                            if line.strip():
+                                on_line(line.rstrip())
             except FileNotFoundError as err:
+                log_path.unlink(missing_ok=True)
                 raise self._unreachable("build", f"{self._argv(args)[0]} is not on PATH") from err
-            with proc:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    if line.strip():
-                        on_line(line.rstrip())
-                        tail = [*tail[-5:], line.strip()]
             if proc.returncode != 0 or not iidfile.is_file():
-                raise SprawlError(
-                    ErrorCode.ENGINE_REFUSED,
-                    subject=f"{self.name} build {dockerfile}",
-                    detail=f"exit {proc.returncode}: " + " | ".join(tail),
-                    recovery="fix the Dockerfile step named above and build again",
-                )
+                raise self._build_failed(dockerfile, proc.returncode, log_path, network)
+            log_path.unlink(missing_ok=True)
             return fixed_id(iidfile.read_text())
+
+    def _build_failed(
+        self, dockerfile: Path, status: int, log_path: Path, network: str
+    ) -> SprawlError:
+        why = buildlog.failure(log_path.read_text(encoding="utf-8", errors="replace"))
+        step = why.step or "before any step"
+        recovery = f"read the whole log, {log_path}; fix {step.split(':')[0]} of {dockerfile}"
+        if why.network and network == "none":
+            recovery = (
+                f"the step wanted the network and RUN steps had none (--network none): build "
+                f"again with --network host (e.g. to reach the package mirror); log: {log_path}"
+            )
+        return SprawlError(
+            ErrorCode.ENGINE_REFUSED,
+            subject=f"{self.name} build {dockerfile}",
+            detail=f"exit {status} in {step}: " + " | ".join(why.lines) + f" (log: {log_path})",
+            recovery=recovery,
+        )
 
     def remove(self, image_id: str) -> None:
         """Remove an image by ID with every tag on it; a container using it stops that.

@@ -28,15 +28,23 @@ import tomlkit
 import tomlkit.items
 from tomlkit.exceptions import TOMLKitError
 
-from images.engines import BUILD_FIRST, ENGINES, engine
+from images.engines import BUILD_FIRST, ENGINES, LocalImage, engine
 from orchestrator.config import Config, load_config, parse_config, read_config_text, read_toml
 from orchestrator.errors import ErrorCode, SprawlError
 
 Resolver = Callable[[str, str], str | None]  # (engine, ref) -> fixed ID, or None if not local
+Describer = Callable[[str, str], LocalImage | None]  # (engine, ID) -> the image's own config
 
 
 def engine_resolver(engine_name: str, ref: str) -> str | None:
     return engine(engine_name).resolve(ref)
+
+
+def engine_describer(engine_name: str, image_id: str) -> LocalImage | None:
+    try:
+        return next(iter(engine(engine_name).inspect([image_id])), None)
+    except SprawlError:
+        return None  # the pin itself was resolved; its description is only a note
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,8 @@ class PinResult:
     removed: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     config: Config | None = None
+    # engine -> the pinned image's own PATH/user/workdir (also written as a comment on the pin)
+    images: dict[str, LocalImage] = field(default_factory=dict)
 
 
 def plan(
@@ -108,13 +118,22 @@ def _table(parent: Any, name: str, fresh: list[Any]) -> Any:
     return parent[name]
 
 
-def _apply(doc: Any, pins: dict[str | None, str], inline: bool) -> dict[str, str]:
+def _note(parent: Any, key: str, comment: str | None) -> None:
+    # A comment can't go inside an inline table; there the pin stays without its note.
+    if comment and not isinstance(parent, tomlkit.items.InlineTable):
+        parent.item(key).comment(comment)
+
+
+def _apply(
+    doc: Any, pins: dict[str | None, str], inline: bool, comments: dict[str | None, str]
+) -> dict[str, str]:
     fresh: list[Any] = []
     container = _table(_table(doc, "sandbox", fresh), "container", fresh)
     removed: dict[str, str] = {}
     for engine_name, image_id in pins.items():
         if engine_name is None:
             container["image"] = image_id
+            _note(container, "image", comments.get(None))
             images = container.get("images")
             for name in ENGINES:
                 if images is not None and name in images:
@@ -127,6 +146,7 @@ def _apply(doc: Any, pins: dict[str | None, str], inline: bool) -> dict[str, str
             else:
                 _table(container, "images", fresh)
         container["images"][engine_name] = image_id
+        _note(container["images"], engine_name, comments.get(engine_name))
     # A new table ends with a blank line, so a table that follows keeps its separation.
     for table in fresh:
         if isinstance(table, tomlkit.items.Table) and not table.is_super_table() and any(
@@ -150,8 +170,14 @@ def _expected(data: dict[str, Any], pins: dict[str | None, str]) -> dict[str, An
     return out
 
 
-def render(text: str, pins: dict[str | None, str], path: Path) -> tuple[str, dict[str, str]]:
-    """The config text with `pins` written in, comments and order kept; (text, removed)."""
+def render(
+    text: str,
+    pins: dict[str | None, str],
+    path: Path,
+    comments: dict[str | None, str] | None = None,
+) -> tuple[str, dict[str, str]]:
+    """The config text with `pins` written in, comments and order kept; (text, removed).
+    `comments`: a note written after each pin (the image's PATH/user/workdir)."""
     data = read_toml(text, path, "; nothing was written")
     want = _expected(data, pins)
     # A [sandbox.container] written as a table takes a [sandbox.container.images] table; a
@@ -159,7 +185,7 @@ def render(text: str, pins: dict[str | None, str], path: Path) -> tuple[str, dic
     for inline in (False, True):
         doc = tomlkit.parse(text)
         try:
-            removed = _apply(doc, pins, inline)
+            removed = _apply(doc, pins, inline, comments or {})
         except (ValueError, TOMLKitError):
             continue  # e.g. "Inline tables cannot contain a table": try the other shape
         out = tomlkit.dumps(doc).rstrip() + "\n"
@@ -210,12 +236,25 @@ def pin(
     *,
     engine_name: str | None = None,
     resolver: Resolver = engine_resolver,
+    describer: Describer | None = None,
 ) -> PinResult:
-    """Resolve `ref` locally and write its fixed ID into `config_path` (created if absent)."""
+    """Resolve `ref` locally and write its fixed ID into `config_path` (created if absent),
+    with the image's own PATH, user and working directory as a comment on the pin."""
     pins, resolved, notes = plan(ref, engine_name, resolver)
+    describe = describer or (engine_describer if resolver is engine_resolver else None)
+    images: dict[str, LocalImage] = {}
+    for name, image_id in resolved.items():
+        found = describe(name, image_id) if describe else None
+        if found is not None:
+            images[name] = found
+    comments: dict[str | None, str] = {}
+    for key in pins:
+        described = images.get(key) if key else next(iter(images.values()), None)
+        if described is not None:
+            comments[key] = f"image's own {described.facts()}"
     # Not UTF-8 or unreadable: E_CONFIG_INVALID before anything is written.
     text = read_config_text(config_path) if config_path.exists() else ""
-    new_text, removed = render(text, pins, config_path)
+    new_text, removed = render(text, pins, config_path, comments)
     # Validate before replacing: a pin must never leave an invalid config behind.
     parse_config(tomllib.loads(new_text), config_path)
     write_atomic(config_path, new_text)
@@ -228,4 +267,5 @@ def pin(
         removed=removed,
         notes=tuple(notes),
         config=config,
+        images=images,
     )
