@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator import change_record
-from orchestrator.changes import compute
-from orchestrator.copy_sync import sync_with_record
+from sprawl_orch import change_record
+from sprawl_orch.changes import compute
+from sprawl_orch.copy_sync import sync_with_record
 
 
 def build_tree(root: Path, files: int, size: int) -> None:

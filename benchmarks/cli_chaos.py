@@ -44,7 +44,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from images.build import build_busybox
+from sprawl_orch.images.build import build_busybox
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-c",

@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from images.build import build_busybox
-from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import HostLimits, create_argv
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import HostLimits, create_argv
+from sprawl_orch.images.build import build_busybox
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-c",
@@ -102,9 +102,8 @@ def row(name: str, ours: Callable[[], float], raw: Callable[[], float], reps: in
 def library_row(images: dict[str, str], work: Path, reps: int,
                 table: list[tuple[str, float, float]]) -> None:
     import docker
-
-    from orchestrator.config import load_config
-    from orchestrator.exec_tool import ExecTool
+    from sprawl_orch.config import load_config
+    from sprawl_orch.exec_tool import ExecTool
 
     conf = config_file(work / "lib.toml", "container", "docker", images, work / "state-lib")
     client = docker.from_env()

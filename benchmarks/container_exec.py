@@ -31,15 +31,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from images.build import build_busybox
-from orchestrator.config import ContainerConfig, EngineImages
-from orchestrator.container.admission import admit
-from orchestrator.container.argv import HostLimits, create_argv
-from orchestrator.container.arm import ContainerArm
-from orchestrator.container.docker import DockerEngine
-from orchestrator.container.engine import Engine
-from orchestrator.container.podman import PodmanEngine
-from orchestrator.launch import Launch
+from sprawl_orch.config import ContainerConfig, EngineImages
+from sprawl_orch.container.admission import admit
+from sprawl_orch.container.argv import HostLimits, create_argv
+from sprawl_orch.container.arm import ContainerArm
+from sprawl_orch.container.docker import DockerEngine
+from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.images.build import build_busybox
+from sprawl_orch.launch import Launch
 
 ROOT = Path(__file__).resolve().parent.parent
 # the `sprawl-orch` console script, without needing the package installed

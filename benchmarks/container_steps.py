@@ -24,11 +24,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from images.build import build_busybox
-from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import HostLimits, create_argv
-from orchestrator.container.docker import DockerEngine
-from orchestrator.container.podman import PodmanEngine
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import HostLimits, create_argv
+from sprawl_orch.container.docker import DockerEngine
+from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.images.build import build_busybox
 
 Times = dict[str, list[float]]
 

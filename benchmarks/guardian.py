@@ -44,8 +44,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from images.build import build_busybox  # noqa: E402
-from orchestrator.guardian_client import Guardian  # noqa: E402
+from sprawl_orch.guardian_client import Guardian  # noqa: E402
+from sprawl_orch.images.build import build_busybox  # noqa: E402
 
 RYUK_RECONNECTION_TIMEOUT = 10.0
 PODMAN_RUN = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
@@ -54,7 +54,7 @@ PODMAN_RUN = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "
 PARENT = r"""
 import json, subprocess, sys, time
 sys.path.insert(0, sys.argv[2])
-from orchestrator.guardian_client import Guardian
+from sprawl_orch.guardian_client import Guardian
 spec = json.loads(sys.argv[1])
 g = Guardian(spec["session"], [spec["engine"]], log=spec["log"], argv=spec["argv"])
 for n in range(spec["containers"]):
@@ -125,7 +125,7 @@ def wait_log(log: Path, event: str, timeout: float = 60) -> None:
 def one_kill(engine: str, image: str, k: int, via: str, tmp: Path) -> dict[str, float]:
     session = f"bench{secrets.token_hex(4)}"
     log = tmp / f"{session}.log"
-    argv = [sys.executable, "-m", "guardian", "--session", session, "--engines", engine,
+    argv = [sys.executable, "-m", "sprawl_orch.guardian", "--session", session, "--engines", engine,
             "--docker-via", via]
     spec = {"session": session, "engine": engine, "containers": k, "image": image,
             "extra": PODMAN_RUN if engine == "podman" else [], "log": str(log), "argv": argv}

@@ -13,7 +13,7 @@ Each repetition runs `true` four ways, interleaved so all see the same machine s
 Also reported, to explain the difference: the arm alone (`BwrapArm.start` -> wait -> finish
 on the synced copy: view, seccomp fd, uid drop, yielding prefix, bwrap; no probe, no sync,
 no result), the bwrap probe alone (it runs before every command, by design never cached:
-SPEC §6), and the no-change resync of the working directory (F small files).
+design §6), and the no-change resync of the working directory (F small files).
 Prints medians in ms and ratios (ours / raw).
 """
 
@@ -33,13 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import os
 
-from native_fallbacks.bwrap import BwrapArm, drop_uid, probe_argv
-from native_fallbacks.probe import run_probe
-from native_fallbacks.seccomp_filter import program_fd
-from orchestrator.config import parse_config
-from orchestrator.copy_sync import sync
-from orchestrator.exec_tool import ExecTool
-from orchestrator.launch import Launch
+from sprawl_orch.config import parse_config
+from sprawl_orch.copy_sync import sync
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.launch import Launch
+from sprawl_orch.native_fallbacks.bwrap import BwrapArm, drop_uid, probe_argv
+from sprawl_orch.native_fallbacks.probe import run_probe
+from sprawl_orch.native_fallbacks.seccomp_filter import program_fd
 
 
 def timed(step: Callable[[], object]) -> float:

@@ -28,9 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from images.build import build_busybox
-from orchestrator.config import parse_config
-from orchestrator.exec_tool import ExecTool
+from sprawl_orch.config import parse_config
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.images.build import build_busybox
 
 Times = dict[str, list[float]]
 
@@ -68,7 +68,7 @@ def bench(engine: str, reps: int) -> Times:
         ok(warm.exec(["true"]))
         ok(fresh.exec(["true"]))
         # the same runtime and rlimits the arm was admitted with (podman 4.3's defaults
-        # exceed these hosts' hard limits; crun fails where runc works, SPEC §3.1)
+        # exceed these hosts' hard limits; crun fails where runc works, design §3.1)
         arm: Any = warm.arm()
         flags = ["--network", "none", "--ulimit", "nofile=1024:1024",
                  "--ulimit", "nproc=1024:1024"]

@@ -1,5 +1,5 @@
-"""`python -m guardian --session ID --engines docker,podman [--grace S] [--fd N]`
-`python -m guardian --serve SOCKET [--idle S]`
+"""`python -m sprawl_orch.guardian --session ID --engines docker,podman [--grace S] [--fd N]`
+`python -m sprawl_orch.guardian --serve SOCKET [--idle S]`
 
 The first form reads protocol lines (guardian/protocol.py) from stdin, or from fd N, until
 EOF: the orchestrator holds the only write end, so EOF means it is gone -- exited, crashed
@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from guardian.engines import Engine, open_engine
-from guardian.protocol import ProtocolError, parse_message
-from guardian.reaper import Reaper
-from guardian.watchlist import Watchlist
+from sprawl_orch.guardian.engines import Engine, open_engine
+from sprawl_orch.guardian.protocol import ProtocolError, parse_message
+from sprawl_orch.guardian.reaper import Reaper
+from sprawl_orch.guardian.watchlist import Watchlist
 
 DEFAULT_GRACE = 3.0
 
@@ -95,7 +95,7 @@ def read_until_eof(fd: int, watch: Watchlist) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m guardian", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sprawl_orch.guardian", description=__doc__)
     parser.add_argument("--serve", metavar="SOCKET", default=None,
                         help="serve many callers on this unix socket (guardian/server.py)")
     parser.add_argument("--idle", type=float, default=None,
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve is not None:
         from pathlib import Path
 
-        from guardian.server import IDLE_SECONDS, Server
+        from sprawl_orch.guardian.server import IDLE_SECONDS, Server
 
         idle = IDLE_SECONDS if args.idle is None else args.idle
         return Server(Path(args.serve), idle, args.docker_via, log).run(args.inherit)

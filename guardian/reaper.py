@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-
-from guardian.cgroup_reap import remove_cgroups
-from guardian.engines import Engine, EngineError, Found
-from guardian.watchlist import Watchlist
-from orchestrator.copy_sync import delete_path
+from sprawl_orch.copy_sync import delete_path
+from sprawl_orch.guardian.cgroup_reap import remove_cgroups
+from sprawl_orch.guardian.engines import Engine, EngineError, Found
+from sprawl_orch.guardian.watchlist import Watchlist
 
 POLL_SECONDS = 0.05
 # While the CLI process of an announced create still runs, the create is still in flight (a

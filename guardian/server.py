@@ -1,4 +1,4 @@
-"""One guardian for many callers: `python -m guardian --serve SOCKET` (SPEC §4).
+"""One guardian for many callers: `python -m sprawl_orch.guardian --serve SOCKET` (design §4).
 
 Each caller (an orchestrator process: a CLI call, a library user, `serve`) connects to the
 unix socket and says `hello SESSION ENGINES GRACE`; that connection is its lifeline, as
@@ -33,10 +33,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from guardian.engines import Engine, open_engine
-from guardian.protocol import ProtocolError, parse_hello
-from guardian.reaper import Reaper, Report
-from guardian.watchlist import Watchlist
+from sprawl_orch.guardian.engines import Engine, open_engine
+from sprawl_orch.guardian.protocol import ProtocolError, parse_hello
+from sprawl_orch.guardian.reaper import Reaper, Report
+from sprawl_orch.guardian.watchlist import Watchlist
 
 IDLE_SECONDS = 10.0
 DEFAULT_GRACE = 3.0
@@ -136,7 +136,7 @@ class Server:
                 self._state.notify_all()
 
     def _lifeline(self, conn: socket.socket) -> str:
-        from guardian.__main__ import apply_lines, whole_lines
+        from sprawl_orch.guardian.__main__ import apply_lines, whole_lines
 
         # A plain blocking fd: the lines are read with read(2) (a socket timeout would make
         # it non-blocking, and an empty read would look like EOF).

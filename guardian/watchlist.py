@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guardian.protocol import (
+from sprawl_orch.guardian.protocol import (
     Cgroup,
     CgroupGone,
     Created,

@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from images import rootfs
-from images.engines import (
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.images import rootfs
+from sprawl_orch.images.engines import (
     ENGINES,
     LABEL_DATE,
     LABEL_RECIPE,
@@ -22,9 +24,7 @@ from images.engines import (
     Engine,
     engine,
 )
-from images.recipe import BusyboxRootfs, DebianRootfs, Recipe, load_recipe, read_recipe
-from orchestrator.config import ContainerConfig
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.images.recipe import BusyboxRootfs, DebianRootfs, Recipe, load_recipe, read_recipe
 
 
 class Steps(Protocol):

@@ -20,12 +20,11 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-from images.engines import ENGINES, LABEL_DATE, LABEL_RECIPE, LABEL_SOURCE
-from images.recipe import RECIPE_NAMES
-from orchestrator.cli.common import config_options, find_config, refuse
-from orchestrator.config import CONFIG_NAME
-from orchestrator.errors import SprawlError
+from sprawl_orch.cli.common import config_options, find_config, refuse
+from sprawl_orch.config import CONFIG_NAME
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.images.engines import ENGINES, LABEL_DATE, LABEL_RECIPE, LABEL_SOURCE
+from sprawl_orch.images.recipe import RECIPE_NAMES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -149,8 +148,8 @@ def build_command(
     static busybox). Or --recipe FILE, or --dockerfile PATH. The same rootfs gets a
     different ID in docker and podman.
     """
-    from images.build import build_dockerfile, build_recipe, pick_engines
-    from images.recipe import PACKAGE
+    from sprawl_orch.images.build import build_dockerfile, build_recipe, pick_engines
+    from sprawl_orch.images.recipe import PACKAGE
 
     given = [x for x in (recipe, dockerfile, recipe_file) if x is not None]
     if len(given) != 1:
@@ -214,7 +213,7 @@ def pin_command(
 ) -> None:
     """Resolve REF (a local tag or ID) to its fixed ID and write it into the config
     (--config FILE, else sprawl.toml in -C DIR, made if absent)."""
-    from images.pin import pin
+    from sprawl_orch.images.pin import pin
 
     if not workdir.is_dir():
         raise click.BadParameter(f"{workdir} is not a directory", param_hint="'-C'")
@@ -251,7 +250,7 @@ def pin_command(
 @refusals
 def list_command(as_json: bool) -> None:
     """Local images made by `image build` (label sprawl.recipe), per engine."""
-    from images.verify import list_images
+    from sprawl_orch.images.verify import list_images
 
     listings = list_images()
     if as_json:
@@ -279,7 +278,7 @@ def list_command(as_json: bool) -> None:
 def verify_command(workdir: Path, config_path: Path | None, as_json: bool) -> None:
     """Which ID the config pins for each engine, and whether that engine has it locally.
     Exit 1 when no usable engine has its pin, or a usable engine's pin is missing."""
-    from images.verify import verify
+    from sprawl_orch.images.verify import verify
 
     result = verify(find_config(workdir, config_path))
     if as_json:

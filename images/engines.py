@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from images import buildlog
-from images.dockerfile import DockerfileError, external_bases
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.images import buildlog
+from sprawl_orch.images.dockerfile import DockerfileError, external_bases
 
 ENGINES: tuple[str, ...] = ("docker", "podman")
 LABEL_RECIPE = "sprawl.recipe"

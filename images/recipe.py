@@ -22,8 +22,7 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
-
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 RECIPES_DIR = Path(__file__).with_name("recipes")
 RECIPE_NAMES: tuple[str, ...] = ("busybox", "debian", "python")

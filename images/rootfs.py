@@ -19,8 +19,8 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from images.recipe import BusyboxRootfs, DebianRootfs
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.images.recipe import BusyboxRootfs, DebianRootfs
 
 OnLine = Callable[[str], None]
 

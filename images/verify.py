@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from images.engines import BUILD_FIRST, ENGINES, Engine, LocalImage, engine
-from orchestrator.config import Config
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.config import Config
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.images.engines import BUILD_FIRST, ENGINES, Engine, LocalImage, engine
 
 EngineFactory = Callable[[str], Engine]
 Status = Literal["present", "missing", "unpinned", "unreachable"]

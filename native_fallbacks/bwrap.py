@@ -1,4 +1,4 @@
-"""bubblewrap (`linux_namespaces`): the copy inside a fresh set of namespaces (SPEC §6).
+"""bubblewrap (`linux_namespaces`): the copy inside a fresh set of namespaces (design §6).
 
     bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session
           --cap-drop ALL
@@ -42,18 +42,18 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from native_fallbacks.bwrap_view import View, command_view, system_view
-from native_fallbacks.copied_tree import CopiedTreeArm
-from native_fallbacks.probe import run_probe
-from native_fallbacks.sandbox_uid import grant_search, sandbox_uid
-from native_fallbacks.seccomp_filter import SeccompUnsupported, program_fd
-from orchestrator.arms import ArmName, linux_namespaces_assurances, user_namespace
-from orchestrator.assurances import Assurances
-from orchestrator.container.ownership import own_copy
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Launch, Running
-from orchestrator.process import HostProcess
-from orchestrator.yielding import Yielders, yield_prefix
+from sprawl_orch.arms import ArmName, linux_namespaces_assurances, user_namespace
+from sprawl_orch.assurances import Assurances
+from sprawl_orch.container.ownership import own_copy
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Launch, Running
+from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
+from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
+from sprawl_orch.native_fallbacks.probe import run_probe
+from sprawl_orch.native_fallbacks.sandbox_uid import grant_search, sandbox_uid
+from sprawl_orch.native_fallbacks.seccomp_filter import SeccompUnsupported, program_fd
+from sprawl_orch.process import HostProcess
+from sprawl_orch.yielding import Yielders, yield_prefix
 
 NAMESPACE_FLAGS: tuple[str, ...] = (
     "--unshare-all",

@@ -1,4 +1,4 @@
-"""Windows (`windows_job`): an AppContainer with no capabilities inside a Job Object (SPEC §6).
+"""Windows (`windows_job`): an AppContainer with no capabilities inside a Job Object (design §6).
 
 - **AppContainer**, zero capabilities: no network (not even loopback: AppContainers are
   loopback-isolated), and a principal of its own -- every access check needs both the
@@ -34,13 +34,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.arms import ASSURANCES, ArmName
-from orchestrator.assurances import Assurances
-from orchestrator.config import ContainerConfig
-from orchestrator.launch import Launch, Running
+from sprawl_orch.arms import ASSURANCES, ArmName
+from sprawl_orch.assurances import Assurances
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.launch import Launch, Running
 
 if TYPE_CHECKING:
-    from native_fallbacks.win32 import AppContainer
+    from sprawl_orch.native_fallbacks.win32 import AppContainer
 
 # winnt.h
 JOB_OBJECT_LIMIT_ACTIVE_PROCESS = 0x00000008
@@ -56,7 +56,7 @@ BELOW_NORMAL_PRIORITY_CLASS = 0x00004000
 EXTENDED_STARTUPINFO_PRESENT = 0x00080000
 CREATE_NO_WINDOW = 0x08000000
 
-# Suspended until assigned; below normal priority is Windows' form of yielding (SPEC §7);
+# Suspended until assigned; below normal priority is Windows' form of yielding (design §7);
 # no console window of its own.
 CREATION_FLAGS = (
     EXTENDED_STARTUPINFO_PRESENT
@@ -178,7 +178,7 @@ def job_available() -> tuple[bool, str]:
     """Offerings' sample: can this machine make a limited job and an AppContainer?"""
     if sys.platform != "win32":
         return False, f"not Windows ({sys.platform})"
-    from native_fallbacks.win32 import probe
+    from sprawl_orch.native_fallbacks.win32 import probe
 
     return probe()
 
@@ -206,7 +206,7 @@ class JobObjectArm:
         )
 
     def prepare(self, workdir: Path) -> None:
-        from native_fallbacks.win32 import AppContainer, refuse
+        from sprawl_orch.native_fallbacks.win32 import AppContainer, refuse
 
         ok, why = job_available()
         if not ok:
@@ -215,7 +215,7 @@ class JobObjectArm:
             self._container = AppContainer.open(self.profile)
 
     def start(self, launch: Launch) -> Running:
-        from native_fallbacks.win32 import start_in_job
+        from sprawl_orch.native_fallbacks.win32 import start_in_job
 
         assert self._container is not None, "prepare() runs before start()"
         grant = launch.cwd not in self._granted

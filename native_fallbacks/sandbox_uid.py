@@ -1,4 +1,4 @@
-"""A principal of its own for a root caller's bwrap (issue 14 item 4, SPEC §1 "user").
+"""A principal of its own for a root caller's bwrap (issue 14 item 4, design §1 "user").
 
 When the caller is root, bwrap is started as a uid of sprawl-orch's own -- not root, not
 `nobody`, no account in passwd/group, outside every /etc/subuid and /etc/subgid range
@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 # The range sprawl-orch takes its uid from: far above the usual subordinate ranges
 # (100000+ in steps of 65536; this machine's `containers` range is 1e9..1.27e9), below

@@ -1,4 +1,4 @@
-"""macOS Seatbelt (`macos_seatbelt`): the copied tree under `sandbox-exec -p PROFILE` (SPEC §6).
+"""macOS Seatbelt (`macos_seatbelt`): the copied tree under `sandbox-exec -p PROFILE` (design §6).
 
 The profile is fixed and deny-default: reads are allowed everywhere, writes only under the
 copy (and to the null, zero and terminal devices), and every network operation is denied.
@@ -20,11 +20,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from native_fallbacks.copied_tree import CopiedTreeArm
-from native_fallbacks.probe import run_probe
-from orchestrator.arms import ArmName, seatbelt
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.yielding import Yielders
+from sprawl_orch.arms import ArmName, seatbelt
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
+from sprawl_orch.native_fallbacks.probe import run_probe
+from sprawl_orch.yielding import Yielders
 
 TRUE = "/usr/bin/true"
 

@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from native_fallbacks.job_object import (
+from sprawl_orch.arms import job_leaf
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Finished, Launch
+from sprawl_orch.native_fallbacks.job_object import (
     CREATION_FLAGS,
     JobLimits,
     Step,
@@ -25,7 +28,7 @@ from native_fallbacks.job_object import (
     job_limits,
     run_plan,
 )
-from native_fallbacks.win32_api import (
+from sprawl_orch.native_fallbacks.win32_api import (
     DACL_SECURITY_INFORMATION,
     DWORD,
     EXPLICIT_ACCESS_W,
@@ -56,9 +59,6 @@ from native_fallbacks.win32_api import (
     libs,
     winerror,
 )
-from orchestrator.arms import job_leaf
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Finished, Launch
 
 KILLED_EXIT = 1
 

@@ -3,7 +3,7 @@
 The public face, importable from here (loaded on first use, so `sprawl-orch exec` pays
 only for what it touches)::
 
-    from orchestrator import ExecTool, load_config
+    from sprawl_orch import ExecTool, load_config
 
     with ExecTool(None, ".") as tool:          # reads ./sprawl.toml, as `exec -C .` does
         result = tool.exec(["ls", "-a"])
@@ -16,10 +16,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.config import Config, load_config, parse_config
-    from orchestrator.errors import ErrorCode, SprawlError
-    from orchestrator.exec_tool import ExecTool
-    from orchestrator.results import ExecResult, Refusal
+    from sprawl_orch.config import Config, load_config, parse_config
+    from sprawl_orch.errors import ErrorCode, SprawlError
+    from sprawl_orch.exec_tool import ExecTool
+    from sprawl_orch.results import ExecResult, Refusal
 
 __all__ = [
     "Config",
@@ -33,10 +33,10 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Config": "orchestrator.config", "load_config": "orchestrator.config",
-    "parse_config": "orchestrator.config", "ErrorCode": "orchestrator.errors",
-    "SprawlError": "orchestrator.errors", "ExecTool": "orchestrator.exec_tool",
-    "ExecResult": "orchestrator.results", "Refusal": "orchestrator.results",
+    "Config": "sprawl_orch.config", "load_config": "sprawl_orch.config",
+    "parse_config": "sprawl_orch.config", "ErrorCode": "sprawl_orch.errors",
+    "SprawlError": "sprawl_orch.errors", "ExecTool": "sprawl_orch.exec_tool",
+    "ExecResult": "sprawl_orch.results", "Refusal": "sprawl_orch.results",
 }
 
 

@@ -1,4 +1,4 @@
-"""`apply`: bring chosen kept changes of a finished command into the working directory (SPEC §5).
+"""`apply`: bring chosen kept changes of a finished command into the working directory (design §5).
 
 Safe by construction:
 
@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
-
-from orchestrator.apply_check import Verdict, check_all
-from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
-from orchestrator.change_store import Kept, finish_if_done, load, record_applied
-from orchestrator.changes import ChangeEntry, shown
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.apply_check import Verdict, check_all
+from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
+from sprawl_orch.change_store import Kept, finish_if_done, load, record_applied
+from sprawl_orch.changes import ChangeEntry, shown
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 TEMP_PREFIX = ".sprawl-apply-"
 
@@ -135,7 +134,7 @@ def _apply_locked(kept: Kept, root_fd: int, paths: Sequence[str] | None,
     base = {"handle": kept.handle, "workdir": str(kept.workdir), "dry_run": dry_run,
             "skipped": skipped}
     if dry_run:
-        from orchestrator.apply_diff import diff_of
+        from sprawl_orch.apply_diff import diff_of
 
         return ApplyResult(applied=[ApplyItem(path=e.path, change=e.change) for e in ok],
                            refused=refused, diff=diff_of(kept, ok), **base)  # type: ignore[arg-type]

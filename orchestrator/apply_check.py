@@ -1,4 +1,4 @@
-"""Before `apply` writes anything: is each chosen change still safe to bring in? (SPEC §5)
+"""Before `apply` writes anything: is each chosen change still safe to bring in? (design §5)
 
 A change is refused when the working directory's entry changed since the command's sync (a
 conflict: both stamps named), when a link sits on the way to it or at it (apply never writes
@@ -12,10 +12,10 @@ import os
 import stat
 from dataclasses import dataclass
 
-from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
-from orchestrator.change_record import kind_of, norm_mode, sha256_of
-from orchestrator.change_store import Kept
-from orchestrator.changes import ChangeEntry
+from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
+from sprawl_orch.change_record import kind_of, norm_mode, sha256_of
+from sprawl_orch.change_store import Kept
+from sprawl_orch.changes import ChangeEntry
 
 _LINK_HOPS = 40  # the kernel's own limit on links met in one resolution
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import difflib
 import os
 
-from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
-from orchestrator.change_store import Kept
-from orchestrator.changes import ChangeEntry, shown
+from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
+from sprawl_orch.change_store import Kept
+from sprawl_orch.changes import ChangeEntry, shown
 
 _SNIFF = 8192
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.arms import ArmName
-from orchestrator.choice import Choice
-from orchestrator.config import Config
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Arm, Watcher
-from orchestrator.offerings import Offerings
-from orchestrator.yielding import Yielders
+from sprawl_orch.arms import ArmName
+from sprawl_orch.choice import Choice
+from sprawl_orch.config import Config
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Arm, Watcher
+from sprawl_orch.offerings import Offerings
+from sprawl_orch.yielding import Yielders
 
 if TYPE_CHECKING:
-    from orchestrator.container.evidence import Evidence
+    from sprawl_orch.container.evidence import Evidence
 
 
 def yielders_of(offerings: Offerings) -> Yielders:
@@ -32,25 +32,25 @@ def build_arm(
     its probe containers (the guardian)."""
     yielders = yielders_of(offerings)
     if choice.arm is ArmName.COPIED_TREE:
-        from native_fallbacks.copied_tree import CopiedTreeArm
+        from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 
         return CopiedTreeArm(yielders)
     if choice.arm is ArmName.LINUX_NAMESPACES:
-        from native_fallbacks.bwrap import BwrapArm
+        from sprawl_orch.native_fallbacks.bwrap import BwrapArm
 
         assert offerings.bwrap is not None
         return BwrapArm(offerings.bwrap, yielders)
     if choice.arm is ArmName.MACOS_SEATBELT:
-        from native_fallbacks.seatbelt import SeatbeltArm
+        from sprawl_orch.native_fallbacks.seatbelt import SeatbeltArm
 
         assert offerings.sandbox_exec is not None
         return SeatbeltArm(offerings.sandbox_exec, yielders)
     if choice.arm is ArmName.WINDOWS_JOB:
-        from native_fallbacks.job_object import JobObjectArm
+        from sprawl_orch.native_fallbacks.job_object import JobObjectArm
 
         return JobObjectArm(config.sandbox.container)
     if choice.arm is ArmName.CONTAINER:
-        from orchestrator.container.arm import ContainerArm
+        from sprawl_orch.container.arm import ContainerArm
 
         assert choice.engine is not None
         offer = offerings.engine(choice.engine)

@@ -1,4 +1,4 @@
-"""Every arm's name and assurances, and what may be missing for one (SPEC §1, §2).
+"""Every arm's name and assurances, and what may be missing for one (design §1, §2).
 
 The table here is the claim; `tests/integration/test_conformance*.py` observe
 each axis with real commands and fail when a claim and an observation differ.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from orchestrator.assurances import Assurances, Guarantee
+from sprawl_orch.assurances import Assurances, Guarantee
 
 G = Guarantee
 
@@ -42,7 +42,7 @@ def container_assurances(uids_namespaced: bool, limits_enforced: bool = True) ->
 def linux_namespaces_assurances(own_principal: bool) -> Assurances:
     """bwrap: --unshare-user gives a namespace, but a non-root caller's command is still
     the caller's uid on the host, so the user axis is kept only when a root caller hands
-    bwrap a uid of the sandbox's own (native_fallbacks/sandbox_uid.py; SPEC §1, §6)."""
+    bwrap a uid of the sandbox's own (native_fallbacks/sandbox_uid.py; design §1, §6)."""
     axes = [G.FILESYSTEM, G.NETWORK, G.PROCESS_TREE]
     if own_principal:
         axes.append(G.USER)
@@ -57,7 +57,7 @@ ASSURANCES: dict[ArmName, Assurances] = {
     ArmName.MACOS_SEATBELT: Assurances.of(G.FILESYSTEM, G.NETWORK),
     # No namespace: the copy cannot sit at the working directory's path, so a write by that
     # path -- one recorded in the tree by an editable install, a venv, a build system --
-    # lands in the person's tree. The filesystem axis is not kept (issue 11, SPEC §5).
+    # lands in the person's tree. The filesystem axis is not kept (issue 11, design §5).
     ArmName.COPIED_TREE: Assurances.none(),
     ArmName.PYTHON: Assurances.none(),
     ArmName.UNAVAILABLE: Assurances.none(),

@@ -1,4 +1,4 @@
-"""The five guarantees and the one way to state them (SPEC §1).
+"""The five guarantees and the one way to state them (design §1).
 
 `Assurances` has five required fields with no defaults: adding an axis breaks
 every arm until each answers it. No arm writes its own sentence; `statement()`

@@ -1,4 +1,4 @@
-"""The backlog: every command of an exec tool while it runs, grouped by run (SPEC §11, D29).
+"""The backlog: every command of an exec tool while it runs, grouped by run (design §11, D29).
 
 A command enters the table when it starts and leaves it when it is *collected*, exactly once:
 settled by the exec that started it (within its window, or killed at it), harvested after it
@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-
-from orchestrator.affinity import (
+from sprawl_orch.affinity import (
     Absent,
     CreationRefused,
     JobCreated,
@@ -33,16 +32,16 @@ from orchestrator.affinity import (
     affinity_of,
     enter_job,
 )
-from orchestrator.arms import ArmName
-from orchestrator.ceiling import CeilingMark, NotAsked, Unapplied, Unread, Watching, Why, ceiling_at
-from orchestrator.cgroup_run import Joining, RunGroup
-from orchestrator.cgroups import UNSET, Cgroups, Delegation, PlatformShares, Refused, Shares
-from orchestrator.changes import Changes
-from orchestrator.copy_sync import FileWork
-from orchestrator.environment import env_names
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Launch, Running, Watcher
-from orchestrator.results import Confinement, ExecResult, exceptional, read_capped
+from sprawl_orch.arms import ArmName
+from sprawl_orch.ceiling import CeilingMark, NotAsked, Unapplied, Unread, Watching, Why, ceiling_at
+from sprawl_orch.cgroup_run import Joining, RunGroup
+from sprawl_orch.cgroups import UNSET, Cgroups, Delegation, PlatformShares, Refused, Shares
+from sprawl_orch.changes import Changes
+from sprawl_orch.copy_sync import FileWork
+from sprawl_orch.environment import env_names
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Launch, Running, Watcher
+from sprawl_orch.results import Confinement, ExecResult, exceptional, read_capped
 
 
 class RunProcesses(BaseModel):
@@ -135,7 +134,7 @@ class Backlog:
     @property
     def found(self) -> Delegation:
         if self._found is None:
-            from orchestrator.cgroups import delegation
+            from sprawl_orch.cgroups import delegation
 
             self._found = self._cgroups.found if self._cgroups else delegation()
         return self._found

@@ -1,4 +1,4 @@
-"""Where a run's memory ceiling landed for one command (SPEC §11, seed D95).
+"""Where a run's memory ceiling landed for one command (design §11, seed D95).
 
 A command is *marked* when it enters the backlog's table, and *judged* when it is collected
 (settled within its window, harvested, halted or released) from the run's OOM count read at

@@ -1,4 +1,4 @@
-"""Per-run cgroups on Linux (SPEC §11, seed D29/D33): equal CPU shares and a memory ceiling.
+"""Per-run cgroups on Linux (design §11, seed D29/D33): equal CPU shares and a memory ceiling.
 
 `delegation()` is the one reading of whether this machine gives runs cgroups of their own
 (`platform_shares()` is its short answer; doctor and the backlog read the same thing). The
@@ -20,7 +20,7 @@ against a temporary directory tree as well as the real /sys/fs/cgroup.
 
 Every directory made here (a run's, and v1's `sprawl-orch/<session>`) is announced to the
 guardian (`watcher.cgroup`) before mkdir and taken back once removed, so a SIGKILLed
-orchestrator leaves none behind (SPEC §4). `sprawl-orch` itself is shared between sessions and
+orchestrator leaves none behind (design §4). `sprawl-orch` itself is shared between sessions and
 v2's `core` holds us (and the guardian we start): neither is announced.
 
 Checking writability is a dry open for writing (no O_CREAT, nothing written): the permission
@@ -43,9 +43,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
-
-from orchestrator.cgroup_run import RunGroup
-from orchestrator.launch import NullWatcher, Watcher
+from sprawl_orch.cgroup_run import RunGroup
+from sprawl_orch.launch import NullWatcher, Watcher
 
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 RUN_CPU_WEIGHT = 100  # v2 cpu.weight: the same for every run

@@ -1,4 +1,4 @@
-"""What a sync left, recorded so `changes` can be a walk and `apply` can find conflicts (SPEC §5).
+"""What a sync left, recorded so `changes` can be a walk and `apply` can find conflicts (design §5).
 
 A :class:`SyncRecord` holds, per path relative to the working directory:
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from orchestrator import copy_stamps
+from sprawl_orch import copy_stamps
 
 Kind = Literal["file", "dir", "link", "other"]
 # Racy source files are hashed from the copy; past this many bytes they stay unproven

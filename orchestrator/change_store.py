@@ -1,4 +1,4 @@
-"""Kept changes: a finished command's changed files, on disk until applied or dropped (SPEC §5).
+"""Kept changes: a finished command's changed files, on disk until applied or dropped (design §5).
 
 ``<state>/changes/<handle>/`` holds ``changes.json`` (every change, the source stamps taken
 before the sync, the hashes of racy files, where each file's new bytes are) and ``blobs/`` (the
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.beneath import NotBeneath, open_dir_beneath, parts_of
-from orchestrator.change_record import SyncRecord
-from orchestrator.changes import ChangeEntry, Changes
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
+from sprawl_orch.change_record import SyncRecord
+from sprawl_orch.changes import ChangeEntry, Changes
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 BUDGET = 1024 * 1024 * 1024
 MANIFEST = "changes.json"

@@ -1,4 +1,4 @@
-"""What a command changed in its copy (SPEC §5): computed right after it ends, from the record
+"""What a command changed in its copy (design §5): computed right after it ends, from the record
 of what the sync left (change_record.SyncRecord).
 
 One walk of the copy (lstat, links never followed). An entry whose stamp equals its recorded
@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
-
-from orchestrator.change_record import Kind, Stamp, SyncRecord, kind_of, norm_mode, sha256_of
-from orchestrator.copy_fileops import CHUNK
+from sprawl_orch.change_record import Kind, Stamp, SyncRecord, kind_of, norm_mode, sha256_of
+from sprawl_orch.copy_fileops import CHUNK
 
 ChangeType = Literal["created", "modified", "deleted", "kind_changed", "mode_changed"]
 # Paths shown in a result; the rest are in the file named by `full` (the way back).
@@ -60,7 +59,7 @@ def shown(name: str | None) -> str | None:
 
 
 class Changes(BaseModel):
-    """The `changes` key of a result (SPEC §5, §10)."""
+    """The `changes` key of a result (design §5, §10)."""
 
     model_config = ConfigDict(frozen=True)
     handle: str | None = None  # what `apply` takes

@@ -1,4 +1,4 @@
-"""Choosing the arm: a pure function of the config's spelling and the machine (SPEC §2).
+"""Choosing the arm: a pure function of the config's spelling and the machine (design §2).
 
 `auto` is container-first and says every step down; a name written explicitly
 whose mechanism is missing gives `unavailable` with what is missing — never a
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator import arms
-from orchestrator.arms import ArmName, Missing
-from orchestrator.offerings import EngineOffer, Offerings
+from sprawl_orch import arms
+from sprawl_orch.arms import ArmName, Missing
+from sprawl_orch.offerings import EngineOffer, Offerings
 
 ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
 

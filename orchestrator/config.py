@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from orchestrator.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
-from orchestrator.credentials import credential_pattern, why
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
+from sprawl_orch.credentials import credential_pattern, why
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 CONFIG_NAME = "sprawl.toml"
 
@@ -107,7 +106,7 @@ class ContainerConfig(_Strict):
 
 
 class CopyConfig(_Strict):
-    """``[sandbox.copy]``: the synced copy's bounds, excludes and disk budget (SPEC §5)."""
+    """``[sandbox.copy]``: the synced copy's bounds, excludes and disk budget (design §5)."""
 
     max_files: int = Field(default=MAX_FILES, ge=1)
     max_bytes: int = Field(default=MAX_BYTES, ge=1)

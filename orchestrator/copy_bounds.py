@@ -1,4 +1,4 @@
-"""The synced copy's bounds and excludes, and what a refusal tells the person (SPEC §5).
+"""The synced copy's bounds and excludes, and what a refusal tells the person (design §5).
 
 Bounds are counted on the source side: files (every non-directory entry copied, links kept as
 links included), bytes in regular files, and depth. Over one, the sync refuses with
@@ -30,7 +30,9 @@ _SIZE_WALK_LIMIT = 2_000_000  # entries: sizing the top level must not take long
 
 @dataclass(frozen=True)
 class Bounds:
-    """Source-side limits of a sync (SPEC §5); ``[sandbox.copy] max_files/max_bytes/max_depth``."""
+    """Source-side limits of a sync (design §5).
+
+    ``[sandbox.copy] max_files / max_bytes / max_depth``."""
 
     files: int = MAX_FILES
     bytes: int = MAX_BYTES

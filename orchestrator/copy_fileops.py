@@ -1,4 +1,4 @@
-"""Low-level file operations of the synced copy (SPEC §5), all relative to directory fds.
+"""Low-level file operations of the synced copy (design §5), all relative to directory fds.
 
 The copy side is hostile ground: an earlier command may have planted symbolic links, hard
 links, fifos or deep trees there, and with the `copied_tree` arm (no process-tree guarantee) a
@@ -73,7 +73,7 @@ def same_bytes(src_path: str, name: str, dst_fd: int, size: int, mode: int) -> b
     """True when copy entry ``name`` is a regular file with ``mode`` holding the source bytes.
 
     ``size`` is the source size from its stat. Bytes are compared in full (no mtime shortcut,
-    SPEC §5: a same-length rewrite within one timestamp tick would otherwise be missed). Only
+    design §5: a same-length rewrite within one timestamp tick would otherwise be missed). Only
     ``size`` bytes are read: a source that grows after its stat is indistinguishable from one
     that changes right after the sync, which no sync can see either.
     """

@@ -1,4 +1,4 @@
-"""Which source links the synced copy keeps as links (SPEC §5).
+"""Which source links the synced copy keeps as links (design §5).
 
 A relative symbolic link whose every resolution step stays inside the tree is copied as the
 same link: in the copy it resolves to the copy's own entry, exactly as it does in the source

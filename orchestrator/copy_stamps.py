@@ -1,4 +1,4 @@
-"""The stamp record of a synced copy: what the last sync saw, kept beside the copy (SPEC §5).
+"""The stamp record of a synced copy: what the last sync saw, kept beside the copy (design §5).
 
 A sync may skip comparing a source file's bytes with its copy only by git's rule against the
 "racy clean" problem (git's Documentation/technical/racy-git.txt): it trusts a recorded
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from orchestrator import fs_clock
+from sprawl_orch import fs_clock
 
 MAGIC = b"SPRSTMP2"
 _U64 = struct.Struct("<Q")

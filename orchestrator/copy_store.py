@@ -1,4 +1,4 @@
-"""Persistent copies (SPEC §5): one per working directory and config, kept between CLI calls.
+"""Persistent copies (design §5): one per working directory and config, kept between CLI calls.
 
 Layout under the store root, ``<state dir>/copies``::
 
@@ -36,11 +36,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import copy_stamps
-from orchestrator.copy_bounds import Bounds, Excludes
-from orchestrator.copy_sync import FileWork, delete_path, sync_with_record
-from orchestrator.copy_walk import Progress
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch import copy_stamps
+from sprawl_orch.copy_bounds import Bounds, Excludes
+from sprawl_orch.copy_sync import FileWork, delete_path, sync_with_record
+from sprawl_orch.copy_walk import Progress
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 TREE, STAMPS, LOCK, META = "tree", "stamps", "lock", "meta.json"
 

@@ -1,4 +1,4 @@
-"""The synced copy (SPEC §5): make a private copy equal to the working directory, file by file.
+"""The synced copy (design §5): make a private copy equal to the working directory, file by file.
 
 Sandbox arms run each command in a copy that is kept between commands (and, through
 copy_store, between CLI calls) and synced to the working directory as it is now before each:
@@ -50,12 +50,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator import copy_stamps
-from orchestrator.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Excludes
-from orchestrator.copy_fileops import FdCopy, SourceUnreadable
-from orchestrator.copy_paths import PathCopy
-from orchestrator.copy_walk import CopySide, FileWork, Progress, Walk
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch import copy_stamps
+from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Excludes
+from sprawl_orch.copy_fileops import FdCopy, SourceUnreadable
+from sprawl_orch.copy_paths import PathCopy
+from sprawl_orch.copy_walk import CopySide, FileWork, Progress, Walk
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "Bounds", "CopySide", "Excludes", "FileWork",
            "delete_path", "dir_fds_work", "sync", "sync_with_record"]
@@ -121,7 +121,7 @@ def sync(
     excludes: Excludes | None = None,
     progress: Progress | None = None,
 ) -> FileWork:
-    """Make ``copy`` equal ``source`` file by file (SPEC §5); see sync_with_record."""
+    """Make ``copy`` equal ``source`` file by file (design §5); see sync_with_record."""
     return sync_with_record(source, copy, bounds, record=record, excludes=excludes,
                             progress=progress)[0]
 
@@ -135,7 +135,7 @@ def sync_with_record(
     excludes: Excludes | None = None,
     progress: Progress | None = None,
 ) -> tuple[FileWork, copy_stamps.SyncRecord]:
-    """Make ``copy`` equal ``source`` file by file (SPEC §5); see the module docstring.
+    """Make ``copy`` equal ``source`` file by file (design §5); see the module docstring.
     Returns what the sync did and the new stamp record (saved to ``record`` if given).
 
     ``copy`` is made (0700) if missing; its parent must exist. ``record``: where the stamp

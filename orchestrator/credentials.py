@@ -1,4 +1,4 @@
-"""The one table of credential-shaped environment names (SPEC §8, issue #11 item 5).
+"""The one table of credential-shaped environment names (design §8, issue #11 item 5).
 
 A name in `[sandbox] env_passthrough` that matches a row is refused at config parse: a
 command in a sandbox can read its whole environment and, on any arm without the network

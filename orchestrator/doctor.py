@@ -1,4 +1,4 @@
-"""`sprawl-orch doctor` as a value (SPEC §13): what this machine offers, from one `Offerings`.
+"""`sprawl-orch doctor` as a value (design §13): what this machine offers, from one `Offerings`.
 
 One row per arm -- the container arm per engine, the platform's native arm, the copied
 tree -- each with its five axes and, when it can't run, what is missing and what to do;
@@ -15,20 +15,19 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
-
-from orchestrator.arms import (
+from sprawl_orch.arms import (
     ASSURANCES,
     ArmName,
     Missing,
     container_assurances,
     linux_namespaces_assurances,
 )
-from orchestrator.assurances import Assurances, statement
-from orchestrator.cgroups import Delegation, PlatformShares
-from orchestrator.choice import ENGINE_ORDER, Choice, choose
-from orchestrator.config import Config
-from orchestrator.offerings import Offerings
-from orchestrator.shell import Absent, Found, Shell, resolve_shell
+from sprawl_orch.assurances import Assurances, statement
+from sprawl_orch.cgroups import Delegation, PlatformShares
+from sprawl_orch.choice import ENGINE_ORDER, Choice, choose
+from sprawl_orch.config import Config
+from sprawl_orch.offerings import Offerings
+from sprawl_orch.shell import Absent, Found, Shell, resolve_shell
 
 
 class _Row(BaseModel):

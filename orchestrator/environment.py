@@ -1,4 +1,4 @@
-"""The child's environment: a floor plus declared names, nothing else (SPEC §8).
+"""The child's environment: a floor plus declared names, nothing else (design §8).
 
 Values never leave this module's return value: results and the ledger record
 the sorted names only.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from orchestrator.arms import ArmName
+from sprawl_orch.arms import ArmName
 
 FLOOR: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "TZ")
 # Arms whose /tmp is a private tmpfs inside the sandbox, writable by the command's user:

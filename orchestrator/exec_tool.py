@@ -8,7 +8,7 @@ ours.
 A command still running when its window passes is handed to the backlog
 (backlog.py) and keeps its own copy until it is collected; the next command
 leases a free copy slot (copy_store: persistent, per working directory and
-config, resynced rather than rebuilt, kept between CLI calls; SPEC §5). With
+config, resynced rather than rebuilt, kept between CLI calls; design §5). With
 `background_ok=False` it is killed at the window instead (the CLI: a process
 that exits can keep no backlog).
 """
@@ -25,37 +25,37 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from orchestrator import change_record
-from orchestrator.apply import ApplyResult
-from orchestrator.apply import apply as apply_changes
-from orchestrator.arm_factory import build_arm, yielders_of
-from orchestrator.arms import ArmName
-from orchestrator.assurances import statement
-from orchestrator.backlog import Backlog, Pending, RunProcesses
-from orchestrator.cgroups import UNSET, Shares
-from orchestrator.change_store import keep as keep_changes
-from orchestrator.changes import Changes
-from orchestrator.changes import compute as compute_changes
-from orchestrator.choice import ENGINE_ORDER, Choice, choose
-from orchestrator.config import Config, load_config, with_warm
-from orchestrator.container.evidence import Evidence
-from orchestrator.copy_bounds import Bounds, Excludes
-from orchestrator.copy_store import CopyStore, Lease, copy_key
-from orchestrator.copy_sync import FileWork
-from orchestrator.copy_walk import Progress
-from orchestrator.credentials import passed_on_purpose
-from orchestrator.environment import child_env, with_home
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.guardian_client import GUARDIAN_CODE, Guardian
-from orchestrator.launch import Arm, Launch, NullWatcher, Watcher
-from orchestrator.ledger import Ledger
-from orchestrator.offerings import Offerings
-from orchestrator.results import Confinement, ExecResult, exceptional
-from orchestrator.shell import container_shell, interpreter_name, require_shell, resolve_shell
-from orchestrator.shell import shell_argv as expand_shell
-from orchestrator.state import guardian_socket, ledger_path, state_dir
-from orchestrator.stream import Follower
-from orchestrator.yielding import find_program
+from sprawl_orch import change_record
+from sprawl_orch.apply import ApplyResult
+from sprawl_orch.apply import apply as apply_changes
+from sprawl_orch.arm_factory import build_arm, yielders_of
+from sprawl_orch.arms import ArmName
+from sprawl_orch.assurances import statement
+from sprawl_orch.backlog import Backlog, Pending, RunProcesses
+from sprawl_orch.cgroups import UNSET, Shares
+from sprawl_orch.change_store import keep as keep_changes
+from sprawl_orch.changes import Changes
+from sprawl_orch.changes import compute as compute_changes
+from sprawl_orch.choice import ENGINE_ORDER, Choice, choose
+from sprawl_orch.config import Config, load_config, with_warm
+from sprawl_orch.container.evidence import Evidence
+from sprawl_orch.copy_bounds import Bounds, Excludes
+from sprawl_orch.copy_store import CopyStore, Lease, copy_key
+from sprawl_orch.copy_sync import FileWork
+from sprawl_orch.copy_walk import Progress
+from sprawl_orch.credentials import passed_on_purpose
+from sprawl_orch.environment import child_env, with_home
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.guardian_client import GUARDIAN_CODE, Guardian
+from sprawl_orch.launch import Arm, Launch, NullWatcher, Watcher
+from sprawl_orch.ledger import Ledger
+from sprawl_orch.offerings import Offerings
+from sprawl_orch.results import Confinement, ExecResult, exceptional
+from sprawl_orch.shell import container_shell, interpreter_name, require_shell, resolve_shell
+from sprawl_orch.shell import shell_argv as expand_shell
+from sprawl_orch.state import guardian_socket, ledger_path, state_dir
+from sprawl_orch.stream import Follower
+from sprawl_orch.yielding import find_program
 
 Where = Literal["sandbox", "host"]
 
@@ -355,7 +355,7 @@ class ExecTool:
                     '[sandbox] write_limit = "create" forbids running in the working directory',
                     'run it in the sandbox (where = "sandbox"), or change write_limit',
                 )
-            from native_fallbacks.copied_tree import HostArm
+            from sprawl_orch.native_fallbacks.copied_tree import HostArm
 
             return HostArm(yielders_of(self.offerings))
         return self.arm()
@@ -381,11 +381,11 @@ class ExecTool:
         copy.release()
         try:
             self.copies.evict(keep=copy.slot)
-        except OSError as err:  # SPEC §5: a copy that cannot be deleted never fails a command
+        except OSError as err:  # design §5: a copy that cannot be deleted never fails a command
             self.ledger_problem = self.ledger_problem or f"evicting copies failed: {err}"
 
     def guardian(self) -> Guardian:
-        """The session's guardian (SPEC §4), made on the first sandboxed command; its
+        """The session's guardian (design §4), made on the first sandboxed command; its
         process starts with the first announcement. One per exec tool, not per command."""
         with self._lock:  # one guardian even when the first commands arrive together
             if self._guardian is None:

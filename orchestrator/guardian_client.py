@@ -1,5 +1,6 @@
-"""The orchestrator's end of the guardian (SPEC §4): a `Watcher` that writes protocol lines
-to a `python -m guardian` process through a pipe whose write end only we hold -- or, with
+"""The orchestrator's end of the guardian (design §4): a `Watcher` that writes protocol lines
+to a `python -m sprawl_orch.guardian` process through a pipe whose write end only we hold --
+or, with
 `socket_path` (what ExecTool uses), through a connection to the one guardian that serves
 every caller of a state directory (guardian/server.py), spawned by the first caller that
 finds none listening. Either way the kernel closes our end however we die.
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from guardian.protocol import (
+from sprawl_orch.guardian.protocol import (
     Cgroup,
     CgroupGone,
     Created,
@@ -50,8 +51,9 @@ from guardian.protocol import (
 WRITE_STALL_SECONDS = 2.0
 # How long a caller tries to reach (and if need be spawn) the shared guardian.
 CONNECT_SECONDS = 10.0
-# The directory holding the `guardian` and `orchestrator` packages, so `python -m guardian`
-# finds them from a source checkout as well as from an install.
+# The checkout (or install) holding the guardian/ and orchestrator/ folders: the shared guardian
+# is keyed by its code (GUARDIAN_CODE). `python -m sprawl_orch.guardian` itself needs sprawl-orch
+# installed (pyproject's package-dir maps the folders under sprawl_orch).
 _ROOT = Path(__file__).resolve().parent.parent
 GUARDIAN_CODE = _ROOT / "guardian"
 
@@ -165,7 +167,7 @@ class Guardian:
     def command(self) -> list[str]:
         if self._argv is not None:
             return list(self._argv)
-        argv = [sys.executable, "-m", "guardian", "--session", self.session,
+        argv = [sys.executable, "-m", "sprawl_orch.guardian", "--session", self.session,
                 "--engines", ",".join(self.engines)]
         if self.grace is not None:
             argv += ["--grace", repr(self.grace)]
@@ -213,7 +215,8 @@ class Guardian:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p
         )
-        argv = [sys.executable, "-m", "guardian", "--serve", str(path), "--inherit", str(inherit)]
+        argv = [sys.executable, "-m", "sprawl_orch.guardian", "--serve", str(path),
+                "--inherit", str(inherit)]
         idle = self.environ.get("SPRAWL_GUARDIAN_IDLE")  # seconds without callers (tests)
         if idle:
             argv += ["--idle", idle]

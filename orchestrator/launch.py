@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from orchestrator.arms import ArmName
-from orchestrator.assurances import Assurances
-from orchestrator.errors import SprawlError
+from sprawl_orch.arms import ArmName
+from sprawl_orch.assurances import Assurances
+from sprawl_orch.errors import SprawlError
 
 
 class Watcher(Protocol):
@@ -108,7 +108,7 @@ class Launch:
     # The run's cgroup, when the run has one (backlog.py); None: nothing to join.
     join: Join | None = None
     # The person's working directory: arms with a mount namespace mount the copy (cwd) at
-    # this path (SPEC §5), so absolute paths recorded in the tree resolve into the copy.
+    # this path (design §5), so absolute paths recorded in the tree resolve into the copy.
     # None: the same as cwd (where = host, or a caller that has no copy).
     workdir: Path | None = None
 

@@ -14,7 +14,7 @@ Readers take no lock: writes only ever append, and a line is complete once its
 newline is there, so an unterminated tail (a write in progress or a writer that
 died mid-line) is skipped and counted, like any line that isn't a JSON object.
 
-Values of environment variables never enter the ledger (SPEC §8): a result whose
+Values of environment variables never enter the ledger (design §8): a result whose
 `env` is not a list of names, or that carries `env_values` anywhere, is refused.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 
 def _env_leak(result: Mapping[str, Any]) -> str | None:

@@ -20,14 +20,13 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
-
-from orchestrator.apply import ApplyResult
-from orchestrator.config import ArmSpelling
-from orchestrator.doctor import DoctorReport
-from orchestrator.errors import SprawlError
-from orchestrator.mcp_text import apply_text, doctor_text, result_text, results_text
-from orchestrator.results import ExecResult
-from orchestrator.serve import (
+from sprawl_orch.apply import ApplyResult
+from sprawl_orch.config import ArmSpelling
+from sprawl_orch.doctor import DoctorReport
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.mcp_text import apply_text, doctor_text, result_text, results_text
+from sprawl_orch.results import ExecResult
+from sprawl_orch.serve import (
     ApplyRequest,
     ApplyResponse,
     DoctorRequest,
@@ -84,7 +83,7 @@ def to_tool_result(response: Response) -> CallToolResult:
 
 
 def exec_description(server: Server) -> str:
-    """What the configured arm keeps, stated in the tool description (SPEC §1: agents see the
+    """What the configured arm keeps, stated in the tool description (design §1: agents see the
     statement there and in every result). Admission runs here, once, as the first exec's would."""
     base = (
         "Run a command confined, in a synced copy of the working directory (nothing you do "

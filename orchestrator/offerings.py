@@ -1,4 +1,4 @@
-"""What this machine offers, as a plain value (SPEC §2).
+"""What this machine offers, as a plain value (design §2).
 
 `Offerings.this_machine()` is the only place that samples the machine; every
 other function takes an `Offerings`, so tests describe a machine instead of
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.arms import Missing
-from orchestrator.config import Config
+from sprawl_orch.arms import Missing
+from sprawl_orch.config import Config
 
 if TYPE_CHECKING:
-    from orchestrator.container.evidence import Evidence
-    from orchestrator.launch import Watcher
+    from sprawl_orch.container.evidence import Evidence
+    from sprawl_orch.launch import Watcher
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Offerings:
         scratch, problem = _scratch(config)
         engines: tuple[EngineOffer, ...] = ()
         if with_engines:
-            from orchestrator.container.offer import offer_engines
+            from sprawl_orch.container.offer import offer_engines
 
             engines = offer_engines(config, evidence=evidence, watcher=watcher)
         bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
@@ -85,12 +85,12 @@ class Offerings:
         if bwrap and not probe:
             why = "not probed: the arm asked cannot be bwrap"
         elif bwrap:
-            from native_fallbacks.bwrap import user_namespace_works
+            from sprawl_orch.native_fallbacks.bwrap import user_namespace_works
 
             userns, why = user_namespace_works(bwrap)
         job, job_why = (False, "not Windows")
         if sys.platform == "win32":
-            from native_fallbacks.job_object import job_available
+            from sprawl_orch.native_fallbacks.job_object import job_available
 
             job, job_why = job_available()
         return cls(

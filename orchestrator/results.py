@@ -1,4 +1,4 @@
-"""The one owner of every key of an exec result (SPEC §10).
+"""The one owner of every key of an exec result (design §10).
 
 Shapes, by `outcome`:
   settled       finished within the window: exit_code, stdout, stderr
@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-
-from orchestrator.changes import Changes
-from orchestrator.copy_sync import FileWork
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.changes import Changes
+from sprawl_orch.copy_sync import FileWork
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 OUTPUT_CAP = 64 * 1024
 

@@ -1,5 +1,5 @@
 """A scratch copy's lifetime: made under the scratch root, synced before each command,
-deleted when its tool is done (SPEC §5). The sync itself is `copy_sync.sync`."""
+deleted when its tool is done (design §5). The sync itself is `copy_sync.sync`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.copy_sync import Bounds, FileWork, delete_path, sync
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.copy_sync import Bounds, FileWork, delete_path, sync
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 _TAG = re.compile(r"[^/\0]{1,128}")
 
@@ -61,6 +61,6 @@ class ScratchCopy:
         """Delete the copy. Never raises: returns None, or a text saying what was left behind."""
         try:
             delete_path(self.path)
-        except Exception as err:  # SPEC §5: a copy that cannot be deleted never fails the command
+        except Exception as err:  # design §5: a copy that cannot be deleted never fails the command
             return f"could not delete the scratch copy {self.path}: {err}"
         return None

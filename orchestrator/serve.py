@@ -1,4 +1,4 @@
-"""`sprawl-orch serve`: the exec tool for harnesses in any language, as JSON lines (SPEC §0, §11).
+"""`sprawl-orch serve`: the exec tool for harnesses in any language, as JSON lines (design §0, §11).
 
 One request per line on stdin, one response per line on stdout with the request's `id`.
 Execs run concurrently on a thread pool (`workers`), so responses may come out of order; the
@@ -27,17 +27,16 @@ from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
-from orchestrator.apply import ApplyResult, apply
-from orchestrator.backlog import Backlog, RunProcesses
-from orchestrator.cgroups import UNSET, Delegation, Shares
-from orchestrator.config import ArmSpelling, Config
-from orchestrator.doctor import DoctorReport, doctor_report
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.exec_tool import ExecTool
-from orchestrator.offerings import Offerings
-from orchestrator.results import ExecResult, Refusal
-from orchestrator.state import state_dir
+from sprawl_orch.apply import ApplyResult, apply
+from sprawl_orch.backlog import Backlog, RunProcesses
+from sprawl_orch.cgroups import UNSET, Delegation, Shares
+from sprawl_orch.config import ArmSpelling, Config
+from sprawl_orch.doctor import DoctorReport, doctor_report
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.offerings import Offerings
+from sprawl_orch.results import ExecResult, Refusal
+from sprawl_orch.state import state_dir
 
 RequestId = str | int
 SCHEMA_HINT = "see `sprawl-orch serve --schema` and docs/serve.md"

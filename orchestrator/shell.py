@@ -1,4 +1,4 @@
-"""Which shell runs a shell line (SPEC §9, seed D30), and how the agent is told.
+"""Which shell runs a shell line (design §9, seed D30), and how the agent is told.
 
 `[sandbox] shell` decides whether the shell arm is offered at all; `[sandbox]
 interpreter` decides which one when it is. Resolution happens on the host, once,
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 Interpreter = Literal["system", "pwsh"]
 

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from orchestrator.config import Config
+from sprawl_orch.config import Config
 
 
 def state_dir(config: Config, environ: Mapping[str, str]) -> Path:

@@ -1,4 +1,4 @@
-"""A program that cannot run is `E_TOOL_UNAVAILABLE` on every arm and engine (SPEC §7).
+"""A program that cannot run is `E_TOOL_UNAVAILABLE` on every arm and engine (design §7).
 
 Host arms check before starting (yielding.find_program: missing, a directory, not
 executable, a `#!` interpreter that is absent). A container's program lives in the image,
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 RECOVERY = (
     "check the program name, that it is an executable file (not a directory, with its "

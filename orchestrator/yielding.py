@@ -1,4 +1,4 @@
-"""Host-side commands run one level below the orchestrator (SPEC §7).
+"""Host-side commands run one level below the orchestrator (design §7).
 
 `nice -n 10 --` (with `ionice -c 2 -n 7` outside it when present; macOS: `taskpolicy
 -c utility`). The program is checked the way execvp finds it *before* wrapping:
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.unrunnable import elf_problem, shebang, unavailable
+from sprawl_orch.unrunnable import elf_problem, shebang, unavailable
 
 
 @dataclass(frozen=True)

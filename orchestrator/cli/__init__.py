@@ -14,14 +14,14 @@ import click
 
 # name -> "module:attribute". One line per command; add yours here.
 COMMANDS: dict[str, str] = {
-    "exec": "orchestrator.cli.exec_cmd:exec_command",
-    "apply": "orchestrator.cli.apply_cmd:apply_command",
-    "view": "orchestrator.cli.view_cmd:view_command",
-    "serve": "orchestrator.cli.serve_cmd:serve_command",
-    "mcp": "orchestrator.cli.mcp_cmd:mcp_command",
-    "image": "images.cli:image",
-    "doctor": "orchestrator.cli.doctor_cmd:doctor_command",
-    "copies": "orchestrator.cli.copies_cmd:copies_command",
+    "exec": "sprawl_orch.cli.exec_cmd:exec_command",
+    "apply": "sprawl_orch.cli.apply_cmd:apply_command",
+    "view": "sprawl_orch.cli.view_cmd:view_command",
+    "serve": "sprawl_orch.cli.serve_cmd:serve_command",
+    "mcp": "sprawl_orch.cli.mcp_cmd:mcp_command",
+    "image": "sprawl_orch.images.cli:image",
+    "doctor": "sprawl_orch.cli.doctor_cmd:doctor_command",
+    "copies": "sprawl_orch.cli.copies_cmd:copies_command",
 }
 
 

@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import click
-
-from orchestrator.cli.common import refuse
-from orchestrator.config import load_config
-from orchestrator.errors import SprawlError
+from sprawl_orch.cli.common import refuse
+from sprawl_orch.config import load_config
+from sprawl_orch.errors import SprawlError
 
 EXIT_SOME_REFUSED = 1
 
@@ -39,9 +38,9 @@ def apply_command(workdir: Path | None, config_path: Path | None, dry_run: bool,
     """Apply the changes of HANDLE (all, or the PATHs named and what is beneath them)."""
     import os
 
-    from orchestrator.apply import apply
-    from orchestrator.change_store import drop_handle
-    from orchestrator.state import state_dir
+    from sprawl_orch.apply import apply
+    from sprawl_orch.change_store import drop_handle
+    from sprawl_orch.state import state_dir
 
     try:
         config = load_config(config_path, cwd=workdir or Path("."))

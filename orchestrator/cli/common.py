@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
-
-from orchestrator.config import Config, load_config
-from orchestrator.errors import SprawlError
-from orchestrator.results import Refusal
+from sprawl_orch.config import Config, load_config
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.results import Refusal
 
 EXIT_USAGE = 2
 EXIT_WINDOW = 124

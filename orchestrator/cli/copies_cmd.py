@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import click
-
-from orchestrator.cli.common import config_options, find_config, refuse
-from orchestrator.copy_bounds import human
-from orchestrator.copy_store import CopyInfo, CopyStore
-from orchestrator.errors import SprawlError
-from orchestrator.state import state_dir
+from sprawl_orch.cli.common import config_options, find_config, refuse
+from sprawl_orch.copy_bounds import human
+from sprawl_orch.copy_store import CopyInfo, CopyStore
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.state import state_dir
 
 
 def _store(workdir: Path, config_path: Path | None) -> CopyStore:

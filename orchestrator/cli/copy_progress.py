@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from orchestrator.copy_bounds import human
-from orchestrator.copy_walk import Progress
+from sprawl_orch.copy_bounds import human
+from sprawl_orch.copy_walk import Progress
 
 DELAY = 0.5
 

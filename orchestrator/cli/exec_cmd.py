@@ -16,17 +16,16 @@ import sys
 from pathlib import Path
 
 import click
-
-from orchestrator.changes import Changes
-from orchestrator.cli.common import (
+from sprawl_orch.changes import Changes
+from sprawl_orch.cli.common import (
     EXIT_REFUSED,
     EXIT_WINDOW,
     config_options,
     find_config,
     say_refusal,
 )
-from orchestrator.errors import SprawlError
-from orchestrator.results import ExecResult, Refusal, exceptional
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.results import ExecResult, Refusal, exceptional
 
 
 def exit_status(result: ExecResult) -> int:
@@ -96,12 +95,12 @@ def exec_command(
         refused = exceptional("unavailable", err, command=command, shell=shell, where=where)
         _finish(refused, as_json)
         return
-    from orchestrator.exec_tool import ExecTool
+    from sprawl_orch.exec_tool import ExecTool
 
     follow = None if as_json else (sys.stdout.buffer, sys.stderr.buffer)
     sys.stdout.flush()
     # One call per process: the state directory's shared guardian, not one of our own.
-    from orchestrator.cli.copy_progress import copy_progress
+    from sprawl_orch.cli.copy_progress import copy_progress
 
     with copy_progress(as_json) as progress, \
             ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool:

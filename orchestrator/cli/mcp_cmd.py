@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
-
-from orchestrator.cli.common import config_options, find_config, refuse
-from orchestrator.config import with_warm
-from orchestrator.errors import SprawlError
+from sprawl_orch.cli.common import config_options, find_config, refuse
+from sprawl_orch.config import with_warm
+from sprawl_orch.errors import SprawlError
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -53,7 +52,7 @@ async def _serve_until_signal(app: MCPServer[Any]) -> int:
 def mcp_command(workdir: Path, config_path: Path | None, workers: int,
                 warm: bool | None) -> None:
     """Serve exec, harvest, halt, release, doctor and apply as MCP tools over stdio."""
-    from orchestrator import mcp_server, serve
+    from sprawl_orch import mcp_server, serve
 
     try:
         config = find_config(workdir, config_path)

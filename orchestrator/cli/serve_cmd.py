@@ -15,10 +15,9 @@ from pathlib import Path
 from types import FrameType
 
 import click
-
-from orchestrator.cli.common import config_options, find_config, refuse
-from orchestrator.config import with_warm
-from orchestrator.errors import SprawlError
+from sprawl_orch.cli.common import config_options, find_config, refuse
+from sprawl_orch.config import with_warm
+from sprawl_orch.errors import SprawlError
 
 
 class _Stop(Exception):
@@ -50,8 +49,8 @@ def serve_command(
     run_memory_bytes: int | None, cgroup_root: Path | None, warm: bool | None, schema: bool,
 ) -> None:
     """Serve exec, harvest, halt, release, processes and doctor as JSON lines."""
-    from orchestrator import serve
-    from orchestrator.cgroups import Shares, delegation
+    from sprawl_orch import serve
+    from sprawl_orch.cgroups import Shares, delegation
 
     if schema:
         click.echo(json.dumps(serve.schema(), indent=2))

@@ -11,12 +11,11 @@ import os
 from pathlib import Path
 
 import click
-
-from orchestrator.cli.common import config_options, find_config, refuse
-from orchestrator.errors import SprawlError
-from orchestrator.ledger import Ledger
-from orchestrator.outcome import FailureClass, ShellTally
-from orchestrator.state import ledger_path
+from sprawl_orch.cli.common import config_options, find_config, refuse
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.ledger import Ledger
+from sprawl_orch.outcome import FailureClass, ShellTally
+from sprawl_orch.state import ledger_path
 
 CAPTION = (
     "share failed = classified failures / calls. Classes come from exit codes, error ids "

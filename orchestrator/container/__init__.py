@@ -1,4 +1,4 @@
-"""The container arm (SPEC §3): engines, admission, create argv, inspect verification.
+"""The container arm (design §3): engines, admission, create argv, inspect verification.
 
 Modules, one idea each:
 

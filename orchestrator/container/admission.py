@@ -1,4 +1,4 @@
-"""Daemon admission (SPEC §3.1): an engine is admitted only by evidence from the engine.
+"""Daemon admission (design §3.1): an engine is admitted only by evidence from the engine.
 
 Steps, each refusing with the engine's own words and a recovery:
 1. connect and read facts (version, OS/arch, cgroup version/driver, limit support,
@@ -27,15 +27,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator import arms
-from orchestrator.arms import Missing
-from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import HostLimits, container_name, create_argv, fit_limits
-from orchestrator.container.engine import Engine, EngineFacts
-from orchestrator.container.evidence import Evidence, boot_id, stamp
-from orchestrator.container.ownership import give_copy, take_back
-from orchestrator.container.stale_probes import PROBE_SESSION, owner_label, sweep_stale_probes
-from orchestrator.container.userns import (
+from sprawl_orch import arms
+from sprawl_orch.arms import Missing
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import HostLimits, container_name, create_argv, fit_limits
+from sprawl_orch.container.engine import Engine, EngineFacts
+from sprawl_orch.container.evidence import Evidence, boot_id, stamp
+from sprawl_orch.container.ownership import give_copy, take_back
+from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label, sweep_stale_probes
+from sprawl_orch.container.userns import (
     SUBGID,
     SUBUID,
     Userns,
@@ -43,9 +43,9 @@ from orchestrator.container.userns import (
     plan,
     principal_problem,
 )
-from orchestrator.container.verify import Expected, mismatches
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import NullWatcher, Watcher
+from sprawl_orch.container.verify import Expected, mismatches
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import NullWatcher, Watcher
 
 ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
 PROBE_TIMEOUT = 60.0
@@ -465,11 +465,11 @@ def clear_cache() -> None:
 
 def engine_for(name: str) -> Engine:
     if name == "docker":
-        from orchestrator.container.docker import DockerEngine
+        from sprawl_orch.container.docker import DockerEngine
 
         return DockerEngine()
     if name == "podman":
-        from orchestrator.container.podman import PodmanEngine
+        from sprawl_orch.container.podman import PodmanEngine
 
         return PodmanEngine()
     raise ValueError(f"unknown engine {name!r}; expected one of {ENGINE_ORDER}")

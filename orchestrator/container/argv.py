@@ -1,10 +1,10 @@
-"""The create argv (SPEC §3.3): one pure function, and the limits it carries.
+"""The create argv (design §3.3): one pure function, and the limits it carries.
 
 `fit_limits` turns `[sandbox.container]` into numbers that fit this host: a value the
 person left at its default is lowered to the host's limit (and the lowering is said in
 `Limits.notes`); a value the person wrote that the host cannot give is refused with
 E_CONFIG_INVALID naming both numbers. `create_argv` then lays the limits out exactly in
-the order SPEC §3.3 lists. Env *values* never appear: `--env NAME` makes the engine CLI
+the order design §3.3 lists. Env *values* never appear: `--env NAME` makes the engine CLI
 read the value from its own environment, which the caller sets to the child's.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import ENV_NAME, IMAGE_ID, ContainerConfig
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.config import ENV_NAME, IMAGE_ID, ContainerConfig
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 ENGINES: tuple[str, ...] = ("docker", "podman")
 # The tmpfs at /tmp: sticky and world-writable like a host's /tmp. Without a mode the
@@ -194,7 +194,7 @@ def container_name(tag: str) -> str:
 
 def destination_of(copy: Path, workdir: Path | None) -> str:
     """Where the copy is mounted in the container, and where the command starts: the working
-    directory's own path (SPEC §5), so absolute paths recorded in the tree (editable
+    directory's own path (design §5), so absolute paths recorded in the tree (editable
     installs, venvs, build systems) resolve into the copy, never to the person's tree. Without
     a working directory (admission's probe) the copy sits at its own path."""
     where = str(workdir if workdir is not None else copy)
@@ -255,7 +255,7 @@ def create_argv(
     workdir: Path | None = None,
     limits: bool = True,
 ) -> tuple[str, ...]:
-    """`create …` for `engine` (without the program name), exactly as SPEC §3.3 lists it;
+    """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
     the copy mounted at `workdir`'s path (`destination_of`)."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)

@@ -1,4 +1,4 @@
-"""`ContainerArm`: the Arm protocol over an admitted engine (SPEC §3).
+"""`ContainerArm`: the Arm protocol over an admitted engine (design §3).
 
 Per command: own the copy for the container user -> build the create argv (pure) ->
 create through the engine CLI with the child's env -> inspect and verify (mismatch:
@@ -17,44 +17,44 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.arms import ArmName, container_assurances
-from orchestrator.assurances import Assurances
-from orchestrator.config import ContainerConfig
-from orchestrator.container.admission import (
+from sprawl_orch.arms import ArmName, container_assurances
+from sprawl_orch.assurances import Assurances
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.admission import (
     Admission,
     admit,
     admit_each,
     engine_for,
     preferred,
 )
-from orchestrator.container.argv import (
+from sprawl_orch.container.argv import (
     HostLimits,
     Limits,
     container_name,
     create_argv,
     fit_limits,
 )
-from orchestrator.container.engine import Engine
-from orchestrator.container.evidence import Evidence
-from orchestrator.container.ownership import give_copy, take_back
-from orchestrator.container.run import ContainerRun, image_path
-from orchestrator.container.userns import host_owner, principal_problem
-from orchestrator.container.verify import Expected, as_command_user, verify
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.guardian_client import hold_after_create
-from orchestrator.launch import Launch, Running, Watcher
-from orchestrator.offerings import EngineOffer
-from orchestrator.unrunnable import host_venv, runtime_refusal
+from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.evidence import Evidence
+from sprawl_orch.container.ownership import give_copy, take_back
+from sprawl_orch.container.run import ContainerRun, image_path
+from sprawl_orch.container.userns import host_owner, principal_problem
+from sprawl_orch.container.verify import Expected, as_command_user, verify
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.guardian_client import hold_after_create
+from sprawl_orch.launch import Launch, Running, Watcher
+from sprawl_orch.offerings import EngineOffer
+from sprawl_orch.unrunnable import host_venv, runtime_refusal
 
 if TYPE_CHECKING:
-    from orchestrator.container.warm import WarmPool
+    from sprawl_orch.container.warm import WarmPool
 
 SHELL = "/bin/sh"  # a shell line runs under the image's own shell
 
 
 def _start_refusal(words: str, program: str, err: SprawlError | None,
                    venv: str | None = None) -> SprawlError:
-    """The command never ran: say why, as exec would on the host (SPEC §7)."""
+    """The command never ran: say why, as exec would on the host (design §7)."""
     refusal = runtime_refusal(words, program, venv)
     if refusal is not None:
         return refusal
@@ -145,7 +145,7 @@ class ContainerArm:
         kept = "kept" if admission.uids_namespaced else "not kept"
         said = f"User axis {kept}: {admission.userns_why}."
         if self.config.warm:
-            from orchestrator.container.warm import WARM_NOTE
+            from sprawl_orch.container.warm import WARM_NOTE
 
             said = f"{said} {WARM_NOTE}"
         if not admission.limits_enforced:
@@ -269,7 +269,7 @@ class ContainerArm:
 
     def warm_pool(self) -> WarmPool:
         if self._warm is None:
-            from orchestrator.container.warm import WarmPool
+            from sprawl_orch.container.warm import WarmPool
 
             self._warm = WarmPool(self)
         return self._warm

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from orchestrator.container.engine import EngineFacts, engine_error, run_cli
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.container.engine import EngineFacts, engine_error, run_cli
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 if TYPE_CHECKING:
     from docker import APIClient
@@ -281,8 +281,7 @@ class DockerEngine:
         """The daemon's ID and every fact admission reads, and which CLI creates: two API
         calls on the connection the command uses next (~10 ms; see container/evidence.py)."""
         import docker.errors
-
-        from orchestrator.container.evidence import stamp
+        from sprawl_orch.container.evidence import stamp
 
         api = self.api()
         try:

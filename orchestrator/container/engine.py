@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 CLI_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
 class EngineFacts:
-    """What the engine says about itself (SPEC §3.1 step 1)."""
+    """What the engine says about itself (design §3.1 step 1)."""
 
     engine: str
     server_version: str
@@ -50,7 +50,7 @@ class EngineFacts:
     gid_map: tuple[tuple[int, int, int], ...] = ()
 
     def uids_namespaced(self) -> tuple[bool, str]:
-        """(kept, why) for the user axis (SPEC §1)."""
+        """(kept, why) for the user axis (design §1)."""
         if self.rootless:
             return True, (
                 f"{self.engine} runs rootless: container uids map onto the caller's "

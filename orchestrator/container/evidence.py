@@ -1,6 +1,6 @@
 """Admission evidence kept on disk, so admission runs once per engine identity, not per call.
 
-A passed admission (SPEC §3.1: facts, local image, probe container) is written to
+A passed admission (design §3.1: facts, local image, probe container) is written to
 `<state>/admission/<key>.json`. The file name is a hash of what the admission was asked
 (engine, endpoint, `[sandbox.container]`, the host's limits, sprawl-orch's version and a
 stamp of the container arm's own sources, so an edited checkout re-admits); the file holds
@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import HostLimits
-from orchestrator.container.engine import EngineFacts
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.container.engine import EngineFacts
 
 FORMAT = 1
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")

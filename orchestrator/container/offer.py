@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from orchestrator.config import Config
-from orchestrator.container.admission import Admission, admit_each
-from orchestrator.container.evidence import Evidence
-from orchestrator.launch import Watcher
-from orchestrator.offerings import EngineOffer
+from sprawl_orch.config import Config
+from sprawl_orch.container.admission import Admission, admit_each
+from sprawl_orch.container.evidence import Evidence
+from sprawl_orch.launch import Watcher
+from sprawl_orch.offerings import EngineOffer
 
 
 def offer_of(admission: Admission) -> EngineOffer:

@@ -1,4 +1,4 @@
-"""Make the copy writable for the container's user (SPEC §1: "arrange the copy's
+"""Make the copy writable for the container's user (design §1: "arrange the copy's
 ownership for it, never touching the source tree").
 
 The copy is ours (a scratch directory), so giving it to the configured uid:gid is safe;
@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.container.userns import Userns
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.container.userns import Userns
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 
 def own_copy(root: Path, uid: int, gid: int) -> int:

@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.container.engine import EngineFacts, engine_error, run_cli
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.container.engine import EngineFacts, engine_error, run_cli
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 # Where podman finds its configuration and state; passed through to every CLI call.
 CONNECTION_VARS: tuple[str, ...] = (
@@ -175,7 +175,7 @@ class PodmanEngine:
     def identity(self) -> dict[str, Any]:
         """Which podman, runtimes, configuration and store -- read from file stamps, not
         `podman info` (~200 ms): see container/evidence.py. ~0.1 ms."""
-        from orchestrator.container.evidence import stamp
+        from sprawl_orch.container.evidence import stamp
 
         configs = self._config_files()
         return {

@@ -1,4 +1,4 @@
-"""`ContainerRun`: the `Running` of one verified, started container (SPEC §3.5).
+"""`ContainerRun`: the `Running` of one verified, started container (design §3.5).
 
 wait honours the window; kill SIGKILLs the container (its pid namespace takes every
 process with it); finish collects stdout/stderr/exit code and State.OOMKilled, then
@@ -12,12 +12,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
-
-from orchestrator.container.engine import Attached, Engine, not_found_in_image
-from orchestrator.container.pids_watch import PidsWatch
-from orchestrator.errors import SprawlError
-from orchestrator.launch import Finished, Launch
-from orchestrator.unrunnable import after_start_refusal, loader_refusal, runtime_refusal
+from sprawl_orch.container.engine import Attached, Engine, not_found_in_image
+from sprawl_orch.container.pids_watch import PidsWatch
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.launch import Finished, Launch
+from sprawl_orch.unrunnable import after_start_refusal, loader_refusal, runtime_refusal
 
 _ZERO_TIME = "0001-01-01"
 # after kill(), how long the attached output may take to end

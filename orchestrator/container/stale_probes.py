@@ -10,9 +10,8 @@ from __future__ import annotations
 import contextlib
 
 import psutil
-
-from orchestrator.container.engine import Engine
-from orchestrator.errors import SprawlError
+from sprawl_orch.container.engine import Engine
+from sprawl_orch.errors import SprawlError
 
 PROBE_SESSION = "admission"
 

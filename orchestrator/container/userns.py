@@ -1,4 +1,4 @@
-"""User namespaces of the container arm (SPEC §1 user axis): which host uid a container's
+"""User namespaces of the container arm (design §1 user axis): which host uid a container's
 uid really is, and the ranges reserved for it.
 
 Three ways a container's uids become a principal of their own here, each measured:
@@ -328,7 +328,7 @@ def plan(engine: str, rootless_engine: bool, remap: bool, root_dir: str,
 
 
 def principal_problem(host_uid: int) -> str | None:
-    """Why `host_uid` is not a principal of its own (SPEC §1): the caller, root, or an
+    """Why `host_uid` is not a principal of its own (design §1): the caller, root, or an
     account in the host's passwd — a subordinate range that overlaps real accounts
     would otherwise be claimed as "no host account"."""
     import os

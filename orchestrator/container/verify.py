@@ -1,4 +1,4 @@
-"""Inspect verification before start (SPEC §3.4): a pure comparison.
+"""Inspect verification before start (design §3.4): a pure comparison.
 
 The engine's own inspect answer is compared with what was asked. Docker and podman
 spell some fields differently; every difference handled here was seen in a real
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import HostLimits, destination_of, fit_limits
-from orchestrator.container.userns import Userns, mapping_problem
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import HostLimits, destination_of, fit_limits
+from sprawl_orch.container.userns import Userns, mapping_problem
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 PODMAN_READ_ONLY_TMPFS: frozenset[str] = frozenset({"/run", "/var/tmp"})
 NO_NEW_PRIVILEGES: frozenset[str] = frozenset({"no-new-privileges", "no-new-privileges:true",

@@ -28,19 +28,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.container.argv import fit_limits
-from orchestrator.container.ownership import own_copy
-from orchestrator.container.run import SETTLE_SECONDS
-from orchestrator.container.verify import Expected, as_command_user, verify
-from orchestrator.container.warm_exec import Entered, enter
-from orchestrator.container.warm_host import HostView
-from orchestrator.container.warm_program import cannot_run
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Finished, Launch, Watcher
-from orchestrator.unrunnable import runtime_refusal
+from sprawl_orch.container.argv import fit_limits
+from sprawl_orch.container.ownership import own_copy
+from sprawl_orch.container.run import SETTLE_SECONDS
+from sprawl_orch.container.verify import Expected, as_command_user, verify
+from sprawl_orch.container.warm_exec import Entered, enter
+from sprawl_orch.container.warm_host import HostView
+from sprawl_orch.container.warm_program import cannot_run
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Finished, Launch, Watcher
+from sprawl_orch.unrunnable import runtime_refusal
 
 if TYPE_CHECKING:
-    from orchestrator.container.arm import ContainerArm
+    from sprawl_orch.container.arm import ContainerArm
 
 INIT_USER = "0:0"
 # The idle init: a shell that reaps whatever is reparented to it (orphans of commands, until
@@ -95,7 +95,7 @@ class WarmPool:
                            str(warm.record.get("path") or "") or None, warm.workdir)
         if words is not None:
             self.give_back(warm)  # nothing ran in it
-            from orchestrator.container.arm import command_venv  # arm.py imports us lazily
+            from sprawl_orch.container.arm import command_venv  # arm.py imports us lazily
 
             refusal = runtime_refusal(words, command[0], command_venv(launch, command))
             assert refusal is not None
@@ -203,7 +203,7 @@ class WarmRun:
         # fresh container (entries already owned so are left alone)
         own_copy(warm.copy, *warm.owner)
         launch.outputs.mkdir(parents=True, exist_ok=True)
-        from orchestrator.container.arm import command_env  # arm.py imports this module lazily
+        from sprawl_orch.container.arm import command_env  # arm.py imports this module lazily
 
         self._entered: Entered = enter(
             pool.arm.engine, warm.container, command, command_env(launch), user, warm.workdir,

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol
 
-from orchestrator.container.docker import DockerEngine
-from orchestrator.container.engine import Engine
-from orchestrator.container.podman import PodmanEngine
+from sprawl_orch.container.docker import DockerEngine
+from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.podman import PodmanEngine
 
 
 class Entered(Protocol):

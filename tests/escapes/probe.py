@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.assurances import Guarantee
+from sprawl_orch.assurances import Guarantee
+
 from tests.escapes.bait import Bait
 from tests.escapes.snippets import ALL as PY_SNIPPETS
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 
-from orchestrator.assurances import Guarantee
+from sprawl_orch.assurances import Guarantee
+
 from tests.escapes.bait import host_addresses
 from tests.escapes.probe import Probe, listener
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.arms import ASSURANCES, ArmName
-from orchestrator.assurances import Assurances, statement
-from orchestrator.config import parse_config
-from orchestrator.exec_tool import ExecTool
-from orchestrator.results import ExecResult
+from sprawl_orch.arms import ASSURANCES, ArmName
+from sprawl_orch.assurances import Assurances, statement
+from sprawl_orch.config import parse_config
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.results import ExecResult
+
 from tests.escapes.bait import ESC_FDS, Bait
 from tests.escapes.probe import Probe, Step, script
 from tests.escapes.probes_fs import edit_source

@@ -1,4 +1,4 @@
-"""The escape suite (SPEC §15, issue #11): every probe of every class, through sprawl-orch,
+"""The escape suite (design §15, issue #11): every probe of every class, through sprawl-orch,
 on every arm this machine offers; `raw` and `where: host` are the controls.
 
 - raw (no sprawl-orch): every applicable probe MUST escape -- a probe that can't get out
@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sprawl_orch.arms import ArmName
 
-from orchestrator.arms import ArmName
 from tests.escapes import matrix
 from tests.escapes.bait import Bait
 from tests.escapes.probe import Probe, Verdict, judge

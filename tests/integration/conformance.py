@@ -1,4 +1,4 @@
-"""Five-axis conformance probes (SPEC §15), shared by every arm's conformance test.
+"""Five-axis conformance probes (design §15), shared by every arm's conformance test.
 
 Each axis is *observed* with a real command run through the arm under test and read back
 from the host; `assert_conformance(claimed, observed)` fails on any axis where the arm's
@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from sprawl_orch.assurances import Assurances, Guarantee, Kept
+from sprawl_orch.native_fallbacks.sandbox_uid import RANGE_SIZE, RANGE_START
 
-from native_fallbacks.sandbox_uid import RANGE_SIZE, RANGE_START
-from orchestrator.assurances import Assurances, Guarantee, Kept
 from tests.integration.conformance_dialects import (
     REFUSED_EXIT,
     Dialect,
@@ -110,7 +110,7 @@ def arm_runner(arm: object, cwd: Path, env: dict[str, str], outputs: Path,
                timeout: float = 60.0) -> Runner:
     """A Runner straight over an arm (prepare is the caller's): Launch -> start -> wait ->
     finish, for proving an arm where the exec tool can't run yet."""
-    from orchestrator.launch import Launch
+    from sprawl_orch.launch import Launch
 
     count = iter(range(1, 1_000_000))
 
@@ -149,7 +149,7 @@ def observe_filesystem(run: Runner, dialect: Dialect, workdir: Path,
                        copy: Callable[[], Path | None]) -> Observed:
     """Two writes: one relative to the working directory, one by the working directory's
     own absolute path -- the path an editable install or a venv records. Kept only when
-    both land in the copy and neither in the tree (SPEC §5: the copy sits at that path)."""
+    both land in the copy and neither in the tree (design §5: the copy sits at that path)."""
     seen: list[str] = []
     for target in (f"conformance-fs-{_token()}", str(workdir / f"conformance-abs-{_token()}")):
         ran = run(dialect.write(target))
@@ -288,7 +288,7 @@ def host_principal(uid: int) -> str | None:
 
 
 def judge_uid(uid: int) -> Observed:
-    """SPEC §1's user rule, read from the host: kept only for a uid that is not ours, not
+    """design §1's user rule, read from the host: kept only for a uid that is not ours, not
     root, not a host account (a rootful container's 65534 is the host's `nobody`), and lies
     in a range reserved for sandboxes: a subordinate range (/etc/subuid), or the range
     sprawl-orch takes a root caller's bwrap uid from (outside every subordinate range)."""

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+from sprawl_orch.assurances import Guarantee, Kept
 
-from orchestrator.assurances import Guarantee, Kept
 from tests.integration.conformance import (
     Observed,
     ProbeBroken,
@@ -144,7 +144,7 @@ def write_secret(path: Path) -> None:
 
 
 def observe_owner_live(run: Runner, copy: Path, timeout: float = 30.0) -> Observed:
-    """SPEC §15's file-owner probe, read while the command still runs: an arm may give the
+    """design §15's file-owner probe, read while the command still runs: an arm may give the
     copy back to the caller when the command ends (rootless: ownership.take_back)."""
     from tests.integration.conformance import judge_uid
 

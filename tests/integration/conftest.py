@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
-
-from orchestrator.cgroups import Delegation, PlatformShares, delegation
+from sprawl_orch.cgroups import Delegation, PlatformShares, delegation
 
 PRIVATE_DOCKER_SOCK = Path("/run/sprawl-orch/docker.sock")
 ROOTFS_DIRS = ("bin", "work", "tmp", "etc", "proc", "sys", "dev", "run", "var/tmp")

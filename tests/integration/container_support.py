@@ -9,12 +9,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.config import ContainerConfig, EngineImages
-from orchestrator.container.arm import ContainerArm
-from orchestrator.container.docker import DockerEngine
-from orchestrator.container.engine import Engine
-from orchestrator.container.podman import PodmanEngine
-from orchestrator.launch import Finished, Launch
+from sprawl_orch.config import ContainerConfig, EngineImages
+from sprawl_orch.container.arm import ContainerArm
+from sprawl_orch.container.docker import DockerEngine
+from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.launch import Finished, Launch
 
 
 def config_for(engine: str, image: str, **limits: object) -> ContainerConfig:

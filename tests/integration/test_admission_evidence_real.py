@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sprawl_orch.container import admission as admission_module
+from sprawl_orch.container.admission import admit, clear_cache
+from sprawl_orch.container.evidence import Evidence
 
-from orchestrator.container import admission as admission_module
-from orchestrator.container.admission import admit, clear_cache
-from orchestrator.container.evidence import Evidence
 from tests.integration.container_support import config_for, make_engine
 
 
@@ -59,8 +59,8 @@ def test_kept_evidence_skips_the_probe_while_the_identity_holds(
 KILLED_MID_PROBE = """
 import sys, time
 from pathlib import Path
-from orchestrator.container.admission import admit
-from orchestrator.guardian_client import Guardian
+from sprawl_orch.container.admission import admit
+from sprawl_orch.guardian_client import Guardian
 from tests.integration.container_support import config_for, make_engine
 
 name, image, log, marker = sys.argv[1:5]

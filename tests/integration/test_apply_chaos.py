@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.config import parse_config
-from orchestrator.exec_tool import ExecTool
+from sprawl_orch.config import parse_config
+from sprawl_orch.exec_tool import ExecTool
 
 FILES = 24
 SIZE = 96 * 1024
@@ -29,7 +29,7 @@ KILLS = 50
 CHILD = """
 import sys
 from pathlib import Path
-from orchestrator.apply import apply
+from sprawl_orch.apply import apply
 print("go", flush=True)
 apply(Path(sys.argv[1]), sys.argv[2])
 print("done", flush=True)

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from orchestrator.backlog import Backlog
-from orchestrator.cgroups import Delegation, Shares, delegation
-from orchestrator.config import parse_config
-from orchestrator.exec_tool import ExecTool
-from orchestrator.offerings import Offerings
+from sprawl_orch.backlog import Backlog
+from sprawl_orch.cgroups import Delegation, Shares, delegation
+from sprawl_orch.config import parse_config
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.offerings import Offerings
 
 MIB = 2**20
 LIMIT = 64 * MIB

@@ -1,4 +1,4 @@
-"""`changes` and `apply` by real commands on every Linux arm (SPEC §5, issue #18): docker,
+"""`changes` and `apply` by real commands on every Linux arm (design §5, issue #18): docker,
 podman, linux_namespaces (bwrap) and copied_tree, through the ExecTool.
 
 One busybox-compatible shell line makes every kind of change; the result must name exactly
@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sprawl_orch.config import Config, parse_config
+from sprawl_orch.container.admission import clear_cache
+from sprawl_orch.exec_tool import ExecTool
 
-from orchestrator.config import Config, parse_config
-from orchestrator.container.admission import clear_cache
-from orchestrator.exec_tool import ExecTool
 from tests.integration.conftest import missing
 
 ARMS = ["docker", "podman", "linux_namespaces", "copied_tree"]

@@ -1,8 +1,8 @@
-"""Five-axis conformance (SPEC §15) of the container arm, per engine, by real commands in a
+"""Five-axis conformance (design §15) of the container arm, per engine, by real commands in a
 busybox image: the claimed `Assurances` must equal what is observed on every axis.
 
 Four axes use the shared probes (tests/integration/conformance.py, busybox sh dialect).
-The user axis uses the shared judge_uid (SPEC §1's full rule): a rootful container's
+The user axis uses the shared judge_uid (design §1's full rule): a rootful container's
 uid 65534 is neither ours nor root's and yet is not a principal of its own: it is the
 host's `nobody`. Observed kept = the owner uid of a file the command created, read from
 the host, is not ours, not root, not a host account, and lies in a subordinate range
@@ -17,12 +17,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from sprawl_orch.arms import container_assurances
+from sprawl_orch.assurances import Guarantee
+from sprawl_orch.container.admission import admit, clear_cache
+from sprawl_orch.container.arm import ContainerArm
+from sprawl_orch.launch import Launch
 
-from orchestrator.arms import container_assurances
-from orchestrator.assurances import Guarantee
-from orchestrator.container.admission import admit, clear_cache
-from orchestrator.container.arm import ContainerArm
-from orchestrator.launch import Launch
 from tests.integration.conformance import (
     MiB,
     Observed,
@@ -94,7 +94,7 @@ def test_container_conformance(tmp_path: Path, engine_image: tuple[str, str]) ->
     copy = tmp_path / "copy"
     shutil.copytree(source, copy)  # the exec tool's sync, done by hand for the arm alone
     arm.prepare(source)
-    # The copy is mounted at the source's own path, as the exec tool does (SPEC §5).
+    # The copy is mounted at the source's own path, as the exec tool does (design §5).
     run = ContainerRunner(arm, copy, tmp_path / "outputs", source)
     sh = ShDialect()
     observed = {

@@ -1,4 +1,4 @@
-"""Five-axis conformance of the host-process arms on this machine (SPEC §15).
+"""Five-axis conformance of the host-process arms on this machine (design §15).
 
 Every axis of bwrap, the copied tree and `where = "host"` is observed with real commands
 through the ExecTool and read back from the host; the arm's claimed `Assurances` must equal
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sprawl_orch.arms import ASSURANCES, ArmName
+from sprawl_orch.assurances import Assurances, Guarantee
+from sprawl_orch.config import Config, parse_config
+from sprawl_orch.exec_tool import ExecTool
 
-from orchestrator.arms import ASSURANCES, ArmName
-from orchestrator.assurances import Assurances, Guarantee
-from orchestrator.config import Config, parse_config
-from orchestrator.exec_tool import ExecTool
 from tests.integration.conformance import (
     MiB,
     absent,

@@ -1,7 +1,7 @@
 """Five-axis conformance of the container arm's user-namespace rows (issue #14), with the
 user axis proved from the host three ways (tests/integration/conformance_user.py):
 
-- the owner of a file the command created (SPEC §15), read while the command runs,
+- the owner of a file the command created (design §15), read while the command runs,
 - the ids in /proc/<pid>/status of the command's real process while it runs,
 - a 0600 file of ours, planted in the mounted copy right before start, is unreadable.
 
@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sprawl_orch.arms import container_assurances
+from sprawl_orch.assurances import Guarantee, Kept
+from sprawl_orch.container.admission import admit, clear_cache
+from sprawl_orch.container.arm import ContainerArm
+from sprawl_orch.container.docker import DockerEngine
+from sprawl_orch.container.engine import Attached, Engine
 
-from orchestrator.arms import container_assurances
-from orchestrator.assurances import Guarantee, Kept
-from orchestrator.container.admission import admit, clear_cache
-from orchestrator.container.arm import ContainerArm
-from orchestrator.container.docker import DockerEngine
-from orchestrator.container.engine import Attached, Engine
 from tests.integration.conformance import (
     MiB,
     Observed,
@@ -108,7 +108,7 @@ def conformance(tmp_path: Path, label: str, engine: Engine, image: str,
     copy = tmp_path / "copy"
     shutil.copytree(source, copy)
     arm.prepare(source)
-    # the copy is mounted at the source's own path, as the exec tool does (SPEC §5)
+    # the copy is mounted at the source's own path, as the exec tool does (design §5)
     run = ContainerRunner(arm, copy, tmp_path / "outputs", source)
     sh = ShDialect()
 

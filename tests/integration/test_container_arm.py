@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sprawl_orch.config import parse_config
+from sprawl_orch.container.admission import admit, clear_cache
+from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.container.arm import ContainerArm
+from sprawl_orch.container.docker import DockerEngine
+from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.errors import ErrorCode, SprawlError
 
-from orchestrator.config import parse_config
-from orchestrator.container.admission import admit, clear_cache
-from orchestrator.container.argv import HostLimits
-from orchestrator.container.arm import ContainerArm
-from orchestrator.container.docker import DockerEngine
-from orchestrator.container.podman import PodmanEngine
-from orchestrator.errors import ErrorCode, SprawlError
 from tests.integration.container_support import (
     Case,
     config_for,
@@ -149,7 +149,7 @@ def test_missing_image_refused_without_pull(tmp_path: Path, engine_image: tuple[
     assert admission.missing is not None and admission.missing.kind == "image_not_local"
     assert "sprawl-orch image build" in admission.recovery
     # and the engine itself, asked to create it, neither pulls nor finds it
-    from orchestrator.container.argv import create_argv
+    from sprawl_orch.container.argv import create_argv
 
     copy = tmp_path / "c"
     copy.mkdir()

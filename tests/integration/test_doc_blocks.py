@@ -27,8 +27,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
-from orchestrator.config import parse_config
+from sprawl_orch.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from click.testing import CliRunner
-
-from orchestrator.cli import main
+from sprawl_orch.cli import main
 
 
 def test_doctor_reports_this_machine(tmp_path: Path) -> None:

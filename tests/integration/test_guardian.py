@@ -1,4 +1,4 @@
-"""The guardian against real docker and podman (SPEC §4): SIGKILL the orchestrator -- a
+"""The guardian against real docker and podman (design §4): SIGKILL the orchestrator -- a
 driver process running ExecTool -- and nothing of its session may stay behind.
 
 Every test removes by force whatever the guardian missed, after asserting it missed nothing.
@@ -31,9 +31,8 @@ from guardian_support import (
     spec,
     wait_for,
 )
-
-from guardian.reaper import group_members
-from orchestrator.guardian_client import PAUSE_AFTER_CREATE, Guardian
+from sprawl_orch.guardian.reaper import group_members
+from sprawl_orch.guardian_client import PAUSE_AFTER_CREATE, Guardian
 
 GRACE = 3.0  # the guardian's default
 

@@ -1,4 +1,4 @@
-"""Guardian chaos (SPEC §15): SIGKILL the orchestrator at random moments of random execs on
+"""Guardian chaos (design §15): SIGKILL the orchestrator at random moments of random execs on
 docker, podman and copied_tree; afterwards no container of the sessions, no scratch copy and
 no process the commands started may remain.
 

@@ -14,15 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
+from sprawl_orch.guardian_client import Guardian
 
-from orchestrator.guardian_client import Guardian
 from tests.integration.guardian_support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLER = """
 import sys, time
 from pathlib import Path
-from orchestrator.guardian_client import Guardian
+from sprawl_orch.guardian_client import Guardian
 sock, session, copy, log = sys.argv[1:5]
 g = Guardian(session, socket_path=Path(sock), log=Path(log))
 g.scratch(Path(copy))
@@ -132,7 +132,7 @@ def test_a_caller_meeting_a_closing_guardian_is_served_by_its_own(tmp_path: Path
     serves our connection alone (it is our lifeline from the first byte) and leaves."""
     import fcntl
 
-    from guardian.server import lock_path
+    from sprawl_orch.guardian.server import lock_path
 
     sock, log = tmp_path / "g.sock", tmp_path / "guardian.log"
     held = os.open(lock_path(sock), os.O_RDWR | os.O_CREAT, 0o600)

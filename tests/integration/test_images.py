@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from conftest import engine_absent, engine_problem
-
-from images import build_busybox
-from images.engines import ENGINES, Engine
-from orchestrator.cli import main
-from orchestrator.config import load_config
+from sprawl_orch.cli import main
+from sprawl_orch.config import load_config
+from sprawl_orch.images import build_busybox
+from sprawl_orch.images.engines import ENGINES, Engine
 
 RUN = uuid.uuid4().hex[:8]
 TAG = f"sprawl-test/busybox:{RUN}"

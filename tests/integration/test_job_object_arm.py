@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from sprawl_orch.assurances import Guarantee, Kept
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.environment import child_env
 
-from orchestrator.assurances import Guarantee, Kept
-from orchestrator.config import ContainerConfig
-from orchestrator.environment import child_env
 from tests.integration.conformance import (
     MiB,
     absent,
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "win32",
 
 
 def test_windows_job_arm_conforms_by_itself(tmp_path: Path) -> None:
-    from native_fallbacks.job_object import JobObjectArm, job_available
+    from sprawl_orch.native_fallbacks.job_object import JobObjectArm, job_available
 
     ok, why = job_available()
     if not ok:

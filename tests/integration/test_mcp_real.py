@@ -94,7 +94,7 @@ def native_works() -> bool:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return False
-    from native_fallbacks.bwrap import user_namespace_works
+    from sprawl_orch.native_fallbacks.bwrap import user_namespace_works
 
     return bool(user_namespace_works(bwrap)[0])
 
@@ -112,7 +112,7 @@ def test_tools_on_every_arm_and_halt(engine_image: tuple[str, str], tmp_path: Pa
             listed = await client.list_tools()
             assert {t.name for t in listed.tools} == TOOLS
             exec_tool = next(t for t in listed.tools if t.name == "exec")
-            # The configured arm's statement is in the description (SPEC §1).
+            # The configured arm's statement is in the description (design §1).
             assert "Runs under container" in (exec_tool.description or ""), exec_tool
             assert exec_tool.output_schema is not None
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import psutil
 import pytest
+from sprawl_orch.cgroups import PlatformShares, delegation
 
-from orchestrator.cgroups import PlatformShares, delegation
 from tests.integration.conftest import busybox_image, engine_problem, in_ci, remove_image
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,13 +36,14 @@ MIB = 2**20
 
 def arms_here() -> tuple[list[str], str | None]:
     arms = ["copied_tree", "host"]
-    if importlib.util.find_spec("native_fallbacks.bwrap") is not None and shutil.which("bwrap"):
-        from native_fallbacks.bwrap import user_namespace_works
+    bwrap_module = importlib.util.find_spec("sprawl_orch.native_fallbacks.bwrap")
+    if bwrap_module is not None and shutil.which("bwrap"):
+        from sprawl_orch.native_fallbacks.bwrap import user_namespace_works
 
         if user_namespace_works(shutil.which("bwrap") or "bwrap")[0]:
             arms.append("native")
     image = None
-    if importlib.util.find_spec("orchestrator.container.arm") is not None:
+    if importlib.util.find_spec("sprawl_orch.container.arm") is not None:
         problem = engine_problem("docker")
         if problem is None:
             image = busybox_image("docker")

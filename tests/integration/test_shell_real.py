@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sprawl_orch.cli import main
+from sprawl_orch.config import parse_config
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.ledger import Ledger
+from sprawl_orch.offerings import Offerings
+from sprawl_orch.outcome import FailureClass, ShellTally
+from sprawl_orch.shell import Found, Missing, pwsh_major, require_shell, resolve_shell, shell_argv
 
-from orchestrator.cli import main
-from orchestrator.config import parse_config
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.exec_tool import ExecTool
-from orchestrator.ledger import Ledger
-from orchestrator.offerings import Offerings
-from orchestrator.outcome import FailureClass, ShellTally
-from orchestrator.shell import Found, Missing, pwsh_major, require_shell, resolve_shell, shell_argv
 from tests.integration.conftest import missing
 
 CNF = FailureClass.COMMAND_NOT_FOUND

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from orchestrator.config import Config, parse_config
-from orchestrator.exec_tool import ExecTool
+from sprawl_orch.config import Config, parse_config
+from sprawl_orch.exec_tool import ExecTool
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
@@ -150,8 +149,8 @@ def test_oom_is_reported_for_the_command_that_caused_it(
 GUARDED = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from orchestrator.config import parse_config
-    from orchestrator.exec_tool import ExecTool
+    from sprawl_orch.config import parse_config
+    from sprawl_orch.exec_tool import ExecTool
     engine, image, tmp = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     config = parse_config({"sandbox": {"arm": "container", "scratch_dir": str(tmp / "scratch"),
         "container": {"engine": engine, "images": {engine: image}, "warm": True}},

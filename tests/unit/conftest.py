@@ -4,9 +4,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from orchestrator.config import Config, parse_config
-from orchestrator.offerings import Offerings
+from sprawl_orch.config import Config, parse_config
+from sprawl_orch.offerings import Offerings
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.container.engine import EngineFacts
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.container.engine import EngineFacts
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sprawl_orch.config import ContainerConfig, EngineImages
+from sprawl_orch.container.admission import admit, clear_cache
+from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.container.arm import ContainerArm
+from sprawl_orch.container.evidence import Evidence
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Launch
 
-from orchestrator.config import ContainerConfig, EngineImages
-from orchestrator.container.admission import admit, clear_cache
-from orchestrator.container.argv import HostLimits
-from orchestrator.container.arm import ContainerArm
-from orchestrator.container.evidence import Evidence
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Launch
 from tests.unit.container_fake import FakeEngine
 
 IMAGE = "sha256:" + "ab" * 32
@@ -224,7 +224,7 @@ def test_a_failure_after_a_fresh_probe_is_not_retried(tmp_path: Path) -> None:
 
 
 def test_podman_identity_follows_its_config_store_and_binaries(tmp_path: Path) -> None:
-    from orchestrator.container.podman import PodmanEngine
+    from sprawl_orch.container.podman import PodmanEngine
 
     conf = tmp_path / "storage.conf"
     store = tmp_path / "store"

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sprawl_orch.config import Config
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.offerings import Offerings
 
-from orchestrator.config import Config
-from orchestrator.exec_tool import ExecTool
-from orchestrator.offerings import Offerings
 from tests.unit.conftest import make_config
 
 
@@ -71,16 +71,16 @@ def test_the_public_face_resolves_and_is_documented() -> None:
     import subprocess
     import sys
 
-    import orchestrator
+    import sprawl_orch
 
-    for name in orchestrator.__all__:
-        value = getattr(orchestrator, name)
+    for name in sprawl_orch.__all__:
+        value = getattr(sprawl_orch, name)
         assert (value.__doc__ or "").strip(), f"{name} has no docstring"
     with pytest.raises(AttributeError):
-        _ = orchestrator.no_such_name
-    assert importlib.resources.files("orchestrator").joinpath("py.typed").is_file()
-    # `import orchestrator` alone loads none of the heavy modules (the CLI's lean path)
-    done = subprocess.run([sys.executable, "-c", "import sys, orchestrator; "
-                           "print(sorted(m for m in sys.modules if m.startswith('orchestrator')))"],
+        _ = sprawl_orch.no_such_name
+    assert importlib.resources.files("sprawl_orch").joinpath("py.typed").is_file()
+    # `import sprawl_orch` alone loads none of the heavy modules (the CLI's lean path)
+    done = subprocess.run([sys.executable, "-c", "import sys, sprawl_orch; "
+                           "print(sorted(m for m in sys.modules if m.startswith('sprawl_orch')))"],
                           capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "['orchestrator']"
+    assert done.stdout.strip() == "['sprawl_orch']"

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sprawl_orch.arms import ArmName
+from sprawl_orch.backlog import Backlog, Pending
+from sprawl_orch.ceiling import Unapplied, Why
+from sprawl_orch.cgroups import Cgroups, Shares, delegation
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.launch import Finished, Launch
+from sprawl_orch.offerings import Offerings
+from sprawl_orch.results import Confinement, ExecResult
 
-from orchestrator.arms import ArmName
-from orchestrator.backlog import Backlog, Pending
-from orchestrator.ceiling import Unapplied, Why
-from orchestrator.cgroups import Cgroups, Shares, delegation
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.exec_tool import ExecTool
-from orchestrator.launch import Finished, Launch
-from orchestrator.offerings import Offerings
-from orchestrator.results import Confinement, ExecResult
 from tests.unit.conftest import make_config
 from tests.unit.test_cgroups import V2_SELF, fake_rmdir, v2_tree
 

@@ -7,9 +7,11 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from native_fallbacks import bwrap as bwrap_module
-from native_fallbacks.bwrap import (
+from sprawl_orch.arms import ArmName
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.native_fallbacks import bwrap as bwrap_module
+from sprawl_orch.native_fallbacks.bwrap import (
     NAMESPACE_FLAGS,
     PROBE_ATTEMPTS,
     BwrapArm,
@@ -17,12 +19,10 @@ from native_fallbacks.bwrap import (
     probe_argv,
     user_namespace_works,
 )
-from native_fallbacks.bwrap_view import View
-from orchestrator.arms import ArmName
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.exec_tool import ExecTool
-from orchestrator.offerings import Offerings
-from orchestrator.yielding import Yielders
+from sprawl_orch.native_fallbacks.bwrap_view import View
+from sprawl_orch.offerings import Offerings
+from sprawl_orch.yielding import Yielders
+
 from tests.unit.conftest import make_config
 
 COPY = "/root/.local/state/sprawl-orch/copies/abc"

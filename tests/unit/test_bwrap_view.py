@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from native_fallbacks.bwrap_view import View, command_view, path_tools, system_view
+from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, path_tools, system_view
 
 BASE = View(binds=("/usr", "/etc"), links=())
 

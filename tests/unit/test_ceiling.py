@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from orchestrator.affinity import (
+from sprawl_orch.affinity import (
     Absent,
     Accepted,
     Created,
@@ -17,7 +16,7 @@ from orchestrator.affinity import (
     enter_job,
     enter_trace,
 )
-from orchestrator.ceiling import (
+from sprawl_orch.ceiling import (
     CeilingMark,
     NotAsked,
     Unapplied,

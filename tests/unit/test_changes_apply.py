@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from sprawl_orch import fs_clock
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.offerings import Offerings
 
-from orchestrator import fs_clock
-from orchestrator.errors import SprawlError
-from orchestrator.exec_tool import ExecTool
-from orchestrator.offerings import Offerings
 from tests.unit.conftest import make_config
 
 
@@ -132,7 +132,7 @@ def test_a_deleted_directory_that_gained_entries_is_kept(tmp_path: Path, tree: P
 
 def test_apply_refuses_another_working_directory(tmp_path: Path, tree: Path,
                                                  offerings: Offerings) -> None:
-    from orchestrator.apply import apply
+    from sprawl_orch.apply import apply
 
     with tool_for(tmp_path, tree, offerings) as tool:
         result = tool.exec("echo x > new", shell=True)

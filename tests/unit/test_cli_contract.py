@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from orchestrator.results import ExecResult
+from sprawl_orch.results import ExecResult
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
@@ -136,7 +135,7 @@ def test_config_time_and_exec_time_refusals_have_the_same_keys(workdir: Path) ->
 
 
 def test_the_schema_is_printable_and_is_serves(workdir: Path) -> None:
-    from orchestrator.serve import schema
+    from sprawl_orch.serve import schema
 
     done = cli("exec", "--schema")
     printed = json.loads(done.stdout)

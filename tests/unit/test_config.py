@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from orchestrator.config import Config, load_config, parse_config
-from orchestrator.credentials import credential_shaped
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.config import Config, load_config, parse_config
+from sprawl_orch.credentials import credential_shaped
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 HEX = "a" * 64
 

@@ -1,4 +1,4 @@
-"""Admission (SPEC §3.1): parsing the engines' own recorded answers, explaining their
+"""Admission (design §3.1): parsing the engines' own recorded answers, explaining their
 recorded failure words, and the admission steps over a small fake backend."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sprawl_orch.config import ContainerConfig, EngineImages
+from sprawl_orch.container import docker as docker_backend
+from sprawl_orch.container import podman as podman_backend
+from sprawl_orch.container.admission import admit, clear_cache, explain
+from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.errors import ErrorCode, SprawlError
 
-from orchestrator.config import ContainerConfig, EngineImages
-from orchestrator.container import docker as docker_backend
-from orchestrator.container import podman as podman_backend
-from orchestrator.container.admission import admit, clear_cache, explain
-from orchestrator.container.argv import HostLimits
-from orchestrator.errors import ErrorCode, SprawlError
 from tests.unit.container_fake import FIXTURES, FakeEngine, facts, fixture_json
 
 IMAGE = "sha256:" + "cd" * 32
@@ -227,7 +227,7 @@ def test_explicit_limits_the_host_cannot_give_refuse_admission() -> None:
 def test_a_copy_the_user_cannot_be_given_refuses_with_its_own_recovery(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import orchestrator.container.admission as admission_module
+    import sprawl_orch.container.admission as admission_module
 
     def refuse(engine: object, userns: object, root: Path, owner: tuple[int, int],
                user: tuple[int, int]) -> None:

@@ -1,4 +1,4 @@
-"""The create argv (SPEC §3.3): one pure function, checked against the argv written out."""
+"""The create argv (design §3.3): one pure function, checked against the argv written out."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import (
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import (
     HostLimits,
     create_argv,
     fit_limits,
     parse_meminfo_total,
     parse_proc_limits,
 )
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
 
 IMAGE = "sha256:" + "ab" * 32
 COPY = Path("/scratch/sprawl/s1/copy")

@@ -8,16 +8,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sprawl_orch.arms import container_assurances
+from sprawl_orch.config import ContainerConfig, EngineImages
+from sprawl_orch.container.admission import clear_cache
+from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.container.arm import ContainerArm
+from sprawl_orch.container.ownership import own_copy
+from sprawl_orch.container.run import never_ran_code
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Launch
 
-from orchestrator.arms import container_assurances
-from orchestrator.config import ContainerConfig, EngineImages
-from orchestrator.container.admission import clear_cache
-from orchestrator.container.argv import HostLimits
-from orchestrator.container.arm import ContainerArm
-from orchestrator.container.ownership import own_copy
-from orchestrator.container.run import never_ran_code
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.launch import Launch
 from tests.unit.container_fake import FakeEngine, facts
 
 IMAGE = "sha256:" + "ef" * 32

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import HostLimits, create_argv
-from orchestrator.container.userns import (
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import HostLimits, create_argv
+from sprawl_orch.container.userns import (
     PODMAN_AUTO,
     IdMap,
     Userns,
@@ -21,7 +20,7 @@ from orchestrator.container.userns import (
     principal_problem,
     subordinate,
 )
-from orchestrator.container.verify import Expected, mismatches
+from sprawl_orch.container.verify import Expected, mismatches
 
 HOST = HostLimits({"nofile": 20000, "nproc": 96365}, 2, 24 * 1024**3)
 IMAGE = "sha256:" + "b" * 64
@@ -132,8 +131,8 @@ def test_argv_carries_the_flag_and_verify_checks_the_map(tmp_path: Path) -> None
 
 
 def test_auto_prefers_the_engine_that_keeps_the_user_axis(tmp_path: Path) -> None:
-    from orchestrator.choice import choose
-    from orchestrator.offerings import EngineOffer, Offerings
+    from sprawl_orch.choice import choose
+    from sprawl_orch.offerings import EngineOffer, Offerings
 
     plain = EngineOffer("docker", True, "docker", image=IMAGE)
     namespaced = EngineOffer("podman", True, "podman", image=IMAGE, uids_namespaced=True)
@@ -159,9 +158,10 @@ def test_a_copy_a_container_owns_keeps_its_principal(tmp_path: Path) -> None:
 def test_a_kept_admission_keeps_its_user_namespace(tmp_path: Path) -> None:
     """Evidence on disk must bring the namespace back with the claim: a recalled
     "user = yes" without it would run containers without one."""
-    from orchestrator.config import EngineImages
-    from orchestrator.container.admission import admit, clear_cache
-    from orchestrator.container.evidence import Evidence
+    from sprawl_orch.config import EngineImages
+    from sprawl_orch.container.admission import admit, clear_cache
+    from sprawl_orch.container.evidence import Evidence
+
     from tests.unit.container_fake import FakeEngine, facts
 
     rootless_map = ((0, 1500, 1), (1, 1_400_000_000, 65536))
@@ -191,10 +191,11 @@ def test_rootless_without_controllers_runs_unlimited_and_says_so(tmp_path: Path)
     """Rootless podman on cgroup v1 creates the container without the asked limits
     (inspect: Memory 0): admission sees that in its probe, stops asking, and the arm
     claims resources = no with the probe's words. A rootful engine is still refused."""
-    from orchestrator.assurances import Guarantee, Kept
-    from orchestrator.config import EngineImages
-    from orchestrator.container.admission import admit, clear_cache
-    from orchestrator.container.arm import ContainerArm
+    from sprawl_orch.assurances import Guarantee, Kept
+    from sprawl_orch.config import EngineImages
+    from sprawl_orch.container.admission import admit, clear_cache
+    from sprawl_orch.container.arm import ContainerArm
+
     from tests.unit.container_fake import FakeEngine, facts
 
     rootless_map = ((0, 1500, 1), (1, 1_400_000_000, 65536))

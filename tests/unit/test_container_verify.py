@@ -1,4 +1,4 @@
-"""Inspect verification (SPEC §3.4) against inspect answers recorded from real docker 20.10
+"""Inspect verification (design §3.4) against inspect answers recorded from real docker 20.10
 and podman 4.3 (tests/unit/fixtures/*_inspect.json, made by fixtures/record_container.py
 from our own create argv, before start)."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.container.verify import Expected, mismatches, verify
+from sprawl_orch.errors import ErrorCode, SprawlError
 
-from orchestrator.config import ContainerConfig
-from orchestrator.container.argv import HostLimits
-from orchestrator.container.verify import Expected, mismatches, verify
-from orchestrator.errors import ErrorCode, SprawlError
 from tests.unit.container_fake import fixture_json
 
 META = fixture_json("inspect_meta.json")

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from orchestrator.cli import main
-from orchestrator.copy_bounds import Bounds, Excludes
-from orchestrator.copy_store import CopyStore, copy_key
+from sprawl_orch.cli import main
+from sprawl_orch.copy_bounds import Bounds, Excludes
+from sprawl_orch.copy_store import CopyStore, copy_key
 
 
 def _workdir(tmp_path: Path, name: str) -> Path:
@@ -75,8 +74,8 @@ def test_progress_is_drawn_only_on_a_terminal_after_the_delay(
     import io
     import sys
 
-    from orchestrator.cli import copy_progress as cp
-    from orchestrator.copy_sync import sync
+    from sprawl_orch.cli import copy_progress as cp
+    from sprawl_orch.copy_sync import sync
 
     src = tmp_path / "src"
     src.mkdir()

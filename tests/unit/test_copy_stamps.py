@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from orchestrator import copy_fileops, copy_stamps, fs_clock
-from orchestrator.copy_sync import Bounds, FileWork, sync
+from sprawl_orch import copy_fileops, copy_stamps, fs_clock
+from sprawl_orch.copy_sync import Bounds, FileWork, sync
 
 MARGIN = fs_clock.TICK_MARGIN_NS / 1e9 + 0.01
 # A simulated coarse filesystem: Linux >= 6.13 gives ext4/tmpfs "multigrain" timestamps, so two

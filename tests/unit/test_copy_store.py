@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from orchestrator.copy_bounds import Bounds, Excludes
-from orchestrator.copy_store import CopyStore, copy_key
+from sprawl_orch.copy_bounds import Bounds, Excludes
+from sprawl_orch.copy_store import CopyStore, copy_key
 
 ROOT = Path(__file__).resolve().parents[2]
 

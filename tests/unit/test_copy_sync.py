@@ -1,4 +1,4 @@
-"""The synced copy (SPEC §5) on real temporary trees: exact FileWork, links, bounds, safety.
+"""The synced copy (design §5) on real temporary trees: exact FileWork, links, bounds, safety.
 
 Every test runs against both copy sides: directory fds (what Linux and macOS use) and paths
 checked with lstat (Windows' fallback, forced here), so the fallback meets the same numbers.
@@ -18,14 +18,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from orchestrator import copy_sync
-from orchestrator.copy_fileops import FdCopy
-from orchestrator.copy_links import stays_inside
-from orchestrator.copy_paths import PathCopy
-from orchestrator.copy_sync import Bounds, CopySide, FileWork, dir_fds_work, sync
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.scratch_copy import ScratchCopy
+from sprawl_orch import copy_sync
+from sprawl_orch.copy_fileops import FdCopy
+from sprawl_orch.copy_links import stays_inside
+from sprawl_orch.copy_paths import PathCopy
+from sprawl_orch.copy_sync import Bounds, CopySide, FileWork, dir_fds_work, sync
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.scratch_copy import ScratchCopy
 
 Entry = tuple[object, ...]
 

@@ -1,5 +1,5 @@
 """Doctor's report from described machines: one row per arm, what auto picks and why, the
-shell, pwsh and the cgroup line (SPEC §13)."""
+shell, pwsh and the cgroup line (design §13)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from orchestrator.arms import image_not_local
-from orchestrator.cgroups import NOT_DELEGATED_PHRASE, Delegation, PlatformShares
-from orchestrator.cli import main
-from orchestrator.config import parse_config
-from orchestrator.doctor import DoctorReport, doctor_report
-from orchestrator.offerings import EngineOffer, Offerings
-from orchestrator.shell import Absent, Found, Missing
+from sprawl_orch.arms import image_not_local
+from sprawl_orch.cgroups import NOT_DELEGATED_PHRASE, Delegation, PlatformShares
+from sprawl_orch.cli import main
+from sprawl_orch.config import parse_config
+from sprawl_orch.doctor import DoctorReport, doctor_report
+from sprawl_orch.offerings import EngineOffer, Offerings
+from sprawl_orch.shell import Absent, Found, Missing
 
 SCRATCH = Path("/tmp/sprawl-orch")
 DOCKER = EngineOffer("docker", admitted=True, detail="docker 20.10 (cgroup v1); runs under runc",
@@ -151,7 +150,7 @@ def test_no_scratch_makes_every_sandbox_arm_unavailable() -> None:
 
 
 def test_cli_json_is_the_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import orchestrator.container.offer as offer
+    import sprawl_orch.container.offer as offer
 
     monkeypatch.setattr(offer, "offer_engines", lambda config, every=False: (PODMAN_REFUSED,))
     config = tmp_path / "sprawl.toml"
@@ -166,7 +165,7 @@ def test_cli_json_is_the_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 
 
 def test_cli_table_names_every_arm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import orchestrator.container.offer as offer
+    import sprawl_orch.container.offer as offer
 
     monkeypatch.setattr(offer, "offer_engines", lambda config, every=False: (PODMAN_REFUSED,))
     config = tmp_path / "sprawl.toml"

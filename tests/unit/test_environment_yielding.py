@@ -1,4 +1,4 @@
-"""The child's environment (SPEC §8) and yielding (SPEC §7)."""
+"""The child's environment (design §8) and yielding (design §7)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-
-from orchestrator.environment import FLOOR, child_env, env_names
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.yielding import Yielders, find_program, yield_prefix
+from sprawl_orch.environment import FLOOR, child_env, env_names
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.yielding import Yielders, find_program, yield_prefix
 
 
 def test_floor_and_passthrough_only() -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from orchestrator.cli import main
+from sprawl_orch.cli import main
 
 
 @pytest.fixture

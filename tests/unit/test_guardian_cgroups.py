@@ -9,13 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import sprawl_orch.guardian.cgroup_reap
+from sprawl_orch.cgroups import Cgroups, Refused, Shares, delegation
+from sprawl_orch.guardian.cgroup_reap import is_ours, remove_cgroups
+from sprawl_orch.guardian.protocol import Cgroup
+from sprawl_orch.guardian.reaper import Reaper
+from sprawl_orch.guardian.watchlist import Watchlist
 
-import guardian.cgroup_reap
-from guardian.cgroup_reap import is_ours, remove_cgroups
-from guardian.protocol import Cgroup
-from guardian.reaper import Reaper
-from guardian.watchlist import Watchlist
-from orchestrator.cgroups import Cgroups, Refused, Shares, delegation
 from tests.unit.test_cgroups import V1_SELF, fake_rmdir, v1_tree
 
 MIB = 2**20
@@ -123,7 +123,7 @@ def test_only_run_and_session_directories_are_touched(tmp_path: Path) -> None:
 def test_a_cgroup_that_will_not_go_is_reported_left_within_the_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(guardian.cgroup_reap, "EMPTY_SECONDS", 0.2)
+    monkeypatch.setattr(sprawl_orch.guardian.cgroup_reap, "EMPTY_SECONDS", 0.2)
     run = cgroup_dir(tmp_path / "run-stuck")
 
     def busy(path: Path) -> None:

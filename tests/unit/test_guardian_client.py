@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from guardian.protocol import parse_message
-from orchestrator import guardian_client
-from orchestrator.guardian_client import Guardian
+from sprawl_orch import guardian_client
+from sprawl_orch.guardian.protocol import parse_message
+from sprawl_orch.guardian_client import Guardian
 
 # Copies its stdin to a file until EOF, then says so: a guardian minus the cleaning.
 RECORDER = "import sys; data = sys.stdin.buffer.read(); open(sys.argv[1], 'wb').write(data)"

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from guardian.protocol import (
+from sprawl_orch.guardian.protocol import (
     Cgroup,
     CgroupGone,
     Created,
@@ -23,7 +22,7 @@ from guardian.protocol import (
     format_message,
     parse_message,
 )
-from guardian.watchlist import Watchlist
+from sprawl_orch.guardian.watchlist import Watchlist
 
 texts = st.text(min_size=1)
 paths = st.lists(st.text(min_size=1).filter(lambda t: "/" not in t), min_size=1, max_size=4).map(
@@ -153,7 +152,7 @@ def test_a_second_expect_does_not_forget_the_id() -> None:
 
 
 def test_hello_round_trips_and_refuses_what_it_cannot_carry() -> None:
-    from guardian.protocol import Hello, format_hello, parse_hello
+    from sprawl_orch.guardian.protocol import Hello, format_hello, parse_hello
 
     for hello in (Hello("s 1%", ("docker", "podman"), 0.5), Hello("s", (), None)):
         line = format_hello(hello)

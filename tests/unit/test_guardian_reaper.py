@@ -9,10 +9,10 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
-from guardian.engines import EngineError, Found
-from guardian.protocol import Created, Expect, Scratch
-from guardian.reaper import Reaper, creators, delete_scratch
-from guardian.watchlist import Watchlist
+from sprawl_orch.guardian.engines import EngineError, Found
+from sprawl_orch.guardian.protocol import Created, Expect, Scratch
+from sprawl_orch.guardian.reaper import Reaper, creators, delete_scratch
+from sprawl_orch.guardian.watchlist import Watchlist
 
 
 class FakeEngine:

@@ -11,12 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-
-from images.dockerfile import DockerfileError, external_bases, logical_lines
-from images.engines import Engine
-from images.pin import pin, render
-from orchestrator.config import load_config
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.config import load_config
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.images.dockerfile import DockerfileError, external_bases, logical_lines
+from sprawl_orch.images.engines import Engine
+from sprawl_orch.images.pin import pin, render
 
 D1 = "sha256:" + "d1" * 32
 D2 = "sha256:" + "d2" * 32

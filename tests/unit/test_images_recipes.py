@@ -8,12 +8,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
-from images.buildlog import failure
-from images.engines import Engine, LocalImage
-from images.pin import pin
-from images.recipe import DebianRootfs, load_recipe, read_recipe
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.images.buildlog import failure
+from sprawl_orch.images.engines import Engine, LocalImage
+from sprawl_orch.images.pin import pin
+from sprawl_orch.images.recipe import DebianRootfs, load_recipe, read_recipe
 
 GOOD = """\
 [recipe]

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-
-from images.build import busybox_tar
-from images.engines import Engine, LocalImage, fixed_id
-from images.recipe import BusyboxRootfs, DebianRootfs, load_recipe
-from images.rootfs import _needs_loader, applets, make_busybox, remove_tree, tar_tree
-from images.verify import verify
-from orchestrator.config import parse_config
-from orchestrator.errors import ErrorCode, SprawlError
+from sprawl_orch.config import parse_config
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.images.build import busybox_tar
+from sprawl_orch.images.engines import Engine, LocalImage, fixed_id
+from sprawl_orch.images.recipe import BusyboxRootfs, DebianRootfs, load_recipe
+from sprawl_orch.images.rootfs import _needs_loader, applets, make_busybox, remove_tree, tar_tree
+from sprawl_orch.images.verify import verify
 
 D1 = "sha256:" + "d1" * 32
 P1 = "sha256:" + "a1" * 32

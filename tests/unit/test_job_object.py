@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import pytest
-
-from native_fallbacks import win32_api as api
-from native_fallbacks.job_object import (
+from sprawl_orch.arms import ASSURANCES, ArmName
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.native_fallbacks import win32_api as api
+from sprawl_orch.native_fallbacks.job_object import (
     CREATE_SUSPENDED,
     CREATION_FLAGS,
     EXTENDED_STARTUPINFO_PRESENT,
@@ -31,8 +32,6 @@ from native_fallbacks.job_object import (
     profile_name,
     run_plan,
 )
-from orchestrator.arms import ASSURANCES, ArmName
-from orchestrator.config import ContainerConfig
 
 MiB = 1024 * 1024
 

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.ledger import Ledger
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.ledger import Ledger
 
 WRITERS = 6
 LINES_PER_WRITER = 600

@@ -8,13 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from native_fallbacks import bwrap
-from orchestrator.arms import ArmName
-from orchestrator.choice import choose
-from orchestrator.config import parse_config
-from orchestrator.container import offer
-from orchestrator.offerings import EngineOffer, Offerings
+from sprawl_orch.arms import ArmName
+from sprawl_orch.choice import choose
+from sprawl_orch.config import parse_config
+from sprawl_orch.container import offer
+from sprawl_orch.native_fallbacks import bwrap
+from sprawl_orch.offerings import EngineOffer, Offerings
 
 
 @pytest.fixture

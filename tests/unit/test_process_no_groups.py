@@ -12,9 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from orchestrator import process
-from orchestrator.process import HostProcess
+from sprawl_orch import process
+from sprawl_orch.process import HostProcess
 
 _CHILD = (
     "import subprocess, sys, time;"

@@ -1,11 +1,11 @@
-"""Result shapes and the output cap (SPEC §10)."""
+"""Result shapes and the output cap (design §10)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.results import OUTPUT_CAP, ExecResult, exceptional, read_capped
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.results import OUTPUT_CAP, ExecResult, exceptional, read_capped
 
 
 def test_short_output_is_whole(tmp_path: Path) -> None:

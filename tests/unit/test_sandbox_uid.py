@@ -8,8 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from native_fallbacks.sandbox_uid import (
+from sprawl_orch.errors import SprawlError
+from sprawl_orch.native_fallbacks.sandbox_uid import (
     ACL_MASK,
     ACL_USER,
     RANGE_START,
@@ -18,7 +18,6 @@ from native_fallbacks.sandbox_uid import (
     grant_search,
     with_search,
 )
-from orchestrator.errors import SprawlError
 
 
 def test_the_uid_skips_accounts_groups_and_subordinate_ranges() -> None:

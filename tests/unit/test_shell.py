@@ -1,13 +1,12 @@
-"""Shell resolution with fake `which` and version runners (SPEC §9, seed D30)."""
+"""Shell resolution with fake `which` and version runners (design §9, seed D30)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
-
-from orchestrator.errors import ErrorCode, SprawlError
-from orchestrator.shell import (
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.shell import (
     Absent,
     Found,
     Missing,

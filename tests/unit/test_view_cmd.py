@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from orchestrator.cli import main
-from orchestrator.ledger import Ledger
+from sprawl_orch.cli import main
+from sprawl_orch.ledger import Ledger
 
 FFFD = "\ufffd"
 

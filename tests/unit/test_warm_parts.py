@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from orchestrator.config import parse_config, with_warm
-from orchestrator.container.verify import as_command_user
-from orchestrator.container.warm_program import cannot_run, inside
-from orchestrator.errors import SprawlError
+from sprawl_orch.config import parse_config, with_warm
+from sprawl_orch.container.verify import as_command_user
+from sprawl_orch.container.warm_program import cannot_run, inside
+from sprawl_orch.errors import SprawlError
 
 
 @pytest.fixture
