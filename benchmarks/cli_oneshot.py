@@ -102,6 +102,7 @@ def row(name: str, ours: Callable[[], float], raw: Callable[[], float], reps: in
 def library_row(images: dict[str, str], work: Path, reps: int,
                 table: list[tuple[str, float, float]]) -> None:
     import docker
+
     from sprawl_orch.config import load_config
     from sprawl_orch.exec_tool import ExecTool
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
 from sprawl_orch.copy_sync import delete_path
 from sprawl_orch.guardian.cgroup_reap import remove_cgroups
 from sprawl_orch.guardian.engines import Engine, EngineError, Found

@@ -20,6 +20,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 from sprawl_orch.cli.common import config_options, find_config, refuse
 from sprawl_orch.config import CONFIG_NAME
 from sprawl_orch.errors import SprawlError

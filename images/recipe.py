@@ -22,6 +22,7 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
+
 from sprawl_orch.errors import ErrorCode, SprawlError
 
 RECIPES_DIR = Path(__file__).with_name("recipes")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
+
 from sprawl_orch.apply_check import Verdict, check_all
 from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
 from sprawl_orch.change_store import Kept, finish_if_done, load, record_applied

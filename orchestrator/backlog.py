@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
 from sprawl_orch.affinity import (
     Absent,
     CreationRefused,

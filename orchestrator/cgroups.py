@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
 from sprawl_orch.cgroup_run import RunGroup
 from sprawl_orch.launch import NullWatcher, Watcher
 

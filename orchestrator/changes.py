@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
+
 from sprawl_orch.change_record import Kind, Stamp, SyncRecord, kind_of, norm_mode, sha256_of
 from sprawl_orch.copy_fileops import CHUNK
 

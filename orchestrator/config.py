@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.credentials import credential_pattern, why
 from sprawl_orch.errors import ErrorCode, SprawlError

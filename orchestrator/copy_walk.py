@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 import pydantic
+
 from sprawl_orch import copy_stamps, fs_clock
 from sprawl_orch.copy_bounds import RECOVERY, Bounds, Excludes, bound_key, human, largest_entries
 from sprawl_orch.copy_fileops import BudgetExceeded, FdCopy, Kind, SourceUnreadable

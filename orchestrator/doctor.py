@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+
 from sprawl_orch.arms import (
     ASSURANCES,
     ArmName,

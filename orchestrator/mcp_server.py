@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
+
 from sprawl_orch.apply import ApplyResult
 from sprawl_orch.config import ArmSpelling
 from sprawl_orch.doctor import DoctorReport

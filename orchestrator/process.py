@@ -29,6 +29,7 @@ from functools import cache
 from pathlib import Path
 
 import psutil
+
 from sprawl_orch.launch import Finished, Join, NullWatcher, Watcher
 
 # How long a SIGKILLed process may take to be gone (delivery is asynchronous).

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
 from sprawl_orch.changes import Changes
 from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.errors import ErrorCode, SprawlError

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
 from sprawl_orch.apply import ApplyResult, apply
 from sprawl_orch.backlog import Backlog, RunProcesses
 from sprawl_orch.cgroups import UNSET, Delegation, Shares

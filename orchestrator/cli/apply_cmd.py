@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import click
+
 from sprawl_orch.cli.common import refuse
 from sprawl_orch.config import load_config
 from sprawl_orch.errors import SprawlError

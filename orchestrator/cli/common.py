@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+
 from sprawl_orch.config import Config, load_config
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.results import Refusal

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import click
+
 from sprawl_orch.cli.common import config_options, find_config, refuse
 from sprawl_orch.copy_bounds import human
 from sprawl_orch.copy_store import CopyInfo, CopyStore

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import click
+
 from sprawl_orch.cli.common import config_options, find_config, refuse
 from sprawl_orch.errors import SprawlError
 
@@ -22,6 +23,7 @@ def _render(report: object) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
     from sprawl_orch.doctor import DoctorReport
 
     assert isinstance(report, DoctorReport)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import click
+
 from sprawl_orch.changes import Changes
 from sprawl_orch.cli.common import (
     EXIT_REFUSED,

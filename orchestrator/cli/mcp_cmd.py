@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
+
 from sprawl_orch.cli.common import config_options, find_config, refuse
 from sprawl_orch.config import with_warm
 from sprawl_orch.errors import SprawlError

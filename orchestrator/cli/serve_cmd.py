@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 import click
+
 from sprawl_orch.cli.common import config_options, find_config, refuse
 from sprawl_orch.config import with_warm
 from sprawl_orch.errors import SprawlError

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import click
+
 from sprawl_orch.cli.common import config_options, find_config, refuse
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.ledger import Ledger

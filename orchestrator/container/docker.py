@@ -281,6 +281,7 @@ class DockerEngine:
         """The daemon's ID and every fact admission reads, and which CLI creates: two API
         calls on the connection the command uses next (~10 ms; see container/evidence.py)."""
         import docker.errors
+
         from sprawl_orch.container.evidence import stamp
 
         api = self.api()

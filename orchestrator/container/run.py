@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
+
 from sprawl_orch.container.engine import Attached, Engine, not_found_in_image
 from sprawl_orch.container.pids_watch import PidsWatch
 from sprawl_orch.errors import SprawlError

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import psutil
+
 from sprawl_orch.container.engine import Engine
 from sprawl_orch.errors import SprawlError
 

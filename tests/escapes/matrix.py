@@ -18,7 +18,6 @@ from collections import Counter
 from pathlib import Path
 
 from sprawl_orch.assurances import Kept, phrase
-
 from tests.escapes.probe import Verdict
 from tests.escapes.runner import ArmRun
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sprawl_orch.assurances import Guarantee
-
 from tests.escapes.bait import Bait
 from tests.escapes.snippets import ALL as PY_SNIPPETS
 

@@ -11,7 +11,6 @@ the command chose).
 from __future__ import annotations
 
 from sprawl_orch.assurances import Guarantee
-
 from tests.escapes.bait import Bait
 from tests.escapes.probe import Judge, Probe, exists, file_has, fill
 

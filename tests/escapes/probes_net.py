@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 
 from sprawl_orch.assurances import Guarantee
-
 from tests.escapes.bait import host_addresses
 from tests.escapes.probe import Probe, listener
 

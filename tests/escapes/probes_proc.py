@@ -16,7 +16,6 @@ import signal
 import time
 
 from sprawl_orch.assurances import Guarantee
-
 from tests.escapes.bait import Bait
 from tests.escapes.probe import Judge, Probe, died, exists, file_has, secret_in_output
 

@@ -21,7 +21,6 @@ from sprawl_orch.assurances import Assurances, statement
 from sprawl_orch.config import parse_config
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.results import ExecResult
-
 from tests.escapes.bait import ESC_FDS, Bait
 from tests.escapes.probe import Probe, Step, script
 from tests.escapes.probes_fs import edit_source

@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sprawl_orch.arms import ArmName
 
+from sprawl_orch.arms import ArmName
 from tests.escapes import matrix
 from tests.escapes.bait import Bait
 from tests.escapes.probe import Probe, Verdict, judge

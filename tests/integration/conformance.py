@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
 from sprawl_orch.assurances import Assurances, Guarantee, Kept
 from sprawl_orch.native_fallbacks.sandbox_uid import RANGE_SIZE, RANGE_START
-
 from tests.integration.conformance_dialects import (
     REFUSED_EXIT,
     Dialect,

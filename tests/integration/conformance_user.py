@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-from sprawl_orch.assurances import Guarantee, Kept
 
+from sprawl_orch.assurances import Guarantee, Kept
 from tests.integration.conformance import (
     Observed,
     ProbeBroken,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
 from sprawl_orch.cgroups import Delegation, PlatformShares, delegation
 
 PRIVATE_DOCKER_SOCK = Path("/run/sprawl-orch/docker.sock")

@@ -18,7 +18,6 @@ from pathlib import Path
 
 def main() -> None:
     from sprawl_orch.container.admission import clear_cache
-
     from tests.integration.container_support import make_engine
     from tests.integration.test_conformance_userns import conformance
 

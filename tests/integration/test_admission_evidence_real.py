@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.container import admission as admission_module
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.evidence import Evidence
-
 from tests.integration.container_support import config_for, make_engine
 
 

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from sprawl_orch.native_fallbacks.sandbox_uid import grant_search
 
+from sprawl_orch.native_fallbacks.sandbox_uid import grant_search
 from tests.integration.conformance import absent
 
 ACCOUNT = "sprawl-bwrap-caller"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from sprawl_orch.backlog import Backlog
 from sprawl_orch.cgroups import Delegation, Shares, delegation
 from sprawl_orch.config import parse_config

@@ -17,12 +17,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.arms import container_assurances
 from sprawl_orch.assurances import Guarantee
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.launch import Launch
-
 from tests.integration.conformance import (
     MiB,
     Observed,

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sprawl_orch.arms import container_assurances
 from sprawl_orch.assurances import Guarantee, Kept
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.docker import DockerEngine
 from sprawl_orch.container.engine import Attached, Engine
-
 from tests.integration.conformance import (
     MiB,
     Observed,

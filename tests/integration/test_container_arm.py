@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sprawl_orch.config import parse_config
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.argv import HostLimits
@@ -25,7 +26,6 @@ from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.docker import DockerEngine
 from sprawl_orch.container.podman import PodmanEngine
 from sprawl_orch.errors import ErrorCode, SprawlError
-
 from tests.integration.container_support import (
     Case,
     config_for,

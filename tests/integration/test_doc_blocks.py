@@ -27,6 +27,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,6 +31,7 @@ from guardian_support import (
     spec,
     wait_for,
 )
+
 from sprawl_orch.guardian.reaper import group_members
 from sprawl_orch.guardian_client import PAUSE_AFTER_CREATE, Guardian
 

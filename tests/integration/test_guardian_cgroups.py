@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 from guardian_support import Orchestrator, guardian_done, spec, wait_for
+
 from sprawl_orch.cgroups import Delegation
 
 GRACE = 3.0  # the guardian's default

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
-from sprawl_orch.guardian_client import Guardian
 
+from sprawl_orch.guardian_client import Guardian
 from tests.integration.guardian_support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

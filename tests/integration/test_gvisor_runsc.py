@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.container.gvisor import ensure_wrapper, runsc_path
+from sprawl_orch.container.gvisor import ensure_wrapper, runsc_path
 from tests.integration.conftest import missing
 
 LABEL = f"sprawl-gvisor-test={secrets.token_hex(4)}"

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from conftest import engine_absent, engine_problem
+
 from sprawl_orch.cli import main
 from sprawl_orch.config import load_config
 from sprawl_orch.images import build_busybox

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 from conftest import engine_absent, engine_problem
-from sprawl_orch.images.engines import ENGINES
 from test_images import RUN, Made, cli, inspect
+
+from sprawl_orch.images.engines import ENGINES
 
 pytestmark = pytest.mark.slow
 

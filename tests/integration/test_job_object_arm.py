@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.assurances import Guarantee, Kept
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.environment import child_env
-
 from tests.integration.conformance import (
     MiB,
     absent,

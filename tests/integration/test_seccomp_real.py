@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
+
 from sprawl_orch.native_fallbacks.bwrap import bwrap_argv
 from sprawl_orch.native_fallbacks.bwrap_view import system_view
 from sprawl_orch.native_fallbacks.seccomp_filter import program, program_fd
-
 from tests.integration.conformance import absent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="seccomp is Linux's")

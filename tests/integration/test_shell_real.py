@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from sprawl_orch.cli import main
 from sprawl_orch.config import parse_config
 from sprawl_orch.errors import ErrorCode, SprawlError
@@ -27,7 +28,6 @@ from sprawl_orch.ledger import Ledger
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.outcome import FailureClass, ShellTally
 from sprawl_orch.shell import Found, Missing, pwsh_major, require_shell, resolve_shell, shell_argv
-
 from tests.integration.conftest import missing
 
 CNF = FailureClass.COMMAND_NOT_FOUND

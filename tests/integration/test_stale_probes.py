@@ -7,9 +7,9 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label
-
 from tests.integration.container_support import config_for, make_engine
 
 

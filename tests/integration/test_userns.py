@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sprawl_orch.assurances import Assurances, Guarantee
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.engine import Engine
 from sprawl_orch.container.userns import PODMAN_AUTO, host_owner, principal_problem, subordinate
 from sprawl_orch.errors import ErrorCode, SprawlError
-
 from tests.integration.conftest import missing
 from tests.integration.container_support import Case, config_for, make_engine, run
 

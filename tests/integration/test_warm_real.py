@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from sprawl_orch.config import Config, parse_config
 from sprawl_orch.exec_tool import ExecTool
 

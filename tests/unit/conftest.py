@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.config import Config, parse_config
 from sprawl_orch.offerings import Offerings
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.config import ContainerConfig, EngineImages
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.argv import HostLimits
@@ -17,7 +18,6 @@ from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Launch
-
 from tests.unit.container_fake import FakeEngine
 
 IMAGE = "sha256:" + "ab" * 32

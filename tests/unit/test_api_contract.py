@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.config import Config
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.offerings import Offerings
-
 from tests.unit.conftest import make_config
 
 

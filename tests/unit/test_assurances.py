@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+
 from sprawl_orch.arms import ASSURANCES, ArmName, container_assurances
 from sprawl_orch.assurances import PHRASES, Assurances, Guarantee, Kept, statement
 

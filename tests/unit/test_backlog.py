@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from sprawl_orch.arms import ArmName
 from sprawl_orch.backlog import Backlog, Pending
 from sprawl_orch.ceiling import Unapplied, Why
@@ -21,7 +22,6 @@ from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.launch import Finished, Launch
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.results import Confinement, ExecResult
-
 from tests.unit.conftest import make_config
 from tests.unit.test_cgroups import V2_SELF, fake_rmdir, v2_tree
 

@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.arms import ArmName
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.exec_tool import ExecTool
@@ -22,7 +23,6 @@ from sprawl_orch.native_fallbacks.bwrap import (
 from sprawl_orch.native_fallbacks.bwrap_view import View
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.yielding import Yielders
-
 from tests.unit.conftest import make_config
 
 COPY = "/root/.local/state/sprawl-orch/copies/abc"

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.cgroups import (
     NOT_DELEGATED_PHRASE,
     Cgroups,

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch import fs_clock
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.offerings import Offerings
-
 from tests.unit.conftest import make_config
 
 

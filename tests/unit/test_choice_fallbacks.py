@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.arm_factory import build_arm
 from sprawl_orch.arms import ArmName
 from sprawl_orch.choice import choose
@@ -13,7 +14,6 @@ from sprawl_orch.config import Config
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.offerings import EngineOffer, Offerings
-
 from tests.unit.conftest import make_config
 
 SCRATCH = Path("/nonexistent-scratch")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.results import ExecResult
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]

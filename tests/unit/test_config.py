@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.config import Config, load_config, parse_config
 from sprawl_orch.credentials import credential_shaped
 from sprawl_orch.errors import ErrorCode, SprawlError

@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.config import ContainerConfig, EngineImages
 from sprawl_orch.container import docker as docker_backend
 from sprawl_orch.container import podman as podman_backend
 from sprawl_orch.container.admission import admit, clear_cache, explain
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.errors import ErrorCode, SprawlError
-
 from tests.unit.container_fake import FIXTURES, FakeEngine, facts, fixture_json
 
 IMAGE = "sha256:" + "cd" * 32

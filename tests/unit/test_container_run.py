@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.arms import container_assurances
 from sprawl_orch.config import ContainerConfig, EngineImages
 from sprawl_orch.container.admission import clear_cache
@@ -17,7 +18,6 @@ from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.container.run import never_ran_code
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Launch
-
 from tests.unit.container_fake import FakeEngine, facts
 
 IMAGE = "sha256:" + "ef" * 32

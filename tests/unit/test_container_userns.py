@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits, create_argv
 from sprawl_orch.container.userns import (
@@ -161,7 +162,6 @@ def test_a_kept_admission_keeps_its_user_namespace(tmp_path: Path) -> None:
     from sprawl_orch.config import EngineImages
     from sprawl_orch.container.admission import admit, clear_cache
     from sprawl_orch.container.evidence import Evidence
-
     from tests.unit.container_fake import FakeEngine, facts
 
     rootless_map = ((0, 1500, 1), (1, 1_400_000_000, 65536))
@@ -195,7 +195,6 @@ def test_rootless_without_controllers_runs_unlimited_and_says_so(tmp_path: Path)
     from sprawl_orch.config import EngineImages
     from sprawl_orch.container.admission import admit, clear_cache
     from sprawl_orch.container.arm import ContainerArm
-
     from tests.unit.container_fake import FakeEngine, facts
 
     rootless_map = ((0, 1500, 1), (1, 1_400_000_000, 65536))

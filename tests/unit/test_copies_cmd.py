@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from sprawl_orch.cli import main
 from sprawl_orch.copy_bounds import Bounds, Excludes
 from sprawl_orch.copy_store import CopyStore, copy_key

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from sprawl_orch import copy_sync
 from sprawl_orch.copy_fileops import FdCopy
 from sprawl_orch.copy_paths import PathCopy
 from sprawl_orch.copy_sync import CopySide, FileWork, dir_fds_work, sync
-
 from tests.unit.test_copy_sync import snapshot, view
 
 names = st.sampled_from(["a", "b", "c"])

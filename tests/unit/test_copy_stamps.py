@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from sprawl_orch import copy_fileops, copy_stamps, fs_clock
 from sprawl_orch.copy_sync import Bounds, FileWork, sync
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.copy_bounds import Bounds, Excludes
 from sprawl_orch.copy_store import CopyStore, copy_key
 

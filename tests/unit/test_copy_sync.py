@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from sprawl_orch import copy_sync
 from sprawl_orch.copy_fileops import FdCopy
 from sprawl_orch.copy_links import stays_inside

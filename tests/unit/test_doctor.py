@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from sprawl_orch.arms import image_not_local
 from sprawl_orch.cgroups import NOT_DELEGATED_PHRASE, Delegation, PlatformShares
 from sprawl_orch.cli import main

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.environment import FLOOR, child_env, env_names
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.yielding import Yielders, find_program, yield_prefix

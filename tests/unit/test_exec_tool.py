@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import psutil
+
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.offerings import Offerings
-
 from tests.unit.conftest import make_config
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch import guardian_client
 from sprawl_orch.guardian.protocol import parse_message
 from sprawl_orch.guardian_client import Guardian

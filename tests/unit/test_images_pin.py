@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.config import load_config
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases, logical_lines

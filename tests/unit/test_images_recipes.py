@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.images.buildlog import failure
 from sprawl_orch.images.engines import Engine, LocalImage

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+
 from sprawl_orch.config import parse_config
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.images.build import busybox_tar

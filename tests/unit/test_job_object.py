@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from sprawl_orch.arms import ASSURANCES, ArmName
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.native_fallbacks import win32_api as api

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.ledger import Ledger
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import anyio
 from mcp import Client
+
 from sprawl_orch import mcp_server
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.serve import Server
-
 from tests.unit.conftest import make_config
 
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.arms import ArmName
 from sprawl_orch.choice import choose
 from sprawl_orch.config import parse_config

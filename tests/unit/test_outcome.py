@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from sprawl_orch.outcome import SH_FAMILY, FailureClass, ShellTally
 
 CNF = FailureClass.COMMAND_NOT_FOUND

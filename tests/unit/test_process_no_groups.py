@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from sprawl_orch import process
 from sprawl_orch.process import HostProcess
 

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.native_fallbacks.sandbox_uid import (
     ACL_MASK,

@@ -13,7 +13,6 @@ from sprawl_orch.backlog import Backlog
 from sprawl_orch.cgroups import Shares, delegation
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.serve import ErrorResponse, ExecRequest, Server, parse, schema
-
 from tests.unit.conftest import make_config
 
 
@@ -175,6 +174,7 @@ def test_ceiling_unapplied_through_serve(tmp_path: Path, tree: Path, offerings: 
 
 def test_cli_prints_the_schema_and_checks_its_options() -> None:
     from click.testing import CliRunner
+
     from sprawl_orch.cli import main
 
     printed = CliRunner().invoke(main, ["serve", "--schema"])

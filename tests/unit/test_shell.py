@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.shell import (
     Absent,

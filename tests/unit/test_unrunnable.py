@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.unrunnable import (
     after_start_refusal,
@@ -154,7 +155,6 @@ def test_any_errno_runc_names_for_the_program_is_a_refusal() -> None:
 def test_paths_are_accepted_as_arguments(tmp_path: Path) -> None:
     from sprawl_orch.exec_tool import ExecTool
     from sprawl_orch.offerings import Offerings
-
     from tests.unit.conftest import make_config
 
     (tmp_path / "tree").mkdir()

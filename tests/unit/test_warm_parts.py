@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sprawl_orch.config import parse_config, with_warm
 from sprawl_orch.container.verify import as_command_user
 from sprawl_orch.container.warm_program import cannot_run, inside
