@@ -82,12 +82,33 @@ def rootless_image() -> Iterator[str]:
     as_account("podman", "rmi", image)
 
 
+def import_view(tree: Path, where: Path) -> Path:
+    """`sprawl_orch` as installed (pyproject's package-dir: orchestrator/ is sprawl_orch, the
+    other folders its subpackages), made of links into `tree`: the account's interpreter has
+    none of root's venv, so it imports the checkout through this view."""
+    view = where / "import-view"
+    (view / "sprawl_orch").mkdir(parents=True)
+    for entry in (tree / "orchestrator").iterdir():
+        (view / "sprawl_orch" / entry.name).symlink_to(entry)
+    for part in ("guardian", "native_fallbacks", "images"):
+        (view / "sprawl_orch" / part).symlink_to(tree / part)
+    for path in (where, view, view / "sprawl_orch"):
+        path.chmod(0o755)
+    return view
+
+
 def test_rootless_podman_conformance(rootless_image: str, tmp_path: Path) -> None:
     tree = readable_tree(tmp_path)
     site = tree / "site" if tree != ROOT else Path(
         next(p for p in sys.path if p.endswith("site-packages")))
-    done = as_account(PYTHON, "-m", "tests.integration.rootless_driver", rootless_image,
-                      env={"PYTHONPATH": f"{tree}:{site}"})
+    # In /tmp itself: pytest's own temp root is private to root (0700).
+    where = Path(tempfile.mkdtemp(prefix="sprawl-rootless-view-", dir="/tmp"))
+    try:
+        view = import_view(tree, where)
+        done = as_account(PYTHON, "-m", "tests.integration.rootless_driver", rootless_image,
+                          env={"PYTHONPATH": f"{tree}:{view}:{site}"})
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
     result_lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     assert done.returncode == 0 and result_lines, (
         f"the driver failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
