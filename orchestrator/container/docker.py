@@ -137,20 +137,7 @@ class DockerAttached:
             self._close_stream()
 
     def _close_stream(self) -> None:
-        """Close the attach socket for real. It was hijacked from the pool, and the SDK's
-        CancellableStream.close() skips it once the stream hit EOF (`raw.closed` is then
-        true) — every command leaked one socket until this (docker/docker-py#2766)."""
-        response = getattr(self._stream, "_response", None)
-        fp = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
-        sock = getattr(getattr(fp, "raw", None), "_sock", None)
-        with contextlib.suppress(Exception):
-            self._stream.close()
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        if response is not None:
-            response.close()
+        close_hijacked(self._stream)
 
     def _pump(self) -> None:
         try:
@@ -360,3 +347,20 @@ class DockerEngine:
             if client is not None:
                 client.close()
         self._api = self._streams = None
+
+
+def close_hijacked(stream: Any) -> None:
+    """Close an attach or exec stream's socket for real. It was hijacked from the pool, and the
+    SDK's CancellableStream.close() skips it once the stream hit EOF (`raw.closed` is then
+    true) — every command leaked one socket until this (docker/docker-py#2766)."""
+    response = getattr(stream, "_response", None)
+    fp = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    sock = getattr(getattr(fp, "raw", None), "_sock", None)
+    with contextlib.suppress(Exception):
+        stream.close()
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+    if response is not None:
+        response.close()

@@ -9,14 +9,13 @@ or stderr. warm.py decides the command's end from the container's processes, not
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol
 
-from sprawl_orch.container.docker import DockerEngine
+from sprawl_orch.container.docker import DockerEngine, close_hijacked
 from sprawl_orch.container.engine import Engine
 from sprawl_orch.container.podman import PodmanEngine
 
@@ -78,16 +77,7 @@ class DockerEntered:
 
     def close(self) -> None:
         self._reader.join(5.0)
-        # the hijacked socket is not closed by the SDK once the stream hit EOF
-        # (docker/docker-py#2766; the same fix as DockerAttached._close_stream)
-        response = getattr(self._stream, "_response", None)
-        fp = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
-        sock = getattr(getattr(fp, "raw", None), "_sock", None)
-        with contextlib.suppress(Exception):
-            self._stream.close()
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        close_hijacked(self._stream)
         self._out.close()
         self._err.close()
 
