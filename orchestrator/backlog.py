@@ -36,13 +36,14 @@ from sprawl_orch.affinity import (
 from sprawl_orch.arms import ArmName
 from sprawl_orch.ceiling import CeilingMark, NotAsked, Unapplied, Unread, Watching, Why, ceiling_at
 from sprawl_orch.cgroup_run import Joining, RunGroup
-from sprawl_orch.cgroups import UNSET, Cgroups, Delegation, PlatformShares, Refused, Shares
+from sprawl_orch.cgroups import Cgroups, Delegation, PlatformShares, Refused
 from sprawl_orch.changes import Changes
 from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.environment import env_names
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Launch, Running, Watcher
 from sprawl_orch.results import Confinement, ExecResult, exceptional, read_capped
+from sprawl_orch.shares import UNSET, Shares
 
 
 class RunProcesses(BaseModel):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from sprawl_orch.cgroups import Shares
+    from sprawl_orch.shares import Shares
 
 EMPTY_TIMEOUT_S = 5.0
 

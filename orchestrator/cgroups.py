@@ -42,10 +42,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
-
 from sprawl_orch.cgroup_run import RunGroup
 from sprawl_orch.launch import NullWatcher, Watcher
+from sprawl_orch.shares import Shares
 
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 RUN_CPU_WEIGHT = 100  # v2 cpu.weight: the same for every run
@@ -53,29 +52,6 @@ RUN_CPU_SHARES = 1024  # v1 cpu.shares: the same for every run
 NOT_DELEGATED_PHRASE = (
     "runs' commands compete thread by thread and run below the core: the cgroup is not delegated"
 )
-
-
-class Shares(BaseModel):
-    """What each run of a backlog asks for: `unset | cpu | cpu_and_memory(limit)`."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["unset", "cpu", "cpu_and_memory"] = "unset"
-    limit_bytes: int | None = None
-
-    @model_validator(mode="after")
-    def _limit_iff_memory(self) -> Shares:
-        if (self.kind == "cpu_and_memory") != (self.limit_bytes is not None):
-            raise ValueError("limit_bytes is given exactly when kind is cpu_and_memory")
-        if self.limit_bytes is not None and self.limit_bytes <= 0:
-            raise ValueError(f"limit_bytes must be positive, got {self.limit_bytes}")
-        return self
-
-    @classmethod
-    def cpu_and_memory(cls, limit: int) -> Shares:
-        return cls(kind="cpu_and_memory", limit_bytes=limit)
-
-
-UNSET = Shares()
 
 
 class PlatformShares(StrEnum):

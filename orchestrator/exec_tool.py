@@ -32,7 +32,6 @@ from sprawl_orch.arm_factory import build_arm, yielders_of
 from sprawl_orch.arms import ArmName
 from sprawl_orch.assurances import statement
 from sprawl_orch.backlog import Backlog, Pending, RunProcesses
-from sprawl_orch.cgroups import UNSET, Shares
 from sprawl_orch.change_store import keep as keep_changes
 from sprawl_orch.changes import Changes
 from sprawl_orch.changes import compute as compute_changes
@@ -51,6 +50,7 @@ from sprawl_orch.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.ledger import Ledger
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.results import Confinement, ExecResult, exceptional
+from sprawl_orch.shares import UNSET, Shares
 from sprawl_orch.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from sprawl_orch.shell import shell_argv as expand_shell
 from sprawl_orch.state import guardian_socket, ledger_path, state_dir

@@ -30,13 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from sprawl_orch.apply import ApplyResult, apply
 from sprawl_orch.backlog import Backlog, RunProcesses
-from sprawl_orch.cgroups import UNSET, Delegation, Shares
+from sprawl_orch.cgroups import Delegation
 from sprawl_orch.config import ArmSpelling, Config
 from sprawl_orch.doctor import DoctorReport, doctor_report
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.results import ExecResult, Refusal
+from sprawl_orch.shares import UNSET, Shares
 from sprawl_orch.state import state_dir
 
 RequestId = str | int

@@ -51,7 +51,8 @@ def serve_command(
 ) -> None:
     """Serve exec, harvest, halt, release, processes and doctor as JSON lines."""
     from sprawl_orch import serve
-    from sprawl_orch.cgroups import Shares, delegation
+    from sprawl_orch.cgroups import delegation
+    from sprawl_orch.shares import Shares
 
     if schema:
         click.echo(json.dumps(serve.schema(), indent=2))

@@ -18,10 +18,11 @@ import psutil
 import pytest
 
 from sprawl_orch.backlog import Backlog
-from sprawl_orch.cgroups import Delegation, Shares, delegation
+from sprawl_orch.cgroups import Delegation, delegation
 from sprawl_orch.config import parse_config
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.offerings import Offerings
+from sprawl_orch.shares import Shares
 
 MIB = 2**20
 LIMIT = 64 * MIB

@@ -16,12 +16,13 @@ import pytest
 from sprawl_orch.arms import ArmName
 from sprawl_orch.backlog import Backlog, Pending
 from sprawl_orch.ceiling import Unapplied, Why
-from sprawl_orch.cgroups import Cgroups, Shares, delegation
+from sprawl_orch.cgroups import Cgroups, delegation
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.launch import Finished, Launch
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.results import Confinement, ExecResult
+from sprawl_orch.shares import Shares
 from tests.unit.conftest import make_config
 from tests.unit.test_cgroups import V2_SELF, fake_rmdir, v2_tree
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 import sprawl_orch.guardian.cgroup_reap
-from sprawl_orch.cgroups import Cgroups, Refused, Shares, delegation
+from sprawl_orch.cgroups import Cgroups, Refused, delegation
 from sprawl_orch.guardian.cgroup_reap import is_ours, remove_cgroups
 from sprawl_orch.guardian.protocol import Cgroup
 from sprawl_orch.guardian.reaper import Reaper
 from sprawl_orch.guardian.watchlist import Watchlist
+from sprawl_orch.shares import Shares
 from tests.unit.test_cgroups import V1_SELF, fake_rmdir, v1_tree
 
 MIB = 2**20

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from sprawl_orch.backlog import Backlog
-from sprawl_orch.cgroups import Shares, delegation
+from sprawl_orch.cgroups import delegation
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.serve import ErrorResponse, ExecRequest, Server, parse, schema
+from sprawl_orch.shares import Shares
 from tests.unit.conftest import make_config
 
 
