@@ -30,11 +30,18 @@ from sprawl_orch.guardian.watchlist import Watchlist
 DEFAULT_GRACE = 3.0
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def log(event: str, **fields: object) -> None:
     line = json.dumps({"t": round(time.time(), 3), "event": event, **fields}, default=str)
+    # One line, one write: print() hands the text and its newline to the buffer separately,
+    # so two threads (the server's per-caller threads, the engine loader) could interleave
+    # into `{...}{...}\n\n`, and guardians sharing one O_APPEND log need whole-line writes.
     # Nobody may be reading our stderr any more: the work matters, not the log.
-    with contextlib.suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
+    with _LOG_LOCK, contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 class EngineLoader(threading.Thread):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -119,6 +120,12 @@ def test_a_dead_guardians_socket_is_replaced(tmp_path: Path) -> None:
     first.close(wait=10)
     old.send_signal(signal.SIGKILL)  # no chance to unlink its socket
     old.wait(10)
+    if not sock.exists():
+        # It left on its own first (its last caller closed): leave a dead socket behind
+        # the way a killed guardian does -- bound, then nobody listening.
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(str(sock))
+        stale.close()
     assert sock.exists()
     second = Guardian("d2", socket_path=sock, log=log)
     second.start()
