@@ -48,7 +48,7 @@ from sprawl_orch.images.build import build_busybox
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-c",
-       "import sys; from orchestrator.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
+       "import sys; from sprawl_orch.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
 COMMANDS = [["true"], ["sh", "-c", "echo x > out.txt"], ["sleep", "30"]]
 MARK = "SPRAWL_CHAOS_MARK"
 SETTLE_SECONDS = 120.0

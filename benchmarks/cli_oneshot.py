@@ -37,7 +37,7 @@ from sprawl_orch.images.build import build_busybox
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-c",
-       "import sys; from orchestrator.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
+       "import sys; from sprawl_orch.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
 RACY_SECONDS = 2.0
 TARGETS = {"docker": 1.3, "podman": 1.3, "linux_namespaces": 4.0, "copied_tree": 4.0,
            "docker (big tree)": 1.5}

@@ -43,7 +43,7 @@ from sprawl_orch.launch import Launch
 
 ROOT = Path(__file__).resolve().parent.parent
 # the `sprawl-orch` console script, without needing the package installed
-CLI = "import sys; from orchestrator.cli import main; sys.argv[0] = 'sprawl-orch'; main()"
+CLI = "import sys; from sprawl_orch.cli import main; sys.argv[0] = 'sprawl-orch'; main()"
 
 
 def ms(seconds: float) -> float:

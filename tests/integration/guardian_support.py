@@ -109,7 +109,7 @@ def guardian_running(session: str, log: Path | None = None) -> bool:
     (`--serve`) writing to `log`."""
     for proc in psutil.process_iter(["cmdline", "status"]):
         argv = proc.info["cmdline"] or []
-        if proc.info["status"] == psutil.STATUS_ZOMBIE or "guardian" not in argv:
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or "sprawl_orch.guardian" not in argv:
             continue
         if session in argv:
             return True

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+CLI = [sys.executable, "-c", "from sprawl_orch.cli import main; main()"]
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:

@@ -212,7 +212,7 @@ def test_the_cli_copies_a_containers_output_byte_for_byte(engine: str, tmp_path:
         f'[sandbox.container]\nengine = "{engine}"\n[sandbox.container.images]\n'
         f'{engine} = "{image}"\n[state]\ndir = "{tmp_path / "state"}"\n')
     (tmp_path / "scratch").mkdir()
-    cli = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+    cli = [sys.executable, "-c", "from sprawl_orch.cli import main; main()"]
     started = time.monotonic()
     done = subprocess.run([*cli, "exec", "-C", str(tree), "cat", "image.png"],
                           capture_output=True, timeout=180, check=False)

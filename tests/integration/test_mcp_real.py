@@ -55,7 +55,7 @@ async def session(tmp: Path, config: Path, *extra: str,
     env = {"PYTHONPATH": str(REPO), "DOCKER_HOST": os.environ.get("DOCKER_HOST", "")}
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-c", "from orchestrator.cli import main; main()", "mcp",
+        args=["-c", "from sprawl_orch.cli import main; main()", "mcp",
               "-C", str(tmp / "tree"), "--config", str(config), *extra],
         env=env, cwd=str(tmp))
     with (tmp / "server-stderr").open("w") as errlog:

@@ -248,7 +248,7 @@ def test_two_hundred_commands_leave_nothing_behind(load: tuple[list[str], Path])
     arms, tmp = load
     scratch = tmp / "scratch"
     delegated = delegation().shares is PlatformShares.CPU_AND_MEMORY
-    argv = [sys.executable, "-c", "from orchestrator.cli import main; main()", "serve",
+    argv = [sys.executable, "-c", "from sprawl_orch.cli import main; main()", "serve",
             "-C", str(tmp / "tree"), "--config", str(tmp / "sprawl.toml"),
             "--workers", str(PARALLEL)]
     if delegated:

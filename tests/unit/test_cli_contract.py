@@ -18,7 +18,7 @@ import pytest
 
 from sprawl_orch.results import ExecResult
 
-CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+CLI = [sys.executable, "-c", "from sprawl_orch.cli import main; main()"]
 
 
 @pytest.fixture

@@ -194,7 +194,7 @@ def test_subprocess_without_delegation_reports_unapplied(tmp_path: Path, tree: P
     config.write_text(f'[sandbox]\narm = "copied_tree"\nscratch_dir = "{tmp_path}"\n'
                       f'[state]\ndir = "{tmp_path / "state"}"\n')
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", "serve", "-C",
+        [sys.executable, "-c", "from sprawl_orch.cli import main; main()", "serve", "-C",
          str(tree), "--config", str(config), "--shares", "cpu_and_memory",
          "--run-memory-bytes", str(2**20), "--cgroup-root", str(tmp_path / "no-cgroupfs")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
