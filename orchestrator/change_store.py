@@ -110,7 +110,24 @@ def _usage(root: Path) -> list[tuple[float, str, int]]:
 
 def drop(root: Path, handle: str, why: str) -> None:
     (root / f"{handle}.gone").write_text(why + "\n")
-    shutil.rmtree(root / handle, ignore_errors=True)
+    # Renamed first, in one step: a drop killed halfway through rmtree() must not leave a
+    # half-deleted store that load() would still read; the next sweep finishes the removal.
+    doomed = root / f".drop-{handle}-{secrets.token_hex(4)}"
+    with suppress(FileNotFoundError):
+        os.rename(root / handle, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _sweep(root: Path) -> None:
+    """Remove what killed keeps and drops left: ``.drop-*`` at once (nobody reads them),
+    ``.<handle>.<hex>`` temp stores after an hour (a live keep may still be filling one)."""
+    stale = time.time() - 3600
+    for entry in os.scandir(root):
+        if not entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        with suppress(OSError):
+            if entry.name.startswith(".drop-") or entry.stat().st_mtime < stale:
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord,
@@ -160,6 +177,7 @@ def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord
             notes.append(f"not kept for apply: {stored} bytes of changed files exceed the "
                          f"changes budget of {budget} bytes ([state] changes_budget_bytes)")
             return Changes.of(entries, note="; ".join(notes), **fields)
+        _sweep(root)
         usage = _usage(root)
         total = sum(u[2] for u in usage)
         for _, old, size in usage:

@@ -154,3 +154,37 @@ def test_a_name_that_is_not_utf8_is_shown_escaped_and_applied_exactly(
         dry.model_dump_json()  # serve and MCP send it: it must encode
         tool.apply(result.changes.handle)
     assert (tree / os.fsdecode(b"bad\xff")).read_text() == "x"
+
+
+def test_an_apply_killed_after_its_last_write_is_finished_by_the_next(
+        tmp_path: Path, tree: Path, offerings: Offerings) -> None:
+    """SIGKILL between the last record_applied() and drop(): every path is 'applied before'
+    and the next apply must still remove the store (the chaos test met this once)."""
+    from sprawl_orch.change_store import load, record_applied
+
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("echo x > new; echo y > README", shell=True)
+        assert result.changes is not None and result.changes.handle is not None
+        handle = result.changes.handle
+        kept = load(tool.state, handle)
+        record_applied(kept, [e.path for e in kept.entries])
+        again = tool.apply(handle)
+    assert again.finished and again.refused == [] and again.applied == []
+    assert {s.why for s in again.skipped} == {"applied before"}
+    assert not kept.dir.exists()
+
+
+def test_leftovers_of_killed_keeps_and_drops_are_swept(tmp_path: Path, tree: Path,
+                                                       offerings: Offerings) -> None:
+    from sprawl_orch.change_store import changes_root
+
+    with tool_for(tmp_path, tree, offerings) as tool:
+        root = changes_root(tool.state)
+        root.mkdir(parents=True, exist_ok=True)
+        for name in (".drop-h-1234abcd", ".h.old0", ".h.live"):
+            (root / name / "blobs").mkdir(parents=True)
+        os.utime(root / ".h.old0", (time.time() - 7200,) * 2)
+        result = tool.exec("echo x > new", shell=True)
+        assert result.changes is not None and result.changes.kept
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".h")) == [".h.live"]
+    assert not (root / ".drop-h-1234abcd").exists()
