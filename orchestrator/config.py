@@ -74,6 +74,12 @@ class ContainerConfig(_Strict):
     # "auto" prefers an engine that keeps the user axis; "required": an engine without
     # one is not admitted; "off": podman runs without one (docker/rootless can't opt out).
     userns: Literal["auto", "required", "off"] = "auto"
+    # The OCI runtime (container/runtimes.py): unset = the engine's default (runc here, with
+    # a fallback that passes the probe); "auto" = gVisor's runsc where it is installed (podman)
+    # or registered (docker) and passes admission's probe, else as unset; a name = that
+    # runtime or no admission. Not "auto" by default yet: under runsc an OOM kill is not
+    # reported by podman and process limits are counted differently (gvisor.py).
+    runtime: Literal["auto", "runc", "crun", "runsc"] | None = None
     # One kept container per exec tool and run, each command entered with an exec, every
     # fresh-container guarantee re-established between commands (container/warm.py).
     warm: bool = False

@@ -4,23 +4,16 @@ Steps, each refusing with the engine's own words and a recovery:
 1. connect and read facts (version, OS/arch, cgroup version/driver, limit support,
    rootless/userns) — a CLI on PATH or `docker --version` is no evidence;
 2. the pinned image is present locally by its fixed ID (never pulled);
-3. a probe: create + inspect-verify + start `true` with the configured limits, then
-   remove. When the default OCI runtime fails it and another installed runtime passes,
-   that runtime is used for every container and the admission says so.
+3. a probe container (probe_container.py) with the configured limits under the runtime
+   `[sandbox.container] runtime` asks for (runtimes.py: gVisor's runsc, the engine's
+   default, or a fallback that passes -- said in the notes).
 Results are cached once per process per (engine, endpoint, config), and a passed admission
 is kept on disk while the engine's identity holds (container/evidence.py).
-
-The probe container and its directory are announced to the guardian (`watcher`) before
-they exist, like every command's: a process killed mid-probe leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
-import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -29,30 +22,20 @@ from typing import Any
 
 from sprawl_orch import arms
 from sprawl_orch.arms import Missing
-from sprawl_orch.config import ContainerConfig
-from sprawl_orch.container.argv import HostLimits, container_name, create_argv, fit_limits
+from sprawl_orch.config import Config, ContainerConfig
+from sprawl_orch.container import runtimes
+from sprawl_orch.container.admission_words import explain
+from sprawl_orch.container.argv import HostLimits, fit_limits
 from sprawl_orch.container.engine import Engine, EngineFacts
 from sprawl_orch.container.evidence import Evidence, boot_id, stamp
-from sprawl_orch.container.ownership import give_copy, take_back
-from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label, sweep_stale_probes
-from sprawl_orch.container.userns import (
-    SUBGID,
-    SUBUID,
-    Userns,
-    host_owner,
-    plan,
-    principal_problem,
-)
-from sprawl_orch.container.verify import Expected, mismatches
+from sprawl_orch.container.gvisor import KERNEL_NOTE, ensure_wrapper, runsc_path
+from sprawl_orch.container.probe_container import Runtime, probe
+from sprawl_orch.container.stale_probes import sweep_stale_probes
+from sprawl_orch.container.userns import SUBGID, SUBUID, Userns, plan
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import NullWatcher, Watcher
 
 ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
-PROBE_TIMEOUT = 60.0
-_ZERO_TIME = "0001-01-01"
-# Under a user namespace the probe creates this file in its copy: its owner, read from
-# the host, must be the uid admission computed (else the copy could not be written).
-PROBE_FILE = "sprawl-probe"
 
 
 @dataclass(frozen=True)
@@ -63,7 +46,8 @@ class Admission:
     facts: EngineFacts | None = None
     image: str | None = None
     runtime: str | None = None        # passed as --runtime; None = the engine's default
-    runtime_used: str | None = None   # the runtime name containers really run under
+    runtime_used: str | None = None   # what inspect reports the containers ran under
+    gvisor: bool = False              # runsc: the command runs on gVisor's kernel
     uids_namespaced: bool = False
     userns_why: str = ""
     notes: tuple[str, ...] = ()
@@ -86,7 +70,10 @@ class Admission:
                 else f"no user namespace: {self.userns_why}")
         if not self.limits_enforced:
             user += f"; no resource limits: {self.limits_why}"
-        return f"{self.facts.summary()}; runs under {self.runtime_used}; {user}" + (
+        runs = f"runs under {self.runtime_used}"
+        if self.gvisor:
+            runs += f" ({KERNEL_NOTE[:1].lower()}{KERNEL_NOTE[1:]})"
+        return f"{self.facts.summary()}; {runs}; {user}" + (
             "; " + "; ".join(self.notes) if self.notes else ""
         )
 
@@ -104,6 +91,7 @@ class Admission:
                 "cgroup_version": self.facts.cgroup_version,
                 "cgroup_driver": self.facts.cgroup_driver,
                 "runtime": self.runtime_used,
+                "kernel": "gvisor" if self.gvisor else "host",
                 "image": self.image,
                 "uids_namespaced": self.uids_namespaced,
                 "userns_why": self.userns_why,
@@ -125,173 +113,8 @@ def refused(engine: str, code: ErrorCode, reason: str, recovery: str,
                      missing=missing or arms.container_runtime(f"{engine}: {reason}"))
 
 
-def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
-            host: HostLimits | None = None) -> tuple[str, str]:
-    """(reason, recovery) for a failed probe or connect, from the engine's own words."""
-    low = words.lower()
-    if "hybrid mode not supported" in low:
-        return (
-            f"the {runtime} runtime cannot run containers on this host's hybrid cgroup "
-            f"layout (v1 controllers + a v2 mount): {words}",
-            f"install runc (apt-get install runc) so admission can fall back to it, or set "
-            f"runtime = \"runc\" in containers.conf ({engine})",
-        )
-    if "setrlimit" in low or "error setting rlimit" in low:
-        hard = host.rlimits_hard if host else {}
-        asked = ", ".join(f"{k}={v}" for k, v in sorted(config.ulimits.items()))
-        limits = ", ".join(f"{k} {hard.get(k)}" for k in sorted(config.ulimits))
-        return (
-            f"the runtime may not set the asked rlimits ({asked}) above the engine's hard "
-            f"limits: {words}",
-            f"lower [sandbox.container] ulimits to at most the hard limits ({limits} here), "
-            f"or raise the hard limits of the {engine} engine's service",
-        )
-    if "connection refused" in low or "cannot connect" in low or (
-        "no such file or directory" in low and ("connect" in low or "api version" in low)
-    ):
-        return (
-            f"the {engine} daemon is not running (socket refused): {words}",
-            f"start it (systemctl start {engine}, or dockerd --host …) or point DOCKER_HOST "
-            "at a running daemon",
-        )
-    if "permission denied" in low and "sock" in low:
-        return (f"this user may not use the {engine} socket: {words}",
-                f"add the user to the {engine} group, or use a rootless engine")
-    return (f"{engine} failed the probe container: {words}",
-            f"see `{engine} info` and `sprawl-orch doctor`")
-
-
-def _state_failure(state: dict[str, object]) -> str | None:
-    if str(state.get("StartedAt", "")).startswith(_ZERO_TIME):
-        return str(state.get("Error") or "the container never started")
-    if state.get("ExitCode") != 0:
-        code, error = state.get("ExitCode"), state.get("Error") or ""
-        return f"the probe command exited with {code}: {error}".strip()
-    return None
-
-
-def _probe_dir(watcher: Watcher) -> Path:
-    """Like mkdtemp (0700, unguessable, O_EXCL-style), but the name is told to the guardian
-    before the directory exists (the guardian deletes only `sprawl-` names)."""
-    while True:
-        work = Path(tempfile.gettempdir()) / f"sprawl-probe-{secrets.token_hex(6)}"
-        watcher.scratch(work)
-        try:
-            os.mkdir(work, 0o700)
-        except FileExistsError:
-            continue
-        return work
-
-
-def _remove_probe(engine: Engine, ref: str, name: str, watcher: Watcher) -> None:
-    # one we cannot remove (engine down) stays announced: the guardian or the next
-    # admission (stale_probes) removes it
-    with contextlib.suppress(SprawlError):
-        engine.remove(ref)
-        watcher.gone(name)
-
-
-class _OwnFault(Exception):
-    """The copy could not be given to the container's uid: our fault, not the engine's."""
-
-    def __init__(self, err: SprawlError) -> None:
-        super().__init__(err.detail)
-        self.err = err
-
-
-def probe(engine: Engine, config: ContainerConfig, image: str, runtime: str | None,
-          runtime_name: str, host: HostLimits, watcher: Watcher | None = None,
-          userns: Userns | None = None, limits: bool = True) -> str | None:
-    """Run `true` exactly as a command would run (limits, mount, verify) — under a user
-    namespace `touch` a file and read its owner back from the host. None = passed, else
-    the engine's words. Our own faults (the copy can't be given to the user, the limits
-    don't fit) raise SprawlError with their own recovery instead."""
-    watcher = watcher or NullWatcher()
-    work = _probe_dir(watcher)
-    tag = f"probe-{secrets.token_hex(4)}"
-    name = container_name(tag)
-    command = ["true"] if userns is None else ["touch", PROBE_FILE]
-    try:
-        (work / "copy").mkdir()
-        argv = create_argv(engine.name, config, image, work / "copy", command, [], tag,
-                           PROBE_SESSION, owner_label(), runtime, host=host,
-                           userns=userns.flags() if userns else (), limits=limits)
-        try:
-            return _run_probe(engine, config, image, runtime_name, host, argv, name, work,
-                              watcher, userns, limits)
-        except _OwnFault as fault:
-            raise fault.err from None
-    finally:
-        with contextlib.suppress(SprawlError):
-            take_back(engine, userns, work / "copy")
-        shutil.rmtree(work, ignore_errors=True)
-        if not work.exists():
-            watcher.scratch_gone(work)
-
-
-def _run_probe(engine: Engine, config: ContainerConfig, image: str, runtime_name: str,
-               host: HostLimits, argv: tuple[str, ...], name: str, work: Path,
-               watcher: Watcher, userns: Userns | None, limits: bool) -> str | None:
-    copy = work / "copy"
-    container: str | None = None
-    watcher.expect(name)
-    try:
-        try:
-            container = engine.create(argv, {})
-        except SprawlError:
-            _remove_probe(engine, name, name, watcher)  # a create that failed late may exist
-            raise
-        watcher.created(name, container)
-        expected = Expected.of(engine.name, config, host, image, copy, runtime_name, userns,
-                               enforced=limits)
-        inspect = engine.inspect(container)
-        found = mismatches(expected, inspect)
-        if found:
-            return "inspect differs from what was asked: " + "; ".join(m.text() for m in found)
-        # the copy goes to the host uid the command's uid is (with podman's
-        # --userns=auto known only now, from the container's own map)
-        user = fit_limits(config, host).uid_gid
-        owner = host_owner(userns, *user, inspect)
-        if userns is not None and (problem := principal_problem(owner[0])):
-            return problem
-        try:
-            give_copy(engine, userns, copy, owner, user)
-        except SprawlError as err:
-            raise _OwnFault(err) from err
-        attached = engine.start(container, work / "stdout", work / "stderr")
-        if not attached.wait(PROBE_TIMEOUT):
-            return f"the probe command did not finish within {PROBE_TIMEOUT:g} s"
-        start_error = attached.collect()
-        failure = _state_failure(engine.inspect(container).get("State") or {})
-        if failure is None:
-            return None if userns is None else _owned_as(copy / PROBE_FILE, owner)
-        stderr = (work / "stderr").read_text(errors="replace").strip()
-        return start_error or stderr or failure
-    except SprawlError as err:
-        return err.detail
-    finally:
-        if container is not None:
-            _remove_probe(engine, container, name, watcher)
-
-
-def _owned_as(made: Path, owner: tuple[int, int]) -> str | None:
-    try:
-        st = made.lstat()
-    except OSError as err:
-        return f"the probe's `touch {made.name}` left no file in the copy: {err.strerror}"
-    if (st.st_uid, st.st_gid) != owner:
-        return (f"the probe's file is owned by {st.st_uid}:{st.st_gid} on the host, not by "
-                f"the mapped {owner[0]}:{owner[1]}")
-    return None
-
-
-def _fallbacks(facts: EngineFacts) -> list[str]:
-    others = [r for r in facts.runtimes if r != facts.default_runtime]
-    return sorted(others, key=lambda r: (r != "runc", r))  # runc first: it works everywhere here
-
-
 def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
-           watcher: Watcher) -> Admission:
+           watcher: Watcher, wrappers: Path) -> Admission:
     name = engine.name
     try:
         facts = engine.facts()
@@ -335,13 +158,21 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
             'dockerd with --userns-remap, a rootless engine) or set userns = "auto"',
         )
     enforced, limits_why = True, ""
+
+    def runtime_for(userns: Userns | None, limits: bool = True
+                    ) -> str | tuple[Runtime, tuple[str, ...]]:
+        def tried(runtime: Runtime) -> str | None:
+            return probe(engine, config, image, runtime, host, watcher, userns, limits)
+
+        return runtimes.choose(name, facts, config.runtime, wrappers, tried, warm=config.warm)
+
     try:
-        found = _probe_runtimes(engine, config, image, facts, host, watcher, wanted)
+        found = runtime_for(wanted)
         if isinstance(found, str) and wanted is not None and wanted.flag and asked == "auto":
             # podman's --userns=auto failed here: run without it, and say so
             why_not = f"podman --userns={wanted.flag} failed the probe: {found}"
             wanted = None
-            found = _probe_runtimes(engine, config, image, facts, host, watcher, None)
+            found = runtime_for(None)
         if isinstance(found, str) and unsupported and _limits_dropped(found):
             enforced = False
             limits_why = (
@@ -350,17 +181,20 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
                 f"its probe container was created without the asked limits ({found}), so "
                 "memory, CPU and process counts are not limited (only rlimits are)"
             )
-            found = _probe_runtimes(engine, config, image, facts, host, watcher, wanted,
-                                    limits=False)
+            found = runtime_for(wanted, limits=False)
+    except runtimes.NoRuntime as no:
+        return refused(name, no.code, no.reason, no.recovery)
     except SprawlError as err:
         return refused(name, err.code, err.detail, err.recovery)
     if isinstance(found, str):
-        reason, recovery = explain(name, facts.default_runtime, found, config, host)
+        tried = config.runtime if config.runtime not in (None, "auto") else None
+        reason, recovery = explain(name, tried or facts.default_runtime, found, config, host)
         return refused(name, ErrorCode.SANDBOX_DENIED, reason, recovery)
     runtime, said = found
     return Admission(
-        name, True, facts=facts, image=image, runtime=runtime,
-        runtime_used=runtime or facts.default_runtime, uids_namespaced=wanted is not None,
+        name, True, facts=facts, image=image, runtime=runtime.flag,
+        runtime_used=runtime.expect, gvisor=runtime.gvisor,
+        uids_namespaced=wanted is not None,
         userns_why=wanted.why if wanted is not None else why_not,
         notes=(*said, *limits.notes), userns=wanted, limits_enforced=enforced,
         limits_why=limits_why,
@@ -380,28 +214,32 @@ def _limits_dropped(words: str) -> bool:
     return bool(fields) and all(f in _LIMIT_FIELDS for f in fields)
 
 
-def _probe_runtimes(engine: Engine, config: ContainerConfig, image: str, facts: EngineFacts,
-                    host: HostLimits, watcher: Watcher, userns: Userns | None,
-                    limits: bool = True) -> str | tuple[str | None, tuple[str, ...]]:
-    """(runtime to pass, what to say) for the first runtime passing the probe — the
-    engine's default, else another installed one — or the default's failure words."""
-    first = probe(engine, config, image, None, facts.default_runtime, host, watcher, userns,
-                  limits)
-    if first is None:
-        return None, ()
-    for other in _fallbacks(facts):
-        if probe(engine, config, image, other, other, host, watcher, userns, limits) is None:
-            return other, (f"the default runtime {facts.default_runtime} failed the probe "
-                           f"({first}); {other} passed it, so every container runs with "
-                           f"--runtime {other}",)
-    return first
-
-
 _cache: dict[tuple[str, str, str], Admission] = {}
 _lock = threading.Lock()
 # The fields of an admitted Admission that are kept on disk (container/evidence.py).
-_KEPT = ("engine", "admitted", "facts", "image", "runtime", "runtime_used", "uids_namespaced",
-         "userns_why", "notes", "userns", "limits_enforced", "limits_why")
+_KEPT = ("engine", "admitted", "facts", "image", "runtime", "runtime_used", "gvisor",
+         "uids_namespaced", "userns_why", "notes", "userns", "limits_enforced", "limits_why")
+
+
+def wrappers_dir(evidence: Evidence | None) -> Path:
+    """Where runtime wrappers podman execs live: the state directory's `runtimes/`."""
+    if evidence is not None:
+        return evidence.root.parent / "runtimes"
+    from sprawl_orch.state import state_dir
+
+    return state_dir(Config(), os.environ) / "runtimes"
+
+
+def _wrapper_holds(found: Admission, wrappers: Path) -> bool:
+    """A kept podman+runsc admission names a wrapper by path: it must still be there, as
+    written (rewritten when tampered with) for the runsc installed now."""
+    if not (found.gvisor and found.engine == "podman"):
+        return True
+    runsc = runsc_path()
+    try:
+        return runsc is not None and str(ensure_wrapper(wrappers, runsc)) == found.runtime
+    except OSError:
+        return False
 
 
 def _recall(engine: Engine, evidence: Evidence, key: str) -> tuple[Admission | None,
@@ -447,9 +285,12 @@ def admit(engine: Engine, config: ContainerConfig, host: HostLimits | None = Non
             if fresh:
                 evidence.drop(kept_key)
             found, identity = _recall(engine, evidence, kept_key)
+        wrappers = wrappers_dir(evidence)
+        if found is not None and not _wrapper_holds(found, wrappers):
+            found = None
         if found is None:
             sweep_stale_probes(engine)
-            found = _admit(engine, config, host, watcher or NullWatcher())
+            found = _admit(engine, config, host, watcher or NullWatcher(), wrappers)
             if evidence is not None and found.admitted and identity is not None:
                 fields = asdict(replace(found, userns=None))
                 fields["userns"] = found.userns.to_json() if found.userns else None

@@ -99,6 +99,13 @@ class Limits:
     user: str
     ulimits: tuple[tuple[str, int, int], ...]  # (name, soft, hard), sorted by name
     notes: tuple[str, ...] = ()
+    # --pids-limit, the host cgroup's count: `pids` itself under runc/crun; under gVisor
+    # the sentry's own threads too (gvisor.host_pids), the guest's count being RLIMIT_NPROC
+    pids_cgroup: int = 0
+
+    @property
+    def pids_limit(self) -> int:
+        return self.pids_cgroup or self.pids
 
     @property
     def memory_swap_bytes(self) -> int:
@@ -154,9 +161,10 @@ def _fit_ulimits(
     return tuple(fitted)
 
 
-def fit_limits(config: ContainerConfig, host: HostLimits) -> Limits:
+def fit_limits(config: ContainerConfig, host: HostLimits, gvisor: bool = False) -> Limits:
     """The configured limits made to fit `host`: defaults lowered (and said), explicit
-    values that don't fit refused with both numbers."""
+    values that don't fit refused with both numbers. `gvisor`: the command runs on runsc,
+    whose processes the host's pids cgroup doesn't count one for one (gvisor.guest_limits)."""
     notes: list[str] = []
     cpus = config.cpus
     if cpus > host.cpus:
@@ -177,14 +185,21 @@ def fit_limits(config: ContainerConfig, host: HostLimits) -> Limits:
             )
         notes.append(f"memory lowered from {memory} to half the host's {host.memory_bytes}")
         memory = host.memory_bytes // 2
+    ulimits = _fit_ulimits(config, host, notes)
+    pids_cgroup = 0
+    if gvisor:
+        from sprawl_orch.container.gvisor import guest_limits, host_pids
+
+        ulimits, pids_cgroup = guest_limits(ulimits, config.pids), host_pids(config.pids)
     return Limits(
         memory_bytes=memory,
         cpus=cpus,
         pids=config.pids,
         cpu_shares=config.cpu_shares,
         user=config.user,
-        ulimits=_fit_ulimits(config, host, notes),
+        ulimits=ulimits,
         notes=tuple(notes),
+        pids_cgroup=pids_cgroup,
     )
 
 
@@ -254,6 +269,7 @@ def create_argv(
     userns: Sequence[str] = (),
     workdir: Path | None = None,
     limits: bool = True,
+    gvisor: bool = False,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
     the copy mounted at `workdir`'s path (`destination_of`)."""
@@ -265,7 +281,7 @@ def create_argv(
             ErrorCode.BAD_REQUEST, "command", "the command is empty",
             "give a program and its arguments",
         )
-    fitted = fit_limits(config, host)
+    fitted = fit_limits(config, host, gvisor)
     out: list[str] = [
         "create", "--pull", "never",
         "--name", container_name(tag),
@@ -277,7 +293,7 @@ def create_argv(
         *(("--memory", str(fitted.memory_bytes),
            "--memory-swap", str(fitted.memory_swap_bytes),
            "--cpus", f"{fitted.cpus:g}",
-           "--pids-limit", str(fitted.pids),
+           "--pids-limit", str(fitted.pids_limit),
            "--cpu-shares", str(fitted.cpu_shares)) if limits else ()),
         "--user", fitted.user,
         *userns,  # e.g. --userns auto:size=65536 (podman); userns.py chooses them

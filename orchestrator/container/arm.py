@@ -36,6 +36,7 @@ from sprawl_orch.container.argv import (
 )
 from sprawl_orch.container.engine import Engine
 from sprawl_orch.container.evidence import Evidence
+from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, take_back
 from sprawl_orch.container.run import ContainerRun, image_path
 from sprawl_orch.container.userns import host_owner, principal_problem
@@ -150,6 +151,8 @@ class ContainerArm:
             said = f"{said} {WARM_NOTE}"
         if not admission.limits_enforced:
             said += f" Resources not kept: {admission.limits_why}."
+        if admission.gvisor:
+            said += f" {gvisor_note(admission.engine)}"
         return said
 
     def prepare(self, workdir: Path) -> None:
@@ -226,12 +229,14 @@ class ContainerArm:
             launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
             userns=self._userns_flags(admission, copy),
             workdir=launch.workdir, limits=admission.limits_enforced,
+            gvisor=admission.gvisor,
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {
             "engine": engine.name, "image": admission.image, "argv": list(engine.cli_argv(argv)),
             "verified": False, "removed": False, "runtime": admission.runtime_used, "name": name,
             "limits": _limits(fit_limits(self.config, self.host)),
+            "kernel": "gvisor" if admission.gvisor else "host",
         }
         launch.outputs.mkdir(parents=True, exist_ok=True)
         launch.watcher.expect(name)
@@ -245,7 +250,8 @@ class ContainerArm:
         try:
             expected = Expected.of(engine.name, self.config, self.host, admission.image, copy,
                                    admission.runtime_used, admission.userns,
-                                   workdir=launch.workdir, enforced=admission.limits_enforced)
+                                   workdir=launch.workdir, enforced=admission.limits_enforced,
+                                   gvisor=admission.gvisor)
             inspect = engine.inspect(container)
             if init_user is not None:
                 inspect = as_command_user(inspect, init_user, expected.user)

@@ -16,7 +16,16 @@ The wrapper is rewritten when its content differs (a tampered or stale one is no
 trusted) and is written atomically (rename) so a concurrent command never execs half
 a file.
 
-Not yet wired into admission/argv (issue 17 item 2): see docs/MACHINES.md "gVisor".
+Processes. The host's pids cgroup (`--pids-limit`) counts the sentry's and the gofer's
+host threads and the ptrace platform's stub processes, not guest processes: measured on
+these machines (runsc 0.0~20221219, platform ptrace, 2 CPUs) a sandbox running `sh`
+holds 59 host tasks, and each further guest process ~8.5 more (10 sleeps: 144; 50: 460).
+A limit of 20 stops runsc's own start; 64 lets a 200-process fork loop kill the whole
+sandbox, with no EAGAIN the command could see. gVisor enforces RLIMIT_NPROC itself (a
+fork past `--ulimit nproc=20` fails in the guest: "can't fork: Resource temporarily
+unavailable"), so under runsc `pids` becomes the guest's nproc limit and the host cgroup
+gets room for the sentry (`host_pids`): a bound on host tasks still, never the one the
+command meets first. See docs/MACHINES.md "gVisor".
 """
 
 from __future__ import annotations
@@ -28,6 +37,27 @@ from pathlib import Path
 
 RUNSC = "runsc"
 WRAPPER_NAME = "runsc-nonet"
+# host tasks of a sandbox: its own (59 measured) and per guest process (~8.5 measured),
+# each with about twice the room (a multi-threaded guest process costs more)
+SENTRY_TASKS = 128
+TASKS_PER_PROCESS = 16
+# What a result under runsc says about the kernel (the statement's note, doctor).
+KERNEL_NOTE = ("The command runs on gVisor's application kernel (runsc), not on the host's: "
+               "its system calls are served by gVisor's sentry")
+
+
+def host_pids(pids: int) -> int:
+    """The host pids cgroup limit for a sandbox whose guest may hold `pids` processes."""
+    return SENTRY_TASKS + TASKS_PER_PROCESS * pids
+
+
+def guest_limits(ulimits: tuple[tuple[str, int, int], ...], pids: int
+                 ) -> tuple[tuple[str, int, int], ...]:
+    """The rlimits under runsc: nproc at most `pids` (gVisor refuses the fork past it)."""
+    out = {name: (soft, hard) for name, soft, hard in ulimits}
+    soft, hard = out.get("nproc", (pids, pids))
+    out["nproc"] = (min(soft, pids), min(hard, pids))
+    return tuple((name, *out[name]) for name in sorted(out))
 
 
 def runsc_path(path: str | None = None) -> str | None:
@@ -49,7 +79,14 @@ def ensure_wrapper(state: Path, runsc: str) -> Path:
             return target
     except OSError:
         pass
-    state.mkdir(parents=True, exist_ok=True)
+    # podman execs the wrapper as its caller (root here): a directory anyone else may
+    # write would let them swap what runs as the container's runtime
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = state.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise PermissionError(
+            f"{state} is not this user's private directory (owner {st.st_uid}, mode "
+            f"{st.st_mode & 0o777:o}): a runtime wrapper there could be replaced by another user")
     fd, tmp = tempfile.mkstemp(prefix=f".{WRAPPER_NAME}-", dir=state)
     try:
         with os.fdopen(fd, "w") as out:
@@ -60,3 +97,15 @@ def ensure_wrapper(state: Path, runsc: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def gvisor_note(engine: str) -> str:
+    """What changes for a command under runsc, each part observed on these machines
+    (tests/integration/test_gvisor_arm.py): the kernel it sees, how processes are limited,
+    whether an OOM kill reaches the result."""
+    oom = ("an OOM kill is reported (docker's OOMKilled)" if engine == "docker" else
+           "an OOM kill cannot be reported (podman's OOMKilled stays false under runsc; the "
+           "command just ends with exit 137)")
+    return (f"{KERNEL_NOTE} (uname and /proc are gVisor's). Processes are limited by gVisor "
+            "itself (RLIMIT_NPROC: a fork past the limit fails inside the sandbox, and is not "
+            f"reported as pids_hit); {oom}.")

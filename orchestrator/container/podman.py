@@ -181,7 +181,9 @@ class PodmanEngine:
         return {
             "podman": [self.cli, stamp(self.cli)],
             "euid": os.geteuid(),
-            "runtimes": {r: stamp(shutil.which(r, path=self._path)) for r in KNOWN_RUNTIMES},
+            # runsc is given by the path of a wrapper (container/gvisor.py), not by name
+            "runtimes": {r: stamp(shutil.which(r, path=self._path))
+                         for r in (*KNOWN_RUNTIMES, "runsc")},
             "configs": {str(p): stamp(p) for p in configs},
             "store": [str(root := self._graph_root(configs)), stamp(root, contents=False)],
         }

@@ -12,7 +12,9 @@ inspect (fixtures in tests/unit/fixtures/):
   our /tmp; tmpfs is memory, not a host path, so those are allowed for podman only.
 - ulimits: docker names them "nofile", podman "RLIMIT_NOFILE".
 - runtime: docker `HostConfig.Runtime`, podman top-level `OCIRuntime`
-  (`HostConfig.Runtime` is always "oci" there).
+  (`HostConfig.Runtime` is always "oci" there). Podman 4.3 reports what `--runtime` was
+  given: a name ("runc") as the name, a path (the runsc wrapper) as that path; the
+  comparison is exact -- a runtime of the same file name elsewhere is another runtime.
 """
 
 from __future__ import annotations
@@ -54,14 +56,14 @@ class Expected:
     def of(
         cls, engine: str, config: ContainerConfig, host: HostLimits, image_id: str, copy: Path,
         runtime: str, userns: Userns | None = None, workdir: Path | None = None,
-        enforced: bool = True,
+        enforced: bool = True, gvisor: bool = False,
     ) -> Expected:
-        limits = fit_limits(config, host)
+        limits = fit_limits(config, host, gvisor)
         on = 1 if enforced else 0  # limits not asked: the engine must report none (0)
         return cls(
             engine=engine, image_id=image_id, memory=limits.memory_bytes * on,
             memory_swap=limits.memory_swap_bytes * on, nano_cpus=limits.nano_cpus * on,
-            pids_limit=limits.pids * on, cpu_shares=limits.cpu_shares * on, user=limits.user,
+            pids_limit=limits.pids_limit * on, cpu_shares=limits.cpu_shares * on, user=limits.user,
             copy=str(copy), runtime=runtime, ulimits=limits.ulimits, userns=userns,
             destination=destination_of(copy, workdir),
         )
@@ -149,8 +151,7 @@ def _runtime(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
         where, found = "OCIRuntime", inspect.get("OCIRuntime")
     else:
         where, found = "HostConfig.Runtime", (inspect.get("HostConfig") or {}).get("Runtime")
-    # podman reports the name it was given, or the path for a runtime given by path
-    if found != expected.runtime and Path(str(found)).name != expected.runtime:
+    if found != expected.runtime:
         return Mismatch("runtime", where, expected.runtime, found)
     return None
 

@@ -13,7 +13,8 @@ import pytest
 from sprawl_orch.config import ContainerConfig, EngineImages
 from sprawl_orch.container import docker as docker_backend
 from sprawl_orch.container import podman as podman_backend
-from sprawl_orch.container.admission import admit, clear_cache, explain
+from sprawl_orch.container.admission import admit, clear_cache
+from sprawl_orch.container.admission_words import explain
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.errors import ErrorCode, SprawlError
 from tests.unit.container_fake import FIXTURES, FakeEngine, facts, fixture_json
@@ -227,7 +228,7 @@ def test_explicit_limits_the_host_cannot_give_refuse_admission() -> None:
 def test_a_copy_the_user_cannot_be_given_refuses_with_its_own_recovery(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sprawl_orch.container.admission as admission_module
+    import sprawl_orch.container.probe_container as admission_module
 
     def refuse(engine: object, userns: object, root: Path, owner: tuple[int, int],
                user: tuple[int, int]) -> None:

@@ -1,0 +1,47 @@
+"""The engine's words for a failed connect or probe, turned into (reason, recovery).
+
+Each case was met on these machines (docs/MACHINES.md): crun on a hybrid cgroup host,
+rlimits above the host's hard limit, a daemon that is not running, a socket this user
+may not use. Anything else keeps the engine's words and points at doctor.
+"""
+
+from __future__ import annotations
+
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.argv import HostLimits
+
+
+def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
+            host: HostLimits | None = None) -> tuple[str, str]:
+    """(reason, recovery) for a failed probe or connect, from the engine's own words."""
+    low = words.lower()
+    if "hybrid mode not supported" in low:
+        return (
+            f"the {runtime} runtime cannot run containers on this host's hybrid cgroup "
+            f"layout (v1 controllers + a v2 mount): {words}",
+            f"install runc (apt-get install runc) so admission can fall back to it, or set "
+            f"runtime = \"runc\" in containers.conf ({engine})",
+        )
+    if "setrlimit" in low or "error setting rlimit" in low:
+        hard = host.rlimits_hard if host else {}
+        asked = ", ".join(f"{k}={v}" for k, v in sorted(config.ulimits.items()))
+        limits = ", ".join(f"{k} {hard.get(k)}" for k in sorted(config.ulimits))
+        return (
+            f"the runtime may not set the asked rlimits ({asked}) above the engine's hard "
+            f"limits: {words}",
+            f"lower [sandbox.container] ulimits to at most the hard limits ({limits} here), "
+            f"or raise the hard limits of the {engine} engine's service",
+        )
+    if "connection refused" in low or "cannot connect" in low or (
+        "no such file or directory" in low and ("connect" in low or "api version" in low)
+    ):
+        return (
+            f"the {engine} daemon is not running (socket refused): {words}",
+            f"start it (systemctl start {engine}, or dockerd --host …) or point DOCKER_HOST "
+            "at a running daemon",
+        )
+    if "permission denied" in low and "sock" in low:
+        return (f"this user may not use the {engine} socket: {words}",
+                f"add the user to the {engine} group, or use a rootless engine")
+    return (f"{engine} failed the probe container: {words}",
+            f"see `{engine} info` and `sprawl-orch doctor`")
