@@ -24,7 +24,7 @@ from sprawl_orch import arms
 from sprawl_orch.arms import Missing
 from sprawl_orch.config import Config, ContainerConfig
 from sprawl_orch.container import runtimes
-from sprawl_orch.container.admission_words import explain
+from sprawl_orch.container.admission_words import explain, userns_failure
 from sprawl_orch.container.argv import HostLimits, fit_limits
 from sprawl_orch.container.engine import Engine, EngineFacts
 from sprawl_orch.container.evidence import Evidence, boot_id, stamp
@@ -170,7 +170,7 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
         found = runtime_for(wanted)
         if isinstance(found, str) and wanted is not None and wanted.flag and asked == "auto":
             # podman's --userns=auto failed here: run without it, and say so
-            why_not = f"podman --userns={wanted.flag} failed the probe: {found}"
+            why_not = userns_failure(wanted.flag, found, config.runtime == "runsc")
             wanted = None
             found = runtime_for(None)
         if isinstance(found, str) and unsupported and _limits_dropped(found):

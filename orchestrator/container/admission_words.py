@@ -45,3 +45,14 @@ def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
                 f"add the user to the {engine} group, or use a rootless engine")
     return (f"{engine} failed the probe container: {words}",
             f"see `{engine} info` and `sprawl-orch doctor`")
+
+
+def userns_failure(flag: str, words: str, gvisor: bool) -> str:
+    """Why podman's user namespace was dropped, in the terms of what failed."""
+    if gvisor and "cannot read client sync file" in words:
+        # seen with runsc 0.0~20221219 + podman 4.3: the same run passes with the copy's
+        # parent at 0755 and fails with it at 0700 (runc passes either way)
+        return (f"podman --userns={flag} fails under runsc here: runsc's gofer opens the "
+                "copy's mount as the namespace's root, which may not pass the private (0700) "
+                f"directories above the copy ({words})")
+    return f"podman --userns={flag} failed the probe: {words}"

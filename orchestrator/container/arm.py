@@ -152,7 +152,7 @@ class ContainerArm:
         if not admission.limits_enforced:
             said += f" Resources not kept: {admission.limits_why}."
         if admission.gvisor:
-            said += f" {gvisor_note(admission.engine)}"
+            said += f" {gvisor_note()}"
         return said
 
     def prepare(self, workdir: Path) -> None:

@@ -99,13 +99,10 @@ def ensure_wrapper(state: Path, runsc: str) -> Path:
     return target
 
 
-def gvisor_note(engine: str) -> str:
+def gvisor_note() -> str:
     """What changes for a command under runsc, each part observed on these machines
-    (tests/integration/test_gvisor_arm.py): the kernel it sees, how processes are limited,
-    whether an OOM kill reaches the result."""
-    oom = ("an OOM kill is reported (docker's OOMKilled)" if engine == "docker" else
-           "an OOM kill cannot be reported (podman's OOMKilled stays false under runsc; the "
-           "command just ends with exit 137)")
+    (tests/integration/test_gvisor_arm.py). An OOM kill is not among them: docker and
+    podman (the arm starts conmon in the bundle, docs/MACHINES.md) report it as under runc."""
     return (f"{KERNEL_NOTE} (uname and /proc are gVisor's). Processes are limited by gVisor "
             "itself (RLIMIT_NPROC: a fork past the limit fails inside the sandbox, and is not "
-            f"reported as pids_hit); {oom}.")
+            "reported as pids_hit).")

@@ -52,7 +52,8 @@ class ArmRun:
 
 
 def config_data(arm: str, scratch: Path, state: Path,
-                engine: tuple[str, str] | None = None) -> dict[str, Any]:
+                engine: tuple[str, str] | None = None,
+                runtime: str | None = None) -> dict[str, Any]:
     sandbox: dict[str, Any] = {
         "arm": arm, "scratch_dir": str(scratch),
         "container": {"memory_bytes": LIMIT_BYTES, "pids": LIMIT_PIDS},
@@ -60,6 +61,8 @@ def config_data(arm: str, scratch: Path, state: Path,
     if engine is not None:
         name, image = engine
         sandbox["container"].update({"engine": name, "images": {name: image}})
+        if runtime is not None:
+            sandbox["container"]["runtime"] = runtime
     return {"sandbox": sandbox, "state": {"dir": str(state)}}
 
 
@@ -118,7 +121,9 @@ def run_tool(bait: Bait, probes: list[Probe], tool: ExecTool, where: str) -> Arm
     assert claimed is not None
     name = "host" if where == "host" else tool.arm().name.value
     if tool.choice.arm is ArmName.CONTAINER and where != "host":
-        name = f"container ({tool.config.sandbox.container.engine})"
+        container = tool.config.sandbox.container
+        runtime = f", {container.runtime}" if container.runtime else ""
+        name = f"container ({container.engine}{runtime})"
     return ArmRun(name, claimed, said, outs)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.arms import ArmName
+from sprawl_orch.container.gvisor import runsc_path
 from tests.escapes import matrix
 from tests.escapes.bait import Bait
 from tests.escapes.probe import Probe, Verdict, judge
@@ -38,7 +39,9 @@ from tests.escapes.runner import (
 from tests.integration.conftest import missing
 
 PROBES: list[Probe] = [*net_probes(), *proc_probes(), *fs_probes(), *priv_probes()]
-ARMS = ("raw", "host", "copied_tree", "linux_namespaces", "docker", "podman")
+# "-runsc": the container arm with runtime = "runsc" (gVisor's kernel; issue 17)
+ARMS = ("raw", "host", "copied_tree", "linux_namespaces", "docker", "podman", "docker-runsc",
+        "podman-runsc")
 
 
 def test_probe_ids_are_unique() -> None:
@@ -58,9 +61,12 @@ def run_arm(arm: str, tree: Path, tmp: Path, bait: Bait, request: pytest.Fixture
     scratch, state = tmp / "scratch", tmp / "state"
     if arm == "raw":
         return run_raw(bait, PROBES, tree, tmp)
-    if arm in ("docker", "podman"):
-        image = str(request.getfixturevalue(f"{arm}_image"))
-        data = config_data("container", scratch, state, (arm, image))
+    engine, _, runtime = arm.partition("-")
+    if engine in ("docker", "podman"):
+        if runtime and runsc_path() is None:
+            missing("runsc is not installed (apt-get install runsc; .ci/setup-engines does)")
+        image = str(request.getfixturevalue(f"{engine}_image"))
+        data = config_data("container", scratch, state, (engine, image), runtime or None)
     elif arm == "linux_namespaces":
         if shutil.which("bwrap") is None:
             missing("bwrap is not installed (apt-get install bubblewrap)")
@@ -72,7 +78,7 @@ def run_arm(arm: str, tree: Path, tmp: Path, bait: Bait, request: pytest.Fixture
             return run_tool(bait, PROBES, tool, "host")
         wanted = {"docker": ArmName.CONTAINER, "podman": ArmName.CONTAINER,
                   "linux_namespaces": ArmName.LINUX_NAMESPACES,
-                  "copied_tree": ArmName.COPIED_TREE}[arm]
+                  "copied_tree": ArmName.COPIED_TREE}[engine]
         if tool.choice.arm is not wanted:
             missing(f"the {arm} arm is not offered here: {tool.choice.reason()}")
         return run_tool(bait, PROBES, tool, "sandbox")

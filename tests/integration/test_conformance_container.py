@@ -22,6 +22,7 @@ from sprawl_orch.arms import container_assurances
 from sprawl_orch.assurances import Guarantee
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
+from sprawl_orch.container.gvisor import runsc_path
 from sprawl_orch.launch import Launch
 from tests.integration.conformance import (
     MiB,
@@ -38,6 +39,7 @@ from tests.integration.conformance import (
     table,
 )
 from tests.integration.conformance_dialects import ShDialect
+from tests.integration.conftest import missing
 from tests.integration.container_support import config_for, make_engine
 
 LIMIT = 64 * MiB
@@ -82,11 +84,23 @@ class ContainerRunner:
 
 
 def test_container_conformance(tmp_path: Path, engine_image: tuple[str, str]) -> None:
+    conformance(tmp_path, engine_image, None)
+
+
+def test_container_conformance_on_gvisor(tmp_path: Path, engine_image: tuple[str, str]) -> None:
+    """The same five axes with runtime = "runsc" (issue 17): every command on gVisor."""
+    if runsc_path() is None:
+        missing("runsc is not installed (apt-get install runsc; .ci/setup-engines does)")
+    conformance(tmp_path, engine_image, "runsc")
+
+
+def conformance(tmp_path: Path, engine_image: tuple[str, str], runtime: str | None) -> None:
     name, image = engine_image
     engine = make_engine(name)
-    config = config_for(name, image, memory_bytes=LIMIT)
+    config = config_for(name, image, memory_bytes=LIMIT, runtime=runtime)
     admission = admit(engine, config)
     assert admission.admitted, admission.reason
+    assert admission.gvisor is (runtime == "runsc")
     arm = ContainerArm(config, engine)
     source = tmp_path / "source"
     source.mkdir()
@@ -104,7 +118,7 @@ def test_container_conformance(tmp_path: Path, engine_image: tuple[str, str]) ->
         Guarantee.USER: observe_user_spec(run, copy),
         Guarantee.RESOURCES: observe_resources(run, sh, LIMIT),
     }
-    print(table(f"container ({name})", observed))
+    print(table(f"container ({name}{', runsc' if runtime else ''})", observed))
     claimed = arm.assurances()
     assert claimed == container_assurances(admission.uids_namespaced)
     assert_conformance(claimed, observed)

@@ -81,7 +81,7 @@ def test_command_runs_on_gvisors_kernel(wrapper: Path, podman_image: str) -> Non
         subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
 
 
-def test_memory_limit_kills_but_oomkilled_is_not_reported(wrapper: Path,
+def test_memory_limit_kills_the_sandbox(wrapper: Path,
                                                           podman_image: str) -> None:
     name = f"sprawl-gvisor-{secrets.token_hex(4)}"
     try:
@@ -90,8 +90,9 @@ def test_memory_limit_kills_but_oomkilled_is_not_reported(wrapper: Path,
         assert done.returncode == 137
         state = json.loads(subprocess.run(["podman", "inspect", name], capture_output=True,
                                           text=True, check=True).stdout)[0]["State"]
-        # the kill is the host cgroup's, on the whole sandbox; podman does not record it
-        # as an OOM kill, so a result under runsc cannot claim one from this field
+        # `podman run` from elsewhere than the bundle: conmon 2.1.6 writes its oom marker
+        # into its cwd (docs/MACHINES.md), so OOMKilled is false here as under runc; the
+        # arm starts conmon in the bundle and reports it (test_gvisor_arm.py)
         assert state["OOMKilled"] is False
     finally:
         subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
