@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
@@ -58,11 +59,30 @@ def _lstat(root_fd: int, rel: str, planned: set[str]) -> os.stat_result | None:
         os.close(fd)
 
 
-def link_stays_inside(root_fd: int, rel: str, target: str) -> bool:
+def up_after_name(target: str) -> bool:
+    """Whether ``target`` climbs (``..``) after naming something: ``Y/../x`` leaves the tree
+    as soon as ``Y`` becomes a link to ``.`` (in this apply, a later one, or by the person),
+    though it looks inside while ``Y`` is a directory or absent."""
+    named = False
+    for part in target.split("/"):
+        if part in ("", "."):
+            continue
+        if part != "..":
+            named = True
+        elif named:
+            return True
+    return False
+
+
+def link_stays_inside(root_fd: int, rel: str, target: str,
+                      planned: Mapping[str, str | None] | None = None) -> bool:
     """Whether a link at ``rel`` pointing at ``target`` resolves inside the tree, following the
-    tree's own links step by step (a component that does not exist yet is taken as named)."""
-    if target.startswith("/"):
+    tree's own links step by step (a component that does not exist yet is taken as named).
+    ``planned``: what this apply makes of other paths (a link's target, or None: not a link),
+    taken over what the tree holds now -- a link the same apply writes is followed too."""
+    if target.startswith("/") or up_after_name(target):
         return False
+    planned = planned or {}
     todo = target.split("/")
     where = rel.split("/")[:-1]
     hops = 0
@@ -76,30 +96,40 @@ def link_stays_inside(root_fd: int, rel: str, target: str) -> bool:
             where.pop()
             continue
         where.append(part)
-        try:
-            fd = open_dir_beneath(root_fd, where[:-1])
-        except (OSError, NotBeneath):
-            continue  # not there (yet): taken as named
-        try:
-            st = os.lstat(where[-1], dir_fd=fd)
-            if stat.S_ISLNK(st.st_mode):
-                hops += 1
-                if hops > _LINK_HOPS:
-                    return False
-                inner = os.readlink(where[-1], dir_fd=fd)
-                if inner.startswith("/"):
-                    return False
-                where.pop()
-                todo = inner.split("/") + todo
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        here = "/".join(where)
+        if here in planned:
+            inner: str | None = planned[here]
+        else:
+            inner = _link_now(root_fd, where)
+        if inner is not None:
+            hops += 1
+            if hops > _LINK_HOPS or inner.startswith("/"):
+                return False
+            where.pop()
+            todo = inner.split("/") + todo
     return True
 
 
-def check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str]) -> Verdict | None:
-    verdict = _check(kept, root_fd, e, planned)
+def _link_now(root_fd: int, where: list[str]) -> str | None:
+    """The target of the tree's link at ``where`` now; None when it is not a link (or not
+    there yet: taken as named)."""
+    try:
+        fd = open_dir_beneath(root_fd, where[:-1])
+    except (OSError, NotBeneath):
+        return None
+    try:
+        if stat.S_ISLNK(os.lstat(where[-1], dir_fd=fd).st_mode):
+            return os.readlink(where[-1], dir_fd=fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return None
+
+
+def check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
+          links: Mapping[str, str | None] | None = None) -> Verdict | None:
+    verdict = _check(kept, root_fd, e, planned, links or {})
     if verdict is not None and verdict.why.startswith("conflict") and _is_new(kept, root_fd, e):
         return Verdict("found already applied", already=True)
     return verdict
@@ -130,14 +160,17 @@ def _is_new(kept: Kept, root_fd: int, e: ChangeEntry) -> bool:
     return True
 
 
-def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str]) -> Verdict | None:
+def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
+           links: Mapping[str, str | None]) -> Verdict | None:
     if e.kind == "other":
         return Verdict("a fifo, socket or device file is never applied")
     if e.kind == "file" and e.change != "mode_changed" and kept.blob(e.path) is None:
         return Verdict("its new bytes were not kept (see the command's changes.note)")
-    if e.kind == "link" and not link_stays_inside(root_fd, e.path, e.target or ""):
+    if e.kind == "link" and not link_stays_inside(root_fd, e.path, e.target or "", links):
         return Verdict(f"the link's target {e.target!r} leads out of the working "
-                       "directory; a link is applied only if it stays inside the tree")
+                       "directory (or climbs with '..' after a name, which a link at that "
+                       "name turns outward); a link is applied only if it stays inside the "
+                       "tree")
     try:
         now = _lstat(root_fd, e.path, planned)
     except NotBeneath as err:
@@ -196,7 +229,12 @@ def _t(st: os.stat_result) -> tuple[int, int, int, int, int, int]:
 def check_all(kept: Kept, root_fd: int, todo: list[ChangeEntry]) -> dict[str, Verdict | None]:
     planned = {e.path for e in todo if e.kind == "dir" and e.change in ("created",
                                                                          "kind_changed")}
-    verdicts = {e.path: check(kept, root_fd, e, planned) for e in todo}
+    # What this apply makes of each path it writes: followed instead of the tree's entry
+    # now (a link written beside another can lead out through it: Y -> ., X -> Y/../x).
+    links: dict[str, str | None] = {
+        e.path: (e.target or "") if e.kind == "link" and e.change != "deleted" else None
+        for e in todo if e.change != "mode_changed"}
+    verdicts = {e.path: check(kept, root_fd, e, planned, links) for e in todo}
     # A directory the apply would make is only made if something chosen needs it or it was
     # chosen itself; a refused parent refuses what is beneath it.
     for e in todo:

@@ -47,6 +47,22 @@ def link_out_applied(bait: Bait, out: str) -> str | None:
 APPLIED = 'echo "applied-$(echo @TOK@ | $b rev)"'
 
 
+def applied_link_out(name: str) -> Judge:
+    """A link apply put into the tree that resolves (now, by the kernel) out of it."""
+    def seen(bait: Bait, out: str) -> str | None:
+        import os
+
+        path = os.path.join(bait.values["TREE"], name)
+        if not os.path.islink(path):
+            return None
+        real, tree = os.path.realpath(path), os.path.realpath(bait.values["TREE"])
+        if real == tree or real.startswith(tree + os.sep):
+            return None
+        return f"apply put {name} -> {os.readlink(path)} into the tree; it resolves to {real}"
+
+    return seen
+
+
 def parent_write(bait: Bait, out: str) -> str | None:
     """The copy's parent, wherever the copy was: a scratch copy, a persistent copy's slot
     in the state directory (beside its stamps record), or the tree itself."""
@@ -143,6 +159,14 @@ def probes() -> list[Probe]:
         Probe("apply-new-link-out-of-tree", "apply of a command's changes", F,
               '$b ln -s @TMPD@/target-abs link-out-new; echo "NOT $id (judged after apply)"; : @APPLY@',
               judge=link_out_applied),
+        # A link that looks inside while a name on its way is a directory or absent, and
+        # leads out once that name is a link to `.` which the same apply writes (attack).
+        Probe("apply-link-through-new-link", "apply of a command's changes", F,
+              '$b ln -s . apply-up && $b ln -s apply-up/../outside-@TOK@/target-rel apply-via; echo "NOT $id (judged after apply)"; : @APPLY@',
+              judge=applied_link_out("apply-via")),
+        Probe("apply-link-through-dir-made-link", "apply of a command's changes", F,
+              'rmdir apply-d && $b ln -s . apply-d && $b ln -s apply-d/../outside-@TOK@/target-rel apply-via2; echo "NOT $id (judged after apply)"; : @APPLY@',
+              judge=applied_link_out("apply-via2")),
         Probe("second-command-mknod", "planted by a first command", F,
               'if $b dd if=esc-dev of=/dev/null bs=512 count=1 2>/dev/null; then echo "ESC $id read /dev/kmsg through a node a first command made"; else echo "NOT $id"; fi',
               plant='$b mknod esc-dev c @MAJMIN@'),

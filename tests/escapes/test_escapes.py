@@ -52,6 +52,7 @@ def test_probe_ids_are_unique() -> None:
 def make_tree(root: Path) -> Path:
     tree = root / "tree"
     (tree / "sub").mkdir(parents=True)
+    (tree / "apply-d").mkdir()  # an empty directory a command turns into a link
     for name in ("a.txt", "b.txt", "keep.txt", "sub/c.txt", "poison.txt"):
         (tree / name).write_text("original\n")
     return tree
