@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.credentials import credential_pattern, why
@@ -53,6 +53,18 @@ class EngineImages(_Strict):
     @classmethod
     def _fixed(cls, value: str | None) -> str | None:
         return _image_id(value)
+
+
+def warm_user_problem(container: ContainerConfig) -> str | None:
+    """Why warm mode can't keep its per-command guarantees for this command user, or None.
+    A warm container's idle init runs as the container's uid 0 (container/warm.py): a
+    command as uid 0 could ptrace or signal it and write root's own places of the container
+    (the escape suite found a file a first command left in /dev read by the next one)."""
+    if not container.warm or int(container.user.split(":")[0]) != 0:
+        return None
+    return ("warm mode needs a command user other than uid 0: a warm container's idle init "
+            "runs as uid 0, so a command as uid 0 could ptrace or signal it and write "
+            "root's places of the container (/dev), left there for the next command")
 
 
 class ContainerConfig(_Strict):
@@ -106,6 +118,13 @@ class ContainerConfig(_Strict):
             if not re.fullmatch(r"[a-z]+", name) or not re.fullmatch(r"[0-9]+(:[0-9]+)?", limit):
                 raise ValueError(f"ulimit {name}={limit!r} must look like nofile = \"1024:1024\"")
         return value
+
+    @model_validator(mode="after")
+    def _warm_user(self) -> ContainerConfig:
+        problem = warm_user_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     def image_for(self, engine: str) -> str | None:
         pinned = getattr(self.images, engine, None)
@@ -276,5 +295,12 @@ def with_warm(config: Config, warm: bool) -> Config:
     """The config with `[sandbox.container] warm` set (the serve/mcp `--warm` switch and
     ExecTool(warm=...))."""
     container = config.sandbox.container.model_copy(update={"warm": warm})
+    problem = warm_user_problem(container)
+    if problem is not None:
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID, subject="sandbox.container.user",
+            detail=f"sandbox.container.user = {container.user!r} with warm mode: {problem}",
+            recovery="set [sandbox.container] user to another uid (the default is "
+                     "\"65534:65534\"), or run without warm mode")
     return config.model_copy(update={"sandbox": config.sandbox.model_copy(
         update={"container": container})})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.config import Config, load_config, parse_config
+from sprawl_orch.config import Config, load_config, parse_config, with_warm
 from sprawl_orch.credentials import credential_shaped
 from sprawl_orch.errors import ErrorCode, SprawlError
 
@@ -106,3 +106,19 @@ def test_per_engine_pins_override_the_shared_image() -> None:
 )
 def test_credential_shapes(name: str, shaped: bool) -> None:
     assert credential_shaped(name) is shaped
+
+
+@pytest.mark.parametrize("user", ["0", "0:0", "00:1000"])
+def test_warm_mode_refuses_a_command_as_the_inits_uid(user: str) -> None:
+    # the idle init of a warm container is uid 0 (tests/escapes/test_warm.py: a command as
+    # uid 0 left a file in /dev for the next one)
+    with pytest.raises(SprawlError) as err:
+        parse_config({"sandbox": {"container": {"user": user, "warm": True}}})
+    assert err.value.code is ErrorCode.CONFIG_INVALID
+    assert "uid 0" in err.value.detail
+    plain = parse_config({"sandbox": {"container": {"user": user}}})
+    with pytest.raises(SprawlError) as switched:
+        with_warm(plain, True)
+    assert switched.value.code is ErrorCode.CONFIG_INVALID
+    assert with_warm(plain, False).sandbox.container.user == user
+    assert with_warm(parse_config({}), True).sandbox.container.warm
