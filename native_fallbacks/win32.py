@@ -18,7 +18,7 @@ from typing import Any
 from sprawl_orch.arms import job_leaf
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Finished, Launch
-from sprawl_orch.native_fallbacks.job_object import (
+from sprawl_orch.native_fallbacks.job_plan import (
     CREATION_FLAGS,
     JobLimits,
     Step,

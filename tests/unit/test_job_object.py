@@ -13,7 +13,8 @@ import pytest
 from sprawl_orch.arms import ASSURANCES, ArmName
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.native_fallbacks import win32_api as api
-from sprawl_orch.native_fallbacks.job_object import (
+from sprawl_orch.native_fallbacks.job_object import JobObjectArm, job_available
+from sprawl_orch.native_fallbacks.job_plan import (
     CREATE_SUSPENDED,
     CREATION_FLAGS,
     EXTENDED_STARTUPINFO_PRESENT,
@@ -23,12 +24,10 @@ from sprawl_orch.native_fallbacks.job_object import (
     JOB_OBJECT_LIMIT_JOB_MEMORY,
     JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
     START_PLAN,
-    JobObjectArm,
     Step,
     check_plan,
     command_line,
     environment_block,
-    job_available,
     job_limits,
     profile_name,
     run_plan,
