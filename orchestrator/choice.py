@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from sprawl_orch import arms
 from sprawl_orch.arms import ArmName, Missing
-from sprawl_orch.offerings import EngineOffer, Offerings
+from sprawl_orch.engine_offer import EngineOffer
+from sprawl_orch.offerings import Offerings
 
 ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
 

@@ -15,30 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sprawl_orch.arms import Missing
 from sprawl_orch.config import Config
+from sprawl_orch.engine_offer import EngineOffer
 
 if TYPE_CHECKING:
     from sprawl_orch.container.evidence import Evidence
     from sprawl_orch.launch import Watcher
-
-
-@dataclass(frozen=True)
-class EngineOffer:
-    """One container engine's admission, reduced to what choosing an arm needs."""
-
-    engine: str
-    admitted: bool
-    detail: str  # admitted: facts and notes; refused: the engine's own words
-    recovery: str = ""
-    # Set when the engine itself works but the pinned image is not local.
-    image_missing: Missing | None = None
-    # Set when the config asks what this machine can't give (arms.config_invalid).
-    config_fault: Missing | None = None
-    image: str | None = None
-    uids_namespaced: bool = False
-    notes: tuple[str, ...] = ()
-    limits_enforced: bool = True
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,10 @@ from sprawl_orch.container.ownership import give_copy, take_back
 from sprawl_orch.container.run import ContainerRun, image_path
 from sprawl_orch.container.userns import host_owner, principal_problem
 from sprawl_orch.container.verify import Expected, as_command_user, verify
+from sprawl_orch.engine_offer import EngineOffer
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.guardian_client import hold_after_create
 from sprawl_orch.launch import Launch, Running, Watcher
-from sprawl_orch.offerings import EngineOffer
 from sprawl_orch.unrunnable import host_venv, runtime_refusal
 
 if TYPE_CHECKING:

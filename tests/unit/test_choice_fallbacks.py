@@ -11,9 +11,10 @@ from sprawl_orch.arm_factory import build_arm
 from sprawl_orch.arms import ArmName
 from sprawl_orch.choice import choose
 from sprawl_orch.config import Config
+from sprawl_orch.engine_offer import EngineOffer
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import EngineOffer, Offerings
+from sprawl_orch.offerings import Offerings
 from tests.unit.conftest import make_config
 
 SCRATCH = Path("/nonexistent-scratch")

@@ -133,7 +133,8 @@ def test_argv_carries_the_flag_and_verify_checks_the_map(tmp_path: Path) -> None
 
 def test_auto_prefers_the_engine_that_keeps_the_user_axis(tmp_path: Path) -> None:
     from sprawl_orch.choice import choose
-    from sprawl_orch.offerings import EngineOffer, Offerings
+    from sprawl_orch.engine_offer import EngineOffer
+    from sprawl_orch.offerings import Offerings
 
     plain = EngineOffer("docker", True, "docker", image=IMAGE)
     namespaced = EngineOffer("podman", True, "podman", image=IMAGE, uids_namespaced=True)

@@ -15,7 +15,8 @@ from sprawl_orch.cgroups import NOT_DELEGATED_PHRASE, Delegation, PlatformShares
 from sprawl_orch.cli import main
 from sprawl_orch.config import parse_config
 from sprawl_orch.doctor import DoctorReport, doctor_report
-from sprawl_orch.offerings import EngineOffer, Offerings
+from sprawl_orch.engine_offer import EngineOffer
+from sprawl_orch.offerings import Offerings
 from sprawl_orch.shell import Absent, Found, Missing
 
 SCRATCH = Path("/tmp/sprawl-orch")

@@ -13,8 +13,9 @@ from sprawl_orch.arms import ArmName
 from sprawl_orch.choice import choose
 from sprawl_orch.config import parse_config
 from sprawl_orch.container import offer
+from sprawl_orch.engine_offer import EngineOffer
 from sprawl_orch.native_fallbacks import bwrap
-from sprawl_orch.offerings import EngineOffer, Offerings
+from sprawl_orch.offerings import Offerings
 
 
 @pytest.fixture
