@@ -11,6 +11,7 @@ Modules, one idea each:
 - `ownership` the copy is made writable for the container user
 - `run`       `ContainerRun`: the `Running` of one container
 - `arm`       `ContainerArm`: the `Arm` protocol over all of the above
+- `command`   the command's env, host venv, start refusal and quiet removal (arm and warm)
 - `offer`     admissions reduced to `EngineOffer`s for `Offerings`
 
 Nothing here imports the docker SDK at module import time: the CLI must not pay

@@ -34,6 +34,12 @@ from sprawl_orch.container.argv import (
     create_argv,
     fit_limits,
 )
+from sprawl_orch.container.command import (
+    command_env,
+    command_venv,
+    remove_quietly,
+    start_refusal,
+)
 from sprawl_orch.container.engine import Engine
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
@@ -45,35 +51,11 @@ from sprawl_orch.engine_offer import EngineOffer
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.guardian_client import hold_after_create
 from sprawl_orch.launch import Launch, Running, Watcher
-from sprawl_orch.unrunnable import host_venv, runtime_refusal
 
 if TYPE_CHECKING:
     from sprawl_orch.container.warm import WarmPool
 
 SHELL = "/bin/sh"  # a shell line runs under the image's own shell
-
-
-def _start_refusal(words: str, program: str, err: SprawlError | None,
-                   venv: str | None = None) -> SprawlError:
-    """The command never ran: say why, as exec would on the host (design §7)."""
-    refusal = runtime_refusal(words, program, venv)
-    if refusal is not None:
-        return refusal
-    if err is not None:
-        return err
-    return SprawlError(ErrorCode.ENGINE_REFUSED, "container start", words,
-                       "see `sprawl-orch doctor`; the engine could not start the container")
-
-
-def command_env(launch: Launch) -> dict[str, str]:
-    """PATH is the image's (its config's Env, else the engine's default), never the host's
-    (pyenv shims, ~/.local/bin): the engine fills it in when we pass none."""
-    return {k: v for k, v in launch.env.items() if k != "PATH"}
-
-
-def command_venv(launch: Launch, command: Sequence[str]) -> str | None:
-    """Judged on the working directory: the copy turns links out of the tree into files."""
-    return host_venv(launch.workdir or launch.cwd.resolve(), command[0])
 
 
 def _limits(limits: Limits) -> dict[str, object]:
@@ -201,8 +183,8 @@ class ContainerArm:
         attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
         if attached.start_error is not None:
             attached.collect()
-            self._remove_quietly(engine, container, launch, name)
-            raise _start_refusal(attached.start_error, command[0], None, venv)
+            remove_quietly(engine, container, launch, name)
+            raise start_refusal(attached.start_error, command[0], None, venv)
         userns, copy = self.admission().userns, launch.cwd.resolve()
         return ContainerRun(engine, container, name, launch, attached, record, venv,
                             after=lambda: take_back(engine, userns, copy))
@@ -243,8 +225,8 @@ class ContainerArm:
         try:
             container = engine.create(argv, env)
         except SprawlError as err:
-            self._remove_quietly(engine, name, launch)
-            raise _start_refusal(err.detail, command[0], err, venv) from err
+            remove_quietly(engine, name, launch)
+            raise start_refusal(err.detail, command[0], err, venv) from err
         launch.watcher.created(name, container)
         hold_after_create(name)  # SPRAWL_TEST_PAUSE_AFTER_CREATE (guardian tests); else nothing
         try:
@@ -262,7 +244,7 @@ class ContainerArm:
             give_copy(engine, admission.userns, copy, owner,
                       fit_limits(self.config, self.host).uid_gid)
         except SprawlError as err:
-            left = self._remove_quietly(engine, container, launch, name)
+            left = remove_quietly(engine, container, launch, name)
             if left:
                 raise SprawlError(err.code, err.subject, f"{err.detail}; {left}",
                                   err.recovery) from err
@@ -307,16 +289,6 @@ class ContainerArm:
                 "(`sprawl-orch doctor` shows the map)",
             )
         return owner
-
-    @staticmethod
-    def _remove_quietly(engine: Engine, ref: str, launch: Launch, name: str | None = None) -> str:
-        """Remove a container that must not run; '' when gone, else what stayed."""
-        try:
-            engine.remove(ref)
-        except SprawlError as err:
-            return f"the container {ref} could not be removed: {err.detail}"
-        launch.watcher.gone(name or ref)
-        return ""
 
     def close(self) -> None:
         if self._warm is not None:

@@ -26,9 +26,13 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from sprawl_orch.container.argv import fit_limits
+from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.admission import Admission
+from sprawl_orch.container.argv import HostLimits, fit_limits
+from sprawl_orch.container.command import command_env, command_venv, remove_quietly
+from sprawl_orch.container.engine import Engine
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.container.run import SETTLE_SECONDS
 from sprawl_orch.container.verify import Expected, as_command_user, verify
@@ -38,9 +42,6 @@ from sprawl_orch.container.warm_program import cannot_run
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Finished, Launch, Watcher
 from sprawl_orch.unrunnable import runtime_refusal
-
-if TYPE_CHECKING:
-    from sprawl_orch.container.arm import ContainerArm
 
 INIT_USER = "0:0"
 # The idle init: a shell that reaps whatever is reparented to it (orphans of commands, until
@@ -69,8 +70,25 @@ class Warm:
         self.commands = 0
 
 
+class WarmArm(Protocol):
+    """What the pool needs of the container arm that makes it (arm.py's ContainerArm, which
+    imports this module: a protocol here, so this module need not import it back)."""
+
+    @property
+    def config(self) -> ContainerConfig: ...
+    @property
+    def host(self) -> HostLimits: ...
+    @property
+    def engine(self) -> Engine: ...
+    def admission(self) -> Admission: ...
+    def create_verified(
+        self, launch: Launch, command: Sequence[str], *, init_user: str | None = None,
+        venv: str | None = None,
+    ) -> tuple[str, str, dict[str, object]]: ...
+
+
 class WarmPool:
-    def __init__(self, arm: ContainerArm) -> None:
+    def __init__(self, arm: WarmArm) -> None:
         self.arm = arm
         self._idle: list[Warm] = []
         self._lock = threading.Lock()
@@ -95,8 +113,6 @@ class WarmPool:
                            str(warm.record.get("path") or "") or None, warm.workdir)
         if words is not None:
             self.give_back(warm)  # nothing ran in it
-            from sprawl_orch.container.arm import command_venv  # arm.py imports us lazily
-
             refusal = runtime_refusal(words, command[0], command_venv(launch, command))
             assert refusal is not None
             raise refusal
@@ -125,7 +141,7 @@ class WarmPool:
                 time.sleep(0.005)  # the init's sleep not forked yet
                 host = HostView.of(pid, workdir)
         except BaseException:
-            self.arm._remove_quietly(engine, container, launch, name)
+            remove_quietly(engine, container, launch, name)
             raise
         record = {**record, "warm": True, "init_user": INIT_USER}
         uid, _, gid = str(record["host_owner"]).partition(":")
@@ -203,8 +219,6 @@ class WarmRun:
         # fresh container (entries already owned so are left alone)
         own_copy(warm.copy, *warm.owner)
         launch.outputs.mkdir(parents=True, exist_ok=True)
-        from sprawl_orch.container.arm import command_env  # arm.py imports this module lazily
-
         self._entered: Entered = enter(
             pool.arm.engine, warm.container, command, command_env(launch), user, warm.workdir,
             launch.outputs / "stdout", launch.outputs / "stderr")

@@ -1,0 +1,50 @@
+"""The command as a container sees it, for a fresh container (arm.py) and a warm one (warm.py)
+alike: its environment, the host venv it names, why it could not start, and the removal of a
+container it must not run in.
+
+A leaf of its own: warm.py needs these and arm.py creates the warm pool, so while they lived
+in arm.py the two modules imported each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sprawl_orch.container.engine import Engine
+from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Launch
+from sprawl_orch.unrunnable import host_venv, runtime_refusal
+
+
+def start_refusal(words: str, program: str, err: SprawlError | None,
+                  venv: str | None = None) -> SprawlError:
+    """The command never ran: say why, as exec would on the host (design §7)."""
+    refusal = runtime_refusal(words, program, venv)
+    if refusal is not None:
+        return refusal
+    if err is not None:
+        return err
+    return SprawlError(ErrorCode.ENGINE_REFUSED, "container start", words,
+                       "see `sprawl-orch doctor`; the engine could not start the container")
+
+
+def command_env(launch: Launch) -> dict[str, str]:
+    """PATH is the image's (its config's Env, else the engine's default), never the host's
+    (pyenv shims, ~/.local/bin): the engine fills it in when we pass none."""
+    return {k: v for k, v in launch.env.items() if k != "PATH"}
+
+
+def command_venv(launch: Launch, command: Sequence[str]) -> str | None:
+    """Judged on the working directory: the copy turns links out of the tree into files."""
+    return host_venv(launch.workdir or launch.cwd.resolve(), command[0])
+
+
+def remove_quietly(engine: Engine, ref: str, launch: Launch, name: str | None = None) -> str:
+    """Remove a container that must not run; '' when gone, else what stayed."""
+    try:
+        engine.remove(ref)
+    except SprawlError as err:
+        return f"the container {ref} could not be removed: {err.detail}"
+    launch.watcher.gone(name or ref)
+    return ""
+
