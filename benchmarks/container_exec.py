@@ -4,7 +4,9 @@
 
 For each variant with the same busybox image and the same limits/mount — docker (the plain
 daemon), docker-userns (the --userns-remap daemon at $SPRAWL_DOCKER_USERNS_HOST), podman
-(userns = "off") and podman-userns (--userns=auto, the default):
+(userns = "off"), podman-userns (--userns=auto, the default), and docker-runsc /
+podman-runsc (runtime = "runsc": gVisor; raw is `docker run --runtime runsc` / `podman run
+--runtime <the runsc wrapper>`, so each is compared with raw gVisor, not raw runc):
 - ours:    ContainerArm in this one long-lived process (admitted once), per command:
            own copy -> create (CLI) -> inspect + verify -> start -> wait -> output -> inspect
            -> remove. This is what the library and `sprawl-orch serve` pay per command.
@@ -51,10 +53,12 @@ def ms(seconds: float) -> float:
 
 
 def raw_run_argv(engine: Engine, config: ContainerConfig, image: str, copy: Path,
-                 runtime: str | None, userns: tuple[str, ...] = ()) -> list[str]:
+                 runtime: str | None, userns: tuple[str, ...] = (),
+                 gvisor: bool = False) -> list[str]:
     """Our create argv turned into `run --rm` (no name/labels: the raw mechanism)."""
     argv = list(create_argv(engine.name, config, image, copy, ["true"], [], "raw-1", "raw",
-                            "raw", runtime, host=HostLimits.this_host(), userns=userns))
+                            "raw", runtime, host=HostLimits.this_host(), userns=userns,
+                            gvisor=gvisor))
     for flag in ("--name", "--label", "--label"):
         at = argv.index(flag)
         del argv[at:at + 2]
@@ -98,7 +102,11 @@ VARIANTS: dict[str, tuple[str, str]] = {  # name: (engine, [sandbox.container] u
     "docker-userns": ("docker", "auto"),
     "podman": ("podman", "off"),
     "podman-userns": ("podman", "auto"),
+    "docker-runsc": ("docker", "auto"),
+    "podman-runsc": ("podman", "off"),
 }
+# [sandbox.container] runtime per variant (unset: the engine's default, runc here)
+RUNTIMES: dict[str, str] = {"docker-runsc": "runsc", "podman-runsc": "runsc"}
 
 
 @contextlib.contextmanager
@@ -129,11 +137,14 @@ def _bench(variant: str, name: str, userns: str, env: dict[str, str], reps: int,
     engine: Engine = DockerEngine(environ=env) if name == "docker" else PodmanEngine()
     image = build_busybox(name)
     try:
+        runtime = RUNTIMES.get(variant)
         config = ContainerConfig(engine=name, images=EngineImages(**{name: image}),
-                                 userns=userns)
+                                 userns=userns, runtime=runtime)
         admission = admit(engine, config)
         if not admission.admitted:
             raise SystemExit(f"{variant} not admitted: {admission.reason}")
+        if runtime is not None and not admission.gvisor:
+            raise SystemExit(f"{variant}: not on runsc: {admission.notes}")
         if variant.endswith("-userns") and admission.userns is None:
             raise SystemExit(f"{variant}: no user namespace: {admission.userns_why}")
         arm = ContainerArm(config, engine)
@@ -141,7 +152,8 @@ def _bench(variant: str, name: str, userns: str, env: dict[str, str], reps: int,
         copy.mkdir()
         (copy / "a.txt").write_text("x")
         flags = admission.userns.flags() if admission.userns else ()
-        raw = raw_run_argv(engine, config, image, copy, admission.runtime, flags)
+        raw = raw_run_argv(engine, config, image, copy, admission.runtime, flags,
+                           admission.gvisor)
         ours_once(arm, copy, tmp / f"{variant}-out", 0, f"warm{os.getpid()}")  # warm caches
         raw_once(raw, env)
         ours, plain = [], []
@@ -157,6 +169,7 @@ def _bench(variant: str, name: str, userns: str, env: dict[str, str], reps: int,
             conf.write_text(
                 f'[sandbox]\narm = "container"\nscratch_dir = "{tmp / "scratch"}"\n'
                 f'[sandbox.container]\nengine = "{name}"\nuserns = "{userns}"\n'
+                + (f'runtime = "{runtime}"\n' if runtime else "") +
                 f'[sandbox.container.images]\n{name} = "{image}"\n'
                 f'[state]\ndir = "{tmp / "state"}"\n'
             )
@@ -195,6 +208,12 @@ def main() -> None:
         ratio = results["docker"]["ours"] / results["docker"]["raw"]
         print(f"\ngoal ours/raw docker <= 1.15: {'met' if ratio <= 1.15 else 'NOT met'} "
               f"({ratio:.2f})")
+    for engine in ("docker", "podman"):
+        if engine in results and f"{engine}-runsc" in results:
+            plain = results[engine]["ours"] / results[engine]["raw"]
+            gv = results[f"{engine}-runsc"]["ours"] / results[f"{engine}-runsc"]["raw"]
+            print(f"goal ours/raw {engine}-runsc <= ours/raw {engine}: "
+                  f"{'met' if gv <= plain else 'NOT met'} ({gv:.2f} vs {plain:.2f})")
 
 
 if __name__ == "__main__":

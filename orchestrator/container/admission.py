@@ -164,7 +164,8 @@ def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
         def tried(runtime: Runtime) -> str | None:
             return probe(engine, config, image, runtime, host, watcher, userns, limits)
 
-        return runtimes.choose(name, facts, config.runtime, wrappers, tried, warm=config.warm)
+        return runtimes.choose(name, facts, config.runtime, wrappers, tried, warm=config.warm,
+                               userns=userns is not None)
 
     try:
         found = runtime_for(wanted)

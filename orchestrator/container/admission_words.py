@@ -47,12 +47,22 @@ def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
             f"see `{engine} info` and `sprawl-orch doctor`")
 
 
+# runsc 0.0~20221219 + podman 4.3 --userns=auto: the same run passes with the copy's parent
+# at 0755 and fails with it at 0700 (runc passes either way)
+_GOFER = ("runsc's gofer opens the copy's mount as the namespace's root, which may not pass "
+          "the private (0700) directories above the copy")
+
+
 def userns_failure(flag: str, words: str, gvisor: bool) -> str:
     """Why podman's user namespace was dropped, in the terms of what failed."""
     if gvisor and "cannot read client sync file" in words:
-        # seen with runsc 0.0~20221219 + podman 4.3: the same run passes with the copy's
-        # parent at 0755 and fails with it at 0700 (runc passes either way)
-        return (f"podman --userns={flag} fails under runsc here: runsc's gofer opens the "
-                "copy's mount as the namespace's root, which may not pass the private (0700) "
-                f"directories above the copy ({words})")
+        return f"podman --userns={flag} fails under runsc here: {_GOFER} ({words})"
     return f"podman --userns={flag} failed the probe: {words}"
+
+
+def runsc_failure(words: str, userns: bool) -> str:
+    """Why `runtime = "auto"` did not take runsc."""
+    if userns and "cannot read client sync file" in words:
+        return (f"runsc not used: it fails under podman's user namespace here ({_GOFER}); "
+                f"the user namespace was kept with the engine's default runtime ({words})")
+    return f"runsc not used: it failed the probe ({words})"

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from sprawl_orch.container.admission_words import runsc_failure
 from sprawl_orch.container.engine import EngineFacts
 from sprawl_orch.container.gvisor import RUNSC, ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime
@@ -81,7 +82,8 @@ def _engine_default(facts: EngineFacts, probe: Probe) -> tuple[Runtime, tuple[st
 
 
 def choose(engine: str, facts: EngineFacts, asked: str | None, wrappers: Path, probe: Probe,
-           *, warm: bool = False) -> tuple[Runtime, tuple[str, ...]] | str:
+           *, warm: bool = False, userns: bool = False
+           ) -> tuple[Runtime, tuple[str, ...]] | str:
     """(the runtime, what to say) -- or the failing probe's words (the caller explains
     them): the asked runtime's, else the engine's default's. Raises NoRuntime when an
     explicitly asked runtime is not there."""
@@ -111,7 +113,7 @@ def choose(engine: str, facts: EngineFacts, asked: str | None, wrappers: Path, p
         words = probe(found)
         if words is None:
             return found, ()
-        said = f"runsc not used: it failed the probe ({words})"
+        said = runsc_failure(words, userns)
     fallback = _engine_default(facts, probe)
     if isinstance(fallback, str):
         return fallback

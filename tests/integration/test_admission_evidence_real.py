@@ -56,6 +56,34 @@ def test_kept_evidence_skips_the_probe_while_the_identity_holds(
     assert min(timings) < 0.5
 
 
+def test_kept_runsc_evidence_names_a_wrapper_that_is_rewritten(
+    engine_image: tuple[str, str], tmp_path: Path,
+) -> None:
+    """runtime = "runsc": the kept admission records gVisor and the runtime it proved; for
+    podman that is the wrapper's path, which a later call rewrites when it was tampered
+    with instead of trusting it."""
+    from sprawl_orch.container.gvisor import WRAPPER_NAME, runsc_path
+    from tests.integration.conftest import missing
+
+    if runsc_path() is None:
+        missing("runsc is not installed (apt-get install runsc; .ci/setup-engines does)")
+    name, image = engine_image
+    evidence = Evidence(tmp_path / "state" / "admission")
+    config = config_for(name, image, runtime="runsc")
+    first = admit(make_engine(name), config, evidence=evidence)
+    assert first.admitted and first.gvisor, first.reason
+    wrapper = tmp_path / "state" / "runtimes" / WRAPPER_NAME
+    if name == "podman":
+        assert first.runtime == str(wrapper)
+        wrapper.write_text("#!/bin/sh\nexec /usr/bin/runc \"$@\"\n")
+    clear_cache()
+    again = admit(make_engine(name), config, evidence=evidence)
+    assert again.admitted and again.proved_at is not None and again.gvisor
+    assert again.runtime_used == first.runtime_used
+    if name == "podman":
+        assert "runsc --network=none" in wrapper.read_text()
+
+
 KILLED_MID_PROBE = """
 import sys, time
 from pathlib import Path
