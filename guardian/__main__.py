@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
+from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.guardian.engines import Engine, open_engine
 from sprawl_orch.guardian.protocol import ProtocolError, parse_message
 from sprawl_orch.guardian.reaper import Reaper
@@ -128,8 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--session is required (or --serve SOCKET)")
     names = [n for n in args.engines.split(",") if n]
     for name in names:
-        if name not in ("docker", "podman"):
-            parser.error(f"unknown engine {name!r}; known: docker, podman")
+        if name not in ENGINES:
+            parser.error(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
 
     loader = EngineLoader(names, args.docker_via)
     loader.start()

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from sprawl_orch.container.engine import ENGINES
+
 
 class ProtocolError(ValueError):
     """A line that is not a message of this protocol."""
@@ -172,7 +174,6 @@ def parse_message(line: str) -> Message:
 # A caller's connection opens with `hello SESSION ENGINES GRACE` (ENGINES comma-separated
 # or "-", GRACE a number or "-" for the default); the guardian answers `ok` once it owns
 # the connection, and `done 0|1` after cleaning up behind it (1: something was left).
-KNOWN_ENGINES = ("docker", "podman")
 
 
 @dataclass(frozen=True)
@@ -184,8 +185,8 @@ class Hello:
 
 def format_hello(hello: Hello) -> str:
     for engine in hello.engines:
-        if engine not in KNOWN_ENGINES:
-            raise ProtocolError(f"unknown engine {engine!r}; known: {', '.join(KNOWN_ENGINES)}")
+        if engine not in ENGINES:
+            raise ProtocolError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     engines = ",".join(hello.engines) or "-"
     grace = "-" if hello.grace is None else repr(float(hello.grace))
     return f"hello {_enc(hello.session)} {engines} {grace}\n"
@@ -196,7 +197,7 @@ def parse_hello(line: str) -> Hello:
     if len(fields) != 4 or fields[0] != "hello":
         raise ProtocolError(f"a connection must open with hello, not {line[:80]!r}")
     engines = () if fields[2] == "-" else tuple(fields[2].split(","))
-    if any(e not in KNOWN_ENGINES for e in engines):
+    if any(e not in ENGINES for e in engines):
         raise ProtocolError(f"unknown engine in {fields[2]!r}")
     grace = None if fields[3] == "-" else _time(fields[3])
     return Hello(_dec(fields[1]), engines, grace)

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Protocol
 
 from sprawl_orch.config import ContainerConfig
+from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.images import rootfs
 from sprawl_orch.images.engines import (
-    ENGINES,
     LABEL_DATE,
     LABEL_RECIPE,
     LABEL_SOURCE,

@@ -18,15 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sprawl_orch.container.engine import ENGINES, IMAGE_ID
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.images import buildlog
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases
 
-ENGINES: tuple[str, ...] = ("docker", "podman")
 LABEL_RECIPE = "sprawl.recipe"
 LABEL_DATE = "sprawl.date"
 LABEL_SOURCE = "sprawl.source"
-FIXED_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 BUILD_FIRST = "build or import it first: sprawl-orch image build busybox"
 
 # What each engine says when an image simply isn't in its store (vs. an unreachable engine).
@@ -205,7 +204,7 @@ class Engine:
             args.append(tag)
         out = self._ok(args, what="import", stdin=tar if isinstance(tar, bytes) else None)
         image_id = fixed_id(out.split()[-1]) if out.split() else ""
-        if not FIXED_ID.match(image_id):
+        if not IMAGE_ID.match(image_id):
             raise SprawlError(
                 ErrorCode.ENGINE_REFUSED,
                 subject=f"{self.name} import",

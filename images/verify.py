@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sprawl_orch.config import Config
+from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.images.engines import BUILD_FIRST, ENGINES, Engine, LocalImage, engine
+from sprawl_orch.images.engines import BUILD_FIRST, Engine, LocalImage, engine
 
 EngineFactory = Callable[[str], Engine]
 Status = Literal["present", "missing", "unpinned", "unreachable"]

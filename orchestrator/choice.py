@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 from sprawl_orch import arms
 from sprawl_orch.arms import ArmName, Missing
+from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.engine_offer import EngineOffer
 from sprawl_orch.offerings import Offerings
-
-ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def _native_name(platform: str) -> ArmName | None:
 
 
 def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, list[Missing]]:
-    names = ENGINE_ORDER if engine == "auto" else (engine,)
+    names = ENGINES if engine == "auto" else (engine,)
     refusals: list[str] = []
     admitted = [o for o in map(offerings.engine, names) if o is not None and o.admitted]
     # an engine that keeps the user axis first (admission ran on past a plain one)

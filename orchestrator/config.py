@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sprawl_orch.container.engine import IMAGE_ID, EngineName
 from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.credentials import credential_pattern, why
 from sprawl_orch.errors import ErrorCode, SprawlError
@@ -24,7 +25,6 @@ ARM_SPELLINGS: tuple[str, ...] = ("auto", "container", "native", "copied_tree", 
 
 DEFAULT_BUDGET = 2 * 1024**3  # 8 copies at MAX_BYTES; each call's own copy is never evicted
 
-IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -68,7 +68,7 @@ def warm_user_problem(container: ContainerConfig) -> str | None:
 
 
 class ContainerConfig(_Strict):
-    engine: Literal["auto", "docker", "podman"] = "auto"
+    engine: Literal["auto", EngineName] = "auto"
     image: str | None = None
     images: EngineImages = EngineImages()
     memory_bytes: int = Field(default=512 * 1024 * 1024, ge=6 * 1024 * 1024)

@@ -25,8 +25,9 @@ from sprawl_orch.arms import (
 )
 from sprawl_orch.assurances import Assurances, statement
 from sprawl_orch.cgroups import Delegation, PlatformShares
-from sprawl_orch.choice import ENGINE_ORDER, Choice, choose
+from sprawl_orch.choice import Choice, choose
 from sprawl_orch.config import Config
+from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.offerings import Offerings
 from sprawl_orch.shell import Absent, Found, Shell, resolve_shell
 
@@ -119,7 +120,7 @@ def _row(label: str, arm: ArmName, assurances: Assurances, choice: Choice,
 
 def arm_rows(offerings: Offerings) -> list[ArmRow]:
     rows: list[ArmRow] = []
-    for engine in ENGINE_ORDER:
+    for engine in ENGINES:
         offer = offerings.engine(engine)
         assurances = container_assurances(offer.uids_namespaced if offer else False,
                                           offer.limits_enforced if offer else True)

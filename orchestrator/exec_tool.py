@@ -35,8 +35,9 @@ from sprawl_orch.backlog import Backlog, Pending, RunProcesses
 from sprawl_orch.change_store import keep as keep_changes
 from sprawl_orch.changes import Changes
 from sprawl_orch.changes import compute as compute_changes
-from sprawl_orch.choice import ENGINE_ORDER, Choice, choose
+from sprawl_orch.choice import Choice, choose
 from sprawl_orch.config import Config, load_config, with_warm
+from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy_bounds import Bounds, Excludes
 from sprawl_orch.copy_store import CopyStore, Lease, copy_key
@@ -394,7 +395,7 @@ class ExecTool:
                 engines: tuple[str, ...] = ()
                 container = self.config.sandbox.container
                 if self.config.sandbox.arm in ("auto", "container"):
-                    engines = ENGINE_ORDER if container.engine == "auto" else (container.engine,)
+                    engines = ENGINES if container.engine == "auto" else (container.engine,)
                 shared: Path | None = None
                 if self.shared_guardian:
                     try:

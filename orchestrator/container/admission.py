@@ -26,7 +26,7 @@ from sprawl_orch.config import Config, ContainerConfig
 from sprawl_orch.container import runtimes
 from sprawl_orch.container.admission_words import explain, userns_failure
 from sprawl_orch.container.argv import HostLimits, fit_limits
-from sprawl_orch.container.engine import Engine, EngineFacts
+from sprawl_orch.container.engine import ENGINES, Engine, EngineFacts
 from sprawl_orch.container.evidence import Evidence, boot_id, stamp
 from sprawl_orch.container.gvisor import KERNEL_NOTE, ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime, probe
@@ -34,8 +34,6 @@ from sprawl_orch.container.stale_probes import sweep_stale_probes
 from sprawl_orch.container.userns import SUBGID, SUBUID, Userns, plan
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import NullWatcher, Watcher
-
-ENGINE_ORDER: tuple[str, ...] = ("docker", "podman")
 
 
 @dataclass(frozen=True)
@@ -314,7 +312,7 @@ def engine_for(name: str) -> Engine:
         from sprawl_orch.container.podman import PodmanEngine
 
         return PodmanEngine()
-    raise ValueError(f"unknown engine {name!r}; expected one of {ENGINE_ORDER}")
+    raise ValueError(f"unknown engine {name!r}; expected one of {ENGINES}")
 
 
 def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
@@ -325,7 +323,7 @@ def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
     Unless userns = "off", an admitted engine that keeps no user axis doesn't stop the
     search: `preferred` picks one that does (a second probe container, once)."""
     if names is None:
-        names = ENGINE_ORDER if config.engine == "auto" else (config.engine,)
+        names = ENGINES if config.engine == "auto" else (config.engine,)
     out: list[tuple[Engine, Admission]] = []
     for name in names:
         engine = engine_for(name)

@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sprawl_orch.config import ENV_NAME, IMAGE_ID, ContainerConfig
+from sprawl_orch.config import ENV_NAME, ContainerConfig
+from sprawl_orch.container.engine import ENGINES, IMAGE_ID
 from sprawl_orch.errors import ErrorCode, SprawlError
 
-ENGINES: tuple[str, ...] = ("docker", "podman")
 # The tmpfs at /tmp: sticky and world-writable like a host's /tmp. Without a mode the
 # engines make it root-owned 0755, and `touch /tmp/a` failed for the command's uid 65534.
 TMP_TMPFS = "/tmp:mode=1777"

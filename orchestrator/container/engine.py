@@ -11,14 +11,24 @@ measured fastest per engine (benchmarks/container_steps.py).
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from sprawl_orch.errors import ErrorCode, SprawlError
 
+EngineName = Literal["docker", "podman"]
+# Every engine sprawl-orch drives, in the order engine = "auto" tries them. The one list:
+# config, admission, the create argv, images and the guardian all read it from here.
+ENGINES: tuple[EngineName, ...] = get_args(EngineName)
+# What both engines call an image: the full content digest (podman prints it without the
+# prefix; images.engines.fixed_id adds it).
+IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+# `State.StartedAt` of a container that was created but never started (Go's zero time).
+ZERO_TIME = "0001-01-01"
 CLI_TIMEOUT = 120.0
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits, container_name, create_argv, fit_limits
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ZERO_TIME, Engine
 from sprawl_orch.container.ownership import give_copy, take_back
 from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label
 from sprawl_orch.container.userns import Userns, host_owner, principal_problem
@@ -31,7 +31,6 @@ from sprawl_orch.errors import SprawlError
 from sprawl_orch.launch import NullWatcher, Watcher
 
 PROBE_TIMEOUT = 60.0
-_ZERO_TIME = "0001-01-01"
 # Under a user namespace the probe creates this file in its copy: its owner, read from
 # the host, must be the uid admission computed (else the copy could not be written).
 PROBE_FILE = "sprawl-probe"
@@ -52,7 +51,7 @@ class Runtime:
 
 
 def _state_failure(state: dict[str, object]) -> str | None:
-    if str(state.get("StartedAt", "")).startswith(_ZERO_TIME):
+    if str(state.get("StartedAt", "")).startswith(ZERO_TIME):
         return str(state.get("Error") or "the container never started")
     if state.get("ExitCode") != 0:
         code, error = state.get("ExitCode"), state.get("Error") or ""

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.container.engine import Attached, Engine, not_found_in_image
+from sprawl_orch.container.engine import ZERO_TIME, Attached, Engine, not_found_in_image
 from sprawl_orch.container.pids_watch import PidsWatch
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.launch import Finished, Launch
 from sprawl_orch.unrunnable import after_start_refusal, loader_refusal, runtime_refusal
 
-_ZERO_TIME = "0001-01-01"
 # after kill(), how long the attached output may take to end
 SETTLE_SECONDS = 30.0
 
@@ -119,7 +118,7 @@ class ContainerRun:
             state = self.engine.inspect(self.container).get("State") or {}
             oom = bool(state.get("OOMKilled"))
             exit_code = int(state.get("ExitCode", 0))
-            if str(state.get("StartedAt", "")).startswith(_ZERO_TIME):
+            if str(state.get("StartedAt", "")).startswith(ZERO_TIME):
                 # the command never ran (e.g. program not found in the image)
                 start_error = start_error or str(state.get("Error") or "") or _tail(
                     self.stderr_path) or "the container never started"
