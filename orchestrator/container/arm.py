@@ -13,6 +13,7 @@ command tried once more only if that admission passes.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, take_back
 from sprawl_orch.container.run import ContainerRun, image_path
-from sprawl_orch.container.userns import host_owner, principal_problem
+from sprawl_orch.container.userns import Userns, host_owner, principal_problem
 from sprawl_orch.container.verify import Expected, as_command_user, verify
 from sprawl_orch.engine_offer import EngineOffer
 from sprawl_orch.errors import ErrorCode, SprawlError
@@ -79,6 +80,10 @@ class ContainerArm:
         self.evidence = evidence
         self.watcher = watcher
         self.readmitted = False
+        # Containers of this arm on each copy now (podman --userns=auto: only while one
+        # holds the copy's range may another command take that range explicitly).
+        self._on_copy: dict[Path, int] = {}
+        self._on_copy_lock = threading.Lock()
 
     @classmethod
     def from_offer(
@@ -183,11 +188,16 @@ class ContainerArm:
         attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
         if attached.start_error is not None:
             attached.collect()
+            self.left_copy(launch.cwd.resolve())
             remove_quietly(engine, container, launch, name)
             raise start_refusal(attached.start_error, command[0], None, venv)
         userns, copy = self.admission().userns, launch.cwd.resolve()
         return ContainerRun(engine, container, name, launch, attached, record, venv,
-                            after=lambda: take_back(engine, userns, copy))
+                            after=lambda: self._after_run(engine, userns, copy))
+
+    def _after_run(self, engine: Engine, userns: Userns | None, copy: Path) -> None:
+        self.left_copy(copy)
+        take_back(engine, userns, copy)
 
     def create_verified(
         self, launch: Launch, command: Sequence[str], *, init_user: str | None = None,
@@ -209,7 +219,7 @@ class ContainerArm:
         argv = create_argv(
             engine.name, config, admission.image, copy, command, env.keys(),
             launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
-            userns=self._userns_flags(admission, copy),
+            userns=self._userns_flags(admission, copy),  # counts this container in
             workdir=launch.workdir, limits=admission.limits_enforced,
             gvisor=admission.gvisor,
         )
@@ -225,6 +235,7 @@ class ContainerArm:
         try:
             container = engine.create(argv, env)
         except SprawlError as err:
+            self.left_copy(copy)
             remove_quietly(engine, name, launch)
             raise start_refusal(err.detail, command[0], err, venv) from err
         launch.watcher.created(name, container)
@@ -244,6 +255,7 @@ class ContainerArm:
             give_copy(engine, admission.userns, copy, owner,
                       fit_limits(self.config, self.host).uid_gid)
         except SprawlError as err:
+            self.left_copy(copy)
             left = remove_quietly(engine, container, launch, name)
             if left:
                 raise SprawlError(err.code, err.subject, f"{err.detail}; {left}",
@@ -263,11 +275,30 @@ class ContainerArm:
         return self._warm
 
     def _userns_flags(self, admission: Admission, copy: Path) -> tuple[str, ...]:
+        """The userns flags of a new container on `copy`, which is counted in (left_copy
+        counts it out). The copy's owner range is named explicitly only while another
+        container of this arm holds it: once that one is gone, podman may give the range
+        to another copy's command, and naming it then would run two copies' commands as
+        one host uid (tests/escapes/test_userns_share.py)."""
+        with self._on_copy_lock:
+            shared = self._on_copy.get(copy, 0) > 0
+            self._on_copy[copy] = self._on_copy.get(copy, 0) + 1
         if admission.userns is None:
             return ()
-        st = copy.stat()
         uid, gid = fit_limits(self.config, self.host).uid_gid
+        if not shared:
+            return admission.userns.flags(user=(uid, gid))
+        st = copy.stat()
         return admission.userns.flags(owner=(st.st_uid, st.st_gid), user=(uid, gid))
+
+    def left_copy(self, copy: Path) -> None:
+        """A container counted in by _userns_flags is gone (or was never made)."""
+        with self._on_copy_lock:
+            left = self._on_copy.get(copy, 0) - 1
+            if left > 0:
+                self._on_copy[copy] = left
+            else:
+                self._on_copy.pop(copy, None)
 
     def _owner(self, admission: Admission, inspect: dict[str, Any]) -> tuple[int, int]:
         """The host uid:gid of the command; refused when the user axis is claimed and the

@@ -151,12 +151,13 @@ class Userns:
               user: tuple[int, int] = (65534, 65534)) -> tuple[str, ...]:
         """Create flags for a command whose copy is owned by `owner` (host uid:gid).
 
-        podman --userns=auto gives every container a fresh range, so a copy that a
-        container already owns (an earlier or a still-running command in the same copy)
-        keeps that principal: the range it was given is named explicitly with
-        --uidmap/--gidmap (podman's auto allocation then avoids it while in use). Two
-        commands in one copy at once are one principal; without this the second
-        command's chown would take the copy away from the first, mid-run."""
+        podman --userns=auto gives every container a fresh range. `owner` is given only
+        while another container holds the copy (a still-running command in the same copy):
+        that range is then named explicitly with --uidmap/--gidmap (podman's auto
+        allocation avoids it while in use), so two commands in one copy at once are one
+        principal and the second one's chown does not take the copy from the first
+        mid-run. Never for a copy nothing runs in: podman may have given its old range to
+        another copy's command since (container/arm.py _userns_flags)."""
         if self.flag is None:
             return ()
         if owner is not None:
@@ -211,8 +212,9 @@ def podman_auto(subuid: Path = SUBUID, subgid: Path = SUBGID) -> Userns | None:
     ranges = ", ".join(f"{r.start}+{len(r)}" for r in uids)
     return Userns(
         "podman-auto",
-        f"podman --userns={PODMAN_AUTO}: each container gets {PODMAN_AUTO_SIZE} uids of its "
-        f"own from the {PODMAN_AUTO_USER!r} subordinate range ({ranges}), no host account",
+        f"podman --userns={PODMAN_AUTO}: each container gets {PODMAN_AUTO_SIZE} uids "
+        f"from the {PODMAN_AUTO_USER!r} subordinate range ({ranges}) that no container of "
+        "another copy holds (commands in one copy at once share them), no host account",
         flag=PODMAN_AUTO, allowed_uids=tuple(uids), allowed_gids=tuple(gids),
     )
 

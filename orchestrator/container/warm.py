@@ -85,6 +85,7 @@ class WarmArm(Protocol):
         self, launch: Launch, command: Sequence[str], *, init_user: str | None = None,
         venv: str | None = None,
     ) -> tuple[str, str, dict[str, object]]: ...
+    def left_copy(self, copy: Path) -> None: ...
 
 
 class WarmPool:
@@ -141,6 +142,7 @@ class WarmPool:
                 time.sleep(0.005)  # the init's sleep not forked yet
                 host = HostView.of(pid, workdir)
         except BaseException:
+            self.arm.left_copy(launch.cwd.resolve())
             remove_quietly(engine, container, launch, name)
             raise
         record = {**record, "warm": True, "init_user": INIT_USER}
@@ -186,6 +188,8 @@ class WarmPool:
             self.arm.engine.remove(warm.container)
         except SprawlError as err:
             return f"the warm container {warm.name} could not be removed: {err.detail}"
+        finally:
+            self.arm.left_copy(warm.copy)
         warm.watcher.gone(warm.name)
         return None
 
