@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sprawl_orch.container.engine import ENGINES, IMAGE_ID
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.images import buildlog
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases
 
@@ -216,20 +216,16 @@ class Engine:
     def check_bases(self, dockerfile: Path, build_args: Mapping[str, str] | None = None) -> None:
         """Refuse, before anything runs, when a base image isn't in this engine's store."""
         try:
-            bases = external_bases(dockerfile.read_text(encoding="utf-8"), build_args)
+            with os_errors(ErrorCode.IMAGE_INVALID, dockerfile, "cannot read the Dockerfile",
+                           "check the path given with --dockerfile"):
+                text = dockerfile.read_text(encoding="utf-8")
+            bases = external_bases(text, build_args)
         except DockerfileError as err:
             raise SprawlError(
                 ErrorCode.IMAGE_INVALID,
                 subject=f"{dockerfile}:{err.line}",
                 detail=str(err),
                 recovery="give the ARG a default, or write the base image's tag or ID",
-            ) from err
-        except OSError as err:
-            raise SprawlError(
-                ErrorCode.IMAGE_INVALID,
-                subject=str(dockerfile),
-                detail=f"cannot read the Dockerfile: {err.strerror}",
-                recovery="check the path given with --dockerfile",
             ) from err
         for base in bases:
             if self.resolve(base.ref) is None:

@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 
 RECIPES_DIR = Path(__file__).with_name("recipes")
 RECIPE_NAMES: tuple[str, ...] = ("busybox", "debian", "python")
@@ -154,14 +154,9 @@ def read_recipe(path: Path) -> Recipe:
     """Read a recipe file; E_CONFIG_INVALID names the file and each bad key."""
     fix = f"fix {path} (compare with images/recipes/ in the sprawl-orch source tree)"
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise SprawlError(
-            ErrorCode.CONFIG_INVALID,
-            subject=str(path),
-            detail=f"the recipe can't be read: {err.strerror or err}",
-            recovery="check the path given with --recipe",
-        ) from err
+        with os_errors(ErrorCode.CONFIG_INVALID, path, "the recipe can't be read",
+                       "check the path given with --recipe"):
+            data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise SprawlError(
             ErrorCode.CONFIG_INVALID,

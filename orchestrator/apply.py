@@ -39,7 +39,7 @@ from sprawl_orch.apply_check import Verdict, check_all
 from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
 from sprawl_orch.change_store import Kept, finish_if_done, load, record_applied
 from sprawl_orch.changes import ChangeEntry, shown
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 
 TEMP_PREFIX = ".sprawl-apply-"
 
@@ -102,12 +102,9 @@ def apply(state: Path, handle: str, paths: Sequence[str] | None = None, *,
         raise SprawlError(ErrorCode.BAD_REQUEST, str(workdir),
                           f"the changes of {handle} were made from {root}, not this directory",
                           f"apply it from {root}, or pass that directory")
-    try:
+    with os_errors(ErrorCode.STORAGE_FATAL, root, "cannot open the working directory",
+                   "check that it still exists"):
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as err:
-        raise SprawlError(ErrorCode.STORAGE_FATAL, str(root),
-                          f"cannot open the working directory: {err.strerror}",
-                          "check that it still exists") from err
     try:
         with open(kept.dir / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sprawl_orch.container.engine import IMAGE_ID, EngineName
 from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.credentials import credential_pattern, why
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 
 CONFIG_NAME = "sprawl.toml"
 
@@ -252,16 +252,9 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
 def read_config_text(path: Path) -> str:
     """The file's text; E_CONFIG_INVALID (never a traceback) when it can't be read or is
     not UTF-8, which TOML requires."""
-    try:
+    with os_errors(ErrorCode.CONFIG_INVALID, path, "cannot read the config file",
+                   "check the path given with --config"):
         data = path.read_bytes()
-    except OSError as err:
-        what = "is a directory" if isinstance(err, IsADirectoryError) else err.strerror
-        raise SprawlError(
-            ErrorCode.CONFIG_INVALID,
-            subject=str(path),
-            detail=f"cannot read the config file: {what}",
-            recovery="check the path given with --config",
-        ) from err
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -40,7 +40,7 @@ from sprawl_orch import copy_stamps
 from sprawl_orch.copy_bounds import Bounds, Excludes
 from sprawl_orch.copy_sync import FileWork, delete_path, sync_with_record
 from sprawl_orch.copy_walk import Progress
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 
 TREE, STAMPS, LOCK, META = "tree", "stamps", "lock", "meta.json"
 
@@ -174,7 +174,8 @@ class CopyStore:
     def lease(self, workdir: Path, key: str) -> Lease:
         """The first free slot of ``key`` (a new one when all are held)."""
         group = self.root / key
-        try:
+        with os_errors(ErrorCode.STORAGE_FATAL, self.root, "cannot keep a copy there",
+                       "make the state directory writable, or set [state] dir"):
             group.mkdir(mode=0o700, parents=True, exist_ok=True)
             for n in range(100_000):
                 slot = group / str(n)
@@ -183,12 +184,6 @@ class CopyStore:
                 fd = _lock(slot / LOCK)
                 if fd is not None:
                     return Lease(slot, Path(workdir), fd)
-        except OSError as err:
-            raise SprawlError(
-                ErrorCode.STORAGE_FATAL, str(self.root),
-                f"cannot keep a copy there: {err.strerror or err}",
-                "make the state directory writable, or set [state] dir",
-            ) from err
         raise SprawlError(ErrorCode.STORAGE_FATAL, str(group), "100 000 slots are all held",
                           "drop copies with: sprawl-orch copies drop --all")
 

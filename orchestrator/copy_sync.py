@@ -55,7 +55,7 @@ from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Exc
 from sprawl_orch.copy_fileops import FdCopy, SourceUnreadable
 from sprawl_orch.copy_paths import PathCopy
 from sprawl_orch.copy_walk import CopySide, FileWork, Progress, Walk
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "Bounds", "CopySide", "Excludes", "FileWork",
            "delete_path", "dir_fds_work", "sync", "sync_with_record"]
@@ -166,15 +166,9 @@ def sync_with_record(
     side = COPY_SIDE
     old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
     walk = Walk(side, src, bounds, str(source), excludes, old, progress)
-    try:
+    with os_errors(ErrorCode.STORAGE_FATAL, copy.parent, "cannot open the scratch directory",
+                   "check that the scratch directory exists and is writable"):
         parent = side.open_parent(str(copy.parent))
-    except OSError as err:
-        raise SprawlError(
-            ErrorCode.STORAGE_FATAL,
-            str(copy.parent),
-            f"cannot open the scratch directory: {err.strerror}",
-            "check that the scratch directory exists and is writable",
-        ) from err
     try:
         walk.run(side.open_root(copy.name, parent))
         walk.new.total_bytes = walk.bytes

@@ -9,14 +9,19 @@ Every refusal or failure is a :class:`SprawlError` carrying four fields::
       recovery  -- what the person can do next
 
 Lower layers raise it directly, or translate foreign exceptions at their
-boundary with ``raise SprawlError(...) from err`` so the cause stays attached.
+boundary with ``raise SprawlError(...) from err`` so the cause stays attached; an OSError
+is translated by :func:`os_errors` (psutil's ``wrap_exceptions`` shape: the boundary states
+the fields once, the OS's reason is filled in).
 A refused command never changes the person's tree: errors are raised before
 anything is started or after the copy is cleaned up.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
+from os import PathLike
 
 
 class ErrorCode(StrEnum):
@@ -52,3 +57,24 @@ class SprawlError(Exception):
             "detail": self.detail,
             "recovery": self.recovery,
         }
+
+
+def os_reason(err: OSError) -> str:
+    """The OS's words for `err` ("Permission denied"); "is a directory" for EISDIR, whose
+    strerror ("Is a directory") reads as if the path were fine."""
+    if isinstance(err, IsADirectoryError):
+        return "is a directory"
+    return err.strerror or str(err)
+
+
+@contextmanager
+def os_errors(
+    code: ErrorCode, subject: str | PathLike[str], doing: str, recovery: str
+) -> Iterator[None]:
+    """An OSError raised in the block leaves it as SprawlError(code, subject,
+    f"{doing}: <the OS's reason>", recovery), the OSError kept as its cause. Other
+    exceptions (and a SprawlError raised inside) pass through untouched."""
+    try:
+        yield
+    except OSError as err:
+        raise SprawlError(code, str(subject), f"{doing}: {os_reason(err)}", recovery) from err

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 
 
 def _env_leak(result: Mapping[str, Any]) -> str | None:
@@ -108,52 +108,37 @@ class Ledger:
                 detail=f"the result is not JSON-serialisable: {err}",
                 recovery="results hold only str, int, float, bool, None, lists and dicts",
             ) from err
-        try:
+        with os_errors(ErrorCode.STORAGE_FATAL, self.path, "cannot open the ledger for appending",
+                       "check the [state] dir / [state] ledger setting and the directory's "
+                       "permissions"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        except OSError as err:
-            raise SprawlError(
-                ErrorCode.STORAGE_FATAL,
-                subject=str(self.path),
-                detail=f"cannot open the ledger for appending: {err.strerror}",
-                recovery="check the [state] dir / [state] ledger setting and the directory's "
-                "permissions",
-            ) from err
         try:
-            _lock(fd)
-            try:
-                written = os.write(fd, data)
-                # A regular-file write is whole unless the disk fills or a signal lands
-                # mid-copy; the lock is still held, so finishing it keeps the line whole.
-                while written < len(data):
-                    written += os.write(fd, data[written:])
-            finally:
-                _unlock(fd)
-        except OSError as err:
-            raise SprawlError(
-                ErrorCode.STORAGE_FATAL,
-                subject=str(self.path),
-                detail=f"cannot append {len(data)} bytes to the ledger: {err.strerror}",
-                recovery="free space on the ledger's file system, or point [state] ledger "
-                "elsewhere",
-            ) from err
+            with os_errors(ErrorCode.STORAGE_FATAL, self.path,
+                           f"cannot append {len(data)} bytes to the ledger",
+                           "free space on the ledger's file system, or point [state] ledger "
+                           "elsewhere"):
+                _lock(fd)
+                try:
+                    written = os.write(fd, data)
+                    # A regular-file write is whole unless the disk fills or a signal lands
+                    # mid-copy; the lock is still held, so finishing it keeps the line whole.
+                    while written < len(data):
+                        written += os.write(fd, data[written:])
+                finally:
+                    _unlock(fd)
         finally:
             os.close(fd)
 
     def read(self) -> Iterator[dict[str, Any]]:
         """Yield every whole record; `skipped` counts the lines that weren't."""
         self.skipped = 0
-        try:
-            handle = self.path.open("rb")
-        except FileNotFoundError:
-            return
-        except OSError as err:
-            raise SprawlError(
-                ErrorCode.STORAGE_FATAL,
-                subject=str(self.path),
-                detail=f"cannot read the ledger: {err.strerror}",
-                recovery="check the file's permissions, or pass another file with --ledger",
-            ) from err
+        with os_errors(ErrorCode.STORAGE_FATAL, self.path, "cannot read the ledger",
+                       "check the file's permissions, or pass another file with --ledger"):
+            try:
+                handle = self.path.open("rb")
+            except FileNotFoundError:
+                return
         with handle:
             for raw in handle:
                 if not raw.endswith(b"\n"):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sprawl_orch.copy_sync import Bounds, FileWork, delete_path, sync
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 
 _TAG = re.compile(r"[^/\0]{1,128}")
 
@@ -32,7 +32,8 @@ class ScratchCopy:
                 "a scratch copy tag must be 1-128 characters without '/' or NUL",
                 "pass a plain identifier (a session name) as the tag",
             )
-        try:
+        with os_errors(ErrorCode.STORAGE_FATAL, scratch_root, "cannot make a scratch copy there",
+                       "check that the scratch directory exists and is writable"):
             # Like mkdtemp (mode 0700, a random unguessable name, O_EXCL-style mkdir), but
             # the name is chosen and announced first.
             while True:
@@ -45,13 +46,6 @@ class ScratchCopy:
                     continue
                 self.path = path
                 break
-        except OSError as err:
-            raise SprawlError(
-                ErrorCode.STORAGE_FATAL,
-                str(scratch_root),
-                f"cannot make a scratch copy there: {err.strerror or err}",
-                "check that the scratch directory exists and is writable",
-            ) from err
 
     def sync(self, source: Path, bounds: Bounds = Bounds()) -> FileWork:
         """Sync the copy to ``source``; on refusal the whole copy directory is deleted."""
