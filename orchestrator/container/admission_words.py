@@ -10,6 +10,11 @@ from __future__ import annotations
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
 
+# runsc 0.0~20221219 under podman 4.3 --userns=auto or docker 20.10 userns-remap: the same
+# run passes with the copy's parent at 0755 and fails with it at 0700 (runc passes either way)
+_GOFER = ("runsc's gofer opens the copy's mount as the namespace's root, which may not pass "
+          "the private (0700) directories above the copy")
+
 
 def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
             host: HostLimits | None = None) -> tuple[str, str]:
@@ -32,6 +37,14 @@ def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
             f"lower [sandbox.container] ulimits to at most the hard limits ({limits} here), "
             f"or raise the hard limits of the {engine} engine's service",
         )
+    if "cannot read client sync file" in low:
+        return (
+            f"runsc cannot start its sandbox under {engine}'s user namespace here: {_GOFER} "
+            f"({words})",
+            f"use a {engine} without a user namespace for runsc (podman: userns = \"off\"; "
+            "docker: the plain daemon), or runtime = \"auto\" to keep the user namespace "
+            "under the default runtime",
+        )
     if "connection refused" in low or "cannot connect" in low or (
         "no such file or directory" in low and ("connect" in low or "api version" in low)
     ):
@@ -47,10 +60,6 @@ def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
             f"see `{engine} info` and `sprawl-orch doctor`")
 
 
-# runsc 0.0~20221219 + podman 4.3 --userns=auto: the same run passes with the copy's parent
-# at 0755 and fails with it at 0700 (runc passes either way)
-_GOFER = ("runsc's gofer opens the copy's mount as the namespace's root, which may not pass "
-          "the private (0700) directories above the copy")
 
 
 def userns_failure(flag: str, words: str, gvisor: bool) -> str:
@@ -63,6 +72,6 @@ def userns_failure(flag: str, words: str, gvisor: bool) -> str:
 def runsc_failure(words: str, userns: bool) -> str:
     """Why `runtime = "auto"` did not take runsc."""
     if userns and "cannot read client sync file" in words:
-        return (f"runsc not used: it fails under podman's user namespace here ({_GOFER}); "
+        return (f"runsc not used: it fails under the engine's user namespace here ({_GOFER}); "
                 f"the user namespace was kept with the engine's default runtime ({words})")
     return f"runsc not used: it failed the probe ({words})"

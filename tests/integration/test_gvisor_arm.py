@@ -8,6 +8,7 @@ wrapper sprawl-orch writes.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sprawl_orch.container.admission import clear_cache
+from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.gvisor import KERNEL_NOTE, WRAPPER_NAME, runsc_path
 from sprawl_orch.errors import ErrorCode, SprawlError
@@ -135,3 +136,20 @@ def test_processes_are_limited_inside_the_sandbox(case: Case,
     started = [int(line.split()[1]) for line in out.splitlines() if line.startswith("started")]
     assert 10 <= max(started) < 16, out
     assert done.pids_hit is False  # the host pids cgroup had room: nothing to report
+
+
+def test_a_named_runtime_is_that_one_or_refused_with_what_to_install(
+        engine_image: tuple[str, str]) -> None:
+    name, image = engine_image
+    runc = admit(make_engine(name), config_for(name, image, runtime="runc"))
+    assert runc.admitted and (runc.runtime, runc.runtime_used, runc.gvisor) == \
+        ("runc", "runc", False), runc.reason
+    if shutil.which("crun") is None and name == "podman":
+        crun = admit(make_engine(name), config_for(name, image, runtime="crun"))
+        assert not crun.admitted and crun.code is ErrorCode.SANDBOX_DENIED
+        assert 'runtime = "crun", but crun is not installed (apt-get install crun)' in \
+            crun.reason
+    if name == "docker":
+        crun = admit(make_engine(name), config_for(name, image, runtime="crun"))
+        assert not crun.admitted and "crun is not registered with the docker daemon" in \
+            crun.reason
