@@ -139,3 +139,15 @@ def test_the_runtime_is_verified_exactly() -> None:
 def test_the_note_names_gvisors_kernel() -> None:
     assert gvisor.gvisor_note().startswith(gvisor.KERNEL_NOTE)
     assert "OOM" not in gvisor.gvisor_note()  # reported as under runc (test_gvisor_arm.py)
+
+
+def test_runsc_under_a_user_namespace_is_explained() -> None:
+    from sprawl_orch.container.admission_words import explain, runsc_failure
+
+    words = ("OCI runtime error: creating container: cannot create sandbox: cannot read "
+             "client sync file: waiting for sandbox to start: EOF")
+    reason, recovery = explain("docker", "runsc", words, ContainerConfig(), HOST)
+    assert reason.startswith("runsc cannot start its sandbox under docker's user namespace")
+    assert "0700" in reason and words in reason and 'runtime = "auto"' in recovery
+    assert "user namespace was kept" in runsc_failure(words, userns=True)
+    assert runsc_failure("other", userns=True) == "runsc not used: it failed the probe (other)"
