@@ -14,8 +14,10 @@ podman-runsc (runtime = "runsc": gVisor; raw is `docker run --runtime runsc` / `
            (podman-userns: `--userns auto:size=65536`; docker-userns: the remapped daemon).
 - cli:     `sprawl-orch exec -- true` as a fresh process (python start, imports, admission
            with its probe container, sync, the run): what a one-shot CLI call pays.
-Runs are interleaved (ours, raw, ours, raw, …) so machine noise hits both. Prints medians
-and ratios; the goal is ours/raw(docker) <= 1.15.
+Runs are interleaved across every variant (rep n: ours and raw of each variant, then rep
+n+1), so machine noise hits all arms alike. Prints medians and ratios, and each userns /
+runsc variant's ratio beside its plain arm's: the goal is variant <= plain, and
+ours/raw(docker) <= 1.15.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -126,63 +129,117 @@ def daemon_for(variant: str) -> Iterator[dict[str, str]]:
             os.environ["DOCKER_HOST"] = saved
 
 
-def bench_engine(variant: str, reps: int, cli_reps: int, tmp: Path) -> dict[str, float]:
+@dataclass
+class Variant:
+    """One variant set up for the interleaved loop: its arm, raw argv and timings."""
+
+    name: str
+    engine: str
+    userns: str
+    runtime: str | None
+    env: dict[str, str]
+    image: str
+    arm: ContainerArm
+    copy: Path
+    raw: list[str]
+    ours: list[float] = field(default_factory=list)
+    plain: list[float] = field(default_factory=list)
+    cli: list[float] = field(default_factory=list)
+
+    def median(self, what: str) -> float:
+        found: list[float] = getattr(self, what)
+        return statistics.median(found) if found else float("nan")
+
+
+def set_up(variant: str, tmp: Path) -> Variant:
     name, userns = VARIANTS[variant]
     with daemon_for(variant) as env:
-        return _bench(variant, name, userns, env, reps, cli_reps, tmp)
+        engine: Engine = DockerEngine(environ=env) if name == "docker" else PodmanEngine()
+        image = build_busybox(name)
+    runtime = RUNTIMES.get(variant)
+    config = ContainerConfig(engine=name, images=EngineImages(**{name: image}), userns=userns,
+                             runtime=runtime)
+    admission = admit(engine, config)
+    if not admission.admitted:
+        raise SystemExit(f"{variant} not admitted: {admission.reason}")
+    if runtime is not None and not admission.gvisor:
+        raise SystemExit(f"{variant}: not on runsc: {admission.notes}")
+    if variant.endswith("-userns") and admission.userns is None:
+        raise SystemExit(f"{variant}: no user namespace: {admission.userns_why}")
+    if not variant.endswith("-userns") and admission.userns is not None:
+        raise SystemExit(f"{variant}: expected no user namespace, got {admission.userns.mode}")
+    copy = tmp / f"{variant}-copy"
+    copy.mkdir()
+    (copy / "a.txt").write_text("x")
+    flags = admission.userns.flags() if admission.userns else ()
+    return Variant(variant, name, userns, runtime, env, image, ContainerArm(config, engine),
+                   copy, raw_run_argv(engine, config, image, copy, admission.runtime, flags,
+                                      admission.gvisor))
 
 
-def _bench(variant: str, name: str, userns: str, env: dict[str, str], reps: int,
-           cli_reps: int, tmp: Path) -> dict[str, float]:
-    engine: Engine = DockerEngine(environ=env) if name == "docker" else PodmanEngine()
-    image = build_busybox(name)
+def cli_run(v: Variant, tmp: Path) -> None:
+    work = tmp / f"{v.name}-work"
+    work.mkdir(exist_ok=True)
+    (work / "a.txt").write_text("x")
+    conf = tmp / f"{v.name}.toml"
+    conf.write_text(
+        f'[sandbox]\narm = "container"\nscratch_dir = "{tmp / "scratch"}"\n'
+        f'[sandbox.container]\nengine = "{v.engine}"\nuserns = "{v.userns}"\n'
+        + (f'runtime = "{v.runtime}"\n' if v.runtime else "") +
+        f'[sandbox.container.images]\n{v.engine} = "{v.image}"\n'
+        f'[state]\ndir = "{tmp / "state"}"\n'
+    )
+    v.cli.append(cli_once(work, conf, v.env))
+
+
+def run(names: list[str], reps: int, cli_reps: int, tmp: Path) -> list[Variant]:
+    """Every variant in one loop: rep n runs ours and raw of each variant before rep n+1,
+    so load from the other engineers' suites falls on every arm alike."""
+    variants: list[Variant] = []
     try:
-        runtime = RUNTIMES.get(variant)
-        config = ContainerConfig(engine=name, images=EngineImages(**{name: image}),
-                                 userns=userns, runtime=runtime)
-        admission = admit(engine, config)
-        if not admission.admitted:
-            raise SystemExit(f"{variant} not admitted: {admission.reason}")
-        if runtime is not None and not admission.gvisor:
-            raise SystemExit(f"{variant}: not on runsc: {admission.notes}")
-        if variant.endswith("-userns") and admission.userns is None:
-            raise SystemExit(f"{variant}: no user namespace: {admission.userns_why}")
-        arm = ContainerArm(config, engine)
-        copy = tmp / f"{variant}-copy"
-        copy.mkdir()
-        (copy / "a.txt").write_text("x")
-        flags = admission.userns.flags() if admission.userns else ()
-        raw = raw_run_argv(engine, config, image, copy, admission.runtime, flags,
-                           admission.gvisor)
-        ours_once(arm, copy, tmp / f"{variant}-out", 0, f"warm{os.getpid()}")  # warm caches
-        raw_once(raw, env)
-        ours, plain = [], []
+        for name in names:
+            variants.append(set_up(name, tmp))
+        for v in variants:  # warm caches (admission, images, the copy's owner)
+            ours_once(v.arm, v.copy, tmp / f"{v.name}-out", 0, f"warm{os.getpid()}")
+            raw_once(v.raw, v.env)
         for n in range(1, reps + 1):
-            ours.append(ours_once(arm, copy, tmp / f"{variant}-out", n, f"bench{os.getpid()}"))
-            plain.append(raw_once(raw, env))
-        cli: list[float] = []
-        if cli_reps:
-            work = tmp / f"{variant}-work"
-            work.mkdir()
-            (work / "a.txt").write_text("x")
-            conf = tmp / f"{variant}.toml"
-            conf.write_text(
-                f'[sandbox]\narm = "container"\nscratch_dir = "{tmp / "scratch"}"\n'
-                f'[sandbox.container]\nengine = "{name}"\nuserns = "{userns}"\n'
-                + (f'runtime = "{runtime}"\n' if runtime else "") +
-                f'[sandbox.container.images]\n{name} = "{image}"\n'
-                f'[state]\ndir = "{tmp / "state"}"\n'
-            )
-            cli = [cli_once(work, conf, env) for _ in range(cli_reps)]
-        arm.close()
+            for v in variants:
+                v.ours.append(ours_once(v.arm, v.copy, tmp / f"{v.name}-out", n,
+                                        f"bench{os.getpid()}"))
+                v.plain.append(raw_once(v.raw, v.env))
+        for _ in range(cli_reps):
+            for v in variants:
+                cli_run(v, tmp)
     finally:
-        subprocess.run([name, "rmi", image], capture_output=True, check=False, env=env)
-    return {
-        "ours": statistics.median(ours),
-        "raw": statistics.median(plain),
-        "cli": statistics.median(cli) if cli else float("nan"),
-        "runtime": 0.0 if admission.runtime is None else 1.0,
-    }
+        for v in variants:
+            v.arm.close()
+            subprocess.run([v.engine, "rmi", v.image], capture_output=True, check=False,
+                           env=v.env)
+    return variants
+
+
+def report(variants: list[Variant], reps: int, cli_reps: int) -> None:
+    print(f"\nper-command medians, `true` in busybox, {reps} reps interleaved "
+          f"({cli_reps} for the CLI)")
+    print(f"{'engine':13} {'ours (library)':>15} {'raw run --rm':>13} {'ratio':>6} "
+          f"{'CLI exec':>9} {'CLI/raw':>8}")
+    ratio = {}
+    for v in variants:
+        ratio[v.name] = v.median("ours") / v.median("plain")
+        print(f"{v.name:13} {ms(v.median('ours')):>12} ms {ms(v.median('plain')):>10} ms "
+              f"{ratio[v.name]:>6.2f} {ms(v.median('cli')):>6} ms "
+              f"{v.median('cli') / v.median('plain'):>8.2f}")
+    print("\nagainst the plain arm (goal: the variant's ratio <= the plain arm's; the noise "
+          "here is about +-0.05)")
+    for kind in ("userns", "runsc"):
+        for plain in ("docker", "podman"):
+            other = f"{plain}-{kind}"
+            if plain in ratio and other in ratio:
+                print(f"  {other:14} plain {ratio[plain]:.2f}  {kind} {ratio[other]:.2f}  "
+                      f"{kind} - plain {ratio[other] - ratio[plain]:+.2f}")
+    if "docker" in ratio:
+        print(f"goal ours/raw docker <= 1.15: {'met' if ratio['docker'] <= 1.15 else 'NOT met'} "
+              f"({ratio['docker']:.2f})")
 
 
 def main() -> None:
@@ -192,28 +249,9 @@ def main() -> None:
     parser.add_argument("--engines", default=",".join(VARIANTS),
                         help=f"variants, comma-separated: {', '.join(VARIANTS)}")
     args = parser.parse_args()
-    results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-") as tmp:
-        for name in args.engines.split(","):
-            results[name] = bench_engine(name, args.reps, args.cli_reps, Path(tmp))
-    print(f"\nper-command medians, `true` in busybox, {args.reps} reps "
-          f"({args.cli_reps} for the CLI)")
-    print(f"{'engine':13} {'ours (library)':>15} {'raw run --rm':>13} {'ratio':>6} "
-          f"{'CLI exec':>9} {'CLI/raw':>8}")
-    for name, r in results.items():
-        ratio = r["ours"] / r["raw"]
-        print(f"{name:13} {ms(r['ours']):>12} ms {ms(r['raw']):>10} ms {ratio:>6.2f} "
-              f"{ms(r['cli']):>6} ms {r['cli'] / r['raw']:>8.2f}")
-    if "docker" in results:
-        ratio = results["docker"]["ours"] / results["docker"]["raw"]
-        print(f"\ngoal ours/raw docker <= 1.15: {'met' if ratio <= 1.15 else 'NOT met'} "
-              f"({ratio:.2f})")
-    for engine in ("docker", "podman"):
-        if engine in results and f"{engine}-runsc" in results:
-            plain = results[engine]["ours"] / results[engine]["raw"]
-            gv = results[f"{engine}-runsc"]["ours"] / results[f"{engine}-runsc"]["raw"]
-            print(f"goal ours/raw {engine}-runsc <= ours/raw {engine}: "
-                  f"{'met' if gv <= plain else 'NOT met'} ({gv:.2f} vs {plain:.2f})")
+        variants = run(args.engines.split(","), args.reps, args.cli_reps, Path(tmp))
+    report(variants, args.reps, args.cli_reps)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ SMALL: dict[str, tuple[list[str], str]] = {
     "changes_walk.py": (["--files", "200", "--reps", "1"], "ratio ours / raw"),
     "copy_sync.py": (["--files", "200", "--reps", "1"], "rsync -a --delete --checksum"),
     "native_exec.py": (["--reps", "2"], "ratio"),
-    "container_exec.py": (["--reps", "1", "--cli-reps", "1"], "ratio"),
+    "container_exec.py": (["--reps", "1", "--cli-reps", "1"], "userns - plain"),
     "container_steps.py": (["--reps", "1"], "docker create: CLI (our argv)"),
     "guardian.py": (["--runs", "1"], "fastest raw removal"),
     "warm_exec.py": (["--reps", "2"], "ratio warm / exec"),
