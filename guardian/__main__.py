@@ -20,16 +20,14 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.guardian.engines import Engine, open_engine
-from sprawl_orch.guardian.protocol import ProtocolError, parse_message
+from sprawl_orch.guardian.lifeline import apply_lines, whole_lines
+from sprawl_orch.guardian.protocol import DEFAULT_GRACE
 from sprawl_orch.guardian.reaper import Reaper
 from sprawl_orch.guardian.watchlist import Watchlist
-
-DEFAULT_GRACE = 3.0
-
 
 _LOG_LOCK = threading.Lock()
 
@@ -63,43 +61,6 @@ class EngineLoader(threading.Thread):
             else:
                 self.engines.append(engine)
                 log("engine", engine=name, via=type(engine).__name__)
-
-
-def whole_lines(fd: int, **fields: object) -> Iterator[bytes]:
-    """Every whole line read from `fd` until EOF. A last line without its newline is
-    dropped: the writer died inside it, and a cut name could name someone else's container."""
-    with os.fdopen(fd, "rb", buffering=0, closefd=False) as raw:
-        pending = b""
-        while True:
-            try:
-                chunk = raw.read(65536)
-            except ConnectionResetError:  # a socket whose peer died with unread replies
-                chunk = b""
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            yield from lines
-        if pending:
-            log("cut-line", line=pending[:200].decode("utf-8", "replace"), **fields)
-
-
-def apply_lines(lines: Iterator[bytes], watch: Watchlist, **fields: object) -> int:
-    """Apply every line; return how many were refused."""
-    refused = 0
-    for line in lines:
-        try:
-            watch.apply(parse_message(line.decode("utf-8")))
-        except (ProtocolError, UnicodeDecodeError) as err:
-            refused += 1
-            log("refused-line", line=line[:200].decode("utf-8", "replace"), why=str(err),
-                **fields)
-    return refused
-
-
-def read_until_eof(fd: int, watch: Watchlist) -> int:
-    """Apply every whole line until EOF; return how many were refused."""
-    return apply_lines(whole_lines(fd), watch)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loader.start()
     watch = Watchlist()
     log("ready", session=args.session, pid=os.getpid(), engines=names)
-    read_until_eof(args.fd, watch)
+    apply_lines(whole_lines(args.fd, log), watch, log)
     eof = time.monotonic()
     log("eof", containers=watch.containers, pgroups=watch.pgroups,
         scratch=sorted(map(str, watch.scratch)), cgroups=sorted(map(str, watch.cgroups)))

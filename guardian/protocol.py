@@ -1,97 +1,55 @@
-"""The guardian's line protocol: what the orchestrator tells it, one message per line.
+"""The guardian's messages: ONE table (`TABLE`) that parsing, formatting, the client's
+announcements (orchestrator/launch.py: Watcher) and the watch list (guardian/watchlist.py)
+are all driven from or checked against (tests/unit/test_guardian_table.py). design.md §4
+shows the table; `table_markdown()` writes it.
 
-    expect NAME              a container of this name is about to be created
-    created NAME ID          ... and now exists
-    gone NAME                ... and was removed by the orchestrator itself
-    pgroup PGID CREATE_TIME  a host command's process group (leader's psutil create_time)
-    pgroup-gone PGID         ... ended and was cleaned up by the orchestrator
-    scratch PATH             a scratch copy to delete if the orchestrator dies
-    scratch-gone PATH        ... deleted by the orchestrator itself
-    cgroup PATH              a run's cgroup directory (about to be made): empty and rmdir it
-    cgroup-gone PATH         ... removed by the orchestrator itself
+A message is one line: its verb, then its fields, each separated by one space. The fields'
+spelling follows their type (`Name`, `Pgid`, `CreateTime`, `AbsPath`, ...): text and paths
+are percent-encoded (`urllib.parse.quote`, nothing safe but unreserved characters and "/"),
+so a path holding spaces, newlines or "%" survives the round trip and no field can split a
+line. A create time is written with `repr(float)`, which reads back as the identical float:
+the guardian compares it for equality against psutil's value.
 
-Fields are separated by one space and percent-encoded (`urllib.parse.quote`, nothing safe but
-unreserved characters and "/"), so a path holding spaces, newlines or "%" survives the round
-trip and no field can split a line. CREATE_TIME is written with `repr(float)`, which reads
-back as the identical float: the guardian compares it for equality against psutil's value.
+A connection (or pipe) carries, in order: one `hello` (only on the shared guardian's
+socket, guardian/server.py), then announcements until EOF; the guardian answers `ok` once it
+owns the connection and `done` after cleaning up behind it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any, Generic, TypeVar, get_args, get_type_hints
 from urllib.parse import quote, unquote
 
 from sprawl_orch.container.engine import ENGINES
 
+T = TypeVar("T")
+
 
 class ProtocolError(ValueError):
-    """A line that is not a message of this protocol."""
+    """A line that is not a message of this protocol, or a message that cannot be sent."""
 
 
+# -- how a field is spelled -------------------------------------------------------------------
 @dataclass(frozen=True)
-class Expect:
-    name: str
+class Spelling(Generic[T]):
+    what: str  # for people: the table in design.md §4
+    write: Callable[[T], str]
+    read: Callable[[str], T]
 
 
-@dataclass(frozen=True)
-class Created:
-    name: str
-    container_id: str
-
-
-@dataclass(frozen=True)
-class Gone:
-    name: str
-
-
-@dataclass(frozen=True)
-class PGroup:
-    pgid: int
-    create_time: float
-
-
-@dataclass(frozen=True)
-class PGroupGone:
-    pgid: int
-
-
-@dataclass(frozen=True)
-class Scratch:
-    path: Path
-
-
-@dataclass(frozen=True)
-class ScratchGone:
-    path: Path
-
-
-@dataclass(frozen=True)
-class Cgroup:
-    path: Path
-
-
-@dataclass(frozen=True)
-class CgroupGone:
-    path: Path
-
-
-Message = (
-    Expect | Created | Gone | PGroup | PGroupGone | Scratch | ScratchGone | Cgroup | CgroupGone
-)
-_PATH_VERBS: dict[str, type[Scratch | ScratchGone | Cgroup | CgroupGone]] = {
-    "scratch": Scratch, "scratch-gone": ScratchGone, "cgroup": Cgroup, "cgroup-gone": CgroupGone,
-}
-
-
-def _enc(text: str) -> str:
+def _text_out(text: str) -> str:
     if not text:
         raise ProtocolError("an empty field cannot be sent")
     return quote(text, safe="/")
 
 
-def _dec(field: str) -> str:
+def _text_in(field: str) -> str:
     if not field:
         raise ProtocolError("empty field")
     # errors="strict": a field that is not UTF-8 once decoded is not ours.
@@ -101,103 +59,292 @@ def _dec(field: str) -> str:
         raise ProtocolError(f"field {field!r} is not percent-encoded UTF-8") from err
 
 
-def _pgid(field: str) -> int:
+def _pgid_out(pgid: int) -> str:
+    if pgid <= 1:
+        raise ProtocolError(f"process group {pgid} is not a pid above 1")
+    return str(pgid)
+
+
+def _pgid_in(field: str) -> int:
     if not field.isascii() or not field.isdigit() or int(field) <= 1:
         raise ProtocolError(f"process group {field!r} is not a pid above 1")
     return int(field)
 
 
-def _time(field: str) -> float:
+def _time_out(value: float) -> str:
+    if not math.isfinite(value) or value < 0:
+        raise ProtocolError(f"time {value!r} is not a finite time")
+    return repr(float(value))
+
+
+def _time_in(field: str) -> float:
     try:
         value = float(field)
     except ValueError as err:
-        raise ProtocolError(f"create time {field!r} is not a number") from err
+        raise ProtocolError(f"time {field!r} is not a number") from err
     if not math.isfinite(value) or value < 0:
-        raise ProtocolError(f"create time {field!r} is not a finite time")
+        raise ProtocolError(f"time {field!r} is not a finite time")
     return value
 
 
-def format_message(message: Message) -> str:
-    """One line, newline included."""
-    match message:
-        case Expect(name):
-            fields = ["expect", _enc(name)]
-        case Created(name, container_id):
-            fields = ["created", _enc(name), _enc(container_id)]
-        case Gone(name):
-            fields = ["gone", _enc(name)]
-        case PGroup(pgid, create_time):
-            if pgid <= 1 or not math.isfinite(create_time) or create_time < 0:
-                raise ProtocolError(f"pgroup {pgid} {create_time!r} cannot be sent")
-            fields = ["pgroup", str(pgid), repr(float(create_time))]
-        case PGroupGone(pgid):
-            if pgid <= 1:
-                raise ProtocolError(f"pgroup-gone {pgid} cannot be sent")
-            fields = ["pgroup-gone", str(pgid)]
-        case Scratch(path) | ScratchGone(path) | Cgroup(path) | CgroupGone(path):
-            verb = next(v for v, kind in _PATH_VERBS.items() if isinstance(message, kind))
-            if not path.is_absolute():
-                raise ProtocolError(f"{verb} path {str(path)!r} is not absolute")
-            fields = [verb, _enc(str(path))]
-    return " ".join(fields) + "\n"
-
-
-def parse_message(line: str) -> Message:
-    """Read one line (with or without its newline); ProtocolError if it is not a message."""
-    fields = line.rstrip("\n").split(" ")
-    verb, args = fields[0], fields[1:]
-    arity = {
-        "expect": 1, "created": 2, "gone": 1, "pgroup": 2, "pgroup-gone": 1,
-        "scratch": 1, "scratch-gone": 1, "cgroup": 1, "cgroup-gone": 1,
-    }
-    if verb not in arity:
-        raise ProtocolError(f"unknown message {verb!r}")
-    if len(args) != arity[verb]:
-        raise ProtocolError(f"{verb} takes {arity[verb]} field(s), got {len(args)}")
-    if verb == "expect":
-        return Expect(_dec(args[0]))
-    if verb == "created":
-        return Created(_dec(args[0]), _dec(args[1]))
-    if verb == "gone":
-        return Gone(_dec(args[0]))
-    if verb == "pgroup":
-        return PGroup(_pgid(args[0]), _time(args[1]))
-    if verb == "pgroup-gone":
-        return PGroupGone(_pgid(args[0]))
-    path = Path(_dec(args[0]))
+def _absolute(path: Path) -> Path:
     if not path.is_absolute():
-        raise ProtocolError(f"{verb} path {str(path)!r} is not absolute")
-    return _PATH_VERBS[verb](path)
+        raise ProtocolError(f"path {str(path)!r} is not absolute")
+    return path
 
 
-# -- the shared guardian's greeting (guardian/server.py) ---------------------------------
-# A caller's connection opens with `hello SESSION ENGINES GRACE` (ENGINES comma-separated
-# or "-", GRACE a number or "-" for the default); the guardian answers `ok` once it owns
-# the connection, and `done 0|1` after cleaning up behind it (1: something was left).
+# Seconds the guardian watches for late creates after EOF when the caller names none.
+DEFAULT_GRACE = 3.0
+
+
+def _engines_out(engines: tuple[str, ...]) -> str:
+    for engine in engines:
+        if engine not in ENGINES:
+            raise ProtocolError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return ",".join(engines) or "-"
+
+
+def _engines_in(field: str) -> tuple[str, ...]:
+    engines = () if field == "-" else tuple(field.split(","))
+    if any(e not in ENGINES for e in engines):
+        raise ProtocolError(f"unknown engine in {field!r}; known: {', '.join(ENGINES)}")
+    return engines
+
+
+def _flag_in(field: str) -> bool:
+    if field not in ("0", "1"):
+        raise ProtocolError(f"{field!r} is not 0 or 1")
+    return field == "1"
+
+
+TEXT = Spelling[str]("text (percent-encoded, not empty)", _text_out, _text_in)
+PGID = Spelling[int]("a pid above 1", _pgid_out, _pgid_in)
+TIME = Spelling[float]("seconds (`repr(float)`, finite, not negative)", _time_out, _time_in)
+PATH = Spelling[Path](
+    "absolute path (percent-encoded)",
+    lambda p: _text_out(str(_absolute(p))), lambda f: _absolute(Path(_text_in(f))),
+)
+ENGINE_LIST = Spelling[tuple[str, ...]](
+    f"`{','.join(ENGINES)}`, one of them, or `-` (none)", _engines_out, _engines_in,
+)
+GRACE = Spelling[float | None](
+    f"seconds, or `-` (the default, {DEFAULT_GRACE:g} s)",
+    lambda g: "-" if g is None else _time_out(g), lambda f: None if f == "-" else _time_in(f),
+)
+FLAG = Spelling[bool]("`0` or `1`", lambda b: "1" if b else "0", _flag_in)
+
+Name = Annotated[str, TEXT]
+Pgid = Annotated[int, PGID]
+CreateTime = Annotated[float, TIME]
+AbsPath = Annotated[Path, PATH]
+Engines = Annotated[tuple[str, ...], ENGINE_LIST]
+Grace = Annotated[float | None, GRACE]
+Flag = Annotated[bool, FLAG]
+
+
+# -- the messages (the docstring is the meaning the table shows) -------------------------------
+@dataclass(frozen=True)
+class Hello:
+    """Opens a connection to the shared guardian: whose lifeline it is, which engines to sweep
+    and how long to watch for late creates."""
+
+    session: Name
+    engines: Engines
+    grace: Grace
 
 
 @dataclass(frozen=True)
-class Hello:
-    session: str
-    engines: tuple[str, ...]
-    grace: float | None
+class Ok:
+    """The guardian owns the connection: from now on the caller's death is cleaned up behind."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The guardian cleaned up behind the connection; `1`: something was left."""
+
+    left: Flag
+
+
+@dataclass(frozen=True)
+class Expect:
+    """A container of this name is about to be created (a create may land after we die)."""
+
+    name: Name
+
+
+@dataclass(frozen=True)
+class Created:
+    """... and now exists, with this id."""
+
+    name: Name
+    container_id: Name
+
+
+@dataclass(frozen=True)
+class Gone:
+    """... and was removed by the orchestrator itself."""
+
+    name: Name
+
+
+@dataclass(frozen=True)
+class PGroup:
+    """A host command's process group; the leader's psutil create_time guards against pid
+    reuse."""
+
+    pgid: Pgid
+    create_time: CreateTime
+
+
+@dataclass(frozen=True)
+class PGroupGone:
+    """... ended and was cleaned up by the orchestrator."""
+
+    pgid: Pgid
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A scratch copy (or admission's probe directory) to delete if the orchestrator dies."""
+
+    path: AbsPath
+
+
+@dataclass(frozen=True)
+class ScratchGone:
+    """... deleted by the orchestrator itself."""
+
+    path: AbsPath
+
+
+@dataclass(frozen=True)
+class Cgroup:
+    """A run's (or session's) cgroup directory, before it is made: emptied and removed."""
+
+    path: AbsPath
+
+
+@dataclass(frozen=True)
+class CgroupGone:
+    """... removed by the orchestrator itself."""
+
+    path: AbsPath
+
+
+Announcement = (
+    Expect | Created | Gone | PGroup | PGroupGone | Scratch | ScratchGone | Cgroup | CgroupGone
+)
+Reply = Ok | Done
+AnyMessage = Hello | Announcement | Reply
+
+
+class Phase(enum.Enum):
+    GREETING = "caller, first line"  # caller -> guardian, once
+    ANNOUNCEMENT = "caller"  # caller -> guardian, until EOF
+    REPLY = "guardian"  # guardian -> caller
+
+
+@dataclass(frozen=True)
+class Entry:
+    verb: str
+    kind: type[AnyMessage]
+    phase: Phase
+    # The announcement's method on orchestrator/launch.py's Watcher (its fields, in order,
+    # are the method's parameters).
+    call: str | None = None
+
+    @property
+    def fields(self) -> tuple[tuple[str, Spelling[Any]], ...]:
+        hints = get_type_hints(self.kind, include_extras=True)
+        return tuple((f.name, get_args(hints[f.name])[1]) for f in dataclasses.fields(self.kind))
+
+    @property
+    def meaning(self) -> str:
+        return " ".join((self.kind.__doc__ or "").split())
+
+
+TABLE: tuple[Entry, ...] = (
+    Entry("hello", Hello, Phase.GREETING),
+    Entry("expect", Expect, Phase.ANNOUNCEMENT, "expect"),
+    Entry("created", Created, Phase.ANNOUNCEMENT, "created"),
+    Entry("gone", Gone, Phase.ANNOUNCEMENT, "gone"),
+    Entry("pgroup", PGroup, Phase.ANNOUNCEMENT, "process_group"),
+    Entry("pgroup-gone", PGroupGone, Phase.ANNOUNCEMENT, "process_group_gone"),
+    Entry("scratch", Scratch, Phase.ANNOUNCEMENT, "scratch"),
+    Entry("scratch-gone", ScratchGone, Phase.ANNOUNCEMENT, "scratch_gone"),
+    Entry("cgroup", Cgroup, Phase.ANNOUNCEMENT, "cgroup"),
+    Entry("cgroup-gone", CgroupGone, Phase.ANNOUNCEMENT, "cgroup_gone"),
+    Entry("ok", Ok, Phase.REPLY),
+    Entry("done", Done, Phase.REPLY),
+)
+_BY_KIND = {entry.kind: entry for entry in TABLE}
+_BY_VERB = {entry.verb: entry for entry in TABLE}
+_FIELDS = {entry.verb: entry.fields for entry in TABLE}  # resolved once, at import
+
+
+def format_line(message: AnyMessage) -> str:
+    """One line, newline included; ProtocolError if a field cannot be sent."""
+    entry = _BY_KIND[type(message)]
+    try:
+        words = [spelling.write(getattr(message, name)) for name, spelling in _FIELDS[entry.verb]]
+    except ProtocolError as err:
+        raise ProtocolError(f"{entry.verb}: {err}") from None
+    return " ".join([entry.verb, *words]) + "\n"
+
+
+def parse_line(line: str, phase: Phase) -> AnyMessage:
+    """Read one line (with or without its newline) that must be a message of `phase`."""
+    verb, *words = line.rstrip("\n").split(" ")
+    entry = _BY_VERB.get(verb)
+    if entry is None or entry.phase is not phase:
+        raise ProtocolError(f"{verb[:40]!r} is not a message here (a {phase.name.lower()})")
+    fields = _FIELDS[verb]
+    if len(words) != len(fields):
+        raise ProtocolError(f"{verb} takes {len(fields)} field(s), got {len(words)}")
+    try:
+        values = [spelling.read(word) for (_, spelling), word in zip(fields, words, strict=True)]
+    except ProtocolError as err:
+        raise ProtocolError(f"{verb}: {err}") from None
+    return entry.kind(*values)
+
+
+def format_message(message: Announcement) -> str:
+    return format_line(message)
+
+
+def parse_message(line: str) -> Announcement:
+    """An announcement; ProtocolError for anything else (a second hello included)."""
+    message = parse_line(line, Phase.ANNOUNCEMENT)
+    assert isinstance(message, Announcement)  # the table's phase: only announcements
+    return message
 
 
 def format_hello(hello: Hello) -> str:
-    for engine in hello.engines:
-        if engine not in ENGINES:
-            raise ProtocolError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
-    engines = ",".join(hello.engines) or "-"
-    grace = "-" if hello.grace is None else repr(float(hello.grace))
-    return f"hello {_enc(hello.session)} {engines} {grace}\n"
+    return format_line(hello)
 
 
 def parse_hello(line: str) -> Hello:
-    fields = line.rstrip("\n").split(" ")
-    if len(fields) != 4 or fields[0] != "hello":
-        raise ProtocolError(f"a connection must open with hello, not {line[:80]!r}")
-    engines = () if fields[2] == "-" else tuple(fields[2].split(","))
-    if any(e not in ENGINES for e in engines):
-        raise ProtocolError(f"unknown engine in {fields[2]!r}")
-    grace = None if fields[3] == "-" else _time(fields[3])
-    return Hello(_dec(fields[1]), engines, grace)
+    try:
+        message = parse_line(line, Phase.GREETING)
+    except ProtocolError as err:
+        raise ProtocolError(
+            f"a connection must open with hello ({err}), not {line[:80]!r}") from None
+    assert isinstance(message, Hello)
+    return message
+
+
+def parse_reply(line: str) -> Reply:
+    message = parse_line(line, Phase.REPLY)
+    assert isinstance(message, Reply)
+    return message
+
+
+def table_markdown() -> str:
+    """The table as design.md §4 shows it (a test keeps the two equal)."""
+    rows = ["| line | fields | sent by | meaning |", "|---|---|---|---|"]
+    for entry in TABLE:
+        line = " ".join([entry.verb, *(name.upper() for name, _ in entry.fields)])
+        fields = "; ".join(f"{name.upper()}: {s.what}" for name, s in entry.fields) or "—"
+        sender = entry.phase.value + (f" (`Watcher.{entry.call}`)" if entry.call else "")
+        rows.append(f"| `{line}` | {fields} | {sender} | {entry.meaning} |")
+    return "\n".join(rows) + "\n"

@@ -30,19 +30,23 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from sprawl_orch.guardian.engines import Engine, open_engine
-from sprawl_orch.guardian.protocol import ProtocolError, parse_hello
+from sprawl_orch.guardian.lifeline import Log, apply_lines, whole_lines
+from sprawl_orch.guardian.protocol import (
+    DEFAULT_GRACE,
+    Done,
+    Ok,
+    ProtocolError,
+    format_line,
+    parse_hello,
+)
 from sprawl_orch.guardian.reaper import Reaper, Report
 from sprawl_orch.guardian.watchlist import Watchlist
 
 IDLE_SECONDS = 10.0
-DEFAULT_GRACE = 3.0
 HELLO_SECONDS = 5.0
-
-Log = Callable[..., None]
 
 
 def lock_path(sock: Path) -> Path:
@@ -136,14 +140,12 @@ class Server:
                 self._state.notify_all()
 
     def _lifeline(self, conn: socket.socket) -> str:
-        from sprawl_orch.guardian.__main__ import apply_lines, whole_lines
-
         # A plain blocking fd: the lines are read with read(2) (a socket timeout would make
         # it non-blocking, and an empty read would look like EOF).
         if not select.select([conn], [], [], HELLO_SECONDS)[0]:
             self.log("refused-connection", why=f"no hello within {HELLO_SECONDS:g} s")
             return "?"
-        lines = whole_lines(conn.fileno())
+        lines = whole_lines(conn.fileno(), self.log)
         try:
             hello = parse_hello(next(lines).decode("utf-8"))
         except (StopIteration, ProtocolError, UnicodeDecodeError) as err:
@@ -152,10 +154,10 @@ class Server:
         # The caller may already be dead (killed right after its hello, or before we booted,
         # with its socketpair end): its lines are still ours to read and act on.
         with contextlib.suppress(OSError):
-            conn.sendall(b"ok\n")
+            conn.sendall(format_line(Ok()).encode())
         self.log("ready", session=hello.session, pid=os.getpid(), engines=list(hello.engines))
         watch = Watchlist()
-        refused = apply_lines(lines, watch, session=hello.session)
+        refused = apply_lines(lines, watch, self.log, session=hello.session)
         eof = time.monotonic()
         self.log("eof", session=hello.session, containers=watch.containers,
                  pgroups=watch.pgroups, scratch=sorted(map(str, watch.scratch)),
@@ -170,5 +172,5 @@ class Server:
         report.seconds = round(time.monotonic() - eof, 3)
         self.log("done", session=hello.session, **dataclasses.asdict(report))
         with contextlib.suppress(OSError):
-            conn.sendall(b"done 1\n" if report.left else b"done 0\n")
+            conn.sendall(format_line(Done(bool(report.left))).encode())
         return hello.session

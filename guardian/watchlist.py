@@ -1,17 +1,21 @@
-"""What the orchestrator has told the guardian and not yet taken back (pure, no I/O)."""
+"""What the orchestrator has told the guardian and not yet taken back (pure, no I/O).
+
+Every announcement of the table (guardian/protocol.py) has its case here; mypy's
+`assert_never` fails the type check when one is added there and not here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import assert_never
 
 from sprawl_orch.guardian.protocol import (
+    Announcement,
     Cgroup,
     CgroupGone,
     Created,
     Expect,
     Gone,
-    Message,
     PGroup,
     PGroupGone,
     Scratch,
@@ -27,7 +31,7 @@ class Watchlist:
     scratch: set[Path] = field(default_factory=set)
     cgroups: set[Path] = field(default_factory=set)
 
-    def apply(self, message: Message) -> None:
+    def apply(self, message: Announcement) -> None:
         match message:
             case Expect(name):
                 self.containers.setdefault(name, None)
@@ -47,6 +51,8 @@ class Watchlist:
                 self.cgroups.add(path)
             case CgroupGone(path):
                 self.cgroups.discard(path)
+            case _:
+                assert_never(message)
 
     def in_flight(self) -> set[str]:
         """Names announced with `expect` and never confirmed: a create may still land."""

@@ -33,20 +33,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from sprawl_orch.guardian.protocol import (
-    Cgroup,
-    CgroupGone,
-    Created,
-    Expect,
-    Gone,
+    Announcement,
+    Done,
     Hello,
-    Message,
-    PGroup,
-    PGroupGone,
-    Scratch,
-    ScratchGone,
+    Ok,
+    ProtocolError,
+    Reply,
     format_hello,
     format_message,
+    parse_reply,
 )
+from sprawl_orch.launch import Watcher
 
 WRITE_STALL_SECONDS = 2.0
 # How long a caller tries to reach (and if need be spawn) the shared guardian.
@@ -58,14 +55,18 @@ _ROOT = Path(__file__).resolve().parent.parent
 GUARDIAN_CODE = _ROOT / "guardian"
 
 
-def _read_line(sock: socket.socket) -> bytes:
+def _read_reply(sock: socket.socket) -> Reply | None:
+    """The guardian's next line, if it is a reply (guardian/protocol.py)."""
     data = b""
     while not data.endswith(b"\n"):
         chunk = sock.recv(64)
         if not chunk:
             break
         data += chunk
-    return data.strip()
+    try:
+        return parse_reply(data.decode("utf-8", "replace"))
+    except ProtocolError:
+        return None
 
 
 def _finish_connection(sock: socket.socket, wait: float | None) -> int | None:
@@ -81,11 +82,12 @@ def _finish_connection(sock: socket.socket, wait: float | None) -> int | None:
         while chunk := sock.recv(256):
             said += chunk
         for line in said.decode("ascii", "replace").splitlines():
-            word = line.split()
-            if len(word) == 2 and word[0] == "done":
-                return int(word[1])
+            with contextlib.suppress(ProtocolError):
+                reply = parse_reply(line)
+                if isinstance(reply, Done):
+                    return 1 if reply.left else 0
         return None
-    except (OSError, ValueError):
+    except OSError:
         return None
     finally:
         sock.close()
@@ -96,7 +98,7 @@ def _stderr_once(problem: str) -> None:
         print(f"sprawl-orch: {problem}", file=sys.stderr, flush=True)
 
 
-class Guardian:
+class Guardian(Watcher):
     def __init__(
         self,
         session: str,
@@ -127,34 +129,6 @@ class Guardian:
         self._fd: int | None = None
         self._lock = threading.Lock()
         self._closed = False
-
-    # -- the Watcher protocol -------------------------------------------------------------
-    def expect(self, name: str) -> None:
-        self._send(Expect(name))
-
-    def created(self, name: str, container_id: str) -> None:
-        self._send(Created(name, container_id))
-
-    def gone(self, name: str) -> None:
-        self._send(Gone(name))
-
-    def process_group(self, pgid: int, create_time: float) -> None:
-        self._send(PGroup(pgid, create_time))
-
-    def process_group_gone(self, pgid: int) -> None:
-        self._send(PGroupGone(pgid))
-
-    def scratch(self, path: Path) -> None:
-        self._send(Scratch(Path(path)))
-
-    def scratch_gone(self, path: Path) -> None:
-        self._send(ScratchGone(Path(path)))
-
-    def cgroup(self, path: Path) -> None:
-        self._send(Cgroup(Path(path)))
-
-    def cgroup_gone(self, path: Path) -> None:
-        self._send(CgroupGone(Path(path)))
 
     # -- life -----------------------------------------------------------------------------
     @property
@@ -248,7 +222,7 @@ class Guardian:
             sock.settimeout(CONNECT_SECONDS)
             sock.connect(str(path))
             sock.sendall(hello)
-            if _read_line(sock) == b"ok":
+            if isinstance(_read_reply(sock), Ok):
                 sock.setblocking(False)
                 self._sock, self._fd = sock, sock.fileno()
                 return
@@ -269,7 +243,7 @@ class Guardian:
         ours.setblocking(False)
         self._sock, self._fd = ours, ours.fileno()
 
-    def _send(self, message: Message) -> None:
+    def tell(self, message: Announcement) -> None:
         try:
             data = format_message(message).encode("utf-8")
         except ValueError as err:

@@ -7,6 +7,7 @@ waits on it for the window, kills it or hands it to the backlog, and reads the
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,73 +16,61 @@ from typing import Protocol
 from sprawl_orch.arms import ArmName
 from sprawl_orch.assurances import Assurances
 from sprawl_orch.errors import SprawlError
+from sprawl_orch.guardian.protocol import (
+    Announcement,
+    Cgroup,
+    CgroupGone,
+    Created,
+    Expect,
+    Gone,
+    PGroup,
+    PGroupGone,
+    Scratch,
+    ScratchGone,
+)
 
 
-class Watcher(Protocol):
-    """The guardian's ear (guardian/): told of everything that must not outlive us.
-    Calls never raise; a watcher that can't be reached degrades to doing nothing."""
+class Watcher(ABC):
+    """The guardian's ear (guardian/): told of everything that must not outlive us. One method
+    per announcement of the guardian's table (guardian/protocol.py: TABLE, each entry's
+    `call`; the meanings are there), each only the message handed to `tell`: a watcher
+    implements `tell` alone (tests/unit/test_guardian_table.py keeps these and the table
+    equal). Calls never raise; a watcher that can't be reached degrades to doing nothing."""
+
+    @abstractmethod
+    def tell(self, message: Announcement) -> None:
+        ...
 
     def expect(self, name: str) -> None:
-        """A container of this name is about to be created."""
-        ...
+        self.tell(Expect(name))
 
     def created(self, name: str, container_id: str) -> None:
-        ...
+        self.tell(Created(name, container_id))
 
     def gone(self, name: str) -> None:
-        """The container was removed by us."""
-        ...
+        self.tell(Gone(name))
 
     def process_group(self, pgid: int, create_time: float) -> None:
-        """A host command's process group (create_time guards against pid reuse)."""
-        ...
+        self.tell(PGroup(pgid, create_time))
 
     def process_group_gone(self, pgid: int) -> None:
-        ...
+        self.tell(PGroupGone(pgid))
 
     def scratch(self, path: Path) -> None:
-        """A scratch copy (or admission's probe directory) to delete if we die."""
-        ...
+        self.tell(Scratch(Path(path)))
 
     def scratch_gone(self, path: Path) -> None:
-        """... deleted by us."""
-        ...
+        self.tell(ScratchGone(Path(path)))
 
     def cgroup(self, path: Path) -> None:
-        """A run's (or session's) cgroup directory, before it is made: emptied and removed
-        if we die."""
-        ...
+        self.tell(Cgroup(Path(path)))
 
     def cgroup_gone(self, path: Path) -> None:
-        ...
+        self.tell(CgroupGone(Path(path)))
 
 
-class NullWatcher:
-    def expect(self, name: str) -> None:
-        return None
-
-    def created(self, name: str, container_id: str) -> None:
-        return None
-
-    def gone(self, name: str) -> None:
-        return None
-
-    def process_group(self, pgid: int, create_time: float) -> None:
-        return None
-
-    def process_group_gone(self, pgid: int) -> None:
-        return None
-
-    def scratch(self, path: Path) -> None:
-        return None
-
-    def scratch_gone(self, path: Path) -> None:
-        return None
-
-    def cgroup(self, path: Path) -> None:
-        return None
-
-    def cgroup_gone(self, path: Path) -> None:
+class NullWatcher(Watcher):
+    def tell(self, message: Announcement) -> None:
         return None
 
 

@@ -4,7 +4,6 @@ when it changes or a real command fails at the engine."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,15 @@ from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Launch
+from sprawl_orch.guardian.protocol import (
+    Announcement,
+    Created,
+    Expect,
+    Gone,
+    Scratch,
+    ScratchGone,
+)
+from sprawl_orch.launch import Launch, Watcher
 from tests.unit.container_fake import FakeEngine
 
 IMAGE = "sha256:" + "ab" * 32
@@ -26,43 +33,28 @@ ME = f"{os.getuid()}:{os.getgid()}"
 CONFIG = ContainerConfig(images=EngineImages(docker=IMAGE), user=ME)
 
 
-class Ear:
+class Ear(Watcher):
     """Records every announcement, and whether the path/container existed when told."""
 
     def __init__(self, engine: FakeEngine | None = None) -> None:
         self.heard: list[tuple[str, str, bool]] = []
         self.engine = engine
 
-    def _exists(self, name: str) -> bool:
-        return self.engine is not None and any(
-            c for c in self.engine.containers.values() if name in json.dumps(c))
-
-    def expect(self, name: str) -> None:
-        self.heard.append(("expect", name, self.engine is not None and self.engine.created > 0))
-
-    def created(self, name: str, container_id: str) -> None:
-        self.heard.append(("created", name, True))
-
-    def gone(self, name: str) -> None:
-        self.heard.append(("gone", name, False))
-
-    def process_group(self, pgid: int, create_time: float) -> None:
-        raise AssertionError("no process groups here")
-
-    def process_group_gone(self, pgid: int) -> None:
-        raise AssertionError("no process groups here")
-
-    def scratch(self, path: Path) -> None:
-        self.heard.append(("scratch", str(path), path.exists()))
-
-    def scratch_gone(self, path: Path) -> None:
-        self.heard.append(("scratch_gone", str(path), path.exists()))
-
-    def cgroup(self, path: Path) -> None:
-        raise AssertionError("no cgroups here")
-
-    def cgroup_gone(self, path: Path) -> None:
-        raise AssertionError("no cgroups here")
+    def tell(self, message: Announcement) -> None:
+        match message:
+            case Expect(name):
+                made = self.engine is not None and self.engine.created > 0
+                self.heard.append(("expect", name, made))
+            case Created(name, _):
+                self.heard.append(("created", name, True))
+            case Gone(name):
+                self.heard.append(("gone", name, False))
+            case Scratch(path):
+                self.heard.append(("scratch", str(path), path.exists()))
+            case ScratchGone(path):
+                self.heard.append(("scratch_gone", str(path), path.exists()))
+            case _:
+                raise AssertionError(f"no process groups or cgroups here: {message}")
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,15 @@ from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.container.run import never_ran_code
 from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Launch
+from sprawl_orch.guardian.protocol import (
+    Announcement,
+    Created,
+    Expect,
+    Gone,
+    Scratch,
+    ScratchGone,
+)
+from sprawl_orch.launch import Launch, Watcher
 from tests.unit.container_fake import FakeEngine, facts
 
 IMAGE = "sha256:" + "ef" * 32
@@ -26,33 +34,20 @@ ME = f"{os.getuid()}:{os.getgid()}"
 CONFIG = ContainerConfig(images=EngineImages(docker=IMAGE), user=ME)
 
 
-class Ear:
+class Ear(Watcher):
     def __init__(self) -> None:
         self.heard: list[tuple[str, ...]] = []
 
-    def expect(self, name: str) -> None:
-        self.heard.append(("expect", name))
-
-    def created(self, name: str, container_id: str) -> None:
-        self.heard.append(("created", name, container_id))
-
-    def gone(self, name: str) -> None:
-        self.heard.append(("gone", name))
-
-    def process_group(self, pgid: int, create_time: float) -> None:
-        raise AssertionError("a container arm has no host process group")
-
-    def process_group_gone(self, pgid: int) -> None:
-        raise AssertionError("a container arm has no host process group")
-
-    def scratch(self, path: Path) -> None:
-        return None
-
-    def cgroup(self, path: Path) -> None:
-        raise AssertionError("a container arm makes no run cgroup of its own")
-
-    def cgroup_gone(self, path: Path) -> None:
-        raise AssertionError("a container arm makes no run cgroup of its own")
+    def tell(self, message: Announcement) -> None:
+        match message:
+            case Expect(name) | Gone(name):
+                self.heard.append((type(message).__name__.lower(), name))
+            case Created(name, container_id):
+                self.heard.append(("created", name, container_id))
+            case Scratch() | ScratchGone():
+                return
+            case _:
+                raise AssertionError(f"a container arm has no host group or cgroup: {message}")
 
 
 @pytest.fixture(autouse=True)

@@ -13,9 +13,10 @@ import pytest
 import sprawl_orch.guardian.cgroup_reap
 from sprawl_orch.cgroups import Cgroups, Refused, delegation
 from sprawl_orch.guardian.cgroup_reap import is_ours, remove_cgroups
-from sprawl_orch.guardian.protocol import Cgroup
+from sprawl_orch.guardian.protocol import Announcement, Cgroup, CgroupGone
 from sprawl_orch.guardian.reaper import Reaper
 from sprawl_orch.guardian.watchlist import Watchlist
+from sprawl_orch.launch import Watcher
 from sprawl_orch.shares import Shares
 from tests.unit.test_cgroups import V1_SELF, fake_rmdir, v1_tree
 
@@ -26,20 +27,17 @@ def quiet(event: str, **fields: object) -> None:
     return None
 
 
-class Ear:
+class Ear(Watcher):
     """Hears cgroup announcements, noting whether the directory existed when it was told."""
 
     def __init__(self) -> None:
         self.heard: list[tuple[str, Path, bool]] = []
 
-    def cgroup(self, path: Path) -> None:
-        self.heard.append(("cgroup", path, path.exists()))
-
-    def cgroup_gone(self, path: Path) -> None:
-        self.heard.append(("cgroup-gone", path, path.exists()))
-
-    def __getattr__(self, name: str) -> object:
-        return lambda *args: None  # containers, groups, copies: not this test's business
+    def tell(self, message: Announcement) -> None:
+        # containers, groups, copies: not this test's business
+        if isinstance(message, Cgroup | CgroupGone):
+            verb = "cgroup" if isinstance(message, Cgroup) else "cgroup-gone"
+            self.heard.append((verb, message.path, message.path.exists()))
 
 
 def cgroup_dir(path: Path, pids: str = "") -> Path:
@@ -55,7 +53,7 @@ def test_v1_dirs_are_announced_before_they_exist_and_taken_back_once_removed(
     cpu, mem = v1_tree(tmp_path)
     ear = Ear()
     groups = Cgroups(delegation(tmp_path, V1_SELF), "sess", rmdir=fake_rmdir,
-                     watcher=ear)  # type: ignore[arg-type]
+                     watcher=ear)
     group = groups.create("r1", Shares.cpu_and_memory(64 * MIB))
     told = [(verb, path) for verb, path, _ in ear.heard]
     session_dirs = [cpu / "sprawl-orch" / "sess", mem / "sprawl-orch" / "sess"]
@@ -77,7 +75,7 @@ def test_a_refused_create_takes_back_what_it_announced(tmp_path: Path) -> None:
     cpu, mem = v1_tree(tmp_path)
     ear = Ear()
     groups = Cgroups(delegation(tmp_path, V1_SELF), "s", rmdir=fake_rmdir,
-                     watcher=ear)  # type: ignore[arg-type]
+                     watcher=ear)
     (mem / "sprawl-orch").write_text("")  # a file where the memory side's parent goes
     with pytest.raises(Refused):
         groups.create("r", Shares.cpu_and_memory(MIB))

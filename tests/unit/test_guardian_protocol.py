@@ -9,12 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sprawl_orch.guardian.protocol import (
+    Announcement,
     Cgroup,
     CgroupGone,
     Created,
     Expect,
     Gone,
-    Message,
     PGroup,
     PGroupGone,
     ProtocolError,
@@ -29,7 +29,7 @@ texts = st.text(min_size=1)
 paths = st.lists(st.text(min_size=1).filter(lambda t: "/" not in t), min_size=1, max_size=4).map(
     lambda parts: Path("/", *parts)
 )
-messages: st.SearchStrategy[Message] = st.one_of(
+messages: st.SearchStrategy[Announcement] = st.one_of(
     st.builds(Expect, texts),
     st.builds(Created, texts, texts),
     st.builds(Gone, texts),
@@ -43,7 +43,7 @@ messages: st.SearchStrategy[Message] = st.one_of(
 
 
 @given(messages)
-def test_every_message_is_one_line_and_reads_back_equal(message: Message) -> None:
+def test_every_message_is_one_line_and_reads_back_equal(message: Announcement) -> None:
     line = format_message(message)
     assert line.endswith("\n") and line.count("\n") == 1
     assert parse_message(line) == message
@@ -111,7 +111,7 @@ def test_lines_that_are_not_messages_are_refused(line: str) -> None:
     [Expect(""), PGroup(1, 1.0), PGroup(7, float("nan")), PGroupGone(0),
      Scratch(Path("relative")), Cgroup(Path("run-x")), CgroupGone(Path("run-x"))],
 )
-def test_messages_that_cannot_be_sent_are_refused(message: Message) -> None:
+def test_messages_that_cannot_be_sent_are_refused(message: Announcement) -> None:
     with pytest.raises(ProtocolError):
         format_message(message)
 
