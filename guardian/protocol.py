@@ -297,7 +297,8 @@ def parse_line(line: str, phase: Phase) -> AnyMessage:
     verb, *words = line.rstrip("\n").split(" ")
     entry = _BY_VERB.get(verb)
     if entry is None or entry.phase is not phase:
-        raise ProtocolError(f"{verb[:40]!r} is not a message here (a {phase.name.lower()})")
+        known = ", ".join(e.verb for e in TABLE if e.phase is phase)
+        raise ProtocolError(f"unknown message {verb[:40]!r} here (expected: {known})")
     fields = _FIELDS[verb]
     if len(words) != len(fields):
         raise ProtocolError(f"{verb} takes {len(fields)} field(s), got {len(words)}")

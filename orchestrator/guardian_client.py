@@ -87,7 +87,7 @@ def _finish_connection(sock: socket.socket, wait: float | None) -> int | None:
                 if isinstance(reply, Done):
                     return 1 if reply.left else 0
         return None
-    except OSError:
+    except (OSError, ValueError):  # ValueError: settimeout() of a negative wait
         return None
     finally:
         sock.close()
@@ -244,6 +244,7 @@ class Guardian(Watcher):
         self._sock, self._fd = ours, ours.fileno()
 
     def tell(self, message: Announcement) -> None:
+        """The Watcher: every announcement method (orchestrator/launch.py) lands here."""
         try:
             data = format_message(message).encode("utf-8")
         except ValueError as err:
