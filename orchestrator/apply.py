@@ -15,7 +15,8 @@ Safe by construction:
 - each file is written as a temp file in its own directory, fsynced, renamed over the name and
   the directory fsynced: an interrupted apply leaves every file old or new, never torn. Temp
   names are journalled in the store first, and the next apply of the handle removes leftovers;
-- permission bits are carried (set-uid/set-gid/sticky never); ownership is not: a replaced file
+- permission bits are carried (set-uid/set-gid/sticky never; a mode change never on a file
+  with hard links, whose other names may lie outside the tree); ownership is not: a replaced file
   keeps its owner, a new one gets its directory's (matters when apply runs as root).
 
 The result lists what was applied, skipped (not chosen, or applied before) and refused.
@@ -35,7 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
-from sprawl_orch.apply_check import Verdict, check_all
+from sprawl_orch.apply_check import Verdict, check_all, shared_inode
 from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
 from sprawl_orch.change_store import Kept, finish_if_done, load, record_applied
 from sprawl_orch.changes import ChangeEntry, shown
@@ -272,6 +273,9 @@ def _write(kept: Kept, root_fd: int, e: ChangeEntry) -> None:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             target = os.open(name, flags, dir_fd=fd)
             try:
+                links = os.fstat(target).st_nlink
+                if links > 1 and not stat.S_ISDIR(os.fstat(target).st_mode):
+                    raise NotBeneath(shared_inode(links))  # linked since the check
                 os.fchmod(target, mode)
                 os.fsync(target)
             finally:

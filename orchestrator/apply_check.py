@@ -207,7 +207,17 @@ def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
     if not same:
         return Verdict("conflict: changed in the working directory since the command's sync",
                        at_sync, _stamp_dict(mine))
+    if e.change == "mode_changed" and not stat.S_ISDIR(now.st_mode) and now.st_nlink > 1:
+        return Verdict(shared_inode(now.st_nlink), at_sync, _stamp_dict(mine))
     return None
+
+
+def shared_inode(links: int) -> str:
+    """Why a mode change is refused on a file with hard links: a mode belongs to the inode,
+    so a chmod would change the other names too, which may lie outside the tree."""
+    return (f"the file has {links} hard links (names possibly outside the working directory, "
+            "e.g. a package store); its mode is the inode's, so changing it here would change "
+            "them all: change it by hand if you mean that")
 
 
 def sha256_of_beneath(root_fd: int, rel: str) -> str | None:

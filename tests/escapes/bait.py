@@ -177,6 +177,10 @@ class Bait:
             target = Path(base) / name
             target.write_text("untouched\n")
             target.chmod(0o666)
+        # hard-linked into the tree as `hard-mode`; a command chmods its copy (apply-mode-*)
+        mode_target = Path(self.values["TMPD"]) / "mode-target"
+        mode_target.write_text("untouched\n")
+        mode_target.chmod(0o644)
         self.dir("RESYNCD", Path(self.values["TMPD"]) / "resync-dir")
         self.dir("LINKD", Path(self.values["TMPD"]) / "link-dir")
 
@@ -294,12 +298,13 @@ class Bait:
         before the first sync."""
         v, t = self.values, self.tree
         self.planted += [t / n for n in ("link-abs", "link-rel", "link-dir", "link-src",
-                                         "hard", "fifo", "dev-kmsg")]
+                                         "hard", "hard-mode", "fifo", "dev-kmsg")]
         (t / "link-abs").symlink_to(f"{v['TMPD']}/target-abs")
         (t / "link-rel").symlink_to(f"../outside-{self.tok}/target-rel")
         (t / "link-dir").symlink_to(v["LINKD"])
         (t / "link-src").symlink_to(str(t / "a.txt"))
         os.link(f"{v['TMPD']}/target-hard", t / "hard")
+        os.link(f"{v['TMPD']}/mode-target", t / "hard-mode")
         os.mkfifo(t / "fifo")
         threading.Thread(target=self._read_fifo, args=(t / "fifo",), daemon=True).start()
         if "MAJMIN" in v:

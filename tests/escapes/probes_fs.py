@@ -63,6 +63,21 @@ def applied_link_out(name: str) -> Judge:
     return seen
 
 
+def mode_changed(template: str, mode: int) -> Judge:
+    def seen(bait: Bait, out: str) -> str | None:
+        import os
+        import stat
+
+        path = fill(template, bait.values)
+        try:
+            now = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            return None
+        return None if now == mode else f"{path} is mode {now:04o} now, was {mode:04o}"
+
+    return seen
+
+
 def parent_write(bait: Bait, out: str) -> str | None:
     """The copy's parent, wherever the copy was: a scratch copy, a persistent copy's slot
     in the state directory (beside its stamps record), or the tree itself."""
@@ -167,6 +182,11 @@ def probes() -> list[Probe]:
         Probe("apply-link-through-dir-made-link", "apply of a command's changes", F,
               'rmdir apply-d && $b ln -s . apply-d && $b ln -s apply-d/../outside-@TOK@/target-rel apply-via2; echo "NOT $id (judged after apply)"; : @APPLY@',
               judge=applied_link_out("apply-via2")),
+        # The tree's file shares its inode with one outside (a hard link: pnpm's store, cp -al);
+        # apply of a mode change must not chmod that inode.
+        Probe("apply-mode-through-hardlink", "apply of a command's changes", F,
+              'chmod 0777 hard-mode; echo "NOT $id (judged after apply)"; : @APPLY@',
+              judge=mode_changed("@TMPD@/mode-target", 0o644)),
         Probe("second-command-mknod", "planted by a first command", F,
               'if $b dd if=esc-dev of=/dev/null bs=512 count=1 2>/dev/null; then echo "ESC $id read /dev/kmsg through a node a first command made"; else echo "NOT $id"; fi',
               plant='$b mknod esc-dev c @MAJMIN@'),

@@ -38,7 +38,7 @@ def scripts(probes: list[Probe], step: Step, values: dict[str, str]) -> list[str
     return [script([p], step, values) for p in probes if p.step == "exhaust"]
 TIMEOUT_S = 120.0
 APPLY_PATHS = ["link-abs", "link-dir", "link-dir/applied", "link-out-new", "apply-up",
-               "apply-via", "apply-d", "apply-via2"]
+               "apply-via", "apply-d", "apply-via2", "hard-mode"]
 
 
 @dataclass

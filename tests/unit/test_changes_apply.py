@@ -188,3 +188,20 @@ def test_leftovers_of_killed_keeps_and_drops_are_swept(tmp_path: Path, tree: Pat
         assert result.changes is not None and result.changes.kept
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(".h")) == [".h.live"]
     assert not (root / ".drop-h-1234abcd").exists()
+
+
+def test_a_mode_change_never_reaches_a_hard_link_outside(tmp_path: Path, tree: Path,
+                                                         offerings: Offerings) -> None:
+    # the escape suite's apply-mode-through-hardlink: a mode is the inode's, and the tree's
+    # file may share it with a name outside (a package store, cp -al)
+    outside = tmp_path / "store-file"
+    outside.write_text("shared\n")
+    outside.chmod(0o644)
+    os.link(outside, tree / "linked")
+    with tool_for(tmp_path, tree, offerings) as tool:
+        result = tool.exec("chmod 0777 linked", shell=True)
+        assert result.changes is not None and result.changes.handle is not None
+        applied = tool.apply(result.changes.handle, ["linked"])
+    assert [i.path for i in applied.refused] == ["linked"]
+    assert "hard links" in str(applied.refused[0].why)
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o644
