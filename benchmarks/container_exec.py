@@ -41,7 +41,7 @@ from sprawl_orch.container.admission import admit
 from sprawl_orch.container.argv import HostLimits, create_argv
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.podman import PodmanEngine
 from sprawl_orch.images.build import build_busybox
 from sprawl_orch.launch import Launch
@@ -55,7 +55,7 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
-def raw_run_argv(engine: Engine, config: ContainerConfig, image: str, copy: Path,
+def raw_run_argv(engine: ContainerEngine, config: ContainerConfig, image: str, copy: Path,
                  runtime: str | None, userns: tuple[str, ...] = (),
                  gvisor: bool = False) -> list[str]:
     """Our create argv turned into `run --rm` (no name/labels: the raw mechanism)."""
@@ -154,7 +154,7 @@ class Variant:
 def set_up(variant: str, tmp: Path) -> Variant:
     name, userns = VARIANTS[variant]
     with daemon_for(variant) as env:
-        engine: Engine = DockerEngine(environ=env) if name == "docker" else PodmanEngine()
+        engine: ContainerEngine = DockerEngine(environ=env) if name == "docker" else PodmanEngine()
         image = build_busybox(name)
     runtime = RUNTIMES.get(variant)
     config = ContainerConfig(engine=name, images=EngineImages(**{name: image}), userns=userns,

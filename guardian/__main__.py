@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from sprawl_orch.container.engine import ENGINES
-from sprawl_orch.guardian.engines import Engine, open_engine
+from sprawl_orch.guardian.engines import ReaperEngine, open_engine
 from sprawl_orch.guardian.lifeline import apply_lines, whole_lines
 from sprawl_orch.guardian.protocol import DEFAULT_GRACE
 from sprawl_orch.guardian.reaper import Reaper
@@ -51,7 +51,7 @@ class EngineLoader(threading.Thread):
         super().__init__(name="engines", daemon=True)
         self.names = names
         self.docker_via = docker_via
-        self.engines: list[Engine] = []
+        self.engines: list[ReaperEngine] = []
 
     def run(self) -> None:
         for name in self.names:

@@ -37,7 +37,10 @@ class Found:
     name: str
 
 
-class Engine(Protocol):
+class ReaperEngine(Protocol):
+    """An engine as the guardian uses it: find a session's containers, remove them. (Running
+    commands is container.engine.ContainerEngine; making images, images.engines.ImageEngine.)"""
+
     name: str
 
     def find(self, session: str, names: Collection[str]) -> list[Found]:
@@ -183,7 +186,7 @@ class PodmanCLI:
         ]
 
 
-def open_engine(name: str, docker_via: str = "cli") -> Engine | None:
+def open_engine(name: str, docker_via: str = "cli") -> ReaperEngine | None:
     """The backend for `name`, or None when its CLI is not installed here."""
     if name == "podman":
         binary = shutil.which("podman")

@@ -23,7 +23,7 @@ import psutil
 
 from sprawl_orch.copy_sync import delete_path
 from sprawl_orch.guardian.cgroup_reap import remove_cgroups
-from sprawl_orch.guardian.engines import Engine, EngineError, Found
+from sprawl_orch.guardian.engines import EngineError, Found, ReaperEngine
 from sprawl_orch.guardian.watchlist import Watchlist
 
 POLL_SECONDS = 0.05
@@ -131,7 +131,7 @@ def delete_scratch(path: Path) -> str | None:
 
 class Reaper:
     def __init__(
-        self, session: str, engines: list[Engine], grace: float, log: Log,
+        self, session: str, engines: list[ReaperEngine], grace: float, log: Log,
         *, rmdir: Callable[[Path], None] = os.rmdir,
     ) -> None:
         self.session = session
@@ -140,14 +140,14 @@ class Reaper:
         self.log = log
         self._rmdir = rmdir  # tests stand a plain directory tree in for cgroupfs
 
-    def _find(self, engine: Engine, names: Collection[str], report: Report) -> list[Found]:
+    def _find(self, engine: ReaperEngine, names: Collection[str], report: Report) -> list[Found]:
         try:
             return engine.find(self.session, names)
         except EngineError as err:
             report.problems.append(str(err))
             return []
 
-    def _remove(self, engine: Engine, found: list[Found], report: Report) -> None:
+    def _remove(self, engine: ReaperEngine, found: list[Found], report: Report) -> None:
         if not found:
             return
         errors = engine.remove([f.container_id for f in found])
@@ -155,7 +155,7 @@ class Reaper:
         report.removed.setdefault(engine.name, []).extend(f.name for f in found)
         self.log("removed", engine=engine.name, names=[f.name for f in found], errors=errors)
 
-    def _first_sweep(self, engine: Engine, watch: Watchlist, report: Report) -> list[Found]:
+    def _first_sweep(self, engine: ReaperEngine, watch: Watchlist, report: Report) -> list[Found]:
         """Remove the announced containers, then list the label and remove what the list adds.
         One after the other, not side by side: a `podman ps` beside the `podman rm` slowed the
         removal by ~140 ms (podman 4.3.1: CPU and container locks, measured), and containers

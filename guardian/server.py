@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from sprawl_orch.guardian.engines import Engine, open_engine
+from sprawl_orch.guardian.engines import ReaperEngine, open_engine
 from sprawl_orch.guardian.lifeline import Log, apply_lines, whole_lines
 from sprawl_orch.guardian.protocol import (
     DEFAULT_GRACE,
@@ -59,13 +59,13 @@ class Server:
         self.idle = idle
         self.docker_via = docker_via
         self.log = log
-        self._engines: dict[str, Engine | None] = {}
+        self._engines: dict[str, ReaperEngine | None] = {}
         self._engines_lock = threading.Lock()
         self._state = threading.Condition()
         self._open = 0  # connections being served or cleaned up behind
         self._last = time.monotonic()
 
-    def engines(self, names: tuple[str, ...]) -> list[Engine]:
+    def engines(self, names: tuple[str, ...]) -> list[ReaperEngine]:
         with self._engines_lock:
             for name in names:
                 if name not in self._engines:

@@ -21,7 +21,7 @@ from sprawl_orch.images.engines import (
     LABEL_DATE,
     LABEL_RECIPE,
     LABEL_SOURCE,
-    Engine,
+    ImageEngine,
     engine,
 )
 from sprawl_orch.images.recipe import BusyboxRootfs, DebianRootfs, Recipe, load_recipe, read_recipe
@@ -74,7 +74,7 @@ def pick_engines(choice: str | None) -> list[str]:
     reasons: list[str] = []
     for name in ENGINES:
         try:
-            Engine(name).server_version()
+            ImageEngine(name).server_version()
             reachable.append(name)
         except SprawlError as err:
             reasons.append(f"{name}: {err.detail}")
@@ -185,7 +185,7 @@ def _big_tmp() -> str:
 
 
 def _import_all(
-    handles: Sequence[Engine],
+    handles: Sequence[ImageEngine],
     tar: bytes | Path,
     recipe: Recipe,
     source: str,

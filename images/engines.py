@@ -81,8 +81,9 @@ class LocalImage:
 
 
 @dataclass(frozen=True)
-class Engine:
-    """One engine's CLI. `binary` defaults to the engine's name on PATH."""
+class ImageEngine:
+    """An engine as `sprawl-orch image` uses it: its CLI to build, import, pin and remove
+    images. `binary` defaults to the engine's name on PATH."""
 
     name: str
     binary: str = ""
@@ -353,7 +354,7 @@ def _last(err: str, limit: int = 400) -> str:
     return " | ".join(lines[-3:])[-limit:] if lines else "(no message)"
 
 
-def engine(name: str) -> Engine:
+def engine(name: str) -> ImageEngine:
     if name not in ENGINES:
         raise SprawlError(
             ErrorCode.BAD_REQUEST,
@@ -361,4 +362,4 @@ def engine(name: str) -> Engine:
             detail=f"{name!r} is not an engine (accepted: {', '.join(ENGINES)})",
             recovery="use --engine docker or --engine podman",
         )
-    return Engine(name)
+    return ImageEngine(name)

@@ -10,9 +10,9 @@ from typing import Any, Literal
 from sprawl_orch.config import Config
 from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.images.engines import BUILD_FIRST, Engine, LocalImage, engine
+from sprawl_orch.images.engines import BUILD_FIRST, ImageEngine, LocalImage, engine
 
-EngineFactory = Callable[[str], Engine]
+EngineFactory = Callable[[str], ImageEngine]
 Status = Literal["present", "missing", "unpinned", "unreachable"]
 
 

@@ -50,12 +50,3 @@ class CopiedTreeArm:
 
     def close(self) -> None:
         return None
-
-
-class HostArm(CopiedTreeArm):
-    """`where: host` — not an arm of the sandbox: runs in place, all five axes NO."""
-
-    name = ArmName.HOST
-
-    def note(self) -> str | None:
-        return None

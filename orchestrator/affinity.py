@@ -37,11 +37,11 @@ class Accepted:
 
 
 @dataclass(frozen=True)
-class Refused:
+class AffinityRefused:
     pass
 
 
-AffinityAttempt = Unrequested | Accepted | Refused
+AffinityAttempt = Unrequested | Accepted | AffinityRefused
 
 
 def held_affinity(attempt: AffinityAttempt) -> int | None:

@@ -11,8 +11,6 @@ from enum import StrEnum
 
 from sprawl_orch.assurances import Assurances, Guarantee
 
-G = Guarantee
-
 
 class ArmName(StrEnum):
     CONTAINER = "container"
@@ -31,11 +29,11 @@ def container_assurances(uids_namespaced: bool, limits_enforced: bool = True) ->
     non-root uid inside a rootful container is a uid shared with the host, not a
     principal of its own. Resources are kept unless admission's probe saw the engine
     drop the limits (rootless podman on cgroup v1)."""
-    axes = [G.FILESYSTEM, G.NETWORK, G.PROCESS_TREE]
+    axes = [Guarantee.FILESYSTEM, Guarantee.NETWORK, Guarantee.PROCESS_TREE]
     if limits_enforced:
-        axes.append(G.RESOURCES)
+        axes.append(Guarantee.RESOURCES)
     if uids_namespaced:
-        axes.append(G.USER)
+        axes.append(Guarantee.USER)
     return Assurances.of(*axes)
 
 
@@ -43,9 +41,9 @@ def linux_namespaces_assurances(own_principal: bool) -> Assurances:
     """bwrap: --unshare-user gives a namespace, but a non-root caller's command is still
     the caller's uid on the host, so the user axis is kept only when a root caller hands
     bwrap a uid of the sandbox's own (native_fallbacks/sandbox_uid.py; design §1, §6)."""
-    axes = [G.FILESYSTEM, G.NETWORK, G.PROCESS_TREE]
+    axes = [Guarantee.FILESYSTEM, Guarantee.NETWORK, Guarantee.PROCESS_TREE]
     if own_principal:
-        axes.append(G.USER)
+        axes.append(Guarantee.USER)
     return Assurances.of(*axes)
 
 
@@ -54,7 +52,7 @@ ASSURANCES: dict[ArmName, Assurances] = {
     # The non-root caller's answer; BwrapArm.assurances() gives the one in force.
     ArmName.LINUX_NAMESPACES: linux_namespaces_assurances(own_principal=False),
     ArmName.WINDOWS_JOB: Assurances.of(*Guarantee),
-    ArmName.MACOS_SEATBELT: Assurances.of(G.FILESYSTEM, G.NETWORK),
+    ArmName.MACOS_SEATBELT: Assurances.of(Guarantee.FILESYSTEM, Guarantee.NETWORK),
     # No namespace: the copy cannot sit at the working directory's path, so a write by that
     # path -- one recorded in the tree by an editable install, a venv, a build system --
     # lands in the person's tree. The filesystem axis is not kept (issue 11, design §5).

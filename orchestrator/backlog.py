@@ -36,7 +36,7 @@ from sprawl_orch.affinity import (
 from sprawl_orch.arms import ArmName
 from sprawl_orch.ceiling import CeilingMark, NotAsked, Unapplied, Unread, Watching, Why, ceiling_at
 from sprawl_orch.cgroup_run import Joining, RunGroup
-from sprawl_orch.cgroups import Cgroups, Delegation, PlatformShares, Refused
+from sprawl_orch.cgroups import CgroupRefused, Cgroups, Delegation, PlatformShares
 from sprawl_orch.changes import Changes
 from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.environment import env_names
@@ -167,7 +167,7 @@ class Backlog:
             self._cgroups = Cgroups(self.found, self.session, watcher=watcher)
         try:
             group = self._cgroups.create(run, asked)
-        except Refused as err:
+        except CgroupRefused as err:
             state.job = enter_job(state.job, CreationRefused())
             state.refused = str(err)
             return None

@@ -192,7 +192,7 @@ def write_value(path: Path, value: str) -> None:
         os.close(fd)
 
 
-class Refused(Exception):
+class CgroupRefused(Exception):
     """The cgroup would not take a run or its limit; the message is the platform's words."""
 
 
@@ -221,7 +221,7 @@ class Cgroups:
         """v2 only, once: move ourselves into `core` and hand cpu (+memory) to children."""
         if self._adopted is not None:
             if not self._adopted:
-                raise Refused(self._adopt_error)
+                raise CgroupRefused(self._adopt_error)
             return
         parent = self.found.parents["unified"]
         try:
@@ -237,7 +237,7 @@ class Cgroups:
             self._adopted = False
             why = "other processes still live in it" if err.errno == errno.EBUSY else ""
             self._adopt_error = f"{err.filename or parent}: {err.strerror or err} {why}".strip()
-            raise Refused(self._adopt_error) from err
+            raise CgroupRefused(self._adopt_error) from err
         self._adopted = True
 
     def _mkdirs(self, base: Path, parts: list[str]) -> Path:
@@ -264,26 +264,26 @@ class Cgroups:
         self.watcher.cgroup_gone(path)
 
     def create(self, run: str, asked: Shares) -> RunGroup:
-        """Make the run's cgroup(s) and write its shares; raise Refused, leaving nothing."""
+        """Make the run's cgroup(s) and write its shares; raise CgroupRefused, leaving nothing."""
         assert asked.kind != "unset"
         with self._lock:
             made_before = len(self._made)
             try:
                 return self._create(run, asked)
-            except (OSError, Refused) as err:
+            except (OSError, CgroupRefused) as err:
                 for path in reversed(self._made[made_before:]):
                     with contextlib.suppress(OSError):
                         self._rmdir_told(path)
                 del self._made[made_before:]
-                if isinstance(err, Refused):
+                if isinstance(err, CgroupRefused):
                     raise
                 where = getattr(err, "filename", None) or "cgroup"
-                raise Refused(f"{where}: {err.strerror or err}") from err
+                raise CgroupRefused(f"{where}: {err.strerror or err}") from err
 
     def _create(self, run: str, asked: Shares) -> RunGroup:
         limit = asked.limit_bytes
         if limit is not None and self.found.shares is not PlatformShares.CPU_AND_MEMORY:
-            raise Refused("the memory controller is not delegated to us")
+            raise CgroupRefused("the memory controller is not delegated to us")
         name = f"run-{safe_name(run)}"
         if self.found.version == "v2":
             self._adopt()

@@ -289,14 +289,14 @@ class ExecTool:
             running = arm.start(launch)
         except BaseException:
             if copy is not None:
-                self._give_copy(copy)
+                self._release_copy(copy)
             raise
         window = timeout if timeout is not None else self.config.sandbox.window_seconds
         pending = Pending(arm.name, argv_in, interpreter, self.confinement(arm), work, window,
                           started)
-        give_back = None if copy is None else (lambda: self._give_copy(copy))
+        release_copy = None if copy is None else (lambda: self._release_copy(copy))
         drain = Follower(launch.outputs, *follow).drain if follow is not None else None
-        entry = self.backlog.enter(running, launch, pending, join, give_back, changes, drain)
+        entry = self.backlog.enter(running, launch, pending, join, release_copy, changes, drain)
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
     def _changes_hook(self, arm: Arm, lease: Lease) -> Callable[[str], Changes]:
@@ -356,7 +356,7 @@ class ExecTool:
                     '[sandbox] write_limit = "create" forbids running in the working directory',
                     'run it in the sandbox (where = "sandbox"), or change write_limit',
                 )
-            from sprawl_orch.native_fallbacks.copied_tree import HostArm
+            from sprawl_orch.native_fallbacks.host import HostArm
 
             return HostArm(yielders_of(self.offerings))
         return self.arm()
@@ -376,7 +376,7 @@ class ExecTool:
         key = copy_key(self.workdir, self.config.sandbox.model_dump_json(by_alias=True))
         return self.copies.lease(self.workdir, key)
 
-    def _give_copy(self, copy: Lease) -> None:
+    def _release_copy(self, copy: Lease) -> None:
         """A collected command's copy: released for the next command or CLI call; copies past
         the disk budget are evicted, this one last."""
         copy.release()

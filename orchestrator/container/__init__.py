@@ -2,8 +2,8 @@
 
 Modules, one idea each:
 
-- `engine`    the small backend interface (`Engine`, `EngineFacts`, `Attached`), the CLI runner
-              and the engines' vocabulary (ENGINES, IMAGE_ID, ZERO_TIME), defined once
+- `engine`    the small backend interface (`ContainerEngine`, `EngineFacts`, `Attached`), the
+              CLI runner and the engines' vocabulary (ENGINES, IMAGE_ID, ZERO_TIME), defined once
 - `docker`    docker: SDK for facts/inspect/start/wait/logs/remove, CLI for create
 - `podman`    podman: CLI JSON only (no service socket runs on these hosts)
 - `argv`      the host's limits, the fitted limits and the ONE create argv function (pure)

@@ -26,7 +26,7 @@ from sprawl_orch.config import Config, ContainerConfig
 from sprawl_orch.container import runtimes
 from sprawl_orch.container.admission_words import explain, userns_failure
 from sprawl_orch.container.argv import HostLimits, fit_limits
-from sprawl_orch.container.engine import ENGINES, Engine, EngineFacts
+from sprawl_orch.container.engine import ENGINES, ContainerEngine, EngineFacts
 from sprawl_orch.container.evidence import Evidence, boot_id, stamp
 from sprawl_orch.container.gvisor import KERNEL_NOTE, ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime, probe
@@ -111,7 +111,7 @@ def refused(engine: str, code: ErrorCode, reason: str, recovery: str,
                      missing=missing or arms.container_runtime(f"{engine}: {reason}"))
 
 
-def _admit(engine: Engine, config: ContainerConfig, host: HostLimits,
+def _admit(engine: ContainerEngine, config: ContainerConfig, host: HostLimits,
            watcher: Watcher, wrappers: Path) -> Admission:
     name = engine.name
     try:
@@ -241,7 +241,7 @@ def _wrapper_holds(found: Admission, wrappers: Path) -> bool:
         return False
 
 
-def _recall(engine: Engine, evidence: Evidence, key: str) -> tuple[Admission | None,
+def _recall(engine: ContainerEngine, evidence: Evidence, key: str) -> tuple[Admission | None,
                                                                     dict[str, Any] | None]:
     """(the kept admission if the engine is still the one it was proved on, the identity
     read now; None when the engine cannot be asked: a full admission says why)."""
@@ -265,7 +265,7 @@ def _recall(engine: Engine, evidence: Evidence, key: str) -> tuple[Admission | N
         return None, identity
 
 
-def admit(engine: Engine, config: ContainerConfig, host: HostLimits | None = None, *,
+def admit(engine: ContainerEngine, config: ContainerConfig, host: HostLimits | None = None, *,
           evidence: Evidence | None = None, watcher: Watcher | None = None,
           fresh: bool = False) -> Admission:
     """The engine's admission for `config`: once per process (cached), and once per engine
@@ -303,7 +303,7 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def engine_for(name: str) -> Engine:
+def engine_for(name: str) -> ContainerEngine:
     if name == "docker":
         from sprawl_orch.container.docker import DockerEngine
 
@@ -317,14 +317,14 @@ def engine_for(name: str) -> Engine:
 
 def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
                *, first_only: bool = True, evidence: Evidence | None = None,
-               watcher: Watcher | None = None) -> list[tuple[Engine, Admission]]:
+               watcher: Watcher | None = None) -> list[tuple[ContainerEngine, Admission]]:
     """Admissions in order (`engine = "auto"`: docker, podman), stopping at the first
     admitted one unless `first_only` is False (doctor wants every engine's answer).
     Unless userns = "off", an admitted engine that keeps no user axis doesn't stop the
     search: `preferred` picks one that does (a second probe container, once)."""
     if names is None:
         names = ENGINES if config.engine == "auto" else (config.engine,)
-    out: list[tuple[Engine, Admission]] = []
+    out: list[tuple[ContainerEngine, Admission]] = []
     for name in names:
         engine = engine_for(name)
         found = admit(engine, config, evidence=evidence, watcher=watcher)
@@ -334,7 +334,9 @@ def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
     return out
 
 
-def preferred(tried: Sequence[tuple[Engine, Admission]]) -> tuple[Engine, Admission] | None:
+def preferred(
+    tried: Sequence[tuple[ContainerEngine, Admission]],
+) -> tuple[ContainerEngine, Admission] | None:
     """The first admitted engine that keeps the user axis, else the first admitted."""
     admitted = [pair for pair in tried if pair[1].admitted]
     return next((p for p in admitted if p[1].uids_namespaced), admitted[0] if admitted else None)

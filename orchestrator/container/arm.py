@@ -41,7 +41,7 @@ from sprawl_orch.container.command import (
     remove_quietly,
     start_refusal,
 )
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, take_back
@@ -68,7 +68,7 @@ class ContainerArm:
     name = ArmName.CONTAINER
 
     def __init__(
-        self, config: ContainerConfig, engine: Engine | None = None, *,
+        self, config: ContainerConfig, engine: ContainerEngine | None = None, *,
         host: HostLimits | None = None, evidence: Evidence | None = None,
         watcher: Watcher | None = None,
     ) -> None:
@@ -99,7 +99,7 @@ class ContainerArm:
         return self._host
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> ContainerEngine:
         self.admission()
         assert self._engine is not None
         return self._engine
@@ -195,7 +195,7 @@ class ContainerArm:
         return ContainerRun(engine, container, name, launch, attached, record, venv,
                             after=lambda: self._after_run(engine, userns, copy))
 
-    def _after_run(self, engine: Engine, userns: Userns | None, copy: Path) -> None:
+    def _after_run(self, engine: ContainerEngine, userns: Userns | None, copy: Path) -> None:
         self.left_copy(copy)
         take_back(engine, userns, copy)
 

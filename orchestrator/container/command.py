@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Launch
 from sprawl_orch.unrunnable import host_venv, runtime_refusal
@@ -39,7 +39,9 @@ def command_venv(launch: Launch, command: Sequence[str]) -> str | None:
     return host_venv(launch.workdir or launch.cwd.resolve(), command[0])
 
 
-def remove_quietly(engine: Engine, ref: str, launch: Launch, name: str | None = None) -> str:
+def remove_quietly(
+    engine: ContainerEngine, ref: str, launch: Launch, name: str | None = None,
+) -> str:
     """Remove a container that must not run; '' when gone, else what stayed."""
     try:
         engine.remove(ref)

@@ -110,7 +110,10 @@ class Attached(Protocol):
         ...
 
 
-class Engine(Protocol):
+class ContainerEngine(Protocol):
+    """An engine as the container arm uses it: admit, create, verify, run and remove the
+    containers commands run in (docker.py, podman.py)."""
+
     name: str
 
     def endpoint(self) -> str:

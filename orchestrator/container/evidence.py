@@ -5,7 +5,7 @@ A passed admission (design §3.1: facts, local image, probe container) is writte
 (engine, endpoint, `[sandbox.container]`, the host's limits, sprawl-orch's version and a
 stamp of the container arm's own sources, so an edited checkout re-admits); the file holds
 the engine's *identity* at that moment. A later call reads the identity again -- cheaply,
-see `Engine.identity` -- and reuses the admission only when it is equal:
+see `ContainerEngine.identity` -- and reuses the admission only when it is equal:
 
 - docker: the daemon's ID and every fact admission reads (`GET /info` + `GET /version`,
   ~10 ms over the socket): a daemon restarted with other flags (userns-remap, another

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits, container_name, create_argv, fit_limits
-from sprawl_orch.container.engine import ZERO_TIME, Engine
+from sprawl_orch.container.engine import ZERO_TIME, ContainerEngine
 from sprawl_orch.container.ownership import give_copy, take_back
 from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label
 from sprawl_orch.container.userns import Userns, host_owner, principal_problem
@@ -72,7 +72,7 @@ def _probe_dir(watcher: Watcher) -> Path:
         return work
 
 
-def _remove_probe(engine: Engine, ref: str, name: str, watcher: Watcher) -> None:
+def _remove_probe(engine: ContainerEngine, ref: str, name: str, watcher: Watcher) -> None:
     # one we cannot remove (engine down) stays announced: the guardian or the next
     # admission (stale_probes) removes it
     with contextlib.suppress(SprawlError):
@@ -88,7 +88,7 @@ class _OwnFault(Exception):
         self.err = err
 
 
-def probe(engine: Engine, config: ContainerConfig, image: str, runtime: Runtime,
+def probe(engine: ContainerEngine, config: ContainerConfig, image: str, runtime: Runtime,
           host: HostLimits, watcher: Watcher | None = None,
           userns: Userns | None = None, limits: bool = True) -> str | None:
     """Run `true` exactly as a command would run (limits, mount, verify) — under a user
@@ -119,7 +119,7 @@ def probe(engine: Engine, config: ContainerConfig, image: str, runtime: Runtime,
             watcher.scratch_gone(work)
 
 
-def _run_probe(engine: Engine, config: ContainerConfig, image: str, runtime: Runtime,
+def _run_probe(engine: ContainerEngine, config: ContainerConfig, image: str, runtime: Runtime,
                host: HostLimits, argv: tuple[str, ...], name: str, work: Path,
                watcher: Watcher, userns: Userns | None, limits: bool) -> str | None:
     copy = work / "copy"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.container.engine import ZERO_TIME, Attached, Engine, not_found_in_image
+from sprawl_orch.container.engine import ZERO_TIME, Attached, ContainerEngine, not_found_in_image
 from sprawl_orch.container.pids_watch import PidsWatch
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.launch import Finished, Launch
@@ -45,7 +45,8 @@ def _tail(path: Path, limit: int = 2000) -> str:
 
 class ContainerRun:
     def __init__(
-        self, engine: Engine, container: str, name: str, launch: Launch, attached: Attached,
+        self, engine: ContainerEngine, container: str, name: str, launch: Launch,
+        attached: Attached,
         record: Mapping[str, object], venv: str | None = None,
         after: Callable[[], None] | None = None,
     ) -> None:

@@ -11,7 +11,7 @@ import contextlib
 
 import psutil
 
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.errors import SprawlError
 
 PROBE_SESSION = "admission"
@@ -31,7 +31,7 @@ def owner_alive(label: str) -> bool:
         return False
 
 
-def sweep_stale_probes(engine: Engine) -> list[str]:
+def sweep_stale_probes(engine: ContainerEngine) -> list[str]:
     """Remove probe containers whose owner died; returns the IDs removed."""
     removed: list[str] = []
     with contextlib.suppress(SprawlError):

@@ -32,7 +32,7 @@ from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.admission import Admission
 from sprawl_orch.container.argv import HostLimits, fit_limits
 from sprawl_orch.container.command import command_env, command_venv, remove_quietly
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.container.run import SETTLE_SECONDS
 from sprawl_orch.container.verify import Expected, as_command_user, verify
@@ -79,7 +79,7 @@ class WarmArm(Protocol):
     @property
     def host(self) -> HostLimits: ...
     @property
-    def engine(self) -> Engine: ...
+    def engine(self) -> ContainerEngine: ...
     def admission(self) -> Admission: ...
     def create_verified(
         self, launch: Launch, command: Sequence[str], *, init_user: str | None = None,
@@ -113,7 +113,7 @@ class WarmPool:
         words = cannot_run(f"/proc/{warm.host.init}/root", command[0],
                            str(warm.record.get("path") or "") or None, warm.workdir)
         if words is not None:
-            self.give_back(warm)  # nothing ran in it
+            self.release(warm)  # nothing ran in it
             refusal = runtime_refusal(words, command[0], command_venv(launch, command))
             assert refusal is not None
             raise refusal
@@ -170,8 +170,10 @@ class WarmPool:
             return f"it no longer matches what was asked: {err.detail}"
         return None
 
-    # -- giving it back ---------------------------------------------------------------------
-    def give_back(self, warm: Warm) -> None:
+    # -- releasing it -----------------------------------------------------------------------
+    def release(self, warm: Warm) -> None:
+        """A command is done with it: back to the idle list for the next command of its copy
+        and run (removed when the pool is closed or past IDLE)."""
         evicted: list[Warm] = []
         with self._lock:
             if self._closed:
@@ -306,7 +308,7 @@ class WarmRun:
                 record["removal_error"] = left
         else:
             record["removed"] = False
-            self.pool.give_back(self.warm)
+            self.pool.release(self.warm)
         return Finished(
             exit_code=exit_code, stdout_path=self.launch.outputs / "stdout",
             stderr_path=self.launch.outputs / "stderr", killed=self._killed, oom_killed=oom,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from sprawl_orch.container.docker import DockerEngine, close_hijacked
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.podman import PodmanEngine
 
 
@@ -115,7 +115,7 @@ class PodmanEntered:
             self._proc.wait()
 
 
-def enter(engine: Engine, container: str, argv: Sequence[str], env: Mapping[str, str],
+def enter(engine: ContainerEngine, container: str, argv: Sequence[str], env: Mapping[str, str],
           user: str, workdir: str, stdout: Path, stderr: Path) -> Entered:
     if isinstance(engine, DockerEngine):
         return DockerEntered(engine, container, argv, env, user, workdir, stdout, stderr)

@@ -12,7 +12,7 @@ from pathlib import Path
 from sprawl_orch.config import ContainerConfig, EngineImages
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.podman import PodmanEngine
 from sprawl_orch.launch import Finished, Launch
 
@@ -23,7 +23,7 @@ def config_for(engine: str, image: str, **limits: object) -> ContainerConfig:
     )
 
 
-def make_engine(name: str, environ: Mapping[str, str] | None = None) -> Engine:
+def make_engine(name: str, environ: Mapping[str, str] | None = None) -> ContainerEngine:
     if name == "docker":
         return DockerEngine(environ=environ)
     return PodmanEngine(environ=environ)

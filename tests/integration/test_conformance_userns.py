@@ -26,7 +26,7 @@ from sprawl_orch.assurances import Guarantee, Kept
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.engine import Attached, Engine
+from sprawl_orch.container.engine import Attached, ContainerEngine
 from tests.integration.conformance import (
     MiB,
     Observed,
@@ -63,7 +63,7 @@ class Planting:
     """A real engine that, when asked, writes a 0600 file of ours into the copy right
     before the next start (after the arm gave the copy to the container's uid)."""
 
-    def __init__(self, real: Engine) -> None:
+    def __init__(self, real: ContainerEngine) -> None:
         self._real = real
         self.name = real.name
         self.pending: list[Path] = []
@@ -95,7 +95,7 @@ def combine(*seen: Observed) -> Observed:
     return Observed(Guarantee.USER, Kept.NO if broken else Kept.YES, evidence)
 
 
-def conformance(tmp_path: Path, label: str, engine: Engine, image: str,
+def conformance(tmp_path: Path, label: str, engine: ContainerEngine, image: str,
                 **settings: object) -> tuple[ContainerArm, dict[Guarantee, Observed]]:
     config = config_for(engine.name, image, memory_bytes=LIMIT, **settings)
     planting = Planting(engine)

@@ -26,7 +26,7 @@ from sprawl_orch.cli import main
 from sprawl_orch.config import load_config
 from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.images import build_busybox
-from sprawl_orch.images.engines import Engine
+from sprawl_orch.images.engines import ImageEngine
 
 RUN = uuid.uuid4().hex[:8]
 TAG = f"sprawl-test/busybox:{RUN}"
@@ -48,7 +48,7 @@ class Made:
     def remove_all(self) -> list[str]:
         left: list[str] = []
         for engine, image_id in reversed(self.ids):
-            handle = Engine(engine)
+            handle = ImageEngine(engine)
             if handle.resolve(image_id) is None:
                 continue
             handle.remove(image_id)

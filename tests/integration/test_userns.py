@@ -15,7 +15,7 @@ import pytest
 from sprawl_orch.assurances import Assurances, Guarantee
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
-from sprawl_orch.container.engine import Engine
+from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.userns import PODMAN_AUTO, host_owner, principal_problem, subordinate
 from sprawl_orch.errors import ErrorCode, SprawlError
 from tests.integration.conftest import missing
@@ -79,7 +79,7 @@ class DroppingUserns:
     """A real engine whose create silently loses `--userns` (the engine or a wrapper
     ignoring the flag): verification must refuse before anything runs."""
 
-    def __init__(self, real: Engine) -> None:
+    def __init__(self, real: ContainerEngine) -> None:
         self._real = real
         self.name = real.name
 
@@ -156,7 +156,7 @@ def test_host_owner_matches_the_inspected_map(case: Case, podman_image: str) -> 
 class CountingRm:
     """The real podman engine, counting every `podman rm` it runs and its exit status."""
 
-    def __init__(self, real: Engine) -> None:
+    def __init__(self, real: ContainerEngine) -> None:
         self._real = real
         self.rm: list[int] = []
         original = real._run  # type: ignore[attr-defined]

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from sprawl_orch.affinity import (
     Absent,
     Accepted,
+    AffinityRefused,
     Created,
     CreationRefused,
     JobCreated,
-    Refused,
     Unrequested,
     affinity_of,
     enter_job,
@@ -84,7 +84,7 @@ def test_the_cases_of_ceiling_at() -> None:
 
 
 masks = st.integers(min_value=1, max_value=2**64)
-attempts = st.one_of(st.just(Unrequested()), st.builds(Accepted, masks), st.just(Refused()))
+attempts = st.one_of(st.just(Unrequested()), st.builds(Accepted, masks), st.just(AffinityRefused()))
 entries = st.one_of(st.just(CreationRefused()), st.builds(JobCreated, attempts))
 
 

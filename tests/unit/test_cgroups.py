@@ -13,9 +13,9 @@ import pytest
 
 from sprawl_orch.cgroups import (
     NOT_DELEGATED_PHRASE,
+    CgroupRefused,
     Cgroups,
     PlatformShares,
-    Refused,
     Shares,
     delegation,
     platform_shares,
@@ -146,18 +146,18 @@ def test_v2_refused_leaves_nothing(tmp_path: Path) -> None:
     groups = Cgroups(delegation(tmp_path, V2_SELF), "s", pid=1, rmdir=fake_rmdir)
     (app / "cgroup.subtree_control").unlink()
     (app / "cgroup.subtree_control").mkdir()  # a write is refused (EISDIR)
-    with pytest.raises(Refused, match=r"cgroup\.subtree_control"):
+    with pytest.raises(CgroupRefused, match=r"cgroup\.subtree_control"):
         groups.create("r", Shares(kind="cpu"))
     assert not list(app.glob("run-*"))
     # Adoption is tried once; later runs are refused with the same words.
-    with pytest.raises(Refused, match=r"cgroup\.subtree_control"):
+    with pytest.raises(CgroupRefused, match=r"cgroup\.subtree_control"):
         groups.create("other", Shares(kind="cpu"))
 
 
 def test_memory_limit_refused_when_only_cpu_is_delegated(tmp_path: Path) -> None:
     v2_tree(tmp_path, controllers="cpu")
     groups = Cgroups(delegation(tmp_path, V2_SELF), "s", pid=1, rmdir=fake_rmdir)
-    with pytest.raises(Refused, match="memory controller"):
+    with pytest.raises(CgroupRefused, match="memory controller"):
         groups.create("r", Shares.cpu_and_memory(MIB))
 
 

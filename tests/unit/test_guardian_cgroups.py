@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import sprawl_orch.guardian.cgroup_reap
-from sprawl_orch.cgroups import Cgroups, Refused, delegation
+from sprawl_orch.cgroups import CgroupRefused, Cgroups, delegation
 from sprawl_orch.guardian.cgroup_reap import is_ours, remove_cgroups
 from sprawl_orch.guardian.protocol import Announcement, Cgroup, CgroupGone
 from sprawl_orch.guardian.reaper import Reaper
@@ -77,7 +77,7 @@ def test_a_refused_create_takes_back_what_it_announced(tmp_path: Path) -> None:
     groups = Cgroups(delegation(tmp_path, V1_SELF), "s", rmdir=fake_rmdir,
                      watcher=ear)
     (mem / "sprawl-orch").write_text("")  # a file where the memory side's parent goes
-    with pytest.raises(Refused):
+    with pytest.raises(CgroupRefused):
         groups.create("r", Shares.cpu_and_memory(MIB))
     announced = {p for verb, p, _ in ear.heard if verb == "cgroup"}
     taken_back = {p for verb, p, _ in ear.heard if verb == "cgroup-gone"}

@@ -15,7 +15,7 @@ import pytest
 from sprawl_orch.config import load_config
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases, logical_lines
-from sprawl_orch.images.engines import Engine
+from sprawl_orch.images.engines import ImageEngine
 from sprawl_orch.images.pin import pin, render
 
 D1 = "sha256:" + "d1" * 32
@@ -347,7 +347,7 @@ def test_from_that_expands_to_nothing_is_an_error() -> None:
         external_bases("FROM --platform=linux/amd64\n")
 
 
-class FakeStore(Engine):
+class FakeStore(ImageEngine):
     """An engine whose local store is a set; build must never be reached."""
 
     def resolve(self, ref: str) -> str | None:

@@ -11,7 +11,7 @@ import pytest
 
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.images.buildlog import failure
-from sprawl_orch.images.engines import Engine, LocalImage
+from sprawl_orch.images.engines import ImageEngine, LocalImage
 from sprawl_orch.images.pin import pin
 from sprawl_orch.images.recipe import DebianRootfs, load_recipe, read_recipe
 
@@ -141,7 +141,7 @@ INSPECT = {
 
 
 def test_the_images_own_path_user_and_workdir_are_read() -> None:
-    image = Engine("podman")._image(INSPECT)
+    image = ImageEngine("podman")._image(INSPECT)
     assert (image.path, image.user, image.workdir) == ("/usr/local/bin:/usr/bin:/bin", "", "/work")
     assert image.facts() == (
         "PATH=/usr/local/bin:/usr/bin:/bin user=(unset: root) workdir=/work"
@@ -151,7 +151,7 @@ def test_the_images_own_path_user_and_workdir_are_read() -> None:
 
 def test_pin_records_the_images_own_config_beside_the_pin(tmp_path: Path) -> None:
     image_id = "sha256:" + "ab" * 32
-    described = Engine("docker")._image({**INSPECT, "Id": image_id})
+    described = ImageEngine("docker")._image({**INSPECT, "Id": image_id})
     config = tmp_path / "sprawl.toml"
     result = pin(
         "sprawl/python:bookworm",

@@ -16,7 +16,7 @@ import pytest
 from sprawl_orch.config import parse_config
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.images.build import busybox_tar
-from sprawl_orch.images.engines import Engine, LocalImage, fixed_id
+from sprawl_orch.images.engines import ImageEngine, LocalImage, fixed_id
 from sprawl_orch.images.recipe import BusyboxRootfs, DebianRootfs, load_recipe
 from sprawl_orch.images.rootfs import _needs_loader, applets, make_busybox, remove_tree, tar_tree
 from sprawl_orch.images.verify import verify
@@ -112,7 +112,7 @@ def test_podman_ids_get_the_prefix() -> None:
     assert fixed_id(D1) == D1
 
 
-class FakeEngine(Engine):
+class FakeEngine(ImageEngine):
     """A local store as a dict; `down` makes the engine unreachable."""
 
     store: ClassVar[dict[str, dict[str, str]]] = {"docker": {D1: "busybox"}, "podman": {}}
