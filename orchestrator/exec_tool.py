@@ -11,6 +11,10 @@ leases a free copy slot (copy_store: persistent, per working directory and
 config, resynced rather than rebuilt, kept between CLI calls; design §5). With
 `background_ok=False` it is killed at the window instead (the CLI: a process
 that exits can keep no backlog).
+
+This module is the story of one command; what it leans on lives beside it: the
+arm chosen and built once (tool_arm.py), the copies (tool_copies.py), the
+commands past their window (backlog.py), the guardian (guardian_client.py).
 """
 
 from __future__ import annotations
@@ -25,25 +29,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from sprawl_orch import change_record
 from sprawl_orch.apply import ApplyResult
 from sprawl_orch.apply import apply as apply_changes
-from sprawl_orch.arm_factory import build_arm, yielders_of
 from sprawl_orch.arms import ArmName
-from sprawl_orch.assurances import statement
 from sprawl_orch.backlog import Backlog, Pending, RunProcesses
-from sprawl_orch.change_store import keep as keep_changes
 from sprawl_orch.changes import Changes
-from sprawl_orch.changes import compute as compute_changes
-from sprawl_orch.choice import Choice, choose
+from sprawl_orch.choice import Choice
 from sprawl_orch.config import Config, load_config, with_warm
 from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.container.evidence import Evidence
-from sprawl_orch.copy_bounds import Bounds, Excludes
-from sprawl_orch.copy_store import CopyStore, Lease, copy_key
+from sprawl_orch.copy_store import Lease
 from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.copy_walk import Progress
-from sprawl_orch.credentials import passed_on_purpose
 from sprawl_orch.environment import child_env, with_home
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.guardian_client import GUARDIAN_CODE, Guardian
@@ -56,6 +53,8 @@ from sprawl_orch.shell import container_shell, interpreter_name, require_shell, 
 from sprawl_orch.shell import shell_argv as expand_shell
 from sprawl_orch.state import guardian_socket, ledger_path, state_dir
 from sprawl_orch.stream import Follower
+from sprawl_orch.tool_arm import ToolArm
+from sprawl_orch.tool_copies import ToolCopies
 from sprawl_orch.yielding import find_program
 
 Where = Literal["sandbox", "host"]
@@ -101,75 +100,40 @@ class ExecTool:
         self.workdir = workdir.resolve()
         self.environ = dict(os.environ if environ is None else environ)
         self.session = session or (backlog.session if backlog else secrets.token_hex(4))
-        self._offerings = offerings
-        self._choice: Choice | None = None
-        self._arm: Arm | None = None
-        # Guards the lazy choice/arm and the idle copies: serve calls exec from many threads.
+        # Guards the lazy choice/arm and the guardian: serve calls exec from many threads.
         self._lock = threading.RLock()
         self._closed = False
         self.progress = progress
         self._guardian: Guardian | None = None
         self.state = state_dir(config, self.environ)
         self.evidence = Evidence(self.state / "admission")
+        self._arms = ToolArm(config, self.environ, self.evidence, self.guardian, self._lock,
+                             offerings)
         self._owns_backlog = backlog is None
         self.backlog = backlog or Backlog(
             self.session, shares, keep_root=self.state / "kept-output"
         )
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
-        copies = config.sandbox.copy_
-        self.copies = CopyStore(self.state / "copies", copies.budget_bytes)
-        self.bounds = Bounds(copies.max_files, copies.max_bytes, copies.max_depth)
-        self.excludes = Excludes(copies.exclude)
+        self.copies = ToolCopies(config, self.workdir, self.state)
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure, said once on stderr-facing surfaces; never fails a command.
         self.ledger_problem: str | None = None
 
-    # -- choosing -----------------------------------------------------------------
+    # -- choosing (tool_arm.py) ------------------------------------------------------
     @property
     def offerings(self) -> Offerings:
-        with self._lock:
-            if self._offerings is None:
-                asked = self.config.sandbox.arm
-                engines = asked in ("auto", "container")
-                # bwrap's user-namespace probe only when the arm can be native (auto steps
-                # down to it only when no engine is admitted)
-                native = True if asked == "native" else None if asked == "auto" else False
-                # Admission's probe containers are announced to the guardian, like commands.
-                self._offerings = Offerings.this_machine(
-                    self.config, with_engines=engines, evidence=self.evidence,
-                    watcher=self.guardian() if engines else None, with_native=native,
-                )
-            return self._offerings
+        return self._arms.offerings
 
     @property
     def choice(self) -> Choice:
-        with self._lock:
-            if self._choice is None:
-                self._choice = choose(
-                    self.config.sandbox.arm, self.offerings, self.config.sandbox.container.engine
-                )
-            return self._choice
+        return self._arms.choice
 
     def arm(self) -> Arm:
-        with self._lock:
-            if self._arm is None:
-                self._arm = build_arm(self.choice, self.offerings, self.config,
-                                      evidence=self.evidence, watcher=self.guardian())
-            return self._arm
+        return self._arms.arm()
 
     def confinement(self, arm: Arm) -> Confinement:
-        handed = [n for n in self.config.sandbox.credentials if n in self.environ]
-        notes = [n for n in (arm.note(), passed_on_purpose(handed)) if n]
-        if self.choice.missing and arm.name is not ArmName.HOST:
-            steps = "; ".join(m.phrase for m in self.choice.missing)
-            notes.insert(0, f"Stepped down: {steps}.")
-        assurances = arm.assurances()
-        return Confinement(
-            arm=arm.name.value,
-            statement=statement(arm.name.value, assurances, " ".join(notes) or None),
-            assurances={a.value: k.value for a, k in assurances.axes().items()},
-        )
+        return self._arms.confinement(arm)
 
     # -- running ------------------------------------------------------------------
     def exec(
@@ -251,7 +215,7 @@ class ExecTool:
                 "give a program and its arguments, or a shell line with --shell",
             )
         self.backlog.check_open()
-        arm = self._arm_for(where)
+        arm = self._arms.for_where(where)
         sandbox = self.config.sandbox
         env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
         argv, interpreter = self._argv(arm, argv_in, shell)
@@ -266,14 +230,9 @@ class ExecTool:
         changes: Callable[[str], Changes] | None = None
         if arm.name is not ArmName.HOST:
             watcher = self.guardian()
-            copy = self._take_copy()
-            try:
-                work = copy.sync(self.workdir, self.bounds, self.excludes, self.progress)
-            except BaseException:
-                copy.release()  # a refused sync already deleted the half-synced copy
-                raise
+            copy, work = self.copies.lease(self.progress)
             cwd = copy.path
-            changes = self._changes_hook(arm, copy)
+            changes = self.copies.changes_hook(arm, copy)
         try:
             join = self.backlog.joining(run)
             n = self.backlog.number()
@@ -289,38 +248,15 @@ class ExecTool:
             running = arm.start(launch)
         except BaseException:
             if copy is not None:
-                self._release_copy(copy)
+                self.copies.release(copy)
             raise
         window = timeout if timeout is not None else self.config.sandbox.window_seconds
-        pending = Pending(arm.name, argv_in, interpreter, self.confinement(arm), work, window,
+        pending = Pending(arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window,
                           started)
-        release_copy = None if copy is None else (lambda: self._release_copy(copy))
+        release_copy = None if copy is None else (lambda: self.copies.release(copy))
         drain = Follower(launch.outputs, *follow).drain if follow is not None else None
         entry = self.backlog.enter(running, launch, pending, join, release_copy, changes, drain)
         return self.backlog.settle(entry, running.wait(window), background_ok)
-
-    def _changes_hook(self, arm: Arm, lease: Lease) -> Callable[[str], Changes]:
-        """Record the synced, readied copy now; the returned call computes and keeps the
-        command's changes once it has ended (never failing the command: a failure is a note)."""
-        copy = lease.path
-        ready = getattr(arm, "ready_copy", None)
-        if ready is not None:
-            ready(copy)
-        source: dict[str, change_record.Stamp] = {}
-        line = 0  # no record of the sync: no source stamp, so apply refuses all but creations
-        if lease.last_record is not None:
-            source, line = change_record.source_from_sync(lease.last_record, self.workdir)
-        record = change_record.finish(copy, source, line)
-
-        def collect(handle: str) -> Changes:
-            try:
-                found = compute_changes(record, self.workdir, copy)
-                return keep_changes(self.state, handle, self.workdir, copy, record, found,
-                                    self.config.state.changes_budget_bytes)
-            except (OSError, SprawlError) as err:
-                return Changes(handle=handle, note=f"changes could not be computed: {err}")
-
-        return collect
 
     def apply(self, handle: str, paths: Sequence[str] | None = None, *,
               dry_run: bool = False) -> ApplyResult:
@@ -348,19 +284,6 @@ class ExecTool:
         self._record(result)
         return result
 
-    def _arm_for(self, where: Where) -> Arm:
-        if where == "host":
-            if self.config.sandbox.write_limit == "create":
-                raise SprawlError(
-                    ErrorCode.SANDBOX_DENIED, 'where = "host"',
-                    '[sandbox] write_limit = "create" forbids running in the working directory',
-                    'run it in the sandbox (where = "sandbox"), or change write_limit',
-                )
-            from sprawl_orch.native_fallbacks.host import HostArm
-
-            return HostArm(yielders_of(self.offerings))
-        return self.arm()
-
     def _argv(self, arm: Arm, argv_in: list[str], shell: bool) -> tuple[list[str], str | None]:
         if not shell:
             return argv_in, None
@@ -370,20 +293,6 @@ class ExecTool:
             sandbox = self.config.sandbox
             found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
-
-    def _take_copy(self) -> Lease:
-        """A free slot of this working directory's persistent copy (copy_store)."""
-        key = copy_key(self.workdir, self.config.sandbox.model_dump_json(by_alias=True))
-        return self.copies.lease(self.workdir, key)
-
-    def _release_copy(self, copy: Lease) -> None:
-        """A collected command's copy: released for the next command or CLI call; copies past
-        the disk budget are evicted, this one last."""
-        copy.release()
-        try:
-            self.copies.evict(keep=copy.slot)
-        except OSError as err:  # design §5: a copy that cannot be deleted never fails a command
-            self.ledger_problem = self.ledger_problem or f"evicting copies failed: {err}"
 
     def guardian(self) -> Guardian:
         """The session's guardian (design §4), made on the first sandboxed command; its
@@ -412,8 +321,7 @@ class ExecTool:
         with self._lock:
             self._closed = True
         left = "; ".join(s for s in stayed if s) or None
-        if self._arm is not None:
-            self._arm.close()
+        self._arms.close()
         if self._guardian is not None:
             # Everything is cleaned up: the guardian reads EOF, finds nothing, and exits.
             self._guardian.close()

@@ -76,7 +76,7 @@ def test_background_command_is_harvested_with_its_full_result(tool: ExecTool) ->
 
 def test_background_command_keeps_its_own_copy(tool: ExecTool) -> None:
     def busy() -> list[bool]:
-        return [info.busy for info in tool.copies.info()]
+        return [info.busy for info in tool.copies.store.info()]
 
     with tool:
         slow = tool.exec(["sh", "-c", "pwd; sleep 0.5; echo late > late.txt"], timeout=0.2)

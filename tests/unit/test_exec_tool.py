@@ -133,14 +133,14 @@ def test_the_copy_outlives_the_tool_and_is_resynced(tmp_path: Path, tree: Path, 
     assert first.work is not None and first.work.created == 2
     assert tool.close() is None
     assert list(scratch.iterdir()) == []  # not a scratch copy any more: kept in the state dir
-    [slot] = [info.slot for info in tool.copies.info()]
+    [slot] = [info.slot for info in tool.copies.store.info()]
     assert (slot / "tree" / "README").read_text() == "scribble\n"
     with ExecTool(config, tree, offerings=offerings) as again:  # the next CLI call
         second = again.exec(["cat", "README"])
     assert second.stdout == "readme\n"
     assert second.work is not None
     assert (second.work.created, second.work.rewritten, second.work.removed) == (0, 1, 0)
-    assert [info.slot for info in again.copies.info()] == [slot]
+    assert [info.slot for info in again.copies.store.info()] == [slot]
 
 
 def test_unavailable_arm_refuses_before_copy(tmp_path: Path, tree: Path, scratch: Path,
