@@ -46,7 +46,8 @@ def parse_facts(info: Mapping[str, Any], version: Mapping[str, Any]) -> EngineFa
     """Facts from the daemon's own `GET /info` and `GET /version` answers."""
     options = tuple(str(o) for o in info.get("SecurityOptions") or [])
     names = {o.split(",")[0] for o in options}
-    runtimes = tuple(sorted(r for r in (info.get("Runtimes") or {}) if "." not in r))
+    registered: Mapping[str, Any] = info.get("Runtimes") or {}
+    runtimes = tuple(sorted(r for r in registered if "." not in r))
     return EngineFacts(
         engine="docker",
         server_version=str(version.get("Version") or info.get("ServerVersion") or "?"),
@@ -64,6 +65,7 @@ def parse_facts(info: Mapping[str, Any], version: Mapping[str, Any]) -> EngineFa
         userns_remap="name=userns" in names,
         default_runtime=str(info.get("DefaultRuntime") or "runc"),
         runtimes=runtimes,
+        runtime_paths=tuple((r, str((registered[r] or {}).get("path") or "")) for r in runtimes),
         security_options=options,
         warnings=tuple(str(w) for w in info.get("Warnings") or []),
         root_dir=str(info.get("DockerRootDir") or ""),

@@ -51,6 +51,8 @@ class EngineFacts:
     userns_remap: bool
     default_runtime: str
     runtimes: tuple[str, ...] = ()
+    # docker: the program each registered runtime runs (`docker info` Runtimes[name].path)
+    runtime_paths: tuple[tuple[str, str], ...] = ()
     security_options: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
     # docker: `DockerRootDir` (ends in "<uid>.<gid>" under userns-remap)

@@ -17,6 +17,7 @@ on runsc: "auto" skips it there and an explicit "runsc" is refused.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,6 +58,8 @@ def find(engine: str, facts: EngineFacts, name: str, wrappers: Path) -> Runtime 
             return f"the runsc wrapper could not be written in {wrappers}: {err}"
         return Runtime(RUNSC, wrapper, wrapper, gvisor=True)
     if name in facts.runtimes:
+        if name == RUNSC and engine == "docker" and (why := _not_runsc(facts)):
+            return why
         return Runtime(name, name, name, gvisor=name == RUNSC)
     if engine == "docker":
         known = ", ".join(facts.runtimes) or "none"
@@ -64,6 +67,17 @@ def find(engine: str, facts: EngineFacts, name: str, wrappers: Path) -> Runtime 
             f"install {name} and register it in daemon.json \"runtimes\"")
         return f"{name} is not registered with the docker daemon (it has: {known}); {fix}"
     return f"{name} is not installed (apt-get install {name})"
+
+
+def _not_runsc(facts: EngineFacts) -> str | None:
+    """The daemon's runtime named "runsc" must run gVisor's runsc binary: a name alone
+    would let any runtime registered under it be stated as gVisor's kernel."""
+    path = dict(facts.runtime_paths).get(RUNSC, "")
+    found = shutil.which(path) if path else None
+    if found is not None and Path(found).resolve().name == RUNSC:
+        return None
+    return (f"the docker daemon's runtime named runsc runs {path or 'an unknown program'!r}, "
+            f"not gVisor's runsc binary; {REGISTER_RUNSC}")
 
 
 def _engine_default(facts: EngineFacts, probe: Probe) -> tuple[Runtime, tuple[str, ...]] | str:

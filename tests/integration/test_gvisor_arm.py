@@ -118,6 +118,7 @@ def test_memory_limit_kills_and_the_engine_reports_it(case: Case,
         reported.append(done.oom_killed)
         if done.oom_killed:
             break
+    print(f"OOMKilled reports: {reported}")
     assert True in reported, "an OOM kill under runsc was never reported as one"
     small = run(arm, case.launch(["dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1"]))
     assert (small.oom_killed, small.exit_code) == (False, 0)

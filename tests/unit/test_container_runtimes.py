@@ -15,6 +15,13 @@ from sprawl_orch.container.verify import Expected, Mismatch, mismatches
 from sprawl_orch.errors import ErrorCode, SprawlError
 from tests.unit.container_fake import facts, inspect_from_argv
 
+
+@pytest.fixture(autouse=True)
+def any_path_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's registered paths are judged as given: no runsc needed on this machine."""
+    monkeypatch.setattr(runtimes.shutil, "which", lambda path: path)
+
+
 HOST = HostLimits({"nofile": 4096, "nproc": 4096}, 2, 8 * 1024**3)
 IMAGE = "sha256:" + "a" * 64
 
@@ -35,7 +42,8 @@ def _probe(results: dict[str, str | None], seen: list[Runtime]) -> runtimes.Prob
     return probe
 
 
-DOCKER = facts(runtimes=("runc", "runsc"))
+DOCKER = facts(runtimes=("runc", "runsc"),
+               runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runsc")))
 
 
 def test_unset_is_the_engines_default_and_never_runsc(tmp_path: Path) -> None:
@@ -151,3 +159,13 @@ def test_runsc_under_a_user_namespace_is_explained() -> None:
     assert "0700" in reason and words in reason and 'runtime = "auto"' in recovery
     assert "user namespace was kept" in runsc_failure(words, userns=True)
     assert runsc_failure("other", userns=True) == "runsc not used: it failed the probe (other)"
+
+
+def test_a_daemon_runtime_named_runsc_must_be_runsc(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    impostor = facts(runtimes=("runc", "runsc"),
+                     runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runc")))
+    why = runtimes.find("docker", impostor, "runsc", tmp_path)
+    assert isinstance(why, str) and "not gVisor's runsc binary" in why and "'/usr/bin/runc'" in why
+    real = runtimes.find("docker", DOCKER, "runsc", tmp_path)
+    assert real == Runtime("runsc", "runsc", "runsc", gvisor=True)
