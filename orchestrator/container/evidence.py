@@ -86,9 +86,14 @@ def _plain(value: dict[str, Any]) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=list))
 
 
+def _tuples(value: Any) -> Any:
+    """JSON's lists back into the tuples they were (nested: uid maps, runtime paths)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
 def _facts_of(data: dict[str, Any]) -> EngineFacts:
     tuples = {f.name for f in dataclasses.fields(EngineFacts) if "tuple" in str(f.type)}
-    fields: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in data.items()}
+    fields: dict[str, Any] = {k: _tuples(v) if k in tuples else v for k, v in data.items()}
     return EngineFacts(**fields)
 
 
