@@ -188,7 +188,9 @@ class BwrapArm(CopiedTreeArm):
             "and empty, and no unix socket can be created."
         )
         if self.user is not None:
-            return f"{view} The command runs as uid {self.user}, which no account holds."
+            return (f"{view} The command runs as uid {self.user}, which no account holds; "
+                    "every sandboxed command of a root caller runs as it, each in namespaces "
+                    "of its own, seeing only its own copy.")
         return (
             f"{view} The user namespace maps the command onto your own uid: only a root "
             "caller can hand it a uid of its own."

@@ -242,7 +242,8 @@ def docker_remap(root_dir: str, subuid: Path = SUBUID, subgid: Path = SUBGID,
     return Userns(
         "docker-remap",
         f"docker userns-remap: container uids map onto the subordinate range of {user!r} "
-        f"({ranges}), no host account",
+        f"({ranges}), no host account; every container of that daemon shares the range, "
+        "each in namespaces of its own, seeing only its own copy",
         uid_map=uid_map, gid_map=gid_map, allowed_uids=tuple(uids), allowed_gids=tuple(gids),
     ), ""
 

@@ -13,9 +13,9 @@ import pytest
 from tests.escapes import matrix
 from tests.escapes.probe import Verdict
 from tests.escapes.runner import ArmRun
-from tests.integration.conftest import docker_image, podman_image
+from tests.integration.conftest import docker_image, docker_userns, podman_image
 
-__all__ = ["docker_image", "podman_image"]
+__all__ = ["docker_image", "docker_userns", "podman_image"]
 
 ROWS: list[tuple[ArmRun, list[Verdict]]] = []
 MATRIX = Path(os.environ.get("SPRAWL_ESCAPE_MATRIX", "build/escape-matrix.md"))
