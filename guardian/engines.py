@@ -20,12 +20,16 @@ socket), so its backend is its CLI.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from sprawl_orch.container.engine import run_cli
+from sprawl_orch.errors import SprawlError
 
 LABEL = "sprawl.session"
 CLI_TIMEOUT = 30.0
@@ -56,14 +60,17 @@ def _ours(labels: object, names: Sequence[str], session: str, wanted: Collection
     return any(n in wanted for n in names)
 
 
-def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, timeout=CLI_TIMEOUT, stdin=subprocess.DEVNULL
-    )
-
-
 class EngineError(Exception):
     """The engine could not be asked (down, missing binary, timeout)."""
+
+
+def _run(engine: str, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """The engine's CLI through the one runner (container.engine.run_cli); the exit status is
+    the caller's to judge, an engine that could not be asked is EngineError."""
+    try:
+        return run_cli(engine, argv, os.environ, timeout=CLI_TIMEOUT, check=False)
+    except SprawlError as err:
+        raise EngineError(f"{err.subject}: {err.detail}") from err
 
 
 class DockerSDK:
@@ -113,13 +120,10 @@ class DockerCLI:
         self.binary = binary
 
     def find(self, session: str, names: Collection[str]) -> list[Found]:
-        try:
-            done = _run([
-                self.binary, "ps", "-a", "--no-trunc",
-                "--format", '{{.ID}}\t{{.Names}}\t{{.Label "' + LABEL + '"}}',
-            ])
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise EngineError(f"docker: {err}") from err
+        done = _run(self.name, [
+            self.binary, "ps", "-a", "--no-trunc",
+            "--format", '{{.ID}}\t{{.Names}}\t{{.Label "' + LABEL + '"}}',
+        ])
         if done.returncode != 0:
             raise EngineError(f"docker ps: {done.stderr.strip()}")
         found = []
@@ -134,8 +138,8 @@ class DockerCLI:
         if not refs:
             return []
         try:
-            done = _run([self.binary, "rm", "-f", *refs])
-        except (OSError, subprocess.TimeoutExpired) as err:
+            done = _run(self.name, [self.binary, "rm", "-f", *refs])
+        except EngineError as err:
             return [f"docker rm: {err}"]
         return [
             line for line in done.stderr.splitlines()
@@ -150,10 +154,7 @@ class PodmanCLI:
         self.binary = binary
 
     def find(self, session: str, names: Collection[str]) -> list[Found]:
-        try:
-            done = _run([self.binary, "ps", "-a", "--format", "json"])
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise EngineError(f"podman: {err}") from err
+        done = _run(self.name, [self.binary, "ps", "-a", "--format", "json"])
         if done.returncode != 0:
             raise EngineError(f"podman ps: {done.stderr.strip()}")
         try:
@@ -176,8 +177,8 @@ class PodmanCLI:
         # that is already gone is not an error. The OCI runtime (`--runtime runc`) need not be
         # repeated: podman stores it with each container.
         try:
-            done = _run([self.binary, "rm", "-f", "-t", "0", "-i", *refs])
-        except (OSError, subprocess.TimeoutExpired) as err:
+            done = _run(self.name, [self.binary, "rm", "-f", "-t", "0", "-i", *refs])
+        except EngineError as err:
             return [f"podman rm: {err}"]
         if done.returncode == 0:
             return []

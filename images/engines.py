@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.container.engine import ENGINES, IMAGE_ID
+from sprawl_orch.container.engine import ENGINES, IMAGE_ID, run_cli
 from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.images import buildlog
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases
@@ -100,25 +100,17 @@ class ImageEngine:
             recovery=_UNREACHABLE_RECOVERY.get(self.name, f"install {self.name}"),
         )
 
-    def run(
-        self, args: Sequence[str], *, what: str, stdin: bytes | None = None
-    ) -> subprocess.CompletedProcess[bytes]:
-        """Run the CLI; a missing binary is TOOL_UNAVAILABLE, nothing else is judged here."""
-        try:
-            return subprocess.run(
-                self._argv(args),
-                input=stdin,
-                capture_output=True,
-                check=False,
-                env={**os.environ, **self.env},
-            )
-        except FileNotFoundError as err:
-            raise self._unreachable(what, f"{self._argv(args)[0]} is not on PATH") from err
+    def run(self, args: Sequence[str], *, stdin: bytes | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        """Run the CLI (container.engine.run_cli, no time limit: an import or a build takes
+        what it takes); a CLI that can't be run is TOOL_UNAVAILABLE, the exit is not judged."""
+        return run_cli(self.name, self._argv(args), {**os.environ, **self.env}, timeout=None,
+                       check=False, stdin=stdin)
 
     def _ok(self, args: Sequence[str], *, what: str, stdin: bytes | None = None) -> str:
-        done = self.run(args, what=what, stdin=stdin)
-        out = done.stdout.decode(errors="replace")
-        err = done.stderr.decode(errors="replace").strip()
+        done = self.run(args, stdin=stdin)
+        out = done.stdout
+        err = done.stderr.strip()
         if done.returncode == 0:
             return out
         if _looks_unreachable(err):
@@ -138,11 +130,11 @@ class ImageEngine:
     def resolve(self, ref: str) -> str | None:
         """The fixed ID `ref` (tag, short or full ID) names in the local store, or None.
         `image inspect` never pulls."""
-        done = self.run(["image", "inspect", "--format", "{{.Id}}", ref], what="image inspect")
+        done = self.run(["image", "inspect", "--format", "{{.Id}}", ref])
         if done.returncode == 0:
-            lines = done.stdout.decode().split()
+            lines = done.stdout.split()
             return fixed_id(lines[0]) if lines else None
-        err = done.stderr.decode(errors="replace").strip()
+        err = done.stderr.strip()
         if _NOT_LOCAL.search(err) and not _looks_unreachable(err):
             return None
         if _looks_unreachable(err):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.errors import ErrorCode, SprawlError, os_reason
 
 EngineName = Literal["docker", "podman"]
 # Every engine sprawl-orch drives, in the order engine = "auto" tries them. The one list:
@@ -179,25 +179,34 @@ def engine_error(engine: str, verb: str, words: str, recovery: str) -> SprawlErr
 
 
 def run_cli(
-    engine: str, argv: Sequence[str], env: Mapping[str, str], *, timeout: float = CLI_TIMEOUT,
-    check: bool = True,
+    engine: str, argv: Sequence[str], env: Mapping[str, str], *,
+    timeout: float | None = CLI_TIMEOUT, check: bool = True, stdin: bytes | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run an engine CLI, translating "not installed" and failures to SprawlError."""
+    """Run an engine CLI (the one runner: the container arm, images and the guardian), its
+    output as text (undecodable bytes replaced); a CLI that can't be run, no answer within
+    `timeout`, and (with `check`) a non-zero exit are SprawlErrors. `stdin`: bytes fed to
+    it (an image tar), else it reads nothing."""
+    feed: dict[str, Any] = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
     try:
-        done = subprocess.run(
-            list(argv), env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            errors="replace", timeout=timeout, check=False,
-        )
+        raw = subprocess.run(
+            list(argv), env=dict(env), capture_output=True, timeout=timeout, check=False, **feed)
     except FileNotFoundError as err:
         raise SprawlError(
             ErrorCode.TOOL_UNAVAILABLE, engine, f"{argv[0]} is not installed",
             f"install it: apt-get install {'docker.io' if engine == 'docker' else engine}",
+        ) from err
+    except OSError as err:
+        raise SprawlError(
+            ErrorCode.TOOL_UNAVAILABLE, engine, f"cannot run {argv[0]}: {os_reason(err)}",
+            f"check that {argv[0]} is an executable {engine} CLI",
         ) from err
     except subprocess.TimeoutExpired as err:
         raise engine_error(
             engine, argv[1] if len(argv) > 1 else "", f"no answer within {timeout:g} s",
             f"check the {engine} engine is healthy (`{engine} info`)",
         ) from err
+    done = subprocess.CompletedProcess(raw.args, raw.returncode, _text(raw.stdout),
+                                       _text(raw.stderr))
     if check and done.returncode != 0:
         words = done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}"
         raise engine_error(
@@ -205,3 +214,8 @@ def run_cli(
             f"see `{engine} info`; `sprawl-orch doctor` explains admission",
         )
     return done
+
+
+def _text(raw: bytes) -> str:
+    # what text=True gave (universal newlines), without its strict decoding
+    return raw.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
