@@ -15,7 +15,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -143,13 +143,7 @@ class DockerAttached:
 
     def _pump(self) -> None:
         try:
-            for out, err in self._stream:
-                if out:
-                    self._out.write(out)
-                    self._out.flush()
-                if err:
-                    self._err.write(err)
-                    self._err.flush()
+            pump_demuxed(self._stream, self._out, self._err)
         except Exception as err:  # the stream's end is the container's end; say the rest
             if not self._done and self.start_error is None:
                 self._pump_error = f"{type(err).__name__}: {err}"
@@ -349,6 +343,20 @@ class DockerEngine:
             if client is not None:
                 client.close()
         self._api = self._streams = None
+
+
+def pump_demuxed(stream: Iterable[tuple[bytes | None, bytes | None]], out: IO[bytes],
+                 err: IO[bytes]) -> None:
+    """Copy an attach or exec stream (demux=True: (stdout, stderr) chunks) into two files as
+    it arrives, each chunk flushed at once (a follower reads the files live). The stream's
+    errors are the caller's: its end is the command's end."""
+    for out_chunk, err_chunk in stream:
+        if out_chunk:
+            out.write(out_chunk)
+            out.flush()
+        if err_chunk:
+            err.write(err_chunk)
+            err.flush()
 
 
 def close_hijacked(stream: Any) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol
 
-from sprawl_orch.container.docker import DockerEngine, close_hijacked
+from sprawl_orch.container.docker import DockerEngine, close_hijacked, pump_demuxed
 from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.podman import PodmanEngine
 
@@ -56,13 +56,7 @@ class DockerEntered:
 
     def _pump(self) -> None:
         with contextlib.suppress(Exception):  # the stream's end is the command's end
-            for out, err in self._stream:
-                if out:
-                    self._out.write(out)
-                    self._out.flush()
-                if err:
-                    self._err.write(err)
-                    self._err.flush()
+            pump_demuxed(self._stream, self._out, self._err)
 
     def ended(self, timeout: float) -> bool:
         self._reader.join(timeout)
