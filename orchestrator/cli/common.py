@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from sprawl_orch.config import Config, load_config
+from sprawl_orch.config import Config, load_config, with_warm
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.results import Refusal
 
@@ -42,6 +42,34 @@ def config_options(func: F) -> F:
         "-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
         help="Working directory: commands run in its copy; its sprawl.toml is read (default: .).",
     )(func)
+
+
+def server_options(asks: str) -> Callable[[F], F]:
+    """--workers and --warm/--no-warm, meaning the same for serve and mcp (`asks`: what a
+    client sends them, "requests" or "calls")."""
+
+    def add(func: F) -> F:
+        func = click.option(
+            "--warm/--no-warm", default=None,
+            help="Container arm: one kept container per run, an exec per command "
+            "(default: [sandbox.container] warm).",
+        )(func)
+        return click.option(
+            "--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+            help=f"Execs running at once; more {asks} wait their turn.",
+        )(func)
+
+    return add
+
+
+def server_config(workdir: Path, config_path: Path | None, warm: bool | None) -> Config:
+    """A server's config: found as every subcommand finds it, refused (exit 125, on stderr:
+    stdout is the protocol's) before anything is served, --warm/--no-warm over the file's."""
+    try:
+        config = find_config(workdir, config_path)
+    except SprawlError as err:
+        refuse(err)
+    return config if warm is None else with_warm(config, warm)
 
 
 def find_config(workdir: Path, config_path: Path | None) -> Config:

@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import click
 
-from sprawl_orch.cli.common import config_options, find_config, refuse
-from sprawl_orch.config import with_warm
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.cli.common import config_options, server_config, server_options
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -45,22 +43,13 @@ async def _serve_until_signal(app: MCPServer[Any]) -> int:
 
 @click.command("mcp")
 @config_options
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="Execs running at once; more calls wait their turn.")
-@click.option("--warm/--no-warm", default=None,
-              help="Container arm: one kept container per run, an exec per command "
-              "(default: [sandbox.container] warm).")
+@server_options("calls")
 def mcp_command(workdir: Path, config_path: Path | None, workers: int,
                 warm: bool | None) -> None:
     """Serve exec, harvest, halt, release, doctor and apply as MCP tools over stdio."""
     from sprawl_orch import mcp_server, serve
 
-    try:
-        config = find_config(workdir, config_path)
-    except SprawlError as err:
-        refuse(err)
-    if warm is not None:
-        config = with_warm(config, warm)
+    config = server_config(workdir, config_path, warm)
     # No JSON-lines stream: MCP answers through Server.dispatch.
     server = serve.Server(config, workdir, None, workers=workers)
     try:

@@ -16,9 +16,7 @@ from types import FrameType
 
 import click
 
-from sprawl_orch.cli.common import config_options, find_config, refuse
-from sprawl_orch.config import with_warm
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.cli.common import config_options, server_config, server_options
 
 
 class _Stop(Exception):
@@ -32,8 +30,7 @@ def _stop_on(signum: int, frame: FrameType | None) -> None:
 
 @click.command("serve")
 @config_options
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="Execs running at once; more requests wait their turn.")
+@server_options("requests")
 @click.option("--shares", type=click.Choice(["unset", "cpu", "cpu_and_memory"]),
               default="unset", show_default=True,
               help="Per-run cgroup: equal CPU shares, and a memory ceiling with cpu_and_memory.")
@@ -41,9 +38,6 @@ def _stop_on(signum: int, frame: FrameType | None) -> None:
               help="Each run's memory ceiling (with --shares cpu_and_memory).")
 @click.option("--cgroup-root", type=click.Path(path_type=Path), default=None,
               help="Where cgroupfs is mounted (default /sys/fs/cgroup).")
-@click.option("--warm/--no-warm", default=None,
-              help="Container arm: one kept container per run, an exec per command "
-              "(default: [sandbox.container] warm).")
 @click.option("--schema", is_flag=True, help="Print the JSON schema of requests and responses.")
 def serve_command(
     workdir: Path, config_path: Path | None, workers: int, shares: str,
@@ -59,12 +53,7 @@ def serve_command(
         return
     if (shares == "cpu_and_memory") != (run_memory_bytes is not None):
         raise click.UsageError("--run-memory-bytes goes with --shares cpu_and_memory, and only")
-    try:
-        config = find_config(workdir, config_path)
-    except SprawlError as err:
-        refuse(err)
-    if warm is not None:
-        config = with_warm(config, warm)
+    config = server_config(workdir, config_path, warm)
     asked = Shares.cpu_and_memory(run_memory_bytes) if run_memory_bytes else Shares(
         kind=shares)  # type: ignore[arg-type]
     found = delegation(cgroup_root) if cgroup_root is not None else None
