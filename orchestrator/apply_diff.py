@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 
-from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
+from sprawl_orch.beneath import NotBeneath, open_file_beneath, parts_of
 from sprawl_orch.change_store import Kept
 from sprawl_orch.changes import ChangeEntry, shown
 
@@ -29,13 +29,7 @@ def _text(data: bytes) -> str | None:
 def _read_beneath(root: str, rel: str) -> bytes:
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        parts = parts_of(rel)
-        fd = open_dir_beneath(root_fd, parts[:-1])
-        try:
-            f = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                        dir_fd=fd)
-        finally:
-            os.close(fd)
+        f = open_file_beneath(root_fd, parts_of(rel))
         with os.fdopen(f, "rb") as handle:
             return handle.read()
     finally:

@@ -50,3 +50,14 @@ def open_dir_beneath(root_fd: int, parts: list[str], make: int | None = None) ->
         os.close(fd)
         raise
     return fd
+
+
+def open_file_beneath(root_fd: int, parts: list[str]) -> int:
+    """A read-only fd of the file ``parts`` names under ``root_fd``: no link followed on the
+    way (NotBeneath) or at the end (ELOOP), and a FIFO put there does not block the open."""
+    parent = open_dir_beneath(root_fd, parts[:-1])
+    try:
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                       dir_fd=parent)
+    finally:
+        os.close(parent)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
+from sprawl_orch.beneath import NotBeneath, open_file_beneath, parts_of
 from sprawl_orch.change_record import SyncRecord
 from sprawl_orch.changes import ChangeEntry, Changes
 from sprawl_orch.errors import ErrorCode, SprawlError
@@ -74,13 +74,7 @@ class Kept:
 
 
 def _copy_blob(copy_fd: int, rel: str, dest: Path) -> int:
-    parts = parts_of(rel)
-    parent = open_dir_beneath(copy_fd, parts[:-1])
-    try:
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=parent)
-    finally:
-        os.close(parent)
+    fd = open_file_beneath(copy_fd, parts_of(rel))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotBeneath(f"{rel} is no longer a regular file")
