@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -42,7 +42,15 @@ from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.environment import env_names
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Launch, Running, Watcher
-from sprawl_orch.results import Confinement, ExecResult, exceptional, read_capped
+from sprawl_orch.results import (
+    Confinement,
+    ExecResult,
+    Started,
+    backgrounded,
+    never_ran,
+    read_capped,
+    settled,
+)
 from sprawl_orch.shares import UNSET, Shares
 
 
@@ -312,24 +320,19 @@ class Backlog:
 
     # -- results --------------------------------------------------------------------------
     def _backgrounded(self, entry: Entry) -> ExecResult:
-        p = entry.pending
         known = entry.mark if not isinstance(entry.mark, Watching) else NotAsked()
-        return ExecResult(
-            outcome="backgrounded", handle=entry.handle, background=True,
-            detail=f"still running after the window of {p.window:g} s: handed to the backlog "
-            f"as {entry.handle}; harvest() returns its result when it ends, halt() ends it",
-            memory_ceiling=ceiling_at(known, None).as_result(), **self._common(entry),
-        )
+        return backgrounded(self._started(entry), entry.handle, entry.pending.window,
+                            ceiling_at(known, None).as_result())
 
-    def _common(self, entry: Entry) -> dict[str, Any]:
+    def _started(self, entry: Entry) -> Started:
         p = entry.pending
-        return {
-            "arm": p.arm.value, "where": "host" if p.arm is ArmName.HOST else "sandbox",
-            "command": p.command, "shell": entry.launch.shell_line is not None,
-            "env": env_names(entry.launch.env), "interpreter": p.interpreter,
-            "confinement": p.confinement, "work": p.work, "run": entry.run,
-            "duration_ms": round((time.monotonic() - p.started) * 1000, 1),
-        }
+        return Started(
+            arm=p.arm.value, where="host" if p.arm is ArmName.HOST else "sandbox",
+            command=p.command, shell=entry.launch.shell_line is not None,
+            env=env_names(entry.launch.env), interpreter=p.interpreter,
+            confinement=p.confinement, work=p.work, run=entry.run,
+            duration_ms=round((time.monotonic() - p.started) * 1000, 1),
+        )
 
     def _collect(self, entry: Entry, *, kill: bool, detail: str | None,
                  group: RunGroup | None = None) -> ExecResult:
@@ -345,29 +348,20 @@ class Backlog:
                     group = self._runs.get(entry.run, _Run()).group
             verdict = ceiling_at(entry.mark, group.oom_count() if group else None)
             keep = self.keep_root / entry.handle if self.keep_root and not entry.drain else None
-            stdout, stdout_full = read_capped(finished.stdout_path, keep)
-            stderr, stderr_full = read_capped(finished.stderr_path, keep)
+            stdout = read_capped(finished.stdout_path, keep)
+            stderr = read_capped(finished.stderr_path, keep)
             shutil.rmtree(entry.launch.outputs, ignore_errors=True)
             container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
             if finished.refusal is not None:
                 # Started, but the program never ran: a refusal like any other arm's.
-                entry.result = exceptional(
-                    entry.pending.arm.value, finished.refusal, container=container or None,
-                    **{k: v for k, v in self._common(entry).items() if k != "arm"})
+                entry.result = never_ran(self._started(entry), finished.refusal,
+                                         container or None)
                 return entry.result
             changes = entry.changes(entry.handle) if entry.changes is not None else None
-            ceiling = verdict.as_result()
-            hit: list[Literal["memory", "pids"]] = []
-            if finished.oom_killed or (ceiling or {}).get("state") == "hit":
-                hit.append("memory")
-            if finished.pids_hit:
-                hit.append("pids")
-            entry.result = ExecResult(
-                outcome="settled", stdout=stdout, stderr=stderr, stdout_full=stdout_full,
-                stderr_full=stderr_full, exit_code=finished.exit_code, killed=finished.killed,
-                detail=detail, memory_ceiling=ceiling, container=container or None,
-                handle=entry.handle if entry.background else None, background=entry.background,
-                changes=changes, limits_hit=hit, **self._common(entry),
+            entry.result = settled(
+                self._started(entry), finished, stdout=stdout, stderr=stderr, detail=detail,
+                memory_ceiling=verdict.as_result(), container=container or None,
+                background_handle=entry.handle if entry.background else None, changes=changes,
             )
             return entry.result
         finally:

@@ -14,7 +14,9 @@ reads exactly that).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from sprawl_orch.changes import Changes
 from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.launch import Finished
 
 OUTPUT_CAP = 64 * 1024
 
@@ -145,6 +148,66 @@ def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
         shutil.move(path, full)
     note = f"\n[cut at {OUTPUT_CAP} of {size} bytes; the full text is in {full}]"
     return text + note, str(full)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The keys every result of a started command carries, whatever became of it (the
+    backlog knows them; the result is made here)."""
+
+    arm: str
+    where: Literal["sandbox", "host"]
+    command: list[str]
+    shell: bool
+    env: list[str]
+    interpreter: str | None
+    confinement: Confinement
+    work: FileWork | None
+    run: str
+    duration_ms: float
+
+    def fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def backgrounded(started: Started, handle: str, window: float,
+                 memory_ceiling: dict[str, Any] | None) -> ExecResult:
+    """Still running when its window passed: the handle to harvest or halt it by."""
+    return ExecResult(
+        outcome="backgrounded", handle=handle, background=True,
+        detail=f"still running after the window of {window:g} s: handed to the backlog "
+        f"as {handle}; harvest() returns its result when it ends, halt() ends it",
+        memory_ceiling=memory_ceiling, **started.fields(),
+    )
+
+
+def settled(
+    started: Started, finished: Finished, *, stdout: tuple[str, str | None],
+    stderr: tuple[str, str | None], detail: str | None, memory_ceiling: dict[str, Any] | None,
+    container: dict[str, Any] | None, background_handle: str | None, changes: Changes | None,
+) -> ExecResult:
+    """It ended (or was killed): `stdout`/`stderr` as read_capped gave them; the memory
+    limit counts as hit on the container's OOM kill or the run ceiling's verdict "hit"."""
+    hit: list[Literal["memory", "pids"]] = []
+    if finished.oom_killed or (memory_ceiling or {}).get("state") == "hit":
+        hit.append("memory")
+    if finished.pids_hit:
+        hit.append("pids")
+    return ExecResult(
+        outcome="settled", stdout=stdout[0], stderr=stderr[0], stdout_full=stdout[1],
+        stderr_full=stderr[1], exit_code=finished.exit_code, killed=finished.killed,
+        detail=detail, memory_ceiling=memory_ceiling, container=container,
+        handle=background_handle, background=background_handle is not None, changes=changes,
+        limits_hit=hit, **started.fields(),
+    )
+
+
+def never_ran(started: Started, err: SprawlError,
+              container: dict[str, Any] | None) -> ExecResult:
+    """Started, but the program never ran (not in the image, no loader): a refusal like any
+    other arm's, with what the start left (the container's record)."""
+    fields = started.fields()
+    return exceptional(fields.pop("arm"), err, container=container, **fields)
 
 
 def exceptional(arm: str, err: SprawlError, **fields: Any) -> ExecResult:
