@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from sprawl_orch.cgroup_counters import read_counter
+
 if TYPE_CHECKING:
     from sprawl_orch.shares import Shares
 
@@ -60,15 +62,7 @@ class RunGroup:
             path, key = self.dirs["memory"] / "memory.oom_control", "oom_kill"
         else:
             return None
-        try:
-            lines = path.read_text().splitlines()
-        except OSError:
-            return None
-        for line in lines:
-            name, _, value = line.partition(" ")
-            if name == key and value.strip().isdigit():
-                return int(value)
-        return None  # v1 kernels before 4.13 have no oom_kill line
+        return read_counter(path, key)
 
     def pids(self) -> set[int]:
         found: set[int] = set()

@@ -14,6 +14,8 @@ import glob
 import threading
 from pathlib import Path
 
+from sprawl_orch.cgroup_counters import read_counter
+
 # runc removes the cgroup a few ms after init exits: a shell that gives up at its first
 # refused fork is gone in that time, so the poll is fast (a read of a small file).
 POLL_SECONDS = 0.005
@@ -36,14 +38,7 @@ def events_file(container_id: str, root: Path = CGROUP_ROOT) -> Path | None:
 
 
 def read_max(path: Path) -> int | None:
-    try:
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "max":
-                return int(value)
-    except (OSError, ValueError):
-        return None
-    return None
+    return read_counter(path, "max")
 
 
 class PidsWatch:

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import psutil
 
+from sprawl_orch.cgroup_counters import read_counter
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Mount types a command can write into without privileges (bind mounts are only the copy).
 WRITABLE_TYPES = ("tmpfs", "mqueue")
@@ -127,14 +129,7 @@ class HostView:
     def oom_kills(self) -> int | None:
         if self.oom_file is None:
             return None
-        try:
-            for line in self.oom_file.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            return None
-        return None
+        return read_counter(self.oom_file, "oom_kill")
 
     # -- writable places ------------------------------------------------------------------
     def _walk(self, mount: str) -> dict[str, Entry]:
