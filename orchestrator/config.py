@@ -162,12 +162,18 @@ class SandboxConfig(_Strict):
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
 
+    @field_validator("env_passthrough", "credentials")
+    @classmethod
+    def _names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return names
+
     @field_validator("env_passthrough")
     @classmethod
     def _no_credentials(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         for name in names:
-            if not ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
             pattern = credential_pattern(name)
             if pattern is not None:
                 raise ValueError(
@@ -176,14 +182,6 @@ class SandboxConfig(_Strict):
                     f"need it, move it to [sandbox] credentials = [\"{name}\"]: it is then "
                     "passed, and every result says so"
                 )
-        return names
-
-    @field_validator("credentials")
-    @classmethod
-    def _names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        for name in names:
-            if not ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
         return names
 
 
