@@ -44,7 +44,7 @@ from sprawl_orch.container.command import (
 from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
-from sprawl_orch.container.ownership import give_copy, take_back
+from sprawl_orch.container.ownership import give_copy, given_away, take_back
 from sprawl_orch.container.run import ContainerRun, image_path
 from sprawl_orch.container.userns import Userns, host_owner, principal_problem
 from sprawl_orch.container.verify import Expected, as_command_user, verify
@@ -146,6 +146,12 @@ class ContainerArm:
         admission = self.admission()
         if not admission.admitted:
             raise admission.error()
+        if self.config.warm:
+            from sprawl_orch.container.warm import rootless_refusal
+
+            refused = rootless_refusal(admission.userns)
+            if refused is not None:
+                raise refused
 
     def ready_copy(self, copy: Path) -> None:
         """Give the synced copy to the container user now, before the exec tool records the
@@ -153,11 +159,12 @@ class ContainerArm:
         A fixed map (docker userns-remap, rootless) names the host owner now; with podman
         --userns=auto it is known only from the created container's map (_owner): nothing
         here, so the copy is not chowned twice; `changes` then compares the bytes of what
-        start() re-owned (exact, slower)."""
+        start() re-owned (exact, slower). A rootless caller gives it away only at start too
+        (ownership.given_away): the stamps are read by the caller, who can't once it's given."""
         admission = self.admission()
         user = fit_limits(self.config, self.host).uid_gid
         userns = admission.userns if admission.admitted else None
-        if userns is not None and userns.uid_map is None:
+        if userns is not None and (userns.uid_map is None or given_away(userns)):
             return
         give_copy(self.engine if admission.admitted else None, userns, copy.resolve(),
                   host_owner(userns, *user, {}), user)

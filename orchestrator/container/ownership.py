@@ -56,6 +56,13 @@ def _rootless_caller(engine: object, userns: Userns | None) -> Callable[[list[st
     return unshare if callable(unshare) else None
 
 
+def given_away(userns: Userns | None) -> bool:
+    """The copy, once given to the command, is out of the caller's reach until taken back:
+    a rootless caller gives it to one of its subordinate uids, and the copy's 0700
+    directories then refuse the caller itself (EACCES on the exec tool's stamp walk)."""
+    return userns is not None and userns.mode == "rootless" and os.geteuid() != 0
+
+
 def give_copy(engine: object, userns: Userns | None, copy: Path, owner: tuple[int, int],
               user: tuple[int, int]) -> None:
     """The copy to the command's host uid:gid `owner` (container ids `user`). A rootless

@@ -161,6 +161,14 @@ class PodmanEngine:
         self.cli = cli or shutil.which("podman", path=env.get("PATH"))
         self._conn: dict[str, str] = {k: env[k] for k in CONNECTION_VARS if k in env}
         self._path = env.get("PATH")
+        # The create runs with the child's HOME (the container arm's is /tmp) so that
+        # `--env HOME` passes it; rootless podman finds its store and configuration from
+        # HOME unless XDG_DATA_HOME/XDG_CONFIG_HOME say otherwise, and with HOME=/tmp
+        # it made a new empty store in /tmp/.local ("image not known") and read
+        # /tmp/.config/containers -- anyone's to write. Pin both to this process's home.
+        home = self._conn.get("HOME") or str(Path.home())
+        self._conn.setdefault("XDG_DATA_HOME", str(Path(home) / ".local" / "share"))
+        self._conn.setdefault("XDG_CONFIG_HOME", str(Path(home) / ".config"))
 
     def endpoint(self) -> str:
         return f"{self.cli}:{self._conn.get('CONTAINERS_CONF', '')}"

@@ -22,6 +22,7 @@ The guardian hears of each warm container as of any other (expect / created / go
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -33,8 +34,9 @@ from sprawl_orch.container.admission import Admission
 from sprawl_orch.container.argv import HostLimits, fit_limits
 from sprawl_orch.container.command import command_env, command_venv, remove_quietly
 from sprawl_orch.container.engine import ContainerEngine
-from sprawl_orch.container.ownership import own_copy
+from sprawl_orch.container.ownership import given_away, own_copy
 from sprawl_orch.container.run import SETTLE_SECONDS
+from sprawl_orch.container.userns import Userns
 from sprawl_orch.container.verify import Expected, as_command_user, verify
 from sprawl_orch.container.warm_exec import Entered, enter
 from sprawl_orch.container.warm_host import HostView
@@ -55,6 +57,28 @@ WARM_NOTE = (
     "SysV IPC objects are removed, and the copy is resynced; a container that died or was "
     "changed is replaced."
 )
+
+
+def rootless_refusal(userns: Userns | None) -> SprawlError | None:
+    """Warm mode makes a fresh container's guarantees true again from the host: it kills
+    the command's processes, empties the writable mounts and the SysV IPC, and re-owns
+    the copy. A rootless caller may do none of that from outside podman's user
+    namespace (measured as sprawl-rootless on podman 4.3.1: kill of the command's
+    subordinate uid -> EPERM, lchown of the copy -> EPERM), so it is refused, not run
+    with guarantees that would not hold."""
+    if not given_away(userns):
+        return None
+    assert userns is not None
+    return SprawlError(
+        ErrorCode.SANDBOX_DENIED, "warm mode",
+        f"warm = true with {userns.why}; between commands warm mode kills what a command "
+        "left, empties the container's writable mounts and SysV IPC and re-owns the copy "
+        f"from the host, and this process (uid {os.geteuid()}) may not touch the command's "
+        "subordinate uids from outside podman's user namespace (kill: EPERM), so a fresh "
+        "container's guarantees would not hold",
+        "set [sandbox.container] warm = false (a fresh container per command), or run "
+        "sprawl-orch as root with rootful podman",
+    )
 
 
 class Warm:
@@ -97,6 +121,9 @@ class WarmPool:
 
     # -- taking a container -----------------------------------------------------------------
     def start(self, launch: Launch, command: Sequence[str]) -> WarmRun:
+        refused = rootless_refusal(self.arm.admission().userns)
+        if refused is not None:
+            raise refused
         copy = launch.cwd.resolve()
         replaced: str | None = None
         with self._lock:

@@ -124,3 +124,51 @@ def test_rootless_podman_conformance(rootless_image: str, tmp_path: Path) -> Non
     assert result["claimed"]["resources"] == ("yes" if result["limits_enforced"] else "no")
     if not result["limits_enforced"]:
         assert "Resources not kept" in result["note"]
+
+
+def run_exec_driver(image: str, mode: str, tmp_path: Path) -> list[dict[str, object]]:
+    """tests/integration/rootless_exec_driver.py as the account: its results, in order."""
+    tree = readable_tree(tmp_path)
+    site = tree / "site" if tree != ROOT else Path(
+        next(p for p in sys.path if p.endswith("site-packages")))
+    where = Path(tempfile.mkdtemp(prefix="sprawl-rootless-view-", dir="/tmp"))
+    try:
+        view = import_view(tree, where)
+        done = as_account(PYTHON, "-m", "tests.integration.rootless_exec_driver", image, mode,
+                          env={"PYTHONPATH": f"{tree}:{view}:{site}"})
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    assert done.returncode == 0, f"the driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    lines = done.stdout.splitlines()
+    assert "TREE " + json.dumps(["a.txt"]) in lines, "the working directory was changed"
+    return [json.loads(ln.removeprefix("RESULT ")) for ln in lines if ln.startswith("RESULT ")]
+
+
+def test_rootless_commands_one_after_another_in_one_copy(rootless_image: str,
+                                                         tmp_path: Path) -> None:
+    """Three commands through ExecTool in one persistent copy: each gets the copy (given to
+    its subordinate uid at start, taken back after), and the next one's resync, stamps and
+    changes work on what the last one handed back."""
+    results = run_exec_driver(rootless_image, "cold", tmp_path)
+    assert len(results) == 3
+    for r in results:
+        assert r["outcome"] == "settled" and r["exit_code"] == 0, r
+        assert str(r["stdout"]).startswith("65534\noriginal\n"), r
+        assert (r["confinement"] or {})["assurances"]["user"] == "yes"  # type: ignore[index]
+        assert (r["container"] or {})["host_owner"] != "1001:1001"  # type: ignore[index]
+    # the second command's copy was resynced: the first one's file is gone from it
+    assert str(results[1]["stdout"]).endswith("a.txt\ntwo.txt\n"), results[1]["stdout"]
+    totals = [(r["changes"] or {})["total"] for r in results]  # type: ignore[index]
+    assert totals == [1, 1, 3], [r["changes"] for r in results]
+
+
+def test_rootless_warm_mode_is_refused_and_says_why(rootless_image: str,
+                                                   tmp_path: Path) -> None:
+    """Warm mode cleans a kept container from the host between commands, which a rootless
+    caller may not do to its subordinate uids: refused before anything is copied or run."""
+    results = run_exec_driver(rootless_image, "warm", tmp_path)
+    assert len(results) == 3
+    for r in results:
+        assert r["outcome"] == "exceptional" and r["code"] == "E_SANDBOX_DENIED", r
+        assert r["subject"] == "warm mode" and "rootless" in str(r["detail"]), r
+        assert "warm = false" in str(r["recovery"]), r
