@@ -2,19 +2,28 @@
 
 A :class:`SyncRecord` holds, per path relative to the working directory:
 
-- ``by_dir``: the lstat stamp of each entry of the copy as the command got it (taken after the
-  sync and after the arm readied the copy, just before the command starts);
-- ``source``: the stamp of each source entry as the sync read it (copy_stamps' record of that
-  sync, see :func:`source_from_sync`): a source file changed since has another stamp at apply
-  time, or a ctime past ``source_line_ns`` (the sync's start minus its filesystem margin);
+- ``by_dir``: the lstat of each entry of the copy as the command got it, by directory and name.
+  Built on the sync that just ran (copy_stamps.SyncRecord.copy_by_dir: the stat of each copy
+  file the sync took when it settled it, its last touch of that file), plus an lstat of each
+  directory and link taken here, after the sync and after the arm readied the copy, just
+  before the command starts. Without that sync's in-memory record, or when the arm re-owned
+  entries of the copy (the container arms' lchown sets their ctimes), the copy is walked
+  instead (:func:`snapshot_copy`). A stale stamp can only cost time, never hide a change: an
+  entry whose stamp no longer matches has its bytes compared (changes.py);
+- ``source``: the stamp of each source entry as the sync read it, decoded from the sync's
+  record only for the paths that are asked about (a changed path, at `changes` and `apply`
+  time): a source file changed since has another stamp at apply time, or a ctime past
+  ``source_line_ns`` (the sync's start minus its filesystem margin);
 - ``hashes``: sha256 of the copy's bytes right after the sync, for files whose source stamp is
-  past that line (changed during or just before the sync): then the bytes themselves say
-  whether the source changed since;
+  past that line (changed during or just before the sync; the sync lists them): then the
+  bytes themselves say whether the source changed since;
 - ``trusted_below_ns``: the ctime of a file made on the copy's filesystem after the copy
   stamps were taken. Every change to an entry sets its ctime to the filesystem's current time,
   which cannot be earlier than that (Linux hands out timestamps monotonically, multigrain
   ctime included), so a copy stamp whose ctime is below it changes whenever the entry does:
   git's racy-clean rule, with the filesystem's own clock instead of a guessed granularity.
+  It is 0 (nothing trusted, every file's bytes compared) on a filesystem fs_clock does not
+  know: there ``st_ctime`` may not move on a write (Windows reports the creation time).
 
 Only the system clock stepping back (root, or CAP_SYS_TIME, which no arm grants) defeats it.
 """
@@ -22,15 +31,17 @@ Only the system clock stepping back (root, or CAP_SYS_TIME, which no arm grants)
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
+import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from sprawl_orch import copy_stamps
+from sprawl_orch import copy_stamps, fs_clock
 
 Kind = Literal["file", "dir", "link", "other"]
 # Racy source files are hashed from the copy; past this many bytes they stay unproven
@@ -38,9 +49,13 @@ Kind = Literal["file", "dir", "link", "other"]
 HASH_BUDGET = 64 * 1024 * 1024
 
 
-# (st_mode, st_size, st_mtime_ns, st_ctime_ns, st_ino, st_dev): a plain tuple, so the walk
-# after each command compares without building objects (benchmarks/changes_walk.py).
+# (st_mode, st_size, st_mtime_ns, st_ctime_ns, st_ino, st_dev): a source stamp (apply
+# compares it with the source file's stat, change_store keeps it).
 Stamp = tuple[int, int, int, int, int, int]
+# The copy's entries by directory ("" the root, "/"-separated) and name: the walk after the
+# command looks names up without building a path per entry (benchmarks/changes_walk.py).
+ByDir = dict[str, dict[str, os.stat_result]]
+CtimesByDir = dict[str, dict[str, int]]
 
 
 def stamp_of(st: os.stat_result) -> Stamp:
@@ -57,25 +72,65 @@ def kind_of(mode: int) -> Kind:
     return "other"
 
 
+def _slashed(rel: str) -> str:
+    return rel if os.sep == "/" else rel.replace(os.sep, "/")
+
+
+def _native(rel: str) -> str:
+    return rel if os.sep == "/" else rel.replace("/", os.sep)
+
+
 @dataclass
 class SyncRecord:
-    # The copy stamps by directory ("" is the root) and name: the walk after the command
-    # looks names up without building a path per entry.
-    by_dir: dict[str, dict[str, Stamp]] = field(default_factory=dict)
+    # Every copy entry's ctime by directory and name, -1 for directories and for ctimes not
+    # below trusted_below_ns: what the walk after the command compares first. Plain ints
+    # (the sync's own, for files): nothing to build per entry before each command.
+    ctimes: CtimesByDir = field(default_factory=dict)
+    # The lstat of the entries the sync's record does not describe (directories and links;
+    # every entry when the copy was walked instead).
+    stats: ByDir = field(default_factory=dict)
     targets: dict[str, str] = field(default_factory=dict)  # the copy's links
-    # by_dir's trusted entries as (ctime_ns, inode): what the walk after the command compares.
-    fast: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
-    source: dict[str, Stamp] = field(default_factory=dict)
+    # The sync's own record: source and copy stamps of files, decoded only when asked.
+    sync: copy_stamps.SyncRecord | None = None
+    source_dirs: dict[str, Stamp] = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)
     trusted_below_ns: int = 0
     source_line_ns: int = 0  # a source stamp with a ctime below this is trusted
+    root: os.stat_result | None = None  # the copy's root directory
+
+    def was(self, rel_dir: str, name: str) -> Stamp | None:
+        """The recorded stamp of the copy entry ``name`` in ``rel_dir``; None if it had none."""
+        st = self.stats.get(rel_dir, {}).get(name)
+        if st is not None:
+            return stamp_of(st)
+        if self.sync is None or name not in self.ctimes.get(rel_dir, {}):
+            return None
+        f = self.sync.file(_native(rel_dir + "/" + name if rel_dir else name))
+        if f is None:
+            return None
+        size, mtime, ctime, ino, dev = f.copy
+        return (stat.S_IFREG | f.mode, size, mtime, ctime, ino, dev)
 
     def entries(self) -> Iterator[tuple[str, Stamp]]:
         """(relative path, stamp) of every copy entry."""
-        for rel_dir, names in self.by_dir.items():
+        for rel_dir, names in self.ctimes.items():
             prefix = rel_dir + "/" if rel_dir else ""
-            for name, stamp in names.items():
-                yield prefix + name, stamp
+            for name in names:
+                stamp = self.was(rel_dir, name)
+                if stamp is not None:
+                    yield prefix + name, stamp
+
+    def source(self, rel: str) -> Stamp | None:
+        """The stamp the sync read of the source entry ``rel`` ("/"-separated); None for a
+        path the sync did not copy as a file or directory (a link kept as a link has none)."""
+        stamp = self.source_dirs.get(rel)
+        if stamp is not None or self.sync is None:
+            return stamp
+        f = self.sync.file(_native(rel))
+        if f is None:
+            return None
+        size, mtime, ctime, ino, dev = f.source
+        return (stat.S_IFREG | (f.mode & 0o777), size, mtime, ctime, ino, dev)
 
     def copy_trusted(self, stamp: Stamp) -> bool:
         return stamp[3] < self.trusted_below_ns
@@ -84,28 +139,75 @@ class SyncRecord:
         return stamp[3] < self.source_line_ns
 
 
-def snapshot_copy(root: Path) -> tuple[dict[str, dict[str, Stamp]], dict[str, str]]:
-    """lstat stamps of every entry under ``root`` by directory ("" is the root) and name, and
-    the targets of its links. One tight walk: it runs before every command."""
-    by_dir: dict[str, dict[str, Stamp]] = {}
+def snapshot_copy(root: Path) -> tuple[ByDir, dict[str, str]]:
+    """lstat of every entry under ``root`` by directory ("" is the root) and name, and the
+    targets of its links. One tight walk, for a copy the sync's record cannot describe."""
+    by_dir: ByDir = {}
     targets: dict[str, str] = {}
     stack = [("", str(root))]
     while stack:
         rel_dir, abs_dir = stack.pop()
-        names: dict[str, Stamp] = {}
+        names: dict[str, os.stat_result] = {}
         by_dir[rel_dir] = names
         prefix = rel_dir + "/" if rel_dir else ""
         with os.scandir(abs_dir) as it:
             for entry in it:
-                st = entry.stat(follow_symlinks=False)
-                mode = st.st_mode
-                names[entry.name] = (mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                     st.st_ino, st.st_dev)
-                if stat.S_ISDIR(mode):
+                st = names[entry.name] = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
                     stack.append((prefix + entry.name, entry.path))
-                elif stat.S_ISLNK(mode):
+                elif stat.S_ISLNK(st.st_mode):
                     targets[prefix + entry.name] = os.readlink(entry.path)
     return by_dir, targets
+
+
+_CTIME = operator.attrgetter("st_ctime_ns")
+
+
+def built_on_sync(sync: copy_stamps.SyncRecord, files: CtimesByDir, record: SyncRecord,
+                  root: Path) -> None:
+    """Fill ``record`` with what :func:`snapshot_copy` would find in a copy the sync just
+    made: each file's ctime as the sync took it when it settled the file (``files``, its
+    last touch of it), and an lstat of each directory and link now -- the sync changed
+    directories after settling their files (extras removed, modes set), never a settled file."""
+    record.ctimes = {_slashed(d): dict(names) for d, names in files.items()}
+    top = str(root)
+
+    def add(rel: str) -> bool:
+        try:
+            st = os.lstat(os.path.join(top, rel))
+        except OSError:
+            return False  # gone: the walk after the command does not meet it either
+        head, _, name = _slashed(rel).rpartition("/")
+        record.stats.setdefault(head, {})[name] = st
+        record.ctimes.setdefault(head, {})[name] = st.st_ctime_ns
+        return True
+
+    for rel in sync.dirs:
+        if add(rel):
+            record.ctimes.setdefault(_slashed(rel), {})
+    for rel, target in sync.links.items():
+        if add(rel):
+            record.targets[_slashed(rel)] = target
+
+
+def _walked(record: SyncRecord, root: Path) -> None:
+    record.stats, record.targets = snapshot_copy(root)
+    record.ctimes = {d: dict(zip(names, map(_CTIME, names.values()), strict=True))
+                     for d, names in record.stats.items()}
+
+
+def _untrust(ctimes: CtimesByDir, line: int) -> None:
+    """-1 for directories (the walk after the command looks at each itself) and for ctimes
+    not below the trusted line (C-level max per directory: this runs before every command)."""
+    for rel_dir, found in ctimes.items():
+        if found and max(found.values()) >= line:
+            for name, ctime in found.items():
+                if ctime >= line:
+                    found[name] = -1
+        if rel_dir:
+            head, _, name = rel_dir.rpartition("/")
+            if name in ctimes.get(head, {}):
+                ctimes[head][name] = -1
 
 
 def fs_now_ns(directory: Path) -> int:
@@ -137,52 +239,84 @@ def norm_mode(mode: int) -> int:
     return stat.S_IFMT(mode) | (mode & 0o777)
 
 
-def source_from_sync(sync: copy_stamps.SyncRecord, workdir: Path) -> tuple[dict[str, Stamp], int]:
-    """The source stamps the sync itself recorded (copy_stamps), as ``Stamp``s, and the line
-    below which a source ctime is trusted (the sync's start minus its filesystem margin).
-
-    Files: the stamp the sync recorded with the bytes it copied, so a source changed after it
-    read them has another stamp, or a ctime past the line (then apply compares bytes with the
-    copy's hash). Directories are stat-ed here, right after the sync (the record has no stamps
-    of them); apply compares only their kind, mode and inode, and removes one only with
-    rmdir, so what the person put in it is never lost — only a chmod of the directory itself
-    in the moment between the sync and this stat could be overridden by the command's.
-    Links kept as links get no stamp: apply never writes over a link anyway."""
-    line = sync.started_ns - sync.granularity_ns
+def source_dirs(sync: copy_stamps.SyncRecord, workdir: Path) -> dict[str, Stamp]:
+    """Stamps of the source directories, stat-ed here, right after the sync (its record has
+    none). Apply compares only their kind, mode and inode, and removes one only with rmdir,
+    so what the person put in it is never lost -- only a chmod of the directory itself in the
+    moment between the sync and this stat could be overridden by the command's. Files'
+    stamps are the ones the sync recorded with the bytes it copied (SyncRecord.source); links
+    kept as links get none: apply never writes over a link anyway."""
     out: dict[str, Stamp] = {}
-    sep = os.sep
-    for rel, f in sync.files().items():
-        size, mtime, ctime, ino, dev = f.source
-        out[rel.replace(sep, "/")] = (stat.S_IFREG | (f.mode & 0o777), size, mtime, ctime, ino,
-                                      dev)
     for rel in sync.dirs:
         try:
             st = os.stat(os.path.join(workdir, rel))
         except OSError:
             continue
         if stat.S_ISDIR(st.st_mode):
-            out[rel.replace(sep, "/")] = (norm_mode(st.st_mode), 0, st.st_mtime_ns,
-                                          st.st_ctime_ns, st.st_ino, st.st_dev)
-    return out, line
+            out[_slashed(rel)] = (norm_mode(st.st_mode), 0, st.st_mtime_ns, st.st_ctime_ns,
+                                  st.st_ino, st.st_dev)
+    return out
 
 
-def finish(copy_root: Path, source: dict[str, Stamp], source_line_ns: int) -> SyncRecord:
-    """The record of a synced and readied copy; call just before the command starts."""
-    record = SyncRecord(source=source, source_line_ns=source_line_ns)
-    record.by_dir, record.targets = snapshot_copy(copy_root)
-    record.trusted_below_ns = line = fs_now_ns(copy_root.parent)
-    record.fast = {d: {n: (st[3], st[4]) for n, st in names.items() if st[3] < line}
-                   for d, names in record.by_dir.items()}
+def finish(copy_root: Path, sync: copy_stamps.SyncRecord | None, workdir: Path, *,
+           walk: bool = False) -> SyncRecord:
+    """The record of a synced and readied copy; call just before the command starts.
+    ``sync``: the record of the sync that made the copy (None: no source stamps, so apply
+    refuses all but creations); ``walk``: the arm changed the copy's entries after it."""
+    record = SyncRecord(sync=sync)
+    if sync is not None:
+        record.source_line_ns = sync.started_ns - sync.granularity_ns
+        record.source_dirs = source_dirs(sync, workdir)
+    if sync is not None and sync.copy_ctimes is not None and not walk:
+        built_on_sync(sync, sync.copy_ctimes, record, copy_root)
+    else:
+        _walked(record, copy_root)
+    record.root = os.lstat(copy_root)
+    # Taken after every stamp above: see the module docstring.
+    if fs_clock.granularity_ns(record.root.st_dev) is not None:
+        record.trusted_below_ns = fs_now_ns(copy_root.parent)
+    _untrust(record.ctimes, record.trusted_below_ns)
+    if sync is not None:
+        # Racy source files: the sync lists them when it kept its in-memory record.
+        racy = sync.recent if sync.copy_ctimes is not None else sync.paths
+        _hash_racy(record, (_slashed(p) for p in racy), copy_root)
+    return record
+
+
+def mounts_inside(root: Path) -> bool | None:
+    """Whether anything is mounted at or below ``root`` in this process's mount namespace
+    (a FUSE mount shows whatever inode and ctime it likes; our walk would see through it);
+    None when /proc/self/mountinfo cannot be read."""
+    top = os.path.realpath(root)
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(b" ", 5)
+        if len(fields) < 5:
+            continue
+        # proc(5): the mount point is field 5, with space, tab, newline and backslash octal
+        # escaped (\040 ...).
+        point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
+                                   fields[4]))
+        if point == top or point.startswith(top.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def _hash_racy(record: SyncRecord, paths: Iterable[str], copy_root: Path) -> None:
     budget = HASH_BUDGET
-    for rel, src in source.items():
-        if src[3] < source_line_ns or not stat.S_ISREG(src[0]):
-            continue  # trusted (the common case, so tested first), or not a file
+    for rel in paths:
+        src = record.source(rel)
+        if src is None or record.source_trusted(src):
+            continue
         head, _, name = rel.rpartition("/")
-        stamp = record.by_dir.get(head, {}).get(name)
-        if stamp is None or not stat.S_ISREG(stamp[0]) or stamp[1] > budget:
+        was = record.was(head, name)
+        if was is None or not stat.S_ISREG(was[0]) or was[1] > budget:
             continue
         digest = sha256_of(copy_root / rel)
         if digest is not None:
             record.hashes[rel] = digest
-            budget -= stamp[1]
-    return record
+            budget -= was[1]

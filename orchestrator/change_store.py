@@ -155,8 +155,8 @@ def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord
         # Python mode: the real names (json.dump escapes non-UTF-8 ones as \udcXX and reads
         # them back), not the shown ones the JSON mode gives results.
         "entries": [e.model_dump() for e in entries],
-        "source": {rel: list(record.source[rel]) for rel in (e.path for e in entries)
-                   if rel in record.source},
+        "source": {e.path: list(src) for e in entries
+                   if (src := record.source(e.path)) is not None},
         "hashes": {e.path: record.hashes[e.path] for e in entries if e.path in record.hashes},
         "source_trusted_below_ns": record.source_line_ns,
         "blobs": blobs,

@@ -1,11 +1,15 @@
 """What a command changed in its copy (design §5): computed right after it ends, from the record
 of what the sync left (change_record.SyncRecord).
 
-One walk of the copy (lstat, links never followed). An entry whose stamp equals its recorded
-one, and whose recorded ctime is below the record's trusted line, is unchanged without reading
-it. Otherwise, for a regular file of the same size, the bytes decide: against the copy's hash
-taken after the sync when there is one, else against the source when the source's stamp is
-trusted and still the one recorded before the sync; failing both, the file is reported
+One walk of the copy (lstat, links never followed), every directory listed (a directory's
+own stamps say nothing of its entries' bytes, so none is skipped). An entry whose inode,
+device and ctime equal its recorded ones, with that ctime below the record's trusted line, is
+unchanged without reading it: every write, truncate, chmod, chown, link count change or
+utime sets the ctime to the filesystem's now, at least that line, and a rename or a new entry
+under the name brings another inode (change_record). Otherwise, for a regular file of the same
+size, the bytes decide: against the copy's hash taken after the sync when there is one, else
+against the source when the source's stamp is trusted and still the one recorded before the
+sync; failing both, the file is reported
 ``modified`` with ``verified: false`` (it may hold the same bytes). A file whose bytes are
 equal but whose permission bits differ is ``mode_changed``; a path whose kind differs (file,
 dir, link, other) is ``kind_changed``. Ownership and times are not changes.
@@ -23,7 +27,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
-from sprawl_orch.change_record import Kind, Stamp, SyncRecord, kind_of, norm_mode, sha256_of
+from sprawl_orch.change_record import (
+    Kind,
+    Stamp,
+    SyncRecord,
+    kind_of,
+    mounts_inside,
+    norm_mode,
+    sha256_of,
+    stamp_of,
+)
 from sprawl_orch.copy_fileops import CHUNK
 
 ChangeType = Literal["created", "modified", "deleted", "kind_changed", "mode_changed"]
@@ -114,7 +127,7 @@ class _Compare:
         digest = self.record.hashes.get(rel)
         if digest is not None:
             return sha256_of(path) == digest
-        src = self.record.source.get(rel)
+        src = self.record.source(rel)
         if src is None or not self.record.source_trusted(src):
             return None
         source = self.workdir / rel
@@ -156,44 +169,65 @@ def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
     cmp = _Compare(record, workdir, copy)
     out: list[ChangeEntry] = []
     seen_dirs: set[str] = set()
-    stack = [("", str(copy))]
+    line = record.trusted_below_ns
+    # A mount inside the copy (or a platform where that cannot be known): devices compared
+    # too, and no directory's bindings vouched for by its stamp.
+    strict = line == 0 or mounts_inside(copy) is not False
+    ctimes = record.ctimes
+    none: dict[str, int] = {}
+    root = None if record.root is None else stamp_of(record.root)
+    stack = [("", str(copy), _untouched(os.lstat(copy), root, line, strict))]
     while stack:
-        rel_dir, abs_dir = stack.pop()
+        rel_dir, abs_dir, bound = stack.pop()
         seen_dirs.add(rel_dir)
-        fast = record.fast.get(rel_dir, {})
-        full = record.by_dir.get(rel_dir, {})
+        recorded = ctimes.get(rel_dir, none)
         prefix = rel_dir + "/" if rel_dir else ""
+        # In a directory whose own inode is untouched (``bound``) every name still holds the
+        # inode it held: adding, removing or renaming an entry sets the directory's ctime
+        # (POSIX requires it of link, unlink, rename, mkdir, rmdir, creat). Then an entry's
+        # ctime alone says whether that inode changed (-1, never equal: look closer).
+        get = recorded.get if bound and not strict else none.get
         matched = 0
+        rest: list[tuple[os.DirEntry[str], os.stat_result]] = []
         with os.scandir(abs_dir) as it:
             for entry in it:
                 st = entry.stat(follow_symlinks=False)
-                if entry.is_dir(follow_symlinks=False):  # d_type: no call into stat
-                    stack.append((prefix + entry.name, entry.path))
-                # Every change to an entry sets its ctime to the filesystem's now, which is at
-                # least the record's trusted line (change_record): a trusted entry with its
-                # old inode and ctime is untouched.
-                if fast.get(entry.name) == (st.st_ctime_ns, st.st_ino):
+                if get(entry.name) == st.st_ctime_ns:
                     matched += 1
                     continue
-                was = full.get(entry.name)
-                matched += was is not None
-                now: Stamp = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                              st.st_ino, st.st_dev)
-                change = _judge(cmp, prefix + entry.name, entry.path, now, was)
+                rest.append((entry, st))
+        for entry, st in rest:
+            was = record.was(rel_dir, entry.name)
+            matched += entry.name in recorded
+            same = _untouched(st, was, line, strict)
+            if stat.S_ISDIR(st.st_mode):
+                stack.append((prefix + entry.name, entry.path, same))
+            if not same:
+                change = _judge(cmp, prefix + entry.name, entry.path, st, was)
                 if change is not None:
                     out.append(change)
-        if matched != len(full):  # some recorded names are gone: list the directory again
+        if matched != len(recorded):  # some recorded names are gone: list the directory again
             here = set(os.listdir(abs_dir))
-            out.extend(_deleted(prefix + n, was) for n, was in full.items() if n not in here)
-    for rel_dir, names in record.by_dir.items():  # directories gone (or no longer dirs)
+            out.extend(_deleted(prefix + n, record.was(rel_dir, n)) for n in recorded
+                       if n not in here)
+    for rel_dir, names in ctimes.items():  # directories gone (or no longer dirs)
         if rel_dir not in seen_dirs:
             prefix = rel_dir + "/" if rel_dir else ""
-            out.extend(_deleted(prefix + name, was) for name, was in names.items())
+            out.extend(_deleted(prefix + n, record.was(rel_dir, n)) for n in names)
     out.sort(key=lambda e: e.path.split("/"))
     return out
 
 
-def _deleted(rel: str, was: Stamp) -> ChangeEntry:
+def _untouched(st: os.stat_result, was: Stamp | None, line: int, strict: bool) -> bool:
+    """The same inode as recorded, with the same ctime, below the trusted line (change_record):
+    nothing changed it since. The device too when something is mounted inside the copy."""
+    return (was is not None and st.st_ino == was[4] and st.st_ctime_ns == was[3] < line
+            and (not strict or st.st_dev == was[5]))
+
+
+def _deleted(rel: str, was: Stamp | None) -> ChangeEntry:
+    if was is None:  # recorded by name only (the sync's record lost it): still gone
+        return ChangeEntry(path=rel, change="deleted")
     return ChangeEntry(path=rel, change="deleted", was_kind=kind_of(was[0]),
                        was_mode=_mode(was[0]), was_size=_size(was))
 
@@ -202,8 +236,9 @@ def _size(stamp: Stamp) -> int | None:
     return stamp[1] if stat.S_ISREG(stamp[0]) else None
 
 
-def _judge(cmp: _Compare, rel: str, path: str, now: Stamp, was: Stamp | None
+def _judge(cmp: _Compare, rel: str, path: str, st: os.stat_result, was: Stamp | None
            ) -> ChangeEntry | None:
+    now = stamp_of(st)
     kind = kind_of(now[0])
     target = os.readlink(path) if kind == "link" else None
     fields = {"path": rel, "kind": kind, "mode": _mode(now[0]), "size": _size(now),

@@ -96,6 +96,12 @@ class SyncRecord:
     links: dict[str, str] = field(default_factory=dict)
     dirs: list[str] = field(default_factory=list)
     total_bytes: int = 0  # in the regular files
+    # Kept in memory by the sync that made this record, never saved (None on a loaded one):
+    # each copy file's ctime as the record holds it, by directory ("" the root) and name, so
+    # `changes` builds on this sync instead of walking the copy again (change_record); and
+    # the files whose source ctime is not below this sync's ``started_ns - granularity_ns``.
+    copy_ctimes: dict[str, dict[str, int]] | None = None
+    recent: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._index: dict[str, int] | None = None

@@ -90,6 +90,7 @@ class _Dir(Generic[H]):
 
     def __post_init__(self) -> None:
         self.it = iter(self.entries)
+        self.ctimes: dict[str, int] = {}  # of the copy files settled here
 
 
 def list_source(src: str) -> list[os.DirEntry[str]]:
@@ -120,8 +121,10 @@ class Walk(Generic[H]):
     dirty: bool = False
 
     def __post_init__(self) -> None:
+        self._ctimes: dict[str, dict[str, int]] = {}
         self.new = SyncRecord(self.source, time.time_ns(), fs_clock.TICK_MARGIN_NS,
-                              self.excludes.patterns)
+                              self.excludes.patterns, copy_ctimes=self._ctimes)
+        self._line = self.new.started_ns - self.new.granularity_ns
         # Looked up once per sync (and replaceable in tests that simulate a coarse clock).
         self._pack = copy_stamps.pack
         old = self.old
@@ -163,6 +166,7 @@ class Walk(Generic[H]):
                        list_source(self.source), side.kinds(root))
             stack.append(top)
             self._ancestors.add(top.ident)
+            self._ctimes[""] = top.ctimes
         except BaseException:
             side.close(root)
             raise
@@ -176,7 +180,7 @@ class Walk(Generic[H]):
                 top = stack[-1]
                 child = None
                 quick = self._quick_ok and top.depth < self.bounds.depth
-                copy, handle = top.copy, top.handle
+                copy, handle, here = top.copy, top.handle, top.ctimes
                 prefix = top.rel + os.sep if top.rel else ""
                 for entry in top.it:
                     self.walked += 1
@@ -208,6 +212,7 @@ class Walk(Generic[H]):
                                 and self.bytes + st.st_size <= max_bytes
                             ):
                                 del copy[name]
+                                here[name] = cst.st_ctime_ns
                                 add_path(rel)
                                 buf += packed
                                 self.files += 1
@@ -221,6 +226,7 @@ class Walk(Generic[H]):
                 if child is not None:
                     stack.append(child)
                     self._ancestors.add(child.ident)
+                    self._ctimes[child.rel] = child.ctimes
                     continue
                 for name, kind in top.copy.items():
                     self.dirty = True
@@ -305,20 +311,17 @@ class Walk(Generic[H]):
             self.progress(self.files, self.bytes, False)
 
     def _over_bytes(self, reached: int) -> SprawlError:
-        bound = self.bounds.bytes
-        key = bound_key("bytes", bound)
+        bound, key = self.bounds.bytes, bound_key("bytes", self.bounds.bytes)
         return self.refuse(f"the tree holds more than {bound:,} bytes ({human(bound)}): "
                            f"{reached:,} reached after {self.files:,} files (bound {key})", key)
 
     def _learn(self, dev: int) -> bool:
         """Whether the racy-clean rule may trust stamps on ``dev`` (looked up once)."""
-        if dev in self._untimed:
-            return False
-        if fs_clock.granularity_ns(dev) is None:
-            self._untimed.add(dev)
-            return False
-        self._timed.add(dev)
-        return True
+        if dev not in self._untimed and fs_clock.granularity_ns(dev) is not None:
+            self._timed.add(dev)
+            return True
+        self._untimed.add(dev)
+        return False
 
     def _file(self, parent: _Dir[H], entry: os.DirEntry[str], st: os.stat_result, rel: str) -> None:
         # The hot path of a resync: bounds, then the racy-clean rule (copy_stamps) inlined.
@@ -331,6 +334,8 @@ class Walk(Generic[H]):
             self.progress(self.files, self.bytes, False)
         mode = st.st_mode & 0o777
         name, side, handle = entry.name, self.side, parent.handle
+        if st.st_ctime_ns >= self._line:
+            self.new.recent.append(rel)
         old = parent.copy.pop(name, None)
         fresh = True
         if old == "file":
@@ -351,6 +356,7 @@ class Walk(Generic[H]):
                 )
                 self.dirty |= not vouched  # a new stamp to record, with this sync's start
                 if vouched or side.same_bytes(entry.path, name, handle, size, mode):
+                    parent.ctimes[name] = cst.st_ctime_ns
                     self._add_path(rel)
                     self._entries += packed
                     self.bytes += size
@@ -367,6 +373,7 @@ class Walk(Generic[H]):
         except BudgetExceeded:
             raise self._over_bytes(self.bounds.bytes + 1) from None
         self.bytes += size
+        parent.ctimes[name] = cst.st_ctime_ns
         self._add_path(rel)
         self._entries += self._pack(st, cst, mode)
         self._counted(fresh)
@@ -389,7 +396,5 @@ class Walk(Generic[H]):
         self._counted(fresh)
 
     def _counted(self, fresh: bool) -> None:
-        if fresh:
-            self.created += 1
-        else:
-            self.rewritten += 1
+        self.created += fresh
+        self.rewritten += not fresh

@@ -64,13 +64,10 @@ class ToolCopies:
         command's changes once it has ended (never failing the command: a failure is a note)."""
         copy = lease.path
         ready = getattr(arm, "ready_copy", None)
-        if ready is not None:
-            ready(copy)
-        source: dict[str, change_record.Stamp] = {}
-        line = 0  # no record of the sync: no source stamp, so apply refuses all but creations
-        if lease.last_record is not None:
-            source, line = change_record.source_from_sync(lease.last_record, self.workdir)
-        record = change_record.finish(copy, source, line)
+        # An arm that re-owned entries of the copy changed their ctimes after the sync took
+        # their stamps: walk the copy again rather than compare the bytes of each.
+        reowned = ready is not None and ready(copy) is not False
+        record = change_record.finish(copy, lease.last_record, self.workdir, walk=reowned)
 
         def collect(handle: str) -> Changes:
             try:

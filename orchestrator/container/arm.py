@@ -153,9 +153,10 @@ class ContainerArm:
             if refused is not None:
                 raise refused
 
-    def ready_copy(self, copy: Path) -> None:
+    def ready_copy(self, copy: Path) -> bool:
         """Give the synced copy to the container user now, before the exec tool records the
         copy's stamps for `changes` (lchown sets every ctime; start() then finds nothing to do).
+        True if entries were re-owned (the sync's stamps of them no longer hold).
         A fixed map (docker userns-remap, rootless) names the host owner now; with podman
         --userns=auto it is known only from the created container's map (_owner): nothing
         here, so the copy is not chowned twice; `changes` then compares the bytes of what
@@ -165,9 +166,9 @@ class ContainerArm:
         user = fit_limits(self.config, self.host).uid_gid
         userns = admission.userns if admission.admitted else None
         if userns is not None and (userns.uid_map is None or given_away(userns)):
-            return
-        give_copy(self.engine if admission.admitted else None, userns, copy.resolve(),
-                  host_owner(userns, *user, {}), user)
+            return False
+        return give_copy(self.engine if admission.admitted else None, userns, copy.resolve(),
+                         host_owner(userns, *user, {}), user)
 
     def start(self, launch: Launch) -> Running:
         try:

@@ -64,14 +64,15 @@ def given_away(userns: Userns | None) -> bool:
 
 
 def give_copy(engine: object, userns: Userns | None, copy: Path, owner: tuple[int, int],
-              user: tuple[int, int]) -> None:
+              user: tuple[int, int]) -> bool:
     """The copy to the command's host uid:gid `owner` (container ids `user`). A rootless
-    caller goes through its engine's namespace: `chown -R -h` to the container ids."""
+    caller goes through its engine's namespace: `chown -R -h` to the container ids. True
+    unless no entry was re-owned (chown(1) may touch every entry: True)."""
     unshare = _rootless_caller(engine, userns)
     if unshare is None:
-        own_copy(copy, *owner)
-        return
+        return own_copy(copy, *owner) > 0
     unshare(["chown", "-R", "-h", f"{user[0]}:{user[1]}", str(copy)])
+    return True
 
 
 def take_back(engine: object, userns: Userns | None, copy: Path) -> None:
