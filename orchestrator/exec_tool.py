@@ -36,14 +36,13 @@ from sprawl_orch.backlog import Backlog, Pending, RunProcesses
 from sprawl_orch.changes import Changes
 from sprawl_orch.choice import Choice
 from sprawl_orch.config import Config, load_config, with_warm
-from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy_store import Lease
 from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.copy_walk import Progress
 from sprawl_orch.environment import child_env, with_home
 from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.guardian_client import GUARDIAN_CODE, Guardian
+from sprawl_orch.guardian_client import Guardian, session_guardian
 from sprawl_orch.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.ledger import Ledger
 from sprawl_orch.offerings import Offerings
@@ -51,7 +50,7 @@ from sprawl_orch.results import Confinement, ExecResult, exceptional
 from sprawl_orch.shares import UNSET, Shares
 from sprawl_orch.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from sprawl_orch.shell import shell_argv as expand_shell
-from sprawl_orch.state import guardian_socket, ledger_path, state_dir
+from sprawl_orch.state import ledger_path, state_dir
 from sprawl_orch.stream import Follower
 from sprawl_orch.tool_arm import ToolArm
 from sprawl_orch.tool_copies import ToolCopies
@@ -295,23 +294,12 @@ class ExecTool:
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
 
     def guardian(self) -> Guardian:
-        """The session's guardian (design §4), made on the first sandboxed command; its
-        process starts with the first announcement. One per exec tool, not per command."""
+        """The session's guardian (guardian_client.session_guardian), made on the first
+        sandboxed command; one per exec tool, not per command, closed with the tool."""
         with self._lock:  # one guardian even when the first commands arrive together
             if self._guardian is None:
-                # From the config, not the choice: admission (which the choice waits for)
-                # already announces its probe containers.
-                engines: tuple[str, ...] = ()
-                container = self.config.sandbox.container
-                if self.config.sandbox.arm in ("auto", "container"):
-                    engines = ENGINES if container.engine == "auto" else (container.engine,)
-                shared: Path | None = None
-                if self.shared_guardian:
-                    try:
-                        shared = guardian_socket(self.state, self.environ, GUARDIAN_CODE)
-                    except OSError:
-                        shared = None  # a guardian process of our own, as before
-                self._guardian = Guardian(self.session, engines, socket_path=shared)
+                self._guardian = session_guardian(self.config, self.state, self.environ,
+                                                  self.session, shared=self.shared_guardian)
             return self._guardian
 
     def close(self) -> str | None:

@@ -5,7 +5,8 @@ or, with
 every caller of a state directory (guardian/server.py), spawned by the first caller that
 finds none listening. Either way the kernel closes our end however we die.
 
-- Started lazily, by the first announcement, once per exec tool (not per command). Spawning
+- Started lazily, by the first announcement, once per exec tool (not per command;
+  `session_guardian` makes an exec tool's from its config). Spawning
   costs the caller well under 1 ms plus the fork (`benchmarks/guardian.py` prints it); the
   guardian boots and imports its engine clients on its own time.
 - The guardian runs in its own session (`start_new_session`), so a signal to our process
@@ -32,6 +33,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from sprawl_orch.config import Config
+from sprawl_orch.container.engine import ENGINES
 from sprawl_orch.guardian.protocol import (
     Announcement,
     Done,
@@ -44,6 +47,7 @@ from sprawl_orch.guardian.protocol import (
     parse_reply,
 )
 from sprawl_orch.launch import Watcher
+from sprawl_orch.state import guardian_socket
 
 WRITE_STALL_SECONDS = 2.0
 # How long a caller tries to reach (and if need be spawn) the shared guardian.
@@ -309,6 +313,26 @@ class Guardian(Watcher):
 # PATH.reached first, so a test can SIGKILL the orchestrator at exactly that point.
 PAUSE_AFTER_CREATE = "SPRAWL_TEST_PAUSE_AFTER_CREATE"
 PAUSE_LIMIT_SECONDS = 600.0
+
+
+def session_guardian(config: Config, state: Path, environ: Mapping[str, str], session: str,
+                     *, shared: bool) -> Guardian:
+    """The guardian of one exec tool's session (design §4); its process starts with the first
+    announcement. `shared`: the state directory's one guardian (guardian/server.py), for a
+    process that lives for one call (the CLI); else a guardian process of this tool's own."""
+    # From the config, not the choice: admission (which the choice waits for) already
+    # announces its probe containers.
+    engines: tuple[str, ...] = ()
+    container = config.sandbox.container
+    if config.sandbox.arm in ("auto", "container"):
+        engines = ENGINES if container.engine == "auto" else (container.engine,)
+    socket_path: Path | None = None
+    if shared:
+        try:
+            socket_path = guardian_socket(state, environ, GUARDIAN_CODE)
+        except OSError:
+            socket_path = None  # a guardian process of our own, as before
+    return Guardian(session, engines, socket_path=socket_path)
 
 
 def hold_after_create(name: str, environ: Mapping[str, str] | None = None) -> None:
