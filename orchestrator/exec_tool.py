@@ -116,7 +116,7 @@ class ExecTool:
         self.outputs_root = self.state / "outputs" / self.session
         self.copies = ToolCopies(config, self.workdir, self.state)
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
-        # The first ledger failure, said once on stderr-facing surfaces; never fails a command.
+        # The first ledger failure; never fails a command. (No surface prints it yet.)
         self.ledger_problem: str | None = None
 
     # -- choosing (tool_arm.py) ------------------------------------------------------

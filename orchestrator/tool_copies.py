@@ -37,7 +37,7 @@ class ToolCopies:
         self.state = state
         self.config_json = config.sandbox.model_dump_json(by_alias=True)
         self.changes_budget = config.state.changes_budget_bytes
-        # The first eviction failure: kept here, never failing a command.
+        # The first eviction failure; never fails a command. (No surface prints it yet.)
         self.problem: str | None = None
 
     def lease(self, progress: Progress | None = None) -> tuple[Lease, FileWork]:
