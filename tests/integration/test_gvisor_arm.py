@@ -154,3 +154,22 @@ def test_a_named_runtime_is_that_one_or_refused_with_what_to_install(
         crun = admit(make_engine(name), config_for(name, image, runtime="crun"))
         assert not crun.admitted and "crun is not registered with the docker daemon" in \
             crun.reason
+
+
+def test_runsc_under_a_user_namespace_is_refused_or_skipped_with_why(
+        docker_userns: tuple[dict[str, str], str], podman_image: str) -> None:
+    """The remapped dockerd and podman --userns=auto can't start runsc's sandbox with the
+    copy under 0700 directories (docs/MACHINES.md "gVisor"): an explicit runsc is refused
+    (docker) or runs without the namespace (podman), each saying why; "auto" keeps the
+    user namespace under runc and says why runsc was not used."""
+    env, image = docker_userns
+    engine = make_engine("docker", env)
+    explicit = admit(engine, config_for("docker", image, runtime="runsc"))
+    assert not explicit.admitted and explicit.code is ErrorCode.SANDBOX_DENIED
+    assert "runsc cannot start its sandbox under docker's user namespace" in explicit.reason
+    auto = admit(engine, config_for("docker", image, runtime="auto"))
+    assert auto.admitted and auto.uids_namespaced and not auto.gvisor, auto.reason
+    assert auto.notes[0].startswith("runsc not used: it fails under the engine's user namespace")
+    podman = admit(make_engine("podman"), config_for("podman", podman_image, runtime="runsc"))
+    assert podman.admitted and podman.gvisor and not podman.uids_namespaced
+    assert "fails under runsc here: runsc's gofer" in podman.userns_why
