@@ -201,7 +201,12 @@ def observe_network(run: Runner, dialect: Dialect) -> Observed:
     listener = _Listener()
     try:
         ran = run(dialect.connect("127.0.0.1", listener.port))
-        time.sleep(0.2)  # let the accept loop count a connection that just arrived
+        # The accept thread counts a connection that just arrived on its own time (a fixed
+        # 0.2 s was not always enough on a loaded machine): wait for it when the probe says
+        # it connected; when it says it did not, give a stray connection a moment to show.
+        deadline = time.monotonic() + (30 if "connected" in ran.stdout else 0.5)
+        while not listener.seen and time.monotonic() < deadline:
+            time.sleep(0.02)
     finally:
         listener.close()
     said = f"127.0.0.1:{listener.port}: {ran.stdout.strip() or ran.stderr.strip()[-200:]}"

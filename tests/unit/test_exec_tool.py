@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -99,15 +100,25 @@ def test_environment_is_floor_plus_passthrough(tmp_path: Path, tree: Path,
 
 def test_window_kills_the_whole_group(tmp_path: Path, tree: Path, offerings: Offerings) -> None:
     config = make_config(tmp_path, arm="copied_tree")
+    # Durations of this test's own: another session on the machine runs this same test, and
+    # its `sleep 97` is not ours to count.
+    a, b = (f"{n}.{secrets.randbelow(10**6):06d}" for n in (97, 98))
     with ExecTool(config, tree, offerings=offerings) as tool:
-        result = tool.exec(["sh", "-c", "sleep 97 & sleep 98; echo never"], timeout=0.5,
+        result = tool.exec(["sh", "-c", f"sleep {a} & sleep {b}; echo never"], timeout=0.5,
                            background_ok=False)
     assert result.killed and result.detail and "window" in result.detail
     assert "never" not in result.stdout
-    time.sleep(0.1)
-    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] in (["sleep", "97"],
-                                                                                 ["sleep", "98"])]
-    assert left == []
+
+    def left() -> list[int]:
+        return [p.pid for p in psutil.process_iter(["cmdline", "status"])
+                if p.info["cmdline"] in (["sleep", a], ["sleep", b])
+                and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+    # A SIGKILLed process leaves the process table when its parent reaps it: give that time.
+    deadline = time.monotonic() + 10
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left() == []
 
 
 def test_output_past_cap_is_cut(tmp_path: Path, tree: Path, offerings: Offerings) -> None:

@@ -105,11 +105,16 @@ def start(tmp_path: Path, tree: Path, offerings: Offerings,
 def test_every_operation_and_out_of_order_answers(tmp_path: Path, tree: Path, scratch: Path,
                                                   offerings: Offerings) -> None:
     _server, lines, out, thread = start(tmp_path, tree, offerings)
-    lines.send(id="slow", op="exec", command=["sh", "-c", "sleep 0.8; echo slow"], window=30)
+    # "slow" ends only once the test has seen "fast" answered (a fixed `sleep 0.8` lost that
+    # race when a loaded machine took longer than that to copy the tree for "fast").
+    go = tmp_path / "go"
+    lines.send(id="slow", op="exec", window=30,
+               command=["sh", "-c", f"until [ -e '{go}' ]; do sleep 0.02; done; echo slow"])
     lines.send(id="fast", op="exec", command="echo fast", shell=True)
     fast = out.wait_for("fast")
     assert "slow" not in out.responses()  # answered out of order
     assert fast["ok"] and fast["result"]["stdout"] == "fast\n"
+    go.touch()
     assert out.wait_for("slow")["result"]["stdout"] == "slow\n"
 
     lines.send(id=1, op="exec", command=["sh", "-c", "sleep 0.4; echo bg"], window=0.05, run="r")
@@ -127,9 +132,15 @@ def test_every_operation_and_out_of_order_answers(tmp_path: Path, tree: Path, sc
     lines.send(id=6, op="release", run="gone")
     released = out.wait_for(6)["results"]
     assert len(released) == 1 and released[0]["killed"]
-    time.sleep(0.5)
-    lines.send(id=7, op="harvest")
-    harvested = out.wait_for(7)["results"]
+    # Harvest until the background command has ended (it sleeps 0.4 s; under load, longer).
+    harvested: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while not harvested:
+        assert time.monotonic() < deadline, "the background command never came back"
+        rid = f"harvest-{time.monotonic_ns()}"
+        lines.send(id=rid, op="harvest")
+        harvested = out.wait_for(rid)["results"]
+        time.sleep(0.05)
     assert [h["stdout"] for h in harvested] == ["bg\n"]
     lines.send(id=8, op="halt", handle=doomed)
     assert out.wait_for(8)["error"]["code"] == "E_UNKNOWN_HANDLE"
