@@ -276,7 +276,7 @@ def test_warm_switch(docker_image: str, tmp_path: Path) -> None:
             assert len(labelled("docker", run)) == 1  # kept between commands
 
     anyio.run(scenario)
-    deadline = time.monotonic() + 60  # docker removes a container slowly while seven other suites run
+    deadline = time.monotonic() + 60  # docker removes slowly while other suites run
     while labelled("docker", run) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert labelled("docker", run) == []

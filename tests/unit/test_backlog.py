@@ -6,6 +6,7 @@ tests/integration/test_cgroups_v1.py.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +48,8 @@ def sleeps(pids: list[int]) -> int:
     """How many of these processes are (already) `sleep`: a shell forks its children late."""
     names = []
     for pid in alive(pids):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             names.append(psutil.Process(pid).name())
-        except psutil.NoSuchProcess:
-            pass
     return names.count("sleep")
 
 
