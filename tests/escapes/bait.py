@@ -263,9 +263,12 @@ class Bait:
         self.procs["podman"] = subprocess.Popen(
             [podman, "system", "service", "--time=0", f"unix://{path}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        for _ in range(100):
-            if os.path.exists(path):
-                break
+        # 5 s was not always enough for the service to bind under load, and a missing socket
+        # would make the probes that aim at it pass for the wrong reason.
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path):
+            assert self.procs["podman"].poll() is None, "podman system service exited"
+            assert time.monotonic() < deadline, f"podman system service never made {path}"
             time.sleep(0.05)
         self.values["PODMAN_SOCK"] = path
 
@@ -285,7 +288,15 @@ class Bait:
         self._sleeper("S_KILL", {})
         self._sleeper("S_GROUP", {})
         self._sleeper("S_SWEEP", {"ESC_VICTIM": self.tok})
-        time.sleep(0.1)  # let the shells exec sleep: the probes see the final process
+        # The probes must see the final process: wait until every shell has exec'd sleep (a
+        # fixed 0.1 s was not always enough with seven other suites on two cores).
+        deadline = time.monotonic() + 30
+        for key in ("P_PID", "S_KILL", "S_GROUP", "S_SWEEP"):
+            cmdline = Path(f"/proc/{self.values[key]}/cmdline")
+            while not cmdline.read_bytes().startswith(b"sleep\0"):
+                assert self.alive(key), f"{key}: the shell died before it exec'd sleep"
+                assert time.monotonic() < deadline, f"{key} never exec'd sleep"
+                time.sleep(0.01)
         with open(f"/proc/{self.values['P_PID']}/stat") as f:
             self.values["P_START"] = f.read().rsplit(")", 1)[1].split()[19]
 
