@@ -168,6 +168,9 @@ class Reaper:
             self.log("removed-announced", engine=engine.name, refs=refs, errors=errors)
         found = self._find(engine, watch.containers, report)
         self._remove(engine, found, report)
+        # From here on, what appears for the session is `late`: said so a reader of the log
+        # (and the late-create tests) can tell the two apart.
+        self.log("swept", engine=engine.name, found=[f.name for f in found])
         return found
 
     def reap(self, watch: Watchlist) -> Report:

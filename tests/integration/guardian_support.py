@@ -212,19 +212,31 @@ def scratch_copies(scratch: Path) -> list[str]:
     return sorted(p.name for p in scratch.iterdir()) if scratch.exists() else []
 
 
-def slow_create_wrapper(bindir: Path, engine: str, mark: Path, seconds: float) -> Path:
+def slow_create_wrapper(bindir: Path, engine: str, mark: Path, seconds: float,
+                        log: Path | None = None) -> Path:
     """A `docker`/`podman` first on PATH that, for a create of run `slow`, touches `mark`,
     sleeps `seconds`, then runs the real create and writes its output to `mark`.id -- a create
-    still in flight at the engine when the orchestrator dies."""
+    still in flight at the engine when the orchestrator dies. With `log`, the sleep starts only
+    once the guardian writing `log` has said `swept` (its first sweep is over): a create
+    landing during that sweep's listing is found by it, not `late` (a slow guardian start under
+    load made a 1 s create do that about one run in six)."""
     real = subprocess.run(["sh", "-c", f"command -v {engine}"], capture_output=True, text=True,
                           check=True).stdout.strip()
     bindir.mkdir(parents=True, exist_ok=True)
     wrapper = bindir / engine
+    gate = "" if log is None else (
+        "  n=0\n"
+        f"  until grep -q '\"event\": \"swept\"' \"{log}\" 2>/dev/null; do\n"
+        "    n=$((n + 1)); [ $n -lt 2400 ] || break\n"  # 120 s: then the test says why
+        "    sleep 0.05\n"
+        "  done\n"
+    )
     wrapper.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = create ] && case " $* " in *" sprawl.run=slow "*) true;; *) false;; '
         "esac; then\n"
         f'  : > "{mark}"\n'
+        f"{gate}"
         f"  sleep {seconds}\n"
         f'  out=$("{real}" "$@"); rc=$?\n'
         f'  printf "%s\\n" "$out" > "{mark}.id"\n'

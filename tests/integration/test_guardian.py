@@ -63,7 +63,7 @@ def test_sigkill_during_a_long_command(
         orch.seen
     assert persistent_copies(tmp_path / "state") == [True], "the command holds its copy"
     killed = orch.sigkill()
-    assert wait_for(lambda: not containers(engine, session), GRACE + 5)
+    assert wait_for(lambda: not containers(engine, session), SETTLE_SECONDS)
     gone_after = time.monotonic() - killed
     done = guardian_done(tmp_path / "guardian.log")
     assert done["left"] == [] and done["problems"] == []
@@ -86,7 +86,7 @@ def test_sigkill_between_create_and_start(
     assert len(containers(engine, session)) == 1
     assert containers(engine, session, status="running") == [], "held before start"
     orch.sigkill()
-    assert wait_for(lambda: not containers(engine, session), GRACE + 5)
+    assert wait_for(lambda: not containers(engine, session), SETTLE_SECONDS)
     done = guardian_done(tmp_path / "guardian.log")
     assert done["left"] == []
     assert scratch_copies(tmp_path / "scratch") == []
@@ -101,19 +101,21 @@ def test_a_late_create_is_removed_when_it_appears(
     create's CLI process still runs."""
     engine, image = engine_image
     mark = tmp_path / "creating"
-    slow_create_wrapper(tmp_path / "bin", engine, mark, slow)
+    log = tmp_path / "guardian.log"
+    slow_create_wrapper(tmp_path / "bin", engine, mark, slow, log=log)
     path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
     orch = Orchestrator(
         spec(session, f"raw-{engine}", tmp_path, [["sleep", "300"]], image=image, run="slow"),
-        tmp_path / "guardian.log", env={"PATH": path},
+        log, env={"PATH": path},
     )
     orch.wait_line("exec 1")
     assert wait_for(mark.exists, 60), orch.seen
     orch.sigkill()
     created = Path(str(mark) + ".id")
-    assert wait_for(created.exists, slow + 30), "the wrapped create never finished"
+    assert wait_for(created.exists, slow + 150), \
+        f"the wrapped create never finished: {guardian_events(log)}"
     assert created.read_text().strip(), "the late create made a container"
-    assert wait_for(lambda: not containers(engine, session), GRACE + 5)
+    assert wait_for(lambda: not containers(engine, session), SETTLE_SECONDS)
     done = guardian_done(tmp_path / "guardian.log")
     assert done["late"] == [f"sprawl-{session}-1"]
     assert done["left"] == []
@@ -154,7 +156,7 @@ def test_sigkill_kills_a_copied_tree_process_group(tmp_path: Path, session: str)
     assert wait_for(lambda: len(group_members(pgid)) == 2, 10), group_members(pgid)
     try:
         orch.sigkill()
-        assert wait_for(lambda: not group_members(pgid), GRACE + 5), group_members(pgid)
+        assert wait_for(lambda: not group_members(pgid), SETTLE_SECONDS), group_members(pgid)
         done = guardian_done(tmp_path / "guardian.log")
         assert done["pgroups"] == [pgid]
         assert scratch_copies(tmp_path / "scratch") == []
