@@ -46,6 +46,11 @@ class Refusal(BaseModel):
     def of(cls, err: SprawlError) -> Refusal:
         return cls(code=err.code, subject=err.subject, detail=err.detail, recovery=err.recovery)
 
+    def as_result(self) -> dict[str, Any]:
+        """The result of a command refused before any exec tool exists (`exec --json` of a
+        config fault): outcome "exceptional" and these four keys."""
+        return {"outcome": "exceptional", **self.model_dump(mode="json")}
+
 
 class Confinement(BaseModel):
     model_config = ConfigDict(frozen=True)

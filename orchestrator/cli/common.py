@@ -90,7 +90,7 @@ def refuse(err: SprawlError, as_json: bool = False) -> NoReturn:
     exit 125."""
     refusal = Refusal.of(err)
     if as_json:
-        click.echo(json.dumps({"outcome": "exceptional", **refusal.model_dump(mode="json")}))
+        click.echo(json.dumps(refusal.as_result()))
     else:
         say_refusal(refusal)
     sys.exit(EXIT_REFUSED)
