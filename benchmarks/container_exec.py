@@ -229,8 +229,8 @@ def report(variants: list[Variant], reps: int, cli_reps: int) -> None:
         print(f"{v.name:13} {ms(v.median('ours')):>12} ms {ms(v.median('plain')):>10} ms "
               f"{ratio[v.name]:>6.2f} {ms(v.median('cli')):>6} ms "
               f"{v.median('cli') / v.median('plain'):>8.2f}")
-    print("\nagainst the plain arm (goal: the variant's ratio <= the plain arm's; the noise "
-          "here is about +-0.05)")
+    print("\nagainst the plain arm (goal: the variant's ratio <= the plain arm's; one run "
+          "under load moves a ratio by 0.1 or more: read several)")
     for kind in ("userns", "runsc"):
         for plain in ("docker", "podman"):
             other = f"{plain}-{kind}"

@@ -95,11 +95,27 @@ class ContainerConfig(_Strict):
     # One kept container per exec tool and run, each command entered with an exec, every
     # fresh-container guarantee re-established between commands (container/warm.py).
     warm: bool = False
+    # The docker daemon to use (unset: $DOCKER_HOST, else the default socket), e.g. a second
+    # dockerd started with --userns-remap, whose containers keep the user axis. Admission,
+    # the arm and the guardian all reach this one daemon.
+    docker_host: str | None = None
 
     @field_validator("image")
     @classmethod
     def _fixed(cls, value: str | None) -> str | None:
         return _image_id(value)
+
+    @field_validator("docker_host")
+    @classmethod
+    def _docker_host(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if re.fullmatch(r"unix:///[^\x00]*[^/\x00]", value) or re.fullmatch(
+                r"(tcp|ssh)://[^\s/]+(:[0-9]{1,5})?/?", value):
+            return value
+        raise ValueError(
+            f"{value!r} is not a docker host: unix:///absolute/path/to/docker.sock, "
+            "tcp://HOST:PORT or ssh://[USER@]HOST (the forms of DOCKER_HOST)")
 
     @field_validator("user")
     @classmethod

@@ -326,13 +326,18 @@ def session_guardian(config: Config, state: Path, environ: Mapping[str, str], se
     container = config.sandbox.container
     if config.sandbox.arm in ("auto", "container"):
         engines = ENGINES if container.engine == "auto" else (container.engine,)
+    # [sandbox.container] docker_host: the guardian removes what a killed caller left on the
+    # daemon the arm uses, and only callers of that daemon share a guardian
+    host = container.docker_host
+    reach = None if host is None else {**os.environ, "DOCKER_HOST": host}
     socket_path: Path | None = None
     if shared:
+        keyed = environ if host is None else {**environ, "DOCKER_HOST": host}
         try:
-            socket_path = guardian_socket(state, environ, GUARDIAN_CODE)
+            socket_path = guardian_socket(state, keyed, GUARDIAN_CODE)
         except OSError:
             socket_path = None  # a guardian process of our own, as before
-    return Guardian(session, engines, socket_path=socket_path)
+    return Guardian(session, engines, socket_path=socket_path, environ=reach)
 
 
 def hold_after_create(name: str, environ: Mapping[str, str] | None = None) -> None:

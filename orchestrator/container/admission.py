@@ -303,11 +303,12 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def engine_for(name: str) -> ContainerEngine:
+def engine_for(name: str, docker_host: str | None = None) -> ContainerEngine:
+    """`docker_host`: [sandbox.container] docker_host (None: $DOCKER_HOST)."""
     if name == "docker":
         from sprawl_orch.container.docker import DockerEngine
 
-        return DockerEngine()
+        return DockerEngine(docker_host)
     if name == "podman":
         from sprawl_orch.container.podman import PodmanEngine
 
@@ -326,7 +327,7 @@ def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
         names = ENGINES if config.engine == "auto" else (config.engine,)
     out: list[tuple[ContainerEngine, Admission]] = []
     for name in names:
-        engine = engine_for(name)
+        engine = engine_for(name, config.docker_host)
         found = admit(engine, config, evidence=evidence, watcher=watcher)
         out.append((engine, found))
         if first_only and found.admitted and (found.uids_namespaced or config.userns == "off"):

@@ -90,7 +90,8 @@ class ContainerArm:
         cls, offer: EngineOffer, config: ContainerConfig, *, evidence: Evidence | None = None,
         watcher: Watcher | None = None,
     ) -> ContainerArm:
-        return cls(config, engine_for(offer.engine), evidence=evidence, watcher=watcher)
+        return cls(config, engine_for(offer.engine, config.docker_host), evidence=evidence,
+                   watcher=watcher)
 
     @property
     def host(self) -> HostLimits:

@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from sprawl_orch.assurances import Assurances, Guarantee
+from sprawl_orch.config import parse_config
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.userns import PODMAN_AUTO, host_owner, principal_problem, subordinate
 from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.exec_tool import ExecTool
 from tests.integration.conftest import missing
 from tests.integration.container_support import Case, config_for, make_engine, run
 
@@ -190,3 +192,35 @@ def test_podman_auto_removal_needs_no_retry(case: Case, podman_image: str) -> No
         f"rm exit statuses {counting.rm}: a removal failed and was retried")
     mounts = Path("/proc/self/mountinfo").read_text()
     assert not [i for i in ids if i in mounts], "a container's shm is still mounted"
+
+
+def test_docker_host_key_reaches_the_remapped_daemon(
+        docker_userns: tuple[dict[str, str], str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """[sandbox.container] docker_host names the --userns-remap dockerd: admission, the run
+    and the guardian reach it although $DOCKER_HOST names a socket that does not exist."""
+    env, image = docker_userns
+    host = env["DOCKER_HOST"]
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such-docker.sock")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_text("x\n")
+    config = parse_config({
+        "sandbox": {"arm": "container", "scratch_dir": str(tmp_path),
+                    "container": {"engine": "docker", "docker_host": host, "userns": "required",
+                                  "images": {"docker": image}}},
+        "state": {"dir": str(tmp_path / "state")}})
+    with ExecTool(config, tree, record=False) as tool:
+        result = tool.exec(["id", "-u"]).as_json_dict()
+        assert tool.guardian().environ["DOCKER_HOST"] == host
+        session = tool.session
+    assert result["exit_code"] == 0 and result["stdout"] == "65534\n", result
+    assert result["confinement"]["assurances"]["user"] == "yes", result["confinement"]
+    record = result["container"]
+    assert record["userns"] == "docker-remap" and record["removed"], record
+    owner = int(str(record["host_owner"]).split(":")[0])
+    assert any(owner in r for r in subordinate("dockremap", Path("/etc/subuid"))), owner
+    assert principal_problem(owner) is None
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=sprawl.session={session}"],
+                          capture_output=True, text=True, check=True, env=env)
+    assert left.stdout.split() == []

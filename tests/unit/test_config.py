@@ -40,6 +40,14 @@ BAD: list[tuple[str, str, str]] = [
     ('[sandbox.container.images]\ndocker = "latest"\n', "[sandbox.container.images] docker",
      "fixed image ID"),
     ('[sandbox]\nwindow_seconds = -1\n', "[sandbox] window_seconds", "-1"),
+    ('[sandbox.container]\ndocker_host = "/run/docker.sock"\n',
+     "[sandbox.container] docker_host", "unix:///absolute/path"),
+    ('[sandbox.container]\ndocker_host = "unix://run/docker.sock"\n',
+     "[sandbox.container] docker_host", "unix://run/docker.sock"),
+    ('[sandbox.container]\ndocker_host = "unix:///run/dir/"\n',
+     "[sandbox.container] docker_host", "tcp://HOST:PORT"),
+    ('[sandbox.container]\ndocker_host = "http://localhost:2375"\n',
+     "[sandbox.container] docker_host", "ssh://"),
 ]
 
 
@@ -122,3 +130,11 @@ def test_warm_mode_refuses_a_command_as_the_inits_uid(user: str) -> None:
     assert switched.value.code is ErrorCode.CONFIG_INVALID
     assert with_warm(plain, False).sandbox.container.user == user
     assert with_warm(parse_config({}), True).sandbox.container.warm
+
+
+@pytest.mark.parametrize("host", ["unix:///run/sprawl-orch/docker-userns.sock",
+                                  "tcp://127.0.0.1:2375", "ssh://me@build-host"])
+def test_docker_host_takes_the_forms_of_docker_host(host: str) -> None:
+    config = parse_config({"sandbox": {"container": {"docker_host": host}}})
+    assert config.sandbox.container.docker_host == host
+    assert parse_config({}).sandbox.container.docker_host is None
