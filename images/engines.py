@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.container.engine import ENGINES, IMAGE_ID, run_cli
+from sprawl_orch.container.engine import (
+    ENGINES,
+    IMAGE_ID,
+    daemon_refused,
+    run_cli,
+    socket_denied,
+)
 from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.images import buildlog
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases
@@ -331,14 +337,7 @@ def _label_change(key: str, value: str) -> str:
 
 
 def _looks_unreachable(err: str) -> bool:
-    return bool(
-        re.search(
-            r"cannot connect to the docker daemon|connection refused|no such file or directory.*"
-            r"sock|is the docker daemon running|permission denied.*sock",
-            err,
-            re.IGNORECASE,
-        )
-    )
+    return daemon_refused(err) or socket_denied(err)
 
 
 def _last(err: str, limit: int = 400) -> str:

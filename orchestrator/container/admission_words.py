@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.container.engine import daemon_refused, socket_denied
 
 # runsc 0.0~20221219 under podman 4.3 --userns=auto or docker 20.10 userns-remap: the same
 # run passes with the copy's parent at 0755 and fails with it at 0700 (runc passes either way)
@@ -45,15 +46,13 @@ def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
             "docker: the plain daemon), or runtime = \"auto\" to keep the user namespace "
             "under the default runtime",
         )
-    if "connection refused" in low or "cannot connect" in low or (
-        "no such file or directory" in low and ("connect" in low or "api version" in low)
-    ):
+    if daemon_refused(words):
         return (
             f"the {engine} daemon is not running (socket refused): {words}",
             f"start it (systemctl start {engine}, or dockerd --host …) or point DOCKER_HOST "
             "at a running daemon",
         )
-    if "permission denied" in low and "sock" in low:
+    if socket_denied(words):
         return (f"this user may not use the {engine} socket: {words}",
                 f"add the user to the {engine} group, or use a rootless engine")
     return (f"{engine} failed the probe container: {words}",

@@ -174,6 +174,25 @@ def not_found_in_image(words: str) -> bool:
     )
 
 
+def daemon_refused(words: str) -> bool:
+    """The engine's words for "no daemon answers": docker 20.10 "Cannot connect to the Docker
+    daemon at unix://… Is the docker daemon running?", "dial unix …: connect: no such file or
+    directory", podman "cannot connect to Podman"."""
+    low = words.lower()
+    return (
+        "connection refused" in low or "cannot connect" in low
+        or "is the docker daemon running" in low
+        or ("no such file or directory" in low
+            and ("connect" in low or "api version" in low or "sock" in low))
+    )
+
+
+def socket_denied(words: str) -> bool:
+    """The engine's words for "this user may not use its socket"."""
+    low = words.lower()
+    return "permission denied" in low and "sock" in low
+
+
 def engine_error(engine: str, verb: str, words: str, recovery: str) -> SprawlError:
     return SprawlError(ErrorCode.ENGINE_REFUSED, f"{engine} {verb}", words.strip(), recovery)
 
