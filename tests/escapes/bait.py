@@ -122,6 +122,10 @@ class Bait:
         # survivors by that argument.
         for name in ("D_SETSID", "D_NOHUP", "D_SSD", "D_PY", "D_TRAP", "D_SYSTEMD", "D_BG"):
             self.values[name] = str(7_000_000 + secrets.randbelow(2_000_000))
+        # a first command's daemon, looked for by the next one: that one's script holds only
+        # the half, so its own command line never matches
+        half = 3_500_000 + secrets.randbelow(1_000_000)
+        self.values["D_PLANT"], self.values["D_PLANT_HALF"] = str(2 * half), str(half)
         self.values["HOSTMNT"] = os.readlink("/proc/self/ns/mnt")
         with contextlib.suppress(OSError):
             st = os.stat("/etc/passwd")

@@ -74,6 +74,11 @@ DAEMONS = {
     "daemon-python-doublefork": 'if [ -n "$py" ]; then "$py" -c "$PYDAEMON" @D_PY@; else ( $b setsid sh -c "$b sleep @D_PY@ & exit" </dev/null >/dev/null 2>&1 & ); fi; echo "NOT $id (judged by the host)"',
     "daemon-systemd-run": 'r=$(systemd-run --unit=esc-@TOK@ --collect sleep @D_SYSTEMD@ 2>&1) && echo "ESC $id systemd started it: $r" || echo "NOT $id $r"; : @SYSTEMD@',
 }
+PLANTED_DAEMON_SWEEP = r"""n=$(( @D_PLANT_HALF@ * 2 )); hit=
+for p in /proc/[0-9]*; do
+  if $b tr '\0' '\n' < $p/cmdline 2>/dev/null | $b grep -qx "$n"; then hit="$hit ${p#/proc/}"; fi
+done
+if [ -n "$hit" ]; then echo "ESC $id the first command's daemon runs in this one:$hit"; else echo "NOT $id"; fi"""
 DAEMON_KEYS = {"daemon-setsid-doublefork": "D_SETSID", "daemon-nohup": "D_NOHUP",
                "daemon-start-stop-daemon": "D_SSD", "daemon-ignores-signals": "D_TRAP",
                "daemon-background-job": "D_BG", "daemon-python-doublefork": "D_PY",
@@ -82,6 +87,11 @@ DAEMON_KEYS = {"daemon-setsid-doublefork": "D_SETSID", "daemon-nohup": "D_NOHUP"
 
 def probes() -> list[Probe]:
     out = [
+        # warm mode's case: a daemon of the first command running when the next one starts
+        Probe("daemon-reaches-next-command", "planted by a first command", P,
+              PLANTED_DAEMON_SWEEP,
+              plant='( $b setsid $b sleep @D_PLANT@ </dev/null >/dev/null 2>&1 & )',
+              judge=survivor("D_PLANT")),
         Probe("fd-inherited-sweep", "inherited fds", F, FD_SWEEP,
               judge=lambda b, o: (file_has("@TMPD@/fd-file", "fd-inherited-sweep")(b, o)
                                   or exists("@TREE@/esc-fd-dir-@TOK@")(b, o)),

@@ -124,7 +124,8 @@ def run_tool(bait: Bait, probes: list[Probe], tool: ExecTool, where: str) -> Arm
     if tool.choice.arm is ArmName.CONTAINER and where != "host":
         container = tool.config.sandbox.container
         runtime = f", {container.runtime}" if container.runtime else ""
-        name = f"container ({container.engine}{runtime})"
+        warm = ", warm" if container.warm else ""
+        name = f"container ({container.engine}{runtime}{warm})"
     return ArmRun(name, claimed, said, outs)
 
 

@@ -39,9 +39,11 @@ from tests.escapes.runner import (
 from tests.integration.conftest import missing
 
 PROBES: list[Probe] = [*net_probes(), *proc_probes(), *fs_probes(), *priv_probes()]
-# "-runsc": the container arm with runtime = "runsc" (gVisor's kernel; issue 17)
+# "-runsc": the container arm with runtime = "runsc" (gVisor's kernel; issue 17); "-warm":
+# warm mode (docs/warm.md), so the plant, battery and exhaust steps are execs into one kept
+# container and what one step leaves must not reach the next
 ARMS = ("raw", "host", "copied_tree", "linux_namespaces", "docker", "podman", "docker-runsc",
-        "podman-runsc")
+        "podman-runsc", "docker-warm", "podman-warm")
 
 
 def test_probe_ids_are_unique() -> None:
@@ -62,12 +64,15 @@ def run_arm(arm: str, tree: Path, tmp: Path, bait: Bait, request: pytest.Fixture
     scratch, state = tmp / "scratch", tmp / "state"
     if arm == "raw":
         return run_raw(bait, PROBES, tree, tmp)
-    engine, _, runtime = arm.partition("-")
+    engine, _, variant = arm.partition("-")
+    runtime = variant if variant == "runsc" else ""
     if engine in ("docker", "podman"):
         if runtime and runsc_path() is None:
             missing("runsc is not installed (apt-get install runsc; .ci/setup-engines does)")
         image = str(request.getfixturevalue(f"{engine}_image"))
         data = config_data("container", scratch, state, (engine, image), runtime or None)
+        if variant == "warm":
+            data["sandbox"]["container"]["warm"] = True
     elif arm == "linux_namespaces":
         if shutil.which("bwrap") is None:
             missing("bwrap is not installed (apt-get install bubblewrap)")
