@@ -37,6 +37,7 @@ CONNECTION_VARS: tuple[str, ...] = (
 KNOWN_RUNTIMES: tuple[str, ...] = ("runc", "crun")
 RM_BUSY_RETRIES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4, 0.8)
 MNT_DETACH = 2  # <sys/mount.h>
+UMOUNT_NOFOLLOW = 8  # never through a link, should one ever stand at <StaticDir>/shm
 _GONE = ("no such container", "no container with name or id")
 
 
@@ -99,7 +100,7 @@ def unmount_shm(bundle: str) -> bool:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.umount2(shm.encode(), MNT_DETACH)) == 0
+    return int(libc.umount2(shm.encode(), MNT_DETACH | UMOUNT_NOFOLLOW)) == 0
 
 
 def _gone(words: str) -> bool:

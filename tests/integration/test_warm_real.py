@@ -191,3 +191,33 @@ def test_a_program_that_cannot_run_is_refused_and_nothing_ran(
     after = tool.exec(["echo", "still"])
     assert after.stdout == "still\n" and after.container and first.container
     assert after.container["name"] == first.container["name"]
+
+
+def test_podman_warm_keeps_its_user_namespace(podman_image: str, tmp_path: Path,
+                                              tree: Path) -> None:
+    """Warm mode on rootful podman --userns=auto: the kept container keeps its map, each
+    command's files belong to its mapped host uid (not a host account), and the user axis is
+    claimed for every command. (A rootless caller is refused: test_rootless.py.)"""
+    from sprawl_orch.container.userns import principal_problem, subordinate
+
+    reserved = subordinate("containers", Path("/etc/subuid"))
+    assert reserved, "no 'containers' range in /etc/subuid (run .ci/setup-engines)"
+    tool = ExecTool(make_config(tmp_path, "podman", podman_image, userns="required"), tree,
+                    record=False)
+    try:
+        done = [tool.exec("touch made; id -u", shell=True).as_json_dict() for _ in range(2)]
+    finally:
+        tool.close()
+    assert session_containers("podman", tool.session) == []
+    for r in done:
+        assert r["exit_code"] == 0 and r["stdout"] == "65534\n", r
+        assert r["confinement"]["assurances"]["user"] == "yes", r["confinement"]
+        assert r["container"]["userns"] == "podman-auto" and r["container"]["warm"]
+    first, second = (r["container"] for r in done)
+    assert second["reused"] and second["name"] == first["name"]
+    owner = int(str(first["host_owner"]).split(":")[0])
+    assert second["host_owner"] == first["host_owner"]
+    assert any(owner in r for r in reserved) and principal_problem(owner) is None, owner
+    made = list((tmp_path / "state").glob("copies/*/*/tree/made"))
+    assert made and all(p.stat().st_uid == owner for p in made), made
+    assert not (tree / "made").exists()
