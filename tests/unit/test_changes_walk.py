@@ -145,3 +145,15 @@ def test_with_a_mount_inside_devices_are_compared(synced: Copy,
 def test_mounts_inside_reads_the_mount_table(tmp_path: Path) -> None:
     assert change_record.mounts_inside(tmp_path) is False
     assert change_record.mounts_inside(Path("/")) is True
+
+
+def test_a_source_file_written_just_before_the_sync_is_hashed(tmp_path: Path) -> None:
+    # Its source stamp is too recent to vouch for it at apply time: the copy's bytes are
+    # hashed right after the sync (the sync lists such files), and nothing else is.
+    synced = Copy(tmp_path, walk=False)
+    (synced.source / "d1" / "f1.txt").write_text("fresh\n")
+    _, again = sync_with_record(synced.source, synced.copy, record=synced.stamps)
+    assert again.recent == [os.path.join("d1", "f1.txt")]
+    record = change_record.finish(synced.copy, again, synced.source)
+    assert list(record.hashes) == ["d1/f1.txt"]
+    assert compute(record, synced.source, synced.copy) == []
