@@ -5,11 +5,13 @@ writable (the tree's own absolute path is the copy; /tmp is private)."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -99,7 +101,7 @@ def test_writes_outside_the_copy_fail_and_the_tree_path_is_the_copy(
     scratch.mkdir()
     config = parse_config({"sandbox": {"arm": "native", "scratch_dir": str(scratch)},
                            "state": {"dir": str(tmp_path / "state")}})
-    marker = f"/tmp/sprawl-bwrap-private-{tmp_path.name}"
+    marker = f"/tmp/sprawl-bwrap-private-{secrets.token_hex(6)}"  # ours alone on the host
     try:
         with ExecTool(config, tree) as tool:
             result = tool.exec(["sh", "-c", f"echo x > {tree}/absolute.txt && cat "
@@ -124,6 +126,15 @@ def escaped(marker: str) -> list[psutil.Process]:
             if any(marker in part for part in (p.info["cmdline"] or []))]
 
 
+def settles(check: Callable[[], bool], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.mark.parametrize("how", ["window", "halt"])
 def test_ending_a_command_takes_its_escaped_grandchildren(bwrap: str, tmp_path: Path,
                                                           how: str) -> None:
@@ -133,7 +144,8 @@ def test_ending_a_command_takes_its_escaped_grandchildren(bwrap: str, tmp_path: 
     scratch.mkdir()
     config = parse_config({"sandbox": {"arm": "native", "scratch_dir": str(scratch)},
                            "state": {"dir": str(tmp_path / "state")}})
-    marker = f"sprawl-{how}-{tmp_path.name}"
+    # tmp_path.name is the same in another session running this test: a token of our own.
+    marker = f"sprawl-{how}-{secrets.token_hex(6)}"
     line = f"setsid sh -c 'sleep 60; : {marker}' & sleep 60"
     with ExecTool(config, tree) as tool:
         if how == "window":
@@ -142,10 +154,15 @@ def test_ending_a_command_takes_its_escaped_grandchildren(bwrap: str, tmp_path: 
         else:
             started = tool.exec(["sh", "-c", line], timeout=0.5)
             assert started.outcome == "backgrounded" and started.handle is not None
-            assert escaped(marker), "the grandchild should be running while backgrounded"
+            # bwrap sets up its namespaces before the shell forks the grandchild: 0.5 s was
+            # not always enough for it to appear under load.
+            assert settles(lambda: bool(escaped(marker))), \
+                "the grandchild should be running while backgrounded"
             result = tool.halt(started.handle)
             assert result.killed
-        assert escaped(marker) == []
+        # Killed with the sandbox's pid namespace; it leaves the table when reaped (it would
+        # otherwise sleep on for a minute).
+        assert settles(lambda: escaped(marker) == []), escaped(marker)
 
 
 def test_a_chmod_of_a_parent_between_commands_does_not_lock_the_sandbox_out(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -109,9 +110,15 @@ def host_side_user(tool: ExecTool, secret: Path) -> dict[str, object]:
     started = tool.exec(["sh", "-c", f"sleep 30; : {marker}"], timeout=0.5)
     assert started.outcome == "backgrounded" and started.handle is not None, started
     try:
-        procs = [p for p in psutil.process_iter(["cmdline"])
-                 if any(marker in part for part in (p.info["cmdline"] or []))
-                 and (p.info["cmdline"] or [""])[0] in ("sh", "/bin/sh", "/usr/bin/sh")]
+        def shells() -> list[psutil.Process]:
+            return [p for p in psutil.process_iter(["cmdline"])
+                    if any(marker in part for part in (p.info["cmdline"] or []))
+                    and (p.info["cmdline"] or [""])[0] in ("sh", "/bin/sh", "/usr/bin/sh")]
+
+        # The arm may still be setting up (bwrap's namespaces) when the 0.5 s window ends.
+        deadline = time.monotonic() + 30
+        while not (procs := shells()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert procs, "the command's process was not found from the host"
         with open(f"/proc/{procs[0].pid}/status") as f:
             uid_line = next(line for line in f if line.startswith("Uid:"))

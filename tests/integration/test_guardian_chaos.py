@@ -34,6 +34,8 @@ from guardian_support import (
 
 RUNS = 54
 PARALLEL = 3
+# Each test run's sessions share a prefix of their own: another session on this machine may be
+# running this very test, and its containers and processes are not ours to count.
 PREFIX = "chaos"
 # Upper bound of the kill delay after `ready`, per arm: about two short commands' worth.
 KILL_WITHIN = {"docker": 3.0, "podman": 4.5, "copied_tree": 1.5}
@@ -57,8 +59,9 @@ class Outcome:
     scratch_left: list[str] = field(default_factory=list)
 
 
-def one_run(arm: str, image: str | None, tmp: Path, rng: random.Random) -> Outcome:
-    session = f"{PREFIX}{secrets.token_hex(4)}"
+def one_run(arm: str, image: str | None, tmp: Path, rng: random.Random,
+            prefix: str) -> Outcome:
+    session = f"{prefix}{secrets.token_hex(4)}"
     commands = [rng.choice(COMMANDS) for _ in range(rng.randint(2, 4))]
     # A short window sometimes, so the window's own kill path is interrupted too.
     window = rng.choice([1.0, 600.0])
@@ -86,6 +89,7 @@ def test_sigkill_at_random_moments_leaves_nothing(
     arms = (["docker", "podman", "copied_tree"] * RUNS)[:RUNS]
     rng.shuffle(arms)
     images = {"docker": docker_image, "podman": podman_image, "copied_tree": None}
+    prefix = f"{PREFIX}{secrets.token_hex(3)}x"
     started = time.monotonic()
     jobs = []
     with ThreadPoolExecutor(PARALLEL) as pool:
@@ -93,13 +97,13 @@ def test_sigkill_at_random_moments_leaves_nothing(
             run_dir = tmp_path / f"run{n:02d}"
             run_dir.mkdir()
             jobs.append(pool.submit(one_run, arm, images[arm], run_dir,
-                                    random.Random(rng.getrandbits(32))))
+                                    random.Random(rng.getrandbits(32)), prefix))
         outcomes = [job.result() for job in jobs]
     # Orphaned engine CLIs (a `podman start --attach` of a removed container, a create that
     # was refused) end on their own once the guardian has done its work.
-    wait_for(lambda: not marked_processes(PREFIX), 15, step=0.2)
-    processes = marked_processes(PREFIX)
-    left = {engine: sessions_left(engine, PREFIX) for engine in ("docker", "podman")}
+    wait_for(lambda: not marked_processes(prefix), 15, step=0.2)
+    processes = marked_processes(prefix)
+    left = {engine: sessions_left(engine, prefix) for engine in ("docker", "podman")}
     copies = [c for o in outcomes for c in o.scratch_left]
     try:
         phases = collections.Counter(o.last_line.split(" ")[0] for o in outcomes)
