@@ -10,8 +10,8 @@ Safe by construction:
   (beneath.py): a link on the way refuses the path, so nothing outside the tree is written and
   no link in the tree is written through or replaced; a link is applied as a link only if its
   target, resolved step by step through the tree (and through the links this same apply
-  writes), stays inside it, and never climbs with `..` after a name (`Y/../x` leaves the tree
-  once `Y` is made a link to `.`);
+  writes), stays inside it, never climbs with `..` after a name (`Y/../x` leaves the tree
+  once `Y` is made a link to `.`) and never points at its own directory or above;
 - each file is written as a temp file in its own directory, fsynced, renamed over the name and
   the directory fsynced: an interrupted apply leaves every file old or new, never torn. Temp
   names are journalled in the store first, and the next apply of the handle removes leftovers;

@@ -79,7 +79,8 @@ def link_stays_inside(root_fd: int, rel: str, target: str,
     """Whether a link at ``rel`` pointing at ``target`` resolves inside the tree, following the
     tree's own links step by step (a component that does not exist yet is taken as named).
     ``planned``: what this apply makes of other paths (a link's target, or None: not a link),
-    taken over what the tree holds now -- a link the same apply writes is followed too."""
+    taken over what the tree holds now -- a link the same apply writes is followed too. A
+    link to its own directory or one above it is refused as well."""
     if target.startswith("/") or up_after_name(target):
         return False
     planned = planned or {}
@@ -107,7 +108,12 @@ def link_stays_inside(root_fd: int, rel: str, target: str,
                 return False
             where.pop()
             todo = inner.split("/") + todo
-    return True
+    # A link to its own directory or one above it (`Y -> .`, `d/up -> ..`) makes every
+    # `Y/..` climb one level more than it reads: a link `p -> Y/../x` the person already has
+    # would then lead out of the tree. (A link across, `d/l -> ../e`, does too for
+    # `d/l/../..`; such a link is common in workspaces and is still applied.)
+    own = rel.split("/")[:-1]
+    return own[:len(where)] != where
 
 
 def _link_now(root_fd: int, where: list[str]) -> str | None:
@@ -168,9 +174,10 @@ def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
         return Verdict("its new bytes were not kept (see the command's changes.note)")
     if e.kind == "link" and not link_stays_inside(root_fd, e.path, e.target or "", links):
         return Verdict(f"the link's target {e.target!r} leads out of the working "
-                       "directory (or climbs with '..' after a name, which a link at that "
-                       "name turns outward); a link is applied only if it stays inside the "
-                       "tree")
+                       "directory, climbs with '..' after a name (a link at that name turns "
+                       "it outward) or points at its own directory or above (which turns "
+                       "every '..' through it outward); a link is applied only if it stays "
+                       "inside the tree")
     try:
         now = _lstat(root_fd, e.path, planned)
     except NotBeneath as err:
