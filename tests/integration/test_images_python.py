@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import engine_absent, engine_problem
-from test_images import RUN, Made, cli, inspect
+from test_images import RUN, Made, build_cli, cli, inspect
 
 from sprawl_orch.container.engine import ENGINES
 
@@ -82,7 +82,7 @@ def made_here() -> Iterator[Made]:
 
 def build(name: str, made: Made, *args: str) -> dict[str, str]:
     start = time.monotonic()
-    result = cli("image", "build", *args, "--engine", "all", "--json")
+    result = build_cli(*args, "--engine", "all", "--json")
     TIMES[name] = time.monotonic() - start
     report = json.loads(result.stdout) if result.exit_code == 0 else {"images": {}}
     for engine, image_id in report["images"].items():
