@@ -3,6 +3,7 @@ tests/integration/test_guardian.py)."""
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import threading
 import time
@@ -127,29 +128,34 @@ def test_a_live_create_process_extends_the_wait(tmp_path: Path) -> None:
     thread left the order to the scheduler of a loaded machine)."""
     engine = FakeEngine()
     landed = tmp_path / "landed"
+    # creators() scans every process on the machine: another session running this same test
+    # has a stand-in of its own, so the session (and the name) is this run's alone.
+    session = f"s{secrets.token_hex(4)}"
+    name = f"sprawl-{session}-1"
 
     def create() -> None:
         time.sleep(0.6)
-        engine.add("sprawl-s-1", "s")
+        engine.add(name, session)
         landed.touch()
 
     threading.Thread(target=create, daemon=True).start()
     proc = subprocess.Popen(["sh", "-c", f"until [ -e '{landed}' ]; do sleep 0.02; done",
-                             "create", "--name", "sprawl-s-1"])
+                             "create", "--name", name])
     try:
-        assert creators(["sprawl-s-1"]) == [proc.pid]
-        report = Reaper("s", [engine], 0.2, quiet).reap(watch_of(Expect("sprawl-s-1")))
+        assert creators([name]) == [proc.pid]
+        report = Reaper(session, [engine], 0.2, quiet).reap(watch_of(Expect(name)))
     finally:
         proc.kill()
         proc.wait()
-    assert report.late == ["sprawl-s-1"] and engine.containers == {}
+    assert report.late == [name] and engine.containers == {}
 
 
 def test_creators_reads_both_spellings_of_name() -> None:
-    proc = subprocess.Popen(["sh", "-c", "sleep 5", "create", "--name=sprawl-x-9"])
+    ours = f"sprawl-x{secrets.token_hex(4)}"  # not another session's run of this test
+    proc = subprocess.Popen(["sh", "-c", "sleep 5", "create", f"--name={ours}-9"])
     try:
-        assert creators(["sprawl-x-9"]) == [proc.pid]
-        assert creators(["sprawl-x-8"]) == []
+        assert creators([f"{ours}-9"]) == [proc.pid]
+        assert creators([f"{ours}-8"]) == []
     finally:
         proc.kill()
         proc.wait()
