@@ -109,19 +109,24 @@ def main() -> None:
                 os.sync()  # the other step's writeback out of this one's time
                 start = time.perf_counter()
                 step()
-                (raw_ms if name == "raw" else ours_ms).append(
-                    (time.perf_counter() - start) * 1000)
+                (raw_ms if name == "raw" else ours_ms).append((time.perf_counter() - start) * 1000)
             assert (source / rels[-1]).read_bytes() == new[rels[-1]]
         raw, ours_med = statistics.median(raw_ms), statistics.median(ours_ms)
-        print(f"{args.files} files of {args.size} bytes rewritten by the command; {args.reps} "
-              "reps, interleaved")
-        print(f"{'changes.compute + change_store.keep (untimed in the ratio)':60} "
-              f"{statistics.median(keep_ms):9.1f} ms")
+        print(
+            f"{args.files} files of {args.size} bytes rewritten by the command; {args.reps} "
+            "reps, interleaved"
+        )
+        print(
+            f"{'changes.compute + change_store.keep (untimed in the ratio)':60} "
+            f"{statistics.median(keep_ms):9.1f} ms"
+        )
         print(f"{'raw: temp + fsync + rename + fsync dir, per file':60} {raw:9.1f} ms")
         print(f"{'ours: apply.apply, all kept changes':60} {ours_med:9.1f} ms")
         pairs = statistics.median(o / r for o, r in zip(ours_ms, raw_ms, strict=True))
-        print(f"ratio ours / raw: {ours_med / raw:.2f}x of the medians, {pairs:.2f}x median of "
-              "the paired reps")
+        print(
+            f"ratio ours / raw: {ours_med / raw:.2f}x of the medians, {pairs:.2f}x median of "
+            "the paired reps"
+        )
 
 
 if __name__ == "__main__":

@@ -103,8 +103,10 @@ class Ours:
 
 def ratios(name: str, ours: list[float], raw: list[float]) -> str:
     pairs = statistics.median(o / r for o, r in zip(ours, raw, strict=True))
-    return (f"ratio ours / raw, {name}: {statistics.median(ours) / statistics.median(raw):.2f}x "
-            f"of the medians, {pairs:.2f}x median of the paired reps (bound 1.3x)")
+    return (
+        f"ratio ours / raw, {name}: {statistics.median(ours) / statistics.median(raw):.2f}x "
+        f"of the medians, {pairs:.2f}x median of the paired reps (bound 1.3x)"
+    )
 
 
 def main() -> None:
@@ -130,26 +132,37 @@ def main() -> None:
             total.time(lambda s=synced, r=rep: ours(s, r))  # type: ignore[misc]
             if not rep % 2:
                 raw.time(lambda: metadata_walk(copy))
-            walked.time(lambda s=synced: compute(  # type: ignore[misc]
-                change_record.finish(copy, s, source, walk=True), source, copy))
+            walked.time(
+                lambda s=synced: compute(  # type: ignore[misc]
+                    change_record.finish(copy, s, source, walk=True), source, copy
+                )
+            )
         entries = metadata_walk(copy)
         assert ours.last is not None
         racy = sum(1 for _, st in ours.last.entries() if not ours.last.copy_trusted(st))
-        print(f"copy of {args.files} files in {entries - args.files} directories; "
-              f"{racy} entries with a racy stamp (compared by bytes); {args.reps} reps, "
-              "interleaved, each after a no-change resync")
+        print(
+            f"copy of {args.files} files in {entries - args.files} directories; "
+            f"{racy} entries with a racy stamp (compared by bytes); {args.reps} reps, "
+            "interleaved, each after a no-change resync"
+        )
         med = statistics.median
         print(f"{'median ms':52} {'wall':>9} {'cpu':>9}")
-        print(f"{'metadata-only walk (scandir + lstat)':52} {med(raw.wall):9.1f} "
-              f"{med(raw.cpu):9.1f}")
-        print(f"{'changes: finish + compute + keep, no change':52} {med(total.wall):9.1f} "
-              f"{med(total.cpu):9.1f}")
+        print(
+            f"{'metadata-only walk (scandir + lstat)':52} {med(raw.wall):9.1f} {med(raw.cpu):9.1f}"
+        )
+        print(
+            f"{'changes: finish + compute + keep, no change':52} {med(total.wall):9.1f} "
+            f"{med(total.cpu):9.1f}"
+        )
         print(f"{'  of which finish (record built on the sync)':52} {med(ours.finish_ms):9.1f}")
         print(f"{'  of which compute + keep (the walk after)':52} {med(ours.compute_ms):9.1f}")
-        print(f"{'reference: record by walking the copy + compute':52} {med(walked.wall):9.1f} "
-              f"{med(walked.cpu):9.1f}")
+        print(
+            f"{'reference: record by walking the copy + compute':52} {med(walked.wall):9.1f} "
+            f"{med(walked.cpu):9.1f}"
+        )
         print(ratios("wall", total.wall, raw.wall))
         print(ratios("cpu", total.cpu, raw.cpu))
+
 
 if __name__ == "__main__":
     main()

@@ -47,8 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sprawl_orch.images.build import build_busybox
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-c",
-       "import sys; from sprawl_orch.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from sprawl_orch.cli import main; sys.argv[0] = 'sprawl-orch'; main()",
+]
 COMMANDS = [["true"], ["sh", "-c", "echo x > out.txt"], ["sleep", "30"]]
 MARK = "SPRAWL_CHAOS_MARK"
 SETTLE_SECONDS = 120.0
@@ -79,8 +82,10 @@ def ours(mark: str, base: Path) -> list[psutil.Process]:
         with contextlib.suppress(psutil.Error):
             if proc.pid == os.getpid():
                 continue
-            if str(base) in " ".join(proc.info["cmdline"] or []) or \
-                    proc.environ().get(MARK) == mark:
+            if (
+                str(base) in " ".join(proc.info["cmdline"] or [])
+                or proc.environ().get(MARK) == mark
+            ):
                 found.append(proc)
     return found
 
@@ -88,8 +93,12 @@ def ours(mark: str, base: Path) -> list[psutil.Process]:
 def held_at_eof(log: Path) -> dict[str, int]:
     """What the guardian was holding when each killed call's lifeline dropped: where the
     kills landed (a call killed before it announced anything never reached a guardian)."""
-    held = {"calls that reached the guardian": 0, "probe container announced": 0,
-            "command container announced": 0, "copy or probe directory announced": 0}
+    held = {
+        "calls that reached the guardian": 0,
+        "probe container announced": 0,
+        "command container announced": 0,
+        "copy or probe directory announced": 0,
+    }
     with contextlib.suppress(OSError):
         for line in log.read_text().splitlines():
             with contextlib.suppress(ValueError):
@@ -123,13 +132,17 @@ def containers_from(base: Path) -> dict[str, list[str]]:
     """Per engine: containers (any state) whose mounts come from under `base`."""
     left: dict[str, list[str]] = {}
     for engine in ("docker", "podman"):
-        ids = subprocess.run([engine, "ps", "-aq", "--no-trunc", "--filter",
-                              "label=sprawl.session"], capture_output=True, text=True,
-                             check=True).stdout.split()
+        ids = subprocess.run(
+            [engine, "ps", "-aq", "--no-trunc", "--filter", "label=sprawl.session"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         mine = []
         for cid in ids:
-            done = subprocess.run([engine, "inspect", cid], capture_output=True, text=True,
-                                  check=False)
+            done = subprocess.run(
+                [engine, "inspect", cid], capture_output=True, text=True, check=False
+            )
             if done.returncode != 0:
                 continue  # removed meanwhile
             mounts = json.loads(done.stdout)[0].get("Mounts") or []
@@ -160,8 +173,12 @@ def main() -> int:
         scratch, probes = base / "scratch", base / "tmp"
         scratch.mkdir()
         probes.mkdir()
-        env = {**os.environ, MARK: mark, "TMPDIR": str(probes),
-               "SPRAWL_GUARDIAN_LOG": str(base / "guardian.log")}
+        env = {
+            **os.environ,
+            MARK: mark,
+            "TMPDIR": str(probes),
+            "SPRAWL_GUARDIAN_LOG": str(base / "guardian.log"),
+        }
         phases: dict[str, int] = {"docker": 0, "podman": 0, "fresh-admission": 0}
         for i in range(args.kills):
             engine = ("docker", "podman")[i % 2]
@@ -171,7 +188,10 @@ def main() -> int:
             command = rng.choice(COMMANDS)
             proc = subprocess.Popen(
                 [*CLI, "exec", "-C", str(person), "--config", str(conf), "--", *command],
-                env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             time.sleep(rng.uniform(0, args.within))
             proc.send_signal(signal.SIGKILL)
@@ -181,8 +201,9 @@ def main() -> int:
         deadline = time.monotonic() + SETTLE_SECONDS
         while ours(mark, base) and time.monotonic() < deadline:
             time.sleep(0.5)
-        processes = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in ours(mark, base)
-                     if p.is_running()]
+        processes = [
+            f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in ours(mark, base) if p.is_running()
+        ]
         containers = containers_from(base)
         probe_dirs = sorted(p.name for p in probes.glob("sprawl-probe-*"))
         copies = sorted(p.name for p in scratch.iterdir())
@@ -190,22 +211,35 @@ def main() -> int:
         slots, held = locked_copies(base)
         landed = held_at_eof(base / "guardian.log")
         conf = config(base / "after.toml", "docker", images, base / "state", scratch)
-        after = subprocess.run([*CLI, "exec", "-C", str(person), "--config", str(conf), "--",
-                                "cat", "sub/b.txt"], env=env, cwd=ROOT, capture_output=True,
-                               text=True, check=False)
-        print(f"seed {seed}: {args.kills} SIGKILLs within {args.within:g} s of start "
-              f"({phases['docker']} docker, {phases['podman']} podman, "
-              f"{phases['fresh-admission']} from an empty state directory)")
-        print("where the kills landed (the guardian's view at each lifeline's end): "
-              + ", ".join(f"{k} {v}" for k, v in landed.items()))
-        print(f"containers left: docker {len(containers['docker'])}, podman "
-              f"{len(containers['podman'])} {containers if any(containers.values()) else ''}")
+        after = subprocess.run(
+            [*CLI, "exec", "-C", str(person), "--config", str(conf), "--", "cat", "sub/b.txt"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        print(
+            f"seed {seed}: {args.kills} SIGKILLs within {args.within:g} s of start "
+            f"({phases['docker']} docker, {phases['podman']} podman, "
+            f"{phases['fresh-admission']} from an empty state directory)"
+        )
+        print(
+            "where the kills landed (the guardian's view at each lifeline's end): "
+            + ", ".join(f"{k} {v}" for k, v in landed.items())
+        )
+        print(
+            f"containers left: docker {len(containers['docker'])}, podman "
+            f"{len(containers['podman'])} {containers if any(containers.values()) else ''}"
+        )
         print(f"probe directories left: {len(probe_dirs)} {probe_dirs or ''}")
         print(f"scratch copies left: {len(copies)} {copies or ''}")
         print(f"processes left: {len(processes)} {processes or ''}")
         print(f"persistent copies: {slots}, still locked: {len(held)} {held or ''}")
-        print(f"the person's tree unchanged: {unchanged}; a call afterwards: exit "
-              f"{after.returncode}, read {after.stdout.strip()!r}")
+        print(
+            f"the person's tree unchanged: {unchanged}; a call afterwards: exit "
+            f"{after.returncode}, read {after.stdout.strip()!r}"
+        )
         clean = not (any(containers.values()) or probe_dirs or copies or processes or held)
         ok = clean and unchanged and after.returncode == 0 and after.stdout == "also mine\n"
         if not ok:

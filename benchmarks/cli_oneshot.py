@@ -36,11 +36,19 @@ from sprawl_orch.container.argv import HostLimits, create_argv
 from sprawl_orch.images.build import build_busybox
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-c",
-       "import sys; from sprawl_orch.cli import main; sys.argv[0] = 'sprawl-orch'; main()"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from sprawl_orch.cli import main; sys.argv[0] = 'sprawl-orch'; main()",
+]
 RACY_SECONDS = 2.0
-TARGETS = {"docker": 1.3, "podman": 1.3, "linux_namespaces": 4.0, "copied_tree": 4.0,
-           "docker (big tree)": 1.5}
+TARGETS = {
+    "docker": 1.3,
+    "podman": 1.3,
+    "linux_namespaces": 4.0,
+    "copied_tree": 4.0,
+    "docker (big tree)": 1.5,
+}
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -75,16 +83,34 @@ def config_file(path: Path, arm: str, engine: str, images: dict[str, str], state
 def raw_run(engine: str, image: str, mount: Path, runtime: str | None) -> list[str]:
     """Our create argv as `run --rm` (no name/labels): the raw mechanism, same limits."""
     config = ContainerConfig.model_validate({"engine": engine, "images": {engine: image}})
-    argv = list(create_argv(engine, config, image, mount, ["true"], [], "raw-1", "raw", "raw",
-                            runtime, host=HostLimits.this_host()))
+    argv = list(
+        create_argv(
+            engine,
+            config,
+            image,
+            mount,
+            ["true"],
+            [],
+            "raw-1",
+            "raw",
+            "raw",
+            runtime,
+            host=HostLimits.this_host(),
+        )
+    )
     for flag in ("--name", "--label", "--label"):
         at = argv.index(flag)
-        del argv[at:at + 2]
+        del argv[at : at + 2]
     return [engine, "run", "--rm", *argv[1:]]
 
 
-def row(name: str, ours: Callable[[], float], raw: Callable[[], float], reps: int,
-        table: list[tuple[str, float, float]]) -> None:
+def row(
+    name: str,
+    ours: Callable[[], float],
+    raw: Callable[[], float],
+    reps: int,
+    table: list[tuple[str, float, float]],
+) -> None:
     ours()  # the first call admits / makes the copy: not counted
     a, b = [], []
     for i in range(reps):
@@ -95,12 +121,16 @@ def row(name: str, ours: Callable[[], float], raw: Callable[[], float], reps: in
             a.append(ours())
             b.append(raw())
     table.append((name, statistics.median(a), statistics.median(b)))
-    print(f"  {name}: ours {statistics.median(a) * 1000:.0f} ms, raw "
-          f"{statistics.median(b) * 1000:.0f} ms", flush=True)
+    print(
+        f"  {name}: ours {statistics.median(a) * 1000:.0f} ms, raw "
+        f"{statistics.median(b) * 1000:.0f} ms",
+        flush=True,
+    )
 
 
-def library_row(images: dict[str, str], work: Path, reps: int,
-                table: list[tuple[str, float, float]]) -> None:
+def library_row(
+    images: dict[str, str], work: Path, reps: int, table: list[tuple[str, float, float]]
+) -> None:
     import docker
 
     from sprawl_orch.config import load_config
@@ -109,13 +139,22 @@ def library_row(images: dict[str, str], work: Path, reps: int,
     conf = config_file(work / "lib.toml", "container", "docker", images, work / "state-lib")
     client = docker.from_env()
     config = ContainerConfig()
-    limits = dict(network_mode="none", mem_limit=config.memory_bytes,
-                  memswap_limit=config.memory_bytes, nano_cpus=int(config.cpus * 1e9),
-                  pids_limit=config.pids, user=config.user, read_only=True,
-                  tmpfs={"/tmp": ""}, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-                  volumes={str(work / "small"): {"bind": "/work", "mode": "rw"}},
-                  working_dir="/work")
+    limits = dict(
+        network_mode="none",
+        mem_limit=config.memory_bytes,
+        memswap_limit=config.memory_bytes,
+        nano_cpus=int(config.cpus * 1e9),
+        pids_limit=config.pids,
+        user=config.user,
+        read_only=True,
+        tmpfs={"/tmp": ""},
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        volumes={str(work / "small"): {"bind": "/work", "mode": "rw"}},
+        working_dir="/work",
+    )
     with ExecTool(load_config(conf), work / "small", record=False) as tool:
+
         def ours() -> float:
             started = time.perf_counter()
             result = tool.exec(["true"])
@@ -151,10 +190,17 @@ def main() -> int:
         time.sleep(RACY_SECONDS)
         state = work / "state"
         pypass = [sys.executable, "-c", "pass"]
-        for arm, engine in (("docker", "docker"), ("podman", "podman"),
-                            ("linux_namespaces", "auto"), ("copied_tree", "auto")):
-            asked = "container" if arm in ("docker", "podman") else (
-                "native" if arm == "linux_namespaces" else arm)
+        for arm, engine in (
+            ("docker", "docker"),
+            ("podman", "podman"),
+            ("linux_namespaces", "auto"),
+            ("copied_tree", "auto"),
+        ):
+            asked = (
+                "container"
+                if arm in ("docker", "podman")
+                else ("native" if arm == "linux_namespaces" else arm)
+            )
             conf = config_file(work / f"{arm}.toml", asked, engine, images, state)
             ours_argv = [*CLI, "exec", "-C", str(small), "--config", str(conf), "--", "true"]
             if arm in ("docker", "podman"):
@@ -162,21 +208,32 @@ def main() -> int:
                 raw_argv = raw_run(engine, images[engine], small, runtime)
             else:
                 raw_argv = pypass
-            row(arm, lambda a=ours_argv: timed(a), lambda r=raw_argv: timed(r),  # type: ignore[misc]
-                args.reps, table)
+            row(
+                arm,
+                lambda a=ours_argv: timed(a),
+                lambda r=raw_argv: timed(r),  # type: ignore[misc]
+                args.reps,
+                table,
+            )
         for arm in ("docker", "copied_tree"):
             asked = "container" if arm == "docker" else arm
             conf = config_file(work / f"big-{arm}.toml", asked, "docker", images, state)
             ours_argv = [*CLI, "exec", "-C", str(big), "--config", str(conf), "--", "true"]
-            raw_argv = (raw_run("docker", images["docker"], big, None) if arm == "docker"
-                        else pypass)
-            row(f"{arm} (big tree)", lambda a=ours_argv: timed(a),  # type: ignore[misc]
-                lambda r=raw_argv: timed(r), args.big_reps, table)
+            raw_argv = raw_run("docker", images["docker"], big, None) if arm == "docker" else pypass
+            row(
+                f"{arm} (big tree)",
+                lambda a=ours_argv: timed(a),  # type: ignore[misc]
+                lambda r=raw_argv: timed(r),
+                args.big_reps,
+                table,
+            )
         library_row(images, work, args.reps, table)
         bwrap = ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
         bw = statistics.median(timed(bwrap) for _ in range(args.reps))
-    print(f"\n{args.files} x 16 KiB in the big tree; medians of {args.reps} "
-          f"({args.big_reps} for the big tree); raw bwrap alone: {bw * 1000:.0f} ms\n")
+    print(
+        f"\n{args.files} x 16 KiB in the big tree; medians of {args.reps} "
+        f"({args.big_reps} for the big tree); raw bwrap alone: {bw * 1000:.0f} ms\n"
+    )
     print(f"{'case':48} {'ours':>8} {'raw':>8} {'ratio':>7} {'target':>7}")
     for name, ours, raw in table:
         target = TARGETS.get(name)

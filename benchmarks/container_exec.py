@@ -55,23 +55,50 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
-def raw_run_argv(engine: ContainerEngine, config: ContainerConfig, image: str, copy: Path,
-                 runtime: str | None, userns: tuple[str, ...] = (),
-                 gvisor: bool = False) -> list[str]:
+def raw_run_argv(
+    engine: ContainerEngine,
+    config: ContainerConfig,
+    image: str,
+    copy: Path,
+    runtime: str | None,
+    userns: tuple[str, ...] = (),
+    gvisor: bool = False,
+) -> list[str]:
     """Our create argv turned into `run --rm` (no name/labels: the raw mechanism)."""
-    argv = list(create_argv(engine.name, config, image, copy, ["true"], [], "raw-1", "raw",
-                            "raw", runtime, host=HostLimits.this_host(), userns=userns,
-                            gvisor=gvisor))
+    argv = list(
+        create_argv(
+            engine.name,
+            config,
+            image,
+            copy,
+            ["true"],
+            [],
+            "raw-1",
+            "raw",
+            "raw",
+            runtime,
+            host=HostLimits.this_host(),
+            userns=userns,
+            gvisor=gvisor,
+        )
+    )
     for flag in ("--name", "--label", "--label"):
         at = argv.index(flag)
-        del argv[at:at + 2]
+        del argv[at : at + 2]
     argv[0:1] = ["run", "--rm"]
     return list(engine.cli_argv(argv))
 
 
 def ours_once(arm: ContainerArm, copy: Path, out: Path, n: int, session: str) -> float:
-    launch = Launch(argv=("true",), cwd=copy, env={}, outputs=out / str(n),
-                    tag=f"{session}-{n}", session=session, run="bench")
+    launch = Launch(
+        argv=("true",),
+        cwd=copy,
+        env={},
+        outputs=out / str(n),
+        tag=f"{session}-{n}",
+        session=session,
+        run="bench",
+    )
     start = time.perf_counter()
     running = arm.start(launch)
     running.wait(None)
@@ -90,9 +117,22 @@ def raw_once(argv: list[str], env: dict[str, str]) -> float:
 def cli_once(workdir: Path, config_file: Path, env: dict[str, str]) -> float:
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", CLI, "exec", "-C", str(workdir), "--config", str(config_file),
-         "--", "true"],
-        env=env, capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "exec",
+            "-C",
+            str(workdir),
+            "--config",
+            str(config_file),
+            "--",
+            "true",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     took = time.perf_counter() - start
     if done.returncode != 0:
@@ -119,7 +159,8 @@ def daemon_for(variant: str) -> Iterator[dict[str, str]]:
     saved = os.environ.get("DOCKER_HOST")
     if variant == "docker-userns":
         os.environ["DOCKER_HOST"] = os.environ.get(
-            "SPRAWL_DOCKER_USERNS_HOST", "unix:///run/sprawl-orch/docker-userns.sock")
+            "SPRAWL_DOCKER_USERNS_HOST", "unix:///run/sprawl-orch/docker-userns.sock"
+        )
     try:
         yield {**os.environ, "PYTHONPATH": str(ROOT)}
     finally:
@@ -157,8 +198,9 @@ def set_up(variant: str, tmp: Path) -> Variant:
         engine: ContainerEngine = DockerEngine(environ=env) if name == "docker" else PodmanEngine()
         image = build_busybox(name)
     runtime = RUNTIMES.get(variant)
-    config = ContainerConfig(engine=name, images=EngineImages(**{name: image}), userns=userns,
-                             runtime=runtime)
+    config = ContainerConfig(
+        engine=name, images=EngineImages(**{name: image}), userns=userns, runtime=runtime
+    )
     admission = admit(engine, config)
     if not admission.admitted:
         raise SystemExit(f"{variant} not admitted: {admission.reason}")
@@ -172,9 +214,17 @@ def set_up(variant: str, tmp: Path) -> Variant:
     copy.mkdir()
     (copy / "a.txt").write_text("x")
     flags = admission.userns.flags() if admission.userns else ()
-    return Variant(variant, name, userns, runtime, env, image, ContainerArm(config, engine),
-                   copy, raw_run_argv(engine, config, image, copy, admission.runtime, flags,
-                                      admission.gvisor))
+    return Variant(
+        variant,
+        name,
+        userns,
+        runtime,
+        env,
+        image,
+        ContainerArm(config, engine),
+        copy,
+        raw_run_argv(engine, config, image, copy, admission.runtime, flags, admission.gvisor),
+    )
 
 
 def cli_run(v: Variant, tmp: Path) -> None:
@@ -185,8 +235,8 @@ def cli_run(v: Variant, tmp: Path) -> None:
     conf.write_text(
         f'[sandbox]\narm = "container"\nscratch_dir = "{tmp / "scratch"}"\n'
         f'[sandbox.container]\nengine = "{v.engine}"\nuserns = "{v.userns}"\n'
-        + (f'runtime = "{v.runtime}"\n' if v.runtime else "") +
-        f'[sandbox.container.images]\n{v.engine} = "{v.image}"\n'
+        + (f'runtime = "{v.runtime}"\n' if v.runtime else "")
+        + f'[sandbox.container.images]\n{v.engine} = "{v.image}"\n'
         f'[state]\ndir = "{tmp / "state"}"\n'
     )
     v.cli.append(cli_once(work, conf, v.env))
@@ -204,8 +254,9 @@ def run(names: list[str], reps: int, cli_reps: int, tmp: Path) -> list[Variant]:
             raw_once(v.raw, v.env)
         for n in range(1, reps + 1):
             for v in variants:
-                v.ours.append(ours_once(v.arm, v.copy, tmp / f"{v.name}-out", n,
-                                        f"bench{os.getpid()}"))
+                v.ours.append(
+                    ours_once(v.arm, v.copy, tmp / f"{v.name}-out", n, f"bench{os.getpid()}")
+                )
                 v.plain.append(raw_once(v.raw, v.env))
         for _ in range(cli_reps):
             for v in variants:
@@ -213,41 +264,55 @@ def run(names: list[str], reps: int, cli_reps: int, tmp: Path) -> list[Variant]:
     finally:
         for v in variants:
             v.arm.close()
-            subprocess.run([v.engine, "rmi", v.image], capture_output=True, check=False,
-                           env=v.env)
+            subprocess.run([v.engine, "rmi", v.image], capture_output=True, check=False, env=v.env)
     return variants
 
 
 def report(variants: list[Variant], reps: int, cli_reps: int) -> None:
-    print(f"\nper-command medians, `true` in busybox, {reps} reps interleaved "
-          f"({cli_reps} for the CLI)")
-    print(f"{'engine':13} {'ours (library)':>15} {'raw run --rm':>13} {'ratio':>6} "
-          f"{'CLI exec':>9} {'CLI/raw':>8}")
+    print(
+        f"\nper-command medians, `true` in busybox, {reps} reps interleaved "
+        f"({cli_reps} for the CLI)"
+    )
+    print(
+        f"{'engine':13} {'ours (library)':>15} {'raw run --rm':>13} {'ratio':>6} "
+        f"{'CLI exec':>9} {'CLI/raw':>8}"
+    )
     ratio = {}
     for v in variants:
         ratio[v.name] = v.median("ours") / v.median("plain")
-        print(f"{v.name:13} {ms(v.median('ours')):>12} ms {ms(v.median('plain')):>10} ms "
-              f"{ratio[v.name]:>6.2f} {ms(v.median('cli')):>6} ms "
-              f"{v.median('cli') / v.median('plain'):>8.2f}")
-    print("\nagainst the plain arm (goal: the variant's ratio <= the plain arm's; one run "
-          "under load moves a ratio by 0.1 or more: read several)")
+        print(
+            f"{v.name:13} {ms(v.median('ours')):>12} ms {ms(v.median('plain')):>10} ms "
+            f"{ratio[v.name]:>6.2f} {ms(v.median('cli')):>6} ms "
+            f"{v.median('cli') / v.median('plain'):>8.2f}"
+        )
+    print(
+        "\nagainst the plain arm (goal: the variant's ratio <= the plain arm's; one run "
+        "under load moves a ratio by 0.1 or more: read several)"
+    )
     for kind in ("userns", "runsc"):
         for plain in ("docker", "podman"):
             other = f"{plain}-{kind}"
             if plain in ratio and other in ratio:
-                print(f"  {other:14} plain {ratio[plain]:.2f}  {kind} {ratio[other]:.2f}  "
-                      f"{kind} - plain {ratio[other] - ratio[plain]:+.2f}")
+                print(
+                    f"  {other:14} plain {ratio[plain]:.2f}  {kind} {ratio[other]:.2f}  "
+                    f"{kind} - plain {ratio[other] - ratio[plain]:+.2f}"
+                )
     if "docker" in ratio:
-        print(f"goal ours/raw docker <= 1.15: {'met' if ratio['docker'] <= 1.15 else 'NOT met'} "
-              f"({ratio['docker']:.2f})")
+        print(
+            f"goal ours/raw docker <= 1.15: {'met' if ratio['docker'] <= 1.15 else 'NOT met'} "
+            f"({ratio['docker']:.2f})"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--cli-reps", type=int, default=5)
-    parser.add_argument("--engines", default=",".join(VARIANTS),
-                        help=f"variants, comma-separated: {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--engines",
+        default=",".join(VARIANTS),
+        help=f"variants, comma-separated: {', '.join(VARIANTS)}",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-") as tmp:
         variants = run(args.engines.split(","), args.reps, args.cli_reps, Path(tmp))

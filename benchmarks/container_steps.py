@@ -51,27 +51,54 @@ def docker_steps(reps: int, copy: Path, times: Times) -> None:
     host = HostLimits.this_host()
     try:
         for n in range(reps):
-            argv = create_argv("docker", ContainerConfig(), image, copy, ["true"], [],
-                               f"steps-{n}", "steps", "steps", None, host=host)
+            argv = create_argv(
+                "docker",
+                ContainerConfig(),
+                image,
+                copy,
+                ["true"],
+                [],
+                f"steps-{n}",
+                "steps",
+                "steps",
+                None,
+                host=host,
+            )
             # every container measured below is created the same way (our argv, CLI) ...
             cid = timed(times, "docker create: CLI (our argv)", lambda a=argv: engine.create(a, {}))
             # ... the SDK create is timed on a throwaway with the same image (fewer options)
-            sdk = timed(times, "docker create: SDK (minimal)", lambda n=n: api.create_container(
-                image, ["true"], name=f"sprawl-steps-sdk-{n}",
-                host_config=api.create_host_config(network_mode="none"))["Id"])
+            sdk = timed(
+                times,
+                "docker create: SDK (minimal)",
+                lambda n=n: api.create_container(
+                    image,
+                    ["true"],
+                    name=f"sprawl-steps-sdk-{n}",
+                    host_config=api.create_host_config(network_mode="none"),
+                )["Id"],
+            )
             api.remove_container(sdk)
             timed(times, "docker inspect: SDK", lambda c=cid: api.inspect_container(c))
             timed(times, "docker inspect: CLI", lambda c=cid: cli("docker", "inspect", c))
             if n % 3 == 1:
-                timed(times, "docker start+wait+logs: SDK", lambda c=cid: (
-                    api.start(c), api.wait(c), api.logs(c, stdout=True, stderr=False),
-                    api.logs(c, stdout=False, stderr=True)))
+                timed(
+                    times,
+                    "docker start+wait+logs: SDK",
+                    lambda c=cid: (
+                        api.start(c),
+                        api.wait(c),
+                        api.logs(c, stdout=True, stderr=False),
+                        api.logs(c, stdout=False, stderr=True),
+                    ),
+                )
                 timed(times, "docker remove: SDK", lambda c=cid: api.remove_container(c))
             elif n % 3 == 2:
+
                 def attached(c: str = cid) -> None:  # what DockerAttached does
                     run = engine.start(c, copy / "o", copy / "e")
                     run.wait(None)
                     run.collect()
+
                 timed(times, "docker attach+start+wait: SDK", attached)
                 timed(times, "docker remove: SDK", lambda c=cid: api.remove_container(c))
             else:
@@ -88,17 +115,37 @@ def podman_steps(reps: int, copy: Path, times: Times) -> None:
     runtime = engine.facts().default_runtime
     try:
         for n in range(reps):
-            argv = create_argv("podman", ContainerConfig(), image, copy, ["true"], [],
-                               f"steps-{n}", "steps", "steps", runtime, host=host)
+            argv = create_argv(
+                "podman",
+                ContainerConfig(),
+                image,
+                copy,
+                ["true"],
+                [],
+                f"steps-{n}",
+                "steps",
+                "steps",
+                runtime,
+                host=host,
+            )
             cid = timed(times, "podman create: CLI", lambda a=argv: engine.create(a, {}))
             timed(times, "podman inspect: CLI", lambda c=cid: engine.inspect(c))
             if n % 2:
-                timed(times, "podman start --attach: CLI", lambda c=cid: cli(
-                    "podman", "start", "--attach", c))
+                timed(
+                    times,
+                    "podman start --attach: CLI",
+                    lambda c=cid: cli("podman", "start", "--attach", c),
+                )
             else:
-                timed(times, "podman start+wait+logs: CLI", lambda c=cid: (
-                    cli("podman", "start", c), cli("podman", "wait", c),
-                    cli("podman", "logs", c)))
+                timed(
+                    times,
+                    "podman start+wait+logs: CLI",
+                    lambda c=cid: (
+                        cli("podman", "start", c),
+                        cli("podman", "wait", c),
+                        cli("podman", "logs", c),
+                    ),
+                )
             timed(times, "podman rm: CLI", lambda c=cid: cli("podman", "rm", c))
     finally:
         subprocess.run(["podman", "rmi", image], capture_output=True, check=False)

@@ -123,12 +123,15 @@ def main() -> None:
         re_sum: list[float] = []
         re_plain: list[float] = []
         re_stat: list[float] = []
-        no_change = (f"created=0 rewritten=0 removed=0 walked={args.files + len(os.listdir(src))} "
-                     "excluded=()")
+        no_change = (
+            f"created=0 rewritten=0 removed=0 walked={args.files + len(os.listdir(src))} "
+            "excluded=()"
+        )
         work: list[FileWork] = []
         for _ in range(args.reps):
-            re_ours.append(timed(lambda: work.append(sync(src, ours, bounds, record=record)),
-                                 "ours"))
+            re_ours.append(
+                timed(lambda: work.append(sync(src, ours, bounds, record=record)), "ours")
+            )
             re_bytes.append(timed(lambda: work.append(sync(src, ours, bounds))))
             re_sum.append(timed(lambda: run(checksum)))
             re_plain.append(timed(lambda: run(plain)))
@@ -144,16 +147,25 @@ def main() -> None:
         ("no-change resync", "sync()", ours_re, "rsync -a --delete --checksum", med(re_sum)),
         ("no-change resync", "sync()", ours_re, "rsync -a --delete (mtime+size)", med(re_plain)),
         ("no-change resync", "sync()", ours_re, "metadata-only walk, both sides", med(re_stat)),
-        ("  same, CPU time", "sync()", med(CPU["ours"]), "metadata-only walk, both sides",
-         med(CPU["walk"])),
+        (
+            "  same, CPU time",
+            "sync()",
+            med(CPU["ours"]),
+            "metadata-only walk, both sides",
+            med(CPU["walk"]),
+        ),
         ("no-change resync", "sync()", ours_re, "sync() without stamp record", med(re_bytes)),
     ]
-    print(f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "
-          f"median of {args.reps}")
+    print(
+        f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "
+        f"median of {args.reps}"
+    )
     print(f"{'case':<26}{'ours':<17}{'ms':>8}  {'raw':<32}{'ms':>8}  {'ratio':>6}")
     for case, ours_name, ours_ms, raw_name, raw_ms in rows:
-        print(f"{case:<26}{ours_name:<17}{ours_ms:>8.0f}  {raw_name:<32}{raw_ms:>8.0f}  "
-              f"{ours_ms / raw_ms:>6.2f}")
+        print(
+            f"{case:<26}{ours_name:<17}{ours_ms:>8.0f}  {raw_name:<32}{raw_ms:>8.0f}  "
+            f"{ours_ms / raw_ms:>6.2f}"
+        )
 
 
 if __name__ == "__main__":

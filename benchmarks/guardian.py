@@ -77,16 +77,20 @@ def lister(engine: str) -> Callable[[str], list[str]]:
         api = docker.from_env().api
 
         def docker_ids(session: str) -> list[str]:
-            found = api.containers(all=True, quiet=True,
-                                   filters={"label": f"sprawl.session={session}"})
+            found = api.containers(
+                all=True, quiet=True, filters={"label": f"sprawl.session={session}"}
+            )
             return [c["Id"] for c in found]
 
         return docker_ids
 
     def podman_ids(session: str) -> list[str]:
-        done = subprocess.run(["podman", "ps", "-a", "-q", "--filter",
-                               f"label=sprawl.session={session}"],
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            ["podman", "ps", "-a", "-q", "--filter", f"label=sprawl.session={session}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return done.stdout.split()
 
     return podman_ids
@@ -96,8 +100,12 @@ def gone_probe(engine: str) -> Callable[[str, list[str]], bool]:
     """(session, ids) -> True once every container is gone (cheap enough to spin on)."""
     if engine == "docker":
         return lambda session, ids: not LISTERS["docker"](session)
-    root = subprocess.run(["podman", "info", "--format", "{{.Store.GraphRoot}}"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    root = subprocess.run(
+        ["podman", "info", "--format", "{{.Store.GraphRoot}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     store = Path(root) / "overlay-containers"
     return lambda session, ids: not any((store / i).exists() for i in ids)
 
@@ -125,13 +133,33 @@ def wait_log(log: Path, event: str, timeout: float = 60) -> None:
 def one_kill(engine: str, image: str, k: int, via: str, tmp: Path) -> dict[str, float]:
     session = f"bench{secrets.token_hex(4)}"
     log = tmp / f"{session}.log"
-    argv = [sys.executable, "-m", "sprawl_orch.guardian", "--session", session, "--engines", engine,
-            "--docker-via", via]
-    spec = {"session": session, "engine": engine, "containers": k, "image": image,
-            "extra": PODMAN_RUN if engine == "podman" else [], "log": str(log), "argv": argv}
+    argv = [
+        sys.executable,
+        "-m",
+        "sprawl_orch.guardian",
+        "--session",
+        session,
+        "--engines",
+        engine,
+        "--docker-via",
+        via,
+    ]
+    spec = {
+        "session": session,
+        "engine": engine,
+        "containers": k,
+        "image": image,
+        "extra": PODMAN_RUN if engine == "podman" else [],
+        "log": str(log),
+        "argv": argv,
+    }
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, json.dumps(spec), str(ROOT)],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, json.dumps(spec), str(ROOT)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert parent.stdout is not None
     if parent.stdout.readline().strip() != "ready":
         raise RuntimeError("the parent did not get ready")
@@ -143,8 +171,9 @@ def one_kill(engine: str, image: str, k: int, via: str, tmp: Path) -> dict[str, 
     gone = wait_gone(engine, session, ids) - killed
     parent.wait()
     wait_log(log, "done")
-    done = next(json.loads(line) for line in log.read_text().splitlines()
-                if '"event": "done"' in line)
+    done = next(
+        json.loads(line) for line in log.read_text().splitlines() if '"event": "done"' in line
+    )
     return {"gone": gone, "guardian_seconds": done["seconds"]}
 
 
@@ -153,9 +182,25 @@ def one_raw(engine: str, image: str, k: int, how: str) -> float:
     names = [f"sprawl-{session}-{n}" for n in range(k)]
     extra = PODMAN_RUN if engine == "podman" else []
     for name in names:
-        subprocess.run([engine, "run", "-d", *extra, "--name", name, "--label",
-                        f"sprawl.session={session}", "--network", "none", image, "sleep", "300"],
-                       capture_output=True, check=True)
+        subprocess.run(
+            [
+                engine,
+                "run",
+                "-d",
+                *extra,
+                "--name",
+                name,
+                "--label",
+                f"sprawl.session={session}",
+                "--network",
+                "none",
+                image,
+                "sleep",
+                "300",
+            ],
+            capture_output=True,
+            check=True,
+        )
     ids = full_ids(engine, session)
     started = time.perf_counter()
     if how == "sdk":
@@ -186,9 +231,12 @@ def client_start_cost(runs: int) -> tuple[list[float], list[float]]:
 
 
 def full_ids(engine: str, session: str) -> list[str]:
-    done = subprocess.run([engine, "ps", "-a", "-q", "--no-trunc", "--filter",
-                           f"label=sprawl.session={session}"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [engine, "ps", "-a", "-q", "--no-trunc", "--filter", f"label=sprawl.session={session}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [i.removeprefix("sha256:") for i in done.stdout.split()]
 
 
@@ -201,8 +249,9 @@ def ms(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--containers", type=int, default=3)
     parser.add_argument("--engines", default="docker,podman")
@@ -241,25 +290,33 @@ def main() -> None:
     print(f"\nguardian benchmark: {args.runs} runs per row, {k} running containers per kill\n")
     for label, values, what in rows:
         print(f"  {label:38s} {ms(values)}   ({what})")
-    print(f"  {'testcontainers Ryuk (documented)':38s} >= {RYUK_RECONNECTION_TIMEOUT * 1000:.0f}"
-          " ms after disconnect (RYUK_RECONNECTION_TIMEOUT default 10 s); not run here: its"
-          " image must be pulled and no registry is reachable")
+    print(
+        f"  {'testcontainers Ryuk (documented)':38s} >= {RYUK_RECONNECTION_TIMEOUT * 1000:.0f}"
+        " ms after disconnect (RYUK_RECONNECTION_TIMEOUT default 10 s); not run here: its"
+        " image must be pulled and no registry is reachable"
+    )
     print()
     for engine in engines:
         # the default guardian row first; the fastest raw removal as the floor
         guardian = next(v for label, v, _ in rows if label.startswith(f"guardian {engine}"))
         g = statistics.median(guardian)
         r = min(statistics.median(v) for label, v, _ in rows if label.startswith(f"raw {engine}"))
-        print(f"  {engine}: guardian / fastest raw removal = {g / r:.2f}x; "
-              f"Ryuk's 10 s / guardian = {RYUK_RECONNECTION_TIMEOUT / g:.0f}x")
+        print(
+            f"  {engine}: guardian / fastest raw removal = {g / r:.2f}x; "
+            f"Ryuk's 10 s / guardian = {RYUK_RECONNECTION_TIMEOUT / g:.0f}x"
+        )
     for label, seconds in notes.items():
-        print(f"  {label}: EOF -> guardian done (its own clock, incl. final check) "
-              f"median {seconds * 1000:.0f} ms")
+        print(
+            f"  {label}: EOF -> guardian done (its own clock, incl. final check) "
+            f"median {seconds * 1000:.0f} ms"
+        )
     print(f"  Guardian.start() in the caller: {ms(calls)}")
     print(f"  ... until the guardian has opened its engines (off the caller's path): {ms(ready)}")
     goal = all(statistics.median(v) < 1.0 for label, v, _ in rows if label.startswith("guardian"))
-    print(f"\n  goal (< 1 s median from SIGKILL to last container gone): "
-          f"{'met' if goal else 'NOT met'}")
+    print(
+        f"\n  goal (< 1 s median from SIGKILL to last container gone): "
+        f"{'met' if goal else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -55,16 +55,25 @@ def must_run(argv: list[str]) -> None:
 def raw_bwrap(argv_with_fd: Callable[[int], list[str]], user: int | None) -> None:
     fd = program_fd()
     try:
-        subprocess.run(argv_with_fd(fd), check=True, stdin=subprocess.DEVNULL, pass_fds=(fd,),
-                       user=user, group=user, extra_groups=None if user is None else [])
+        subprocess.run(
+            argv_with_fd(fd),
+            check=True,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(fd,),
+            user=user,
+            group=user,
+            extra_groups=None if user is None else [],
+        )
     finally:
         os.close(fd)
 
 
-def arm_alone(arm: BwrapArm, copy: Path, tree: Path, env: dict[str, str], out: Path,
-              true: str) -> None:
-    launch = Launch(argv=(true,), cwd=copy, env=env, outputs=out, tag="bench", session="bench",
-                    workdir=tree)
+def arm_alone(
+    arm: BwrapArm, copy: Path, tree: Path, env: dict[str, str], out: Path, true: str
+) -> None:
+    launch = Launch(
+        argv=(true,), cwd=copy, env=env, outputs=out, tag="bench", session="bench", workdir=tree
+    )
     running = arm.start(launch)
     running.wait(None)
     if running.finish().exit_code != 0:
@@ -82,8 +91,12 @@ def probe_once(bwrap: str, tree: Path, user: int | None) -> None:
 def tool_for(tmp: Path, tree: Path, arm: str) -> ExecTool:
     scratch = tmp / f"scratch-{arm}"
     scratch.mkdir()
-    config = parse_config({"sandbox": {"arm": arm, "scratch_dir": str(scratch), "shell": False},
-                           "state": {"dir": str(tmp / f"state-{arm}")}})
+    config = parse_config(
+        {
+            "sandbox": {"arm": arm, "scratch_dir": str(scratch), "shell": False},
+            "state": {"dir": str(tmp / f"state-{arm}")},
+        }
+    )
     return ExecTool(config, tree)
 
 
@@ -123,16 +136,26 @@ def main() -> None:
 
         def raw_argv(fd: int) -> list[str]:
             return arm.argv_for([true], copy, tree, env, fd)
+
         resync_dest = tmp / "resync"
         sync(tree, resync_dest)
 
-        samples: dict[str, list[float]] = {k: [] for k in (
-            "ours_bwrap", "raw_bwrap", "arm", "ours_copied", "raw_process", "probe", "resync")}
+        samples: dict[str, list[float]] = {
+            k: []
+            for k in (
+                "ours_bwrap",
+                "raw_bwrap",
+                "arm",
+                "ours_copied",
+                "raw_process",
+                "probe",
+                "resync",
+            )
+        }
         for _ in range(args.reps):
             samples["ours_bwrap"].append(timed(lambda: settled(ns)))
             samples["raw_bwrap"].append(timed(lambda: raw_bwrap(raw_argv, user)))
-            samples["arm"].append(timed(lambda: arm_alone(arm, copy, tree, env, tmp / "out",
-                                                          true)))
+            samples["arm"].append(timed(lambda: arm_alone(arm, copy, tree, env, tmp / "out", true)))
             samples["ours_copied"].append(timed(lambda: settled(ct)))
             samples["raw_process"].append(timed(lambda: must_run([true])))
             samples["probe"].append(timed(lambda: probe_once(bwrap, tree, user)))
@@ -142,24 +165,53 @@ def main() -> None:
 
     med = {k: statistics.median(v) for k, v in samples.items()}
     rows = [
-        ("bwrap arm, per command", "ExecTool.exec(true)", med["ours_bwrap"],
-         "bwrap <same args> true", med["raw_bwrap"]),
-        ("copied tree, per command", "ExecTool.exec(true)", med["ours_copied"],
-         "subprocess.run(true)", med["raw_process"]),
-        ("  of which: the arm alone", "start->finish(true)", med["arm"],
-         "bwrap <same args> true", med["raw_bwrap"]),
-        ("  of which: bwrap probe", "run_probe(workdir)", med["probe"],
-         "bwrap <same args> true", med["raw_bwrap"]),
-        ("  of which: resync", f"sync() {args.files} files", med["resync"],
-         "subprocess.run(true)", med["raw_process"]),
+        (
+            "bwrap arm, per command",
+            "ExecTool.exec(true)",
+            med["ours_bwrap"],
+            "bwrap <same args> true",
+            med["raw_bwrap"],
+        ),
+        (
+            "copied tree, per command",
+            "ExecTool.exec(true)",
+            med["ours_copied"],
+            "subprocess.run(true)",
+            med["raw_process"],
+        ),
+        (
+            "  of which: the arm alone",
+            "start->finish(true)",
+            med["arm"],
+            "bwrap <same args> true",
+            med["raw_bwrap"],
+        ),
+        (
+            "  of which: bwrap probe",
+            "run_probe(workdir)",
+            med["probe"],
+            "bwrap <same args> true",
+            med["raw_bwrap"],
+        ),
+        (
+            "  of which: resync",
+            f"sync() {args.files} files",
+            med["resync"],
+            "subprocess.run(true)",
+            med["raw_process"],
+        ),
     ]
     who = f"as uid {drop_uid()}" if drop_uid() is not None else "as the caller"
-    print(f"`true`, median of {args.reps} interleaved repetitions, {args.files}-file tree, "
-          f"bwrap {who}")
+    print(
+        f"`true`, median of {args.reps} interleaved repetitions, {args.files}-file tree, "
+        f"bwrap {who}"
+    )
     print(f"{'case':<27}{'ours':<24}{'ms':>7}  {'raw':<24}{'ms':>7}  {'ratio':>6}")
     for case, ours_name, ours_ms, raw_name, raw_ms in rows:
-        print(f"{case:<27}{ours_name:<24}{ours_ms:>7.1f}  {raw_name:<24}{raw_ms:>7.1f}  "
-              f"{ours_ms / raw_ms:>6.2f}")
+        print(
+            f"{case:<27}{ours_name:<24}{ours_ms:>7.1f}  {raw_name:<24}{raw_ms:>7.1f}  "
+            f"{ours_ms / raw_ms:>6.2f}"
+        )
 
 
 if __name__ == "__main__":

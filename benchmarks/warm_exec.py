@@ -47,10 +47,16 @@ def tool(engine: str, image: str, tmp: Path, warm: bool) -> ExecTool:
     tree.mkdir(exist_ok=True)
     for n in range(20):
         (tree / f"f{n}.txt").write_text(f"file {n}\n" * 20)
-    config = parse_config({
-        "sandbox": {"arm": "container", "scratch_dir": str(tmp),
-                    "container": {"engine": engine, "images": {engine: image}, "warm": warm}},
-        "state": {"dir": str(tmp / ("state-warm" if warm else "state-fresh"))}})
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "container",
+                "scratch_dir": str(tmp),
+                "container": {"engine": engine, "images": {engine: image}, "warm": warm},
+            },
+            "state": {"dir": str(tmp / ("state-warm" if warm else "state-fresh"))},
+        }
+    )
     return ExecTool(config, tree, record=False)
 
 
@@ -70,12 +76,14 @@ def bench(engine: str, reps: int) -> Times:
         # the same runtime and rlimits the arm was admitted with (podman 4.3's defaults
         # exceed these hosts' hard limits; crun fails where runc works, design §3.1)
         arm: Any = warm.arm()
-        flags = ["--network", "none", "--ulimit", "nofile=1024:1024",
-                 "--ulimit", "nproc=1024:1024"]
+        flags = ["--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
         if engine == "podman":
             flags += ["--runtime", str(arm.admission().runtime_used)]
-        subprocess.run([engine, "run", "-d", "--rm", "--name", plain, *flags, image,
-                        "sleep", "3600"], capture_output=True, check=True)
+        subprocess.run(
+            [engine, "run", "-d", "--rm", "--name", plain, *flags, image, "sleep", "3600"],
+            capture_output=True,
+            check=True,
+        )
         if engine == "docker":
             import docker
 
@@ -84,15 +92,20 @@ def bench(engine: str, reps: int) -> Times:
             def raw_exec() -> None:
                 assert handle.exec_run(["true"]).exit_code == 0
         else:
+
             def raw_exec() -> None:
                 subprocess.run(["podman", "exec", plain, "true"], check=True)
+
         raw_exec()
         for _ in range(reps):
             timed(times, "warm (sprawl-orch)", lambda: ok(warm.exec(["true"])))
             timed(times, "exec into a running container", raw_exec)
             timed(times, "fresh (sprawl-orch)", lambda: ok(fresh.exec(["true"])))
-            timed(times, "run --rm", lambda: subprocess.run(
-                [engine, "run", "--rm", *flags, image, "true"], check=True))
+            timed(
+                times,
+                "run --rm",
+                lambda: subprocess.run([engine, "run", "--rm", *flags, image, "true"], check=True),
+            )
     finally:
         warm.close()
         fresh.close()

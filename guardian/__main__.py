@@ -65,19 +65,39 @@ class EngineLoader(threading.Thread):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sprawl_orch.guardian", description=__doc__)
-    parser.add_argument("--serve", metavar="SOCKET", default=None,
-                        help="serve many callers on this unix socket (guardian/server.py)")
-    parser.add_argument("--idle", type=float, default=None,
-                        help="with --serve: exit after this many seconds without callers")
-    parser.add_argument("--inherit", type=int, default=None,
-                        help="with --serve: an inherited connected socket, the first caller")
+    parser.add_argument(
+        "--serve",
+        metavar="SOCKET",
+        default=None,
+        help="serve many callers on this unix socket (guardian/server.py)",
+    )
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=None,
+        help="with --serve: exit after this many seconds without callers",
+    )
+    parser.add_argument(
+        "--inherit",
+        type=int,
+        default=None,
+        help="with --serve: an inherited connected socket, the first caller",
+    )
     parser.add_argument("--session", default=None)
     parser.add_argument("--engines", default="", help="comma-separated: docker,podman")
-    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE,
-                        help="seconds after EOF to watch for late creates (default 3)")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE,
+        help="seconds after EOF to watch for late creates (default 3)",
+    )
     parser.add_argument("--fd", type=int, default=0, help="read from this fd (default stdin)")
-    parser.add_argument("--docker-via", choices=("sdk", "cli"), default="cli",
-                        help="docker's backend (default cli: see guardian/engines.py)")
+    parser.add_argument(
+        "--docker-via",
+        choices=("sdk", "cli"),
+        default="cli",
+        help="docker's backend (default cli: see guardian/engines.py)",
+    )
     args = parser.parse_args(argv)
     if args.serve is not None:
         from pathlib import Path
@@ -99,8 +119,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     log("ready", session=args.session, pid=os.getpid(), engines=names)
     apply_lines(whole_lines(args.fd, log), watch, log)
     eof = time.monotonic()
-    log("eof", containers=watch.containers, pgroups=watch.pgroups,
-        scratch=sorted(map(str, watch.scratch)), cgroups=sorted(map(str, watch.cgroups)))
+    log(
+        "eof",
+        containers=watch.containers,
+        pgroups=watch.pgroups,
+        scratch=sorted(map(str, watch.scratch)),
+        cgroups=sorted(map(str, watch.cgroups)),
+    )
     loader.join()
     report = Reaper(args.session, loader.engines, args.grace, log).reap(watch)
     report.seconds = round(time.monotonic() - eof, 3)

@@ -47,11 +47,9 @@ class ReaperEngine(Protocol):
 
     name: str
 
-    def find(self, session: str, names: Collection[str]) -> list[Found]:
-        ...
+    def find(self, session: str, names: Collection[str]) -> list[Found]: ...
 
-    def remove(self, refs: Collection[str]) -> list[str]:
-        ...
+    def remove(self, refs: Collection[str]) -> list[str]: ...
 
 
 def _ours(labels: object, names: Sequence[str], session: str, wanted: Collection[str]) -> bool:
@@ -120,10 +118,17 @@ class DockerCLI:
         self.binary = binary
 
     def find(self, session: str, names: Collection[str]) -> list[Found]:
-        done = _run(self.name, [
-            self.binary, "ps", "-a", "--no-trunc",
-            "--format", '{{.ID}}\t{{.Names}}\t{{.Label "' + LABEL + '"}}',
-        ])
+        done = _run(
+            self.name,
+            [
+                self.binary,
+                "ps",
+                "-a",
+                "--no-trunc",
+                "--format",
+                '{{.ID}}\t{{.Names}}\t{{.Label "' + LABEL + '"}}',
+            ],
+        )
         if done.returncode != 0:
             raise EngineError(f"docker ps: {done.stderr.strip()}")
         found = []
@@ -142,7 +147,8 @@ class DockerCLI:
         except EngineError as err:
             return [f"docker rm: {err}"]
         return [
-            line for line in done.stderr.splitlines()
+            line
+            for line in done.stderr.splitlines()
             if line.strip() and "No such container" not in line
         ]
 

@@ -42,6 +42,5 @@ def apply_lines(lines: Iterator[bytes], watch: Watchlist, log: Log, **fields: ob
             watch.apply(parse_message(line.decode("utf-8")))
         except (ProtocolError, UnicodeDecodeError) as err:
             refused += 1
-            log("refused-line", line=line[:200].decode("utf-8", "replace"), why=str(err),
-                **fields)
+            log("refused-line", line=line[:200].decode("utf-8", "replace"), why=str(err), **fields)
     return refused

@@ -122,14 +122,18 @@ PGID = Spelling[int]("a pid above 1", _pgid_out, _pgid_in)
 TIME = Spelling[float]("seconds (`repr(float)`, finite, not negative)", _time_out, _time_in)
 PATH = Spelling[Path](
     "absolute path (percent-encoded)",
-    lambda p: _text_out(str(_absolute(p))), lambda f: _absolute(Path(_text_in(f))),
+    lambda p: _text_out(str(_absolute(p))),
+    lambda f: _absolute(Path(_text_in(f))),
 )
 ENGINE_LIST = Spelling[tuple[str, ...]](
-    f"`{','.join(ENGINES)}`, one of them, or `-` (none)", _engines_out, _engines_in,
+    f"`{','.join(ENGINES)}`, one of them, or `-` (none)",
+    _engines_out,
+    _engines_in,
 )
 GRACE = Spelling[float | None](
     f"seconds, or `-` (the default, {DEFAULT_GRACE:g} s)",
-    lambda g: "-" if g is None else _time_out(g), lambda f: None if f == "-" else _time_in(f),
+    lambda g: "-" if g is None else _time_out(g),
+    lambda f: None if f == "-" else _time_in(f),
 )
 FLAG = Spelling[bool]("`0` or `1`", lambda b: "1" if b else "0", _flag_in)
 
@@ -329,7 +333,8 @@ def parse_hello(line: str) -> Hello:
         message = parse_line(line, Phase.GREETING)
     except ProtocolError as err:
         raise ProtocolError(
-            f"a connection must open with hello ({err}), not {line[:80]!r}") from None
+            f"a connection must open with hello ({err}), not {line[:80]!r}"
+        ) from None
     assert isinstance(message, Hello)
     return message
 

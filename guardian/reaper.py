@@ -131,8 +131,13 @@ def delete_scratch(path: Path) -> str | None:
 
 class Reaper:
     def __init__(
-        self, session: str, engines: list[ReaperEngine], grace: float, log: Log,
-        *, rmdir: Callable[[Path], None] = os.rmdir,
+        self,
+        session: str,
+        engines: list[ReaperEngine],
+        grace: float,
+        log: Log,
+        *,
+        rmdir: Callable[[Path], None] = os.rmdir,
     ) -> None:
         self.session = session
         self.engines = engines
@@ -195,7 +200,11 @@ class Reaper:
         return report
 
     def _watch_late(
-        self, watch: Watchlist, waiting: set[str], started: float, report: Report,
+        self,
+        watch: Watchlist,
+        waiting: set[str],
+        started: float,
+        report: Report,
         pool: ThreadPoolExecutor,
     ) -> None:
         """Poll until every awaited name has shown up (and been removed) and a list comes

@@ -159,9 +159,15 @@ class Server:
         watch = Watchlist()
         refused = apply_lines(lines, watch, self.log, session=hello.session)
         eof = time.monotonic()
-        self.log("eof", session=hello.session, containers=watch.containers,
-                 pgroups=watch.pgroups, scratch=sorted(map(str, watch.scratch)),
-                 cgroups=sorted(map(str, watch.cgroups)), refused=refused)
+        self.log(
+            "eof",
+            session=hello.session,
+            containers=watch.containers,
+            pgroups=watch.pgroups,
+            scratch=sorted(map(str, watch.scratch)),
+            cgroups=sorted(map(str, watch.cgroups)),
+            refused=refused,
+        )
         grace = DEFAULT_GRACE if hello.grace is None else hello.grace
         if watch.empty() and not refused:
             # The caller took back all it announced (a normal end): nothing of it is left.

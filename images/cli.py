@@ -101,8 +101,7 @@ def image() -> None:
     "--include",
     "include",
     multiple=True,
-    help="Debootstrap recipes: more packages, comma-separated (debootstrap --include); "
-    "repeatable.",
+    help="Debootstrap recipes: more packages, comma-separated (debootstrap --include); repeatable.",
 )
 @click.option(
     "--network",

@@ -106,12 +106,19 @@ class ImageEngine:
             recovery=_UNREACHABLE_RECOVERY.get(self.name, f"install {self.name}"),
         )
 
-    def run(self, args: Sequence[str], *, stdin: bytes | None = None
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, args: Sequence[str], *, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run the CLI (container.engine.run_cli, no time limit: an import or a build takes
         what it takes); a CLI that can't be run is TOOL_UNAVAILABLE, the exit is not judged."""
-        return run_cli(self.name, self._argv(args), {**os.environ, **self.env}, timeout=None,
-                       check=False, stdin=stdin)
+        return run_cli(
+            self.name,
+            self._argv(args),
+            {**os.environ, **self.env},
+            timeout=None,
+            check=False,
+            stdin=stdin,
+        )
 
     def _ok(self, args: Sequence[str], *, what: str, stdin: bytes | None = None) -> str:
         done = self.run(args, stdin=stdin)
@@ -215,8 +222,12 @@ class ImageEngine:
     def check_bases(self, dockerfile: Path, build_args: Mapping[str, str] | None = None) -> None:
         """Refuse, before anything runs, when a base image isn't in this engine's store."""
         try:
-            with os_errors(ErrorCode.IMAGE_INVALID, dockerfile, "cannot read the Dockerfile",
-                           "check the path given with --dockerfile"):
+            with os_errors(
+                ErrorCode.IMAGE_INVALID,
+                dockerfile,
+                "cannot read the Dockerfile",
+                "check the path given with --dockerfile",
+            ):
                 text = dockerfile.read_text(encoding="utf-8")
             bases = external_bases(text, build_args)
         except DockerfileError as err:

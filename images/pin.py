@@ -150,8 +150,10 @@ def _apply(
         _note(container["images"], engine_name, comments.get(engine_name))
     # A new table ends with a blank line, so a table that follows keeps its separation.
     for table in fresh:
-        if isinstance(table, tomlkit.items.Table) and not table.is_super_table() and any(
-            not isinstance(v, tomlkit.items.Table) for v in table.value.values()
+        if (
+            isinstance(table, tomlkit.items.Table)
+            and not table.is_super_table()
+            and any(not isinstance(v, tomlkit.items.Table) for v in table.value.values())
         ):
             table.add(tomlkit.nl())
     return removed

@@ -154,8 +154,12 @@ def read_recipe(path: Path) -> Recipe:
     """Read a recipe file; E_CONFIG_INVALID names the file and each bad key."""
     fix = f"fix {path} (compare with images/recipes/ in the sprawl-orch source tree)"
     try:
-        with os_errors(ErrorCode.CONFIG_INVALID, path, "the recipe can't be read",
-                       "check the path given with --recipe"):
+        with os_errors(
+            ErrorCode.CONFIG_INVALID,
+            path,
+            "the recipe can't be read",
+            "check the path given with --recipe",
+        ):
             data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise SprawlError(

@@ -188,9 +188,11 @@ class BwrapArm(CopiedTreeArm):
             "and empty, and no unix socket can be created."
         )
         if self.user is not None:
-            return (f"{view} The command runs as uid {self.user}, which no account holds; "
-                    "every sandboxed command of a root caller runs as it, each in namespaces "
-                    "of its own, seeing only its own copy.")
+            return (
+                f"{view} The command runs as uid {self.user}, which no account holds; "
+                "every sandboxed command of a root caller runs as it, each in namespaces "
+                "of its own, seeing only its own copy."
+            )
         return (
             f"{view} The user namespace maps the command onto your own uid: only a root "
             "caller can hand it a uid of its own."
@@ -211,7 +213,11 @@ class BwrapArm(CopiedTreeArm):
         )
 
     def argv_for(
-        self, argv: Sequence[str], copy: Path, workdir: Path, env: Mapping[str, str],
+        self,
+        argv: Sequence[str],
+        copy: Path,
+        workdir: Path,
+        env: Mapping[str, str],
         seccomp_fd: int | None,
     ) -> list[str]:
         view = command_view(env, workdir, copy, self._system)
@@ -233,7 +239,9 @@ class BwrapArm(CopiedTreeArm):
             fd = program_fd()
         except SeccompUnsupported as err:
             raise SprawlError(
-                ErrorCode.SANDBOX_DENIED, "bwrap", f"no seccomp program for this machine: {err}",
+                ErrorCode.SANDBOX_DENIED,
+                "bwrap",
+                f"no seccomp program for this machine: {err}",
                 'use a container arm, or ask for arm = "copied_tree"',
             ) from err
         try:
@@ -241,8 +249,14 @@ class BwrapArm(CopiedTreeArm):
                 launch.argv, launch.cwd, workdir, launch.env, fd
             )
             return HostProcess(
-                argv, launch.cwd, launch.env, launch.outputs, join=launch.join,
-                watcher=launch.watcher, pass_fds=(fd,), user=self.user,
+                argv,
+                launch.cwd,
+                launch.env,
+                launch.outputs,
+                join=launch.join,
+                watcher=launch.watcher,
+                pass_fds=(fd,),
+                user=self.user,
             )
         finally:
             with contextlib.suppress(OSError):

@@ -36,8 +36,17 @@ from functools import lru_cache
 from pathlib import Path
 
 SYSTEM: tuple[str, ...] = (
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
-    "/nix/store", "/gnu/store",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix/store",
+    "/gnu/store",
 )
 TOOL_DIR_NAMES = frozenset({"bin", "sbin", "shims"})
 # Relative to $HOME: roots that hold secrets or state next to their bin directory.
@@ -47,8 +56,8 @@ LINKS_SCANNED = 512
 
 @dataclass(frozen=True)
 class View:
-    binds: tuple[str, ...]                  # host paths bound read-only at the same path
-    links: tuple[tuple[str, str], ...]      # (target, path): top-level symlinks recreated
+    binds: tuple[str, ...]  # host paths bound read-only at the same path
+    links: tuple[tuple[str, str], ...]  # (target, path): top-level symlinks recreated
 
     def covers(self, path: str) -> bool:
         return any(_under(path, b) for b in self.binds)

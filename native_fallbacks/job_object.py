@@ -86,9 +86,7 @@ class JobObjectArm:
 
         assert self._container is not None, "prepare() runs before start()"
         grant = launch.cwd not in self._granted
-        running = start_in_job(
-            launch, self._container, self.limits, START_PLAN, grant_copy=grant
-        )
+        running = start_in_job(launch, self._container, self.limits, START_PLAN, grant_copy=grant)
         self._granted.add(launch.cwd)
         return running
 

@@ -76,7 +76,8 @@ def choose_uid(passwd: str, group: str, subids: Iterable[str]) -> int:
         if uid not in taken and not any(lo <= uid < hi for lo, hi in ranges):
             return uid
     raise SprawlError(
-        ErrorCode.SANDBOX_DENIED, "sandbox uid",
+        ErrorCode.SANDBOX_DENIED,
+        "sandbox uid",
         f"every id in {RANGE_START}..{RANGE_START + RANGE_SIZE - 1} is an account, a group "
         "or inside an /etc/subuid or /etc/subgid range",
         "free part of that range, or run sprawl-orch as a non-root user",
@@ -113,9 +114,11 @@ def _acl_of(path: str, st: os.stat_result) -> list[_Entry]:
     if len(raw) >= 4 and struct.unpack_from("<I", raw)[0] == ACL_VERSION:
         return [(t, p, i) for t, p, i in struct.iter_unpack("<HHI", raw[4:])]
     mode = stat.S_IMODE(st.st_mode)
-    return [(ACL_USER_OBJ, (mode >> 6) & 7, ACL_UNDEFINED_ID),
-            (ACL_GROUP_OBJ, (mode >> 3) & 7, ACL_UNDEFINED_ID),
-            (ACL_OTHER, mode & 7, ACL_UNDEFINED_ID)]
+    return [
+        (ACL_USER_OBJ, (mode >> 6) & 7, ACL_UNDEFINED_ID),
+        (ACL_GROUP_OBJ, (mode >> 3) & 7, ACL_UNDEFINED_ID),
+        (ACL_OTHER, mode & 7, ACL_UNDEFINED_ID),
+    ]
 
 
 def can_search(st: os.stat_result, acl: list[_Entry], uid: int) -> bool:
@@ -158,8 +161,10 @@ def grant_search(path: Path, uid: int, *more: Path) -> int:
     """Let `uid` search every directory from / down to `path` (and each of `more`): a named
     ACL entry where it cannot already. Returns how many directories were changed."""
     changed = 0
-    parts = sorted({Path(*p.parts[:n]) for p in (path, *more) for n in range(1, len(p.parts) + 1)},
-                   key=lambda d: len(d.parts))
+    parts = sorted(
+        {Path(*p.parts[:n]) for p in (path, *more) for n in range(1, len(p.parts) + 1)},
+        key=lambda d: len(d.parts),
+    )
     # Checked every time, never cached: a chmod rewrites the ACL mask (a plain chmod 0700
     # masks our entry out -- pytest does exactly that to /tmp/pytest-of-root at every session
     # start), and ctime is too coarse (a jiffy on ext4) to say "unchanged since we looked".
@@ -177,7 +182,8 @@ def grant_search(path: Path, uid: int, *more: Path) -> int:
             continue
         except OSError as err:
             raise SprawlError(
-                ErrorCode.SANDBOX_DENIED, str(directory),
+                ErrorCode.SANDBOX_DENIED,
+                str(directory),
                 f"cannot let the sandbox uid {uid} pass through {directory}: "
                 f"{err.strerror} (a POSIX ACL entry, setxattr {ACL_XATTR})",
                 "use a filesystem with POSIX ACLs for the state directory and tools, or set "

@@ -65,11 +65,7 @@ def _quoted(path: str) -> str:
 def profile(copy: Path | str) -> str:
     """The fixed profile with writes allowed under `copy` (already resolved). Pure."""
     where = _quoted(str(copy))
-    return (
-        _PROFILE_HEAD
-        + f"(allow file-write* (subpath {where}))\n"
-        + _PROFILE_TAIL
-    )
+    return _PROFILE_HEAD + f"(allow file-write* (subpath {where}))\n" + _PROFILE_TAIL
 
 
 def seatbelt_argv(sandbox_exec: str, copy: Path | str, argv: Sequence[str]) -> list[str]:

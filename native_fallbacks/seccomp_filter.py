@@ -111,35 +111,37 @@ def _link(items: list[_Insn | str]) -> bytes:
 def build(abi: Abi) -> bytes:
     """The program as `struct sock_filter[]` bytes (what bwrap reads from --seccomp FD)."""
     setup, enter, register = abi.io_uring
-    return _link([
-        _op(_LD_W_ABS, _ARCH),
-        _op(_JEQ_K, abi.audit_arch, None, "enosys"),     # a foreign ABI: refused whole
-        _op(_LD_W_ABS, _NR),
-        _op(_JGE_K, X32_SYSCALL_BIT, "enosys"),           # x32 numbers
-        _op(_JEQ_K, abi.socket, "socket"),
-        _op(_JEQ_K, abi.socketpair, "socketpair"),
-        _op(_JEQ_K, setup, "enosys"),
-        _op(_JEQ_K, enter, "enosys"),
-        _op(_JEQ_K, register, "enosys"),
-        _op(_RET_K, RET_ALLOW),
-        "socket",
-        _op(_LD_W_ABS, _ARG0_LO),
-        _op(_JEQ_K, AF_UNIX, "eperm", "allow"),
-        "socketpair",
-        _op(_LD_W_ABS, _ARG0_LO),
-        _op(_JEQ_K, AF_UNIX, None, "allow"),
-        _op(_LD_W_ABS, _ARG1_LO),
-        _op(_AND_K, SOCK_TYPE_MASK),
-        _op(_JEQ_K, SOCK_STREAM, "allow"),
-        _op(_JEQ_K, SOCK_SEQPACKET, "allow", "eperm"),
-        # Returns last: classic BPF jumps only forward.
-        "allow",
-        _op(_RET_K, RET_ALLOW),
-        "eperm",
-        _op(_RET_K, RET_ERRNO | errno.EPERM),
-        "enosys",
-        _op(_RET_K, RET_ERRNO | errno.ENOSYS),
-    ])
+    return _link(
+        [
+            _op(_LD_W_ABS, _ARCH),
+            _op(_JEQ_K, abi.audit_arch, None, "enosys"),  # a foreign ABI: refused whole
+            _op(_LD_W_ABS, _NR),
+            _op(_JGE_K, X32_SYSCALL_BIT, "enosys"),  # x32 numbers
+            _op(_JEQ_K, abi.socket, "socket"),
+            _op(_JEQ_K, abi.socketpair, "socketpair"),
+            _op(_JEQ_K, setup, "enosys"),
+            _op(_JEQ_K, enter, "enosys"),
+            _op(_JEQ_K, register, "enosys"),
+            _op(_RET_K, RET_ALLOW),
+            "socket",
+            _op(_LD_W_ABS, _ARG0_LO),
+            _op(_JEQ_K, AF_UNIX, "eperm", "allow"),
+            "socketpair",
+            _op(_LD_W_ABS, _ARG0_LO),
+            _op(_JEQ_K, AF_UNIX, None, "allow"),
+            _op(_LD_W_ABS, _ARG1_LO),
+            _op(_AND_K, SOCK_TYPE_MASK),
+            _op(_JEQ_K, SOCK_STREAM, "allow"),
+            _op(_JEQ_K, SOCK_SEQPACKET, "allow", "eperm"),
+            # Returns last: classic BPF jumps only forward.
+            "allow",
+            _op(_RET_K, RET_ALLOW),
+            "eperm",
+            _op(_RET_K, RET_ERRNO | errno.EPERM),
+            "enosys",
+            _op(_RET_K, RET_ERRNO | errno.ENOSYS),
+        ]
+    )
 
 
 def native_abi(machine: str | None = None) -> Abi:

@@ -143,8 +143,15 @@ class AppContainer:
         k32 = libs()[0]
         old_dacl, sd, new_dacl = PVOID(), PVOID(), PVOID()
         err = advapi.GetNamedSecurityInfoW(
-            str(path), SE_FILE_OBJECT, DACL_SECURITY_INFORMATION, None, None,
-            ctypes.byref(old_dacl), None, ctypes.byref(sd))
+            str(path),
+            SE_FILE_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            None,
+            None,
+            ctypes.byref(old_dacl),
+            None,
+            ctypes.byref(sd),
+        )
         if err:
             raise OSError(err, f"GetNamedSecurityInfoW({path}) failed", None, err)
         try:
@@ -159,7 +166,8 @@ class AppContainer:
             if err:
                 raise OSError(err, "SetEntriesInAclW failed", None, err)
             err = advapi.SetNamedSecurityInfoW(
-                str(path), SE_FILE_OBJECT, DACL_SECURITY_INFORMATION, None, None, new_dacl, None)
+                str(path), SE_FILE_OBJECT, DACL_SECURITY_INFORMATION, None, None, new_dacl, None
+            )
             if err:
                 raise OSError(err, f"SetNamedSecurityInfoW({path}) failed", None, err)
         finally:
@@ -189,10 +197,16 @@ class _Attributes:
         self.capabilities = SECURITY_CAPABILITIES(container.sid, None, 0, 0)
         self.handles = (HANDLE * len(handles))(*handles)
         for attribute, value, length in (
-            (PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES, ctypes.byref(self.capabilities),
-             ctypes.sizeof(self.capabilities)),
-            (PROC_THREAD_ATTRIBUTE_HANDLE_LIST, ctypes.byref(self.handles),
-             ctypes.sizeof(self.handles)),
+            (
+                PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES,
+                ctypes.byref(self.capabilities),
+                ctypes.sizeof(self.capabilities),
+            ),
+            (
+                PROC_THREAD_ATTRIBUTE_HANDLE_LIST,
+                ctypes.byref(self.handles),
+                ctypes.sizeof(self.handles),
+            ),
         ):
             if not k32.UpdateProcThreadAttribute(
                 self.buffer, 0, attribute, value, length, None, None
@@ -247,14 +261,20 @@ class JobRunning:
             with contextlib.suppress(OSError):
                 f.close()
         return Finished(
-            exit_code=int(code.value), stdout_path=self.stdout_path,
-            stderr_path=self.stderr_path, killed=self._killed,
+            exit_code=int(code.value),
+            stdout_path=self.stdout_path,
+            stderr_path=self.stderr_path,
+            killed=self._killed,
         )
 
 
 def start_in_job(
-    launch: Launch, container: AppContainer, limits: JobLimits, plan: Sequence[Step],
-    *, grant_copy: bool,
+    launch: Launch,
+    container: AppContainer,
+    limits: JobLimits,
+    plan: Sequence[Step],
+    *,
+    grant_copy: bool,
 ) -> JobRunning:
     k32, _, _ = libs()
     launch.outputs.mkdir(parents=True, exist_ok=True)
@@ -290,8 +310,17 @@ def start_in_job(
         proc = PROCESS_INFORMATION()
         try:
             ok = k32.CreateProcessW(
-                None, cmd, None, None, True, CREATION_FLAGS, env, str(launch.cwd),
-                ctypes.byref(info), ctypes.byref(proc))
+                None,
+                cmd,
+                None,
+                None,
+                True,
+                CREATION_FLAGS,
+                env,
+                str(launch.cwd),
+                ctypes.byref(info),
+                ctypes.byref(proc),
+            )
             if not ok:
                 raise winerror(f"CreateProcessW({launch.argv[0]})")
         finally:
@@ -302,6 +331,7 @@ def start_in_job(
             k32.TerminateProcess(proc.hProcess, KILLED_EXIT)
             k32.CloseHandle(proc.hThread)
             k32.CloseHandle(proc.hProcess)
+
         return undo
 
     def assign() -> None:
@@ -315,10 +345,17 @@ def start_in_job(
         k32.CloseHandle(thread)
 
     try:
-        run_plan(plan, {
-            Step.CREATE_JOB: create_job, Step.LIMIT_JOB: limit_job, Step.GRANT_COPY: grant,
-            Step.CREATE_SUSPENDED: create_suspended, Step.ASSIGN: assign, Step.RESUME: resume,
-        })
+        run_plan(
+            plan,
+            {
+                Step.CREATE_JOB: create_job,
+                Step.LIMIT_JOB: limit_job,
+                Step.GRANT_COPY: grant,
+                Step.CREATE_SUSPENDED: create_suspended,
+                Step.ASSIGN: assign,
+                Step.RESUME: resume,
+            },
+        )
     except OSError as err:
         for f in files:
             f.close()

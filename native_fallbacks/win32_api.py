@@ -53,10 +53,17 @@ class JOBOBJECT_BASIC_LIMIT_INFORMATION(ctypes.Structure):
 
 
 class IO_COUNTERS(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "ReadOperationCount", "WriteOperationCount", "OtherOperationCount",
-        "ReadTransferCount", "WriteTransferCount", "OtherTransferCount",
-    )]
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "ReadOperationCount",
+            "WriteOperationCount",
+            "OtherOperationCount",
+            "ReadTransferCount",
+            "WriteTransferCount",
+            "OtherTransferCount",
+        )
+    ]
 
 
 class JOBOBJECT_EXTENDED_LIMIT_INFORMATION(ctypes.Structure):
@@ -81,12 +88,20 @@ class STARTUPINFOW(ctypes.Structure):
         ("lpReserved", ctypes.c_wchar_p),
         ("lpDesktop", ctypes.c_wchar_p),
         ("lpTitle", ctypes.c_wchar_p),
-        ("dwX", DWORD), ("dwY", DWORD), ("dwXSize", DWORD), ("dwYSize", DWORD),
-        ("dwXCountChars", DWORD), ("dwYCountChars", DWORD),
-        ("dwFillAttribute", DWORD), ("dwFlags", DWORD),
-        ("wShowWindow", WORD), ("cbReserved2", WORD),
+        ("dwX", DWORD),
+        ("dwY", DWORD),
+        ("dwXSize", DWORD),
+        ("dwYSize", DWORD),
+        ("dwXCountChars", DWORD),
+        ("dwYCountChars", DWORD),
+        ("dwFillAttribute", DWORD),
+        ("dwFlags", DWORD),
+        ("wShowWindow", WORD),
+        ("cbReserved2", WORD),
         ("lpReserved2", ctypes.c_void_p),
-        ("hStdInput", HANDLE), ("hStdOutput", HANDLE), ("hStdError", HANDLE),
+        ("hStdInput", HANDLE),
+        ("hStdOutput", HANDLE),
+        ("hStdError", HANDLE),
     ]
 
 
@@ -96,8 +111,10 @@ class STARTUPINFOEXW(ctypes.Structure):
 
 class PROCESS_INFORMATION(ctypes.Structure):
     _fields_ = [
-        ("hProcess", HANDLE), ("hThread", HANDLE),
-        ("dwProcessId", DWORD), ("dwThreadId", DWORD),
+        ("hProcess", HANDLE),
+        ("hThread", HANDLE),
+        ("dwProcessId", DWORD),
+        ("dwThreadId", DWORD),
     ]
 
 
@@ -163,31 +180,76 @@ def libs() -> tuple[Any, Any, Any]:
         _k32.CloseHandle.argtypes = [HANDLE]
         _k32.LocalFree.argtypes = [PVOID]
         _k32.InitializeProcThreadAttributeList.argtypes = [
-            PVOID, DWORD, DWORD, ctypes.POINTER(SIZE_T)]
+            PVOID,
+            DWORD,
+            DWORD,
+            ctypes.POINTER(SIZE_T),
+        ]
         _k32.UpdateProcThreadAttribute.argtypes = [
-            PVOID, DWORD, SIZE_T, PVOID, SIZE_T, PVOID, PVOID]
+            PVOID,
+            DWORD,
+            SIZE_T,
+            PVOID,
+            SIZE_T,
+            PVOID,
+            PVOID,
+        ]
         _k32.DeleteProcThreadAttributeList.argtypes = [PVOID]
         _k32.CreateProcessW.argtypes = [
-            ctypes.c_wchar_p, ctypes.c_wchar_p, PVOID, PVOID, BOOL, DWORD, PVOID,
-            ctypes.c_wchar_p, ctypes.POINTER(STARTUPINFOEXW), ctypes.POINTER(PROCESS_INFORMATION)]
+            ctypes.c_wchar_p,
+            ctypes.c_wchar_p,
+            PVOID,
+            PVOID,
+            BOOL,
+            DWORD,
+            PVOID,
+            ctypes.c_wchar_p,
+            ctypes.POINTER(STARTUPINFOEXW),
+            ctypes.POINTER(PROCESS_INFORMATION),
+        ]
         _userenv.CreateAppContainerProfile.restype = ctypes.c_long
         _userenv.CreateAppContainerProfile.argtypes = [
-            ctypes.c_wchar_p, ctypes.c_wchar_p, ctypes.c_wchar_p, PVOID, DWORD,
-            ctypes.POINTER(PVOID)]
+            ctypes.c_wchar_p,
+            ctypes.c_wchar_p,
+            ctypes.c_wchar_p,
+            PVOID,
+            DWORD,
+            ctypes.POINTER(PVOID),
+        ]
         _userenv.DeriveAppContainerSidFromAppContainerName.restype = ctypes.c_long
         _userenv.DeriveAppContainerSidFromAppContainerName.argtypes = [
-            ctypes.c_wchar_p, ctypes.POINTER(PVOID)]
+            ctypes.c_wchar_p,
+            ctypes.POINTER(PVOID),
+        ]
         _userenv.DeleteAppContainerProfile.restype = ctypes.c_long
         _userenv.DeleteAppContainerProfile.argtypes = [ctypes.c_wchar_p]
         _advapi.FreeSid.argtypes = [PVOID]
         _advapi.GetNamedSecurityInfoW.restype = DWORD
         _advapi.GetNamedSecurityInfoW.argtypes = [
-            ctypes.c_wchar_p, ctypes.c_int, DWORD, PVOID, PVOID, ctypes.POINTER(PVOID), PVOID,
-            ctypes.POINTER(PVOID)]
+            ctypes.c_wchar_p,
+            ctypes.c_int,
+            DWORD,
+            PVOID,
+            PVOID,
+            ctypes.POINTER(PVOID),
+            PVOID,
+            ctypes.POINTER(PVOID),
+        ]
         _advapi.SetEntriesInAclW.restype = DWORD
         _advapi.SetEntriesInAclW.argtypes = [
-            ctypes.c_ulong, ctypes.POINTER(EXPLICIT_ACCESS_W), PVOID, ctypes.POINTER(PVOID)]
+            ctypes.c_ulong,
+            ctypes.POINTER(EXPLICIT_ACCESS_W),
+            PVOID,
+            ctypes.POINTER(PVOID),
+        ]
         _advapi.SetNamedSecurityInfoW.restype = DWORD
         _advapi.SetNamedSecurityInfoW.argtypes = [
-            ctypes.c_wchar_p, ctypes.c_int, DWORD, PVOID, PVOID, PVOID, PVOID]
+            ctypes.c_wchar_p,
+            ctypes.c_int,
+            DWORD,
+            PVOID,
+            PVOID,
+            PVOID,
+            PVOID,
+        ]
     return _k32, _userenv, _advapi

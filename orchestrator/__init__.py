@@ -33,10 +33,14 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Config": "sprawl_orch.config", "load_config": "sprawl_orch.config",
-    "parse_config": "sprawl_orch.config", "ErrorCode": "sprawl_orch.errors",
-    "SprawlError": "sprawl_orch.errors", "ExecTool": "sprawl_orch.exec_tool",
-    "ExecResult": "sprawl_orch.results", "Refusal": "sprawl_orch.results",
+    "Config": "sprawl_orch.config",
+    "load_config": "sprawl_orch.config",
+    "parse_config": "sprawl_orch.config",
+    "ErrorCode": "sprawl_orch.errors",
+    "SprawlError": "sprawl_orch.errors",
+    "ExecTool": "sprawl_orch.exec_tool",
+    "ExecResult": "sprawl_orch.results",
+    "Refusal": "sprawl_orch.results",
 }
 
 

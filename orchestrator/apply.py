@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
@@ -73,38 +73,56 @@ class ApplyResult(BaseModel):
         return self.model_dump(mode="json")
 
 
-def _selected(entries: list[ChangeEntry], paths: Sequence[str] | None) -> tuple[
-        list[ChangeEntry], list[str]]:
+def _selected(
+    entries: list[ChangeEntry], paths: Sequence[str] | None
+) -> tuple[list[ChangeEntry], list[str]]:
     """The entries chosen by ``paths`` (a path chooses itself and everything beneath it; none:
     all), plus created directories they need; and the paths that chose nothing."""
     if not paths:
         return list(entries), []
     wanted = [p.strip("/") for p in paths]
-    unknown = [p for p in wanted
-               if not any(e.path == p or e.path.startswith(p + "/") for e in entries)]
-    chosen = {e.path for e in entries
-              if any(e.path == p or e.path.startswith(p + "/") for p in wanted)}
-    made_dirs = {e.path for e in entries if e.kind == "dir" and e.change in ("created",
-                                                                              "kind_changed")}
+    unknown = [
+        p for p in wanted if not any(e.path == p or e.path.startswith(p + "/") for e in entries)
+    ]
+    chosen = {
+        e.path for e in entries if any(e.path == p or e.path.startswith(p + "/") for p in wanted)
+    }
+    made_dirs = {
+        e.path for e in entries if e.kind == "dir" and e.change in ("created", "kind_changed")
+    }
     for path in list(chosen):
         parts = path.split("/")
-        chosen.update(a for a in ("/".join(parts[:i]) for i in range(1, len(parts)))
-                      if a in made_dirs)
+        chosen.update(
+            a for a in ("/".join(parts[:i]) for i in range(1, len(parts))) if a in made_dirs
+        )
     return [e for e in entries if e.path in chosen], unknown
 
 
-def apply(state: Path, handle: str, paths: Sequence[str] | None = None, *,
-          dry_run: bool = False, workdir: Path | None = None) -> ApplyResult:
+def apply(
+    state: Path,
+    handle: str,
+    paths: Sequence[str] | None = None,
+    *,
+    dry_run: bool = False,
+    workdir: Path | None = None,
+) -> ApplyResult:
     """Apply kept changes of ``handle`` (all, or ``paths``) to the working directory they were
     made from. ``workdir``, when given, must be that directory (a harness's guard)."""
     kept = load(state, handle)
     root = kept.workdir
     if workdir is not None and Path(workdir).resolve() != root:
-        raise SprawlError(ErrorCode.BAD_REQUEST, str(workdir),
-                          f"the changes of {handle} were made from {root}, not this directory",
-                          f"apply it from {root}, or pass that directory")
-    with os_errors(ErrorCode.STORAGE_FATAL, root, "cannot open the working directory",
-                   "check that it still exists"):
+        raise SprawlError(
+            ErrorCode.BAD_REQUEST,
+            str(workdir),
+            f"the changes of {handle} were made from {root}, not this directory",
+            f"apply it from {root}, or pass that directory",
+        )
+    with os_errors(
+        ErrorCode.STORAGE_FATAL,
+        root,
+        "cannot open the working directory",
+        "check that it still exists",
+    ):
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         with open(kept.dir / ".lock", "a") as lock:
@@ -114,42 +132,61 @@ def apply(state: Path, handle: str, paths: Sequence[str] | None = None, *,
         os.close(root_fd)
 
 
-def _apply_locked(kept: Kept, root_fd: int, paths: Sequence[str] | None,
-                  dry_run: bool) -> ApplyResult:
+def _apply_locked(
+    kept: Kept, root_fd: int, paths: Sequence[str] | None, dry_run: bool
+) -> ApplyResult:
     kept = load(kept.dir.parent.parent, kept.handle)  # re-read under the lock
     chosen, unknown = _selected(kept.entries, paths)
     chosen_paths = {e.path for e in chosen}
-    skipped = [ApplyItem(path=e.path, change=e.change, why="not chosen")
-               for e in kept.entries if e.path not in chosen_paths]
-    skipped += [ApplyItem(path=e.path, change=e.change, why="applied before")
-                for e in chosen if e.path in kept.applied]
-    refused = [ApplyItem(path=p, change="none", why="not among the changes of this handle")
-               for p in unknown]
+    skipped = [
+        ApplyItem(path=e.path, change=e.change, why="not chosen")
+        for e in kept.entries
+        if e.path not in chosen_paths
+    ]
+    skipped += [
+        ApplyItem(path=e.path, change=e.change, why="applied before")
+        for e in chosen
+        if e.path in kept.applied
+    ]
+    refused = [
+        ApplyItem(path=p, change="none", why="not among the changes of this handle")
+        for p in unknown
+    ]
     todo = [e for e in chosen if e.path not in kept.applied]
     verdicts = check_all(kept, root_fd, todo)
     # Written by an earlier apply that was interrupted before it could record them.
     already = [e for e in todo if (v := verdicts[e.path]) is not None and v.already]
     ok = [e for e in todo if verdicts[e.path] is None]
-    refused += [_refusal(e, v) for e in todo
-                if (v := verdicts[e.path]) is not None and not v.already]
-    base = {"handle": kept.handle, "workdir": str(kept.workdir), "dry_run": dry_run,
-            "skipped": skipped}
+    refused += [
+        _refusal(e, v) for e in todo if (v := verdicts[e.path]) is not None and not v.already
+    ]
+    base: dict[str, Any] = {
+        "handle": kept.handle,
+        "workdir": str(kept.workdir),
+        "dry_run": dry_run,
+        "skipped": skipped,
+    }
     if dry_run:
         from sprawl_orch.apply_diff import diff_of
 
-        return ApplyResult(applied=[ApplyItem(path=e.path, change=e.change) for e in ok],
-                           refused=refused, diff=diff_of(kept, ok), **base)  # type: ignore[arg-type]
+        return ApplyResult(
+            applied=[ApplyItem(path=e.path, change=e.change) for e in ok],
+            refused=refused,
+            diff=diff_of(kept, ok),
+            **base,
+        )
     _clear_journal(kept, root_fd)
-    done = [ApplyItem(path=e.path, change=e.change, why="found already applied")
-            for e in already]
+    done = [ApplyItem(path=e.path, change=e.change, why="found already applied") for e in already]
     record_applied(kept, [e.path for e in already])
     failed: dict[str, str] = {}
     # rename() replaces a file or link in one step; only a directory on either side of a
     # kind change must be removed first.
-    removals = [e for e in ok if e.change == "deleted" or (
-        e.change == "kind_changed" and "dir" in (e.kind, e.was_kind))]
-    for e in sorted(removals,
-                    key=lambda e: e.path.split("/"), reverse=True):
+    removals = [
+        e
+        for e in ok
+        if e.change == "deleted" or (e.change == "kind_changed" and "dir" in (e.kind, e.was_kind))
+    ]
+    for e in sorted(removals, key=lambda e: e.path.split("/"), reverse=True):
         why = _attempt(partial(_remove, root_fd, e))
         if why:
             failed[e.path] = why
@@ -172,7 +209,7 @@ def _apply_locked(kept: Kept, root_fd: int, paths: Sequence[str] | None,
     # and drop() leaves every path "applied before", and only this call can finish the store
     # (the 50-kill chaos test met it once in about 20 runs).
     finished = finish_if_done(kept)
-    return ApplyResult(applied=done, refused=refused, finished=finished, **base)  # type: ignore[arg-type]
+    return ApplyResult(applied=done, refused=refused, finished=finished, **base)
 
 
 def _refusal(e: ChangeEntry, v: Verdict | None) -> ApplyItem:
@@ -203,8 +240,10 @@ def _remove(root_fd: int, e: ChangeEntry) -> None:
                 os.rmdir(name, dir_fd=fd)
             except OSError as err:
                 if err.errno == 39:  # ENOTEMPTY
-                    raise NotBeneath(f"{e.path} holds entries the command did not delete "
-                                     "(added to the working directory since)") from err
+                    raise NotBeneath(
+                        f"{e.path} holds entries the command did not delete "
+                        "(added to the working directory since)"
+                    ) from err
                 raise
         else:
             os.unlink(name, dir_fd=fd)
@@ -296,18 +335,23 @@ def _write(kept: Kept, root_fd: int, e: ChangeEntry) -> None:
         os.close(fd)
 
 
-def _write_file(kept: Kept, e: ChangeEntry, dir_fd: int, tmp: str, mode: int,
-                owner: tuple[int, int] | None) -> None:
+def _write_file(
+    kept: Kept, e: ChangeEntry, dir_fd: int, tmp: str, mode: int, owner: tuple[int, int] | None
+) -> None:
     blob = kept.blob(e.path)
     assert blob is not None
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                  0o600, dir_fd=dir_fd)
+    out = os.open(
+        tmp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=dir_fd,
+    )
     try:
         with open(blob, "rb") as src:
             while chunk := src.read(1 << 20):
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(out, view):]
+                    view = view[os.write(out, view) :]
         if owner is not None:
             os.fchown(out, *owner)
         os.fchmod(out, mode)

@@ -30,8 +30,14 @@ class Verdict:
 
 
 def _stamp_dict(s: list[int] | tuple[int, ...]) -> dict[str, int]:
-    return {"mode": s[0], "size": s[1], "mtime_ns": s[2], "ctime_ns": s[3], "ino": s[4],
-            "dev": s[5]}
+    return {
+        "mode": s[0],
+        "size": s[1],
+        "mtime_ns": s[2],
+        "ctime_ns": s[3],
+        "ino": s[4],
+        "dev": s[5],
+    }
 
 
 def _lstat(root_fd: int, rel: str, planned: set[str]) -> os.stat_result | None:
@@ -52,8 +58,9 @@ def _lstat(root_fd: int, rel: str, planned: set[str]) -> os.stat_result | None:
         except FileNotFoundError:
             return None
         if have < len(parts) - 1:
-            raise NotBeneath(f"{'/'.join(parts[:have + 1])} appeared in the working directory "
-                             "since the sync")
+            raise NotBeneath(
+                f"{'/'.join(parts[: have + 1])} appeared in the working directory since the sync"
+            )
         return st
     finally:
         os.close(fd)
@@ -74,8 +81,9 @@ def up_after_name(target: str) -> bool:
     return False
 
 
-def link_stays_inside(root_fd: int, rel: str, target: str,
-                      planned: Mapping[str, str | None] | None = None) -> bool:
+def link_stays_inside(
+    root_fd: int, rel: str, target: str, planned: Mapping[str, str | None] | None = None
+) -> bool:
     """Whether a link at ``rel`` pointing at ``target`` resolves inside the tree, following the
     tree's own links step by step (a component that does not exist yet is taken as named).
     ``planned``: what this apply makes of other paths (a link's target, or None: not a link),
@@ -113,7 +121,7 @@ def link_stays_inside(root_fd: int, rel: str, target: str,
     # would then lead out of the tree. (A link across, `d/l -> ../e`, does too for
     # `d/l/../..`; such a link is common in workspaces and is still applied.)
     own = rel.split("/")[:-1]
-    return own[:len(where)] != where
+    return own[: len(where)] != where
 
 
 def _link_now(root_fd: int, where: list[str]) -> str | None:
@@ -133,8 +141,13 @@ def _link_now(root_fd: int, where: list[str]) -> str | None:
     return None
 
 
-def check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
-          links: Mapping[str, str | None] | None = None) -> Verdict | None:
+def check(
+    kept: Kept,
+    root_fd: int,
+    e: ChangeEntry,
+    planned: set[str],
+    links: Mapping[str, str | None] | None = None,
+) -> Verdict | None:
     verdict = _check(kept, root_fd, e, planned, links or {})
     if verdict is not None and verdict.why.startswith("conflict") and _is_new(kept, root_fd, e):
         return Verdict("found already applied", already=True)
@@ -166,18 +179,21 @@ def _is_new(kept: Kept, root_fd: int, e: ChangeEntry) -> bool:
     return True
 
 
-def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
-           links: Mapping[str, str | None]) -> Verdict | None:
+def _check(
+    kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str], links: Mapping[str, str | None]
+) -> Verdict | None:
     if e.kind == "other":
         return Verdict("a fifo, socket or device file is never applied")
     if e.kind == "file" and e.change != "mode_changed" and kept.blob(e.path) is None:
         return Verdict("its new bytes were not kept (see the command's changes.note)")
     if e.kind == "link" and not link_stays_inside(root_fd, e.path, e.target or "", links):
-        return Verdict(f"the link's target {e.target!r} leads out of the working "
-                       "directory, climbs with '..' after a name (a link at that name turns "
-                       "it outward) or points at its own directory or above (which turns "
-                       "every '..' through it outward); a link is applied only if it stays "
-                       "inside the tree")
+        return Verdict(
+            f"the link's target {e.target!r} leads out of the working "
+            "directory, climbs with '..' after a name (a link at that name turns "
+            "it outward) or points at its own directory or above (which turns "
+            "every '..' through it outward); a link is applied only if it stays "
+            "inside the tree"
+        )
     try:
         now = _lstat(root_fd, e.path, planned)
     except NotBeneath as err:
@@ -185,23 +201,36 @@ def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
     recorded = kept.source.get(e.path)
     if e.change == "created":
         if now is not None:
-            return Verdict("conflict: the working directory has this path now, and had not "
-                           "at the command's sync", None, _stamp_dict(_t(now)))
+            return Verdict(
+                "conflict: the working directory has this path now, and had not "
+                "at the command's sync",
+                None,
+                _stamp_dict(_t(now)),
+            )
         return None
     if recorded is None:
-        return Verdict("conflict: no stamp of it was taken before the sync (it appeared while "
-                       "the sync ran), so it cannot be shown unchanged", None,
-                       _stamp_dict(_t(now)) if now else None)
+        return Verdict(
+            "conflict: no stamp of it was taken before the sync (it appeared while "
+            "the sync ran), so it cannot be shown unchanged",
+            None,
+            _stamp_dict(_t(now)) if now else None,
+        )
     at_sync = _stamp_dict(recorded)
     if now is None:
         return Verdict("conflict: deleted from the working directory since the sync", at_sync)
     if stat.S_ISLNK(now.st_mode):
-        return Verdict("the working directory has a symbolic link here; apply never writes "
-                       "over a link", at_sync, _stamp_dict(_t(now)))
+        return Verdict(
+            "the working directory has a symbolic link here; apply never writes over a link",
+            at_sync,
+            _stamp_dict(_t(now)),
+        )
     mine = _t(now)
     if e.was_kind == "dir":
         same = stat.S_ISDIR(now.st_mode) and (mine[0], mine[4], mine[5]) == (
-            recorded[0], recorded[4], recorded[5])
+            recorded[0],
+            recorded[4],
+            recorded[5],
+        )
     elif mine == tuple(recorded) and recorded[3] < kept.source_trusted_below_ns:
         same = True
     elif e.path in kept.hashes and stat.S_ISREG(now.st_mode):
@@ -209,11 +238,18 @@ def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
     else:
         same = False
         if mine == tuple(recorded):
-            return Verdict("conflict: its stamp is too recent to prove it unchanged since the "
-                           "sync, and its bytes were not hashed", at_sync, _stamp_dict(mine))
+            return Verdict(
+                "conflict: its stamp is too recent to prove it unchanged since the "
+                "sync, and its bytes were not hashed",
+                at_sync,
+                _stamp_dict(mine),
+            )
     if not same:
-        return Verdict("conflict: changed in the working directory since the command's sync",
-                       at_sync, _stamp_dict(mine))
+        return Verdict(
+            "conflict: changed in the working directory since the command's sync",
+            at_sync,
+            _stamp_dict(mine),
+        )
     if e.change == "mode_changed" and not stat.S_ISDIR(now.st_mode) and now.st_nlink > 1:
         return Verdict(shared_inode(now.st_nlink), at_sync, _stamp_dict(mine))
     return None
@@ -222,9 +258,11 @@ def _check(kept: Kept, root_fd: int, e: ChangeEntry, planned: set[str],
 def shared_inode(links: int) -> str:
     """Why a mode change is refused on a file with hard links: a mode belongs to the inode,
     so a chmod would change the other names too, which may lie outside the tree."""
-    return (f"the file has {links} hard links (names possibly outside the working directory, "
-            "e.g. a package store); its mode is the inode's, so changing it here would change "
-            "them all: change it by hand if you mean that")
+    return (
+        f"the file has {links} hard links (names possibly outside the working directory, "
+        "e.g. a package store); its mode is the inode's, so changing it here would change "
+        "them all: change it by hand if you mean that"
+    )
 
 
 def sha256_of_beneath(root_fd: int, rel: str) -> str | None:
@@ -244,13 +282,14 @@ def _t(st: os.stat_result) -> tuple[int, int, int, int, int, int]:
 
 
 def check_all(kept: Kept, root_fd: int, todo: list[ChangeEntry]) -> dict[str, Verdict | None]:
-    planned = {e.path for e in todo if e.kind == "dir" and e.change in ("created",
-                                                                         "kind_changed")}
+    planned = {e.path for e in todo if e.kind == "dir" and e.change in ("created", "kind_changed")}
     # What this apply makes of each path it writes: followed instead of the tree's entry
     # now (a link written beside another can lead out through it: Y -> ., X -> Y/../x).
     links: dict[str, str | None] = {
         e.path: (e.target or "") if e.kind == "link" and e.change != "deleted" else None
-        for e in todo if e.change != "mode_changed"}
+        for e in todo
+        if e.change != "mode_changed"
+    }
     verdicts = {e.path: check(kept, root_fd, e, planned, links) for e in todo}
     # A directory the apply would make is only made if something chosen needs it or it was
     # chosen itself; a refused parent refuses what is beneath it.

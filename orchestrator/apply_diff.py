@@ -61,12 +61,17 @@ def _one(kept: Kept, e: ChangeEntry) -> list[str]:
     old_text, new_text = _text(old), _text(new)
     if old_text is None or new_text is None:
         return [*head, f"Binary files {a} and {b} differ ({len(old)} -> {len(new)} bytes)\n"]
-    lines = list(difflib.unified_diff(
-        old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-        fromfile="/dev/null" if e.change == "created" else a,
-        tofile="/dev/null" if e.change == "deleted" else b))
-    return head + [ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n"
-                   for ln in lines]
+    lines = list(
+        difflib.unified_diff(
+            old_text.splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
+            fromfile="/dev/null" if e.change == "created" else a,
+            tofile="/dev/null" if e.change == "deleted" else b,
+        )
+    )
+    return head + [
+        ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines
+    ]
 
 
 def diff_of(kept: Kept, entries: list[ChangeEntry]) -> str:

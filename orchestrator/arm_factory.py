@@ -25,7 +25,11 @@ def yielders_of(offerings: Offerings) -> Yielders:
 
 
 def build_arm(
-    choice: Choice, offerings: Offerings, config: Config, *, evidence: Evidence | None = None,
+    choice: Choice,
+    offerings: Offerings,
+    config: Config,
+    *,
+    evidence: Evidence | None = None,
     watcher: Watcher | None = None,
 ) -> Arm:
     """`evidence`, `watcher`: where a container engine's admission is kept, and who hears of
@@ -55,12 +59,14 @@ def build_arm(
         assert choice.engine is not None
         offer = offerings.engine(choice.engine)
         assert offer is not None
-        return ContainerArm.from_offer(offer, config.sandbox.container, evidence=evidence,
-                                       watcher=watcher)
+        return ContainerArm.from_offer(
+            offer, config.sandbox.container, evidence=evidence, watcher=watcher
+        )
     faults = [m for m in choice.missing if m.kind == "config_invalid"]
     if faults:
-        raise SprawlError(ErrorCode.CONFIG_INVALID, faults[0].subject, faults[0].phrase,
-                          faults[0].recovery)
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID, faults[0].subject, faults[0].phrase, faults[0].recovery
+        )
     raise SprawlError(
         ErrorCode.SANDBOX_DENIED,
         subject=f"[sandbox] arm = {choice.asked!r}",

@@ -145,7 +145,7 @@ def seatbelt(why: str) -> Missing:
     return Missing(
         "seatbelt",
         f"macOS Seatbelt (sandbox-exec) is not usable: {why}",
-        "run on macOS where /usr/bin/sandbox-exec exists, or choose arm = \"copied_tree\"",
+        'run on macOS where /usr/bin/sandbox-exec exists, or choose arm = "copied_tree"',
     )
 
 

@@ -183,16 +183,31 @@ class Backlog:
         state.job = enter_job(state.job, JobCreated(Unrequested()))
         return group
 
-    def enter(self, running: Running, launch: Launch, pending: Pending, join: Joining | None,
-              release_copy: Callable[[], None] | None = None,
-              changes: Callable[[str], Changes] | None = None,
-              drain: Callable[[], None] | None = None) -> Entry:
+    def enter(
+        self,
+        running: Running,
+        launch: Launch,
+        pending: Pending,
+        join: Joining | None,
+        release_copy: Callable[[], None] | None = None,
+        changes: Callable[[str], Changes] | None = None,
+        drain: Callable[[], None] | None = None,
+    ) -> Entry:
         followed = pending.arm is ArmName.CONTAINER or (join is not None and join.joined is True)
         with self._lock:
             state = self._runs.setdefault(launch.run, _Run())
-            entry = Entry(launch.tag, launch.run, running, launch, pending,
-                          self._mark(state, join, pending.arm), followed, release_copy, changes,
-                          drain)
+            entry = Entry(
+                launch.tag,
+                launch.run,
+                running,
+                launch,
+                pending,
+                self._mark(state, join, pending.arm),
+                followed,
+                release_copy,
+                changes,
+                drain,
+            )
             self._entries[entry.handle] = entry
             if self._closed:  # closed while this command was starting: it goes at once
                 entry.claimed = True
@@ -213,8 +228,12 @@ class Backlog:
         if state.group is None:
             return Unapplied(limit, Why.REFUSED, state.refused)
         if join is None or join.joined is not True:
-            said = join.error if join and join.error else f"the {arm.value} arm's processes " \
+            said = (
+                join.error
+                if join and join.error
+                else f"the {arm.value} arm's processes "
                 "are not host processes of ours (a container has its own cgroup)"
+            )
             return Unapplied(limit, Why.UNJOINED, said)
         if join.before is None:
             return Unread(limit, "the run's OOM count could not be read when it started")
@@ -223,7 +242,9 @@ class Backlog:
     def _refuse_if_closed(self) -> None:
         if self._closed:
             raise SprawlError(
-                ErrorCode.TOOL_UNAVAILABLE, "exec tool", f"{self._closed_why}; nothing was run",
+                ErrorCode.TOOL_UNAVAILABLE,
+                "exec tool",
+                f"{self._closed_why}; nothing was run",
                 "start a new exec tool (or a new sprawl-orch serve)",
             )
 
@@ -250,9 +271,12 @@ class Backlog:
             return self._collect(entry, kill=not in_time, detail=detail)
         entry.done.wait()
         if entry.result is None:
-            raise SprawlError(ErrorCode.STORAGE_FATAL, entry.handle, "the command was collected "
-                              "by another caller and its result could not be read",
-                              "see the ledger for what was recorded")
+            raise SprawlError(
+                ErrorCode.STORAGE_FATAL,
+                entry.handle,
+                "the command was collected by another caller and its result could not be read",
+                "see the ledger for what was recorded",
+            )
         return entry.result
 
     def harvest(self) -> list[ExecResult]:
@@ -267,7 +291,9 @@ class Backlog:
             entry = self._entries.get(handle)
         if entry is None or not self._claim(entry):
             raise SprawlError(
-                ErrorCode.UNKNOWN_HANDLE, handle, "no command in the backlog has this handle "
+                ErrorCode.UNKNOWN_HANDLE,
+                handle,
+                "no command in the backlog has this handle "
                 "(it finished and was harvested, was halted or released, or never existed)",
                 "list what runs with processes(), or harvest() finished commands",
             )
@@ -282,8 +308,10 @@ class Backlog:
                 self._entries.pop(entry.handle, None)
             state = self._runs.pop(run, None)
         group = state.group if state is not None else None
-        results = [self._collect(e, kill=True, detail=f"run {run!r} was released", group=group)
-                   for e in entries]
+        results = [
+            self._collect(e, kill=True, detail=f"run {run!r} was released", group=group)
+            for e in entries
+        ]
         if state is not None and state.group is not None and self._cgroups is not None:
             self._cgroups.remove(state.group)
         return results
@@ -321,21 +349,31 @@ class Backlog:
     # -- results --------------------------------------------------------------------------
     def _backgrounded(self, entry: Entry) -> ExecResult:
         known = entry.mark if not isinstance(entry.mark, Watching) else NotAsked()
-        return backgrounded(self._started(entry), entry.handle, entry.pending.window,
-                            ceiling_at(known, None).as_result())
+        return backgrounded(
+            self._started(entry),
+            entry.handle,
+            entry.pending.window,
+            ceiling_at(known, None).as_result(),
+        )
 
     def _started(self, entry: Entry) -> Started:
         p = entry.pending
         return Started(
-            arm=p.arm.value, where="host" if p.arm is ArmName.HOST else "sandbox",
-            command=p.command, shell=entry.launch.shell_line is not None,
-            env=env_names(entry.launch.env), interpreter=p.interpreter,
-            confinement=p.confinement, work=p.work, run=entry.run,
+            arm=p.arm.value,
+            where="host" if p.arm is ArmName.HOST else "sandbox",
+            command=p.command,
+            shell=entry.launch.shell_line is not None,
+            env=env_names(entry.launch.env),
+            interpreter=p.interpreter,
+            confinement=p.confinement,
+            work=p.work,
+            run=entry.run,
             duration_ms=round((time.monotonic() - p.started) * 1000, 1),
         )
 
-    def _collect(self, entry: Entry, *, kill: bool, detail: str | None,
-                 group: RunGroup | None = None) -> ExecResult:
+    def _collect(
+        self, entry: Entry, *, kill: bool, detail: str | None, group: RunGroup | None = None
+    ) -> ExecResult:
         try:
             if kill:
                 entry.running.kill()
@@ -354,14 +392,19 @@ class Backlog:
             container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
             if finished.refusal is not None:
                 # Started, but the program never ran: a refusal like any other arm's.
-                entry.result = never_ran(self._started(entry), finished.refusal,
-                                         container or None)
+                entry.result = never_ran(self._started(entry), finished.refusal, container or None)
                 return entry.result
             changes = entry.changes(entry.handle) if entry.changes is not None else None
             entry.result = settled(
-                self._started(entry), finished, stdout=stdout, stderr=stderr, detail=detail,
-                memory_ceiling=verdict.as_result(), container=container or None,
-                background_handle=entry.handle if entry.background else None, changes=changes,
+                self._started(entry),
+                finished,
+                stdout=stdout,
+                stderr=stderr,
+                detail=detail,
+                memory_ceiling=verdict.as_result(),
+                container=container or None,
+                background_handle=entry.handle if entry.background else None,
+                changes=changes,
             )
             return entry.result
         finally:

@@ -57,7 +57,8 @@ def open_file_beneath(root_fd: int, parts: list[str]) -> int:
     way (NotBeneath) or at the end (ELOOP), and a FIFO put there does not block the open."""
     parent = open_dir_beneath(root_fd, parts[:-1])
     try:
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                       dir_fd=parent)
+        return os.open(
+            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent
+        )
     finally:
         os.close(parent)

@@ -106,8 +106,9 @@ def ceiling_at(mark: CeilingMark, read: int | None) -> CeilingReport:
             if read is None:
                 return CeilingReport("unread", limit, reason="the count could not be read now")
             if before < read:
-                return CeilingReport("hit", limit,
-                                     reason=f"the run's OOM count went {before} -> {read}")
+                return CeilingReport(
+                    "hit", limit, reason=f"the run's OOM count went {before} -> {read}"
+                )
             return CeilingReport("silent", limit)
     raise TypeError(f"not a CeilingMark: {mark!r}")
 

@@ -113,8 +113,9 @@ def delegation(
 ) -> Delegation:
     """Read, without changing anything, whether runs can get cgroups here."""
     if not platform.startswith("linux"):
-        return Delegation(PlatformShares.NONE, None, why=f"{platform} has no cgroups",
-                          platform_has_cgroups=False)
+        return Delegation(
+            PlatformShares.NONE, None, why=f"{platform} has no cgroups", platform_has_cgroups=False
+        )
     if self_cgroup is None:
         try:
             self_cgroup = Path("/proc/self/cgroup").read_text()
@@ -134,19 +135,33 @@ def _v2(root: Path, own: dict[str, str]) -> Delegation:
     if parent.name == "core" and parent.parent != root:
         # We (or the serve that started us) already moved into core: the parent is the one above.
         parent, rel = parent.parent, rel.rsplit("/", 1)[0] or "/"
-    problems = [p for p in (_opens_for_writing(parent / "cgroup.procs"),
-                            _opens_for_writing(parent / "cgroup.subtree_control")) if p]
+    problems = [
+        p
+        for p in (
+            _opens_for_writing(parent / "cgroup.procs"),
+            _opens_for_writing(parent / "cgroup.subtree_control"),
+        )
+        if p
+    ]
     if problems:
-        return Delegation(PlatformShares.NONE, "v2", why=f"{NOT_DELEGATED_PHRASE} "
-                          f"({'; '.join(problems)})")
+        return Delegation(
+            PlatformShares.NONE, "v2", why=f"{NOT_DELEGATED_PHRASE} ({'; '.join(problems)})"
+        )
     have = _controllers(parent / "cgroup.controllers")
     if "cpu" not in have:
-        return Delegation(PlatformShares.NONE, "v2", why=f"{NOT_DELEGATED_PHRASE} (the cpu "
-                          f"controller is not available in {parent})")
+        return Delegation(
+            PlatformShares.NONE,
+            "v2",
+            why=f"{NOT_DELEGATED_PHRASE} (the cpu controller is not available in {parent})",
+        )
     shares = PlatformShares.CPU_AND_MEMORY if "memory" in have else PlatformShares.CPU
-    return Delegation(shares, "v2", {"unified": parent},
-                      why=f"cgroup v2: {parent} is delegated ({', '.join(sorted(have))})",
-                      relative={"unified": rel})
+    return Delegation(
+        shares,
+        "v2",
+        {"unified": parent},
+        why=f"cgroup v2: {parent} is delegated ({', '.join(sorted(have))})",
+        relative={"unified": rel},
+    )
 
 
 def _v1(root: Path, own: dict[str, str]) -> Delegation:
@@ -163,12 +178,20 @@ def _v1(root: Path, own: dict[str, str]) -> Delegation:
         else:
             parents[name] = parent
     if "cpu" not in parents:
-        return Delegation(PlatformShares.NONE, "v1" if parents else None,
-                          why=f"{NOT_DELEGATED_PHRASE} ({'; '.join(problems)})")
+        return Delegation(
+            PlatformShares.NONE,
+            "v1" if parents else None,
+            why=f"{NOT_DELEGATED_PHRASE} ({'; '.join(problems)})",
+        )
     shares = PlatformShares.CPU_AND_MEMORY if "memory" in parents else PlatformShares.CPU
     where = ", ".join(f"{k} at {v}" for k, v in sorted(parents.items()))
-    return Delegation(shares, "v1", parents, why=f"cgroup v1: writable {where}",
-                      relative={k: own[k] for k in parents})
+    return Delegation(
+        shares,
+        "v1",
+        parents,
+        why=f"cgroup v1: writable {where}",
+        relative={k: own[k] for k in parents},
+    )
 
 
 def platform_shares(root: Path = DEFAULT_ROOT, self_cgroup: str | None = None) -> PlatformShares:
@@ -200,8 +223,13 @@ class Cgroups:
     """The run cgroups of one session, below our own cgroup(s)."""
 
     def __init__(
-        self, found: Delegation, session: str, *, pid: int | None = None,
-        rmdir: Callable[[Path], None] = os.rmdir, watcher: Watcher | None = None,
+        self,
+        found: Delegation,
+        session: str,
+        *,
+        pid: int | None = None,
+        rmdir: Callable[[Path], None] = os.rmdir,
+        watcher: Watcher | None = None,
     ) -> None:
         self.found = found
         self.watcher = watcher or NullWatcher()
@@ -304,8 +332,9 @@ class Cgroups:
             base = self.found.parents[hierarchy]
             path = self._mkdirs(base, ["sprawl-orch", self.session, name])
             dirs[hierarchy] = path
-            rels[hierarchy] = "/".join((self.found.relative[hierarchy].rstrip("/"),
-                                        "sprawl-orch", self.session, name))
+            rels[hierarchy] = "/".join(
+                (self.found.relative[hierarchy].rstrip("/"), "sprawl-orch", self.session, name)
+            )
         write_value(dirs["cpu"] / "cpu.shares", str(RUN_CPU_SHARES))
         if limit:
             write_value(dirs["memory"] / "memory.limit_in_bytes", str(limit))

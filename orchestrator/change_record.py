@@ -163,8 +163,9 @@ def snapshot_copy(root: Path) -> tuple[ByDir, dict[str, str]]:
 _CTIME = operator.attrgetter("st_ctime_ns")
 
 
-def built_on_sync(sync: copy_stamps.SyncRecord, files: CtimesByDir, record: SyncRecord,
-                  root: Path) -> None:
+def built_on_sync(
+    sync: copy_stamps.SyncRecord, files: CtimesByDir, record: SyncRecord, root: Path
+) -> None:
     """Fill ``record`` with what :func:`snapshot_copy` would find in a copy the sync just
     made: each file's ctime as the sync took it when it settled the file (``files``, its
     last touch of it), and an lstat of each directory and link now -- the sync changed
@@ -192,8 +193,10 @@ def built_on_sync(sync: copy_stamps.SyncRecord, files: CtimesByDir, record: Sync
 
 def _walked(record: SyncRecord, root: Path) -> None:
     record.stats, record.targets = snapshot_copy(root)
-    record.ctimes = {d: dict(zip(names, map(_CTIME, names.values()), strict=True))
-                     for d, names in record.stats.items()}
+    record.ctimes = {
+        d: dict(zip(names, map(_CTIME, names.values()), strict=True))
+        for d, names in record.stats.items()
+    }
 
 
 def _untrust(ctimes: CtimesByDir, line: int) -> None:
@@ -253,13 +256,20 @@ def source_dirs(sync: copy_stamps.SyncRecord, workdir: Path) -> dict[str, Stamp]
         except OSError:
             continue
         if stat.S_ISDIR(st.st_mode):
-            out[_slashed(rel)] = (norm_mode(st.st_mode), 0, st.st_mtime_ns, st.st_ctime_ns,
-                                  st.st_ino, st.st_dev)
+            out[_slashed(rel)] = (
+                norm_mode(st.st_mode),
+                0,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+                st.st_dev,
+            )
     return out
 
 
-def finish(copy_root: Path, sync: copy_stamps.SyncRecord | None, workdir: Path, *,
-           walk: bool = False) -> SyncRecord:
+def finish(
+    copy_root: Path, sync: copy_stamps.SyncRecord | None, workdir: Path, *, walk: bool = False
+) -> SyncRecord:
     """The record of a synced and readied copy; call just before the command starts.
     ``sync``: the record of the sync that made the copy (None: no source stamps, so apply
     refuses all but creations); ``walk``: the arm changed the copy's entries after it."""
@@ -299,8 +309,7 @@ def mounts_inside(root: Path) -> bool | None:
             continue
         # proc(5): the mount point is field 5, with space, tab, newline and backslash octal
         # escaped (\040 ...).
-        point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
-                                   fields[4]))
+        point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), fields[4]))
         if point == top or point.startswith(top.rstrip("/") + "/"):
             return True
     return False

@@ -42,8 +42,12 @@ def changes_root(state: Path) -> Path:
 
 def _check_handle(handle: str) -> None:
     if not handle or handle.startswith(".") or not set(handle) <= _HANDLE_OK:
-        raise SprawlError(ErrorCode.BAD_REQUEST, repr(handle), "not a command handle",
-                          "pass the `changes.handle` of a result")
+        raise SprawlError(
+            ErrorCode.BAD_REQUEST,
+            repr(handle),
+            "not a command handle",
+            "pass the `changes.handle` of a result",
+        )
 
 
 @contextmanager
@@ -124,8 +128,15 @@ def _sweep(root: Path) -> None:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord,
-         entries: list[ChangeEntry], budget: int = BUDGET) -> Changes:
+def keep(
+    state: Path,
+    handle: str,
+    workdir: Path,
+    copy: Path,
+    record: SyncRecord,
+    entries: list[ChangeEntry],
+    budget: int = BUDGET,
+) -> Changes:
     """Store ``entries`` under ``handle``; the result's `changes` value."""
     _check_handle(handle)
     root = changes_root(state)
@@ -151,12 +162,16 @@ def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord
     finally:
         os.close(copy_fd)
     manifest = {
-        "handle": handle, "workdir": str(workdir), "made": time.time(), "stored_bytes": stored,
+        "handle": handle,
+        "workdir": str(workdir),
+        "made": time.time(),
+        "stored_bytes": stored,
         # Python mode: the real names (json.dump escapes non-UTF-8 ones as \udcXX and reads
         # them back), not the shown ones the JSON mode gives results.
         "entries": [e.model_dump() for e in entries],
-        "source": {e.path: list(src) for e in entries
-                   if (src := record.source(e.path)) is not None},
+        "source": {
+            e.path: list(src) for e in entries if (src := record.source(e.path)) is not None
+        },
         "hashes": {e.path: record.hashes[e.path] for e in entries if e.path in record.hashes},
         "source_trusted_below_ns": record.source_line_ns,
         "blobs": blobs,
@@ -168,8 +183,10 @@ def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord
     with locked(root):
         if stored > budget:
             shutil.rmtree(tmp, ignore_errors=True)
-            notes.append(f"not kept for apply: {stored} bytes of changed files exceed the "
-                         f"changes budget of {budget} bytes ([state] changes_budget_bytes)")
+            notes.append(
+                f"not kept for apply: {stored} bytes of changed files exceed the "
+                f"changes budget of {budget} bytes ([state] changes_budget_bytes)"
+            )
             return Changes.of(entries, note="; ".join(notes), **fields)
         _sweep(root)
         usage = _usage(root)
@@ -177,16 +194,28 @@ def keep(state: Path, handle: str, workdir: Path, copy: Path, record: SyncRecord
         for _, old, size in usage:
             if total + stored <= budget:
                 break
-            drop(root, old, f"dropped at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
-                 f" to keep {handle} within the changes budget of {budget} bytes")
+            drop(
+                root,
+                old,
+                f"dropped at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+                f" to keep {handle} within the changes budget of {budget} bytes",
+            )
             dropped.append(old)
             total -= size
         os.rename(tmp, root / handle)
     if dropped:
-        notes.append(f"older kept changes dropped (oldest first) to stay within the budget "
-                     f"of {budget} bytes: {', '.join(dropped)}")
-    return Changes.of(entries, full=str(root / handle / MANIFEST), kept=True,
-                      note="; ".join(notes) or None, dropped=dropped, **fields)
+        notes.append(
+            f"older kept changes dropped (oldest first) to stay within the budget "
+            f"of {budget} bytes: {', '.join(dropped)}"
+        )
+    return Changes.of(
+        entries,
+        full=str(root / handle / MANIFEST),
+        kept=True,
+        note="; ".join(notes) or None,
+        dropped=dropped,
+        **fields,
+    )
 
 
 def load(state: Path, handle: str) -> Kept:
@@ -198,16 +227,28 @@ def load(state: Path, handle: str) -> Kept:
             m = json.load(f)
     except FileNotFoundError:
         gone = root / f"{handle}.gone"
-        why = gone.read_text().strip() if gone.exists() else \
-            "no kept changes have this handle (a command without changes keeps none)"
-        raise SprawlError(ErrorCode.UNKNOWN_HANDLE, handle, why,
-                          "run the command again and apply its new handle") from None
+        why = (
+            gone.read_text().strip()
+            if gone.exists()
+            else "no kept changes have this handle (a command without changes keeps none)"
+        )
+        raise SprawlError(
+            ErrorCode.UNKNOWN_HANDLE, handle, why, "run the command again and apply its new handle"
+        ) from None
     applied: set[str] = set()
     with suppress(FileNotFoundError):
         applied = set((where / "applied").read_text(errors="surrogateescape").splitlines())
-    return Kept(handle, where, Path(m["workdir"]),
-                [ChangeEntry.model_validate(e) for e in m["entries"]], m["source"], m["hashes"],
-                int(m["source_trusted_below_ns"]), m["blobs"], applied)
+    return Kept(
+        handle,
+        where,
+        Path(m["workdir"]),
+        [ChangeEntry.model_validate(e) for e in m["entries"]],
+        m["source"],
+        m["hashes"],
+        int(m["source_trusted_below_ns"]),
+        m["blobs"],
+        applied,
+    )
 
 
 def drop_handle(state: Path, handle: str) -> None:

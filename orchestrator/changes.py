@@ -98,8 +98,7 @@ class Changes(BaseModel):
 
     @classmethod
     def of(cls, entries: list[ChangeEntry], **fields: Any) -> Changes:
-        counts = {c: 0 for c in ("created", "modified", "deleted", "kind_changed",
-                                 "mode_changed")}
+        counts = {c: 0 for c in ("created", "modified", "deleted", "kind_changed", "mode_changed")}
         new = old = 0
         for e in entries:
             counts[e.change] += 1
@@ -107,9 +106,17 @@ class Changes(BaseModel):
                 new += e.size or 0
             if e.was_kind == "file" and e.change != "mode_changed":
                 old += e.was_size or 0
-        return cls.model_validate({**counts, "bytes_new": new, "bytes_old": old,
-                                   "total": len(entries), "paths": entries[:SHOWN],
-                                   "cut": len(entries) > SHOWN, **fields})
+        return cls.model_validate(
+            {
+                **counts,
+                "bytes_new": new,
+                "bytes_old": old,
+                "total": len(entries),
+                "paths": entries[:SHOWN],
+                "cut": len(entries) > SHOWN,
+                **fields,
+            }
+        )
 
 
 def _mode(st_mode: int) -> str:
@@ -135,8 +142,14 @@ class _Compare:
             now = os.stat(source)
         except OSError:
             return None
-        if (norm_mode(now.st_mode), now.st_size, now.st_mtime_ns, now.st_ctime_ns, now.st_ino,
-                now.st_dev) != src or now.st_size != size:
+        if (
+            norm_mode(now.st_mode),
+            now.st_size,
+            now.st_mtime_ns,
+            now.st_ctime_ns,
+            now.st_ino,
+            now.st_dev,
+        ) != src or now.st_size != size:
             return None
         return _equal_files(str(source), path)
 
@@ -208,8 +221,9 @@ def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
                     out.append(change)
         if matched != len(recorded):  # some recorded names are gone: list the directory again
             here = set(os.listdir(abs_dir))
-            out.extend(_deleted(prefix + n, record.was(rel_dir, n)) for n in recorded
-                       if n not in here)
+            out.extend(
+                _deleted(prefix + n, record.was(rel_dir, n)) for n in recorded if n not in here
+            )
     for rel_dir, names in ctimes.items():  # directories gone (or no longer dirs)
         if rel_dir not in seen_dirs:
             prefix = rel_dir + "/" if rel_dir else ""
@@ -221,28 +235,43 @@ def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
 def _untouched(st: os.stat_result, was: Stamp | None, line: int, strict: bool) -> bool:
     """The same inode as recorded, with the same ctime, below the trusted line (change_record):
     nothing changed it since. The device too when something is mounted inside the copy."""
-    return (was is not None and st.st_ino == was[4] and st.st_ctime_ns == was[3] < line
-            and (not strict or st.st_dev == was[5]))
+    return (
+        was is not None
+        and st.st_ino == was[4]
+        and st.st_ctime_ns == was[3] < line
+        and (not strict or st.st_dev == was[5])
+    )
 
 
 def _deleted(rel: str, was: Stamp | None) -> ChangeEntry:
     if was is None:  # recorded by name only (the sync's record lost it): still gone
         return ChangeEntry(path=rel, change="deleted")
-    return ChangeEntry(path=rel, change="deleted", was_kind=kind_of(was[0]),
-                       was_mode=_mode(was[0]), was_size=_size(was))
+    return ChangeEntry(
+        path=rel,
+        change="deleted",
+        was_kind=kind_of(was[0]),
+        was_mode=_mode(was[0]),
+        was_size=_size(was),
+    )
 
 
 def _size(stamp: Stamp) -> int | None:
     return stamp[1] if stat.S_ISREG(stamp[0]) else None
 
 
-def _judge(cmp: _Compare, rel: str, path: str, st: os.stat_result, was: Stamp | None
-           ) -> ChangeEntry | None:
+def _judge(
+    cmp: _Compare, rel: str, path: str, st: os.stat_result, was: Stamp | None
+) -> ChangeEntry | None:
     now = stamp_of(st)
     kind = kind_of(now[0])
     target = os.readlink(path) if kind == "link" else None
-    fields = {"path": rel, "kind": kind, "mode": _mode(now[0]), "size": _size(now),
-              "target": target}
+    fields = {
+        "path": rel,
+        "kind": kind,
+        "mode": _mode(now[0]),
+        "size": _size(now),
+        "target": target,
+    }
     if was is None:
         return ChangeEntry(change="created", **fields)  # type: ignore[arg-type]
     before = {"was_kind": kind_of(was[0]), "was_mode": _mode(was[0]), "was_size": _size(was)}

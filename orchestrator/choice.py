@@ -67,8 +67,11 @@ def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, l
     # Every engine's fault is named: an engine that works but lacks the pinned image by
     # its recovery (build the image), the others by their own words.
     image_faults = [o.image_missing for o in offers if o.image_missing is not None]
-    others = [r for r in refusals if not any(
-        r.startswith(f"{o.engine}: ") and o.image_missing is not None for o in offers)]
+    others = [
+        r
+        for r in refusals
+        if not any(r.startswith(f"{o.engine}: ") and o.image_missing is not None for o in offers)
+    ]
     if others:
         image_faults.append(arms.container_runtime("; ".join(others)))
     return None, image_faults
@@ -110,10 +113,17 @@ def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
     if name == "copied_tree":
         return Choice(ArmName.COPIED_TREE, name)
     if name == "none":
-        return Choice(ArmName.UNAVAILABLE, name, (Missing(
-            "disabled", '[sandbox] arm = "none" turns sandboxed commands off',
-            'set [sandbox] arm = "auto", or ask for where = "host" by name',
-        ),))
+        return Choice(
+            ArmName.UNAVAILABLE,
+            name,
+            (
+                Missing(
+                    "disabled",
+                    '[sandbox] arm = "none" turns sandboxed commands off',
+                    'set [sandbox] arm = "auto", or ask for where = "host" by name',
+                ),
+            ),
+        )
     if name == "python":
         return Choice(ArmName.UNAVAILABLE, name, (arms.not_built("python"),))
     if name != "auto":

@@ -62,9 +62,11 @@ def warm_user_problem(container: ContainerConfig) -> str | None:
     (the escape suite found a file a first command left in /dev read by the next one)."""
     if not container.warm or int(container.user.split(":")[0]) != 0:
         return None
-    return ("warm mode needs a command user other than uid 0: a warm container's idle init "
-            "runs as uid 0, so a command as uid 0 could ptrace or signal it and write "
-            "root's places of the container (/dev), left there for the next command")
+    return (
+        "warm mode needs a command user other than uid 0: a warm container's idle init "
+        "runs as uid 0, so a command as uid 0 could ptrace or signal it and write "
+        "root's places of the container (/dev), left there for the next command"
+    )
 
 
 class ContainerConfig(_Strict):
@@ -111,11 +113,13 @@ class ContainerConfig(_Strict):
         if value is None:
             return None
         if re.fullmatch(r"unix:///[^\x00]*[^/\x00]", value) or re.fullmatch(
-                r"(tcp|ssh)://[^\s/]+(:[0-9]{1,5})?/?", value):
+            r"(tcp|ssh)://[^\s/]+(:[0-9]{1,5})?/?", value
+        ):
             return value
         raise ValueError(
             f"{value!r} is not a docker host: unix:///absolute/path/to/docker.sock, "
-            "tcp://HOST:PORT or ssh://[USER@]HOST (the forms of DOCKER_HOST)")
+            "tcp://HOST:PORT or ssh://[USER@]HOST (the forms of DOCKER_HOST)"
+        )
 
     @field_validator("user")
     @classmethod
@@ -132,7 +136,7 @@ class ContainerConfig(_Strict):
     def _ulimits(cls, value: dict[str, str]) -> dict[str, str]:
         for name, limit in value.items():
             if not re.fullmatch(r"[a-z]+", name) or not re.fullmatch(r"[0-9]+(:[0-9]+)?", limit):
-                raise ValueError(f"ulimit {name}={limit!r} must look like nofile = \"1024:1024\"")
+                raise ValueError(f'ulimit {name}={limit!r} must look like nofile = "1024:1024"')
         return value
 
     @model_validator(mode="after")
@@ -195,7 +199,7 @@ class SandboxConfig(_Strict):
                 raise ValueError(
                     f"{name!r} looks like a credential (matches {pattern}: {why(pattern)}); "
                     "env_passthrough never passes one into a sandbox. If the commands really "
-                    f"need it, move it to [sandbox] credentials = [\"{name}\"]: it is then "
+                    f'need it, move it to [sandbox] credentials = ["{name}"]: it is then '
                     "passed, and every result says so"
                 )
         return names
@@ -266,8 +270,12 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
 def read_config_text(path: Path) -> str:
     """The file's text; E_CONFIG_INVALID (never a traceback) when it can't be read or is
     not UTF-8, which TOML requires."""
-    with os_errors(ErrorCode.CONFIG_INVALID, path, "cannot read the config file",
-                   "check the path given with --config"):
+    with os_errors(
+        ErrorCode.CONFIG_INVALID,
+        path,
+        "cannot read the config file",
+        "check the path given with --config",
+    ):
         data = path.read_bytes()
     try:
         return data.decode("utf-8")
@@ -305,9 +313,12 @@ def with_warm(config: Config, warm: bool) -> Config:
     problem = warm_user_problem(container)
     if problem is not None:
         raise SprawlError(
-            ErrorCode.CONFIG_INVALID, subject="sandbox.container.user",
+            ErrorCode.CONFIG_INVALID,
+            subject="sandbox.container.user",
             detail=f"sandbox.container.user = {container.user!r} with warm mode: {problem}",
             recovery="set [sandbox.container] user to another uid (the default is "
-                     "\"65534:65534\"), or run without warm mode")
-    return config.model_copy(update={"sandbox": config.sandbox.model_copy(
-        update={"container": container})})
+            '"65534:65534"), or run without warm mode',
+        )
+    return config.model_copy(
+        update={"sandbox": config.sandbox.model_copy(update={"container": container})}
+    )

@@ -118,8 +118,10 @@ def largest_entries(root: str, excludes: Excludes, count: int = TOP_ENTRIES) -> 
         size, files = _size(path, budget)
         sizes.append((size, files, name))
     sizes.sort(reverse=True)
-    shown = [f"{name} {human(size)} ({files:,} file{'s' if files != 1 else ''})"
-             for size, files, name in sizes[:count]]
+    shown = [
+        f"{name} {human(size)} ({files:,} file{'s' if files != 1 else ''})"
+        for size, files, name in sizes[:count]
+    ]
     more = " (sizing stopped early: a very large tree)" if budget[0] <= 0 else ""
     return ", ".join(shown) + more
 

@@ -307,8 +307,11 @@ class FdCopy:
         with os.scandir(handle) as it:
             # Inline, not _kind(): this runs for every entry of every resync.
             return {
-                e.name: "dir" if e.is_dir(follow_symlinks=False)
-                else "file" if e.is_file(follow_symlinks=False) else "other"
+                e.name: "dir"
+                if e.is_dir(follow_symlinks=False)
+                else "file"
+                if e.is_file(follow_symlinks=False)
+                else "other"
                 for e in it
             }
 

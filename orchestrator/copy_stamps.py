@@ -60,8 +60,19 @@ def stamp_of(st: os.stat_result) -> Stamp:
 
 def pack(st: os.stat_result, cst: os.stat_result, mode: int) -> bytes:
     """The packed entry for a source file ``st`` and its copy ``cst`` (both already stat-ed)."""
-    return ENTRY.pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev,
-                      cst.st_size, cst.st_mtime_ns, cst.st_ctime_ns, cst.st_ino, cst.st_dev, mode)
+    return ENTRY.pack(
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+        st.st_ino,
+        st.st_dev,
+        cst.st_size,
+        cst.st_mtime_ns,
+        cst.st_ctime_ns,
+        cst.st_ino,
+        cst.st_dev,
+        mode,
+    )
 
 
 def newest(st: os.stat_result, cst: os.stat_result) -> int:
@@ -162,12 +173,21 @@ def _split(blob: bytes) -> list[str]:
 
 
 def dump(record: SyncRecord) -> bytes:
-    header = {"source": record.source, "started_ns": record.started_ns,
-              "granularity_ns": record.granularity_ns, "excluded": list(record.excluded),
-              "total_bytes": record.total_bytes}
+    header = {
+        "source": record.source,
+        "started_ns": record.started_ns,
+        "granularity_ns": record.granularity_ns,
+        "excluded": list(record.excluded),
+        "total_bytes": record.total_bytes,
+    }
     out = bytearray(MAGIC)
-    for section in (json.dumps(header).encode(), _join(record.paths), bytes(record.entries),
-                    _join(p for pair in record.links.items() for p in pair), _join(record.dirs)):
+    for section in (
+        json.dumps(header).encode(),
+        _join(record.paths),
+        bytes(record.entries),
+        _join(p for pair in record.links.items() for p in pair),
+        _join(record.dirs),
+    ):
         out += _U64.pack(len(section))
         out += section
     out += hashlib.blake2b(out, digest_size=_DIGEST).digest()
@@ -193,10 +213,14 @@ def parse(data: bytes) -> SyncRecord | None:
         return None
     pairs = _split(sections[3])
     return SyncRecord(
-        source=header["source"], started_ns=header["started_ns"],
-        granularity_ns=header["granularity_ns"], excluded=tuple(header["excluded"]),
-        paths=paths, entries=bytearray(sections[2]),
-        links=dict(zip(pairs[::2], pairs[1::2], strict=True)), dirs=_split(sections[4]),
+        source=header["source"],
+        started_ns=header["started_ns"],
+        granularity_ns=header["granularity_ns"],
+        excluded=tuple(header["excluded"]),
+        paths=paths,
+        entries=bytearray(sections[2]),
+        links=dict(zip(pairs[::2], pairs[1::2], strict=True)),
+        dirs=_split(sections[4]),
         total_bytes=header.get("total_bytes", 0),
     )
 

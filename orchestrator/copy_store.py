@@ -113,11 +113,13 @@ class Lease:
     def record_path(self) -> Path:
         return self.slot / STAMPS
 
-    def sync(self, source: Path, bounds: Bounds, excludes: Excludes,
-             progress: Progress | None = None) -> FileWork:
+    def sync(
+        self, source: Path, bounds: Bounds, excludes: Excludes, progress: Progress | None = None
+    ) -> FileWork:
         """Resync the copy to ``source``; over a bound the copy and its record are deleted."""
-        work, record = sync_with_record(source, self.path, bounds, record=self.record_path,
-                                        excludes=excludes, progress=progress)
+        work, record = sync_with_record(
+            source, self.path, bounds, record=self.record_path, excludes=excludes, progress=progress
+        )
         self._meta(record.total_bytes)
         self.last_record = record
         return work
@@ -174,8 +176,12 @@ class CopyStore:
     def lease(self, workdir: Path, key: str) -> Lease:
         """The first free slot of ``key`` (a new one when all are held)."""
         group = self.root / key
-        with os_errors(ErrorCode.STORAGE_FATAL, self.root, "cannot keep a copy there",
-                       "make the state directory writable, or set [state] dir"):
+        with os_errors(
+            ErrorCode.STORAGE_FATAL,
+            self.root,
+            "cannot keep a copy there",
+            "make the state directory writable, or set [state] dir",
+        ):
             group.mkdir(mode=0o700, parents=True, exist_ok=True)
             for n in range(100_000):
                 slot = group / str(n)
@@ -184,8 +190,12 @@ class CopyStore:
                 fd = _lock(slot / LOCK)
                 if fd is not None:
                     return Lease(slot, Path(workdir), fd)
-        raise SprawlError(ErrorCode.STORAGE_FATAL, str(group), "100 000 slots are all held",
-                          "drop copies with: sprawl-orch copies drop --all")
+        raise SprawlError(
+            ErrorCode.STORAGE_FATAL,
+            str(group),
+            "100 000 slots are all held",
+            "drop copies with: sprawl-orch copies drop --all",
+        )
 
     def slots(self) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
@@ -203,11 +213,16 @@ class CopyStore:
                 os.close(fd)
             meta = _read_meta(slot)
             size, released = meta.get("bytes"), meta.get("released")
-            out.append(CopyInfo(
-                slot.parent.name, slot, str(meta.get("workdir", "?")),
-                size if isinstance(size, int) else _du(slot / TREE),
-                released if isinstance(released, float) else 0.0, fd is None,
-            ))
+            out.append(
+                CopyInfo(
+                    slot.parent.name,
+                    slot,
+                    str(meta.get("workdir", "?")),
+                    size if isinstance(size, int) else _du(slot / TREE),
+                    released if isinstance(released, float) else 0.0,
+                    fd is None,
+                )
+            )
         return out
 
     def drop(self, slot: Path) -> bool:

@@ -57,8 +57,19 @@ from sprawl_orch.copy_paths import PathCopy
 from sprawl_orch.copy_walk import CopySide, FileWork, Progress, Walk
 from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "Bounds", "CopySide", "Excludes", "FileWork",
-           "delete_path", "dir_fds_work", "sync", "sync_with_record"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_FILES",
+    "Bounds",
+    "CopySide",
+    "Excludes",
+    "FileWork",
+    "delete_path",
+    "dir_fds_work",
+    "sync",
+    "sync_with_record",
+]
 
 
 def dir_fds_work() -> bool:
@@ -122,8 +133,9 @@ def sync(
     progress: Progress | None = None,
 ) -> FileWork:
     """Make ``copy`` equal ``source`` file by file (design §5); see sync_with_record."""
-    return sync_with_record(source, copy, bounds, record=record, excludes=excludes,
-                            progress=progress)[0]
+    return sync_with_record(
+        source, copy, bounds, record=record, excludes=excludes, progress=progress
+    )[0]
 
 
 def sync_with_record(
@@ -166,8 +178,12 @@ def sync_with_record(
     side = COPY_SIDE
     old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
     walk = Walk(side, src, bounds, str(source), excludes, old, progress)
-    with os_errors(ErrorCode.STORAGE_FATAL, copy.parent, "cannot open the scratch directory",
-                   "check that the scratch directory exists and is writable"):
+    with os_errors(
+        ErrorCode.STORAGE_FATAL,
+        copy.parent,
+        "cannot open the scratch directory",
+        "check that the scratch directory exists and is writable",
+    ):
         parent = side.open_parent(str(copy.parent))
     try:
         walk.run(side.open_root(copy.name, parent))
@@ -185,8 +201,10 @@ def sync_with_record(
             # the same endless tree the loop check exists to end, so refuse it as one.
             rel = os.path.relpath(err.path, src)
             refusal = walk.refuse_depth(
-                rel, rel.count(os.sep) + 1, "following symbolic links fails with ELOOP (a "
-                "symbolic link to a directory that contains it makes an endless tree)"
+                rel,
+                rel.count(os.sep) + 1,
+                "following symbolic links fails with ELOOP (a "
+                "symbolic link to a directory that contains it makes an endless tree)",
             )
             raise _discarding(refusal, copy, record) from cause
         raise _discarding(

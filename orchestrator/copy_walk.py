@@ -122,8 +122,13 @@ class Walk(Generic[H]):
 
     def __post_init__(self) -> None:
         self._ctimes: dict[str, dict[str, int]] = {}
-        self.new = SyncRecord(self.source, time.time_ns(), fs_clock.TICK_MARGIN_NS,
-                              self.excludes.patterns, copy_ctimes=self._ctimes)
+        self.new = SyncRecord(
+            self.source,
+            time.time_ns(),
+            fs_clock.TICK_MARGIN_NS,
+            self.excludes.patterns,
+            copy_ctimes=self._ctimes,
+        )
         self._line = self.new.started_ns - self.new.granularity_ns
         # Looked up once per sync (and replaceable in tests that simulate a coarse clock).
         self._pack = copy_stamps.pack
@@ -141,15 +146,24 @@ class Walk(Generic[H]):
         self._ancestors: set[tuple[int, int]] = set()
 
     def work(self) -> FileWork:
-        return FileWork(created=self.created, rewritten=self.rewritten, removed=self.removed,
-                        walked=self.walked, excluded=self.excludes.patterns)
+        return FileWork(
+            created=self.created,
+            rewritten=self.rewritten,
+            removed=self.removed,
+            walked=self.walked,
+            excluded=self.excludes.patterns,
+        )
 
     def refuse(self, detail: str, key: str, recovery: str | None = None) -> SprawlError:
         top = largest_entries(self.source, self.excludes)
         if top:
             detail += f"; largest top-level entries: {top}"
-        return SprawlError(ErrorCode.COPY_BOUND, self.subject, detail,
-                           recovery or RECOVERY.format(key=key.replace(" = ", " (now ") + ")"))
+        return SprawlError(
+            ErrorCode.COPY_BOUND,
+            self.subject,
+            detail,
+            recovery or RECOVERY.format(key=key.replace(" = ", " (now ") + ")"),
+        )
 
     def refuse_depth(self, rel: str, level: int, why: str) -> SprawlError:
         rel = rel if len(rel) <= 160 else rel[:160] + "…"  # a link loop repeats itself
@@ -162,8 +176,16 @@ class Walk(Generic[H]):
         stack: list[_Dir[H]] = []
         try:
             st = os.stat(self.source)
-            top = _Dir(self.source, "", True, root, 0, (st.st_dev, st.st_ino),
-                       list_source(self.source), side.kinds(root))
+            top = _Dir(
+                self.source,
+                "",
+                True,
+                root,
+                0,
+                (st.st_dev, st.st_ino),
+                list_source(self.source),
+                side.kinds(root),
+            )
             stack.append(top)
             self._ancestors.add(top.ident)
             self._ctimes[""] = top.ctimes
@@ -194,18 +216,23 @@ class Walk(Generic[H]):
                         at = offsets.get(rel)
                         if at is not None and stat.S_ISREG(st.st_mode):
                             try:  # handle is a directory fd: _quick_ok checked FdCopy
-                                cst = lstat(name, dir_fd=handle,  # type: ignore[arg-type]
-                                            follow_symlinks=False)
+                                cst = lstat(
+                                    name,
+                                    dir_fd=handle,  # type: ignore[arg-type]
+                                    follow_symlinks=False,
+                                )
                             except OSError:
                                 cst = None  # gone or unreadable: the full path decides
                             if (
                                 cst is not None
                                 and old_entries[at : at + ENTRY_SIZE]
                                 == (packed := pack(st, cst, st.st_mode & 0o777))
-                                and cst.st_mode & _KIND_AND_BITS == stat.S_IFREG | st.st_mode
-                                & 0o777
-                                and max(st.st_mtime_ns, st.st_ctime_ns, cst.st_mtime_ns,
-                                        cst.st_ctime_ns) < edge
+                                and cst.st_mode & _KIND_AND_BITS
+                                == stat.S_IFREG | st.st_mode & 0o777
+                                and max(
+                                    st.st_mtime_ns, st.st_ctime_ns, cst.st_mtime_ns, cst.st_ctime_ns
+                                )
+                                < edge
                                 and (st.st_dev in timed or self._learn(st.st_dev))
                                 and (cst.st_dev in timed or self._learn(cst.st_dev))
                                 and self.files < max_files
@@ -243,8 +270,9 @@ class Walk(Generic[H]):
             return None  # left out: whatever the copy holds there is deleted as an extra
         level = parent.depth + 1
         if level > self.bounds.depth:
-            raise self.refuse_depth(rel, level, f"the tree is deeper than {self.bounds.depth} "
-                                    "levels")
+            raise self.refuse_depth(
+                rel, level, f"the tree is deeper than {self.bounds.depth} levels"
+            )
         is_link = entry.is_symlink()
         if is_link and parent.real and LINKS_KEPT:
             try:
@@ -266,7 +294,8 @@ class Walk(Generic[H]):
                 key = bound_key("depth", self.bounds.depth)
                 raise self.refuse(
                     f"{rel} is a symbolic link to a directory that contains it (found by the "
-                    "loop check): copying what it points at would never end", key,
+                    "loop check): copying what it points at would never end",
+                    key,
                     f"add {rel!r} to [sandbox.copy] exclude, or remove the link",
                 )
             return self._dir(parent, entry, st, rel, parent.real and not is_link)
@@ -295,16 +324,20 @@ class Walk(Generic[H]):
             side.close(handle)
             raise
         self.new.dirs.append(rel)
-        return _Dir(entry.path, rel, real, handle, parent.depth + 1, (st.st_dev, st.st_ino),
-                    entries, copy)
+        return _Dir(
+            entry.path, rel, real, handle, parent.depth + 1, (st.st_dev, st.st_ino), entries, copy
+        )
 
     def _count(self, size: int) -> None:
         bounds = self.bounds
         self.files += 1
         if self.files > bounds.files:
             key = bound_key("files", bounds.files)
-            raise self.refuse(f"the tree has more than {bounds.files:,} files: {self.files:,} "
-                              f"reached, with {human(self.bytes)} in them (bound {key})", key)
+            raise self.refuse(
+                f"the tree has more than {bounds.files:,} files: {self.files:,} "
+                f"reached, with {human(self.bytes)} in them (bound {key})",
+                key,
+            )
         if self.bytes + size > bounds.bytes:
             raise self._over_bytes(self.bytes + size)
         if self.progress is not None and self.files % PROGRESS_EVERY == 0:
@@ -312,8 +345,11 @@ class Walk(Generic[H]):
 
     def _over_bytes(self, reached: int) -> SprawlError:
         bound, key = self.bounds.bytes, bound_key("bytes", self.bounds.bytes)
-        return self.refuse(f"the tree holds more than {bound:,} bytes ({human(bound)}): "
-                           f"{reached:,} reached after {self.files:,} files (bound {key})", key)
+        return self.refuse(
+            f"the tree holds more than {bound:,} bytes ({human(bound)}): "
+            f"{reached:,} reached after {self.files:,} files (bound {key})",
+            key,
+        )
 
     def _learn(self, dev: int) -> bool:
         """Whether the racy-clean rule may trust stamps on ``dev`` (looked up once)."""
@@ -342,8 +378,10 @@ class Walk(Generic[H]):
             cst = side.lstat(name, handle)
             # A regular file of the same size and exactly the wanted bits (set-id bits a
             # command added make it differ).
-            if cst is not None and cst.st_size == size and cst.st_mode & _KIND_AND_BITS == (
-                stat.S_IFREG | mode
+            if (
+                cst is not None
+                and cst.st_size == size
+                and cst.st_mode & _KIND_AND_BITS == (stat.S_IFREG | mode)
             ):
                 packed = self._pack(st, cst, mode)
                 at = self._offsets.get(rel)

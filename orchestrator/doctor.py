@@ -108,13 +108,24 @@ def _axes(assurances: Assurances) -> dict[str, str]:
     return {axis.value: kept.value for axis, kept in assurances.axes().items()}
 
 
-def _row(label: str, arm: ArmName, assurances: Assurances, choice: Choice,
-         engine: str | None = None, detail: str = "") -> ArmRow:
+def _row(
+    label: str,
+    arm: ArmName,
+    assurances: Assurances,
+    choice: Choice,
+    engine: str | None = None,
+    detail: str = "",
+) -> ArmRow:
     available = choice.arm is not ArmName.UNAVAILABLE
     return ArmRow(
-        label=label, arm=arm.value, engine=engine, available=available,
-        assurances=_axes(assurances), statement=statement(arm.value, assurances),
-        detail=detail, missing=[] if available else [MissingRow.of(m) for m in choice.missing],
+        label=label,
+        arm=arm.value,
+        engine=engine,
+        available=available,
+        assurances=_axes(assurances),
+        statement=statement(arm.value, assurances),
+        detail=detail,
+        missing=[] if available else [MissingRow.of(m) for m in choice.missing],
     )
 
 
@@ -122,12 +133,21 @@ def arm_rows(offerings: Offerings) -> list[ArmRow]:
     rows: list[ArmRow] = []
     for engine in ENGINES:
         offer = offerings.engine(engine)
-        assurances = container_assurances(offer.uids_namespaced if offer else False,
-                                          offer.limits_enforced if offer else True)
+        assurances = container_assurances(
+            offer.uids_namespaced if offer else False, offer.limits_enforced if offer else True
+        )
         choice = choose("container", offerings, engine=engine)
         detail = offer.detail if offer is not None and offer.admitted else ""
-        rows.append(_row(f"container ({engine})", ArmName.CONTAINER, assurances, choice,
-                         engine=engine, detail=detail))
+        rows.append(
+            _row(
+                f"container ({engine})",
+                ArmName.CONTAINER,
+                assurances,
+                choice,
+                engine=engine,
+                detail=detail,
+            )
+        )
     native = native_arm(offerings.platform)
     choice = choose("native", offerings)
     if native is None:
@@ -144,15 +164,24 @@ def arm_rows(offerings: Offerings) -> list[ArmRow]:
         if native is ArmName.LINUX_NAMESPACES:
             assurances = linux_namespaces_assurances(own_principal=_root_caller())
         rows.append(_row(native.value, native, assurances, choice, detail=detail))
-    rows.append(_row("copied_tree", ArmName.COPIED_TREE, ASSURANCES[ArmName.COPIED_TREE],
-                     choose("copied_tree", offerings)))
+    rows.append(
+        _row(
+            "copied_tree",
+            ArmName.COPIED_TREE,
+            ASSURANCES[ArmName.COPIED_TREE],
+            choose("copied_tree", offerings),
+        )
+    )
     return rows
 
 
 def resolution(asked: str, offerings: Offerings, engine: str) -> Resolution:
     choice = choose(asked, offerings, engine)
     return Resolution(
-        asked=asked, arm=choice.arm.value, engine=choice.engine, reason=choice.reason(),
+        asked=asked,
+        arm=choice.arm.value,
+        engine=choice.engine,
+        reason=choice.reason(),
         missing=[MissingRow.of(m) for m in choice.missing],
     )
 
@@ -161,15 +190,20 @@ def shell_row(asked: str, shell: Shell) -> ShellRow:
     if isinstance(shell, Absent):
         return ShellRow(asked=asked, state="absent", detail="[sandbox] shell = false")
     if isinstance(shell, Found):
-        return ShellRow(asked=asked, state="found", program=shell.program,
-                        interpreter=shell.interpreter)
+        return ShellRow(
+            asked=asked, state="found", program=shell.program, interpreter=shell.interpreter
+        )
     return ShellRow(asked=asked, state="missing", detail=shell.detail)
 
 
 def cgroup_row(delegation: Delegation) -> CgroupRow:
     delegated = delegation.shares is not PlatformShares.NONE
-    return CgroupRow(delegated=delegated, version=delegation.version,
-                     shares=delegation.shares.value, detail=delegation.why)
+    return CgroupRow(
+        delegated=delegated,
+        version=delegation.version,
+        shares=delegation.shares.value,
+        detail=delegation.why,
+    )
 
 
 def _yielding(offerings: Offerings) -> str:

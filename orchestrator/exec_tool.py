@@ -106,8 +106,9 @@ class ExecTool:
         self._guardian: Guardian | None = None
         self.state = state_dir(config, self.environ)
         self.evidence = Evidence(self.state / "admission")
-        self._arms = ToolArm(config, self.environ, self.evidence, self.guardian, self._lock,
-                             offerings)
+        self._arms = ToolArm(
+            config, self.environ, self.evidence, self.guardian, self._lock, offerings
+        )
         self._owns_backlog = backlog is None
         self.backlog = backlog or Backlog(
             self.session, shares, keep_root=self.state / "kept-output"
@@ -155,8 +156,7 @@ class ExecTool:
         arm_name = ArmName.HOST.value if where == "host" else self.choice.arm.value
         fields: dict[str, object] = {"command": argv_in, "shell": shell, "where": where, "run": run}
         try:
-            result = self._exec(argv_in, shell, where, timeout, run, started, background_ok,
-                                follow)
+            result = self._exec(argv_in, shell, where, timeout, run, started, background_ok, follow)
         except SprawlError as err:
             result = exceptional(arm_name, err, **fields)
         self._record(result)
@@ -173,8 +173,7 @@ class ExecTool:
                     f"(e.g. {shlex.split(command)!r})"
                 )
             return [command]
-        if isinstance(command, bytes) or not all(isinstance(a, str | os.PathLike)
-                                                 for a in command):
+        if isinstance(command, bytes) or not all(isinstance(a, str | os.PathLike) for a in command):
             raise TypeError(f"exec({command!r}): the command is a list of str (or paths)")
         argv = [os.fspath(a) for a in command]
         if not all(isinstance(a, str) for a in argv):
@@ -210,7 +209,9 @@ class ExecTool:
     ) -> ExecResult:
         if not argv_in or not argv_in[0]:
             raise SprawlError(
-                ErrorCode.BAD_REQUEST, "command", "the command is empty",
+                ErrorCode.BAD_REQUEST,
+                "command",
+                "the command is empty",
                 "give a program and its arguments, or a shell line with --shell",
             )
         self.backlog.check_open()
@@ -239,9 +240,16 @@ class ExecTool:
             if arm.name is not ArmName.HOST or "HOME" not in env:
                 env = with_home(env, arm.name, outputs)
             launch = Launch(
-                argv=tuple(argv), cwd=cwd, env=env, outputs=outputs,
-                tag=f"{self.session}-{n}", session=self.session, run=run,
-                shell_line=argv_in[0] if shell else None, watcher=watcher, join=join,
+                argv=tuple(argv),
+                cwd=cwd,
+                env=env,
+                outputs=outputs,
+                tag=f"{self.session}-{n}",
+                session=self.session,
+                run=run,
+                shell_line=argv_in[0] if shell else None,
+                watcher=watcher,
+                join=join,
                 workdir=self.workdir,
             )
             running = arm.start(launch)
@@ -250,15 +258,17 @@ class ExecTool:
                 self.copies.release(copy)
             raise
         window = timeout if timeout is not None else self.config.sandbox.window_seconds
-        pending = Pending(arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window,
-                          started)
+        pending = Pending(
+            arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window, started
+        )
         release_copy = None if copy is None else (lambda: self.copies.release(copy))
         drain = Follower(launch.outputs, *follow).drain if follow is not None else None
         entry = self.backlog.enter(running, launch, pending, join, release_copy, changes, drain)
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
-    def apply(self, handle: str, paths: Sequence[str] | None = None, *,
-              dry_run: bool = False) -> ApplyResult:
+    def apply(
+        self, handle: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
+    ) -> ApplyResult:
         """Bring kept changes of a finished command (all, or ``paths``) into the working
         directory (apply.py); refuses conflicts, links out of the tree."""
         return apply_changes(self.state, handle, paths, dry_run=dry_run, workdir=self.workdir)
@@ -298,8 +308,9 @@ class ExecTool:
         sandboxed command; one per exec tool, not per command, closed with the tool."""
         with self._lock:  # one guardian even when the first commands arrive together
             if self._guardian is None:
-                self._guardian = session_guardian(self.config, self.state, self.environ,
-                                                  self.session, shared=self.shared_guardian)
+                self._guardian = session_guardian(
+                    self.config, self.state, self.environ, self.session, shared=self.shared_guardian
+                )
             return self._guardian
 
     def close(self) -> str | None:

@@ -145,8 +145,15 @@ class Guardian(Watcher):
     def command(self) -> list[str]:
         if self._argv is not None:
             return list(self._argv)
-        argv = [sys.executable, "-m", "sprawl_orch.guardian", "--session", self.session,
-                "--engines", ",".join(self.engines)]
+        argv = [
+            sys.executable,
+            "-m",
+            "sprawl_orch.guardian",
+            "--session",
+            self.session,
+            "--engines",
+            ",".join(self.engines),
+        ]
         if self.grace is not None:
             argv += ["--grace", repr(self.grace)]
         return argv
@@ -164,24 +171,29 @@ class Guardian(Watcher):
             return
         read_end, write_end = os.pipe()  # both O_CLOEXEC (PEP 446)
         env = dict(self.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p
-        )
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
         try:
             log = open(self.log, "ab") if self.log else None  # noqa: SIM115
             try:
                 self.process = subprocess.Popen(
-                    self.command(), stdin=read_end, stdout=subprocess.DEVNULL,
-                    stderr=log or subprocess.DEVNULL, cwd="/", env=env,
-                    start_new_session=True, close_fds=True,
+                    self.command(),
+                    stdin=read_end,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log or subprocess.DEVNULL,
+                    cwd="/",
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
                 )
             finally:
                 if log is not None:
                     log.close()
         except OSError as err:
             os.close(write_end)
-            self._fail(f"the guardian could not be started ({err}); containers, process "
-                       "groups and copies will not be cleaned up if this process dies")
+            self._fail(
+                f"the guardian could not be started ({err}); containers, process "
+                "groups and copies will not be cleaned up if this process dies"
+            )
             return
         finally:
             os.close(read_end)
@@ -190,11 +202,16 @@ class Guardian(Watcher):
 
     def _spawn_server(self, path: Path, inherit: int) -> None:
         env = dict(self.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p
-        )
-        argv = [sys.executable, "-m", "sprawl_orch.guardian", "--serve", str(path),
-                "--inherit", str(inherit)]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+        argv = [
+            sys.executable,
+            "-m",
+            "sprawl_orch.guardian",
+            "--serve",
+            str(path),
+            "--inherit",
+            str(inherit),
+        ]
         idle = self.environ.get("SPRAWL_GUARDIAN_IDLE")  # seconds without callers (tests)
         if idle:
             argv += ["--idle", idle]
@@ -202,9 +219,15 @@ class Guardian(Watcher):
         try:
             # Not our child for long: its own session, no fd of ours, reaped by init.
             self.process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=log or subprocess.DEVNULL, cwd="/", env=env, start_new_session=True,
-                close_fds=True, pass_fds=(inherit,),
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log or subprocess.DEVNULL,
+                cwd="/",
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(inherit,),
             )
         finally:
             if log is not None:
@@ -238,8 +261,10 @@ class Guardian(Watcher):
             self._spawn_server(path, theirs.fileno())
         except OSError as err:
             ours.close()
-            self._fail(f"the guardian could not be started ({err}); containers, process "
-                       "groups and copies will not be cleaned up if this process dies")
+            self._fail(
+                f"the guardian could not be started ({err}); containers, process "
+                "groups and copies will not be cleaned up if this process dies"
+            )
             return
         finally:
             theirs.close()
@@ -263,8 +288,10 @@ class Guardian(Watcher):
             try:
                 self._write_all(self._fd, data)
             except OSError as err:
-                self._fail(f"the guardian stopped listening ({err}); nothing will be cleaned "
-                           "up for this session if this process dies")
+                self._fail(
+                    f"the guardian stopped listening ({err}); nothing will be cleaned "
+                    "up for this session if this process dies"
+                )
 
     @staticmethod
     def _write_all(fd: int, data: bytes) -> None:
@@ -273,7 +300,7 @@ class Guardian(Watcher):
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             except BlockingIOError:
                 poller = select.poll()
                 poller.register(fd, select.POLLOUT)
@@ -315,8 +342,9 @@ PAUSE_AFTER_CREATE = "SPRAWL_TEST_PAUSE_AFTER_CREATE"
 PAUSE_LIMIT_SECONDS = 600.0
 
 
-def session_guardian(config: Config, state: Path, environ: Mapping[str, str], session: str,
-                     *, shared: bool) -> Guardian:
+def session_guardian(
+    config: Config, state: Path, environ: Mapping[str, str], session: str, *, shared: bool
+) -> Guardian:
     """The guardian of one exec tool's session (design §4); its process starts with the first
     announcement. `shared`: the state directory's one guardian (guardian/server.py), for a
     process that lives for one call (the CLI); else a guardian process of this tool's own."""

@@ -38,8 +38,7 @@ class Watcher(ABC):
     equal). Calls never raise; a watcher that can't be reached degrades to doing nothing."""
 
     @abstractmethod
-    def tell(self, message: Announcement) -> None:
-        ...
+    def tell(self, message: Announcement) -> None: ...
 
     def expect(self, name: str) -> None:
         self.tell(Expect(name))
@@ -78,8 +77,7 @@ class Join(Protocol):
     """A run's cgroup to enter (cgroup_run.Joining). A host-process arm calls `join(pid)`
     after the child exists and before it execs the command; other arms ignore it."""
 
-    def join(self, pid: int) -> None:
-        ...
+    def join(self, pid: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -138,8 +136,7 @@ class Running(Protocol):
 class Arm(Protocol):
     name: ArmName
 
-    def assurances(self) -> Assurances:
-        ...
+    def assurances(self) -> Assurances: ...
 
     def note(self) -> str | None:
         """A sentence added to the statement (e.g. why the user axis is not kept)."""
@@ -149,8 +146,7 @@ class Arm(Protocol):
         """Probes that must pass before any copy is made; raise SprawlError to refuse."""
         ...
 
-    def start(self, launch: Launch) -> Running:
-        ...
+    def start(self, launch: Launch) -> Running: ...
 
     def close(self) -> None:
         """Release per-tool resources (engine clients, ...). Never raises."""

@@ -91,15 +91,12 @@ class Ledger:
             raise SprawlError(
                 ErrorCode.BAD_REQUEST,
                 subject="ledger record",
-                detail=f"{leak}; environment values never enter the ledger, nothing was "
-                "written",
+                detail=f"{leak}; environment values never enter the ledger, nothing was written",
                 recovery="record the names passed (sorted), never their values; this is a "
                 "bug in the code that built the result",
             )
         try:
-            line = json.dumps(
-                result, ensure_ascii=False, separators=(",", ":"), default=_jsonable
-            )
+            line = json.dumps(result, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
             data = (line + "\n").encode("utf-8")
         except (TypeError, ValueError) as err:
             raise SprawlError(
@@ -108,16 +105,21 @@ class Ledger:
                 detail=f"the result is not JSON-serialisable: {err}",
                 recovery="results hold only str, int, float, bool, None, lists and dicts",
             ) from err
-        with os_errors(ErrorCode.STORAGE_FATAL, self.path, "cannot open the ledger for appending",
-                       "check the [state] dir / [state] ledger setting and the directory's "
-                       "permissions"):
+        with os_errors(
+            ErrorCode.STORAGE_FATAL,
+            self.path,
+            "cannot open the ledger for appending",
+            "check the [state] dir / [state] ledger setting and the directory's permissions",
+        ):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            with os_errors(ErrorCode.STORAGE_FATAL, self.path,
-                           f"cannot append {len(data)} bytes to the ledger",
-                           "free space on the ledger's file system, or point [state] ledger "
-                           "elsewhere"):
+            with os_errors(
+                ErrorCode.STORAGE_FATAL,
+                self.path,
+                f"cannot append {len(data)} bytes to the ledger",
+                "free space on the ledger's file system, or point [state] ledger elsewhere",
+            ):
                 _lock(fd)
                 try:
                     written = os.write(fd, data)
@@ -133,8 +135,12 @@ class Ledger:
     def read(self) -> Iterator[dict[str, Any]]:
         """Yield every whole record; `skipped` counts the lines that weren't."""
         self.skipped = 0
-        with os_errors(ErrorCode.STORAGE_FATAL, self.path, "cannot read the ledger",
-                       "check the file's permissions, or pass another file with --ledger"):
+        with os_errors(
+            ErrorCode.STORAGE_FATAL,
+            self.path,
+            "cannot read the ledger",
+            "check the file's permissions, or pass another file with --ledger",
+        ):
             try:
                 handle = self.path.open("rb")
             except FileNotFoundError:

@@ -54,8 +54,9 @@ def results_text(results: list[ExecResult], empty: str, left: str | None = None)
     if not results:
         text = empty
     else:
-        text = "\n\n".join(f"[{i + 1}/{len(results)}]\n{result_text(r)}"
-                           for i, r in enumerate(results))
+        text = "\n\n".join(
+            f"[{i + 1}/{len(results)}]\n{result_text(r)}" for i, r in enumerate(results)
+        )
     return text if left is None else f"{text}\n\ncould not be removed: {left}"
 
 
@@ -68,8 +69,10 @@ def doctor_text(report: DoctorReport) -> str:
         lines += [f"    missing: {m.phrase} — what to do: {m.recovery}" for m in row.missing]
     lines.append(f"auto -> {report.auto.arm}: {report.auto.reason}")
     if report.configured.asked != "auto":
-        lines.append(f"configured ({report.configured.asked}) -> {report.configured.arm}: "
-                     f"{report.configured.reason}")
+        lines.append(
+            f"configured ({report.configured.asked}) -> {report.configured.arm}: "
+            f"{report.configured.reason}"
+        )
     cg = report.cgroup
     lines.append(f"cgroup: {'delegated' if cg.delegated else 'not delegated'} — {cg.detail}")
     return "\n".join(lines)
@@ -81,9 +84,11 @@ def _items(verb: str, items: list[ApplyItem]) -> list[str]:
 
 def apply_text(result: ApplyResult) -> str:
     head = "dry run: would apply" if result.dry_run else "applied"
-    lines = [f"{head} {len(result.applied)} change(s) of {result.handle} onto {result.workdir}; "
-             f"{len(result.skipped)} skipped, {len(result.refused)} refused"
-             + ("; every change of the handle is now applied" if result.finished else "")]
+    lines = [
+        f"{head} {len(result.applied)} change(s) of {result.handle} onto {result.workdir}; "
+        f"{len(result.skipped)} skipped, {len(result.refused)} refused"
+        + ("; every change of the handle is now applied" if result.finished else "")
+    ]
     lines += _items("would apply" if result.dry_run else "applied", result.applied)
     lines += _items("skipped", result.skipped) + _items("refused", result.refused)
     if result.diff:

@@ -46,8 +46,13 @@ class Offerings:
 
     @classmethod
     def this_machine(
-        cls, config: Config, *, with_engines: bool = True, evidence: Evidence | None = None,
-        watcher: Watcher | None = None, with_native: bool | None = True,
+        cls,
+        config: Config,
+        *,
+        with_engines: bool = True,
+        evidence: Evidence | None = None,
+        watcher: Watcher | None = None,
+        with_native: bool | None = True,
     ) -> Offerings:
         """Sample the machine. Engine admission runs real probe containers (announced to
         `watcher`; skipped while `evidence` kept on disk holds), so it is skipped

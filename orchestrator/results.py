@@ -105,8 +105,10 @@ class ExecResult(BaseModel):
         """What happened, in words, on every arm: the refusal, or the confinement statement
         followed by the limits that were hit and how the command ended."""
         if self.outcome == "exceptional":
-            return (f"{self.code.value if self.code else 'refused'}: {self.subject}: "
-                    f"{self.detail} (what you can do: {self.recovery})")
+            return (
+                f"{self.code.value if self.code else 'refused'}: {self.subject}: "
+                f"{self.detail} (what you can do: {self.recovery})"
+            )
         lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
         lines += self.limit_sentences()
         if self.detail:
@@ -120,18 +122,24 @@ class ExecResult(BaseModel):
     def _limit_sentence(self, limit: str) -> str:
         limits = (self.container or {}).get("limits") or {}
         if limit == "pids":
-            return (f"Process limit reached: the kernel refused a fork at the pids limit of "
-                    f"{limits.get('pids', '?')}; raise [sandbox.container] pids if the "
-                    "command needs more processes.")
+            return (
+                f"Process limit reached: the kernel refused a fork at the pids limit of "
+                f"{limits.get('pids', '?')}; raise [sandbox.container] pids if the "
+                "command needs more processes."
+            )
         if isinstance(limits, dict) and "memory_bytes" in limits:
-            return (f"Out of memory: the kernel's OOM killer killed the command's process(es) "
-                    f"at its memory limit of {limits['memory_bytes']} bytes (SIGKILL, exit "
-                    "137 when it was the main one); raise [sandbox.container] memory_bytes "
-                    "if it needs more.")
+            return (
+                f"Out of memory: the kernel's OOM killer killed the command's process(es) "
+                f"at its memory limit of {limits['memory_bytes']} bytes (SIGKILL, exit "
+                "137 when it was the main one); raise [sandbox.container] memory_bytes "
+                "if it needs more."
+            )
         ceiling = self.memory_ceiling or {}
-        return (f"Out of memory: the kernel's OOM killer killed process(es) of run "
-                f"{self.run!r} at its memory ceiling of {ceiling.get('limit_bytes', '?')} "
-                "bytes (SIGKILL, exit 137 when it was the command itself).")
+        return (
+            f"Out of memory: the kernel's OOM killer killed process(es) of run "
+            f"{self.run!r} at its memory ceiling of {ceiling.get('limit_bytes', '?')} "
+            "bytes (SIGKILL, exit 137 when it was the command itself)."
+        )
 
 
 def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
@@ -175,21 +183,32 @@ class Started:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-def backgrounded(started: Started, handle: str, window: float,
-                 memory_ceiling: dict[str, Any] | None) -> ExecResult:
+def backgrounded(
+    started: Started, handle: str, window: float, memory_ceiling: dict[str, Any] | None
+) -> ExecResult:
     """Still running when its window passed: the handle to harvest or halt it by."""
     return ExecResult(
-        outcome="backgrounded", handle=handle, background=True,
+        outcome="backgrounded",
+        handle=handle,
+        background=True,
         detail=f"still running after the window of {window:g} s: handed to the backlog "
         f"as {handle}; harvest() returns its result when it ends, halt() ends it",
-        memory_ceiling=memory_ceiling, **started.fields(),
+        memory_ceiling=memory_ceiling,
+        **started.fields(),
     )
 
 
 def settled(
-    started: Started, finished: Finished, *, stdout: tuple[str, str | None],
-    stderr: tuple[str, str | None], detail: str | None, memory_ceiling: dict[str, Any] | None,
-    container: dict[str, Any] | None, background_handle: str | None, changes: Changes | None,
+    started: Started,
+    finished: Finished,
+    *,
+    stdout: tuple[str, str | None],
+    stderr: tuple[str, str | None],
+    detail: str | None,
+    memory_ceiling: dict[str, Any] | None,
+    container: dict[str, Any] | None,
+    background_handle: str | None,
+    changes: Changes | None,
 ) -> ExecResult:
     """It ended (or was killed): `stdout`/`stderr` as read_capped gave them; the memory
     limit counts as hit on the container's OOM kill or the run ceiling's verdict "hit"."""
@@ -199,16 +218,25 @@ def settled(
     if finished.pids_hit:
         hit.append("pids")
     return ExecResult(
-        outcome="settled", stdout=stdout[0], stderr=stderr[0], stdout_full=stdout[1],
-        stderr_full=stderr[1], exit_code=finished.exit_code, killed=finished.killed,
-        detail=detail, memory_ceiling=memory_ceiling, container=container,
-        handle=background_handle, background=background_handle is not None, changes=changes,
-        limits_hit=hit, **started.fields(),
+        outcome="settled",
+        stdout=stdout[0],
+        stderr=stderr[0],
+        stdout_full=stdout[1],
+        stderr_full=stderr[1],
+        exit_code=finished.exit_code,
+        killed=finished.killed,
+        detail=detail,
+        memory_ceiling=memory_ceiling,
+        container=container,
+        handle=background_handle,
+        background=background_handle is not None,
+        changes=changes,
+        limits_hit=hit,
+        **started.fields(),
     )
 
 
-def never_ran(started: Started, err: SprawlError,
-              container: dict[str, Any] | None) -> ExecResult:
+def never_ran(started: Started, err: SprawlError, container: dict[str, Any] | None) -> ExecResult:
     """Started, but the program never ran (not in the image, no loader): a refusal like any
     other arm's, with what the start left (the container's record)."""
     fields = started.fields()

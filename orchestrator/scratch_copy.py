@@ -32,8 +32,12 @@ class ScratchCopy:
                 "a scratch copy tag must be 1-128 characters without '/' or NUL",
                 "pass a plain identifier (a session name) as the tag",
             )
-        with os_errors(ErrorCode.STORAGE_FATAL, scratch_root, "cannot make a scratch copy there",
-                       "check that the scratch directory exists and is writable"):
+        with os_errors(
+            ErrorCode.STORAGE_FATAL,
+            scratch_root,
+            "cannot make a scratch copy there",
+            "check that the scratch directory exists and is writable",
+        ):
             # Like mkdtemp (mode 0700, a random unguessable name, O_EXCL-style mkdir), but
             # the name is chosen and announced first.
             while True:

@@ -85,14 +85,20 @@ class DoctorRequest(_Request):
 class ApplyRequest(_Request):
     op: Literal["apply"]
     handle: str = Field(description="a result's changes.handle")
-    paths: list[str] = Field(default=[], description="what to apply (and what is beneath "
-                             "it); empty: every change")
+    paths: list[str] = Field(
+        default=[], description="what to apply (and what is beneath it); empty: every change"
+    )
     dry_run: bool = False
 
 
 Request = Annotated[
-    ExecRequest | HarvestRequest | HaltRequest | ReleaseRequest | ProcessesRequest
-    | DoctorRequest | ApplyRequest,
+    ExecRequest
+    | HarvestRequest
+    | HaltRequest
+    | ReleaseRequest
+    | ProcessesRequest
+    | DoctorRequest
+    | ApplyRequest,
     Field(discriminator="op"),
 ]
 REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
@@ -136,8 +142,14 @@ class ErrorResponse(_Response):
     error: Refusal
 
 
-Response = (ExecResponse | ResultsResponse | ProcessesResponse | DoctorResponse | ApplyResponse
-            | ErrorResponse)
+Response = (
+    ExecResponse
+    | ResultsResponse
+    | ProcessesResponse
+    | DoctorResponse
+    | ApplyResponse
+    | ErrorResponse
+)
 
 
 def schema() -> dict[str, Any]:
@@ -169,8 +181,12 @@ def parse(line: str) -> Request | ErrorResponse:
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "request"
-        return _bad(rid, where, f"{first['msg']} (found {first.get('input')!r:.200})"
-                    + (f"; {err.error_count() - 1} more" if err.error_count() > 1 else ""))
+        return _bad(
+            rid,
+            where,
+            f"{first['msg']} (found {first.get('input')!r:.200})"
+            + (f"; {err.error_count() - 1} more" if err.error_count() > 1 else ""),
+        )
 
 
 class Server:
@@ -232,10 +248,16 @@ class Server:
         except SprawlError as err:
             return _error(request.id, request.op, err)
         except Exception as err:  # a bug must not end the server or lose the id
-            return ErrorResponse(id=request.id, op=request.op, error=Refusal(
-                code=ErrorCode.INTERNAL, subject=request.op,
-                detail=f"{type(err).__name__}: {err}",
-                recovery="report this; the server keeps serving"))
+            return ErrorResponse(
+                id=request.id,
+                op=request.op,
+                error=Refusal(
+                    code=ErrorCode.INTERNAL,
+                    subject=request.op,
+                    detail=f"{type(err).__name__}: {err}",
+                    recovery="report this; the server keeps serving",
+                ),
+            )
 
     def _write(self, response: BaseModel) -> None:
         if self._out is None:  # answers go through dispatch() (mcp_server.py)
@@ -253,27 +275,38 @@ class Server:
         if isinstance(request, ExecRequest):
             tool = self.tool(request.arm or self.config.sandbox.arm)
             try:
-                result = tool.exec(request.command, shell=request.shell, where=request.where,
-                                   timeout=request.window, run=request.run)
+                result = tool.exec(
+                    request.command,
+                    shell=request.shell,
+                    where=request.where,
+                    timeout=request.window,
+                    run=request.run,
+                )
             except TypeError as err:  # a str command without shell: a line, not a program
                 raise SprawlError(ErrorCode.BAD_REQUEST, "command", str(err), SCHEMA_HINT) from err
             return ExecResponse(id=request.id, op="exec", result=result)
         if isinstance(request, HarvestRequest):
             # One shared backlog: any tool harvests every tool's commands (and records them).
-            return ResultsResponse(id=request.id, op="harvest",
-                                   results=self._any_tool().harvest())
+            return ResultsResponse(id=request.id, op="harvest", results=self._any_tool().harvest())
         if isinstance(request, HaltRequest):
-            return ExecResponse(id=request.id, op="halt", result=self._any_tool().halt(
-                request.handle))
+            return ExecResponse(
+                id=request.id, op="halt", result=self._any_tool().halt(request.handle)
+            )
         if isinstance(request, ReleaseRequest):
             results = self._any_tool().release(request.run)
             return ResultsResponse(id=request.id, op="release", results=results)
         if isinstance(request, ProcessesRequest):
-            return ProcessesResponse(id=request.id, op="processes",
-                                     runs=self._any_tool().processes())
+            return ProcessesResponse(
+                id=request.id, op="processes", runs=self._any_tool().processes()
+            )
         if isinstance(request, ApplyRequest):
-            applied = apply(state_dir(self.config, os.environ), request.handle,
-                            request.paths or None, dry_run=request.dry_run, workdir=self.workdir)
+            applied = apply(
+                state_dir(self.config, os.environ),
+                request.handle,
+                request.paths or None,
+                dry_run=request.dry_run,
+                workdir=self.workdir,
+            )
             return ApplyResponse(id=request.id, op="apply", result=applied)
         return DoctorResponse(id=request.id, op="doctor", report=self._doctor())
 
@@ -288,13 +321,22 @@ class Server:
         with self._lock:
             tool = self._tools.get(arm)
             if tool is None and self._closed:
-                raise SprawlError(ErrorCode.TOOL_UNAVAILABLE, "serve", "the server is closing",
-                                  "start a new sprawl-orch serve")
+                raise SprawlError(
+                    ErrorCode.TOOL_UNAVAILABLE,
+                    "serve",
+                    "the server is closing",
+                    "start a new sprawl-orch serve",
+                )
             if tool is None:
                 sandbox = self.config.sandbox.model_copy(update={"arm": arm})
                 config = self.config.model_copy(update={"sandbox": sandbox})
-                tool = ExecTool(config, self.workdir, offerings=self._offerings,
-                                session=self.session, backlog=self.backlog)
+                tool = ExecTool(
+                    config,
+                    self.workdir,
+                    offerings=self._offerings,
+                    session=self.session,
+                    backlog=self.backlog,
+                )
                 self._tools[arm] = tool
             return tool
 

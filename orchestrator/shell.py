@@ -182,7 +182,7 @@ def require_shell(shell: Shell) -> Found:
         raise SprawlError(
             ErrorCode.TOOL_UNAVAILABLE,
             subject="pwsh 7",
-            detail=f"[sandbox] interpreter = \"pwsh\" but {shell.detail or 'no pwsh 7 is here'}"
+            detail=f'[sandbox] interpreter = "pwsh" but {shell.detail or "no pwsh 7 is here"}'
             "; a line written for pwsh is not run under another shell",
             recovery=PWSH_RECOVERY,
         )

@@ -41,8 +41,16 @@ SOCKET_PATH_MAX = 100
 # differ in any of these must not share one (it would remove containers on another daemon,
 # or speak another version of the protocol).
 GUARDIAN_ENV: tuple[str, ...] = (
-    "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH",
-    "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "PATH",
+    "DOCKER_HOST",
+    "DOCKER_CONTEXT",
+    "DOCKER_CONFIG",
+    "DOCKER_TLS_VERIFY",
+    "DOCKER_CERT_PATH",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "PATH",
 )
 
 
@@ -61,8 +69,12 @@ def guardian_socket(state: Path, environ: Mapping[str, str], code: Path) -> Path
     private = Path(tempfile.gettempdir()) / f"sprawl-orch-{os.geteuid()}"
     private.mkdir(mode=0o700, exist_ok=True)
     st = private.lstat()
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not private.is_dir() \
-            or private.is_symlink():
+    if (
+        st.st_uid != os.geteuid()
+        or st.st_mode & 0o077
+        or not private.is_dir()
+        or private.is_symlink()
+    ):
         raise OSError(f"{private} is not a private directory of this user")
     digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
     return private / f"guardian-{digest}-{flavour}.sock"

@@ -28,8 +28,12 @@ class ToolArm:
     """`watcher`: the guardian, asked for only when an engine is sampled or an arm built."""
 
     def __init__(
-        self, config: Config, environ: Mapping[str, str], evidence: Evidence,
-        watcher: Callable[[], Watcher], lock: threading.RLock,
+        self,
+        config: Config,
+        environ: Mapping[str, str],
+        evidence: Evidence,
+        watcher: Callable[[], Watcher],
+        lock: threading.RLock,
         offerings: Offerings | None = None,
     ) -> None:
         self.config = config
@@ -51,8 +55,11 @@ class ToolArm:
                 # down to it only when no engine is admitted)
                 native = True if asked == "native" else None if asked == "auto" else False
                 self._offerings = Offerings.this_machine(
-                    self.config, with_engines=engines, evidence=self.evidence,
-                    watcher=self._watcher() if engines else None, with_native=native,
+                    self.config,
+                    with_engines=engines,
+                    evidence=self.evidence,
+                    watcher=self._watcher() if engines else None,
+                    with_native=native,
                 )
             return self._offerings
 
@@ -68,8 +75,13 @@ class ToolArm:
     def arm(self) -> Arm:
         with self._lock:
             if self._arm is None:
-                self._arm = build_arm(self.choice, self.offerings, self.config,
-                                      evidence=self.evidence, watcher=self._watcher())
+                self._arm = build_arm(
+                    self.choice,
+                    self.offerings,
+                    self.config,
+                    evidence=self.evidence,
+                    watcher=self._watcher(),
+                )
             return self._arm
 
     def for_where(self, where: str) -> Arm:
@@ -77,7 +89,8 @@ class ToolArm:
         if where == "host":
             if self.config.sandbox.write_limit == "create":
                 raise SprawlError(
-                    ErrorCode.SANDBOX_DENIED, 'where = "host"',
+                    ErrorCode.SANDBOX_DENIED,
+                    'where = "host"',
                     '[sandbox] write_limit = "create" forbids running in the working directory',
                     'run it in the sandbox (where = "sandbox"), or change write_limit',
                 )

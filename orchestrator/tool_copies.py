@@ -72,8 +72,9 @@ class ToolCopies:
         def collect(handle: str) -> Changes:
             try:
                 found = compute_changes(record, self.workdir, copy)
-                return keep_changes(self.state, handle, self.workdir, copy, record, found,
-                                    self.changes_budget)
+                return keep_changes(
+                    self.state, handle, self.workdir, copy, record, found, self.changes_budget
+                )
             except (OSError, SprawlError) as err:
                 return Changes(handle=handle, note=f"changes could not be computed: {err}")
 

@@ -41,15 +41,16 @@ _RUNTIME = re.compile(
     re.IGNORECASE,
 )
 _AFTER_START = re.compile(r"\Aexec (?P<program>\S+): (?P<why>[a-z][a-z ]+[a-z])\n?\Z")
-_LOADER = re.compile(r"error while loading shared libraries: (?P<lib>\S+): cannot open shared "
-                     r"object file")
+_LOADER = re.compile(
+    r"error while loading shared libraries: (?P<lib>\S+): cannot open shared "
+    r"object file"
+)
 _PLAIN = {
     "executable file not found in $path": "not found on the image's PATH",
     "no such file or directory": "does not exist in the container (or its #! interpreter or "
     "ELF loader does not)",
     "permission denied": "is not executable there (a directory, or no execute bit)",
-    "exec format error": "is not a program the kernel can run (no #! line, or a foreign "
-    "binary)",
+    "exec format error": "is not a program the kernel can run (no #! line, or a foreign binary)",
     "is a directory": "is a directory",
     "not a directory": "has a path through something that is not a directory",
 }
@@ -74,8 +75,9 @@ def runtime_refusal(words: str, program: str, venv: str | None = None) -> Sprawl
     return _refusal(found.group("program") or program, _plain(found.group("why")), words, venv)
 
 
-def after_start_refusal(program: str, exit_code: int | None, stdout_size: int, stderr: str,
-                        venv: str | None = None) -> SprawlError | None:
+def after_start_refusal(
+    program: str, exit_code: int | None, stdout_size: int, stderr: str, venv: str | None = None
+) -> SprawlError | None:
     """runc's after-start execve failure: exit 1, no stdout, its one line on stderr."""
     if exit_code != 1 or stdout_size:
         return None
@@ -85,8 +87,9 @@ def after_start_refusal(program: str, exit_code: int | None, stdout_size: int, s
     return _refusal(program, _plain(found.group("why")), stderr.strip(), venv)
 
 
-def loader_refusal(program: str, exit_code: int | None, stderr: str,
-                   venv: str | None) -> SprawlError | None:
+def loader_refusal(
+    program: str, exit_code: int | None, stderr: str, venv: str | None
+) -> SprawlError | None:
     """A host virtualenv's interpreter that starts but lacks its libraries in the image."""
     found = _LOADER.search(stderr)
     if venv is None or exit_code != 127 or found is None:
@@ -97,7 +100,8 @@ def loader_refusal(program: str, exit_code: int | None, stderr: str,
 def _refusal(program: str, why: str, words: str, venv: str | None) -> SprawlError:
     if venv is not None:
         return unavailable(
-            program, f"{venv}; in the container it fails: {words}",
+            program,
+            f"{venv}; in the container it fails: {words}",
             "make the virtualenv where it runs: use an image that has the interpreter "
             "(sprawl-orch image build debian, or --dockerfile) and create the venv inside "
             "the command (python3 -m venv); or run it on a native arm, or with --where host",
@@ -124,10 +128,12 @@ def host_venv(tree: Path, program: str) -> str | None:
         if real.is_relative_to(root):
             continue
         name = candidate.relative_to(tree) if candidate.is_relative_to(tree) else candidate
-        return (f"{name} is the interpreter of the host virtualenv {venv.name}/, a link to "
-                f"{real} outside the working directory (the copy holds that file, not the "
-                "interpreter's loader and libraries), so the image must have them for it to "
-                "run")
+        return (
+            f"{name} is the interpreter of the host virtualenv {venv.name}/, a link to "
+            f"{real} outside the working directory (the copy holds that file, not the "
+            "interpreter's loader and libraries), so the image must have them for it to "
+            "run"
+        )
     return None
 
 
@@ -178,18 +184,18 @@ def _missing_loader(handle: BinaryIO, head: bytes) -> str | None:
     """PT_INTERP names the dynamic loader; execve fails with ENOENT when it is absent."""
     if head[4] != 2 or head[5] != 1 or len(head) < 64:  # ELF64 little-endian only
         return None
-    phoff, = struct.unpack_from("<Q", head, 32)
+    (phoff,) = struct.unpack_from("<Q", head, 32)
     phentsize, phnum = struct.unpack_from("<HH", head, 54)
     for i in range(min(phnum, 64)):
         handle.seek(phoff + i * phentsize)
         entry = handle.read(56)
         if len(entry) < 56:
             return "is a truncated ELF file"
-        p_type, = struct.unpack_from("<I", entry, 0)
+        (p_type,) = struct.unpack_from("<I", entry, 0)
         if p_type != 3:  # PT_INTERP
             continue
-        offset, = struct.unpack_from("<Q", entry, 8)
-        size, = struct.unpack_from("<Q", entry, 32)
+        (offset,) = struct.unpack_from("<Q", entry, 8)
+        (size,) = struct.unpack_from("<Q", entry, 32)
         handle.seek(offset)
         loader = handle.read(min(size, 4096)).rstrip(b"\0").decode(errors="replace")
         if loader and not os.path.exists(loader):

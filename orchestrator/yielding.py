@@ -49,8 +49,11 @@ def find_program(program: str, env: Mapping[str, str], cwd: str) -> str:
     if interpreter is not None:
         target = os.path.join(cwd, interpreter) if interpreter else ""
         if not interpreter or not os.path.isfile(target) or not os.access(target, os.X_OK):
-            named = f"names {interpreter}, which is not an executable file" if interpreter \
+            named = (
+                f"names {interpreter}, which is not an executable file"
+                if interpreter
                 else "names no interpreter"
+            )
             raise unavailable(program, f"{checked}'s #! line {named}")
     return found
 

@@ -24,18 +24,34 @@ EXIT_SOME_REFUSED = 1
 
 
 @click.command("apply")
-@click.option("-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Working directory the changes must belong to (default: the one they were "
-              "made from).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Config file (default: sprawl.toml in the working directory).")
+@click.option(
+    "-C",
+    "workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Working directory the changes must belong to (default: the one they were made from).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Config file (default: sprawl.toml in the working directory).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the diff of what would be applied.")
 @click.option("--drop", is_flag=True, help="Forget the handle's kept changes, apply nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the apply result as JSON.")
 @click.argument("handle")
 @click.argument("paths", nargs=-1)
-def apply_command(workdir: Path | None, config_path: Path | None, dry_run: bool, drop: bool,
-                  as_json: bool, handle: str, paths: tuple[str, ...]) -> None:
+def apply_command(
+    workdir: Path | None,
+    config_path: Path | None,
+    dry_run: bool,
+    drop: bool,
+    as_json: bool,
+    handle: str,
+    paths: tuple[str, ...],
+) -> None:
     """Apply the changes of HANDLE (all, or the PATHs named and what is beneath them)."""
     import os
 
@@ -67,9 +83,13 @@ def apply_command(workdir: Path | None, config_path: Path | None, dry_run: bool,
                 stamps = f" (stamp at the sync: {item.at_sync}; now: {item.now})"
             click.echo(f"sprawl-orch: refused {item.path}: {item.why}{stamps}", err=True)
         if result.skipped:
-            click.echo(f"sprawl-orch: skipped {len(result.skipped)} path(s) not chosen or "
-                       "applied before", err=True)
+            click.echo(
+                f"sprawl-orch: skipped {len(result.skipped)} path(s) not chosen or applied before",
+                err=True,
+            )
         if result.finished:
-            click.echo(f"sprawl-orch: every change of {handle} is applied; its kept copy is "
-                       "removed", err=True)
+            click.echo(
+                f"sprawl-orch: every change of {handle} is applied; its kept copy is removed",
+                err=True,
+            )
     sys.exit(EXIT_SOME_REFUSED if result.refused else 0)

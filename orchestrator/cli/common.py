@@ -35,11 +35,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 def config_options(func: F) -> F:
     """-C DIR and --config FILE, on every subcommand, meaning the same thing everywhere."""
     func = click.option(
-        "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-        default=None, help="Config file (default: sprawl.toml in the -C directory, if present).",
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Config file (default: sprawl.toml in the -C directory, if present).",
     )(func)
     return click.option(
-        "-C", "workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+        "-C",
+        "workdir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("."),
         help="Working directory: commands run in its copy; its sprawl.toml is read (default: .).",
     )(func)
 
@@ -50,12 +56,16 @@ def server_options(asks: str) -> Callable[[F], F]:
 
     def add(func: F) -> F:
         func = click.option(
-            "--warm/--no-warm", default=None,
+            "--warm/--no-warm",
+            default=None,
             help="Container arm: one kept container per run, an exec per command "
             "(default: [sandbox.container] warm).",
         )(func)
         return click.option(
-            "--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+            "--workers",
+            type=click.IntRange(1, 256),
+            default=8,
+            show_default=True,
             help=f"Execs running at once; more {asks} wait their turn.",
         )(func)
 
@@ -80,8 +90,7 @@ def find_config(workdir: Path, config_path: Path | None) -> Config:
 
 
 def say_refusal(refusal: Refusal) -> None:
-    click.echo(f"sprawl-orch: {refusal.code.value}: {refusal.subject}: {refusal.detail}",
-               err=True)
+    click.echo(f"sprawl-orch: {refusal.code.value}: {refusal.subject}: {refusal.detail}", err=True)
     click.echo(f"sprawl-orch: what you can do: {refusal.recovery}", err=True)
 
 

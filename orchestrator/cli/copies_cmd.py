@@ -31,8 +31,14 @@ def _store(workdir: Path, config_path: Path | None) -> CopyStore:
 
 
 def _as_dict(info: CopyInfo) -> dict[str, object]:
-    return {"name": info.name, "path": str(info.slot / "tree"), "workdir": info.workdir,
-            "bytes": info.bytes, "released": info.released or None, "busy": info.busy}
+    return {
+        "name": info.name,
+        "path": str(info.slot / "tree"),
+        "workdir": info.workdir,
+        "bytes": info.bytes,
+        "released": info.released or None,
+        "busy": info.busy,
+    }
 
 
 @click.group("copies")
@@ -58,11 +64,16 @@ def list_command(workdir: Path, config_path: Path | None, as_json: bool) -> None
         click.echo(f"no copies kept in {store.root}")
         return
     total = sum(i.bytes for i in infos)
-    click.echo(f"{len(infos)} copies in {store.root}, {human(total)} of a "
-               f"{human(store.budget_bytes)} budget ([sandbox.copy] budget_bytes)")
+    click.echo(
+        f"{len(infos)} copies in {store.root}, {human(total)} of a "
+        f"{human(store.budget_bytes)} budget ([sandbox.copy] budget_bytes)"
+    )
     for info in infos:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.released)) \
-            if info.released else "never released"
+        when = (
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(info.released))
+            if info.released
+            else "never released"
+        )
         state = "in use" if info.busy else f"idle since {when}"
         click.echo(f"{info.name:<24} {human(info.bytes):>8}  {state:<28} {info.workdir}")
 
@@ -73,8 +84,14 @@ def list_command(workdir: Path, config_path: Path | None, as_json: bool) -> None
 @click.option("--here", is_flag=True, help="The copies of the -C working directory.")
 @click.option("--all", "drop_all", is_flag=True, help="Every idle copy.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was dropped as JSON.")
-def drop_command(workdir: Path, config_path: Path | None, names: tuple[str, ...], here: bool,
-                 drop_all: bool, as_json: bool) -> None:
+def drop_command(
+    workdir: Path,
+    config_path: Path | None,
+    names: tuple[str, ...],
+    here: bool,
+    drop_all: bool,
+    as_json: bool,
+) -> None:
     """Delete idle copies: NAMES as `copies list` shows them (KEY/SLOT, or KEY), --here or
     --all. The next call makes a fresh copy."""
     if not (names or here or drop_all):
@@ -85,23 +102,27 @@ def drop_command(workdir: Path, config_path: Path | None, names: tuple[str, ...]
     except SprawlError as err:
         refuse(err, as_json)
     real = os.path.realpath(workdir)
-    chosen = [i for i in infos if drop_all or (here and i.workdir == real)
-              or i.name in names or i.key in names]
+    chosen = [
+        i
+        for i in infos
+        if drop_all or (here and i.workdir == real) or i.name in names or i.key in names
+    ]
     unknown = [n for n in names if not any(n in (i.name, i.key) for i in infos)]
     if unknown:
-        raise click.BadParameter(f"no such copy: {', '.join(unknown)} (see: sprawl-orch "
-                                 "copies list)", param_hint="NAMES")
+        raise click.BadParameter(
+            f"no such copy: {', '.join(unknown)} (see: sprawl-orch copies list)", param_hint="NAMES"
+        )
     dropped: list[CopyInfo] = []
     held: list[CopyInfo] = []
     for info in chosen:
         (dropped if not info.busy and store.drop(info.slot) else held).append(info)
     if as_json:
-        click.echo(json.dumps({"dropped": [i.name for i in dropped],
-                               "in_use": [i.name for i in held]}))
+        click.echo(
+            json.dumps({"dropped": [i.name for i in dropped], "in_use": [i.name for i in held]})
+        )
     else:
         for info in dropped:
             click.echo(f"dropped {info.name} ({human(info.bytes)}, {info.workdir})")
         for info in held:
-            click.echo(f"sprawl-orch: {info.name} is in use by a running command; kept",
-                       err=True)
+            click.echo(f"sprawl-orch: {info.name} is in use by a running command; kept", err=True)
     sys.exit(1 if held else 0)

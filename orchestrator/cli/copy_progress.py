@@ -41,13 +41,20 @@ class _Bar:
             from rich.progress import Progress as RichProgress
             from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self.live = RichProgress(SpinnerColumn(), TextColumn("{task.description}"),
-                                     TimeElapsedColumn(), console=Console(stderr=True),
-                                     transient=True)
+            self.live = RichProgress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self.live.start()
             self.task = self.live.add_task("")
-        self.live.update(self.task, description=f"sprawl-orch: copying the working directory: "
-                                                f"{files:,} files, {human(size)}")
+        self.live.update(
+            self.task,
+            description=f"sprawl-orch: copying the working directory: "
+            f"{files:,} files, {human(size)}",
+        )
 
     def stop(self) -> None:
         if self.live is not None:

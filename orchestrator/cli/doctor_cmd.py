@@ -28,8 +28,12 @@ def _render(report: object) -> None:
 
     assert isinstance(report, DoctorReport)
     console = Console()
-    table = Table(title=f"sprawl-orch doctor — {report.platform}", box=box.SIMPLE_HEAD,
-                  pad_edge=False, collapse_padding=True)
+    table = Table(
+        title=f"sprawl-orch doctor — {report.platform}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     table.add_column("arm", no_wrap=True)
     table.add_column("ok", no_wrap=True)
     for axis in ("filesystem", "network", "process_tree", "user", "resources"):
@@ -48,12 +52,17 @@ def _render(report: object) -> None:
     console.print()
     console.print(f"[bold]auto[/] → {report.auto.arm}: {escape(report.auto.reason)}")
     if report.configured.asked != "auto":
-        console.print(f"[bold]configured[/] ([sandbox] arm = {report.configured.asked!r}) → "
-                      f"{report.configured.arm}: {escape(report.configured.reason)}")
+        console.print(
+            f"[bold]configured[/] ([sandbox] arm = {report.configured.asked!r}) → "
+            f"{report.configured.arm}: {escape(report.configured.reason)}"
+        )
     console.print(f"[bold]scratch[/]: {escape(str(report.scratch or report.scratch_problem))}")
     for name, sh in (("shell", report.shell), ("pwsh", report.pwsh)):
-        said = (f"{sh.program} (interpreter {sh.interpreter})" if sh.state == "found"
-                else f"{sh.state}: {sh.detail}")
+        said = (
+            f"{sh.program} (interpreter {sh.interpreter})"
+            if sh.state == "found"
+            else f"{sh.state}: {sh.detail}"
+        )
         console.print(f"[bold]{name}[/] ({sh.asked}): {escape(said)}")
     cg = report.cgroup
     state = "delegated" if cg.delegated else "not delegated"

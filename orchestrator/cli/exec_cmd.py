@@ -41,27 +41,45 @@ def exit_status(result: ExecResult) -> int:
 
 
 def changes_line(c: Changes) -> str:
-    counts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in (
-        ("created", c.created), ("modified", c.modified), ("deleted", c.deleted),
-        ("kind_changed", c.kind_changed), ("mode_changed", c.mode_changed)) if n)
+    counts = ", ".join(
+        f"{n} {k.replace('_', ' ')}"
+        for k, n in (
+            ("created", c.created),
+            ("modified", c.modified),
+            ("deleted", c.deleted),
+            ("kind_changed", c.kind_changed),
+            ("mode_changed", c.mode_changed),
+        )
+        if n
+    )
     line = f"the command changed {c.total} path(s) in its copy ({counts})"
     if c.kept:
-        return f"{line}; review: sprawl-orch apply --dry-run {c.handle}; keep: " \
-               f"sprawl-orch apply {c.handle}"
+        return (
+            f"{line}; review: sprawl-orch apply --dry-run {c.handle}; keep: "
+            f"sprawl-orch apply {c.handle}"
+        )
     return f"{line}; {c.note}" if c.note else line
 
 
 def _say(result: ExecResult) -> None:
     if result.outcome == "exceptional":
-        say_refusal(Refusal(code=result.code, subject=result.subject or "",  # type: ignore[arg-type]
-                            detail=result.detail or "", recovery=result.recovery or ""))
+        assert result.code is not None  # every exceptional result carries its code
+        say_refusal(
+            Refusal(
+                code=result.code,
+                subject=result.subject or "",
+                detail=result.detail or "",
+                recovery=result.recovery or "",
+            )
+        )
         return
     for line in result.statement.splitlines():
         click.echo(f"sprawl-orch: {line}", err=True)
     if result.work is not None and result.work.excluded:
         left_out = ", ".join(result.work.excluded)
-        click.echo(f"sprawl-orch: left out of the copy ([sandbox.copy] exclude): {left_out}",
-                   err=True)
+        click.echo(
+            f"sprawl-orch: left out of the copy ([sandbox.copy] exclude): {left_out}", err=True
+        )
     if result.changes is not None and result.changes.total:
         click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
 
@@ -69,17 +87,36 @@ def _say(result: ExecResult) -> None:
 @click.command("exec", context_settings={"allow_interspersed_args": False})
 @config_options
 @click.option("--shell", is_flag=True, help="Run ARGV as one shell line.")
-@click.option("--where", type=click.Choice(["sandbox", "host"]), default="sandbox",
-              show_default=True, help="host runs in place with no guarantees; ask by name.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Window in seconds; past it the command is killed.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the result object as JSON (output capped, with its way back).")
+@click.option(
+    "--where",
+    type=click.Choice(["sandbox", "host"]),
+    default="sandbox",
+    show_default=True,
+    help="host runs in place with no guarantees; ask by name.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Window in seconds; past it the command is killed.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the result object as JSON (output capped, with its way back).",
+)
 @click.option("--schema", is_flag=True, help="Print the JSON schema of the result and exit.")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def exec_command(
-    workdir: Path, config_path: Path | None, shell: bool, where: str, timeout: float | None,
-    as_json: bool, schema: bool, argv: tuple[str, ...],
+    workdir: Path,
+    config_path: Path | None,
+    shell: bool,
+    where: str,
+    timeout: float | None,
+    as_json: bool,
+    schema: bool,
+    argv: tuple[str, ...],
 ) -> None:
     """Run ARGV confined, in a synced copy of the working directory."""
     if schema:
@@ -103,10 +140,18 @@ def exec_command(
     # One call per process: the state directory's shared guardian, not one of our own.
     from sprawl_orch.cli.copy_progress import copy_progress
 
-    with copy_progress(as_json) as progress, \
-            ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool:
-        result = tool.exec(command, shell=shell, where=where,  # type: ignore[arg-type]
-                           timeout=timeout, background_ok=False, follow=follow)
+    with (
+        copy_progress(as_json) as progress,
+        ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool,
+    ):
+        result = tool.exec(
+            command,
+            shell=shell,
+            where=where,  # type: ignore[arg-type]
+            timeout=timeout,
+            background_ok=False,
+            follow=follow,
+        )
     _finish(result, as_json)
 
 

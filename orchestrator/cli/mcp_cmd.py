@@ -44,8 +44,7 @@ async def _serve_until_signal(app: MCPServer[Any]) -> int:
 @click.command("mcp")
 @config_options
 @server_options("calls")
-def mcp_command(workdir: Path, config_path: Path | None, workers: int,
-                warm: bool | None) -> None:
+def mcp_command(workdir: Path, config_path: Path | None, workers: int, warm: bool | None) -> None:
     """Serve exec, harvest, halt, release, doctor and apply as MCP tools over stdio."""
     from sprawl_orch import mcp_server, serve
 

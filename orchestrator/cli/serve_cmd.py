@@ -31,17 +31,35 @@ def _stop_on(signum: int, frame: FrameType | None) -> None:
 @click.command("serve")
 @config_options
 @server_options("requests")
-@click.option("--shares", type=click.Choice(["unset", "cpu", "cpu_and_memory"]),
-              default="unset", show_default=True,
-              help="Per-run cgroup: equal CPU shares, and a memory ceiling with cpu_and_memory.")
-@click.option("--run-memory-bytes", type=click.IntRange(min=1), default=None,
-              help="Each run's memory ceiling (with --shares cpu_and_memory).")
-@click.option("--cgroup-root", type=click.Path(path_type=Path), default=None,
-              help="Where cgroupfs is mounted (default /sys/fs/cgroup).")
+@click.option(
+    "--shares",
+    type=click.Choice(["unset", "cpu", "cpu_and_memory"]),
+    default="unset",
+    show_default=True,
+    help="Per-run cgroup: equal CPU shares, and a memory ceiling with cpu_and_memory.",
+)
+@click.option(
+    "--run-memory-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Each run's memory ceiling (with --shares cpu_and_memory).",
+)
+@click.option(
+    "--cgroup-root",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where cgroupfs is mounted (default /sys/fs/cgroup).",
+)
 @click.option("--schema", is_flag=True, help="Print the JSON schema of requests and responses.")
 def serve_command(
-    workdir: Path, config_path: Path | None, workers: int, shares: str,
-    run_memory_bytes: int | None, cgroup_root: Path | None, warm: bool | None, schema: bool,
+    workdir: Path,
+    config_path: Path | None,
+    workers: int,
+    shares: str,
+    run_memory_bytes: int | None,
+    cgroup_root: Path | None,
+    warm: bool | None,
+    schema: bool,
 ) -> None:
     """Serve exec, harvest, halt, release, processes and doctor as JSON lines."""
     from sprawl_orch import serve
@@ -54,8 +72,7 @@ def serve_command(
     if (shares == "cpu_and_memory") != (run_memory_bytes is not None):
         raise click.UsageError("--run-memory-bytes goes with --shares cpu_and_memory, and only")
     config = server_config(workdir, config_path, warm)
-    asked = Shares.cpu_and_memory(run_memory_bytes) if run_memory_bytes else Shares(
-        kind=shares)  # type: ignore[arg-type]
+    asked = Shares.cpu_and_memory(run_memory_bytes) if run_memory_bytes else Shares(kind=shares)  # type: ignore[arg-type]
     found = delegation(cgroup_root) if cgroup_root is not None else None
     server = serve.Server(config, workdir, sys.stdout, shares=asked, workers=workers, found=found)
     if isinstance(sys.stdin, io.TextIOWrapper):

@@ -37,7 +37,10 @@ CAPTION = (
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per interpreter.")
 def view_command(
-    shells: bool, ledger_file: Path | None, workdir: Path, config_path: Path | None,
+    shells: bool,
+    ledger_file: Path | None,
+    workdir: Path,
+    config_path: Path | None,
     as_json: bool,
 ) -> None:
     """Read the ledger back in one of its views ([state] from the config found as exec does)."""

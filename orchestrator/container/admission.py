@@ -43,14 +43,14 @@ class Admission:
     # admitted
     facts: EngineFacts | None = None
     image: str | None = None
-    runtime: str | None = None        # passed as --runtime; None = the engine's default
-    runtime_used: str | None = None   # what inspect reports the containers ran under
-    gvisor: bool = False              # runsc: the command runs on gVisor's kernel
+    runtime: str | None = None  # passed as --runtime; None = the engine's default
+    runtime_used: str | None = None  # what inspect reports the containers ran under
+    gvisor: bool = False  # runsc: the command runs on gVisor's kernel
     uids_namespaced: bool = False
     userns_why: str = ""
     notes: tuple[str, ...] = ()
-    userns: Userns | None = None      # the user namespace every container is put in
-    limits_enforced: bool = True      # False: the probe saw the engine drop the limits
+    userns: Userns | None = None  # the user namespace every container is put in
+    limits_enforced: bool = True  # False: the probe saw the engine drop the limits
     limits_why: str = ""
     # refused
     code: ErrorCode | None = None
@@ -64,8 +64,11 @@ class Admission:
         if not self.admitted:
             return f"{self.engine}: refused — {self.reason}"
         assert self.facts is not None
-        user = (f"user namespace: {self.userns_why}" if self.uids_namespaced
-                else f"no user namespace: {self.userns_why}")
+        user = (
+            f"user namespace: {self.userns_why}"
+            if self.uids_namespaced
+            else f"no user namespace: {self.userns_why}"
+        )
         if not self.limits_enforced:
             user += f"; no resource limits: {self.limits_why}"
         runs = f"runs under {self.runtime_used}"
@@ -77,8 +80,10 @@ class Admission:
 
     def error(self) -> SprawlError:
         return SprawlError(
-            self.code or ErrorCode.TOOL_UNAVAILABLE, f"container engine {self.engine}",
-            self.reason, self.recovery,
+            self.code or ErrorCode.TOOL_UNAVAILABLE,
+            f"container engine {self.engine}",
+            self.reason,
+            self.recovery,
         )
 
     def as_dict(self) -> dict[str, object]:
@@ -100,19 +105,34 @@ class Admission:
                 "proved_at": self.proved_at,
             }
         else:
-            out |= {"code": self.code.value if self.code else None, "reason": self.reason,
-                    "recovery": self.recovery}
+            out |= {
+                "code": self.code.value if self.code else None,
+                "reason": self.reason,
+                "recovery": self.recovery,
+            }
         return out
 
 
-def refused(engine: str, code: ErrorCode, reason: str, recovery: str,
-            missing: Missing | None = None) -> Admission:
-    return Admission(engine, False, code=code, reason=reason, recovery=recovery,
-                     missing=missing or arms.container_runtime(f"{engine}: {reason}"))
+def refused(
+    engine: str, code: ErrorCode, reason: str, recovery: str, missing: Missing | None = None
+) -> Admission:
+    return Admission(
+        engine,
+        False,
+        code=code,
+        reason=reason,
+        recovery=recovery,
+        missing=missing or arms.container_runtime(f"{engine}: {reason}"),
+    )
 
 
-def _admit(engine: ContainerEngine, config: ContainerConfig, host: HostLimits,
-           watcher: Watcher, wrappers: Path) -> Admission:
+def _admit(
+    engine: ContainerEngine,
+    config: ContainerConfig,
+    host: HostLimits,
+    watcher: Watcher,
+    wrappers: Path,
+) -> Admission:
     name = engine.name
     try:
         facts = engine.facts()
@@ -122,14 +142,19 @@ def _admit(engine: ContainerEngine, config: ContainerConfig, host: HostLimits,
             reason, recovery = err.detail, err.recovery
         return refused(name, ErrorCode.TOOL_UNAVAILABLE, reason, recovery)
     if facts.os != "linux":
-        return refused(name, ErrorCode.TOOL_UNAVAILABLE, f"{name} serves {facts.os} containers",
-                       "switch the engine to Linux containers")
+        return refused(
+            name,
+            ErrorCode.TOOL_UNAVAILABLE,
+            f"{name} serves {facts.os} containers",
+            "switch the engine to Linux containers",
+        )
     unsupported = facts.unsupported_limits()
     # a rootless engine without the controllers runs, limits unasked and resources = no,
     # once its probe shows it drops them (below); a rootful one is refused
     if unsupported and not facts.rootless:
         return refused(
-            name, ErrorCode.SANDBOX_DENIED,
+            name,
+            ErrorCode.SANDBOX_DENIED,
             f"{name} reports no support for {', '.join(unsupported)} limits "
             f"(cgroup v{facts.cgroup_version}, {facts.cgroup_driver})",
             "enable the cgroup controllers (cgroup v2 delegation for rootless engines)",
@@ -137,19 +162,31 @@ def _admit(engine: ContainerEngine, config: ContainerConfig, host: HostLimits,
     image = config.image_for(name)
     if image is None or engine.local_image(image) is None:
         missing = arms.image_not_local(name, image)
-        return refused(name, ErrorCode.TOOL_UNAVAILABLE, missing.phrase, missing.recovery,
-                       missing)
+        return refused(name, ErrorCode.TOOL_UNAVAILABLE, missing.phrase, missing.recovery, missing)
     try:
         limits = fit_limits(config, host)
     except SprawlError as err:
-        return refused(name, err.code, err.detail, err.recovery,
-                       arms.config_invalid(err.subject, err.detail, err.recovery))
+        return refused(
+            name,
+            err.code,
+            err.detail,
+            err.recovery,
+            arms.config_invalid(err.subject, err.detail, err.recovery),
+        )
     asked = config.userns
-    wanted, why_not = plan(name, facts.rootless, facts.userns_remap, facts.root_dir,
-                           facts.uid_map, facts.gid_map, asked)
+    wanted, why_not = plan(
+        name,
+        facts.rootless,
+        facts.userns_remap,
+        facts.root_dir,
+        facts.uid_map,
+        facts.gid_map,
+        asked,
+    )
     if wanted is None and asked == "required":
         return refused(
-            name, ErrorCode.SANDBOX_DENIED,
+            name,
+            ErrorCode.SANDBOX_DENIED,
             f'[sandbox.container] userns = "required", but {name} gives no user namespace: '
             f"{why_not}",
             'use an engine that does (podman with /etc/subuid ranges for "containers", a '
@@ -157,13 +194,21 @@ def _admit(engine: ContainerEngine, config: ContainerConfig, host: HostLimits,
         )
     enforced, limits_why = True, ""
 
-    def runtime_for(userns: Userns | None, limits: bool = True
-                    ) -> str | tuple[Runtime, tuple[str, ...]]:
+    def runtime_for(
+        userns: Userns | None, limits: bool = True
+    ) -> str | tuple[Runtime, tuple[str, ...]]:
         def tried(runtime: Runtime) -> str | None:
             return probe(engine, config, image, runtime, host, watcher, userns, limits)
 
-        return runtimes.choose(name, facts, config.runtime, wrappers, tried, warm=config.warm,
-                               userns=userns is not None)
+        return runtimes.choose(
+            name,
+            facts,
+            config.runtime,
+            wrappers,
+            tried,
+            warm=config.warm,
+            userns=userns is not None,
+        )
 
     try:
         found = runtime_for(wanted)
@@ -191,33 +236,60 @@ def _admit(engine: ContainerEngine, config: ContainerConfig, host: HostLimits,
         return refused(name, ErrorCode.SANDBOX_DENIED, reason, recovery)
     runtime, said = found
     return Admission(
-        name, True, facts=facts, image=image, runtime=runtime.flag,
-        runtime_used=runtime.expect, gvisor=runtime.gvisor,
+        name,
+        True,
+        facts=facts,
+        image=image,
+        runtime=runtime.flag,
+        runtime_used=runtime.expect,
+        gvisor=runtime.gvisor,
         uids_namespaced=wanted is not None,
         userns_why=wanted.why if wanted is not None else why_not,
-        notes=(*said, *limits.notes), userns=wanted, limits_enforced=enforced,
+        notes=(*said, *limits.notes),
+        userns=wanted,
+        limits_enforced=enforced,
         limits_why=limits_why,
     )
 
 
-_LIMIT_FIELDS = ("HostConfig.Memory", "HostConfig.MemorySwap", "HostConfig.NanoCpus",
-                 "HostConfig.PidsLimit", "HostConfig.CpuShares")
+_LIMIT_FIELDS = (
+    "HostConfig.Memory",
+    "HostConfig.MemorySwap",
+    "HostConfig.NanoCpus",
+    "HostConfig.PidsLimit",
+    "HostConfig.CpuShares",
+)
 
 
 def _limits_dropped(words: str) -> bool:
     """The probe's inspect shows the limits were not applied (and nothing else differs)."""
     if not words.startswith("inspect differs from what was asked: "):
         return False
-    fields = [part.split(":")[0].strip() for part in
-              words.removeprefix("inspect differs from what was asked: ").split("; ")]
+    fields = [
+        part.split(":")[0].strip()
+        for part in words.removeprefix("inspect differs from what was asked: ").split("; ")
+    ]
     return bool(fields) and all(f in _LIMIT_FIELDS for f in fields)
 
 
 _cache: dict[tuple[str, str, str], Admission] = {}
 _lock = threading.Lock()
 # The fields of an admitted Admission that are kept on disk (container/evidence.py).
-_KEPT = ("engine", "admitted", "facts", "image", "runtime", "runtime_used", "gvisor",
-         "uids_namespaced", "userns_why", "notes", "userns", "limits_enforced", "limits_why")
+_KEPT = (
+    "engine",
+    "admitted",
+    "facts",
+    "image",
+    "runtime",
+    "runtime_used",
+    "gvisor",
+    "uids_namespaced",
+    "userns_why",
+    "notes",
+    "userns",
+    "limits_enforced",
+    "limits_why",
+)
 
 
 def wrappers_dir(evidence: Evidence | None) -> Path:
@@ -241,14 +313,18 @@ def _wrapper_holds(found: Admission, wrappers: Path) -> bool:
         return False
 
 
-def _recall(engine: ContainerEngine, evidence: Evidence, key: str) -> tuple[Admission | None,
-                                                                    dict[str, Any] | None]:
+def _recall(
+    engine: ContainerEngine, evidence: Evidence, key: str
+) -> tuple[Admission | None, dict[str, Any] | None]:
     """(the kept admission if the engine is still the one it was proved on, the identity
     read now; None when the engine cannot be asked: a full admission says why)."""
     try:
         # the subordinate ranges a user namespace is drawn from are part of what was proved
-        identity = {"engine": engine.identity(), "boot": boot_id(),
-                    "subids": [stamp(SUBUID), stamp(SUBGID)]}
+        identity = {
+            "engine": engine.identity(),
+            "boot": boot_id(),
+            "subids": [stamp(SUBUID), stamp(SUBGID)],
+        }
     except SprawlError:
         return None, None
     kept = evidence.load(key, identity)
@@ -265,9 +341,15 @@ def _recall(engine: ContainerEngine, evidence: Evidence, key: str) -> tuple[Admi
         return None, identity
 
 
-def admit(engine: ContainerEngine, config: ContainerConfig, host: HostLimits | None = None, *,
-          evidence: Evidence | None = None, watcher: Watcher | None = None,
-          fresh: bool = False) -> Admission:
+def admit(
+    engine: ContainerEngine,
+    config: ContainerConfig,
+    host: HostLimits | None = None,
+    *,
+    evidence: Evidence | None = None,
+    watcher: Watcher | None = None,
+    fresh: bool = False,
+) -> Admission:
     """The engine's admission for `config`: once per process (cached), and once per engine
     identity when `evidence` keeps it on disk. `fresh`: forget both and probe again (a real
     command failed at the engine). The probe is announced to `watcher` (the guardian)."""
@@ -316,9 +398,14 @@ def engine_for(name: str, docker_host: str | None = None) -> ContainerEngine:
     raise ValueError(f"unknown engine {name!r}; expected one of {ENGINES}")
 
 
-def admit_each(config: ContainerConfig, names: Sequence[str] | None = None,
-               *, first_only: bool = True, evidence: Evidence | None = None,
-               watcher: Watcher | None = None) -> list[tuple[ContainerEngine, Admission]]:
+def admit_each(
+    config: ContainerConfig,
+    names: Sequence[str] | None = None,
+    *,
+    first_only: bool = True,
+    evidence: Evidence | None = None,
+    watcher: Watcher | None = None,
+) -> list[tuple[ContainerEngine, Admission]]:
     """Admissions in order (`engine = "auto"`: docker, podman), stopping at the first
     admitted one unless `first_only` is False (doctor wants every engine's answer).
     Unless userns = "off", an admitted engine that keeps no user axis doesn't stop the

@@ -13,12 +13,15 @@ from sprawl_orch.container.engine import daemon_refused, socket_denied
 
 # runsc 0.0~20221219 under podman 4.3 --userns=auto or docker 20.10 userns-remap: the same
 # run passes with the copy's parent at 0755 and fails with it at 0700 (runc passes either way)
-_GOFER = ("runsc's gofer opens the copy's mount as the namespace's root, which may not pass "
-          "the private (0700) directories above the copy")
+_GOFER = (
+    "runsc's gofer opens the copy's mount as the namespace's root, which may not pass "
+    "the private (0700) directories above the copy"
+)
 
 
-def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
-            host: HostLimits | None = None) -> tuple[str, str]:
+def explain(
+    engine: str, runtime: str, words: str, config: ContainerConfig, host: HostLimits | None = None
+) -> tuple[str, str]:
     """(reason, recovery) for a failed probe or connect, from the engine's own words."""
     low = words.lower()
     if "hybrid mode not supported" in low:
@@ -26,7 +29,7 @@ def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
             f"the {runtime} runtime cannot run containers on this host's hybrid cgroup "
             f"layout (v1 controllers + a v2 mount): {words}",
             f"install runc (apt-get install runc) so admission can fall back to it, or set "
-            f"runtime = \"runc\" in containers.conf ({engine})",
+            f'runtime = "runc" in containers.conf ({engine})',
         )
     if "setrlimit" in low or "error setting rlimit" in low:
         hard = host.rlimits_hard if host else {}
@@ -42,8 +45,8 @@ def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
         return (
             f"runsc cannot start its sandbox under {engine}'s user namespace here: {_GOFER} "
             f"({words})",
-            f"use a {engine} without a user namespace for runsc (podman: userns = \"off\"; "
-            "docker: the plain daemon), or runtime = \"auto\" to keep the user namespace "
+            f'use a {engine} without a user namespace for runsc (podman: userns = "off"; '
+            'docker: the plain daemon), or runtime = "auto" to keep the user namespace '
             "under the default runtime",
         )
     if daemon_refused(words):
@@ -53,12 +56,14 @@ def explain(engine: str, runtime: str, words: str, config: ContainerConfig,
             "at a running daemon",
         )
     if socket_denied(words):
-        return (f"this user may not use the {engine} socket: {words}",
-                f"add the user to the {engine} group, or use a rootless engine")
-    return (f"{engine} failed the probe container: {words}",
-            f"see `{engine} info` and `sprawl-orch doctor`")
-
-
+        return (
+            f"this user may not use the {engine} socket: {words}",
+            f"add the user to the {engine} group, or use a rootless engine",
+        )
+    return (
+        f"{engine} failed the probe container: {words}",
+        f"see `{engine} info` and `sprawl-orch doctor`",
+    )
 
 
 def userns_failure(flag: str, words: str, gvisor: bool) -> str:
@@ -71,6 +76,8 @@ def userns_failure(flag: str, words: str, gvisor: bool) -> str:
 def runsc_failure(words: str, userns: bool) -> str:
     """Why `runtime = "auto"` did not take runsc."""
     if userns and "cannot read client sync file" in words:
-        return (f"runsc not used: it fails under the engine's user namespace here ({_GOFER}); "
-                f"the user namespace was kept with the engine's default runtime ({words})")
+        return (
+            f"runsc not used: it fails under the engine's user namespace here ({_GOFER}); "
+            f"the user namespace was kept with the engine's default runtime ({words})"
+        )
     return f"runsc not used: it failed the probe ({words})"

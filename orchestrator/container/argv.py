@@ -55,7 +55,7 @@ def parse_proc_limits(text: str) -> dict[str, int | None]:
     for line in text.splitlines()[1:]:
         for title, name in PROC_LIMIT_NAMES.items():
             if line.startswith(title):
-                fields = line[len(title):].split()
+                fields = line[len(title) :].split()
                 if len(fields) >= 2:
                     hard[name] = None if fields[1] == "unlimited" else int(fields[1])
     return hard
@@ -136,26 +136,29 @@ def _fit_ulimits(
         soft, hard = int(soft_s), int(hard_s or soft_s)
         if name not in host.rlimits_hard:
             raise _refuse(
-                "ulimits", f"ulimit {name!r} is not one of {', '.join(sorted(host.rlimits_hard))}",
+                "ulimits",
+                f"ulimit {name!r} is not one of {', '.join(sorted(host.rlimits_hard))}",
                 "use a name from that list, as `ulimit` and /proc/self/limits know them",
             )
         if soft > hard:
             raise _refuse(
-                "ulimits", f"{name} = \"{value}\": soft {soft} is above hard {hard}",
-                f"write {name} = \"{hard}:{hard}\" or lower the soft limit",
+                "ulimits",
+                f'{name} = "{value}": soft {soft} is above hard {hard}',
+                f'write {name} = "{hard}:{hard}" or lower the soft limit',
             )
         ceiling = host.rlimits_hard[name]
         if ceiling is not None and hard > ceiling:
             if explicit:
                 raise _refuse(
                     "ulimits",
-                    f"{name} = \"{value}\" is above this host's hard limit {ceiling} "
-                    "(/proc/self/limits); the runtime would fail with \"setrlimit: Operation "
-                    "not permitted\"",
-                    f"write {name} = \"{min(soft, ceiling)}:{ceiling}\" or lower",
+                    f'{name} = "{value}" is above this host\'s hard limit {ceiling} '
+                    '(/proc/self/limits); the runtime would fail with "setrlimit: Operation '
+                    'not permitted"',
+                    f'write {name} = "{min(soft, ceiling)}:{ceiling}" or lower',
                 )
-            notes.append(f"ulimit {name} lowered from {soft}:{hard} to the host's hard limit "
-                         f"{ceiling}")
+            notes.append(
+                f"ulimit {name} lowered from {soft}:{hard} to the host's hard limit {ceiling}"
+            )
             soft, hard = min(soft, ceiling), ceiling
         fitted.append((name, soft, hard))
     return tuple(fitted)
@@ -170,8 +173,10 @@ def fit_limits(config: ContainerConfig, host: HostLimits, gvisor: bool = False) 
     if cpus > host.cpus:
         if "cpus" in config.model_fields_set:
             raise _refuse(
-                "cpus", f"cpus = {cpus:g} but this host has {host.cpus} CPUs; engines refuse "
-                "more CPUs than the host has", f"write cpus = {host.cpus} or fewer",
+                "cpus",
+                f"cpus = {cpus:g} but this host has {host.cpus} CPUs; engines refuse "
+                "more CPUs than the host has",
+                f"write cpus = {host.cpus} or fewer",
             )
         notes.append(f"cpus lowered from {cpus:g} to the host's {host.cpus}")
         cpus = float(host.cpus)
@@ -179,7 +184,8 @@ def fit_limits(config: ContainerConfig, host: HostLimits, gvisor: bool = False) 
     if host.memory_bytes is not None and memory > host.memory_bytes:
         if "memory_bytes" in config.model_fields_set:
             raise _refuse(
-                "memory_bytes", f"memory_bytes = {memory} is above this host's memory "
+                "memory_bytes",
+                f"memory_bytes = {memory} is above this host's memory "
                 f"{host.memory_bytes} (/proc/meminfo MemTotal)",
                 f"write memory_bytes = {host.memory_bytes // 2} or less",
             )
@@ -213,10 +219,15 @@ def destination_of(copy: Path, workdir: Path | None) -> str:
     installs, venvs, build systems) resolve into the copy, never to the person's tree. Without
     a working directory (admission's probe) the copy sits at its own path."""
     where = str(workdir if workdir is not None else copy)
-    if (not where.startswith("/") or where == "/" or any(c in where for c in ",=\n")
-            or any(where == r or where.startswith(r + "/") for r in RESERVED_DESTINATIONS)):
+    if (
+        not where.startswith("/")
+        or where == "/"
+        or any(c in where for c in ",=\n")
+        or any(where == r or where.startswith(r + "/") for r in RESERVED_DESTINATIONS)
+    ):
         raise SprawlError(
-            ErrorCode.BAD_REQUEST, "working directory",
+            ErrorCode.BAD_REQUEST,
+            "working directory",
             f"{where!r} cannot be the copy's place in a container: it must be an absolute "
             "path other than / and outside /proc, /sys and /dev, free of ',', '=' and "
             "newlines (--mount is comma/equals separated)",
@@ -230,25 +241,33 @@ def _check(engine: str, image_id: str, copy: Path, tag: str, env_names: Sequence
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     if not IMAGE_ID.match(image_id):
         raise _refuse(
-            "image", f"{image_id!r} is not a fixed image ID (sha256:<64 hex>); a tag can move "
-            "and is never pulled", f"resolve it locally: sprawl-orch image pin {image_id}",
+            "image",
+            f"{image_id!r} is not a fixed image ID (sha256:<64 hex>); a tag can move "
+            "and is never pulled",
+            f"resolve it locally: sprawl-orch image pin {image_id}",
         )
     if not copy.is_absolute() or any(c in str(copy) for c in ",=\n"):
         # --mount is comma/equals separated: such a path would change the mount's meaning.
         raise SprawlError(
-            ErrorCode.CONFIG_INVALID, "[sandbox] scratch_dir",
+            ErrorCode.CONFIG_INVALID,
+            "[sandbox] scratch_dir",
             f"the copy path {str(copy)!r} must be absolute and free of ',', '=' and newlines "
-            "to be mounted with --mount", "set [sandbox] scratch_dir to a plain absolute path",
+            "to be mounted with --mount",
+            "set [sandbox] scratch_dir to a plain absolute path",
         )
     if not _NAME_PART.match(tag):
         raise SprawlError(
-            ErrorCode.BAD_REQUEST, "tag", f"{tag!r} cannot be part of a container name",
+            ErrorCode.BAD_REQUEST,
+            "tag",
+            f"{tag!r} cannot be part of a container name",
             "use letters, digits, '_', '.', '-'",
         )
     for name in env_names:
         if not ENV_NAME.match(name):
             raise SprawlError(
-                ErrorCode.BAD_REQUEST, "env", f"{name!r} is not an environment variable name",
+                ErrorCode.BAD_REQUEST,
+                "env",
+                f"{name!r} is not an environment variable name",
                 "pass names made of letters, digits and '_'",
             )
 
@@ -278,31 +297,56 @@ def create_argv(
     where = destination_of(copy, workdir)
     if not argv:
         raise SprawlError(
-            ErrorCode.BAD_REQUEST, "command", "the command is empty",
+            ErrorCode.BAD_REQUEST,
+            "command",
+            "the command is empty",
             "give a program and its arguments",
         )
     fitted = fit_limits(config, host, gvisor)
     out: list[str] = [
-        "create", "--pull", "never",
-        "--name", container_name(tag),
-        "--label", f"sprawl.session={session}",
-        "--label", f"sprawl.run={run}",
-        "--network", "none",
+        "create",
+        "--pull",
+        "never",
+        "--name",
+        container_name(tag),
+        "--label",
+        f"sprawl.session={session}",
+        "--label",
+        f"sprawl.run={run}",
+        "--network",
+        "none",
         # an engine that drops them (rootless podman on cgroup v1: "Resource limits are
         # not supported and ignored") is not asked: the result says resources = no
-        *(("--memory", str(fitted.memory_bytes),
-           "--memory-swap", str(fitted.memory_swap_bytes),
-           "--cpus", f"{fitted.cpus:g}",
-           "--pids-limit", str(fitted.pids_limit),
-           "--cpu-shares", str(fitted.cpu_shares)) if limits else ()),
-        "--user", fitted.user,
+        *(
+            (
+                "--memory",
+                str(fitted.memory_bytes),
+                "--memory-swap",
+                str(fitted.memory_swap_bytes),
+                "--cpus",
+                f"{fitted.cpus:g}",
+                "--pids-limit",
+                str(fitted.pids_limit),
+                "--cpu-shares",
+                str(fitted.cpu_shares),
+            )
+            if limits
+            else ()
+        ),
+        "--user",
+        fitted.user,
         *userns,  # e.g. --userns auto:size=65536 (podman); userns.py chooses them
         "--read-only",
-        "--tmpfs", TMP_TMPFS,
-        "--cap-drop", "ALL",
-        "--security-opt", "no-new-privileges",
-        "--mount", f"type=bind,src={copy},dst={where}",
-        "--workdir", where,
+        "--tmpfs",
+        TMP_TMPFS,
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--mount",
+        f"type=bind,src={copy},dst={where}",
+        "--workdir",
+        where,
     ]
     for name in names:
         out += ["--env", name]

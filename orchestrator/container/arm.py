@@ -68,8 +68,12 @@ class ContainerArm:
     name = ArmName.CONTAINER
 
     def __init__(
-        self, config: ContainerConfig, engine: ContainerEngine | None = None, *,
-        host: HostLimits | None = None, evidence: Evidence | None = None,
+        self,
+        config: ContainerConfig,
+        engine: ContainerEngine | None = None,
+        *,
+        host: HostLimits | None = None,
+        evidence: Evidence | None = None,
         watcher: Watcher | None = None,
     ) -> None:
         self.config = config
@@ -87,11 +91,16 @@ class ContainerArm:
 
     @classmethod
     def from_offer(
-        cls, offer: EngineOffer, config: ContainerConfig, *, evidence: Evidence | None = None,
+        cls,
+        offer: EngineOffer,
+        config: ContainerConfig,
+        *,
+        evidence: Evidence | None = None,
         watcher: Watcher | None = None,
     ) -> ContainerArm:
-        return cls(config, engine_for(offer.engine, config.docker_host), evidence=evidence,
-                   watcher=watcher)
+        return cls(
+            config, engine_for(offer.engine, config.docker_host), evidence=evidence, watcher=watcher
+        )
 
     @property
     def host(self) -> HostLimits:
@@ -114,18 +123,28 @@ class ContainerArm:
                 if not self._admission.admitted and len(tried) > 1:
                     reasons = "; ".join(a.summary() for _, a in tried)
                     self._admission = Admission(
-                        "auto", False, code=ErrorCode.TOOL_UNAVAILABLE, reason=reasons,
+                        "auto",
+                        False,
+                        code=ErrorCode.TOOL_UNAVAILABLE,
+                        reason=reasons,
                         recovery="; ".join(dict.fromkeys(a.recovery for _, a in tried)),
                     )
             else:
-                self._admission = admit(self._engine, self.config, self.host,
-                                        evidence=self.evidence, watcher=self.watcher)
+                self._admission = admit(
+                    self._engine,
+                    self.config,
+                    self.host,
+                    evidence=self.evidence,
+                    watcher=self.watcher,
+                )
         return self._admission
 
     def assurances(self) -> Assurances:
         admission = self.admission()
-        return container_assurances(admission.admitted and admission.uids_namespaced,
-                                    not admission.admitted or admission.limits_enforced)
+        return container_assurances(
+            admission.admitted and admission.uids_namespaced,
+            not admission.admitted or admission.limits_enforced,
+        )
 
     def note(self) -> str | None:
         admission = self.admission()
@@ -168,8 +187,13 @@ class ContainerArm:
         userns = admission.userns if admission.admitted else None
         if userns is not None and (userns.uid_map is None or given_away(userns)):
             return False
-        return give_copy(self.engine if admission.admitted else None, userns, copy.resolve(),
-                         host_owner(userns, *user, {}), user)
+        return give_copy(
+            self.engine if admission.admitted else None,
+            userns,
+            copy.resolve(),
+            host_owner(userns, *user, {}),
+            user,
+        )
 
     def start(self, launch: Launch) -> Running:
         try:
@@ -181,8 +205,14 @@ class ContainerArm:
                 raise
             # Kept evidence said yes, the engine says no: prove it again, once.
             self.readmitted = True
-            self._admission = admit(self.engine, self.config, self.host, evidence=self.evidence,
-                                    watcher=self.watcher or launch.watcher, fresh=True)
+            self._admission = admit(
+                self.engine,
+                self.config,
+                self.host,
+                evidence=self.evidence,
+                watcher=self.watcher or launch.watcher,
+                fresh=True,
+            )
             if not self._admission.admitted:
                 raise self._admission.error() from err
             return self._start(launch)
@@ -201,15 +231,27 @@ class ContainerArm:
             remove_quietly(engine, container, launch, name)
             raise start_refusal(attached.start_error, command[0], None, venv)
         userns, copy = self.admission().userns, launch.cwd.resolve()
-        return ContainerRun(engine, container, name, launch, attached, record, venv,
-                            after=lambda: self._after_run(engine, userns, copy))
+        return ContainerRun(
+            engine,
+            container,
+            name,
+            launch,
+            attached,
+            record,
+            venv,
+            after=lambda: self._after_run(engine, userns, copy),
+        )
 
     def _after_run(self, engine: ContainerEngine, userns: Userns | None, copy: Path) -> None:
         self.left_copy(copy)
         take_back(engine, userns, copy)
 
     def create_verified(
-        self, launch: Launch, command: Sequence[str], *, init_user: str | None = None,
+        self,
+        launch: Launch,
+        command: Sequence[str],
+        *,
+        init_user: str | None = None,
         venv: str | None = None,
     ) -> tuple[str, str, dict[str, object]]:
         """Create the container for `launch` running `command`, inspect and verify it (a
@@ -222,20 +264,36 @@ class ContainerArm:
         assert admission.image is not None and admission.runtime_used is not None
         engine = self.engine
         copy = launch.cwd.resolve()
-        config = self.config if init_user is None else self.config.model_copy(
-            update={"user": init_user})
+        config = (
+            self.config if init_user is None else self.config.model_copy(update={"user": init_user})
+        )
         env = command_env(launch)
         argv = create_argv(
-            engine.name, config, admission.image, copy, command, env.keys(),
-            launch.tag, launch.session, launch.run, admission.runtime, host=self.host,
+            engine.name,
+            config,
+            admission.image,
+            copy,
+            command,
+            env.keys(),
+            launch.tag,
+            launch.session,
+            launch.run,
+            admission.runtime,
+            host=self.host,
             userns=self._userns_flags(admission, copy),  # counts this container in
-            workdir=launch.workdir, limits=admission.limits_enforced,
+            workdir=launch.workdir,
+            limits=admission.limits_enforced,
             gvisor=admission.gvisor,
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {
-            "engine": engine.name, "image": admission.image, "argv": list(engine.cli_argv(argv)),
-            "verified": False, "removed": False, "runtime": admission.runtime_used, "name": name,
+            "engine": engine.name,
+            "image": admission.image,
+            "argv": list(engine.cli_argv(argv)),
+            "verified": False,
+            "removed": False,
+            "runtime": admission.runtime_used,
+            "name": name,
             "limits": _limits(fit_limits(self.config, self.host)),
             "kernel": "gvisor" if admission.gvisor else "host",
         }
@@ -250,10 +308,18 @@ class ContainerArm:
         launch.watcher.created(name, container)
         hold_after_create(name)  # SPRAWL_TEST_PAUSE_AFTER_CREATE (guardian tests); else nothing
         try:
-            expected = Expected.of(engine.name, self.config, self.host, admission.image, copy,
-                                   admission.runtime_used, admission.userns,
-                                   workdir=launch.workdir, enforced=admission.limits_enforced,
-                                   gvisor=admission.gvisor)
+            expected = Expected.of(
+                engine.name,
+                self.config,
+                self.host,
+                admission.image,
+                copy,
+                admission.runtime_used,
+                admission.userns,
+                workdir=launch.workdir,
+                enforced=admission.limits_enforced,
+                gvisor=admission.gvisor,
+            )
             inspect = engine.inspect(container)
             if init_user is not None:
                 inspect = as_command_user(inspect, init_user, expected.user)
@@ -261,17 +327,23 @@ class ContainerArm:
             # the copy goes to the host uid the command's uid is: with podman's
             # --userns=auto that is known only now, from the container's own map
             owner = self._owner(admission, inspect)
-            give_copy(engine, admission.userns, copy, owner,
-                      fit_limits(self.config, self.host).uid_gid)
+            give_copy(
+                engine, admission.userns, copy, owner, fit_limits(self.config, self.host).uid_gid
+            )
         except SprawlError as err:
             self.left_copy(copy)
             left = remove_quietly(engine, container, launch, name)
             if left:
-                raise SprawlError(err.code, err.subject, f"{err.detail}; {left}",
-                                  err.recovery) from err
+                raise SprawlError(
+                    err.code, err.subject, f"{err.detail}; {left}", err.recovery
+                ) from err
             raise
-        record |= {"verified": True, "id": container, "host_owner": f"{owner[0]}:{owner[1]}",
-                   "path": image_path(inspect)}
+        record |= {
+            "verified": True,
+            "id": container,
+            "host_owner": f"{owner[0]}:{owner[1]}",
+            "path": image_path(inspect),
+        }
         if admission.userns is not None:
             record["userns"] = admission.userns.mode
         return container, name, record
@@ -323,7 +395,8 @@ class ContainerArm:
             problem = principal_problem(owner[0]) or ""
         if problem:
             raise SprawlError(
-                ErrorCode.SANDBOX_DENIED, "userns",
+                ErrorCode.SANDBOX_DENIED,
+                "userns",
                 f"{problem}; the user axis would not hold, so it was removed without starting",
                 "check the subordinate ranges in /etc/subuid and /etc/subgid "
                 "(`sprawl-orch doctor` shows the map)",

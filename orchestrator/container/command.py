@@ -16,16 +16,21 @@ from sprawl_orch.launch import Launch
 from sprawl_orch.unrunnable import host_venv, runtime_refusal
 
 
-def start_refusal(words: str, program: str, err: SprawlError | None,
-                  venv: str | None = None) -> SprawlError:
+def start_refusal(
+    words: str, program: str, err: SprawlError | None, venv: str | None = None
+) -> SprawlError:
     """The command never ran: say why, as exec would on the host (design §7)."""
     refusal = runtime_refusal(words, program, venv)
     if refusal is not None:
         return refusal
     if err is not None:
         return err
-    return SprawlError(ErrorCode.ENGINE_REFUSED, "container start", words,
-                       "see `sprawl-orch doctor`; the engine could not start the container")
+    return SprawlError(
+        ErrorCode.ENGINE_REFUSED,
+        "container start",
+        words,
+        "see `sprawl-orch doctor`; the engine could not start the container",
+    )
 
 
 def command_env(launch: Launch) -> dict[str, str]:
@@ -40,7 +45,10 @@ def command_venv(launch: Launch, command: Sequence[str]) -> str | None:
 
 
 def remove_quietly(
-    engine: ContainerEngine, ref: str, launch: Launch, name: str | None = None,
+    engine: ContainerEngine,
+    ref: str,
+    launch: Launch,
+    name: str | None = None,
 ) -> str:
     """Remove a container that must not run; '' when gone, else what stayed."""
     try:
@@ -49,4 +57,3 @@ def remove_quietly(
         return f"the container {ref} could not be removed: {err.detail}"
     launch.watcher.gone(name or ref)
     return ""
-

@@ -74,10 +74,14 @@ def parse_facts(info: Mapping[str, Any], version: Mapping[str, Any]) -> EngineFa
 
 def connect_recovery(host: str, words: str) -> str:
     if "Permission denied" in words or "PermissionError" in words:
-        return (f"the socket {host} refuses this user: add it to the docker group, or use "
-                "rootless docker / podman")
-    return (f"start the docker daemon (systemctl start docker, or dockerd --host {host}), or "
-            "point DOCKER_HOST at a running one")
+        return (
+            f"the socket {host} refuses this user: add it to the docker group, or use "
+            "rootless docker / podman"
+        )
+    return (
+        f"start the docker daemon (systemctl start docker, or dockerd --host {host}), or "
+        "point DOCKER_HOST at a running one"
+    )
 
 
 def one_pool(api: APIClient) -> None:
@@ -100,8 +104,7 @@ def one_pool(api: APIClient) -> None:
         def get_connection(self, url: str, proxies: object = None) -> object:
             return super().get_connection("http+docker://localhost", proxies)
 
-    api.mount("http+docker://",
-              OnePool(f"http+unix://{old.socket_path}", old.timeout, 1, MAX_POOL))
+    api.mount("http+docker://", OnePool(f"http+unix://{old.socket_path}", old.timeout, 1, MAX_POOL))
     old.close()
 
 
@@ -115,8 +118,9 @@ class DockerAttached:
     that prints nothing for minutes must not cut its own output off.
     """
 
-    def __init__(self, api: APIClient, streams: APIClient, container: str, stdout: Path,
-                 stderr: Path) -> None:
+    def __init__(
+        self, api: APIClient, streams: APIClient, container: str, stdout: Path, stderr: Path
+    ) -> None:
         import docker.errors
 
         self._api, self._id = api, container
@@ -125,10 +129,12 @@ class DockerAttached:
         self._out: IO[bytes] = stdout.open("wb")
         self._err: IO[bytes] = stderr.open("wb")
         self._pump_error: str | None = None
-        self._stream = streams.attach(container, stdout=True, stderr=True, stream=True,
-                                      logs=False, demux=True)
-        self._reader = threading.Thread(target=self._pump, name=f"sprawl-attach-{container[:12]}",
-                                        daemon=True)
+        self._stream = streams.attach(
+            container, stdout=True, stderr=True, stream=True, logs=False, demux=True
+        )
+        self._reader = threading.Thread(
+            target=self._pump, name=f"sprawl-attach-{container[:12]}", daemon=True
+        )
         self._reader.start()
         try:
             api.start(container)
@@ -195,7 +201,10 @@ class DockerEngine:
     name = "docker"
 
     def __init__(
-        self, host: str | None = None, *, cli: str | None = None,
+        self,
+        host: str | None = None,
+        *,
+        cli: str | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
@@ -218,12 +227,15 @@ class DockerEngine:
 
             try:
                 self._api = docker.APIClient(
-                    **kwargs_from_env(environment=self._conn), version="auto",
+                    **kwargs_from_env(environment=self._conn),
+                    version="auto",
                     timeout=API_TIMEOUT,
                 )
             except docker.errors.DockerException as err:
                 raise engine_error(
-                    "docker", "connect", f"cannot reach the daemon at {self.host}: {err}",
+                    "docker",
+                    "connect",
+                    f"cannot reach the daemon at {self.host}: {err}",
                     connect_recovery(self.host, str(err)),
                 ) from err
             one_pool(self._api)
@@ -236,7 +248,8 @@ class DockerEngine:
             from docker.utils import kwargs_from_env
 
             self._streams = docker.APIClient(
-                **kwargs_from_env(environment=self._conn), version=self.api().api_version,
+                **kwargs_from_env(environment=self._conn),
+                version=self.api().api_version,
                 timeout=None,
             )
             one_pool(self._streams)
@@ -257,8 +270,9 @@ class DockerEngine:
         try:
             return parse_facts(api.info(), api.version())
         except docker.errors.APIError as err:
-            raise engine_error("docker", "info", str(err.explanation or err),
-                               connect_recovery(self.host, str(err))) from err
+            raise engine_error(
+                "docker", "info", str(err.explanation or err), connect_recovery(self.host, str(err))
+            ) from err
 
     def identity(self) -> dict[str, Any]:
         """The daemon's ID and every fact admission reads, and which CLI creates: two API
@@ -271,10 +285,15 @@ class DockerEngine:
         try:
             info, version = api.info(), api.version()
         except docker.errors.APIError as err:
-            raise engine_error("docker", "info", str(err.explanation or err),
-                               connect_recovery(self.host, str(err))) from err
-        return {"daemon": info.get("ID"), "host": self.host, "cli": [self.cli, stamp(self.cli)],
-                "facts": dataclasses.asdict(parse_facts(info, version))}
+            raise engine_error(
+                "docker", "info", str(err.explanation or err), connect_recovery(self.host, str(err))
+            ) from err
+        return {
+            "daemon": info.get("ID"),
+            "host": self.host,
+            "cli": [self.cli, stamp(self.cli)],
+            "facts": dataclasses.asdict(parse_facts(info, version)),
+        }
 
     def local_image(self, image_id: str) -> str | None:
         import docker.errors
@@ -284,15 +303,21 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             return None
         except docker.errors.APIError as err:
-            raise engine_error("docker", "image inspect", str(err.explanation or err),
-                               "check the image with `docker image ls`") from err
+            raise engine_error(
+                "docker",
+                "image inspect",
+                str(err.explanation or err),
+                "check the image with `docker image ls`",
+            ) from err
         # a prefix of another image's ID must not count as the pinned one
         return found if found == image_id else None
 
     def cli_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
         if self.cli is None:
             raise SprawlError(
-                ErrorCode.TOOL_UNAVAILABLE, "docker", "the docker CLI is not installed",
+                ErrorCode.TOOL_UNAVAILABLE,
+                "docker",
+                "the docker CLI is not installed",
                 "install it: apt-get install docker.io (the create runs through the CLI)",
             )
         return (self.cli, *argv)
@@ -307,8 +332,12 @@ class DockerEngine:
         try:
             return dict(self.api().inspect_container(container))
         except docker.errors.APIError as err:
-            raise engine_error("docker", "inspect", str(err.explanation or err),
-                               "the container is gone; run the command again") from err
+            raise engine_error(
+                "docker",
+                "inspect",
+                str(err.explanation or err),
+                "the container is gone; run the command again",
+            ) from err
 
     def start(self, container: str, stdout: Path, stderr: Path) -> DockerAttached:
         return DockerAttached(self.api(), self.streams(), container, stdout, stderr)
@@ -320,8 +349,12 @@ class DockerEngine:
             self.api().kill(container)
         except docker.errors.APIError as err:
             if err.status_code not in (404, 409):  # gone, or not running any more
-                raise engine_error("docker", "kill", str(err.explanation or err),
-                                   "kill it by hand: docker rm -f " + container) from err
+                raise engine_error(
+                    "docker",
+                    "kill",
+                    str(err.explanation or err),
+                    "kill it by hand: docker rm -f " + container,
+                ) from err
 
     def remove(self, container: str) -> None:
         import docker.errors
@@ -331,8 +364,12 @@ class DockerEngine:
         except docker.errors.NotFound:
             return
         except docker.errors.APIError as err:
-            raise engine_error("docker", "rm", str(err.explanation or err),
-                               "remove it by hand: docker rm -f " + container) from err
+            raise engine_error(
+                "docker",
+                "rm",
+                str(err.explanation or err),
+                "remove it by hand: docker rm -f " + container,
+            ) from err
 
     def list_labelled(self, label: str) -> list[str]:
         found = self.api().containers(all=True, quiet=True, filters={"label": label})
@@ -345,8 +382,9 @@ class DockerEngine:
         self._api = self._streams = None
 
 
-def pump_demuxed(stream: Iterable[tuple[bytes | None, bytes | None]], out: IO[bytes],
-                 err: IO[bytes]) -> None:
+def pump_demuxed(
+    stream: Iterable[tuple[bytes | None, bytes | None]], out: IO[bytes], err: IO[bytes]
+) -> None:
     """Copy an attach or exec stream (demux=True: (stdout, stderr) chunks) into two files as
     it arrives, each chunk flushed at once (a follower reads the files live). The stream's
     errors are the caller's: its end is the command's end."""

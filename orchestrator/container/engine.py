@@ -81,10 +81,14 @@ class EngineFacts:
 
     def unsupported_limits(self) -> list[str]:
         missing = [
-            name for name, ok in (
-                ("memory", self.memory_limit), ("memory-swap", self.swap_limit),
-                ("pids", self.pids_limit), ("cpu quota", self.cpu_cfs_quota),
-            ) if not ok
+            name
+            for name, ok in (
+                ("memory", self.memory_limit),
+                ("memory-swap", self.swap_limit),
+                ("pids", self.pids_limit),
+                ("cpu quota", self.cpu_cfs_quota),
+            )
+            if not ok
         ]
         return missing
 
@@ -144,11 +148,9 @@ class ContainerEngine(Protocol):
         return the container ID. Raises SprawlError with the engine's words."""
         ...
 
-    def inspect(self, container: str) -> dict[str, Any]:
-        ...
+    def inspect(self, container: str) -> dict[str, Any]: ...
 
-    def start(self, container: str, stdout: Path, stderr: Path) -> Attached:
-        ...
+    def start(self, container: str, stdout: Path, stderr: Path) -> Attached: ...
 
     def kill(self, container: str) -> None:
         """SIGKILL the container's processes; no error when it already ended."""
@@ -162,8 +164,7 @@ class ContainerEngine(Protocol):
         """IDs of every container (any state) carrying label `key=value`."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 def not_found_in_image(words: str) -> bool:
@@ -180,10 +181,13 @@ def daemon_refused(words: str) -> bool:
     directory", podman "cannot connect to Podman"."""
     low = words.lower()
     return (
-        "connection refused" in low or "cannot connect" in low
+        "connection refused" in low
+        or "cannot connect" in low
         or "is the docker daemon running" in low
-        or ("no such file or directory" in low
-            and ("connect" in low or "api version" in low or "sock" in low))
+        or (
+            "no such file or directory" in low
+            and ("connect" in low or "api version" in low or "sock" in low)
+        )
     )
 
 
@@ -198,8 +202,13 @@ def engine_error(engine: str, verb: str, words: str, recovery: str) -> SprawlErr
 
 
 def run_cli(
-    engine: str, argv: Sequence[str], env: Mapping[str, str], *,
-    timeout: float | None = CLI_TIMEOUT, check: bool = True, stdin: bytes | None = None,
+    engine: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    timeout: float | None = CLI_TIMEOUT,
+    check: bool = True,
+    stdin: bytes | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run an engine CLI (the one runner: the container arm, images and the guardian), its
     output as text (undecodable bytes replaced); a CLI that can't be run, no answer within
@@ -208,28 +217,38 @@ def run_cli(
     feed: dict[str, Any] = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
     try:
         raw = subprocess.run(
-            list(argv), env=dict(env), capture_output=True, timeout=timeout, check=False, **feed)
+            list(argv), env=dict(env), capture_output=True, timeout=timeout, check=False, **feed
+        )
     except FileNotFoundError as err:
         raise SprawlError(
-            ErrorCode.TOOL_UNAVAILABLE, engine, f"{argv[0]} is not installed",
+            ErrorCode.TOOL_UNAVAILABLE,
+            engine,
+            f"{argv[0]} is not installed",
             f"install it: apt-get install {'docker.io' if engine == 'docker' else engine}",
         ) from err
     except OSError as err:
         raise SprawlError(
-            ErrorCode.TOOL_UNAVAILABLE, engine, f"cannot run {argv[0]}: {os_reason(err)}",
+            ErrorCode.TOOL_UNAVAILABLE,
+            engine,
+            f"cannot run {argv[0]}: {os_reason(err)}",
             f"check that {argv[0]} is an executable {engine} CLI",
         ) from err
     except subprocess.TimeoutExpired as err:
         raise engine_error(
-            engine, argv[1] if len(argv) > 1 else "", f"no answer within {timeout:g} s",
+            engine,
+            argv[1] if len(argv) > 1 else "",
+            f"no answer within {timeout:g} s",
             f"check the {engine} engine is healthy (`{engine} info`)",
         ) from err
-    done = subprocess.CompletedProcess(raw.args, raw.returncode, _text(raw.stdout),
-                                       _text(raw.stderr))
+    done = subprocess.CompletedProcess(
+        raw.args, raw.returncode, _text(raw.stdout), _text(raw.stderr)
+    )
     if check and done.returncode != 0:
         words = done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}"
         raise engine_error(
-            engine, argv[1] if len(argv) > 1 else "", words,
+            engine,
+            argv[1] if len(argv) > 1 else "",
+            words,
             f"see `{engine} info`; `sprawl-orch doctor` explains admission",
         )
     return done

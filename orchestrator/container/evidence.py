@@ -106,8 +106,11 @@ class Evidence:
 
     def key(self, engine: str, endpoint: str, config: ContainerConfig, host: HostLimits) -> str:
         asked = {
-            "format": FORMAT, "engine": engine, "endpoint": endpoint,
-            "config": config.model_dump(mode="json"), "host": dataclasses.asdict(host),
+            "format": FORMAT,
+            "engine": engine,
+            "endpoint": endpoint,
+            "config": config.model_dump(mode="json"),
+            "host": dataclasses.asdict(host),
             "version": version(),
         }
         text = json.dumps(asked, sort_keys=True, default=str)
@@ -141,8 +144,11 @@ class Evidence:
     def save(self, key: str, identity: dict[str, Any], admission: dict[str, Any]) -> None:
         """Keep it (atomically: a reader sees the old file or the new one). A state
         directory that cannot be written only costs the next call a probe."""
-        body = {"identity": identity, "admission": admission,
-                "proved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        body = {
+            "identity": identity,
+            "admission": admission,
+            "proved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         with contextlib.suppress(OSError):
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = self.root / f".{key}.{os.getpid()}.tmp"

@@ -42,8 +42,10 @@ WRAPPER_NAME = "runsc-nonet"
 SENTRY_TASKS = 128
 TASKS_PER_PROCESS = 16
 # What a result under runsc says about the kernel (the statement's note, doctor).
-KERNEL_NOTE = ("The command runs on gVisor's application kernel (runsc), not on the host's: "
-               "its system calls are served by gVisor's sentry")
+KERNEL_NOTE = (
+    "The command runs on gVisor's application kernel (runsc), not on the host's: "
+    "its system calls are served by gVisor's sentry"
+)
 
 
 def host_pids(pids: int) -> int:
@@ -51,8 +53,9 @@ def host_pids(pids: int) -> int:
     return SENTRY_TASKS + TASKS_PER_PROCESS * pids
 
 
-def guest_limits(ulimits: tuple[tuple[str, int, int], ...], pids: int
-                 ) -> tuple[tuple[str, int, int], ...]:
+def guest_limits(
+    ulimits: tuple[tuple[str, int, int], ...], pids: int
+) -> tuple[tuple[str, int, int], ...]:
     """The rlimits under runsc: nproc at most `pids` (gVisor refuses the fork past it)."""
     out = {name: (soft, hard) for name, soft, hard in ulimits}
     soft, hard = out.get("nproc", (pids, pids))
@@ -86,7 +89,8 @@ def ensure_wrapper(state: Path, runsc: str) -> Path:
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise PermissionError(
             f"{state} is not this user's private directory (owner {st.st_uid}, mode "
-            f"{st.st_mode & 0o777:o}): a runtime wrapper there could be replaced by another user")
+            f"{st.st_mode & 0o777:o}): a runtime wrapper there could be replaced by another user"
+        )
     fd, tmp = tempfile.mkstemp(prefix=f".{WRAPPER_NAME}-", dir=state)
     try:
         with os.fdopen(fd, "w") as out:
@@ -103,6 +107,8 @@ def gvisor_note() -> str:
     """What changes for a command under runsc, each part observed on these machines
     (tests/integration/test_gvisor_arm.py). An OOM kill is not among them: docker and
     podman (the arm starts conmon in the bundle, docs/MACHINES.md) report it as under runc."""
-    return (f"{KERNEL_NOTE} (uname and /proc are gVisor's). Processes are limited by gVisor "
-            "itself (RLIMIT_NPROC: a fork past the limit fails inside the sandbox, and is not "
-            "reported as pids_hit).")
+    return (
+        f"{KERNEL_NOTE} (uname and /proc are gVisor's). Processes are limited by gVisor "
+        "itself (RLIMIT_NPROC: a fork past the limit fails inside the sandbox, and is not "
+        "reported as pids_hit)."
+    )

@@ -28,12 +28,16 @@ def offer_of(admission: Admission) -> EngineOffer:
 
 
 def offer_engines(
-    config: Config, *, every: bool = False, evidence: Evidence | None = None,
+    config: Config,
+    *,
+    every: bool = False,
+    evidence: Evidence | None = None,
     watcher: Watcher | None = None,
 ) -> tuple[EngineOffer, ...]:
     """`engine = "auto"`: docker, then podman, stopping at the first admitted one (each
     admission runs a probe container, unless `evidence` still holds) unless `every`
     (doctor). A named engine: only it."""
-    found = admit_each(config.sandbox.container, first_only=not every, evidence=evidence,
-                       watcher=watcher)
+    found = admit_each(
+        config.sandbox.container, first_only=not every, evidence=evidence, watcher=watcher
+    )
     return tuple(offer_of(admission) for _, admission in found)

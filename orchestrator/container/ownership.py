@@ -38,11 +38,12 @@ def own_copy(root: Path, uid: int, gid: int) -> int:
                         stack.append(entry.path)
     except PermissionError as err:
         raise SprawlError(
-            ErrorCode.SANDBOX_DENIED, str(root),
+            ErrorCode.SANDBOX_DENIED,
+            str(root),
             f"cannot give the copy to the container user {uid}:{gid}: {err.strerror} "
             f"({err.filename}); this process runs as uid {os.geteuid()}",
             "run sprawl-orch as root for a rootful engine, or set [sandbox.container] user "
-            f"= \"{os.geteuid()}:{os.getegid()}\"",
+            f'= "{os.geteuid()}:{os.getegid()}"',
         ) from err
     return changed
 
@@ -63,8 +64,9 @@ def given_away(userns: Userns | None) -> bool:
     return userns is not None and userns.mode == "rootless" and os.geteuid() != 0
 
 
-def give_copy(engine: object, userns: Userns | None, copy: Path, owner: tuple[int, int],
-              user: tuple[int, int]) -> bool:
+def give_copy(
+    engine: object, userns: Userns | None, copy: Path, owner: tuple[int, int], user: tuple[int, int]
+) -> bool:
     """The copy to the command's host uid:gid `owner` (container ids `user`). A rootless
     caller goes through its engine's namespace: `chown -R -h` to the container ids. True
     unless no entry was re-owned (chown(1) may touch every entry: True)."""

@@ -24,8 +24,12 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Where docker (cgroupfs or systemd driver) and podman (cgroupfs or systemd manager) put a
 # container's cgroup, under the v1 pids hierarchy or the v2 unified one.
 _PATTERNS = (
-    "docker/{id}", "libpod_parent/libpod-{id}", "machine.slice/libpod-{id}.scope",
-    "system.slice/docker-{id}.scope", "*/docker/{id}", "*/libpod-{id}*",
+    "docker/{id}",
+    "libpod_parent/libpod-{id}",
+    "machine.slice/libpod-{id}.scope",
+    "system.slice/docker-{id}.scope",
+    "*/docker/{id}",
+    "*/libpod-{id}*",
 )
 
 

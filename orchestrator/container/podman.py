@@ -30,8 +30,14 @@ from sprawl_orch.errors import ErrorCode, SprawlError
 
 # Where podman finds its configuration and state; passed through to every CLI call.
 CONNECTION_VARS: tuple[str, ...] = (
-    "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF",
-    "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "HOME", "PATH",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "HOME",
+    "PATH",
 )
 # OCI runtimes podman can be told to use by name (`--runtime NAME`).
 KNOWN_RUNTIMES: tuple[str, ...] = ("runc", "crun")
@@ -76,9 +82,7 @@ def parse_facts(info: Mapping[str, Any], installed: Sequence[str] = ()) -> Engin
 
 
 def _id_map(entries: Any) -> tuple[tuple[int, int, int], ...]:
-    return tuple(
-        (int(e["container_id"]), int(e["host_id"]), int(e["size"])) for e in entries or ()
-    )
+    return tuple((int(e["container_id"]), int(e["host_id"]), int(e["size"])) for e in entries or ())
 
 
 def unmount_shm(bundle: str) -> bool:
@@ -111,15 +115,26 @@ def _gone(words: str) -> bool:
 class PodmanAttached:
     """`podman start --attach`: the attach process writes the two files as they come."""
 
-    def __init__(self, cli: str, container: str, env: Mapping[str, str], stdout: Path,
-                 stderr: Path, cwd: str | None) -> None:
+    def __init__(
+        self,
+        cli: str,
+        container: str,
+        env: Mapping[str, str],
+        stdout: Path,
+        stderr: Path,
+        cwd: str | None,
+    ) -> None:
         self._out: IO[bytes] = stdout.open("wb")
         self._err: IO[bytes] = stderr.open("wb")
         self.start_error: str | None = None
         try:
             self._proc = subprocess.Popen(
-                [cli, "start", "--attach", container], stdin=subprocess.DEVNULL,
-                stdout=self._out, stderr=self._err, env=dict(env), start_new_session=True,
+                [cli, "start", "--attach", container],
+                stdin=subprocess.DEVNULL,
+                stdout=self._out,
+                stderr=self._err,
+                env=dict(env),
+                start_new_session=True,
                 cwd=cwd,
             )
         except OSError:
@@ -155,7 +170,10 @@ class PodmanEngine:
     name = "podman"
 
     def __init__(
-        self, *, cli: str | None = None, environ: Mapping[str, str] | None = None,
+        self,
+        *,
+        cli: str | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
         self._bundles: dict[str, str] = {}
@@ -177,7 +195,9 @@ class PodmanEngine:
     def _bin(self) -> str:
         if self.cli is None:
             raise SprawlError(
-                ErrorCode.TOOL_UNAVAILABLE, "podman", "podman is not installed",
+                ErrorCode.TOOL_UNAVAILABLE,
+                "podman",
+                "podman is not installed",
                 "install it: apt-get install podman runc",
             )
         return self.cli
@@ -199,8 +219,9 @@ class PodmanEngine:
         try:
             info = json.loads(done.stdout)
         except json.JSONDecodeError as err:
-            raise engine_error("podman", "info", f"not JSON: {done.stdout[:200]!r}",
-                               "check `podman info`") from err
+            raise engine_error(
+                "podman", "info", f"not JSON: {done.stdout[:200]!r}", "check `podman info`"
+            ) from err
         installed = [r for r in KNOWN_RUNTIMES if shutil.which(r, path=self._path)]
         return parse_facts(info, installed)
 
@@ -214,8 +235,9 @@ class PodmanEngine:
             "podman": [self.cli, stamp(self.cli)],
             "euid": os.geteuid(),
             # runsc is given by the path of a wrapper (container/gvisor.py), not by name
-            "runtimes": {r: stamp(shutil.which(r, path=self._path))
-                         for r in (*KNOWN_RUNTIMES, "runsc")},
+            "runtimes": {
+                r: stamp(shutil.which(r, path=self._path)) for r in (*KNOWN_RUNTIMES, "runsc")
+            },
             "configs": {str(p): stamp(p) for p in configs},
             "store": [str(root := self._graph_root(configs)), stamp(root, contents=False)],
         }
@@ -224,8 +246,11 @@ class PodmanEngine:
         """Every containers.conf / storage.conf (and drop-in directory) podman may read."""
         home = Path(self._conn.get("HOME") or Path.home())
         user = Path(self._conn.get("XDG_CONFIG_HOME") or home / ".config") / "containers"
-        found = [Path(self._conn[k]) for k in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF")
-                 if self._conn.get(k)]
+        found = [
+            Path(self._conn[k])
+            for k in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF")
+            if self._conn.get(k)
+        ]
         for base in (Path("/usr/share/containers"), Path("/etc/containers"), user):
             found += [base / "containers.conf", base / "containers.conf.d", base / "storage.conf"]
         return found
@@ -255,8 +280,9 @@ class PodmanEngine:
         if done.returncode != 0:
             if "image not known" in done.stderr or "no such image" in done.stderr.lower():
                 return None
-            raise engine_error("podman", "image inspect", done.stderr,
-                               "check the image with `podman images`")
+            raise engine_error(
+                "podman", "image inspect", done.stderr, "check the image with `podman images`"
+            )
         found = done.stdout.strip()
         # podman prints the bare hex; the pin is "sha256:<hex>"
         return image_id if found == image_id.removeprefix("sha256:") else None
@@ -271,8 +297,9 @@ class PodmanEngine:
     def inspect(self, container: str) -> dict[str, Any]:
         done = self._run("container", "inspect", container, check=False)
         if done.returncode != 0:
-            raise engine_error("podman", "inspect", done.stderr,
-                               "the container is gone; run the command again")
+            raise engine_error(
+                "podman", "inspect", done.stderr, "the container is gone; run the command again"
+            )
         found = dict(json.loads(done.stdout)[0])
         if found.get("StaticDir"):
             self._bundles[container] = str(found["StaticDir"])
@@ -287,8 +314,9 @@ class PodmanEngine:
     def kill(self, container: str) -> None:
         done = self._run("kill", "--signal", "KILL", container, check=False)
         if done.returncode != 0 and not _gone(done.stderr) and "not running" not in done.stderr:
-            raise engine_error("podman", "kill", done.stderr,
-                               "kill it by hand: podman rm -f " + container)
+            raise engine_error(
+                "podman", "kill", done.stderr, "kill it by hand: podman rm -f " + container
+            )
 
     def remove(self, container: str) -> None:
         bundle = self._bundles.pop(container, None)
@@ -304,8 +332,9 @@ class PodmanEngine:
             time.sleep(pause)
             done = self._run("rm", "--force", container, check=False)
         if done.returncode != 0 and not _gone(done.stderr):
-            raise engine_error("podman", "rm", done.stderr,
-                               "remove it by hand: podman rm -f " + container)
+            raise engine_error(
+                "podman", "rm", done.stderr, "remove it by hand: podman rm -f " + container
+            )
 
     def unshare(self, argv: list[str]) -> None:
         """Run `argv` inside podman's rootless user namespace (`podman unshare`), where

@@ -40,10 +40,10 @@ PROBE_FILE = "sprawl-probe"
 class Runtime:
     """An OCI runtime to run containers under, as the create and the inspect spell it."""
 
-    name: str               # runc, crun, runsc, or the engine's default runtime's name
-    flag: str | None        # what --runtime gets; None = the engine's default
-    expect: str             # what inspect reports (HostConfig.Runtime / OCIRuntime)
-    gvisor: bool = False    # the command runs on gVisor's kernel, not the host's
+    name: str  # runc, crun, runsc, or the engine's default runtime's name
+    flag: str | None  # what --runtime gets; None = the engine's default
+    expect: str  # what inspect reports (HostConfig.Runtime / OCIRuntime)
+    gvisor: bool = False  # the command runs on gVisor's kernel, not the host's
 
     @classmethod
     def default(cls, name: str) -> Runtime:
@@ -88,9 +88,16 @@ class _OwnFault(Exception):
         self.err = err
 
 
-def probe(engine: ContainerEngine, config: ContainerConfig, image: str, runtime: Runtime,
-          host: HostLimits, watcher: Watcher | None = None,
-          userns: Userns | None = None, limits: bool = True) -> str | None:
+def probe(
+    engine: ContainerEngine,
+    config: ContainerConfig,
+    image: str,
+    runtime: Runtime,
+    host: HostLimits,
+    watcher: Watcher | None = None,
+    userns: Userns | None = None,
+    limits: bool = True,
+) -> str | None:
     """Run `true` exactly as a command would run (limits, mount, verify) — under a user
     namespace `touch` a file and read its owner back from the host. None = passed, else
     the engine's words. Our own faults (the copy can't be given to the user, the limits
@@ -102,13 +109,26 @@ def probe(engine: ContainerEngine, config: ContainerConfig, image: str, runtime:
     command = ["true"] if userns is None else ["touch", PROBE_FILE]
     try:
         (work / "copy").mkdir()
-        argv = create_argv(engine.name, config, image, work / "copy", command, [], tag,
-                           PROBE_SESSION, owner_label(), runtime.flag, host=host,
-                           userns=userns.flags() if userns else (), limits=limits,
-                           gvisor=runtime.gvisor)
+        argv = create_argv(
+            engine.name,
+            config,
+            image,
+            work / "copy",
+            command,
+            [],
+            tag,
+            PROBE_SESSION,
+            owner_label(),
+            runtime.flag,
+            host=host,
+            userns=userns.flags() if userns else (),
+            limits=limits,
+            gvisor=runtime.gvisor,
+        )
         try:
-            return _run_probe(engine, config, image, runtime, host, argv, name, work,
-                              watcher, userns, limits)
+            return _run_probe(
+                engine, config, image, runtime, host, argv, name, work, watcher, userns, limits
+            )
         except _OwnFault as fault:
             raise fault.err from None
     finally:
@@ -119,9 +139,19 @@ def probe(engine: ContainerEngine, config: ContainerConfig, image: str, runtime:
             watcher.scratch_gone(work)
 
 
-def _run_probe(engine: ContainerEngine, config: ContainerConfig, image: str, runtime: Runtime,
-               host: HostLimits, argv: tuple[str, ...], name: str, work: Path,
-               watcher: Watcher, userns: Userns | None, limits: bool) -> str | None:
+def _run_probe(
+    engine: ContainerEngine,
+    config: ContainerConfig,
+    image: str,
+    runtime: Runtime,
+    host: HostLimits,
+    argv: tuple[str, ...],
+    name: str,
+    work: Path,
+    watcher: Watcher,
+    userns: Userns | None,
+    limits: bool,
+) -> str | None:
     copy = work / "copy"
     container: str | None = None
     watcher.expect(name)
@@ -132,8 +162,17 @@ def _run_probe(engine: ContainerEngine, config: ContainerConfig, image: str, run
             _remove_probe(engine, name, name, watcher)  # a create that failed late may exist
             raise
         watcher.created(name, container)
-        expected = Expected.of(engine.name, config, host, image, copy, runtime.expect, userns,
-                               enforced=limits, gvisor=runtime.gvisor)
+        expected = Expected.of(
+            engine.name,
+            config,
+            host,
+            image,
+            copy,
+            runtime.expect,
+            userns,
+            enforced=limits,
+            gvisor=runtime.gvisor,
+        )
         inspect = engine.inspect(container)
         found = mismatches(expected, inspect)
         if found:
@@ -170,6 +209,8 @@ def _owned_as(made: Path, owner: tuple[int, int]) -> str | None:
     except OSError as err:
         return f"the probe's `touch {made.name}` left no file in the copy: {err.strerror}"
     if (st.st_uid, st.st_gid) != owner:
-        return (f"the probe's file is owned by {st.st_uid}:{st.st_gid} on the host, not by "
-                f"the mapped {owner[0]}:{owner[1]}")
+        return (
+            f"the probe's file is owned by {st.st_uid}:{st.st_gid} on the host, not by "
+            f"the mapped {owner[0]}:{owner[1]}"
+        )
     return None

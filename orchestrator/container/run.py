@@ -45,9 +45,14 @@ def _tail(path: Path, limit: int = 2000) -> str:
 
 class ContainerRun:
     def __init__(
-        self, engine: ContainerEngine, container: str, name: str, launch: Launch,
+        self,
+        engine: ContainerEngine,
+        container: str,
+        name: str,
+        launch: Launch,
         attached: Attached,
-        record: Mapping[str, object], venv: str | None = None,
+        record: Mapping[str, object],
+        venv: str | None = None,
         after: Callable[[], None] | None = None,
     ) -> None:
         self._after = after  # once the container is removed (ownership.take_back)
@@ -121,10 +126,15 @@ class ContainerRun:
             exit_code = int(state.get("ExitCode", 0))
             if str(state.get("StartedAt", "")).startswith(ZERO_TIME):
                 # the command never ran (e.g. program not found in the image)
-                start_error = start_error or str(state.get("Error") or "") or _tail(
-                    self.stderr_path) or "the container never started"
-                exit_code = never_ran_code(exit_code, start_error,
-                                           getattr(self._attached, "returncode", None))
+                start_error = (
+                    start_error
+                    or str(state.get("Error") or "")
+                    or _tail(self.stderr_path)
+                    or "the container never started"
+                )
+                exit_code = never_ran_code(
+                    exit_code, start_error, getattr(self._attached, "returncode", None)
+                )
         except SprawlError as err:
             record["inspect_error"] = err.detail
         if start_error:
@@ -136,8 +146,13 @@ class ContainerRun:
             except SprawlError as err:
                 record["ownership_error"] = err.detail
         return Finished(
-            exit_code=exit_code, stdout_path=self.stdout_path, stderr_path=self.stderr_path,
-            killed=self._killed, oom_killed=oom, pids_hit=pids_hit, extra={"container": record},
+            exit_code=exit_code,
+            stdout_path=self.stdout_path,
+            stderr_path=self.stderr_path,
+            killed=self._killed,
+            oom_killed=oom,
+            pids_hit=pids_hit,
+            extra={"container": record},
             refusal=None if self._killed else self._refusal(start_error, exit_code),
         )
 
@@ -152,8 +167,9 @@ class ContainerRun:
             stderr = self.stderr_path.read_bytes()[:4096].decode(errors="replace")
         except OSError:
             return None
-        return after_start_refusal(program, exit_code, size, stderr, self._venv) or \
-            loader_refusal(program, exit_code, stderr, self._venv)
+        return after_start_refusal(program, exit_code, size, stderr, self._venv) or loader_refusal(
+            program, exit_code, stderr, self._venv
+        )
 
     def _remove(self, record: dict[str, object]) -> bool:
         try:

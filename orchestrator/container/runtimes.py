@@ -30,7 +30,7 @@ from sprawl_orch.errors import ErrorCode
 # runc first: it works everywhere here (crun fails on hybrid cgroup hosts)
 BY_NAME: tuple[str, ...] = ("runc", "crun")
 REGISTER_RUNSC = (
-    'install runsc (apt-get install runsc) and register it with the daemon in its '
+    "install runsc (apt-get install runsc) and register it with the daemon in its "
     'daemon.json: {"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": '
     '["--network=none"]}}}, then `kill -HUP` dockerd (it reloads runtimes without a restart)'
 )
@@ -63,8 +63,11 @@ def find(engine: str, facts: EngineFacts, name: str, wrappers: Path) -> Runtime 
         return Runtime(name, name, name, gvisor=name == RUNSC)
     if engine == "docker":
         known = ", ".join(facts.runtimes) or "none"
-        fix = REGISTER_RUNSC if name == RUNSC else (
-            f"install {name} and register it in daemon.json \"runtimes\"")
+        fix = (
+            REGISTER_RUNSC
+            if name == RUNSC
+            else (f'install {name} and register it in daemon.json "runtimes"')
+        )
         return f"{name} is not registered with the docker daemon (it has: {known}); {fix}"
     return f"{name} is not installed (apt-get install {name})"
 
@@ -76,8 +79,10 @@ def _not_runsc(facts: EngineFacts) -> str | None:
     found = shutil.which(path) if path else None
     if found is not None and Path(found).resolve().name == RUNSC:
         return None
-    return (f"the docker daemon's runtime named runsc runs {path or 'an unknown program'!r}, "
-            f"not gVisor's runsc binary; {REGISTER_RUNSC}")
+    return (
+        f"the docker daemon's runtime named runsc runs {path or 'an unknown program'!r}, "
+        f"not gVisor's runsc binary; {REGISTER_RUNSC}"
+    )
 
 
 def _engine_default(facts: EngineFacts, probe: Probe) -> tuple[Runtime, tuple[str, ...]] | str:
@@ -91,13 +96,21 @@ def _engine_default(facts: EngineFacts, probe: Probe) -> tuple[Runtime, tuple[st
         if probe(Runtime(other, other, other)) is None:
             return Runtime(other, other, other), (
                 f"the default runtime {facts.default_runtime} failed the probe ({first}); "
-                f"{other} passed it, so every container runs with --runtime {other}",)
+                f"{other} passed it, so every container runs with --runtime {other}",
+            )
     return first
 
 
-def choose(engine: str, facts: EngineFacts, asked: str | None, wrappers: Path, probe: Probe,
-           *, warm: bool = False, userns: bool = False
-           ) -> tuple[Runtime, tuple[str, ...]] | str:
+def choose(
+    engine: str,
+    facts: EngineFacts,
+    asked: str | None,
+    wrappers: Path,
+    probe: Probe,
+    *,
+    warm: bool = False,
+    userns: bool = False,
+) -> tuple[Runtime, tuple[str, ...]] | str:
     """(the runtime, what to say) -- or the failing probe's words (the caller explains
     them): the asked runtime's, else the engine's default's. Raises NoRuntime when an
     explicitly asked runtime is not there."""
@@ -106,15 +119,19 @@ def choose(engine: str, facts: EngineFacts, asked: str | None, wrappers: Path, p
     if asked != "auto":
         found = find(engine, facts, asked, wrappers)
         if isinstance(found, str):
-            raise NoRuntime(ErrorCode.SANDBOX_DENIED,
-                            f'[sandbox.container] runtime = "{asked}", but {found}',
-                            'fix that, or set runtime = "auto" (runsc where it works, else '
-                            "the engine's default)")
+            raise NoRuntime(
+                ErrorCode.SANDBOX_DENIED,
+                f'[sandbox.container] runtime = "{asked}", but {found}',
+                'fix that, or set runtime = "auto" (runsc where it works, else '
+                "the engine's default)",
+            )
         if found.gvisor and warm:
-            raise NoRuntime(ErrorCode.CONFIG_INVALID,
-                            'runtime = "runsc" with warm = true: warm mode (one container '
-                            "entered by exec per command) is not proved on gVisor",
-                            "set warm = false, or another runtime")
+            raise NoRuntime(
+                ErrorCode.CONFIG_INVALID,
+                'runtime = "runsc" with warm = true: warm mode (one container '
+                "entered by exec per command) is not proved on gVisor",
+                "set warm = false, or another runtime",
+            )
         words = probe(found)
         return (found, ()) if words is None else words
     said: str

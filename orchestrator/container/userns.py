@@ -87,7 +87,8 @@ class IdMap:
 def _slot(base: int, allowed: Sequence[range]) -> bool:
     """`base` starts one of the size-PODMAN_AUTO_SIZE slots podman auto hands out."""
     return any(
-        base >= r.start and base + PODMAN_AUTO_SIZE <= r.stop
+        base >= r.start
+        and base + PODMAN_AUTO_SIZE <= r.stop
         and (base - r.start) % PODMAN_AUTO_SIZE == 0
         for r in allowed
     )
@@ -124,8 +125,7 @@ def owner_of(path: Path, start: int) -> str | None:
 def within(idmap: IdMap, allowed: Sequence[range]) -> bool:
     """Every host id of the map lies in one of the `allowed` ranges."""
     return bool(idmap.ranges) and all(
-        any(r.host >= a.start and r.host + r.size <= a.stop for a in allowed)
-        for r in idmap.ranges
+        any(r.host >= a.start and r.host + r.size <= a.stop for a in allowed) for r in idmap.ranges
     )
 
 
@@ -139,7 +139,7 @@ class Userns:
     `allowed_uids`/`allowed_gids`: host ranges a per-container map must lie in.
     """
 
-    mode: str                     # "podman-auto" | "docker-remap" | "rootless"
+    mode: str  # "podman-auto" | "docker-remap" | "rootless"
     why: str
     flag: str | None = None
     uid_map: IdMap | None = None
@@ -147,8 +147,9 @@ class Userns:
     allowed_uids: tuple[range, ...] = ()
     allowed_gids: tuple[range, ...] = ()
 
-    def flags(self, owner: tuple[int, int] | None = None,
-              user: tuple[int, int] = (65534, 65534)) -> tuple[str, ...]:
+    def flags(
+        self, owner: tuple[int, int] | None = None, user: tuple[int, int] = (65534, 65534)
+    ) -> tuple[str, ...]:
         """Create flags for a command whose copy is owned by `owner` (host uid:gid).
 
         podman --userns=auto gives every container a fresh range. `owner` is given only
@@ -163,19 +164,29 @@ class Userns:
         if owner is not None:
             base_u, base_g = owner[0] - user[0], owner[1] - user[1]
             if _slot(base_u, self.allowed_uids) and _slot(base_g, self.allowed_gids):
-                return ("--uidmap", f"0:{base_u}:{PODMAN_AUTO_SIZE}",
-                        "--gidmap", f"0:{base_g}:{PODMAN_AUTO_SIZE}")
+                return (
+                    "--uidmap",
+                    f"0:{base_u}:{PODMAN_AUTO_SIZE}",
+                    "--gidmap",
+                    f"0:{base_g}:{PODMAN_AUTO_SIZE}",
+                )
         return ("--userns", self.flag)
 
     def to_json(self) -> dict[str, Any]:
         """Everything, for admission evidence kept on disk (ranges as [start, stop])."""
+
         def maps(m: IdMap | None) -> list[list[int]] | None:
             return None if m is None else [[r.container, r.host, r.size] for r in m.ranges]
 
-        return {"mode": self.mode, "why": self.why, "flag": self.flag,
-                "uid_map": maps(self.uid_map), "gid_map": maps(self.gid_map),
-                "allowed_uids": [[r.start, r.stop] for r in self.allowed_uids],
-                "allowed_gids": [[r.start, r.stop] for r in self.allowed_gids]}
+        return {
+            "mode": self.mode,
+            "why": self.why,
+            "flag": self.flag,
+            "uid_map": maps(self.uid_map),
+            "gid_map": maps(self.gid_map),
+            "allowed_uids": [[r.start, r.stop] for r in self.allowed_uids],
+            "allowed_gids": [[r.start, r.stop] for r in self.allowed_gids],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Userns | None:
@@ -186,8 +197,11 @@ class Userns:
             return None if m is None else IdMap.of((int(c), int(h), int(n)) for c, h, n in m)
 
         return cls(
-            str(data["mode"]), str(data["why"]), data.get("flag"),
-            maps(data.get("uid_map")), maps(data.get("gid_map")),
+            str(data["mode"]),
+            str(data["why"]),
+            data.get("flag"),
+            maps(data.get("uid_map")),
+            maps(data.get("gid_map")),
             tuple(range(int(a), int(b)) for a, b in data.get("allowed_uids") or ()),
             tuple(range(int(a), int(b)) for a, b in data.get("allowed_gids") or ()),
         )
@@ -215,17 +229,24 @@ def podman_auto(subuid: Path = SUBUID, subgid: Path = SUBGID) -> Userns | None:
         f"podman --userns={PODMAN_AUTO}: each container gets {PODMAN_AUTO_SIZE} uids "
         f"from the {PODMAN_AUTO_USER!r} subordinate range ({ranges}) that no container of "
         "another copy holds (commands in one copy at once share them), no host account",
-        flag=PODMAN_AUTO, allowed_uids=tuple(uids), allowed_gids=tuple(gids),
+        flag=PODMAN_AUTO,
+        allowed_uids=tuple(uids),
+        allowed_gids=tuple(gids),
     )
 
 
 def podman_auto_missing() -> str:
-    return (f"no {PODMAN_AUTO_USER!r} ranges in {SUBUID} and {SUBGID} for podman "
-            f"--userns=auto (add e.g. \"{PODMAN_AUTO_USER}:1000000000:268435456\" to both)")
+    return (
+        f"no {PODMAN_AUTO_USER!r} ranges in {SUBUID} and {SUBGID} for podman "
+        f'--userns=auto (add e.g. "{PODMAN_AUTO_USER}:1000000000:268435456" to both)'
+    )
 
 
-def docker_remap(root_dir: str, subuid: Path = SUBUID, subgid: Path = SUBGID,
-                 ) -> tuple[Userns | None, str]:
+def docker_remap(
+    root_dir: str,
+    subuid: Path = SUBUID,
+    subgid: Path = SUBGID,
+) -> tuple[Userns | None, str]:
     """docker userns-remap's map from the daemon's data root "<…>/<uid>.<gid>" and the
     remap user's ranges; (None, why) when they can't be read."""
     found = _ROOT_DIR_IDS.search(root_dir)
@@ -234,8 +255,10 @@ def docker_remap(root_dir: str, subuid: Path = SUBUID, subgid: Path = SUBGID,
     uid0, gid0 = int(found.group(1)), int(found.group(2))
     user, group = owner_of(subuid, uid0), owner_of(subgid, gid0)
     if user is None or group is None:
-        return None, (f"docker remaps container root to {uid0}:{gid0}, but no account in "
-                      f"{subuid}/{subgid} has a range starting there")
+        return None, (
+            f"docker remaps container root to {uid0}:{gid0}, but no account in "
+            f"{subuid}/{subgid} has a range starting there"
+        )
     uids, gids = subordinate(user, subuid), subordinate(group, subgid)
     uid_map, gid_map = IdMap.from_subordinate(uids), IdMap.from_subordinate(gids)
     ranges = ", ".join(f"{r.start}+{len(r)}" for r in uids)
@@ -244,12 +267,16 @@ def docker_remap(root_dir: str, subuid: Path = SUBUID, subgid: Path = SUBGID,
         f"docker userns-remap: container uids map onto the subordinate range of {user!r} "
         f"({ranges}), no host account; every container of that daemon shares the range, "
         "each in namespaces of its own, seeing only its own copy",
-        uid_map=uid_map, gid_map=gid_map, allowed_uids=tuple(uids), allowed_gids=tuple(gids),
+        uid_map=uid_map,
+        gid_map=gid_map,
+        allowed_uids=tuple(uids),
+        allowed_gids=tuple(gids),
     ), ""
 
 
-def rootless(uid_map: Sequence[tuple[int, int, int]], gid_map: Sequence[tuple[int, int, int]],
-             engine: str) -> Userns | None:
+def rootless(
+    uid_map: Sequence[tuple[int, int, int]], gid_map: Sequence[tuple[int, int, int]], engine: str
+) -> Userns | None:
     uids, gids = IdMap.of(uid_map), IdMap.of(gid_map)
     if not uids.ranges or not gids.ranges:
         return None
@@ -261,7 +288,10 @@ def rootless(uid_map: Sequence[tuple[int, int, int]], gid_map: Sequence[tuple[in
         "rootless",
         f"{engine} runs rootless: container uid 0 is the caller, every other container uid "
         f"maps onto the caller's subordinate range ({', '.join(uids.text())})",
-        uid_map=uids, gid_map=gids, allowed_uids=subs(uids), allowed_gids=subs(gids),
+        uid_map=uids,
+        gid_map=gids,
+        allowed_uids=subs(uids),
+        allowed_gids=subs(gids),
     )
 
 
@@ -277,8 +307,9 @@ def maps_for(userns: Userns, inspect: Mapping[str, Any]) -> tuple[IdMap, IdMap]:
     return inspect_maps(inspect)
 
 
-def mapping_problem(userns: Userns, uid: int, gid: int,
-                    inspect: Mapping[str, Any]) -> tuple[str, str] | None:
+def mapping_problem(
+    userns: Userns, uid: int, gid: int, inspect: Mapping[str, Any]
+) -> tuple[str, str] | None:
     """(expected, found) when the container's map is not the one this mode promises: a
     per-container map (podman auto) must exist, lie inside the reserved ranges and map
     the command's uid and gid."""
@@ -288,8 +319,10 @@ def mapping_problem(userns: Userns, uid: int, gid: int,
             return "the daemon's user namespace", "UsernsMode host"
         return None
     uids, gids = inspect_maps(inspect)
-    want = (f"uid/gid maps inside {[f'{r.start}+{len(r)}' for r in userns.allowed_uids]} "
-            f"mapping {uid}:{gid}")
+    want = (
+        f"uid/gid maps inside {[f'{r.start}+{len(r)}' for r in userns.allowed_uids]} "
+        f"mapping {uid}:{gid}"
+    )
     found = f"UidMap {uids.text()}, GidMap {gids.text()}"
     if not within(uids, userns.allowed_uids) or not within(gids, userns.allowed_gids):
         return want, found
@@ -298,8 +331,9 @@ def mapping_problem(userns: Userns, uid: int, gid: int,
     return None
 
 
-def host_owner(userns: Userns | None, uid: int, gid: int,
-               inspect: Mapping[str, Any]) -> tuple[int, int]:
+def host_owner(
+    userns: Userns | None, uid: int, gid: int, inspect: Mapping[str, Any]
+) -> tuple[int, int]:
     """The host uid:gid the command's uid:gid is (what the copy is given to)."""
     if userns is None:
         return uid, gid
@@ -310,9 +344,15 @@ def host_owner(userns: Userns | None, uid: int, gid: int,
     return host_uid, host_gid
 
 
-def plan(engine: str, rootless_engine: bool, remap: bool, root_dir: str,
-         uid_map: Sequence[tuple[int, int, int]], gid_map: Sequence[tuple[int, int, int]],
-         asked: str) -> tuple[Userns | None, str]:
+def plan(
+    engine: str,
+    rootless_engine: bool,
+    remap: bool,
+    root_dir: str,
+    uid_map: Sequence[tuple[int, int, int]],
+    gid_map: Sequence[tuple[int, int, int]],
+    asked: str,
+) -> tuple[Userns | None, str]:
     """The user namespace this engine would put commands in, or (None, why not).
     `asked` is [sandbox.container] userns: "auto", "required" or "off"."""
     if rootless_engine:
@@ -325,9 +365,11 @@ def plan(engine: str, rootless_engine: bool, remap: bool, root_dir: str,
         return (found, "") if found else (None, podman_auto_missing())
     if engine == "podman":
         return None, 'user namespaces are turned off ([sandbox.container] userns = "off")'
-    return None, ("docker runs rootful without userns-remap, so the container's uid is the "
-                  "same number on the host and may be shared with other host principals "
-                  "(start a dockerd with --userns-remap=default, or use podman)")
+    return None, (
+        "docker runs rootful without userns-remap, so the container's uid is the "
+        "same number on the host and may be shared with other host principals "
+        "(start a dockerd with --userns-remap=default, or use podman)"
+    )
 
 
 def principal_problem(host_uid: int) -> str | None:

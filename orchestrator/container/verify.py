@@ -30,10 +30,15 @@ from sprawl_orch.container.userns import Userns, mapping_problem
 from sprawl_orch.errors import ErrorCode, SprawlError
 
 PODMAN_READ_ONLY_TMPFS: frozenset[str] = frozenset({"/run", "/var/tmp"})
-NO_NEW_PRIVILEGES: frozenset[str] = frozenset({"no-new-privileges", "no-new-privileges:true",
-                                               "no-new-privileges=true"})
-WEAKENING_OPTS: tuple[str, ...] = ("unconfined", "label=disable", "no-new-privileges:false",
-                                   "no-new-privileges=false")
+NO_NEW_PRIVILEGES: frozenset[str] = frozenset(
+    {"no-new-privileges", "no-new-privileges:true", "no-new-privileges=true"}
+)
+WEAKENING_OPTS: tuple[str, ...] = (
+    "unconfined",
+    "label=disable",
+    "no-new-privileges:false",
+    "no-new-privileges=false",
+)
 
 
 @dataclass(frozen=True)
@@ -54,25 +59,41 @@ class Expected:
 
     @classmethod
     def of(
-        cls, engine: str, config: ContainerConfig, host: HostLimits, image_id: str, copy: Path,
-        runtime: str, userns: Userns | None = None, workdir: Path | None = None,
-        enforced: bool = True, gvisor: bool = False,
+        cls,
+        engine: str,
+        config: ContainerConfig,
+        host: HostLimits,
+        image_id: str,
+        copy: Path,
+        runtime: str,
+        userns: Userns | None = None,
+        workdir: Path | None = None,
+        enforced: bool = True,
+        gvisor: bool = False,
     ) -> Expected:
         limits = fit_limits(config, host, gvisor)
         on = 1 if enforced else 0  # limits not asked: the engine must report none (0)
         return cls(
-            engine=engine, image_id=image_id, memory=limits.memory_bytes * on,
-            memory_swap=limits.memory_swap_bytes * on, nano_cpus=limits.nano_cpus * on,
-            pids_limit=limits.pids_limit * on, cpu_shares=limits.cpu_shares * on, user=limits.user,
-            copy=str(copy), runtime=runtime, ulimits=limits.ulimits, userns=userns,
+            engine=engine,
+            image_id=image_id,
+            memory=limits.memory_bytes * on,
+            memory_swap=limits.memory_swap_bytes * on,
+            nano_cpus=limits.nano_cpus * on,
+            pids_limit=limits.pids_limit * on,
+            cpu_shares=limits.cpu_shares * on,
+            user=limits.user,
+            copy=str(copy),
+            runtime=runtime,
+            ulimits=limits.ulimits,
+            userns=userns,
             destination=destination_of(copy, workdir),
         )
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    field: str      # our stable name, e.g. "memory"
-    where: str      # the inspect path, e.g. "HostConfig.Memory"
+    field: str  # our stable name, e.g. "memory"
+    where: str  # the inspect path, e.g. "HostConfig.Memory"
     expected: object
     found: object
 
@@ -163,8 +184,9 @@ def _userns(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
     found = mapping_problem(expected.userns, int(uid), int(gid or uid), inspect)
     if found is None:
         return None
-    where = ("HostConfig.UsernsMode" if expected.userns.uid_map is not None
-             else "HostConfig.IDMappings")
+    where = (
+        "HostConfig.UsernsMode" if expected.userns.uid_map is not None else "HostConfig.IDMappings"
+    )
     return Mismatch("userns", where, found[0], found[1])
 
 
@@ -186,15 +208,23 @@ def mismatches(expected: Expected, inspect: Mapping[str, Any]) -> list[Mismatch]
     same("cpu_shares", "HostConfig.CpuShares", expected.cpu_shares, hc.get("CpuShares"))
     same("network_mode", "HostConfig.NetworkMode", "none", hc.get("NetworkMode"))
     same("user", "Config.User", expected.user, config.get("User"))
-    same("workdir", "Config.WorkingDir", expected.destination or expected.copy,
-         config.get("WorkingDir"))
+    same(
+        "workdir",
+        "Config.WorkingDir",
+        expected.destination or expected.copy,
+        config.get("WorkingDir"),
+    )
     same("read_only", "HostConfig.ReadonlyRootfs", True, hc.get("ReadonlyRootfs"))
     same("privileged", "HostConfig.Privileged", False, hc.get("Privileged"))
     if hc.get("PidMode") not in ("", "private", None):
         out.append(Mismatch("pid_mode", "HostConfig.PidMode", "private", hc.get("PidMode")))
     for check in (
-        _caps(inspect), _security(inspect), _mounts(expected, inspect),
-        _tmpfs(expected, inspect), _ulimits(expected, inspect), _runtime(expected, inspect),
+        _caps(inspect),
+        _security(inspect),
+        _mounts(expected, inspect),
+        _tmpfs(expected, inspect),
+        _ulimits(expected, inspect),
+        _runtime(expected, inspect),
         _userns(expected, inspect),
     ):
         if check is not None:
@@ -220,8 +250,9 @@ def verify(expected: Expected, inspect: Mapping[str, Any]) -> None:
         err = refusal(found[0], expected.engine)
         if len(found) > 1:
             others = ", ".join(m.field for m in found[1:])
-            err = SprawlError(err.code, err.subject, f"{err.detail} (also differs: {others})",
-                              err.recovery)
+            err = SprawlError(
+                err.code, err.subject, f"{err.detail} (also differs: {others})", err.recovery
+            )
         raise err
 
 
@@ -232,8 +263,11 @@ def as_command_user(inspect: dict[str, Any], init_user: str, command_user: str) 
     config = dict(inspect.get("Config") or {})
     if str(config.get("User") or "") != init_user:
         raise SprawlError(
-            ErrorCode.SANDBOX_DENIED, "container verification",
+            ErrorCode.SANDBOX_DENIED,
+            "container verification",
             f"user: expected {init_user!r} for the warm container's init, found "
-            f"{config.get('User')!r}", "see `sprawl-orch doctor`; the engine changed the user")
+            f"{config.get('User')!r}",
+            "see `sprawl-orch doctor`; the engine changed the user",
+        )
     config["User"] = command_user
     return {**inspect, "Config": config}

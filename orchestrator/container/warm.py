@@ -70,7 +70,8 @@ def rootless_refusal(userns: Userns | None) -> SprawlError | None:
         return None
     assert userns is not None
     return SprawlError(
-        ErrorCode.SANDBOX_DENIED, "warm mode",
+        ErrorCode.SANDBOX_DENIED,
+        "warm mode",
         f"warm = true with {userns.why}; between commands warm mode kills what a command "
         "left, empties the container's writable mounts and SysV IPC and re-owns the copy "
         f"from the host, and this process (uid {os.geteuid()}) may not touch the command's "
@@ -84,9 +85,18 @@ def rootless_refusal(userns: Userns | None) -> SprawlError | None:
 class Warm:
     """One kept container, bound to one copy and run."""
 
-    def __init__(self, container: str, name: str, copy: Path, run: str, workdir: str,
-                 watcher: Watcher, host: HostView, record: dict[str, object],
-                 owner: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        container: str,
+        name: str,
+        copy: Path,
+        run: str,
+        workdir: str,
+        watcher: Watcher,
+        host: HostView,
+        record: dict[str, object],
+        owner: tuple[int, int],
+    ) -> None:
         self.container, self.name, self.copy, self.run = container, name, copy, run
         self.workdir, self.watcher, self.host, self.record = workdir, watcher, host, record
         self.owner = owner  # the command's host uid:gid (podman --userns=auto: from its map)
@@ -106,7 +116,11 @@ class WarmArm(Protocol):
     def engine(self) -> ContainerEngine: ...
     def admission(self) -> Admission: ...
     def create_verified(
-        self, launch: Launch, command: Sequence[str], *, init_user: str | None = None,
+        self,
+        launch: Launch,
+        command: Sequence[str],
+        *,
+        init_user: str | None = None,
         venv: str | None = None,
     ) -> tuple[str, str, dict[str, object]]: ...
     def left_copy(self, copy: Path) -> None: ...
@@ -137,8 +151,12 @@ class WarmPool:
                 warm = None
         if warm is None:
             warm = self._make(launch)
-        words = cannot_run(f"/proc/{warm.host.init}/root", command[0],
-                           str(warm.record.get("path") or "") or None, warm.workdir)
+        words = cannot_run(
+            f"/proc/{warm.host.init}/root",
+            command[0],
+            str(warm.record.get("path") or "") or None,
+            warm.workdir,
+        )
         if words is not None:
             self.release(warm)  # nothing ran in it
             refusal = runtime_refusal(words, command[0], command_venv(launch, command))
@@ -159,9 +177,12 @@ class WarmPool:
                 state = engine.inspect(container).get("State") or {}
             pid = int(state.get("Pid") or 0)
             if not state.get("Running") or pid <= 0:
-                raise SprawlError(ErrorCode.ENGINE_REFUSED, "warm container",
-                                  f"its init did not stay up: {state.get('Error') or state}",
-                                  "check that the image has /bin/sh and sleep")
+                raise SprawlError(
+                    ErrorCode.ENGINE_REFUSED,
+                    "warm container",
+                    f"its init did not stay up: {state.get('Error') or state}",
+                    "check that the image has /bin/sh and sleep",
+                )
             workdir = str((engine.inspect(container).get("Config") or {}).get("WorkingDir"))
             deadline = time.monotonic() + 2.0
             host = HostView.of(pid, workdir)
@@ -174,8 +195,17 @@ class WarmPool:
             raise
         record = {**record, "warm": True, "init_user": INIT_USER}
         uid, _, gid = str(record["host_owner"]).partition(":")
-        warm = Warm(container, name, launch.cwd.resolve(), launch.run, workdir,
-                    launch.watcher, host, record, (int(uid), int(gid)))
+        warm = Warm(
+            container,
+            name,
+            launch.cwd.resolve(),
+            launch.run,
+            workdir,
+            launch.watcher,
+            host,
+            record,
+            (int(uid), int(gid)),
+        )
         warm.source = launch.workdir
         return warm
 
@@ -189,9 +219,16 @@ class WarmPool:
             inspect = self.arm.engine.inspect(warm.container)
             if not (inspect.get("State") or {}).get("Running"):
                 return "it is no longer running"
-            expected = Expected.of(self.arm.engine.name, self.arm.config, self.arm.host,
-                                   admission.image, warm.copy, admission.runtime_used,
-                                   admission.userns, workdir=warm.source)
+            expected = Expected.of(
+                self.arm.engine.name,
+                self.arm.config,
+                self.arm.host,
+                admission.image,
+                warm.copy,
+                admission.runtime_used,
+                admission.userns,
+                workdir=warm.source,
+            )
             verify(expected, as_command_user(inspect, INIT_USER, expected.user))
         except SprawlError as err:
             return f"it no longer matches what was asked: {err.detail}"
@@ -233,8 +270,14 @@ class WarmPool:
 class WarmRun:
     """The `Running` of one command entered into a warm container."""
 
-    def __init__(self, pool: WarmPool, warm: Warm, launch: Launch, command: Sequence[str],
-                 replaced: str | None) -> None:
+    def __init__(
+        self,
+        pool: WarmPool,
+        warm: Warm,
+        launch: Launch,
+        command: Sequence[str],
+        replaced: str | None,
+    ) -> None:
         self.pool, self.warm, self.launch = pool, warm, launch
         self._killed = False
         self._ended = False
@@ -253,8 +296,15 @@ class WarmRun:
         own_copy(warm.copy, *warm.owner)
         launch.outputs.mkdir(parents=True, exist_ok=True)
         self._entered: Entered = enter(
-            pool.arm.engine, warm.container, command, command_env(launch), user, warm.workdir,
-            launch.outputs / "stdout", launch.outputs / "stderr")
+            pool.arm.engine,
+            warm.container,
+            command,
+            command_env(launch),
+            user,
+            warm.workdir,
+            launch.outputs / "stdout",
+            launch.outputs / "stderr",
+        )
 
     def wait(self, timeout: float | None) -> bool:
         """The command ended when the exec'd process did (what it left is killed then, as a
@@ -311,8 +361,9 @@ class WarmRun:
         self._entered.close()
         exit_code = self._entered.exit_code()
         oom_after = host.oom_kills()
-        oom = (self._oom_before is not None and oom_after is not None
-               and oom_after > self._oom_before)
+        oom = (
+            self._oom_before is not None and oom_after is not None and oom_after > self._oom_before
+        )
         replace: list[str] = []
         if not clean:
             replace.append("some of the command's processes survived every kill")
@@ -337,7 +388,10 @@ class WarmRun:
             record["removed"] = False
             self.pool.release(self.warm)
         return Finished(
-            exit_code=exit_code, stdout_path=self.launch.outputs / "stdout",
-            stderr_path=self.launch.outputs / "stderr", killed=self._killed, oom_killed=oom,
+            exit_code=exit_code,
+            stdout_path=self.launch.outputs / "stdout",
+            stderr_path=self.launch.outputs / "stderr",
+            killed=self._killed,
+            oom_killed=oom,
             extra={"container": record},
         )

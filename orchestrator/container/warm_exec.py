@@ -21,11 +21,9 @@ from sprawl_orch.container.podman import PodmanEngine
 
 
 class Entered(Protocol):
-    def ended(self, timeout: float) -> bool:
-        ...
+    def ended(self, timeout: float) -> bool: ...
 
-    def exit_code(self) -> int | None:
-        ...
+    def exit_code(self) -> int | None: ...
 
     def running(self) -> bool | None:
         """Whether the exec'd process itself still runs, when the engine says (None: ask
@@ -38,20 +36,34 @@ class Entered(Protocol):
 
 
 class DockerEntered:
-    def __init__(self, engine: DockerEngine, container: str, argv: Sequence[str],
-                 env: Mapping[str, str], user: str, workdir: str, stdout: Path,
-                 stderr: Path) -> None:
+    def __init__(
+        self,
+        engine: DockerEngine,
+        container: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        user: str,
+        workdir: str,
+        stdout: Path,
+        stderr: Path,
+    ) -> None:
         api = engine.api()
         self._api = api
-        made = api.exec_create(container, list(argv), stdout=True, stderr=True,
-                               environment=dict(env), user=user, workdir=workdir)
+        made = api.exec_create(
+            container,
+            list(argv),
+            stdout=True,
+            stderr=True,
+            environment=dict(env),
+            user=user,
+            workdir=workdir,
+        )
         self._id = str(made["Id"])
         self._out: IO[bytes] = stdout.open("wb")
         self._err: IO[bytes] = stderr.open("wb")
         # the stream client has no read timeout: a quiet command must not lose its output
         self._stream = engine.streams().exec_start(self._id, stream=True, demux=True)
-        self._reader = threading.Thread(target=self._pump, name="sprawl-warm-exec",
-                                        daemon=True)
+        self._reader = threading.Thread(target=self._pump, name="sprawl-warm-exec", daemon=True)
         self._reader.start()
 
     def _pump(self) -> None:
@@ -77,16 +89,28 @@ class DockerEntered:
 
 
 class PodmanEntered:
-    def __init__(self, engine: PodmanEngine, container: str, argv: Sequence[str],
-                 env: Mapping[str, str], user: str, workdir: str, stdout: Path,
-                 stderr: Path) -> None:
+    def __init__(
+        self,
+        engine: PodmanEngine,
+        container: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        user: str,
+        workdir: str,
+        stdout: Path,
+        stderr: Path,
+    ) -> None:
         cli = [engine.cli_argv(["exec"])[0], "exec", "--user", user, "--workdir", workdir]
         for name in env:
             cli += ["--env", name]  # the value comes from the CLI's own environment
         with stdout.open("wb") as out, stderr.open("wb") as err:
             self._proc = subprocess.Popen(
-                [*cli, container, *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                env=engine._cli_env(env))
+                [*cli, container, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=engine._cli_env(env),
+            )
 
     def ended(self, timeout: float) -> bool:
         try:
@@ -109,8 +133,16 @@ class PodmanEntered:
             self._proc.wait()
 
 
-def enter(engine: ContainerEngine, container: str, argv: Sequence[str], env: Mapping[str, str],
-          user: str, workdir: str, stdout: Path, stderr: Path) -> Entered:
+def enter(
+    engine: ContainerEngine,
+    container: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    user: str,
+    workdir: str,
+    stdout: Path,
+    stderr: Path,
+) -> Entered:
     if isinstance(engine, DockerEngine):
         return DockerEntered(engine, container, argv, env, user, workdir, stdout, stderr)
     if isinstance(engine, PodmanEngine):

@@ -61,11 +61,18 @@ class HostView:
     def of(cls, init: int, workdir: str) -> HostView:
         """`init`: the host pid of the container's PID 1 (State.Pid); call when idle."""
         root = psutil.Process(init)
-        baseline = frozenset((p.pid, p.create_time())
-                             for p in [root, *root.children(recursive=True)])
+        baseline = frozenset(
+            (p.pid, p.create_time()) for p in [root, *root.children(recursive=True)]
+        )
         points = _mount_points(init)
-        view = cls(init, baseline, os.stat(f"/proc/{init}/ns/pid").st_ino,
-                   *_cgroup_files(init), _writable_mounts(init, workdir), frozenset(points))
+        view = cls(
+            init,
+            baseline,
+            os.stat(f"/proc/{init}/ns/pid").st_ino,
+            *_cgroup_files(init),
+            _writable_mounts(init, workdir),
+            frozenset(points),
+        )
         view.snapshot = {m: view._walk(m) for m in view.writable}
         return view
 
@@ -148,8 +155,12 @@ class HostView:
                     kind = st.st_mode & 0o170000
                     plain = kind != 0o040000
                     found[os.path.relpath(path, base)] = Entry(
-                        kind, st.st_mode & 0o7777, st.st_uid, st.st_size if plain else 0,
-                        st.st_mtime_ns if plain else 0)
+                        kind,
+                        st.st_mode & 0o7777,
+                        st.st_uid,
+                        st.st_size if plain else 0,
+                        st.st_mtime_ns if plain else 0,
+                    )
         return found
 
     def reset_writable(self) -> list[str]:
@@ -168,15 +179,17 @@ class HostView:
                 else:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
-            changed += [f"{mount}/{rel}" for rel, entry in before.items()
-                        if now.get(rel) != entry]
+            changed += [f"{mount}/{rel}" for rel, entry in before.items() if now.get(rel) != entry]
         return changed
 
     def reset_ipc(self) -> str | None:
         """Remove every SysV IPC object of the container's IPC namespace; None when done."""
         done = subprocess.run(
             ["nsenter", "-t", str(self.init), "--ipc", "--", "ipcrm", "--all"],
-            capture_output=True, text=True, check=False)
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         return None if done.returncode == 0 else (done.stderr.strip() or "ipcrm failed")
 
 
@@ -203,8 +216,7 @@ def _cgroup_files(init: int) -> tuple[tuple[Path, ...], Path | None]:
 
 
 def _mount_points(init: int) -> list[str]:
-    return [line.split()[4]
-            for line in Path(f"/proc/{init}/mountinfo").read_text().splitlines()]
+    return [line.split()[4] for line in Path(f"/proc/{init}/mountinfo").read_text().splitlines()]
 
 
 def _writable_mounts(init: int, workdir: str) -> tuple[str, ...]:
@@ -215,8 +227,12 @@ def _writable_mounts(init: int, workdir: str) -> tuple[str, ...]:
         left, _, right = line.partition(" - ")
         fields, fstype = left.split(), right.split()[0]
         point, options = fields[4], fields[5]
-        if fstype in WRITABLE_TYPES and "rw" in options.split(",") \
-                and point not in ("/dev", workdir) and not point.startswith("/proc/") \
-                and not point.startswith("/sys/"):
+        if (
+            fstype in WRITABLE_TYPES
+            and "rw" in options.split(",")
+            and point not in ("/dev", workdir)
+            and not point.startswith("/proc/")
+            and not point.startswith("/sys/")
+        ):
             found.append(point)
     return tuple(dict.fromkeys(found))

@@ -51,8 +51,7 @@ def host_addresses() -> list[str]:
             raw, _, _, scope, _, _ = line.split()
             if scope == "00":  # global
                 found.append(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(raw)))
-    done = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
         addr = line.split()[3].split("/")[0]
         if not addr.startswith("127."):
@@ -109,9 +108,14 @@ class Bait:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.fds: list[int] = []
         self.key: int | None = None
-        self.values: dict[str, str] = {"TOK": self.tok, "TREE": str(tree),
-                                        "SCRATCH": str(scratch), "HOME": str(Path.home()),
-                                        "STATE": str(state), "LEDGER": str(state / "ledger.jsonl")}
+        self.values: dict[str, str] = {
+            "TOK": self.tok,
+            "TREE": str(tree),
+            "SCRATCH": str(scratch),
+            "HOME": str(Path.home()),
+            "STATE": str(state),
+            "LEDGER": str(state / "ledger.jsonl"),
+        }
         self.unix: dict[str, _Accepting] = {}
         self.tcp: dict[str, _Accepting] = {}
         self.udp: dict[str, _Receiving] = {}
@@ -146,8 +150,9 @@ class Bait:
         if os.path.exists("/dev/kmsg"):
             self.values["MAJMIN"] = "1 11"
         if shutil.which("systemctl"):
-            state = subprocess.run(["systemctl", "is-system-running"], capture_output=True,
-                                   text=True, check=False).stdout.strip()
+            state = subprocess.run(
+                ["systemctl", "is-system-running"], capture_output=True, text=True, check=False
+            ).stdout.strip()
             if state in ("running", "degraded"):
                 self.values["SYSTEMD"] = "1"
 
@@ -175,8 +180,14 @@ class Bait:
         Path(self.values["STATE"]).mkdir(parents=True, exist_ok=True)
         Path(self.values["LEDGER"]).touch()
         self.dir("OTHERCOPY", Path(self.values["STATE"]) / "copies" / f"esc-victim-{t}")
-        for name in ("target-abs", "target-rel", "target-hard", "resync-target",
-                     "resync-hard", "second-target"):
+        for name in (
+            "target-abs",
+            "target-rel",
+            "target-hard",
+            "resync-target",
+            "resync-hard",
+            "second-target",
+        ):
             base = self.values["OUTSIDE"] if name == "target-rel" else self.values["TMPD"]
             target = Path(base) / name
             target.write_text("untouched\n")
@@ -266,7 +277,10 @@ class Bait:
         path = f"{self.values['RUND']}/podman.sock"
         self.procs["podman"] = subprocess.Popen(
             [podman, "system", "service", "--time=0", f"unix://{path}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         # 5 s was not always enough for the service to bind under load, and a missing socket
         # would make the probes that aim at it pass for the wrong reason.
         deadline = time.monotonic() + 60
@@ -277,18 +291,27 @@ class Bait:
         self.values["PODMAN_SOCK"] = path
 
     # -- processes --------------------------------------------------------------------
-    def _sleeper(self, key: str, env: dict[str, str], cwd: str | None = None,
-                 shell: str = "exec sleep 600") -> None:
-        p = subprocess.Popen(["sh", "-c", shell], env={"PATH": "/usr/bin:/bin", **env},
-                             cwd=cwd, start_new_session=True)
+    def _sleeper(
+        self, key: str, env: dict[str, str], cwd: str | None = None, shell: str = "exec sleep 600"
+    ) -> None:
+        p = subprocess.Popen(
+            ["sh", "-c", shell],
+            env={"PATH": "/usr/bin:/bin", **env},
+            cwd=cwd,
+            start_new_session=True,
+        )
         self.procs[key] = p
         self.values[key] = str(p.pid)
 
     def start_sleepers(self) -> None:
         procfd = Path(self.values["TMPD"]) / "procfd"
         procfd.write_text("untouched\n")
-        self._sleeper("P_PID", {"ESC_SECRET": self.secret}, cwd=self.values["TMPD"],
-                      shell=f"exec 5<>{procfd}; exec sleep 600")
+        self._sleeper(
+            "P_PID",
+            {"ESC_SECRET": self.secret},
+            cwd=self.values["TMPD"],
+            shell=f"exec 5<>{procfd}; exec sleep 600",
+        )
         self._sleeper("S_KILL", {})
         self._sleeper("S_GROUP", {})
         self._sleeper("S_SWEEP", {"ESC_VICTIM": self.tok})
@@ -312,8 +335,19 @@ class Bait:
         """Links, a hard link, a FIFO (with a reader) and a device node in the source tree,
         before the first sync."""
         v, t = self.values, self.tree
-        self.planted += [t / n for n in ("link-abs", "link-rel", "link-dir", "link-src",
-                                         "hard", "hard-mode", "fifo", "dev-kmsg")]
+        self.planted += [
+            t / n
+            for n in (
+                "link-abs",
+                "link-rel",
+                "link-dir",
+                "link-src",
+                "hard",
+                "hard-mode",
+                "fifo",
+                "dev-kmsg",
+            )
+        ]
         (t / "link-abs").symlink_to(f"{v['TMPD']}/target-abs")
         (t / "link-rel").symlink_to(f"../outside-{self.tok}/target-rel")
         (t / "link-dir").symlink_to(v["LINKD"])
@@ -362,8 +396,14 @@ class Bait:
         libc = ctypes.CDLL(None, use_errno=True)
         syscall = libc.syscall
         syscall.restype = ctypes.c_long
-        key = syscall(248, b"user", f"esc-key-{self.tok}".encode(), self.secret.encode(),
-                      len(self.secret), ctypes.c_int(-4))  # add_key, KEY_SPEC_USER_KEYRING
+        key = syscall(
+            248,
+            b"user",
+            f"esc-key-{self.tok}".encode(),
+            self.secret.encode(),
+            len(self.secret),
+            ctypes.c_int(-4),
+        )  # add_key, KEY_SPEC_USER_KEYRING
         self.key = int(key) if key > 0 else None
         self.values["KEYNAME"] = f"esc-key-{self.tok}"
 
@@ -392,4 +432,3 @@ class Bait:
             libc.syscall(250, 9, self.key, ctypes.c_int(-4))  # KEYCTL_UNLINK from @u
         for d in reversed(self.dirs):
             shutil.rmtree(d, ignore_errors=True)
-

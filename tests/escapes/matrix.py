@@ -76,5 +76,8 @@ def write(path: Path, rows: list[tuple[ArmRun, list[Verdict]]]) -> None:
 
 
 def failures(run: ArmRun, verdicts: list[Verdict]) -> list[str]:
-    return [f"{v.probe.id} [{v.probe.axis}] {outcome(v, run)}: {v.evidence}"
-            for v in verdicts if outcome(v, run) in ("ESCAPED", "UNSTATED", "broken")]
+    return [
+        f"{v.probe.id} [{v.probe.axis}] {outcome(v, run)}: {v.evidence}"
+        for v in verdicts
+        if outcome(v, run) in ("ESCAPED", "UNSTATED", "broken")
+    ]

@@ -96,8 +96,10 @@ def said(out: str, probe_id: str) -> tuple[str | None, str | None]:
     """(what ESC said, what NOT said) for one probe in a script's output."""
     esc = re.search(rf"^ESC {re.escape(probe_id)}(?:[ \t](.*))?$", out, re.M)
     nope = re.search(rf"^NOT {re.escape(probe_id)}(?:[ \t](.*))?$", out, re.M)
-    return ((esc.group(1) or "").strip() if esc else None,
-            (nope.group(1) or "").strip() if nope else None)
+    return (
+        (esc.group(1) or "").strip() if esc else None,
+        (nope.group(1) or "").strip() if nope else None,
+    )
 
 
 def judge(probe: Probe, bait: Bait, out: str) -> Verdict:

@@ -68,35 +68,72 @@ def probes() -> list[Probe]:
         _unix("unix-in-tree-copied", "U_TREE", "./esc-@TOK@.sock"),
         _unix("unix-in-tree-abs", "U_TREE", "@U_TREE@"),
         _engine("engine-podman-service", "@PODMAN_SOCK@"),
-        Probe("unix-sweep", "unix sockets", N, """if [ -n "$py" ]; then
+        Probe(
+            "unix-sweep",
+            "unix sockets",
+            N,
+            """if [ -n "$py" ]; then
   r=$("$py" -c "$PYSWEEP" path @TOK@ /run /var/run /tmp /var/tmp /dev/shm @HOME@ /home) && echo "ESC $id $r" || echo "NOT $id $r"
 else
   f=$($b find /run /var/run /tmp /var/tmp /dev/shm @HOME@ /home -maxdepth 4 -type s 2>/dev/null | $b head -5)
   [ -n "$f" ] && echo "ESC $id visible: $f" || echo "NOT $id no socket visible"
-fi"""),
-        Probe("unix-unmask", "unix sockets", N, f"""if hostmnt; then echo "ESC $id runs in the host's mount namespace: nothing masks a socket"; exit; fi
+fi""",
+        ),
+        Probe(
+            "unix-unmask",
+            "unix sockets",
+            N,
+            f"""if hostmnt; then echo "ESC $id runs in the host's mount namespace: nothing masks a socket"; exit; fi
 r=$({UNMASK})
 [ -n "$r" ] && echo "ESC $id umount revealed $r" || echo "NOT $id the masks stayed"
-"""),
-        Probe("unix-unmask-nested-userns", "unix sockets", N, f"""if hostmnt; then echo "ESC $id runs in the host's mount namespace: nothing masks a socket"; exit; fi
+""",
+        ),
+        Probe(
+            "unix-unmask-nested-userns",
+            "unix sockets",
+            N,
+            f"""if hostmnt; then echo "ESC $id runs in the host's mount namespace: nothing masks a socket"; exit; fi
 r=$($b unshare -Urm $b sh -c '{UNMASK}' 2>&1)
 case "$r" in /*) echo "ESC $id a nested namespace revealed $r";; *) echo "NOT $id ${{r:-the masks stayed}}";; esac
-"""),
-        Probe("unix-seccomp-bypass", "unix sockets", N, """if [ -n "$py" ]; then
+""",
+        ),
+        Probe(
+            "unix-seccomp-bypass",
+            "unix sockets",
+            N,
+            """if [ -n "$py" ]; then
   r=$("$py" -c "$PYBYPASS" "@U_TMP@" "@U_RUN@" "@U_HOME@" "@U_SHM@") && echo "ESC $id $r" || echo "NOT $id $r"
 else echo "NOT $id no Python here to make raw syscalls"; fi""",
-              judge=lambda b, o: next((listener("unix", k)(b, o) for k in ("U_TMP", "U_RUN", "U_HOME", "U_SHM")
-                                       if listener("unix", k)(b, o)), None)),
-        Probe("abstract-planted", "abstract sockets", N, """if [ -n "$py" ]; then
+            judge=lambda b, o: next(
+                (
+                    listener("unix", k)(b, o)
+                    for k in ("U_TMP", "U_RUN", "U_HOME", "U_SHM")
+                    if listener("unix", k)(b, o)
+                ),
+                None,
+            ),
+        ),
+        Probe(
+            "abstract-planted",
+            "abstract sockets",
+            N,
+            """if [ -n "$py" ]; then
   "$py" -c "$PYUNIX" "@@U_ABSTRACT@" "$id" >/dev/null && echo "ESC $id connected" || echo "NOT $id refused"
 elif $b grep -q "@@U_ABSTRACT@" /proc/net/unix; then echo "ESC $id the host's abstract socket is in /proc/net/unix"
-else echo "NOT $id not in this network namespace"; fi""", judge=listener("unix", "U_ABSTRACT")),
-        Probe("abstract-sweep", "abstract sockets", N, """if [ -n "$py" ]; then
+else echo "NOT $id not in this network namespace"; fi""",
+            judge=listener("unix", "U_ABSTRACT"),
+        ),
+        Probe(
+            "abstract-sweep",
+            "abstract sockets",
+            N,
+            """if [ -n "$py" ]; then
   r=$("$py" -c "$PYSWEEP" abstract @TOK@) && echo "ESC $id $r" || echo "NOT $id $r"
 else
   n=$($b grep -c " @" /proc/net/unix)
   [ "$n" -gt 0 ] && echo "ESC $id $n abstract sockets visible" || echo "NOT $id none visible"
-fi"""),
+fi""",
+        ),
     ]
     # The engines' sockets that exist on this machine (a probe of an absent one could
     # never show an escape, not even on the host control).
@@ -105,12 +142,52 @@ fi"""),
             out.append(_engine(f"engine-{name}", path))
     for n in range(len(host_addresses())):
         a, p = f"@TCP{n}_A@", f"@TCP{n}_P@"
-        out.append(Probe(f"tcp-addr{n}", "tcp/udp", N, f"""echo "$id" | $b timeout 5 $b nc -w 2 {a} {p} >/dev/null 2>&1 && echo "ESC $id connected {a}" || echo "NOT $id {a}:{p} refused" """, judge=listener("tcp", f"TCP{n}_A")))
+        out.append(
+            Probe(
+                f"tcp-addr{n}",
+                "tcp/udp",
+                N,
+                f"""echo "$id" | $b timeout 5 $b nc -w 2 {a} {p} >/dev/null 2>&1 && echo "ESC $id connected {a}" || echo "NOT $id {a}:{p} refused" """,
+                judge=listener("tcp", f"TCP{n}_A"),
+            )
+        )
         ua, up = f"@UDP{n}_A@", f"@UDP{n}_P@"
-        out.append(Probe(f"udp-addr{n}", "tcp/udp", N, f"""if [ -n "$py" ]; then "$py" -c "$PYUDP" {ua} {up} "$id" >/dev/null; else $b timeout 1 $b tftp -g -r "$id" -l /dev/null {ua} {up} >/dev/null 2>&1; fi
-echo "NOT $id (judged by the host's receiver)" """, judge=listener("udp", f"UDP{n}_A")))
-    out.append(Probe("tcp-ipv6-link-local", "tcp/udp", N, """if [ -n "$py" ]; then "$py" -c "$PYTCP" @TCPLL_A@ @TCPLL_P@ "$id" >/dev/null && echo "ESC $id connected" || echo "NOT $id refused"
-else echo "$id" | $b timeout 5 $b nc -w 2 @TCPLL_A@ @TCPLL_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused"; fi""", judge=listener("tcp", "TCPLL_A")))
-    out.append(Probe("tcp-127.0.0.2", "tcp/udp", N, """echo "$id" | $b timeout 5 $b nc -w 2 127.0.0.2 @TCPW_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused" """, judge=listener("tcp", "0.0.0.0")))
-    out.append(Probe("tcp-localhost-name", "tcp/udp", N, """echo "$id" | $b timeout 5 $b nc -w 2 localhost @TCPW_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused" """, judge=listener("tcp", "0.0.0.0")))
+        out.append(
+            Probe(
+                f"udp-addr{n}",
+                "tcp/udp",
+                N,
+                f"""if [ -n "$py" ]; then "$py" -c "$PYUDP" {ua} {up} "$id" >/dev/null; else $b timeout 1 $b tftp -g -r "$id" -l /dev/null {ua} {up} >/dev/null 2>&1; fi
+echo "NOT $id (judged by the host's receiver)" """,
+                judge=listener("udp", f"UDP{n}_A"),
+            )
+        )
+    out.append(
+        Probe(
+            "tcp-ipv6-link-local",
+            "tcp/udp",
+            N,
+            """if [ -n "$py" ]; then "$py" -c "$PYTCP" @TCPLL_A@ @TCPLL_P@ "$id" >/dev/null && echo "ESC $id connected" || echo "NOT $id refused"
+else echo "$id" | $b timeout 5 $b nc -w 2 @TCPLL_A@ @TCPLL_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused"; fi""",
+            judge=listener("tcp", "TCPLL_A"),
+        )
+    )
+    out.append(
+        Probe(
+            "tcp-127.0.0.2",
+            "tcp/udp",
+            N,
+            """echo "$id" | $b timeout 5 $b nc -w 2 127.0.0.2 @TCPW_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused" """,
+            judge=listener("tcp", "0.0.0.0"),
+        )
+    )
+    out.append(
+        Probe(
+            "tcp-localhost-name",
+            "tcp/udp",
+            N,
+            """echo "$id" | $b timeout 5 $b nc -w 2 localhost @TCPW_P@ >/dev/null 2>&1 && echo "ESC $id connected" || echo "NOT $id refused" """,
+            judge=listener("tcp", "0.0.0.0"),
+        )
+    )
     return out

@@ -36,9 +36,20 @@ def scripts(probes: list[Probe], step: Step, values: dict[str, str]) -> list[str
     if step != "exhaust":
         return [script(probes, step, values)]
     return [script([p], step, values) for p in probes if p.step == "exhaust"]
+
+
 TIMEOUT_S = 120.0
-APPLY_PATHS = ["link-abs", "link-dir", "link-dir/applied", "link-out-new", "apply-up",
-               "apply-via", "apply-d", "apply-via2", "hard-mode"]
+APPLY_PATHS = [
+    "link-abs",
+    "link-dir",
+    "link-dir/applied",
+    "link-out-new",
+    "apply-up",
+    "apply-via",
+    "apply-d",
+    "apply-via2",
+    "hard-mode",
+]
 
 
 @dataclass
@@ -52,11 +63,16 @@ class ArmRun:
         return "\n".join(self.outputs.values())
 
 
-def config_data(arm: str, scratch: Path, state: Path,
-                engine: tuple[str, str] | None = None,
-                runtime: str | None = None) -> dict[str, Any]:
+def config_data(
+    arm: str,
+    scratch: Path,
+    state: Path,
+    engine: tuple[str, str] | None = None,
+    runtime: str | None = None,
+) -> dict[str, Any]:
     sandbox: dict[str, Any] = {
-        "arm": arm, "scratch_dir": str(scratch),
+        "arm": arm,
+        "scratch_dir": str(scratch),
         "container": {"memory_bytes": LIMIT_BYTES, "pids": LIMIT_PIDS},
     }
     if engine is not None:
@@ -85,9 +101,14 @@ def run_raw(bait: Bait, probes: list[Probe], tree: Path, outputs: Path) -> ArmRu
             with open(out, "wb") as f:
                 for text in scripts(probes, step, bait.values):
                     subprocess.run(
-                        ["busybox", "sh", "-c", text], cwd=tree,
-                        env={"PATH": os.environ["PATH"]}, stdin=follower, stdout=f,
-                        stderr=subprocess.STDOUT, pass_fds=ESC_FDS, timeout=TIMEOUT_S,
+                        ["busybox", "sh", "-c", text],
+                        cwd=tree,
+                        env={"PATH": os.environ["PATH"]},
+                        stdin=follower,
+                        stdout=f,
+                        stderr=subprocess.STDOUT,
+                        pass_fds=ESC_FDS,
+                        timeout=TIMEOUT_S,
                         check=False,
                     )
             outs[step] = out.read_text(errors="replace")
@@ -110,8 +131,12 @@ def run_tool(bait: Bait, probes: list[Probe], tool: ExecTool, where: str) -> Arm
             edit_source(bait.values)
         outs[step] = ""
         for text in scripts(probes, step, bait.values):
-            result = tool.exec(["busybox", "sh", "-c", text], where=where,  # type: ignore[arg-type]
-                               timeout=TIMEOUT_S, background_ok=False)
+            result = tool.exec(
+                ["busybox", "sh", "-c", text],
+                where=where,  # type: ignore[arg-type]
+                timeout=TIMEOUT_S,
+                background_ok=False,
+            )
             if result.outcome != "settled" or result.confinement is None:
                 raise AssertionError(f"the {step} step was not run: {result.as_json_dict()}")
             claimed = Assurances(**result.confinement.assurances)
@@ -135,8 +160,10 @@ def apply_all(tool: ExecTool, result: ExecResult) -> str:
     if result.changes is None or result.changes.handle is None:
         raise AssertionError(f"the battery's result has no changes to apply: {result.changes}")
     applied = tool.apply(result.changes.handle, APPLY_PATHS)
-    return f"APPLY {len(applied.applied)} applied, {len(applied.refused)} refused: " + \
-        "; ".join(f"{i.path} ({i.change}: {i.why})" for i in applied.refused)[:900]
+    return (
+        f"APPLY {len(applied.applied)} applied, {len(applied.refused)} refused: "
+        + "; ".join(f"{i.path} ({i.change}: {i.why})" for i in applied.refused)[:900]
+    )
 
 
 def open_tool(data: dict[str, Any], tree: Path) -> ExecTool:

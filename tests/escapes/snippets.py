@@ -194,9 +194,17 @@ for n in range(3, 256):
 sys.exit(1)
 """
 
-ALL = {"PYUNIX": UNIX, "PYTCP": TCP, "PYBYPASS": BYPASS,
-       "PYSWEEP": SWEEP, "PYUDP": UDP, "PYSTI": TIOCSTI,
-       "PYPTRACE": PTRACE, "PYDAEMON": DAEMON, "PYFDSOCK": FD_SOCKET}
+ALL = {
+    "PYUNIX": UNIX,
+    "PYTCP": TCP,
+    "PYBYPASS": BYPASS,
+    "PYSWEEP": SWEEP,
+    "PYUDP": UDP,
+    "PYSTI": TIOCSTI,
+    "PYPTRACE": PTRACE,
+    "PYDAEMON": DAEMON,
+    "PYFDSOCK": FD_SOCKET,
+}
 
 for _name, _code in ALL.items():
     assert "'" not in _code, f"{_name} must not contain a single quote"

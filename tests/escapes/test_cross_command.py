@@ -78,8 +78,11 @@ def run_pair(tmp: Path, data: dict[str, Any]) -> tuple[ExecResult, ExecResult]:
     tool_a = ExecTool(parse_config(data), tree(tmp, "A"))
     tool_b = ExecTool(parse_config(data), tree(tmp, "B"))
     got: dict[str, ExecResult] = {}
-    runner = threading.Thread(target=lambda: got.setdefault("a", tool_a.exec(
-        ["sh", "-c", A, "sh", tok], timeout=2 * WAIT_S)))
+    runner = threading.Thread(
+        target=lambda: got.setdefault(
+            "a", tool_a.exec(["sh", "-c", A, "sh", tok], timeout=2 * WAIT_S)
+        )
+    )
     runner.start()
     try:
         deadline = time.monotonic() + WAIT_S
@@ -103,8 +106,9 @@ def run_pair(tmp: Path, data: dict[str, Any]) -> tuple[ExecResult, ExecResult]:
     seen = [line for line in b.stdout.splitlines() if line.startswith(("SAW", "FOUND"))]
     assert not seen, f"B reached A: {seen}"
     assert not a_ended_first, "A's command ended before B's was done: nothing was tried"
-    assert "A-DONE" in a.stdout and f"a-sleeper-{tok}" in a.stdout, \
+    assert "A-DONE" in a.stdout and f"a-sleeper-{tok}" in a.stdout, (
         f"A's sleeper did not live to the end: {a.stdout} {a.stderr}"
+    )
     assert a.confinement is not None and b.confinement is not None
     return a, b
 
@@ -120,11 +124,12 @@ def test_bwrap_commands_of_a_root_caller_do_not_reach_each_other(tmp_path: Path)
 
 
 def test_userns_remap_containers_do_not_reach_each_other(
-        tmp_path: Path, docker_userns: tuple[dict[str, str], str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, docker_userns: tuple[dict[str, str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     env, image = docker_userns
     monkeypatch.setenv("DOCKER_HOST", env["DOCKER_HOST"])
-    a, b = run_pair(tmp_path, config(tmp_path, "container",
-                                     {"engine": "docker", "images": {"docker": image}}))
+    a, b = run_pair(
+        tmp_path, config(tmp_path, "container", {"engine": "docker", "images": {"docker": image}})
+    )
     for r in (a, b):  # both claim a principal of their own, though it is one host uid
         assert r.confinement is not None and r.confinement.assurances["user"] == "yes"

@@ -42,8 +42,18 @@ PROBES: list[Probe] = [*net_probes(), *proc_probes(), *fs_probes(), *priv_probes
 # "-runsc": the container arm with runtime = "runsc" (gVisor's kernel; issue 17); "-warm":
 # warm mode (docs/warm.md), so the plant, battery and exhaust steps are execs into one kept
 # container and what one step leaves must not reach the next
-ARMS = ("raw", "host", "copied_tree", "linux_namespaces", "docker", "podman", "docker-runsc",
-        "podman-runsc", "docker-warm", "podman-warm")
+ARMS = (
+    "raw",
+    "host",
+    "copied_tree",
+    "linux_namespaces",
+    "docker",
+    "podman",
+    "docker-runsc",
+    "podman-runsc",
+    "docker-warm",
+    "podman-warm",
+)
 
 
 def test_probe_ids_are_unique() -> None:
@@ -82,17 +92,24 @@ def run_arm(arm: str, tree: Path, tmp: Path, bait: Bait, request: pytest.Fixture
     with open_tool(data, tree) as tool:
         if arm == "host":
             return run_tool(bait, PROBES, tool, "host")
-        wanted = {"docker": ArmName.CONTAINER, "podman": ArmName.CONTAINER,
-                  "linux_namespaces": ArmName.LINUX_NAMESPACES,
-                  "copied_tree": ArmName.COPIED_TREE}[engine]
+        wanted = {
+            "docker": ArmName.CONTAINER,
+            "podman": ArmName.CONTAINER,
+            "linux_namespaces": ArmName.LINUX_NAMESPACES,
+            "copied_tree": ArmName.COPIED_TREE,
+        }[engine]
         if tool.choice.arm is not wanted:
             missing(f"the {arm} arm is not offered here: {tool.choice.reason()}")
         return run_tool(bait, PROBES, tool, "sandbox")
 
 
 @pytest.mark.parametrize("arm", ARMS)
-def test_escapes(arm: str, tmp_path: Path, request: pytest.FixtureRequest,
-                 matrix_rows: list[tuple[ArmRun, list[Verdict]]]) -> None:
+def test_escapes(
+    arm: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    matrix_rows: list[tuple[ArmRun, list[Verdict]]],
+) -> None:
     tree = make_tree(tmp_path)
     (tmp_path / "scratch").mkdir()
     bait = Bait(tree, tmp_path / "scratch", tmp_path / "state")
@@ -115,7 +132,10 @@ def test_escapes(arm: str, tmp_path: Path, request: pytest.FixtureRequest,
     print(matrix.details(run, verdicts))
     assert "DONE" in run.outputs["battery"], f"the battery did not finish:\n{run.outputs}"
     if arm in ("raw", "host"):
-        undetected = [f"{v.probe.id}: {v.evidence}" for v in verdicts if v.status == "blocked"
-                      and not (arm == "host" and v.probe.orchestrator_closes)]
+        undetected = [
+            f"{v.probe.id}: {v.evidence}"
+            for v in verdicts
+            if v.status == "blocked" and not (arm == "host" and v.probe.orchestrator_closes)
+        ]
         assert not undetected, f"these probes could not see an escape on the {arm} control"
     assert not matrix.failures(run, verdicts), "\n".join(matrix.failures(run, verdicts))

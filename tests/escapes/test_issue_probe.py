@@ -32,7 +32,11 @@ def test_the_issue_probe_fails_inside_linux_namespaces(tmp_path: Path) -> None:
     cli = Path(sys.executable).with_name("sprawl-orch")
     done = subprocess.run(
         [str(cli), "exec", "--json", "--", "python3", "-c", VERBATIM],
-        cwd=tree, capture_output=True, text=True, timeout=120, check=False,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={**os.environ},
     )
     result = json.loads(done.stdout)

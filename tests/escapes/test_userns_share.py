@@ -32,9 +32,14 @@ def tool_for(tmp: Path, name: str, image: str) -> ExecTool:
     tree = tmp / name
     tree.mkdir()
     (tree / "a.txt").write_text("a\n")
-    data = {"sandbox": {"arm": "container", "scratch_dir": str(tmp / "scratch"),
-                        "container": {"engine": "podman", "images": {"podman": image}}},
-            "state": {"dir": str(tmp / "state")}}
+    data = {
+        "sandbox": {
+            "arm": "container",
+            "scratch_dir": str(tmp / "scratch"),
+            "container": {"engine": "podman", "images": {"podman": image}},
+        },
+        "state": {"dir": str(tmp / "state")},
+    }
     return ExecTool(parse_config(data), tree)
 
 
@@ -57,29 +62,40 @@ def test_two_copies_never_run_as_one_host_uid(tmp_path: Path, podman_image: str)
     a = tool_for(tmp_path, "A", podman_image)
     b = tool_for(tmp_path, "B", podman_image)
     done: dict[str, ExecResult] = {}
-    holder = threading.Thread(target=lambda: done.setdefault("b", b.exec(
-        ["sh", "-c", "touch b-started; while [ ! -e stop ]; do sleep 0.2; done"],
-        timeout=2 * WAIT_S)))
+    holder = threading.Thread(
+        target=lambda: done.setdefault(
+            "b",
+            b.exec(
+                ["sh", "-c", "touch b-started; while [ ! -e stop ]; do sleep 0.2; done"],
+                timeout=2 * WAIT_S,
+            ),
+        )
+    )
     try:
         first = a.exec(["true"], timeout=WAIT_S)  # A's persistent copy exists
         assert first.outcome == "settled" and first.exit_code == 0, first.as_json_dict()
         holder.start()
-        wait_for("B's command to start", lambda: copy_with(tmp_path, "b-started") is not None
-                 or "b" in done)
+        wait_for(
+            "B's command to start",
+            lambda: copy_with(tmp_path, "b-started") is not None or "b" in done,
+        )
         b_copy = copy_with(tmp_path, "b-started")
         assert b_copy is not None, done.get("b")
-        b_uid, b_gid = (os.stat(b_copy / "b-started").st_uid,
-                        os.stat(b_copy / "b-started").st_gid)
-        a_copy = next(p for p in (tmp_path / "state" / "copies").glob("*/*/tree")
-                      if (p / "a.txt").exists() and p != b_copy)
+        b_uid, b_gid = (os.stat(b_copy / "b-started").st_uid, os.stat(b_copy / "b-started").st_gid)
+        a_copy = next(
+            p
+            for p in (tmp_path / "state" / "copies").glob("*/*/tree")
+            if (p / "a.txt").exists() and p != b_copy
+        )
         own_copy(a_copy, b_uid, b_gid)  # as if A's last command had had B's range
         second = a.exec(["sh", "-c", "touch a-mine"], timeout=WAIT_S)
         assert second.outcome == "settled" and second.exit_code == 0, second.as_json_dict()
         assert "b" not in done, "B's command ended before A's ran: nothing was tried"
         a_uid = os.stat(a_copy / "a-mine").st_uid
         argv = (second.as_json_dict().get("container") or {}).get("argv")
-        assert a_uid != b_uid, (f"the commands of copies A and B ran at once as host uid "
-                                f"{a_uid}: {argv}")
+        assert a_uid != b_uid, (
+            f"the commands of copies A and B ran at once as host uid {a_uid}: {argv}"
+        )
     finally:
         b_copy = copy_with(tmp_path, "b-started")
         if b_copy is not None:

@@ -44,17 +44,22 @@ echo LOOK-DONE
 
 @pytest.mark.parametrize("user", ["65534:65534", "0:0"])
 @pytest.mark.parametrize("engine", ["docker", "podman"])
-def test_a_warm_command_leaves_nothing_for_the_next(engine: str, user: str, tmp_path: Path,
-                                                     request: pytest.FixtureRequest) -> None:
+def test_a_warm_command_leaves_nothing_for_the_next(
+    engine: str, user: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     image = str(request.getfixturevalue(f"{engine}_image"))
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "a.txt").write_text("a\n")
     (tmp_path / "scratch").mkdir()
-    data = {"sandbox": {"arm": "container", "scratch_dir": str(tmp_path / "scratch"),
-                        "container": {"engine": engine, "images": {engine: image},
-                                      "user": user, "warm": True}},
-            "state": {"dir": str(tmp_path / "state")}}
+    data = {
+        "sandbox": {
+            "arm": "container",
+            "scratch_dir": str(tmp_path / "scratch"),
+            "container": {"engine": engine, "images": {engine: image}, "user": user, "warm": True},
+        },
+        "state": {"dir": str(tmp_path / "state")},
+    }
     try:
         config = parse_config(data)
     except SprawlError as err:
@@ -72,8 +77,10 @@ def test_a_warm_command_leaves_nothing_for_the_next(engine: str, user: str, tmp_
         record = second.as_json_dict().get("container") or {}
     planted = [line for line in first.stdout.splitlines() if line.startswith("PLANTED")]
     left = [line for line in second.stdout.splitlines() if line.startswith("LEFT")]
-    print(f"{engine} warm as {user}: planted {planted}; found by the next command {left}; "
-          f"reused={record.get('reused')} replaced={record.get('replaced')}")
+    print(
+        f"{engine} warm as {user}: planted {planted}; found by the next command {left}; "
+        f"reused={record.get('reused')} replaced={record.get('replaced')}"
+    )
     assert planted, "the first command could write nowhere outside its copy: proves nothing"
     # Entered the first command's container (or the arm saw a change and replaced it, which
     # is the guarantee working): else nothing of warm mode was tried.

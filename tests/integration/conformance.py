@@ -106,8 +106,9 @@ def exec_runner(tool: object, where: str = "sandbox", timeout: float = 60.0) -> 
     return run
 
 
-def arm_runner(arm: object, cwd: Path, env: dict[str, str], outputs: Path,
-               timeout: float = 60.0) -> Runner:
+def arm_runner(
+    arm: object, cwd: Path, env: dict[str, str], outputs: Path, timeout: float = 60.0
+) -> Runner:
     """A Runner straight over an arm (prepare is the caller's): Launch -> start -> wait ->
     finish, for proving an arm where the exec tool can't run yet."""
     from sprawl_orch.launch import Launch
@@ -116,8 +117,14 @@ def arm_runner(arm: object, cwd: Path, env: dict[str, str], outputs: Path,
 
     def run(argv: Sequence[str]) -> Ran:
         n = next(count)
-        launch = Launch(argv=tuple(argv), cwd=cwd, env=env, outputs=outputs / str(n),
-                        tag=f"conformance-{n}", session="conformance")
+        launch = Launch(
+            argv=tuple(argv),
+            cwd=cwd,
+            env=env,
+            outputs=outputs / str(n),
+            tag=f"conformance-{n}",
+            session="conformance",
+        )
         running = arm.start(launch)  # type: ignore[attr-defined]
         if not running.wait(timeout):
             running.kill()
@@ -145,8 +152,9 @@ def _token() -> str:
     return secrets.token_hex(6)
 
 
-def observe_filesystem(run: Runner, dialect: Dialect, workdir: Path,
-                       copy: Callable[[], Path | None]) -> Observed:
+def observe_filesystem(
+    run: Runner, dialect: Dialect, workdir: Path, copy: Callable[[], Path | None]
+) -> Observed:
     """Two writes: one relative to the working directory, one by the working directory's
     own absolute path -- the path an editable install or a venv records. Kept only when
     both land in the copy and neither in the tree (design §5: the copy sits at that path)."""
@@ -162,8 +170,9 @@ def observe_filesystem(run: Runner, dialect: Dialect, workdir: Path,
             (workdir / name).unlink()
             return Observed(Guarantee.FILESYSTEM, Kept.NO, f"{target} landed in {workdir}")
         if where is None or not (where / name).exists():
-            raise ProbeBroken(f"{target} was written (exit 0) but is neither in {workdir} "
-                              "nor the copy")
+            raise ProbeBroken(
+                f"{target} was written (exit 0) but is neither in {workdir} nor the copy"
+            )
         seen.append(target)
     return Observed(Guarantee.FILESYSTEM, Kept.YES, f"{' and '.join(seen)} are in the copy only")
 
@@ -240,18 +249,29 @@ def observe_process_tree(run: Runner, dialect: Dialect, workdir: Path) -> Observ
         left = _with_marker(marker)
     (workdir / ready).unlink(missing_ok=True)
     if not left:
-        return Observed(Guarantee.PROCESS_TREE, Kept.YES,
-                        "the setsid grandchild was gone when the command ended")
+        return Observed(
+            Guarantee.PROCESS_TREE,
+            Kept.YES,
+            "the setsid grandchild was gone when the command ended",
+        )
     pids = [p.pid for p in left]
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    return Observed(Guarantee.PROCESS_TREE, Kept.NO,
-                    f"the setsid grandchild outlived the command (pids {pids}, killed by the test)")
+    return Observed(
+        Guarantee.PROCESS_TREE,
+        Kept.NO,
+        f"the setsid grandchild outlived the command (pids {pids}, killed by the test)",
+    )
 
 
-def observe_user(run: Runner, dialect: Dialect, workdir: Path,
-                 copy: Callable[[], Path | None], platform: str = sys.platform) -> Observed:
+def observe_user(
+    run: Runner,
+    dialect: Dialect,
+    workdir: Path,
+    copy: Callable[[], Path | None],
+    platform: str = sys.platform,
+) -> Observed:
     if platform == "win32":
         return _observe_user_by_access(run, dialect)
     name = f"conformance-user-{_token()}"
@@ -324,8 +344,9 @@ def _observe_user_by_access(run: Runner, dialect: Dialect) -> Observed:
     if ran.exit_code == 0 and "ours" in ran.stdout:
         return Observed(Guarantee.USER, Kept.NO, f"it read {secret}, which only we may read")
     if ran.exit_code == REFUSED_EXIT:
-        return Observed(Guarantee.USER, Kept.YES,
-                        f"it could not read {secret}: {ran.stdout.strip()}")
+        return Observed(
+            Guarantee.USER, Kept.YES, f"it could not read {secret}: {ran.stdout.strip()}"
+        )
     raise ProbeBroken(f"the read probe failed otherwise: {ran.said()}")
 
 
@@ -333,17 +354,27 @@ def observe_resources(run: Runner, dialect: Dialect, limit_bytes: int) -> Observ
     want = limit_bytes + max(limit_bytes // 2, 32 * MiB)
     ran = run(dialect.allocate(want))
     if ran.exit_code == 0 and "allocated" in ran.stdout:
-        return Observed(Guarantee.RESOURCES, Kept.NO,
-                        f"it allocated {want} bytes past a limit of {limit_bytes}")
+        return Observed(
+            Guarantee.RESOURCES, Kept.NO, f"it allocated {want} bytes past a limit of {limit_bytes}"
+        )
     killed = ran.exit_code is not None and (ran.exit_code < 0 or ran.exit_code == 137)
     if killed or ran.exit_code == REFUSED_EXIT:
-        return Observed(Guarantee.RESOURCES, Kept.YES,
-                        f"allocating {want} bytes past {limit_bytes} was stopped ({ran.said()})")
+        return Observed(
+            Guarantee.RESOURCES,
+            Kept.YES,
+            f"allocating {want} bytes past {limit_bytes} was stopped ({ran.said()})",
+        )
     raise ProbeBroken(f"the allocation probe failed otherwise: {ran.said()}")
 
 
-def observe_all(run: Runner, dialect: Dialect, *, workdir: Path,
-                copy: Callable[[], Path | None], limit_bytes: int) -> dict[Guarantee, Observed]:
+def observe_all(
+    run: Runner,
+    dialect: Dialect,
+    *,
+    workdir: Path,
+    copy: Callable[[], Path | None],
+    limit_bytes: int,
+) -> dict[Guarantee, Observed]:
     return {
         Guarantee.FILESYSTEM: observe_filesystem(run, dialect, workdir, copy),
         Guarantee.NETWORK: observe_network(run, dialect),
@@ -359,8 +390,9 @@ def mismatches(claimed: Assurances, observed: dict[Guarantee, Observed]) -> list
         said = claimed.axes()[axis]
         seen = observed[axis]
         if said is not seen.kept:
-            wrong.append(f"{axis.value}: claimed {said.value}, observed {seen.kept.value} "
-                         f"({seen.evidence})")
+            wrong.append(
+                f"{axis.value}: claimed {said.value}, observed {seen.kept.value} ({seen.evidence})"
+            )
     return wrong
 
 

@@ -79,8 +79,9 @@ def _find(argv: list[str]) -> psutil.Process | None:
     return None
 
 
-def observe_user_process(run: Runner, command: Callable[[str], list[str]],
-                         timeout: float = 30.0) -> Observed:
+def observe_user_process(
+    run: Runner, command: Callable[[str], list[str]], timeout: float = 30.0
+) -> Observed:
     """`command(marker)` must run for a second or two with `marker` in its argv (sh:
     `sh -c ': MARKER; sleep 2'`). Its process is found from the host while it runs."""
     marker = f"sprawl-user-{secrets.token_hex(6)}"
@@ -123,13 +124,21 @@ def observe_private_read(run: Runner, plant: Callable[[Path], str], where: Path)
     name = f"conformance-secret-{secrets.token_hex(6)}"
     secret = where / name
     seen_as = plant(secret)
-    ran = run(["sh", "-c", f"if cat {shlex.quote(seen_as)}; then :; else echo refused; "
-                           f"exit {REFUSED_EXIT}; fi"])
+    ran = run(
+        [
+            "sh",
+            "-c",
+            f"if cat {shlex.quote(seen_as)}; then :; else echo refused; exit {REFUSED_EXIT}; fi",
+        ]
+    )
     if ran.exit_code == 0 and SECRET in ran.stdout:
         return Observed(Guarantee.USER, Kept.NO, f"it read our 0600 {seen_as}")
     if ran.exit_code == REFUSED_EXIT and "ermission denied" in ran.stderr:
-        return Observed(Guarantee.USER, Kept.YES,
-                        f"reading our 0600 {seen_as} was refused: {ran.stderr.strip()[-120:]}")
+        return Observed(
+            Guarantee.USER,
+            Kept.YES,
+            f"reading our 0600 {seen_as} was refused: {ran.stderr.strip()[-120:]}",
+        )
     raise ProbeBroken(f"the private read probe failed otherwise: {ran.said()}")
 
 

@@ -100,7 +100,10 @@ def busybox_image(engine: str, env: dict[str, str] | None = None) -> str:
         tar = busybox_rootfs_tar(Path(tmp))
         done = subprocess.run(
             [engine, "import", "--message", "sprawl-orch test image", str(tar)],
-            capture_output=True, text=True, check=True, env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
         )
     raw = done.stdout.strip().splitlines()[-1]
     return raw if raw.startswith("sha256:") else f"sha256:{raw}"
@@ -108,10 +111,14 @@ def busybox_image(engine: str, env: dict[str, str] | None = None) -> str:
 
 def remove_image(engine: str, image: str, env: dict[str, str] | None = None) -> None:
     # Not forced: an image some other test still uses stays, and says so.
-    done = subprocess.run([engine, "rmi", image], capture_output=True, text=True, check=False,
-                          env=env)
-    if done.returncode != 0 and "no such image" not in done.stderr.lower() \
-            and "image not known" not in done.stderr:
+    done = subprocess.run(
+        [engine, "rmi", image], capture_output=True, text=True, check=False, env=env
+    )
+    if (
+        done.returncode != 0
+        and "no such image" not in done.stderr.lower()
+        and "image not known" not in done.stderr
+    ):
         print(f"could not remove {engine} image {image}: {done.stderr.strip()}")
 
 
@@ -145,13 +152,20 @@ def docker_userns() -> Iterator[tuple[dict[str, str], str]]:
     """(environment reaching the userns-remap dockerd, its busybox image ID)."""
     host = os.environ.get("SPRAWL_DOCKER_USERNS_HOST", DOCKER_USERNS_HOST)
     env = {**os.environ, "DOCKER_HOST": host}
-    done = subprocess.run(["docker", "info", "--format", "{{json .SecurityOptions}}"],
-                          capture_output=True, text=True, check=False, env=env)
+    done = subprocess.run(
+        ["docker", "info", "--format", "{{json .SecurityOptions}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
     if done.returncode != 0:
         engine_absent("docker (userns-remap daemon)", (done.stderr or done.stdout).strip())
     if "name=userns" not in done.stdout:
-        engine_absent("docker (userns-remap daemon)",
-                      f"{host} does not remap user namespaces: {done.stdout.strip()}")
+        engine_absent(
+            "docker (userns-remap daemon)",
+            f"{host} does not remap user namespaces: {done.stdout.strip()}",
+        )
     image = busybox_image("docker", env)
     try:
         yield env, image

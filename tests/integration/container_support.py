@@ -44,24 +44,41 @@ class Case:
         self.counter = 0
 
     def launch(
-        self, argv: Sequence[str] = (), *, shell: str | None = None,
-        env: Mapping[str, str] | None = None, workdir: Path | None = None,
+        self,
+        argv: Sequence[str] = (),
+        *,
+        shell: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
     ) -> Launch:
         self.counter += 1
         if shell is not None:
             argv = ("/bin/sh", "-c", shell)
         return Launch(
-            argv=tuple(argv), cwd=self.copy, env=dict(env or {}),
-            outputs=self.outputs / str(self.counter), tag=f"{self.session}-{self.counter}",
-            session=self.session, run="test", workdir=workdir,
+            argv=tuple(argv),
+            cwd=self.copy,
+            env=dict(env or {}),
+            outputs=self.outputs / str(self.counter),
+            tag=f"{self.session}-{self.counter}",
+            session=self.session,
+            run="test",
+            workdir=workdir,
         )
 
     def leftovers(self) -> list[str]:
         """Containers of this session still known to the engine (must be none)."""
         done = subprocess.run(
-            [self.engine, "ps", "--all", "--quiet", "--filter",
-             f"label=sprawl.session={self.session}"],
-            capture_output=True, text=True, check=True,
+            [
+                self.engine,
+                "ps",
+                "--all",
+                "--quiet",
+                "--filter",
+                f"label=sprawl.session={self.session}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         return done.stdout.split()
 
@@ -74,7 +91,9 @@ def run(arm: ContainerArm, launch: Launch, timeout: float = 120) -> Finished:
 
 def image_ids(engine: str) -> set[str]:
     done = subprocess.run(
-        [engine, "images", "--all", "--quiet", "--no-trunc"], capture_output=True, text=True,
+        [engine, "images", "--all", "--quiet", "--no-trunc"],
+        capture_output=True,
+        text=True,
         check=True,
     )
     return {line.strip().removeprefix("sha256:") for line in done.stdout.split()}

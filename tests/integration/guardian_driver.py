@@ -53,9 +53,24 @@ def raw(spec: dict[str, object], engine: str) -> None:
         say(f"exec {n}")
         guardian.expect(name)
         done = subprocess.run(
-            [cli, "create", *extra, "--name", name, "--label", f"sprawl.session={session}",
-             "--label", f"sprawl.run={spec.get('run', 'default')}", "--network", "none",
-             str(spec["image"]), *argv], capture_output=True, text=True, check=True,
+            [
+                cli,
+                "create",
+                *extra,
+                "--name",
+                name,
+                "--label",
+                f"sprawl.session={session}",
+                "--label",
+                f"sprawl.run={spec.get('run', 'default')}",
+                "--network",
+                "none",
+                str(spec["image"]),
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         guardian.created(name, done.stdout.split()[-1])
         say(f"done {n}")
@@ -82,8 +97,9 @@ def main() -> None:
     config = parse_config({"sandbox": sandbox, "state": {"dir": spec["state"]}})
     limit = spec.get("memory_limit")
     shares = Shares.cpu_and_memory(int(limit)) if limit else UNSET
-    tool = ExecTool(config, Path(spec["workdir"]), session=spec["session"], record=False,
-                    shares=shares)
+    tool = ExecTool(
+        config, Path(spec["workdir"]), session=spec["session"], record=False, shares=shares
+    )
     tool.arm().prepare(tool.workdir)
     say("ready")
     for n, argv in enumerate(spec["commands"], 1):

@@ -40,7 +40,10 @@ class Orchestrator:
         self.seen: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, str(DRIVER), json.dumps(self.spec)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environ,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -56,15 +59,18 @@ class Orchestrator:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"no {prefix!r} from the driver in {timeout:g} s; "
-                                     f"saw {self.seen}; stderr: {self.stderr()}")
+                raise AssertionError(
+                    f"no {prefix!r} from the driver in {timeout:g} s; "
+                    f"saw {self.seen}; stderr: {self.stderr()}"
+                )
             try:
                 line = self.lines.get(timeout=left)
             except queue.Empty:
                 continue
             if line == "":
-                raise AssertionError(f"the driver ended before {prefix!r}; saw {self.seen}; "
-                                     f"stderr: {self.stderr()}")
+                raise AssertionError(
+                    f"the driver ended before {prefix!r}; saw {self.seen}; stderr: {self.stderr()}"
+                )
             self.seen.append(line)
             if line.startswith(prefix):
                 return line
@@ -132,8 +138,9 @@ def guardian_outcome(log: Path, session: str, timeout: float = 60.0) -> dict[str
         return {}
 
     def finished() -> bool:
-        return any(e["event"] == "done" and _of(e, session) for e in guardian_events(log)) \
-            or not guardian_running(session, log)
+        return any(
+            e["event"] == "done" and _of(e, session) for e in guardian_events(log)
+        ) or not guardian_running(session, log)
 
     assert wait_for(finished, timeout, step=0.05), f"guardian still busy: {guardian_events(log)}"
     events = [e for e in guardian_events(log) if _of(e, session)]
@@ -154,8 +161,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.02) 
 
 def containers(engine: str, session: str, *, status: str | None = None) -> list[str]:
     """IDs of the session's containers in `engine` (any state unless `status`)."""
-    argv = [engine, "ps", "--all", "--quiet", "--no-trunc",
-            "--filter", f"label=sprawl.session={session}"]
+    argv = [
+        engine,
+        "ps",
+        "--all",
+        "--quiet",
+        "--no-trunc",
+        "--filter",
+        f"label=sprawl.session={session}",
+    ]
     if status:
         argv += ["--filter", f"status={status}"]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
@@ -166,11 +180,16 @@ def sessions_left(engine: str, prefix: str) -> list[str]:
     """Names of containers whose sprawl.session label starts with `prefix`."""
     # podman 4.3's ps template has no .Label method ("can't evaluate field Label in type
     # containers.psReporter", once any container exists); docker's .Labels is a string.
-    label = ('{{index .Labels "sprawl.session"}}' if engine == "podman"
-             else '{{.Label "sprawl.session"}}')
+    label = (
+        '{{index .Labels "sprawl.session"}}'
+        if engine == "podman"
+        else '{{.Label "sprawl.session"}}'
+    )
     done = subprocess.run(
         [engine, "ps", "--all", "--format", "{{.Names}} " + label],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     left = []
     for line in done.stdout.splitlines():
@@ -212,24 +231,30 @@ def scratch_copies(scratch: Path) -> list[str]:
     return sorted(p.name for p in scratch.iterdir()) if scratch.exists() else []
 
 
-def slow_create_wrapper(bindir: Path, engine: str, mark: Path, seconds: float,
-                        log: Path | None = None) -> Path:
+def slow_create_wrapper(
+    bindir: Path, engine: str, mark: Path, seconds: float, log: Path | None = None
+) -> Path:
     """A `docker`/`podman` first on PATH that, for a create of run `slow`, touches `mark`,
     sleeps `seconds`, then runs the real create and writes its output to `mark`.id -- a create
     still in flight at the engine when the orchestrator dies. With `log`, the sleep starts only
     once the guardian writing `log` has said `swept` (its first sweep is over): a create
     landing during that sweep's listing is found by it, not `late` (a slow guardian start under
     load made a 1 s create do that about one run in six)."""
-    real = subprocess.run(["sh", "-c", f"command -v {engine}"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    real = subprocess.run(
+        ["sh", "-c", f"command -v {engine}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     bindir.mkdir(parents=True, exist_ok=True)
     wrapper = bindir / engine
-    gate = "" if log is None else (
-        "  n=0\n"
-        f"  until grep -q '\"event\": \"swept\"' \"{log}\" 2>/dev/null; do\n"
-        "    n=$((n + 1)); [ $n -lt 2400 ] || break\n"  # 120 s: then the test says why
-        "    sleep 0.05\n"
-        "  done\n"
+    gate = (
+        ""
+        if log is None
+        else (
+            "  n=0\n"
+            f'  until grep -q \'"event": "swept"\' "{log}" 2>/dev/null; do\n'
+            "    n=$((n + 1)); [ $n -lt 2400 ] || break\n"  # 120 s: then the test says why
+            "    sleep 0.05\n"
+            "  done\n"
+        )
     )
     wrapper.write_text(
         "#!/bin/sh\n"
@@ -249,15 +274,27 @@ def slow_create_wrapper(bindir: Path, engine: str, mark: Path, seconds: float,
 
 
 def spec(
-    session: str, arm: str, tmp: Path, commands: Sequence[Sequence[str]], *,
-    image: str | None = None, run: str = "default", timeout: float = 600,
+    session: str,
+    arm: str,
+    tmp: Path,
+    commands: Sequence[Sequence[str]],
+    *,
+    image: str | None = None,
+    run: str = "default",
+    timeout: float = 600,
 ) -> dict[str, Any]:
     work = tmp / "work"
     work.mkdir(exist_ok=True)
     (work / "a.txt").write_text("a\n")
     (tmp / "scratch").mkdir(exist_ok=True)
     return {
-        "session": session, "arm": arm, "workdir": str(work), "scratch": str(tmp / "scratch"),
-        "state": str(tmp / "state"), "image": image, "commands": [list(c) for c in commands],
-        "run": run, "timeout": timeout,
+        "session": session,
+        "arm": arm,
+        "workdir": str(work),
+        "scratch": str(tmp / "scratch"),
+        "state": str(tmp / "state"),
+        "image": image,
+        "commands": [list(c) for c in commands],
+        "run": run,
+        "timeout": timeout,
     }

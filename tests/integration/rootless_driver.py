@@ -24,8 +24,9 @@ def main() -> None:
     image = sys.argv[1]
     clear_cache()
     with tempfile.TemporaryDirectory(prefix="sprawl-rootless-") as tmp:
-        arm, observed = conformance(Path(tmp), "container (rootless podman)",
-                                    make_engine("podman"), image)
+        arm, observed = conformance(
+            Path(tmp), "container (rootless podman)", make_engine("podman"), image
+        )
         admission = arm.admission()
         out = {
             "uid": os.getuid(),

@@ -35,12 +35,20 @@ def main() -> None:
         work = Path(tmp) / "work"
         work.mkdir()
         (work / "a.txt").write_text("original\n")
-        config = Config.model_validate({
-            "sandbox": {"arm": "container", "scratch_dir": str(Path(tmp) / "scratch"),
-                        "container": {"engine": "podman", "images": {"podman": image},
-                                      "warm": mode == "warm"}},
-            "state": {"dir": str(Path(tmp) / "state")},
-        })
+        config = Config.model_validate(
+            {
+                "sandbox": {
+                    "arm": "container",
+                    "scratch_dir": str(Path(tmp) / "scratch"),
+                    "container": {
+                        "engine": "podman",
+                        "images": {"podman": image},
+                        "warm": mode == "warm",
+                    },
+                },
+                "state": {"dir": str(Path(tmp) / "state")},
+            }
+        )
         with ExecTool(config, work) as tool:
             for line in COMMANDS:
                 result = tool.exec(line, shell=True)

@@ -27,7 +27,8 @@ def fresh_admissions() -> Iterator[None]:
 
 
 def test_kept_evidence_skips_the_probe_while_the_identity_holds(
-    engine_image: tuple[str, str], tmp_path: Path,
+    engine_image: tuple[str, str],
+    tmp_path: Path,
 ) -> None:
     name, image = engine_image
     evidence = Evidence(tmp_path / "admission")
@@ -57,7 +58,8 @@ def test_kept_evidence_skips_the_probe_while_the_identity_holds(
 
 
 def test_kept_runsc_evidence_names_a_wrapper_that_is_rewritten(
-    engine_image: tuple[str, str], tmp_path: Path,
+    engine_image: tuple[str, str],
+    tmp_path: Path,
 ) -> None:
     """runtime = "runsc": the kept admission records gVisor and the runtime it proved; for
     podman that is the wrapper's path, which a later call rewrites when it was tampered
@@ -75,7 +77,7 @@ def test_kept_runsc_evidence_names_a_wrapper_that_is_rewritten(
     wrapper = tmp_path / "state" / "runtimes" / WRAPPER_NAME
     if name == "podman":
         assert first.runtime == str(wrapper)
-        wrapper.write_text("#!/bin/sh\nexec /usr/bin/runc \"$@\"\n")
+        wrapper.write_text('#!/bin/sh\nexec /usr/bin/runc "$@"\n')
     clear_cache()
     again = admit(make_engine(name), config, evidence=evidence)
     assert again.admitted and again.proved_at is not None and again.gvisor
@@ -107,15 +109,17 @@ admit(engine, config_for(name, image), watcher=guardian)
 
 
 def test_a_probe_killed_mid_admission_is_removed_by_the_guardian(
-    engine_image: tuple[str, str], tmp_path: Path,
+    engine_image: tuple[str, str],
+    tmp_path: Path,
 ) -> None:
     """The probe's directory and container are announced before they exist: a process
     SIGKILLed right after the probe's create leaves neither behind."""
     name, image = engine_image
     log, marker = tmp_path / "guardian.log", tmp_path / "created"
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_MID_PROBE, name, image, str(log),
-                             str(marker)], cwd=root)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MID_PROBE, name, image, str(log), str(marker)], cwd=root
+    )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline:

@@ -51,8 +51,12 @@ def rewrite(tool: ExecTool, tag: str) -> str:
 
 
 def start_apply(state: Path, handle: str) -> subprocess.Popen[str]:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(state), handle],
-                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(state), handle],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
     assert child.stdout is not None and child.stdout.readline() == "go\n"
     return child
 
@@ -72,9 +76,12 @@ def test_sigkill_during_apply_never_tears_a_file(tmp_path: Path) -> None:
     (tmp_path / "scratch").mkdir()
     for i in range(FILES):
         (tree / f"f{i:02}").write_bytes(body("old0"))
-    config = parse_config({"sandbox": {"arm": "copied_tree",
-                                       "scratch_dir": str(tmp_path / "scratch")},
-                           "state": {"dir": str(tmp_path / "state")}})
+    config = parse_config(
+        {
+            "sandbox": {"arm": "copied_tree", "scratch_dir": str(tmp_path / "scratch")},
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
     rng = random.Random(18)
     midway = 0
     with ExecTool(config, tree, record=False) as tool:

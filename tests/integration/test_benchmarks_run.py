@@ -34,7 +34,13 @@ def test_every_benchmark_is_listed() -> None:
 def test_benchmark_runs(script: str, docker_image: str, podman_image: str) -> None:
     # The image fixtures make sure both engines answer (CI fails without them).
     args, fragment = SMALL[script]
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert fragment in done.stdout, done.stdout

@@ -32,15 +32,28 @@ def caller_account() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(ACCOUNT)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-                        "--shell", "/usr/sbin/nologin", ACCOUNT], check=True)
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                ACCOUNT,
+            ],
+            check=True,
+        )
         return pwd.getpwnam(ACCOUNT)
 
 
 def test_bwrap_conforms_as_a_non_root_caller() -> None:
     if os.geteuid() != 0:
-        pytest.skip("this run is not root: test_conformance_native's bwrap tests are the "
-                    "non-root row already")
+        pytest.skip(
+            "this run is not root: test_conformance_native's bwrap tests are the "
+            "non-root row already"
+        )
     if shutil.which("bwrap") is None:
         absent("bwrap", "not installed (apt-get install bubblewrap)")
     if shutil.which("setpriv") is None:
@@ -61,21 +74,44 @@ def _run_as(uid: int, gid: int, home: Path) -> None:
     for path in (REPO, Path(os.path.realpath(sys.executable)), home):
         grant_search(path, uid)
     env = {
-        "PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LANG": "C.UTF-8",
-        "CI": os.environ.get("CI", ""), "PYTHONDONTWRITEBYTECODE": "1",
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "CI": os.environ.get("CI", ""),
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
     done = subprocess.run(
-        ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-         sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-         f"--basetemp={home / 'pytest'}", "tests/integration/test_conformance_native.py",
-         "-k", "bwrap"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
+        [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={home / 'pytest'}",
+            "tests/integration/test_conformance_native.py",
+            "-k",
+            "bwrap",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     said = done.stdout[-3000:] + done.stderr[-2000:]
     print(said)
     assert done.returncode == 0, said
     # The row: every axis as claimed, the user axis not kept, and the host side agrees.
     assert f"bwrap as uid {uid}: user=no" in done.stdout, said
-    assert "linux_namespaces: filesystem=yes, network=yes, process_tree=yes, user=no, " \
-           "resources=no" in done.stdout, said
+    assert (
+        "linux_namespaces: filesystem=yes, network=yes, process_tree=yes, user=no, "
+        "resources=no" in done.stdout
+    ), said
     assert "'read_secret': True" in done.stdout and "'ours': True" in done.stdout, said

@@ -47,8 +47,14 @@ def under_tmp() -> Iterator[Path]:
 
 
 def run(argv: list[str], fd: int | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
-                          pass_fds=() if fd is None else (fd,))
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        pass_fds=() if fd is None else (fd,),
+    )
 
 
 def test_a_copy_under_tmp_is_visible_and_writable_at_the_workdirs_path(
@@ -57,8 +63,13 @@ def test_a_copy_under_tmp_is_visible_and_writable_at_the_workdirs_path(
     copy, work = under_tmp / "copy", under_tmp / "work"
     copy.mkdir()
     (copy / "seen.txt").write_text("here\n")
-    argv = bwrap_argv(bwrap, system_view(), copy, work,
-                      ["sh", "-c", f"pwd && cat seen.txt && echo w > {work}/written.txt"])
+    argv = bwrap_argv(
+        bwrap,
+        system_view(),
+        copy,
+        work,
+        ["sh", "-c", f"pwd && cat seen.txt && echo w > {work}/written.txt"],
+    )
     done = run(argv)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{work}\nhere\n"
@@ -79,15 +90,23 @@ def test_the_probe_writes_nothing(bwrap: str, under_tmp: Path) -> None:
 def test_no_host_socket_place_is_in_the_view(bwrap: str) -> None:
     """/run (the engines' sockets), /var, /home, /root, /tmp: absent, or private and empty."""
     script = (
-        "for d in /run /tmp /var/tmp /dev/shm; do echo \"$d:$(ls -A $d | wc -l)\"; done; "
+        'for d in /run /tmp /var/tmp /dev/shm; do echo "$d:$(ls -A $d | wc -l)"; done; '
         "echo \"var:$(ls -A /var | tr '\\n' ' ')\"; "
-        "for d in /home /root /srv /mnt /sys /var/lib; do test -e $d || echo \"$d:absent\"; done"
+        'for d in /home /root /srv /mnt /sys /var/lib; do test -e $d || echo "$d:absent"; done'
     )
     done = run(bwrap_argv(bwrap, system_view(), None, "/", ["sh", "-c", script]))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "/run:0", "/tmp:0", "/var/tmp:0", "/dev/shm:0", "var:run tmp ",
-        "/home:absent", "/root:absent", "/srv:absent", "/mnt:absent", "/sys:absent",
+        "/run:0",
+        "/tmp:0",
+        "/var/tmp:0",
+        "/dev/shm:0",
+        "var:run tmp ",
+        "/home:absent",
+        "/root:absent",
+        "/srv:absent",
+        "/mnt:absent",
+        "/sys:absent",
         "/var/lib:absent",
     ]
 
@@ -99,14 +118,24 @@ def test_writes_outside_the_copy_fail_and_the_tree_path_is_the_copy(
     tree = Path(tempfile.mkdtemp(prefix="sprawl-bwrap-tree-", dir="/var/tmp"))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    config = parse_config({"sandbox": {"arm": "native", "scratch_dir": str(scratch)},
-                           "state": {"dir": str(tmp_path / "state")}})
+    config = parse_config(
+        {
+            "sandbox": {"arm": "native", "scratch_dir": str(scratch)},
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
     marker = f"/tmp/sprawl-bwrap-private-{secrets.token_hex(6)}"  # ours alone on the host
     try:
         with ExecTool(config, tree) as tool:
-            result = tool.exec(["sh", "-c", f"echo x > {tree}/absolute.txt && cat "
-                                f"{tree}/absolute.txt; echo y > /etc/sprawl-x; echo $?; "
-                                f"echo y > {marker} && echo tmp-ok"])
+            result = tool.exec(
+                [
+                    "sh",
+                    "-c",
+                    f"echo x > {tree}/absolute.txt && cat "
+                    f"{tree}/absolute.txt; echo y > /etc/sprawl-x; echo $?; "
+                    f"echo y > {marker} && echo tmp-ok",
+                ]
+            )
         assert not (tree / "absolute.txt").exists()
     finally:
         shutil.rmtree(tree, ignore_errors=True)
@@ -122,8 +151,11 @@ def test_writes_outside_the_copy_fail_and_the_tree_path_is_the_copy(
 
 
 def escaped(marker: str) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"])
-            if any(marker in part for part in (p.info["cmdline"] or []))]
+    return [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any(marker in part for part in (p.info["cmdline"] or []))
+    ]
 
 
 def settles(check: Callable[[], bool], timeout: float = 30.0) -> bool:
@@ -136,14 +168,19 @@ def settles(check: Callable[[], bool], timeout: float = 30.0) -> bool:
 
 
 @pytest.mark.parametrize("how", ["window", "halt"])
-def test_ending_a_command_takes_its_escaped_grandchildren(bwrap: str, tmp_path: Path,
-                                                          how: str) -> None:
+def test_ending_a_command_takes_its_escaped_grandchildren(
+    bwrap: str, tmp_path: Path, how: str
+) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    config = parse_config({"sandbox": {"arm": "native", "scratch_dir": str(scratch)},
-                           "state": {"dir": str(tmp_path / "state")}})
+    config = parse_config(
+        {
+            "sandbox": {"arm": "native", "scratch_dir": str(scratch)},
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
     # tmp_path.name is the same in another session running this test: a token of our own.
     marker = f"sprawl-{how}-{secrets.token_hex(6)}"
     line = f"setsid sh -c 'sleep 60; : {marker}' & sleep 60"
@@ -156,8 +193,9 @@ def test_ending_a_command_takes_its_escaped_grandchildren(bwrap: str, tmp_path: 
             assert started.outcome == "backgrounded" and started.handle is not None
             # bwrap sets up its namespaces before the shell forks the grandchild: 0.5 s was
             # not always enough for it to appear under load.
-            assert settles(lambda: bool(escaped(marker))), \
+            assert settles(lambda: bool(escaped(marker))), (
                 "the grandchild should be running while backgrounded"
+            )
             result = tool.halt(started.handle)
             assert result.killed
         # Killed with the sandbox's pid namespace; it leaves the table when reaped (it would
@@ -178,8 +216,7 @@ def test_a_chmod_of_a_parent_between_commands_does_not_lock_the_sandbox_out(
     tree.mkdir(parents=True)
     (tree / "a.txt").write_text("a\n")
     private.chmod(0o700)
-    config = parse_config({"sandbox": {"arm": "native"},
-                           "state": {"dir": str(private / "state")}})
+    config = parse_config({"sandbox": {"arm": "native"}, "state": {"dir": str(private / "state")}})
     with ExecTool(config, tree) as tool:
         first = tool.exec(["cat", "a.txt"])
         private.chmod(0o700)  # the mask goes to ---: the named entry no longer counts
@@ -191,8 +228,15 @@ def test_a_chmod_of_a_parent_between_commands_does_not_lock_the_sandbox_out(
 
 def test_no_nested_user_namespace(bwrap: str) -> None:
     """--disable-userns: `unshare -U` inside fails (max_user_namespaces is 0 there)."""
-    done = run(bwrap_argv(bwrap, system_view(), None, "/", [
-        "sh", "-c", "unshare -U true && echo nested || echo refused"]))
+    done = run(
+        bwrap_argv(
+            bwrap,
+            system_view(),
+            None,
+            "/",
+            ["sh", "-c", "unshare -U true && echo nested || echo refused"],
+        )
+    )
     assert done.stdout == "refused\n", done.stderr
 
 

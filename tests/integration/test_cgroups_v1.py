@@ -41,12 +41,15 @@ def tool(tmp_path: Path, v1: Delegation) -> Iterator[ExecTool]:
     (tree / "README").write_text("hi\n")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    offerings = Offerings(platform="linux", scratch=scratch, nice=shutil.which("nice"),
-                          ionice=shutil.which("ionice"))
-    config = parse_config({"sandbox": {"arm": "copied_tree"},
-                           "state": {"dir": str(tmp_path / "state")}})
-    with ExecTool(config, tree, offerings=offerings,
-                  shares=Shares.cpu_and_memory(LIMIT)) as exec_tool:
+    offerings = Offerings(
+        platform="linux", scratch=scratch, nice=shutil.which("nice"), ionice=shutil.which("ionice")
+    )
+    config = parse_config(
+        {"sandbox": {"arm": "copied_tree"}, "state": {"dir": str(tmp_path / "state")}}
+    )
+    with ExecTool(
+        config, tree, offerings=offerings, shares=Shares.cpu_and_memory(LIMIT)
+    ) as exec_tool:
         yield exec_tool
     for hierarchy in v1.parents.values():
         assert not (hierarchy / "sprawl-orch" / exec_tool.session).exists()
@@ -118,8 +121,9 @@ def cgroup_paths(pid: int) -> dict[str, str]:
 def test_commands_and_their_children_are_in_the_run_from_the_start(
     tool: ExecTool, v1: Delegation
 ) -> None:
-    result = tool.exec(["sh", "-c", "sleep 361 & sh -c 'sleep 362 & wait' & wait"], run="r",
-                       timeout=0.3)
+    result = tool.exec(
+        ["sh", "-c", "sleep 361 & sh -c 'sleep 362 & wait' & wait"], run="r", timeout=0.3
+    )
     assert result.outcome == "backgrounded"
     # The shells fork on their own time: 0.3 s was not always enough for all four under load.
     until(lambda: len(tool.processes()["r"].pids) >= 4)
@@ -160,10 +164,12 @@ def test_without_delegation_the_ceiling_is_unapplied(tmp_path: Path, v1: Delegat
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     offerings = Offerings(platform="linux", scratch=scratch, nice=shutil.which("nice"))
-    config = parse_config({"sandbox": {"arm": "copied_tree"},
-                           "state": {"dir": str(tmp_path / "state")}})
-    backlog = Backlog("nodeleg", Shares.cpu_and_memory(LIMIT),
-                      found=delegation(tmp_path / "not-a-cgroupfs"))
+    config = parse_config(
+        {"sandbox": {"arm": "copied_tree"}, "state": {"dir": str(tmp_path / "state")}}
+    )
+    backlog = Backlog(
+        "nodeleg", Shares.cpu_and_memory(LIMIT), found=delegation(tmp_path / "not-a-cgroupfs")
+    )
     with ExecTool(config, tree, offerings=offerings, backlog=backlog) as tool:
         result = tool.exec(["python3", "-c", "print('ran')"], run="r")
         assert result.stdout == "ran\n"

@@ -21,13 +21,24 @@ def block(lang: str) -> str:
 def test_the_cli_session_runs(tmp_path: Path) -> None:
     # `sprawl-orch` as installed beside this interpreter (the venv's bin, or CI's).
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-c", block("sh")], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        ["bash", "-c", block("sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_python_session_runs(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", block("python")], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", block("python")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "-x=1\n+x = 1\n" in done.stdout

@@ -29,10 +29,18 @@ EDIT = (
     "ln -s README in; mkdir -p nd/e; echo x > nd/e/x"
 )
 EXPECTED = {
-    "README": ("modified", "file"), "d": ("kind_changed", "file"), "d/f": ("deleted", None),
-    "gone.txt": ("deleted", None), "in": ("created", "link"), "k": ("kind_changed", "dir"),
-    "nd": ("created", "dir"), "nd/e": ("created", "dir"), "nd/e/x": ("created", "file"),
-    "new.txt": ("created", "file"), "out": ("created", "link"), "up": ("created", "link"),
+    "README": ("modified", "file"),
+    "d": ("kind_changed", "file"),
+    "d/f": ("deleted", None),
+    "gone.txt": ("deleted", None),
+    "in": ("created", "link"),
+    "k": ("kind_changed", "dir"),
+    "nd": ("created", "dir"),
+    "nd/e": ("created", "dir"),
+    "nd/e/x": ("created", "file"),
+    "new.txt": ("created", "file"),
+    "out": ("created", "link"),
+    "up": ("created", "link"),
     "run.sh": ("mode_changed", "file"),
 }
 
@@ -55,8 +63,13 @@ def tool(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ExecTool]:
     tree = tmp_path / "tree"
     (tree / "d").mkdir(parents=True)
     (tree / "d" / "f").write_text("f\n")
-    for name, text in (("README", "readme\n"), ("gone.txt", "bye\n"), ("run.sh", "#!/bin/sh\n"),
-                       ("k", "k\n"), ("keep.txt", "keep\n")):
+    for name, text in (
+        ("README", "readme\n"),
+        ("gone.txt", "bye\n"),
+        ("run.sh", "#!/bin/sh\n"),
+        ("k", "k\n"),
+        ("keep.txt", "keep\n"),
+    ):
         (tree / name).write_text(text)
     (tmp_path / "scratch").mkdir()
     with ExecTool(_config(tmp_path, request.param, request), tree) as t:
@@ -124,8 +137,14 @@ def test_apply_a_subset_then_the_rest(tool: ExecTool) -> None:
     rest = tool.apply(handle)
     assert {i.path for i in rest.refused} == {"out", "up"}  # both links leave the tree
     assert all("leads out of the working directory" in (i.why or "") for i in rest.refused)
-    assert {i.path for i in rest.applied} == set(EXPECTED) - {"README", "nd", "nd/e",
-                                                              "nd/e/x", "out", "up"}
+    assert {i.path for i in rest.applied} == set(EXPECTED) - {
+        "README",
+        "nd",
+        "nd/e",
+        "nd/e/x",
+        "out",
+        "up",
+    }
     w = tool.workdir
     assert (w / "new.txt").read_text() == "new\n" and not (w / "gone.txt").exists()
     assert (w / "d").read_text() == "d\n" and (w / "k").is_dir()

@@ -20,15 +20,21 @@ def _tree(tmp_path: Path) -> tuple[Path, Path]:
     (tree / "b.txt").write_text("two\n")
     (tmp_path / "scratch").mkdir()
     config = tmp_path / "sprawl.toml"
-    config.write_text(f'[sandbox]\narm = "copied_tree"\nscratch_dir = "{tmp_path / "scratch"}"\n'
-                      f'[state]\ndir = "{tmp_path / "state"}"\n')
+    config.write_text(
+        f'[sandbox]\narm = "copied_tree"\nscratch_dir = "{tmp_path / "scratch"}"\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+    )
     return tree, config
 
 
 def test_apply_through_serve(tmp_path: Path) -> None:
     tree, config = _tree(tmp_path)
-    proc = subprocess.Popen([*CLI, "serve", "-C", str(tree), "--config", str(config)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*CLI, "serve", "-C", str(tree), "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
 
     def ask(request: dict[str, Any]) -> dict[str, Any]:
@@ -40,11 +46,20 @@ def test_apply_through_serve(tmp_path: Path) -> None:
         return answer
 
     try:
-        ran = ask({"id": 1, "op": "exec", "shell": True,
-                   "command": "echo ONE > a.txt; echo three > c.txt; rm b.txt"})
+        ran = ask(
+            {
+                "id": 1,
+                "op": "exec",
+                "shell": True,
+                "command": "echo ONE > a.txt; echo three > c.txt; rm b.txt",
+            }
+        )
         changes = ran["result"]["changes"]
         assert {(p["path"], p["change"]) for p in changes["paths"]} == {
-            ("a.txt", "modified"), ("c.txt", "created"), ("b.txt", "deleted")}
+            ("a.txt", "modified"),
+            ("c.txt", "created"),
+            ("b.txt", "deleted"),
+        }
         handle = changes["handle"]
         dry = ask({"id": 2, "op": "apply", "handle": handle, "dry_run": True})["result"]
         assert "-one\n+ONE\n" in dry["diff"] and (tree / "a.txt").read_text() == "one\n"
@@ -53,8 +68,11 @@ def test_apply_through_serve(tmp_path: Path) -> None:
         assert {i["path"] for i in part["skipped"]} == {"a.txt", "b.txt"}
         rest = ask({"id": 4, "op": "apply", "handle": handle})["result"]
         assert {i["path"] for i in rest["applied"]} == {"a.txt", "b.txt"} and rest["finished"]
-        assert (tree / "a.txt").read_text() == "ONE\n" and (tree / "c.txt").read_text() == \
-            "three\n" and not (tree / "b.txt").exists()
+        assert (
+            (tree / "a.txt").read_text() == "ONE\n"
+            and (tree / "c.txt").read_text() == "three\n"
+            and not (tree / "b.txt").exists()
+        )
         gone = {"id": 5, "op": "apply", "handle": handle}
         proc.stdin.write(json.dumps(gone) + "\n")
         proc.stdin.flush()
@@ -69,16 +87,24 @@ def test_apply_through_serve(tmp_path: Path) -> None:
 def test_apply_through_the_cli(tmp_path: Path) -> None:
     tree, config = _tree(tmp_path)
     base = ["-C", str(tree), "--config", str(config)]
-    ran = subprocess.run([*CLI, "exec", *base, "--json", "--shell", "echo ONE > a.txt"],
-                         capture_output=True, text=True, check=True)
+    ran = subprocess.run(
+        [*CLI, "exec", *base, "--json", "--shell", "echo ONE > a.txt"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     handle = json.loads(ran.stdout)["changes"]["handle"]
-    dry = subprocess.run([*CLI, "apply", "--config", str(config), "--dry-run", handle],
-                         capture_output=True, text=True)
+    dry = subprocess.run(
+        [*CLI, "apply", "--config", str(config), "--dry-run", handle],
+        capture_output=True,
+        text=True,
+    )
     assert dry.returncode == 0, dry.stderr
     assert "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+ONE\n" in dry.stdout
     assert (tree / "a.txt").read_text() == "one\n"
     (tree / "a.txt").write_text("mine\n")  # the person edits it meanwhile: a conflict
-    refused = subprocess.run([*CLI, "apply", "--config", str(config), handle],
-                             capture_output=True, text=True)
+    refused = subprocess.run(
+        [*CLI, "apply", "--config", str(config), handle], capture_output=True, text=True
+    )
     assert refused.returncode == 1 and "conflict" in refused.stderr
     assert "stamp at the sync" in refused.stderr and (tree / "a.txt").read_text() == "mine\n"

@@ -17,11 +17,19 @@ KILLS = 12
 def test_sigkills_in_the_first_seconds_leave_nothing(docker_image: str, podman_image: str) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "cli_chaos.py"), "--kills", str(KILLS)],
-        capture_output=True, text=True, timeout=900, cwd=ROOT, check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        check=False,
     )
     print(done.stdout)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     assert f"{KILLS} SIGKILLs" in done.stdout
-    for line in ("containers left: docker 0, podman 0", "probe directories left: 0",
-                 "scratch copies left: 0", "processes left: 0"):
+    for line in (
+        "containers left: docker 0, podman 0",
+        "probe directories left: 0",
+        "scratch copies left: 0",
+        "processes left: 0",
+    ):
         assert line in done.stdout, done.stdout

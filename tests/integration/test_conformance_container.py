@@ -71,16 +71,26 @@ class ContainerRunner:
 
     def __call__(self, argv: Sequence[str]) -> Ran:
         self.n += 1
-        launch = Launch(argv=tuple(argv), cwd=self.copy, env={"PATH": "/bin"},
-                        outputs=self.outputs / str(self.n), tag=f"{self.session}-{self.n}",
-                        session=self.session, run="conformance", workdir=self.workdir)
+        launch = Launch(
+            argv=tuple(argv),
+            cwd=self.copy,
+            env={"PATH": "/bin"},
+            outputs=self.outputs / str(self.n),
+            tag=f"{self.session}-{self.n}",
+            session=self.session,
+            run="conformance",
+            workdir=self.workdir,
+        )
         running = self.arm.start(launch)
         if not running.wait(60):
             running.kill()
         done = running.finish()
         self.records.append(dict(done.extra["container"]))  # type: ignore[call-overload]
-        return Ran(done.exit_code, done.stdout_path.read_text(errors="replace"),
-                   done.stderr_path.read_text(errors="replace"))
+        return Ran(
+            done.exit_code,
+            done.stdout_path.read_text(errors="replace"),
+            done.stderr_path.read_text(errors="replace"),
+        )
 
 
 def test_container_conformance(tmp_path: Path, engine_image: tuple[str, str]) -> None:

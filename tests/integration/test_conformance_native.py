@@ -53,15 +53,17 @@ def dialects() -> list[pytest.param]:  # type: ignore[valid-type]
 
 
 def config(tmp_path: Path, arm: str) -> Config:
-    return parse_config({
-        "sandbox": {
-            "arm": arm,
-            "scratch_dir": str(tmp_path / "scratch"),
-            "env_passthrough": list(PASS),
-            "container": {"memory_bytes": LIMIT},
-        },
-        "state": {"dir": str(tmp_path / "state")},
-    })
+    return parse_config(
+        {
+            "sandbox": {
+                "arm": arm,
+                "scratch_dir": str(tmp_path / "scratch"),
+                "env_passthrough": list(PASS),
+                "container": {"memory_bytes": LIMIT},
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
 
 
 @pytest.fixture
@@ -73,8 +75,9 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-def conform(tool: ExecTool, tree: Path, scratch: Path, dialect: Dialect,
-            where: str = "sandbox") -> None:
+def conform(
+    tool: ExecTool, tree: Path, scratch: Path, dialect: Dialect, where: str = "sandbox"
+) -> None:
     arm = tool.arm() if where == "sandbox" else None
     claimed: Assurances = arm.assurances() if arm is not None else ASSURANCES[ArmName.HOST]
     name = arm.name.value if arm is not None else "host"
@@ -110,10 +113,14 @@ def host_side_user(tool: ExecTool, secret: Path) -> dict[str, object]:
     started = tool.exec(["sh", "-c", f"sleep 30; : {marker}"], timeout=0.5)
     assert started.outcome == "backgrounded" and started.handle is not None, started
     try:
+
         def shells() -> list[psutil.Process]:
-            return [p for p in psutil.process_iter(["cmdline"])
-                    if any(marker in part for part in (p.info["cmdline"] or []))
-                    and (p.info["cmdline"] or [""])[0] in ("sh", "/bin/sh", "/usr/bin/sh")]
+            return [
+                p
+                for p in psutil.process_iter(["cmdline"])
+                if any(marker in part for part in (p.info["cmdline"] or []))
+                and (p.info["cmdline"] or [""])[0] in ("sh", "/bin/sh", "/usr/bin/sh")
+            ]
 
         # The arm may still be setting up (bwrap's namespaces) when the 0.5 s window ends.
         deadline = time.monotonic() + 30

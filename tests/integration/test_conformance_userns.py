@@ -82,8 +82,13 @@ class Planting:
             else:
                 # a rootless caller no longer owns its copy now: it writes there inside
                 # podman's namespace, as container root, which is the caller on the host
-                self._real.unshare(["sh", "-c", f"umask 077; printf %s {shlex.quote(SECRET)} "
-                                    f"> {shlex.quote(str(secret))}"])  # type: ignore[attr-defined]
+                self._real.unshare(
+                    [
+                        "sh",
+                        "-c",
+                        f"umask 077; printf %s {shlex.quote(SECRET)} > {shlex.quote(str(secret))}",
+                    ]
+                )  # type: ignore[attr-defined]
                 assert secret.stat().st_uid == os.getuid(), "the planted file is not ours"
         return self._real.start(container, stdout, stderr)
 
@@ -95,8 +100,9 @@ def combine(*seen: Observed) -> Observed:
     return Observed(Guarantee.USER, Kept.NO if broken else Kept.YES, evidence)
 
 
-def conformance(tmp_path: Path, label: str, engine: ContainerEngine, image: str,
-                **settings: object) -> tuple[ContainerArm, dict[Guarantee, Observed]]:
+def conformance(
+    tmp_path: Path, label: str, engine: ContainerEngine, image: str, **settings: object
+) -> tuple[ContainerArm, dict[Guarantee, Observed]]:
     config = config_for(engine.name, image, memory_bytes=LIMIT, **settings)
     planting = Planting(engine)
     arm = ContainerArm(config, planting)  # type: ignore[arg-type]
@@ -135,8 +141,9 @@ def conformance(tmp_path: Path, label: str, engine: ContainerEngine, image: str,
 
 
 def test_podman_userns_conformance(tmp_path: Path, podman_image: str) -> None:
-    arm, observed = conformance(tmp_path, "container (podman --userns=auto)",
-                                make_engine("podman"), podman_image)
+    arm, observed = conformance(
+        tmp_path, "container (podman --userns=auto)", make_engine("podman"), podman_image
+    )
     assert arm.admission().userns is not None
     assert_conformance(arm.assurances(), observed)
     assert arm.assurances() == container_assurances(True)  # all five axes
@@ -146,8 +153,9 @@ def test_docker_userns_remap_conformance(
     tmp_path: Path, docker_userns: tuple[dict[str, str], str]
 ) -> None:
     env, image = docker_userns
-    arm, observed = conformance(tmp_path, "container (docker userns-remap)",
-                                DockerEngine(environ=env), image)
+    arm, observed = conformance(
+        tmp_path, "container (docker userns-remap)", DockerEngine(environ=env), image
+    )
     admission = arm.admission()
     assert admission.userns is not None and admission.userns.mode == "docker-remap"
     assert_conformance(arm.assurances(), observed)

@@ -65,15 +65,19 @@ def test_program_and_shell_line(case: Case, engine_image: tuple[str, str]) -> No
     assert done.stdout_path.read_text() == "a.txt\n"
     assert "missing" in done.stderr_path.read_text()
     secret_value = f"v-{secrets.token_hex(8)}"
-    done = run(arm, case.launch(shell="echo $GREETING; echo to-err >&2; exit 7",
-                                env={"GREETING": secret_value}))
+    done = run(
+        arm,
+        case.launch(
+            shell="echo $GREETING; echo to-err >&2; exit 7", env={"GREETING": secret_value}
+        ),
+    )
     assert (done.exit_code, done.killed, done.oom_killed) == (7, False, False)
     assert done.stdout_path.read_text() == f"{secret_value}\n"
     assert done.stderr_path.read_text() == "to-err\n"
     container = done.extra["container"]
     assert isinstance(container, dict)
     argv = container["argv"]
-    assert argv[argv.index("--env"):argv.index("--env") + 2] == ["--env", "GREETING"]
+    assert argv[argv.index("--env") : argv.index("--env") + 2] == ["--env", "GREETING"]
     assert not any(secret_value in part for part in argv), "an env value reached the argv"
     assert argv[-3:] == ["/bin/sh", "-c", "echo $GREETING; echo to-err >&2; exit 7"]
     assert container["verified"] is True and container["removed"] is True
@@ -82,8 +86,10 @@ def test_program_and_shell_line(case: Case, engine_image: tuple[str, str]) -> No
 
 def test_output_bytes_arrive_as_written(case: Case, engine_image: tuple[str, str]) -> None:
     # docker's json-file log would turn every non-UTF-8 byte into U+FFFD: we attach instead
-    line = ("head -c 3000000 /dev/urandom > /tmp/r; cat /tmp/r; md5sum /tmp/r >&2; "
-            "printf '\\377\\376end' >&2")
+    line = (
+        "head -c 3000000 /dev/urandom > /tmp/r; cat /tmp/r; md5sum /tmp/r >&2; "
+        "printf '\\377\\376end' >&2"
+    )
     done = run(arm_for(engine_image), case.launch(shell=line))
     out = done.stdout_path.read_bytes()
     err = done.stderr_path.read_bytes()
@@ -117,8 +123,10 @@ def test_the_copy_sits_at_the_working_directorys_own_path(
     person's tree: inside the container it must resolve into the copy."""
     src = case.source
     (case.copy / "recorded.pth").write_text(f"{src}\n")
-    line = ('pwd; cat "$(cat recorded.pth)/a.txt"; echo via-path > "$(cat recorded.pth)/b.txt"'
-            " && echo wrote")
+    line = (
+        'pwd; cat "$(cat recorded.pth)/a.txt"; echo via-path > "$(cat recorded.pth)/b.txt"'
+        " && echo wrote"
+    )
     done = run(arm_for(engine_image), case.launch(shell=line, workdir=src))
     assert done.exit_code == 0, done.stderr_path.read_text()
     assert done.stdout_path.read_text() == f"{src}\noriginal\nwrote\n"
@@ -153,9 +161,19 @@ def test_missing_image_refused_without_pull(tmp_path: Path, engine_image: tuple[
 
     copy = tmp_path / "c"
     copy.mkdir()
-    argv = create_argv(name, config_for(name, absent), absent, copy, ["true"], [],
-                       f"nopull{secrets.token_hex(3)}", "nopull", "nopull", None,
-                       host=HostLimits.this_host())
+    argv = create_argv(
+        name,
+        config_for(name, absent),
+        absent,
+        copy,
+        ["true"],
+        [],
+        f"nopull{secrets.token_hex(3)}",
+        "nopull",
+        "nopull",
+        None,
+        host=HostLimits.this_host(),
+    )
     with pytest.raises(SprawlError) as err:
         engine.create(argv, {})
     words = err.value.detail.lower()
@@ -186,8 +204,11 @@ def test_docker_daemon_down_is_refused_with_recovery(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["docker", "podman"])
 def test_engine_not_installed(name: str) -> None:
-    engine = (DockerEngine(cli="/nonexistent/docker") if name == "docker"
-              else PodmanEngine(cli="/nonexistent/podman"))
+    engine = (
+        DockerEngine(cli="/nonexistent/docker")
+        if name == "docker"
+        else PodmanEngine(cli="/nonexistent/podman")
+    )
     if name == "docker":  # a docker SDK connection without the CLI can't create
         engine.cli = None
     admission = admit(engine, config_for(name, "sha256:" + "2" * 64))
@@ -209,12 +230,10 @@ def test_rlimit_above_the_engines_hard_limit_is_explained(
     nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
     asked = max(real.rlimits_hard.get("nofile") or 0, nr_open) * 2
     # Pretend the host allows more than it does, so the engine's runtime meets the limit.
-    pretend = HostLimits({**real.rlimits_hard, "nofile": asked * 2}, real.cpus,
-                         real.memory_bytes)
+    pretend = HostLimits({**real.rlimits_hard, "nofile": asked * 2}, real.cpus, real.memory_bytes)
     # nproc is given too: podman adds its own default nproc (1048576) for any left out, and
     # verification refuses a limit nobody asked for before the runtime is even reached
-    config = config_for(name, image, ulimits={"nofile": f"{asked}:{asked}",
-                                              "nproc": "1024:1024"})
+    config = config_for(name, image, ulimits={"nofile": f"{asked}:{asked}", "nproc": "1024:1024"})
     admission = admit(make_engine(name), config, pretend)
     assert not admission.admitted
     assert admission.code is ErrorCode.SANDBOX_DENIED
@@ -252,9 +271,7 @@ class DroppingMemory:
         return str(self.inner.create(out, env))
 
 
-def test_inspect_mismatch_is_refused_and_removed(
-    case: Case, engine_image: tuple[str, str]
-) -> None:
+def test_inspect_mismatch_is_refused_and_removed(case: Case, engine_image: tuple[str, str]) -> None:
     name, image = engine_image
     config = config_for(name, image)
     real = make_engine(name)
@@ -271,8 +288,9 @@ def test_inspect_mismatch_is_refused_and_removed(
     assert err.value.subject == "memory"
     assert f"expected {config.memory_bytes}, found 0" in err.value.detail
     assert not (case.copy / "ran").exists(), "the unverified container started"
-    missing = subprocess.run([name, "inspect", f"sprawl-{case.session}-1"],
-                             capture_output=True, text=True, check=False)
+    missing = subprocess.run(
+        [name, "inspect", f"sprawl-{case.session}-1"], capture_output=True, text=True, check=False
+    )
     assert missing.returncode != 0, "the refused container was not removed"
 
 
@@ -336,8 +354,9 @@ def crun(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield found
         return
     root = tmp_path_factory.mktemp("crun")
-    subprocess.run(["apt-get", "download", "crun", "libyajl2"], cwd=root, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["apt-get", "download", "crun", "libyajl2"], cwd=root, check=True, capture_output=True
+    )
     for deb in root.glob("*.deb"):
         subprocess.run(["dpkg-deb", "-x", str(deb), str(root / "unpacked")], check=True)
     lib = root / "unpacked/usr/lib/x86_64-linux-gnu"
@@ -354,8 +373,11 @@ def hybrid_cgroups() -> bool:
     crun 1.8 refuses ("cgroups in hybrid mode not supported, drop all controllers from
     cgroupv2")."""
     controllers = Path("/sys/fs/cgroup/unified/cgroup.controllers")
-    return Path("/sys/fs/cgroup/memory").is_dir() and controllers.exists() and bool(
-        controllers.read_text().strip())
+    return (
+        Path("/sys/fs/cgroup/memory").is_dir()
+        and controllers.exists()
+        and bool(controllers.read_text().strip())
+    )
 
 
 def test_podman_crun_failure_falls_back_to_runc_and_says_so(

@@ -31,13 +31,15 @@ ARMS = ["docker", "podman", "linux_namespaces", "copied_tree"]
 ENGINES = ["docker", "podman"]
 
 
-def config_for(tmp_path: Path, arm: str, request: pytest.FixtureRequest,
-               **container: object) -> Config:
+def config_for(
+    tmp_path: Path, arm: str, request: pytest.FixtureRequest, **container: object
+) -> Config:
     sandbox: dict[str, object] = {"scratch_dir": str(tmp_path / "scratch")}
     if arm in ENGINES:
         image = container.pop("image", None) or request.getfixturevalue(f"{arm}_image")
-        sandbox.update(arm="container", container={"engine": arm, "images": {arm: image},
-                                                   **container})
+        sandbox.update(
+            arm="container", container={"engine": arm, "images": {arm: image}, **container}
+        )
     else:
         sandbox["arm"] = "native" if arm == "linux_namespaces" else "copied_tree"
     (tmp_path / "scratch").mkdir(exist_ok=True)
@@ -68,9 +70,12 @@ def tool(arm: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[E
 
 
 def snapshot(root: Path) -> dict[str, bytes | str]:
-    return {str(p.relative_to(root)): (str(p.readlink()) if p.is_symlink() else
-                                       p.read_bytes() if p.is_file() else "dir")
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (
+            str(p.readlink()) if p.is_symlink() else p.read_bytes() if p.is_file() else "dir"
+        )
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def test_a_program_that_cannot_run_is_tool_unavailable_on_every_arm(tool: ExecTool) -> None:
@@ -79,7 +84,11 @@ def test_a_program_that_cannot_run_is_tool_unavailable_on_every_arm(tool: ExecTo
     for program in cases:
         result = tool.exec([program])
         assert (result.outcome, result.code) == ("exceptional", "E_TOOL_UNAVAILABLE"), (
-            program, result.exit_code, result.stderr, result.detail)
+            program,
+            result.exit_code,
+            result.stderr,
+            result.detail,
+        )
         assert result.recovery and "shell arm" in result.recovery
         assert result.statement.startswith("E_TOOL_UNAVAILABLE")
     assert snapshot(tool.workdir) == before
@@ -98,8 +107,13 @@ def test_halt_and_signals_end_the_same_way_on_every_arm(tool: ExecTool, arm: str
 
 
 def test_home_is_writable_inside_the_sandbox_on_every_arm(tool: ExecTool, arm: str) -> None:
-    result = tool.exec(["sh", "-c", 'mkdir -p "$HOME/.cache/x" && echo ok > "$HOME/f" && '
-                        'cat "$HOME/f" && echo "$HOME"'])
+    result = tool.exec(
+        [
+            "sh",
+            "-c",
+            'mkdir -p "$HOME/.cache/x" && echo ok > "$HOME/f" && cat "$HOME/f" && echo "$HOME"',
+        ]
+    )
     assert result.outcome == "settled" and result.exit_code == 0, result.stderr
     ok, home = result.stdout.split()
     assert ok == "ok" and "HOME" in result.env
@@ -117,8 +131,12 @@ def engine(request: pytest.FixtureRequest) -> str:
 def path_image(engine: str, tmp_path: Path) -> Iterator[str]:
     """A busybox image whose config sets its own PATH."""
     tar = busybox_rootfs_tar(tmp_path / "rootfs")
-    done = subprocess.run([engine, "import", "--change", "ENV PATH=/bin:/image/own/bin",
-                           str(tar)], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [engine, "import", "--change", "ENV PATH=/bin:/image/own/bin", str(tar)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         missing(f"{engine} import failed: {done.stderr}")
     raw = done.stdout.strip().splitlines()[-1]
@@ -127,8 +145,9 @@ def path_image(engine: str, tmp_path: Path) -> Iterator[str]:
     remove_image(engine, image)
 
 
-def test_path_is_the_images_not_the_hosts(engine: str, path_image: str, tmp_path: Path,
-                                          request: pytest.FixtureRequest) -> None:
+def test_path_is_the_images_not_the_hosts(
+    engine: str, path_image: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     config = config_for(tmp_path, engine, request, image=path_image)
@@ -139,8 +158,9 @@ def test_path_is_the_images_not_the_hosts(engine: str, path_image: str, tmp_path
     assert result.container is not None and result.container["path"] == "/bin:/image/own/bin"
 
 
-def test_oom_is_reported_on_both_engines(engine: str, tmp_path: Path,
-                                         request: pytest.FixtureRequest) -> None:
+def test_oom_is_reported_on_both_engines(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     config = config_for(tmp_path, engine, request, memory_bytes=64 * 1024 * 1024)
@@ -152,14 +172,16 @@ def test_oom_is_reported_on_both_engines(engine: str, tmp_path: Path,
     assert calm.limits_hit == [] and "Out of memory" not in calm.statement
 
 
-def test_the_pids_limit_is_reported_on_both_engines(engine: str, tmp_path: Path,
-                                                    request: pytest.FixtureRequest) -> None:
+def test_the_pids_limit_is_reported_on_both_engines(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     config = config_for(tmp_path, engine, request, pids=8)
     with open_tool(config, tree, engine) as tool:
-        result = tool.exec(["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 1 & "
-                            "done; wait"])
+        result = tool.exec(
+            ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 1 & done; wait"]
+        )
         calm = tool.exec(["sh", "-c", "sleep 0.2 & sleep 0.2 & wait"])
     assert "can't fork" in result.stderr
     assert result.limits_hit == ["pids"], result
@@ -167,8 +189,9 @@ def test_the_pids_limit_is_reported_on_both_engines(engine: str, tmp_path: Path,
     assert calm.limits_hit == []
 
 
-def test_a_host_virtualenv_in_a_container_is_named(engine: str, tmp_path: Path,
-                                                   request: pytest.FixtureRequest) -> None:
+def test_a_host_virtualenv_in_a_container_is_named(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     make_venv(tree)
@@ -184,11 +207,16 @@ def test_a_limit_the_host_cannot_give_is_a_config_fault_under_auto(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     images = {e: request.getfixturevalue(f"{e}_image") for e in ENGINES}
-    config = parse_config({
-        "sandbox": {"arm": "auto", "scratch_dir": str(tmp_path / "scratch"),
-                    "container": {"cpus": 100, "images": images}},
-        "state": {"dir": str(tmp_path / "state")},
-    })
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "auto",
+                "scratch_dir": str(tmp_path / "scratch"),
+                "container": {"cpus": 100, "images": images},
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
     (tmp_path / "scratch").mkdir()
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -200,8 +228,9 @@ def test_a_limit_the_host_cannot_give_is_a_config_fault_under_auto(
     assert "cpus = 100" in (result.detail or "") and "apt-get" not in (result.recovery or "")
 
 
-def test_the_cli_copies_a_containers_output_byte_for_byte(engine: str, tmp_path: Path,
-                                                          request: pytest.FixtureRequest) -> None:
+def test_the_cli_copies_a_containers_output_byte_for_byte(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     blob = bytes(range(256)) * 600 + b"\xff tail without newline"
@@ -210,17 +239,26 @@ def test_the_cli_copies_a_containers_output_byte_for_byte(engine: str, tmp_path:
     (tree / "sprawl.toml").write_text(
         f'[sandbox]\narm = "container"\nscratch_dir = "{tmp_path / "scratch"}"\n'
         f'[sandbox.container]\nengine = "{engine}"\n[sandbox.container.images]\n'
-        f'{engine} = "{image}"\n[state]\ndir = "{tmp_path / "state"}"\n')
+        f'{engine} = "{image}"\n[state]\ndir = "{tmp_path / "state"}"\n'
+    )
     (tmp_path / "scratch").mkdir()
     cli = [sys.executable, "-c", "from sprawl_orch.cli import main; main()"]
     started = time.monotonic()
-    done = subprocess.run([*cli, "exec", "-C", str(tree), "cat", "image.png"],
-                          capture_output=True, timeout=180, check=False)
+    done = subprocess.run(
+        [*cli, "exec", "-C", str(tree), "cat", "image.png"],
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == blob
     assert b"sprawl-orch: Runs under container" in done.stderr
-    refused = subprocess.run([*cli, "exec", "-C", str(tree), "--json", "./image.png"],
-                             capture_output=True, timeout=180, check=False)
+    refused = subprocess.run(
+        [*cli, "exec", "-C", str(tree), "--json", "./image.png"],
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
     data = json.loads(refused.stdout)
     assert (refused.returncode, data["code"]) == (125, "E_TOOL_UNAVAILABLE")
     assert time.monotonic() - started < 170
@@ -231,8 +269,12 @@ def test_auto_names_every_engines_fault(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'dead.sock'}")
     (tmp_path / "scratch").mkdir()
     (tmp_path / "tree").mkdir()
-    config = parse_config({"sandbox": {"arm": "auto", "scratch_dir": str(tmp_path / "scratch")},
-                           "state": {"dir": str(tmp_path / "state")}})
+    config = parse_config(
+        {
+            "sandbox": {"arm": "auto", "scratch_dir": str(tmp_path / "scratch")},
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
     clear_cache()
     with ExecTool(config, tmp_path / "tree") as tool:
         result = tool.exec(["true"])

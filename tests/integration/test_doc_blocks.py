@@ -42,8 +42,9 @@ def blocks() -> list[tuple[str, int, str, str]]:
     found = []
     for doc in DOCS:
         for n, match in enumerate(FENCE.finditer(doc.read_text(encoding="utf-8"))):
-            found.append((doc.relative_to(ROOT).as_posix(), n, match.group(1).strip(),
-                          match.group(2)))
+            found.append(
+                (doc.relative_to(ROOT).as_posix(), n, match.group(1).strip(), match.group(2))
+            )
     return found
 
 
@@ -98,23 +99,44 @@ def test_shell_blocks_run(block: tuple[str, int, str, str], clone: Path) -> None
     for step in left_out:  # each left-out kind of step is one .ci/run really performs
         kind = SETUP.search(step)
         assert kind is not None and kind.group(0) in ci_run, step
-    done = subprocess.run(["bash", "-e", "-c", script], cwd=clone, env=env_with_cli(),
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        ["bash", "-e", "-c", script],
+        cwd=clone,
+        env=env_with_cli(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, f"{ids(block)}\n{script}\n{done.stdout}\n{done.stderr}"
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b[2] == "python"], ids=ids)
 def test_python_blocks_run(block: tuple[str, int, str, str], clone: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", block[3]], cwd=clone, env=env_with_cli(),
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", block[3]],
+        cwd=clone,
+        env=env_with_cli(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, f"{ids(block)}\n{done.stdout}\n{done.stderr}"
 
 
 def test_the_readmes_snippet_survives_a_refusal(clone: Path) -> None:
     snippet = next(b[3] for b in BLOCKS if b[0] == "README.md" and b[2] == "python")
     (clone / "sprawl.toml").write_text('[sandbox]\narm = "none"\n')  # every command refused
-    done = subprocess.run([sys.executable, "-c", snippet], cwd=clone, env=env_with_cli(),
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", snippet],
+        cwd=clone,
+        env=env_with_cli(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "E_SANDBOX_DENIED" in done.stdout  # the refusal is said, not a traceback
 

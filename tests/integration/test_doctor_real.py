@@ -26,15 +26,17 @@ def test_doctor_reports_this_machine(tmp_path: Path) -> None:
         assert row["available"] or all(m["phrase"] and m["recovery"] for m in row["missing"])
     if sys.platform.startswith("linux"):
         native = rows["linux_namespaces"]
-        assert native["available"] is (shutil.which("bwrap") is not None
-                                       and "can be created" in native["detail"])
+        assert native["available"] is (
+            shutil.which("bwrap") is not None and "can be created" in native["detail"]
+        )
     # auto's answer is one of the rows, and it is said why.
     assert data["auto"]["reason"].startswith("auto resolves to")
     assert data["cgroup"]["detail"]
 
 
-def test_doctor_says_which_runtime_and_gvisors_kernel(tmp_path: Path, docker_image: str,
-                                                      podman_image: str) -> None:
+def test_doctor_says_which_runtime_and_gvisors_kernel(
+    tmp_path: Path, docker_image: str, podman_image: str
+) -> None:
     """runtime = "runsc" (issue 17): each engine's row says it runs under runsc on gVisor's
     kernel -- or, refused, what to install or register."""
     from sprawl_orch.container.gvisor import KERNEL_NOTE, runsc_path
@@ -46,7 +48,8 @@ def test_doctor_says_which_runtime_and_gvisors_kernel(tmp_path: Path, docker_ima
     config.write_text(
         f'[sandbox]\nscratch_dir = "{tmp_path / "scratch"}"\n[sandbox.container]\n'
         f'runtime = "runsc"\n[sandbox.container.images]\ndocker = "{docker_image}"\n'
-        f'podman = "{podman_image}"\n[state]\ndir = "{tmp_path / "state"}"\n')
+        f'podman = "{podman_image}"\n[state]\ndir = "{tmp_path / "state"}"\n'
+    )
     result = CliRunner().invoke(main, ["doctor", "--config", str(config), "--json"])
     assert result.exit_code == 0, result.output
     rows = {row["label"]: row for row in json.loads(result.output)["arms"]}

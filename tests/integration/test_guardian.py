@@ -56,11 +56,11 @@ def test_sigkill_during_a_long_command(
     engine_image: tuple[str, str], tmp_path: Path, session: str, cleanup: None
 ) -> None:
     engine, image = engine_image
-    orch = Orchestrator(spec(session, engine, tmp_path, [["sleep", "300"]], image=image),
-                        tmp_path / "guardian.log")
+    orch = Orchestrator(
+        spec(session, engine, tmp_path, [["sleep", "300"]], image=image), tmp_path / "guardian.log"
+    )
     orch.wait_line("exec 1")
-    assert wait_for(lambda: bool(containers(engine, session, status="running")), 60), \
-        orch.seen
+    assert wait_for(lambda: bool(containers(engine, session, status="running")), 60), orch.seen
     assert persistent_copies(tmp_path / "state") == [True], "the command holds its copy"
     killed = orch.sigkill()
     assert wait_for(lambda: not containers(engine, session), SETTLE_SECONDS)
@@ -78,8 +78,11 @@ def test_sigkill_between_create_and_start(
 ) -> None:
     engine, image = engine_image
     gate = tmp_path / "gate"
-    orch = Orchestrator(spec(session, engine, tmp_path, [["echo", "never"]], image=image),
-                        tmp_path / "guardian.log", env={PAUSE_AFTER_CREATE: str(gate)})
+    orch = Orchestrator(
+        spec(session, engine, tmp_path, [["echo", "never"]], image=image),
+        tmp_path / "guardian.log",
+        env={PAUSE_AFTER_CREATE: str(gate)},
+    )
     orch.wait_line("exec 1")
     assert wait_for(Path(str(gate) + ".reached").exists, 60), orch.seen
     # podman 4.3 shows it "Initialized" (the arm's inspect), docker "Created": not running
@@ -106,14 +109,16 @@ def test_a_late_create_is_removed_when_it_appears(
     path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
     orch = Orchestrator(
         spec(session, f"raw-{engine}", tmp_path, [["sleep", "300"]], image=image, run="slow"),
-        log, env={"PATH": path},
+        log,
+        env={"PATH": path},
     )
     orch.wait_line("exec 1")
     assert wait_for(mark.exists, 60), orch.seen
     orch.sigkill()
     created = Path(str(mark) + ".id")
-    assert wait_for(created.exists, slow + 150), \
+    assert wait_for(created.exists, slow + 150), (
         f"the wrapped create never finished: {guardian_events(log)}"
+    )
     assert created.read_text().strip(), "the late create made a container"
     assert wait_for(lambda: not containers(engine, session), SETTLE_SECONDS)
     done = guardian_done(tmp_path / "guardian.log")
@@ -133,7 +138,8 @@ def test_a_create_in_flight_from_exec_tool_leaves_nothing(
     path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
     orch = Orchestrator(
         spec(session, engine, tmp_path, [["true"]], image=image, run="slow"),
-        tmp_path / "guardian.log", env={"PATH": path},
+        tmp_path / "guardian.log",
+        env={"PATH": path},
     )
     orch.wait_line("exec 1")
     assert wait_for(mark.exists, 60), orch.seen
@@ -148,8 +154,9 @@ def test_a_create_in_flight_from_exec_tool_leaves_nothing(
 def test_sigkill_kills_a_copied_tree_process_group(tmp_path: Path, session: str) -> None:
     pgid_file = tmp_path / "pgid"
     line = f"echo $$ > {pgid_file}; sleep 300 & exec sleep 300"
-    orch = Orchestrator(spec(session, "copied_tree", tmp_path, [["sh", "-c", line]]),
-                        tmp_path / "guardian.log")
+    orch = Orchestrator(
+        spec(session, "copied_tree", tmp_path, [["sh", "-c", line]]), tmp_path / "guardian.log"
+    )
     orch.wait_line("exec 1")
     assert wait_for(lambda: pgid_file.exists() and pgid_file.read_text().strip() != "", 30)
     pgid = int(pgid_file.read_text())
@@ -192,8 +199,10 @@ def test_normal_close_leaves_the_guardian_nothing_to_do(
     engine_image: tuple[str, str], tmp_path: Path, session: str, cleanup: None
 ) -> None:
     engine, image = engine_image
-    orch = Orchestrator(spec(session, engine, tmp_path, [["true"], ["true"]], image=image),
-                        tmp_path / "guardian.log")
+    orch = Orchestrator(
+        spec(session, engine, tmp_path, [["true"], ["true"]], image=image),
+        tmp_path / "guardian.log",
+    )
     orch.wait_line("closed")
     orch.finish()
     done = guardian_done(tmp_path / "guardian.log")
@@ -216,8 +225,12 @@ def test_the_guardian_survives_a_signal_to_the_orchestrators_group(tmp_path: Pat
         f"g.scratch(Path({str(copy)!r})); print('ok', flush=True); time.sleep(300)"
     )
     root = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.Popen([sys.executable, "-c", script, root], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, root],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ok"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -72,24 +72,31 @@ def test_sigkill_leaves_no_run_cgroup_and_no_process_in_it(
 ) -> None:
     session, dirs = session_dirs
     log = tmp_path / "guardian.log"
-    orch = Orchestrator({**spec(session, "copied_tree", tmp_path, [COMMAND], run="r"),
-                         "memory_limit": LIMIT}, log)
+    orch = Orchestrator(
+        {**spec(session, "copied_tree", tmp_path, [COMMAND], run="r"), "memory_limit": LIMIT}, log
+    )
     orch.wait_line("exec 1")
     runs = [d / "run-r" for d in dirs]
     # sh, its sleep and the setsid'd sleep, in both hierarchies.
-    assert wait_for(lambda: all(len(procs(r)) >= 3 for r in runs), 60), \
-        (orch.seen, [procs(r) for r in runs])
+    assert wait_for(lambda: all(len(procs(r)) >= 3 for r in runs), 60), (
+        orch.seen,
+        [procs(r) for r in runs],
+    )
     members = set().union(*(procs(r) for r in runs))
     killed = orch.sigkill()
-    gone = wait_for(lambda: not any(map(live, members)) and not any(d.exists() for d in dirs),
-                    GRACE)
+    gone = wait_for(
+        lambda: not any(map(live, members)) and not any(d.exists() for d in dirs), GRACE
+    )
     after = time.monotonic() - killed
     still = [d for d in [*runs, *dirs] if d.exists()]
-    assert gone, f"{after:.2f} s after SIGKILL: live {[p for p in members if live(p)]}, " \
-                 f"dirs {still}"
+    assert gone, (
+        f"{after:.2f} s after SIGKILL: live {[p for p in members if live(p)]}, dirs {still}"
+    )
     done = guardian_done(log)
     assert done["left"] == [] and done["problems"] == [], done
     assert {str(r) for r in runs} <= set(done["cgroups"])
     assert {str(d) for d in dirs} <= set(done["cgroups"])
-    print(f"run cgroups and {len(members)} processes gone {after:.2f} s after SIGKILL; "
-          f"guardian: {done}")
+    print(
+        f"run cgroups and {len(members)} processes gone {after:.2f} s after SIGKILL; "
+        f"guardian: {done}"
+    )

@@ -59,8 +59,7 @@ class Outcome:
     scratch_left: list[str] = field(default_factory=list)
 
 
-def one_run(arm: str, image: str | None, tmp: Path, rng: random.Random,
-            prefix: str) -> Outcome:
+def one_run(arm: str, image: str | None, tmp: Path, rng: random.Random, prefix: str) -> Outcome:
     session = f"{prefix}{secrets.token_hex(4)}"
     commands = [rng.choice(COMMANDS) for _ in range(rng.randint(2, 4))]
     # A short window sometimes, so the window's own kill path is interrupted too.
@@ -96,8 +95,11 @@ def test_sigkill_at_random_moments_leaves_nothing(
         for n, arm in enumerate(arms):
             run_dir = tmp_path / f"run{n:02d}"
             run_dir.mkdir()
-            jobs.append(pool.submit(one_run, arm, images[arm], run_dir,
-                                    random.Random(rng.getrandbits(32)), prefix))
+            jobs.append(
+                pool.submit(
+                    one_run, arm, images[arm], run_dir, random.Random(rng.getrandbits(32)), prefix
+                )
+            )
         outcomes = [job.result() for job in jobs]
     # Orphaned engine CLIs (a `podman start --attach` of a removed container, a create that
     # was refused) end on their own once the guardian has done its work.
@@ -129,7 +131,8 @@ def test_sigkill_at_random_moments_leaves_nothing(
         assert left == {"docker": [], "podman": []}
         assert copies == [], [
             (o.arm, o.session, o.last_line, o.scratch_left, o.guardian)
-            for o in outcomes if o.scratch_left
+            for o in outcomes
+            if o.scratch_left
         ]
         assert [p.info for p in processes] == []
         assert [o for o in outcomes if o.guardian.get("left") or "missing" in o.guardian] == []

@@ -49,8 +49,12 @@ def servers(sock: Path) -> list[psutil.Process]:
 
 
 def caller(sock: Path, session: str, copy: Path, log: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", CALLER, str(sock), session, str(copy),
-                             str(log)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CALLER, str(sock), session, str(copy), str(log)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "announced"
     return proc
 

@@ -54,7 +54,8 @@ def gvisor_arm(engine_image: tuple[str, str], **limits: object) -> ContainerArm:
 
 
 def test_admitted_on_runsc_and_the_command_sees_gvisors_kernel(
-        case: Case, engine_image: tuple[str, str]) -> None:
+    case: Case, engine_image: tuple[str, str]
+) -> None:
     name, _ = engine_image
     arm = gvisor_arm(engine_image)
     admission = arm.admission()
@@ -94,7 +95,8 @@ class OtherRuntime:
 
 
 def test_a_container_under_another_runtime_is_refused(
-        case: Case, engine_image: tuple[str, str]) -> None:
+    case: Case, engine_image: tuple[str, str]
+) -> None:
     arm = gvisor_arm(engine_image)
     altered = ContainerArm(arm.config, OtherRuntime(arm.engine))  # type: ignore[arg-type]
     altered._admission = arm.admission()  # admitted on runsc, then the engine swaps it
@@ -105,15 +107,15 @@ def test_a_container_under_another_runtime_is_refused(
     assert not (case.copy / "ran").exists(), "the unverified container started"
 
 
-def test_memory_limit_kills_and_the_engine_reports_it(case: Case,
-                                                     engine_image: tuple[str, str]) -> None:
+def test_memory_limit_kills_and_the_engine_reports_it(
+    case: Case, engine_image: tuple[str, str]
+) -> None:
     arm = gvisor_arm(engine_image, memory_bytes=64 * MiB)
     # docker 20.10's OOMKilled misses about one OOM kill in four under load on runc too
     # (its event races the exit): the report must come at least once in three kills
     reported = []
     for _ in range(3):
-        done = run(arm, case.launch(["dd", "if=/dev/zero", "of=/dev/null", "bs=200M",
-                                     "count=1"]))
+        done = run(arm, case.launch(["dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"]))
         assert done.exit_code == 137
         reported.append(done.oom_killed)
         if done.oom_killed:
@@ -124,12 +126,13 @@ def test_memory_limit_kills_and_the_engine_reports_it(case: Case,
     assert (small.oom_killed, small.exit_code) == (False, 0)
 
 
-def test_processes_are_limited_inside_the_sandbox(case: Case,
-                                                  engine_image: tuple[str, str]) -> None:
+def test_processes_are_limited_inside_the_sandbox(
+    case: Case, engine_image: tuple[str, str]
+) -> None:
     arm = gvisor_arm(engine_image, pids=16)
     # 40 background sleeps against a limit of 16: gVisor refuses the fork (EAGAIN, which
     # busybox sh reports and then exits on); the sandbox itself lives to say so
-    script = ("i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); echo started $i; done")
+    script = "i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); echo started $i; done"
     done = run(arm, case.launch(shell=script))
     out = done.stdout_path.read_text()
     err = done.stderr_path.read_text()
@@ -140,24 +143,27 @@ def test_processes_are_limited_inside_the_sandbox(case: Case,
 
 
 def test_a_named_runtime_is_that_one_or_refused_with_what_to_install(
-        engine_image: tuple[str, str]) -> None:
+    engine_image: tuple[str, str],
+) -> None:
     name, image = engine_image
     runc = admit(make_engine(name), config_for(name, image, runtime="runc"))
-    assert runc.admitted and (runc.runtime, runc.runtime_used, runc.gvisor) == \
-        ("runc", "runc", False), runc.reason
+    assert runc.admitted and (runc.runtime, runc.runtime_used, runc.gvisor) == (
+        "runc",
+        "runc",
+        False,
+    ), runc.reason
     if shutil.which("crun") is None and name == "podman":
         crun = admit(make_engine(name), config_for(name, image, runtime="crun"))
         assert not crun.admitted and crun.code is ErrorCode.SANDBOX_DENIED
-        assert 'runtime = "crun", but crun is not installed (apt-get install crun)' in \
-            crun.reason
+        assert 'runtime = "crun", but crun is not installed (apt-get install crun)' in crun.reason
     if name == "docker":
         crun = admit(make_engine(name), config_for(name, image, runtime="crun"))
-        assert not crun.admitted and "crun is not registered with the docker daemon" in \
-            crun.reason
+        assert not crun.admitted and "crun is not registered with the docker daemon" in crun.reason
 
 
 def test_runsc_under_a_user_namespace_is_refused_or_skipped_with_why(
-        docker_userns: tuple[dict[str, str], str], podman_image: str) -> None:
+    docker_userns: tuple[dict[str, str], str], podman_image: str
+) -> None:
     """The remapped dockerd and podman --userns=auto can't start runsc's sandbox with the
     copy under 0700 directories (docs/MACHINES.md "gVisor"): an explicit runsc is refused
     (docker) or runs without the namespace (podman), each saying why; "auto" keeps the

@@ -30,17 +30,36 @@ def wrapper(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def no_leftovers() -> Iterator[None]:
     yield
-    left = subprocess.run(["podman", "ps", "-aq", "--filter", f"label={LABEL}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = subprocess.run(
+        ["podman", "ps", "-aq", "--filter", f"label={LABEL}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     if left:
         subprocess.run(["podman", "rm", "-f", *left], capture_output=True, check=False)
     assert left == [], f"containers left behind: {left}"
 
 
-def _podman(runtime: str, image: str, script: str, *flags: str,
-            name: str | None = None) -> subprocess.CompletedProcess[str]:
-    argv = ["podman", "run", "--label", LABEL, "--runtime", runtime, "--network", "none",
-            *flags, *(["--name", name] if name else ["--rm"]), image, "sh", "-c", script]
+def _podman(
+    runtime: str, image: str, script: str, *flags: str, name: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = [
+        "podman",
+        "run",
+        "--label",
+        LABEL,
+        "--runtime",
+        runtime,
+        "--network",
+        "none",
+        *flags,
+        *(["--name", name] if name else ["--rm"]),
+        image,
+        "sh",
+        "-c",
+        script,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -65,31 +84,49 @@ def test_bare_runsc_refuses_the_root_network_namespace(podman_image: str) -> Non
 def test_command_runs_on_gvisors_kernel(wrapper: Path, podman_image: str) -> None:
     name = f"sprawl-gvisor-{secrets.token_hex(4)}"
     try:
-        done = _podman(str(wrapper), podman_image,
-                       "uname -r; dmesg | head -1; ls /proc | grep -c '^[0-9]'", name=name)
+        done = _podman(
+            str(wrapper),
+            podman_image,
+            "uname -r; dmesg | head -1; ls /proc | grep -c '^[0-9]'",
+            name=name,
+        )
         assert done.returncode == 0, done.stderr
         release, first, pids = done.stdout.splitlines()
-        host = subprocess.run(["uname", "-r"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        assert release == "4.4.0" != host           # gVisor's fixed uname, not the host's
-        assert "Starting gVisor" in first           # the sentry's own dmesg
-        assert int(pids) < 10                       # /proc lists the sandbox's own tasks only
-        inspect = json.loads(subprocess.run(["podman", "inspect", name], capture_output=True,
-                                            text=True, check=True).stdout)[0]
+        host = subprocess.run(
+            ["uname", "-r"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        assert release == "4.4.0" != host  # gVisor's fixed uname, not the host's
+        assert "Starting gVisor" in first  # the sentry's own dmesg
+        assert int(pids) < 10  # /proc lists the sandbox's own tasks only
+        inspect = json.loads(
+            subprocess.run(
+                ["podman", "inspect", name], capture_output=True, text=True, check=True
+            ).stdout
+        )[0]
         assert inspect["OCIRuntime"] == str(wrapper)  # what verification will compare
     finally:
         subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
 
 
-def test_memory_limit_kills_the_sandbox(wrapper: Path,
-                                                          podman_image: str) -> None:
+def test_memory_limit_kills_the_sandbox(wrapper: Path, podman_image: str) -> None:
     name = f"sprawl-gvisor-{secrets.token_hex(4)}"
     try:
-        done = _podman(str(wrapper), podman_image, 'x=a; while true; do x="$x$x"; done',
-                       "--memory", "32m", "--memory-swap", "32m", name=name)
+        done = _podman(
+            str(wrapper),
+            podman_image,
+            'x=a; while true; do x="$x$x"; done',
+            "--memory",
+            "32m",
+            "--memory-swap",
+            "32m",
+            name=name,
+        )
         assert done.returncode == 137
-        state = json.loads(subprocess.run(["podman", "inspect", name], capture_output=True,
-                                          text=True, check=True).stdout)[0]["State"]
+        state = json.loads(
+            subprocess.run(
+                ["podman", "inspect", name], capture_output=True, text=True, check=True
+            ).stdout
+        )[0]["State"]
         # `podman run` from elsewhere than the bundle: conmon 2.1.6 writes its oom marker
         # into its cwd (docs/MACHINES.md), so OOMKilled is false here as under runc; the
         # arm starts conmon in the bundle and reports it (test_gvisor_arm.py)

@@ -84,7 +84,9 @@ MIRROR_HICCUP = re.compile(
     r"Temporary failure resolving|Could not resolve|Failed to fetch|Couldn't download|"
     r"Could not connect|Connection (?:timed out|refused|reset|failed)|Unable to fetch|"
     r"Hash Sum mismatch|Failed getting release file|Network is unreachable|"
-    r"Undetermined Error", re.IGNORECASE)
+    r"Undetermined Error",
+    re.IGNORECASE,
+)
 
 
 def build_cli(*args: str, attempts: int = 3) -> Result:
@@ -144,9 +146,7 @@ def test_build_prints_one_fixed_id_per_engine(busybox_pair: dict[str, str]) -> N
         assert any(tag.endswith(TAG) for tag in data["RepoTags"])
 
 
-def test_busybox_layer_is_the_same_every_build(
-    busybox_pair: dict[str, str], made: Made
-) -> None:
+def test_busybox_layer_is_the_same_every_build(busybox_pair: dict[str, str], made: Made) -> None:
     for engine, first in busybox_pair.items():
         again = made.add(engine, build_busybox(engine, tag=f"sprawl-test/again:{RUN}"))
         layers = [inspect(engine, i)["RootFS"]["Layers"] for i in (first, again)]
@@ -184,8 +184,16 @@ def test_pin_verify_list_and_exec(busybox_pair: dict[str, str], tmp_path: Path) 
 
     # The raw engine runs it, and so does sprawl-orch exec on the pinned config.
     subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", busybox_pair["docker"],
-         "/bin/busybox", "true"],
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            busybox_pair["docker"],
+            "/bin/busybox",
+            "true",
+        ],
         check=True,
     )
     workdir = tmp_path / "work"
@@ -193,8 +201,18 @@ def test_pin_verify_list_and_exec(busybox_pair: dict[str, str], tmp_path: Path) 
     for engine, image_id in busybox_pair.items():
         per_engine = tmp_path / f"{engine}.toml"
         per_engine.write_text(text.replace('engine = "auto"', f'engine = "{engine}"'))
-        ran = cli("exec", "-C", str(workdir), "--config", str(per_engine), "--json", "--",
-                  "/bin/busybox", "id", "-u")
+        ran = cli(
+            "exec",
+            "-C",
+            str(workdir),
+            "--config",
+            str(per_engine),
+            "--json",
+            "--",
+            "/bin/busybox",
+            "id",
+            "-u",
+        )
         result = json.loads(ran.stdout)
         assert (result["outcome"], result["exit_code"]) == ("settled", 0), ran.output
         assert result["container"]["engine"] == engine
@@ -273,7 +291,9 @@ def test_dockerfile_whose_base_is_not_local_is_refused_without_pulling(
             # Why the check exists: docker's own --pull=false does reach for the registry.
             subprocess.run(
                 ["docker", "build", "--pull=false", "-q", str(tmp_path)],
-                capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"}, check=False,
+                capture_output=True,
+                env={**os.environ, "DOCKER_BUILDKIT": "0"},
+                check=False,
             )
             assert registry.connections > 0
     finally:
@@ -295,13 +315,13 @@ def test_dockerfile_on_a_local_base_builds_in_both(
     assert set(report["images"]) == set(ENGINES)
     for engine, image_id in report["images"].items():
         labels = inspect(engine, image_id)["Config"]["Labels"]
-        assert (labels["sprawl.recipe"], labels["sprawl.source"]) == (
-            "dockerfile", str(dockerfile)
-        )
+        assert (labels["sprawl.recipe"], labels["sprawl.source"]) == ("dockerfile", str(dockerfile))
         extra = PODMAN_RUN if engine == "podman" else []
         out = subprocess.run(
             [engine, "run", "--rm", "--network", "none", *extra, image_id, "cat", "/built.txt"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert out.stdout == f"built-{RUN}\n"
 
@@ -326,8 +346,22 @@ def test_debian_build_with_debootstrap_into_both(
         )
         extra = PODMAN_RUN if engine == "podman" else []
         out = subprocess.run(
-            [engine, "run", "--rm", "--network", "none", "--user", "65534:65534", *extra,
-             image_id, "sh", "-c", ". /etc/os-release; echo $VERSION_CODENAME; id -un; pwd"],
-            capture_output=True, text=True, check=True,
+            [
+                engine,
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--user",
+                "65534:65534",
+                *extra,
+                image_id,
+                "sh",
+                "-c",
+                ". /etc/os-release; echo $VERSION_CODENAME; id -un; pwd",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert out.stdout.split() == ["bookworm", "nobody", "/work"]

@@ -25,7 +25,7 @@ from sprawl_orch.container.engine import ENGINES
 
 pytestmark = pytest.mark.slow
 
-PROJECT = '''\
+PROJECT = """\
 import unittest
 
 
@@ -49,7 +49,7 @@ class TestMean(unittest.TestCase):
 
     def test_negative(self):
         self.assertEqual(mean([-2, 2, -3, 3]), 0)
-'''
+"""
 CONFIG = """\
 [sandbox]
 arm = "container"
@@ -95,8 +95,9 @@ def build(name: str, made: Made, *args: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def debian_py(engines: tuple[str, ...], made_here: Made) -> tuple[str, dict[str, str]]:
     tag = f"sprawl-test/debian-py:{RUN}"
-    ids = build("debian --include", made_here, "debian", "--include", "python3,python3-venv",
-                "--tag", tag)
+    ids = build(
+        "debian --include", made_here, "debian", "--include", "python3,python3-venv", "--tag", tag
+    )
     return tag, ids
 
 
@@ -119,8 +120,16 @@ def pytest_image(
         "    && rm -rf /var/lib/apt/lists/*\n"
     )
     tag = f"sprawl-test/pytest:{RUN}"
-    ids = build("Dockerfile apt-get (per engine)", made_here, "--dockerfile",
-                str(context / "Dockerfile"), "--network", "host", "--tag", tag)
+    ids = build(
+        "Dockerfile apt-get (per engine)",
+        made_here,
+        "--dockerfile",
+        str(context / "Dockerfile"),
+        "--network",
+        "host",
+        "--tag",
+        tag,
+    )
     return tag, ids
 
 
@@ -132,8 +141,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def host_count(project: Path, runner: list[str]) -> int:
-    done = subprocess.run([sys.executable, "-m", *runner], cwd=project, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", *runner], cwd=project, capture_output=True, text=True, check=False
+    )
     return passed(done.stdout + done.stderr)
 
 
@@ -182,8 +192,9 @@ def test_debian_with_include_runs_the_suite(
         )
     host = host_count(project, UNITTEST)
     assert host == 5
-    for engine, out in pin_verify_exec(tag, ids, project, tmp_path,
-                                       ["python3", "-m", *UNITTEST]).items():
+    for engine, out in pin_verify_exec(
+        tag, ids, project, tmp_path, ["python3", "-m", *UNITTEST]
+    ).items():
         assert passed(out) == host, f"{engine}: {out}"
 
 
@@ -191,9 +202,11 @@ def test_python_recipe_has_its_toolchain_and_runs_the_suite(
     python_image: tuple[str, dict[str, str]], project: Path, tmp_path: Path
 ) -> None:
     tag, ids = python_image
-    probe = ("python3 -m venv /tmp/v && /tmp/v/bin/python -c 'import sys; print(sys.prefix)' "
-             "&& python3 -m pip --version && git --version && stat -c %a /tmp && "
-             f"python3 -m {' '.join(UNITTEST)}")
+    probe = (
+        "python3 -m venv /tmp/v && /tmp/v/bin/python -c 'import sys; print(sys.prefix)' "
+        "&& python3 -m pip --version && git --version && stat -c %a /tmp && "
+        f"python3 -m {' '.join(UNITTEST)}"
+    )
     outputs = pin_verify_exec(tag, ids, project, tmp_path, ["sh", "-c", probe])
     host = host_count(project, UNITTEST)
     for engine, out in outputs.items():
@@ -208,8 +221,9 @@ def test_dockerfile_apt_get_over_host_network_bakes_pytest(
     tag, ids = pytest_image
     host = host_count(project, ["pytest", "-q", "-p", "no:cacheprovider"])
     assert host == 5
-    outputs = pin_verify_exec(tag, ids, project, tmp_path,
-                              ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    outputs = pin_verify_exec(
+        tag, ids, project, tmp_path, ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    )
     for engine, out in outputs.items():
         assert passed(out) == host, f"{engine}: {out}"
 
@@ -220,11 +234,16 @@ def containers_of(engine: str, image_id: str) -> list[str]:
     field = "{{.ImageID}}" if engine == "podman" else "{{.Image}}"
     out = subprocess.run(
         [engine, "ps", "-a", "--no-trunc", *extra, "--format", "{{.ID}} " + field],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     bare = image_id.removeprefix("sha256:")
-    return [line.split()[0] for line in out.splitlines()
-            if line.split()[1:] and line.split()[1].removeprefix("sha256:") == bare]
+    return [
+        line.split()[0]
+        for line in out.splitlines()
+        if line.split()[1:] and line.split()[1].removeprefix("sha256:") == bare
+    ]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -237,8 +256,7 @@ def test_failing_dockerfile_leaves_no_container_and_names_the_cause(
         "python3-pytest\n"
     )
     before = containers_of(engine, base)
-    failed = cli("image", "build", "--dockerfile", str(tmp_path / "Dockerfile"),
-                 "--engine", engine)
+    failed = cli("image", "build", "--dockerfile", str(tmp_path / "Dockerfile"), "--engine", engine)
     assert failed.exit_code == 125, failed.output
     assert containers_of(engine, base) == before == []
     message = failed.stderr

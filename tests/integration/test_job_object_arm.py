@@ -28,8 +28,9 @@ LIMIT = 64 * MiB
 # Windows' socket layer can't load its providers without SystemRoot (WinError 10106).
 PASS = ("SYSTEMROOT",)
 
-pytestmark = pytest.mark.skipif(sys.platform != "win32",
-                                reason="AppContainers and Job Objects are Windows' own")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "win32", reason="AppContainers and Job Objects are Windows' own"
+)
 
 
 def test_windows_job_arm_conforms_by_itself(tmp_path: Path) -> None:

@@ -39,31 +39,60 @@ def write_config(tmp: Path, engine: str, image: str) -> Path:
     (tmp / "tree" / "a.txt").write_text("from the tree\n")
     (tmp / "scratch").mkdir(exist_ok=True)
     config = tmp / "sprawl.toml"
-    config.write_text("\n".join([
-        "[sandbox]", 'arm = "container"', f'scratch_dir = "{tmp / "scratch"}"',
-        "window_seconds = 30", "[state]", f'dir = "{tmp / "state"}"',
-        "[sandbox.container]", f'engine = "{engine}"', "[sandbox.container.images]",
-        f'{engine} = "{image}"',
-    ]) + "\n")
+    config.write_text(
+        "\n".join(
+            [
+                "[sandbox]",
+                'arm = "container"',
+                f'scratch_dir = "{tmp / "scratch"}"',
+                "window_seconds = 30",
+                "[state]",
+                f'dir = "{tmp / "state"}"',
+                "[sandbox.container]",
+                f'engine = "{engine}"',
+                "[sandbox.container.images]",
+                f'{engine} = "{image}"',
+            ]
+        )
+        + "\n"
+    )
     return config
 
 
 @contextlib.asynccontextmanager
-async def session(tmp: Path, config: Path, *extra: str,
-                  ) -> AsyncIterator[tuple[ClientSession, int]]:
+async def session(
+    tmp: Path,
+    config: Path,
+    *extra: str,
+) -> AsyncIterator[tuple[ClientSession, int]]:
     """The server as an agent would start it (docs/mcp.md), and the SDK's client session."""
     env = {"PYTHONPATH": str(REPO), "DOCKER_HOST": os.environ.get("DOCKER_HOST", "")}
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-c", "from sprawl_orch.cli import main; main()", "mcp",
-              "-C", str(tmp / "tree"), "--config", str(config), *extra],
-        env=env, cwd=str(tmp))
+        args=[
+            "-c",
+            "from sprawl_orch.cli import main; main()",
+            "mcp",
+            "-C",
+            str(tmp / "tree"),
+            "--config",
+            str(config),
+            *extra,
+        ],
+        env=env,
+        cwd=str(tmp),
+    )
     with (tmp / "server-stderr").open("w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), \
-                ClientSession(read, write) as client:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as client,
+        ):
             await client.initialize()
-            server = next(p for p in psutil.Process().children(recursive=True)
-                          if str(config) in _cmdline(p) and "mcp" in _cmdline(p))
+            server = next(
+                p
+                for p in psutil.Process().children(recursive=True)
+                if str(config) in _cmdline(p) and "mcp" in _cmdline(p)
+            )
             yield client, server.pid
 
 
@@ -85,8 +114,12 @@ def structured(result: CallToolResult) -> dict[str, Any]:
 
 
 def labelled(engine: str, run: str) -> list[str]:
-    done = subprocess.run([engine, "ps", "-aq", "--filter", f"label=sprawl.run={run}"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [engine, "ps", "-aq", "--filter", f"label=sprawl.run={run}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.split()
 
 
@@ -118,28 +151,33 @@ def test_tools_on_every_arm_and_halt(engine_image: tuple[str, str], tmp_path: Pa
 
             for arm in arms:
                 got = await client.call_tool(
-                    "exec", {"command": ["cat", "a.txt"], "arm": arm, "run": run})
+                    "exec", {"command": ["cat", "a.txt"], "arm": arm, "run": run}
+                )
                 body = structured(got)
                 assert not got.is_error and body["outcome"] == "settled", text(got)
                 assert body["stdout"] == "from the tree\n" and body["exit_code"] == 0
                 assert body["confinement"]["statement"] in text(got)
                 assert "from the tree" in text(got)
-            expected_arm = {"container": "container", "copied_tree": "copied_tree",
-                            "native": "linux_namespaces"}
+            expected_arm = {
+                "container": "container",
+                "copied_tree": "copied_tree",
+                "native": "linux_namespaces",
+            }
             assert body["arm"] == expected_arm[arms[-1]]
 
             line = await client.call_tool(
-                "exec", {"command": "echo out; echo err >&2; exit 3", "run": run})
+                "exec", {"command": "echo out; echo err >&2; exit 3", "run": run}
+            )
             body = structured(line)
             assert (body["exit_code"], body["stdout"], body["stderr"]) == (3, "out\n", "err\n")
             assert body["container"]["verified"] is True and body["container"]["engine"] == engine
 
-            host = await client.call_tool(
-                "exec", {"command": ["pwd"], "where": "host", "run": run})
+            host = await client.call_tool("exec", {"command": ["pwd"], "where": "host", "run": run})
             assert structured(host)["stdout"].strip() == str(tmp_path / "tree")
 
             slow = await client.call_tool(
-                "exec", {"command": "sleep 60", "window": 0.5, "run": run})
+                "exec", {"command": "sleep 60", "window": 0.5, "run": run}
+            )
             handle = structured(slow)["handle"]
             assert structured(slow)["outcome"] == "backgrounded" and handle in text(slow)
             assert len(labelled(engine, run)) == 1
@@ -166,11 +204,14 @@ def soak_call(i: int, run: str) -> tuple[str, dict[str, Any]]:
     them; some outlive their window and are halted, harvested or released."""
     arm = ("container", "copied_tree", "native")[i % 3]
     if i % 25 == 3:
-        return "exec", {"command": "sleep 0.2; echo late", "window": 0.05, "arm": arm,
-                        "run": run}
+        return "exec", {"command": "sleep 0.2; echo late", "window": 0.05, "arm": arm, "run": run}
     if i % 40 == 11:
-        return "exec", {"command": "sleep 61 & sleep 62", "window": 0.05, "arm": arm,
-                        "run": f"{run}-doomed"}
+        return "exec", {
+            "command": "sleep 61 & sleep 62",
+            "window": 0.05,
+            "arm": arm,
+            "run": f"{run}-doomed",
+        }
     if i % 10 == 7:
         return "harvest", {}
     return "exec", {"command": ["sh", "-c", f"echo {i}; ls >/dev/null"], "arm": arm, "run": run}
@@ -216,7 +257,8 @@ def test_soak_200_calls_leave_nothing(docker_image: str, tmp_path: Path) -> None
                     group.start_soon(one, i)
             # The rest: halt one, release the doomed run, harvest until the backlog is empty.
             long = await client.call_tool(
-                "exec", {"command": "sleep 66", "window": 0.05, "run": run})
+                "exec", {"command": "sleep 66", "window": 0.05, "run": run}
+            )
             halted = await client.call_tool("halt", {"handle": structured(long)["handle"]})
             assert structured(halted)["killed"] is True, text(halted)
             released = await client.call_tool("release", {"run": f"{run}-doomed"})
@@ -227,7 +269,8 @@ def test_soak_200_calls_leave_nothing(docker_image: str, tmp_path: Path) -> None
             assert labelled("docker", run) == [] and labelled("docker", f"{run}-doomed") == []
             # One left running when the client goes away: released by the server's close.
             left = await client.call_tool(
-                "exec", {"command": "sleep 65", "window": 0.05, "run": run})
+                "exec", {"command": "sleep 65", "window": 0.05, "run": run}
+            )
             assert structured(left)["outcome"] == "backgrounded"
             sample(pid)
 
@@ -235,16 +278,14 @@ def test_soak_200_calls_leave_nothing(docker_image: str, tmp_path: Path) -> None
     print(f"\nsoak: {SOAK} calls, execs by arm {counts}, processes seen {len(seen)}")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        alive = [p for p in seen.values() if p.is_running()
-                 and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         if not alive and not labelled("docker", run):
             break
         time.sleep(0.2)
     assert labelled("docker", run) == [] and labelled("docker", f"{run}-doomed") == []
     assert alive == [], [(p.pid, p.cmdline()) for p in alive]
     assert list((tmp_path / "scratch").iterdir()) == []
-    under = [p.pid for p in psutil.process_iter()
-             if _cwd(p).startswith(str(tmp_path))]
+    under = [p.pid for p in psutil.process_iter() if _cwd(p).startswith(str(tmp_path))]
     assert under == []
     assert sum(counts.values()) >= 150
 
@@ -267,9 +308,12 @@ def test_warm_switch(docker_image: str, tmp_path: Path) -> None:
             assert "Warm container" in (exec_tool.description or "")
             names = []
             for n in range(3):
-                got = structured(await client.call_tool(
-                    "exec", {"command": f"echo {n} > /tmp/{n}; ls /tmp | grep -x '[0-9]'",
-                             "run": run}))
+                got = structured(
+                    await client.call_tool(
+                        "exec",
+                        {"command": f"echo {n} > /tmp/{n}; ls /tmp | grep -x '[0-9]'", "run": run},
+                    )
+                )
                 assert got["stdout"].split() == [str(n)], got["stdout"]
                 names.append(got["container"]["name"])
             assert len(set(names)) == 1, names

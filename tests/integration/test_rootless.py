@@ -29,15 +29,32 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = "/usr/bin/python3"  # the account can't run an interpreter under root's home
 
 
-def as_account(*argv: str, env: dict[str, str] | None = None,
-               timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def as_account(
+    *argv: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     home = pwd.getpwnam(ACCOUNT).pw_dir
-    base = {"HOME": home, "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-            "USER": ACCOUNT}
+    base = {
+        "HOME": home,
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "USER": ACCOUNT,
+    }
     return subprocess.run(
-        ["runuser", "-u", ACCOUNT, "--", "env", "-i",
-         *(f"{k}={v}" for k, v in {**base, **(env or {})}.items()), *argv],
-        capture_output=True, text=True, check=False, timeout=timeout, cwd="/",
+        [
+            "runuser",
+            "-u",
+            ACCOUNT,
+            "--",
+            "env",
+            "-i",
+            *(f"{k}={v}" for k, v in {**base, **(env or {})}.items()),
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        cwd="/",
     )
 
 
@@ -45,8 +62,17 @@ def readable_tree(tmp: Path) -> Path:
     """The repository and its installed packages where the account can read them: here
     when it already can, else copied to a world-readable directory."""
     site = Path(next(p for p in sys.path if p.endswith("site-packages")))
-    if as_account("test", "-r", str(ROOT / "orchestrator" / "__init__.py"),
-                  "-a", "-r", str(site / "pydantic" / "__init__.py")).returncode == 0:
+    if (
+        as_account(
+            "test",
+            "-r",
+            str(ROOT / "orchestrator" / "__init__.py"),
+            "-a",
+            "-r",
+            str(site / "pydantic" / "__init__.py"),
+        ).returncode
+        == 0
+    ):
         return ROOT
     dest = tmp / "tree"
     for part in ("orchestrator", "tests", "native_fallbacks", "guardian", "images"):
@@ -99,20 +125,28 @@ def import_view(tree: Path, where: Path) -> Path:
 
 def test_rootless_podman_conformance(rootless_image: str, tmp_path: Path) -> None:
     tree = readable_tree(tmp_path)
-    site = tree / "site" if tree != ROOT else Path(
-        next(p for p in sys.path if p.endswith("site-packages")))
+    site = (
+        tree / "site"
+        if tree != ROOT
+        else Path(next(p for p in sys.path if p.endswith("site-packages")))
+    )
     # In /tmp itself: pytest's own temp root is private to root (0700).
     where = Path(tempfile.mkdtemp(prefix="sprawl-rootless-view-", dir="/tmp"))
     try:
         view = import_view(tree, where)
-        done = as_account(PYTHON, "-m", "tests.integration.rootless_driver", rootless_image,
-                          env={"PYTHONPATH": f"{tree}:{view}:{site}"})
+        done = as_account(
+            PYTHON,
+            "-m",
+            "tests.integration.rootless_driver",
+            rootless_image,
+            env={"PYTHONPATH": f"{tree}:{view}:{site}"},
+        )
     finally:
         shutil.rmtree(where, ignore_errors=True)
     result_lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     assert done.returncode == 0 and result_lines, (
-        f"the driver failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
-        f"{done.stderr[-3000:]}")
+        f"the driver failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     result = json.loads(result_lines[-1].removeprefix("RESULT "))
     print("\n" + next(ln for ln in done.stdout.splitlines() if ln.startswith("container (")))
     print(f"  user: {result['evidence']['user']}\n  note: {result['note']}")
@@ -129,13 +163,22 @@ def test_rootless_podman_conformance(rootless_image: str, tmp_path: Path) -> Non
 def run_exec_driver(image: str, mode: str, tmp_path: Path) -> list[dict[str, object]]:
     """tests/integration/rootless_exec_driver.py as the account: its results, in order."""
     tree = readable_tree(tmp_path)
-    site = tree / "site" if tree != ROOT else Path(
-        next(p for p in sys.path if p.endswith("site-packages")))
+    site = (
+        tree / "site"
+        if tree != ROOT
+        else Path(next(p for p in sys.path if p.endswith("site-packages")))
+    )
     where = Path(tempfile.mkdtemp(prefix="sprawl-rootless-view-", dir="/tmp"))
     try:
         view = import_view(tree, where)
-        done = as_account(PYTHON, "-m", "tests.integration.rootless_exec_driver", image, mode,
-                          env={"PYTHONPATH": f"{tree}:{view}:{site}"})
+        done = as_account(
+            PYTHON,
+            "-m",
+            "tests.integration.rootless_exec_driver",
+            image,
+            mode,
+            env={"PYTHONPATH": f"{tree}:{view}:{site}"},
+        )
     finally:
         shutil.rmtree(where, ignore_errors=True)
     assert done.returncode == 0, f"the driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -144,8 +187,9 @@ def run_exec_driver(image: str, mode: str, tmp_path: Path) -> list[dict[str, obj
     return [json.loads(ln.removeprefix("RESULT ")) for ln in lines if ln.startswith("RESULT ")]
 
 
-def test_rootless_commands_one_after_another_in_one_copy(rootless_image: str,
-                                                         tmp_path: Path) -> None:
+def test_rootless_commands_one_after_another_in_one_copy(
+    rootless_image: str, tmp_path: Path
+) -> None:
     """Three commands through ExecTool in one persistent copy: each gets the copy (given to
     its subordinate uid at start, taken back after), and the next one's resync, stamps and
     changes work on what the last one handed back."""
@@ -162,8 +206,7 @@ def test_rootless_commands_one_after_another_in_one_copy(rootless_image: str,
     assert totals == [1, 1, 3], [r["changes"] for r in results]
 
 
-def test_rootless_warm_mode_is_refused_and_says_why(rootless_image: str,
-                                                   tmp_path: Path) -> None:
+def test_rootless_warm_mode_is_refused_and_says_why(rootless_image: str, tmp_path: Path) -> None:
     """Warm mode cleans a kept container from the host between commands, which a rootless
     caller may not do to its subordinate uids: refused before anything is copied or run."""
     results = run_exec_driver(rootless_image, "warm", tmp_path)

@@ -18,7 +18,7 @@ from tests.integration.conformance import absent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="seccomp is Linux's")
 
-PROBE = r'''
+PROBE = r"""
 import ctypes, errno, mmap, platform, socket
 def t(name, f):
     try:
@@ -49,7 +49,7 @@ raw("io_uring_enter", 426, 0, 0, 0, 0, 0, 0)
 raw("io_uring_register", 427, 0, 0, 0, 0)
 if x86:
     raw("x32_socket", 0x40000000 | 41, 1, 1, 0)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +60,14 @@ def ran() -> dict[str, str]:
     assert bwrap is not None
     fd = program_fd()
     try:
-        argv = bwrap_argv(bwrap, system_view(), None, "/", ["python3", "-c", PROBE],
-                          seccomp_fd=fd)
+        argv = bwrap_argv(bwrap, system_view(), None, "/", ["python3", "-c", PROBE], seccomp_fd=fd)
         # The interpreter of this test run, whatever prefix it lives in.
         prefix = os.path.realpath(sys.base_prefix)
-        argv[argv.index("--chdir"):argv.index("--chdir")] = ["--ro-bind", prefix, prefix]
+        argv[argv.index("--chdir") : argv.index("--chdir")] = ["--ro-bind", prefix, prefix]
         argv[-3] = os.path.join(prefix, "bin", "python3")
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, pass_fds=(fd,),
-                              check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=30, pass_fds=(fd,), check=False
+        )
     finally:
         os.close(fd)
     assert done.returncode == 0, done.stderr
@@ -75,9 +75,15 @@ def ran() -> dict[str, str]:
 
 
 REFUSED = {
-    "socket_unix": "EPERM", "socket_unix_dgram": "EPERM", "pair_dgram": "EPERM",
-    "pair_raw": "EPERM", "pair_dgram_flags": "EPERM", "socket_high_bits": "EPERM",
-    "io_uring_setup": "ENOSYS", "io_uring_enter": "ENOSYS", "io_uring_register": "ENOSYS",
+    "socket_unix": "EPERM",
+    "socket_unix_dgram": "EPERM",
+    "pair_dgram": "EPERM",
+    "pair_raw": "EPERM",
+    "pair_dgram_flags": "EPERM",
+    "socket_high_bits": "EPERM",
+    "io_uring_setup": "ENOSYS",
+    "io_uring_enter": "ENOSYS",
+    "io_uring_register": "ENOSYS",
 }
 X86_REFUSED = {"x32_socket": "ENOSYS"}
 ALLOWED = ("socket_inet", "pair_stream", "pair_seqpacket")
@@ -93,8 +99,9 @@ def test_refused(ran: dict[str, str], name: str) -> None:
 def test_foreign_abis_refused(ran: dict[str, str], name: str) -> None:
     # Only observable where the kernel has the x32 ABI (CONFIG_X86_X32_ABI): without the
     # filter the same call must get further than ENOSYS, or the line proves nothing.
-    unconfined = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                                timeout=30, check=False)
+    unconfined = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=30, check=False
+    )
     baseline = dict(ln.split(" ", 1) for ln in unconfined.stdout.splitlines())
     if baseline.get(name) == "ENOSYS":
         pytest.skip("this kernel has no x32 ABI: the filter's x32 line cannot be observed")

@@ -91,8 +91,12 @@ class Client:
 
 
 def docker_sprawl_containers(label: str = "sprawl.session") -> int:
-    done = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return len(done.stdout.split())
 
 
@@ -148,12 +152,20 @@ def load(tmp_path: Path) -> Iterator[tuple[list[str], Path]]:
         (tree / "src" / f"f{n}.txt").write_text(f"file {n}\n" * 50)
     config = tmp_path / "sprawl.toml"
     lines = [
-        "[sandbox]", 'arm = "copied_tree"', f'scratch_dir = "{tmp_path / "scratch"}"',
-        "window_seconds = 30", "[state]", f'dir = "{tmp_path / "state"}"',
+        "[sandbox]",
+        'arm = "copied_tree"',
+        f'scratch_dir = "{tmp_path / "scratch"}"',
+        "window_seconds = 30",
+        "[state]",
+        f'dir = "{tmp_path / "state"}"',
     ]
     if image:
-        lines += ["[sandbox.container]", 'engine = "docker"', "[sandbox.container.images]",
-                  f'docker = "{image}"']
+        lines += [
+            "[sandbox.container]",
+            'engine = "docker"',
+            "[sandbox.container.images]",
+            f'docker = "{image}"',
+        ]
     config.write_text("\n".join(lines) + "\n")
     (tmp_path / "scratch").mkdir()
     try:
@@ -170,12 +182,21 @@ BWRAP_RACE = "Can't bind mount /oldroot/ on /newroot/"
 
 
 def bwrap_raced(result: dict[str, Any]) -> bool:
-    return (result["arm"] == "linux_namespaces" and result["exit_code"] == 1
-            and BWRAP_RACE in result["stderr"])
+    return (
+        result["arm"] == "linux_namespaces"
+        and result["exit_code"] == 1
+        and BWRAP_RACE in result["stderr"]
+    )
 
 
-def one_round(client: Client, arms: list[str], first: int, count: int, delegated: bool,
-              seen: list[psutil.Process]) -> tuple[dict[str, int], int]:
+def one_round(
+    client: Client,
+    arms: list[str],
+    first: int,
+    count: int,
+    delegated: bool,
+    seen: list[psutil.Process],
+) -> tuple[dict[str, int], int]:
     """`count` execs, 8 at a time; then halt, release and harvest until the backlog is empty.
     Returns the commands per arm (bwrap's mount races as "bwrap mount race") and the number
     of harvest requests."""
@@ -248,21 +269,32 @@ def test_two_hundred_commands_leave_nothing_behind(load: tuple[list[str], Path])
     arms, tmp = load
     scratch = tmp / "scratch"
     delegated = delegation().shares is PlatformShares.CPU_AND_MEMORY
-    argv = [sys.executable, "-c", "from sprawl_orch.cli import main; main()", "serve",
-            "-C", str(tmp / "tree"), "--config", str(tmp / "sprawl.toml"),
-            "--workers", str(PARALLEL)]
+    argv = [
+        sys.executable,
+        "-c",
+        "from sprawl_orch.cli import main; main()",
+        "serve",
+        "-C",
+        str(tmp / "tree"),
+        "--config",
+        str(tmp / "sprawl.toml"),
+        "--workers",
+        str(PARALLEL),
+    ]
     if delegated:
         argv += ["--shares", "cpu_and_memory", "--run-memory-bytes", str(256 * MIB)]
     before = {
-        "sprawl containers (all sessions)": docker_sprawl_containers() if "container" in arms
+        "sprawl containers (all sessions)": docker_sprawl_containers()
+        if "container" in arms
         else 0,
         "scratch copies": len(list(scratch.iterdir())),
         "cgroup dirs (all sessions)": cgroup_dirs(),
     }
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env=env, cwd=tmp)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp
+    )
     client = Client(proc)
     server = psutil.Process(proc.pid)
     seen: list[psutil.Process] = []
@@ -277,14 +309,16 @@ def test_two_hundred_commands_leave_nothing_behind(load: tuple[list[str], Path])
 
     sandboxed = [a for a in arms if a != "host"]
     for k, arm in enumerate(sandboxed):  # still running when stdin closes
-        left = client.ask(f"left-{k}", op="exec", command=["sleep", "64"], window=0.05,
-                          run="left", arm=arm)
+        left = client.ask(
+            f"left-{k}", op="exec", command=["sleep", "64"], window=0.05, run="left", arm=arm
+        )
         assert left["result"]["outcome"] == "backgrounded", left
     session = left["result"]["handle"].rsplit("-", 1)[0]
     seen += server.children(recursive=True)
     during = {
         "sprawl containers (this session)": docker_sprawl_containers(f"sprawl.session={session}")
-        if "container" in arms else 0,
+        if "container" in arms
+        else 0,
         "scratch copies": len(list(scratch.iterdir())),
         "processes (server's descendants)": len(alive(seen)),
         "cgroup dirs (this session)": cgroup_dirs(session),
@@ -296,23 +330,29 @@ def test_two_hundred_commands_leave_nothing_behind(load: tuple[list[str], Path])
     assert proc.wait(60) == 0
     elapsed = time.monotonic() - started
     after = {
-        "sprawl containers (all sessions)": docker_sprawl_containers() if "container" in arms
+        "sprawl containers (all sessions)": docker_sprawl_containers()
+        if "container" in arms
         else 0,
         "sprawl containers (this session)": docker_sprawl_containers(f"sprawl.session={session}")
-        if "container" in arms else 0,
+        if "container" in arms
+        else 0,
         "scratch copies": len(list(scratch.iterdir())),
         "processes (server's descendants)": len(alive(seen)),
         "cgroup dirs (all sessions)": cgroup_dirs(),
         "cgroup dirs (this session)": cgroup_dirs(session),
     }
-    print(f"{N} commands + {harvests + harvests2} harvest requests in {elapsed:.1f} s, "
-          f"arms {arms}, per-run cgroups {'on' if delegated else 'off'}")
+    print(
+        f"{N} commands + {harvests + harvests2} harvest requests in {elapsed:.1f} s, "
+        f"arms {arms}, per-run cgroups {'on' if delegated else 'off'}"
+    )
     print("before:", before)
     print(f"while serving ({len(sandboxed)} commands left running):", during)
     print("after EOF:", after)
     (sock1, other1), (sock2, other2) = split(first_fds), split(second_fds)
-    print(f"server fds (sockets + other) with the backlog empty: after {N // 2} commands "
-          f"{sock1} + {other1}, after {N} commands {sock2} + {other2}")
+    print(
+        f"server fds (sockets + other) with the backlog empty: after {N // 2} commands "
+        f"{sock1} + {other1}, after {N} commands {sock2} + {other2}"
+    )
     if delegated:
         assert during["cgroup dirs (this session)"] > 0
     assert during["processes (server's descendants)"] > 0

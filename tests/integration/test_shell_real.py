@@ -74,7 +74,11 @@ def shell_for(name: str, tmp_path: Path) -> Found:
 
 def run_line(shell: Found, line: str, cwd: Path) -> tuple[int, str, str]:
     done = subprocess.run(
-        shell_argv(shell, line), capture_output=True, cwd=cwd, timeout=60, check=False,
+        shell_argv(shell, line),
+        capture_output=True,
+        cwd=cwd,
+        timeout=60,
+        check=False,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
     )
     out = done.stdout.decode("utf-8", errors="replace")
@@ -110,10 +114,12 @@ def test_exec_tool_results_fold_in_the_ledger_view(tmp_path: Path) -> None:
     (tree / "README").write_text("readme\n")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    offerings = Offerings(platform="linux", scratch=scratch, nice=shutil.which("nice"),
-                          ionice=shutil.which("ionice"))
-    config = parse_config({"sandbox": {"arm": "copied_tree"},
-                           "state": {"dir": str(tmp_path / "state")}})
+    offerings = Offerings(
+        platform="linux", scratch=scratch, nice=shutil.which("nice"), ionice=shutil.which("ionice")
+    )
+    config = parse_config(
+        {"sandbox": {"arm": "copied_tree"}, "state": {"dir": str(tmp_path / "state")}}
+    )
     ledger = Ledger(tmp_path / "view.jsonl")
     bash = need("bash")
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
@@ -136,15 +142,28 @@ def test_exec_tool_results_fold_in_the_ledger_view(tmp_path: Path) -> None:
     assert [r["interpreter"] for r in records] == ["sh", "sh", "sh", None, "bash", "bash", None]
     tally = ShellTally().absorb_all(records)
     assert {name: row.as_dict() for name, row in tally.rows.items()} == {
-        "sh": {"interpreter": "sh", "calls": 3, "command_not_found": 1, "syntax": 1,
-               "encoding": 0, "share_failed": round(2 / 3, 4)},
-        "bash": {"interpreter": "bash", "calls": 2, "command_not_found": 0, "syntax": 1,
-                 "encoding": 1, "share_failed": 1.0},
+        "sh": {
+            "interpreter": "sh",
+            "calls": 3,
+            "command_not_found": 1,
+            "syntax": 1,
+            "encoding": 0,
+            "share_failed": round(2 / 3, 4),
+        },
+        "bash": {
+            "interpreter": "bash",
+            "calls": 2,
+            "command_not_found": 0,
+            "syntax": 1,
+            "encoding": 1,
+            "share_failed": 1.0,
+        },
     }
     done = CliRunner().invoke(main, ["view", "--shells", "--json", "--ledger", str(ledger.path)])
     assert done.exit_code == 0, done.output
     assert [json.loads(line) for line in done.stdout.splitlines()] == [
-        tally.rows["bash"].as_dict(), tally.rows["sh"].as_dict()
+        tally.rows["bash"].as_dict(),
+        tally.rows["sh"].as_dict(),
     ]
 
 
@@ -158,8 +177,9 @@ def test_pwsh_resolves_for_real_and_never_falls_back() -> None:
         assert caught.value.code is ErrorCode.TOOL_UNAVAILABLE
         assert caught.value.subject == "pwsh 7"
         return
-    line = subprocess.run([program, "--version"], capture_output=True, text=True,
-                          check=False).stdout
+    line = subprocess.run(
+        [program, "--version"], capture_output=True, text=True, check=False
+    ).stdout
     major = pwsh_major(line)
     if major is not None and major >= 7:
         assert shell == Found(program, "pwsh")

@@ -21,8 +21,18 @@ def fresh_admissions() -> Iterator[None]:
 
 
 def create_probe_like(engine: str, image: str, owner: str) -> str:
-    argv = [engine, "create", "--label", f"sprawl.session={PROBE_SESSION}",
-            "--label", f"sprawl.run={owner}", "--network", "none", image, "true"]
+    argv = [
+        engine,
+        "create",
+        "--label",
+        f"sprawl.session={PROBE_SESSION}",
+        "--label",
+        f"sprawl.run={owner}",
+        "--network",
+        "none",
+        image,
+        "true",
+    ]
     return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
 
 

@@ -91,7 +91,7 @@ class DroppingUserns:
     def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
         out = list(argv)
         at = out.index("--userns")
-        del out[at:at + 2]
+        del out[at : at + 2]
         return self._real.create(out, env)
 
 
@@ -108,8 +108,12 @@ def test_a_container_without_the_map_is_refused(case: Case, podman_image: str) -
     assert err.value.code is ErrorCode.SANDBOX_DENIED and err.value.subject == "userns"
     assert "HostConfig.IDMappings" in err.value.detail
     assert not (case.copy / "ran").exists(), "the unverified container started"
-    gone = subprocess.run(["podman", "inspect", f"sprawl-{case.session}-1"],
-                          capture_output=True, text=True, check=False)
+    gone = subprocess.run(
+        ["podman", "inspect", f"sprawl-{case.session}-1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert gone.returncode != 0, "the refused container was not removed"
 
 
@@ -189,14 +193,15 @@ def test_podman_auto_removal_needs_no_retry(case: Case, podman_image: str) -> No
         ids.append(str(record["id"]))
     # (admission's probe container is removed through the same engine: one rm more)
     assert len(counting.rm) >= 8 and set(counting.rm) == {0}, (
-        f"rm exit statuses {counting.rm}: a removal failed and was retried")
+        f"rm exit statuses {counting.rm}: a removal failed and was retried"
+    )
     mounts = Path("/proc/self/mountinfo").read_text()
     assert not [i for i in ids if i in mounts], "a container's shm is still mounted"
 
 
 def test_docker_host_key_reaches_the_remapped_daemon(
-        docker_userns: tuple[dict[str, str], str], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    docker_userns: tuple[dict[str, str], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """[sandbox.container] docker_host names the --userns-remap dockerd: admission, the run
     and the guardian reach it although $DOCKER_HOST names a socket that does not exist."""
     env, image = docker_userns
@@ -205,11 +210,21 @@ def test_docker_host_key_reaches_the_remapped_daemon(
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "a.txt").write_text("x\n")
-    config = parse_config({
-        "sandbox": {"arm": "container", "scratch_dir": str(tmp_path),
-                    "container": {"engine": "docker", "docker_host": host, "userns": "required",
-                                  "images": {"docker": image}}},
-        "state": {"dir": str(tmp_path / "state")}})
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "container",
+                "scratch_dir": str(tmp_path),
+                "container": {
+                    "engine": "docker",
+                    "docker_host": host,
+                    "userns": "required",
+                    "images": {"docker": image},
+                },
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
     with ExecTool(config, tree, record=False) as tool:
         result = tool.exec(["id", "-u"]).as_json_dict()
         assert tool.guardian().environ["DOCKER_HOST"] == host
@@ -221,6 +236,11 @@ def test_docker_host_key_reaches_the_remapped_daemon(
     owner = int(str(record["host_owner"]).split(":")[0])
     assert any(owner in r for r in subordinate("dockremap", Path("/etc/subuid"))), owner
     assert principal_problem(owner) is None
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=sprawl.session={session}"],
-                          capture_output=True, text=True, check=True, env=env)
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=sprawl.session={session}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     assert left.stdout.split() == []

@@ -31,12 +31,22 @@ MIB = 2**20
 
 def make_config(tmp: Path, engine: str, image: str, **container: object) -> Config:
     (tmp / "scratch").mkdir(exist_ok=True)
-    return parse_config({
-        "sandbox": {"arm": "container", "scratch_dir": str(tmp / "scratch"),
-                    "window_seconds": 60,
-                    "container": {"engine": engine, "images": {engine: image}, "warm": True,
-                                  **container}},
-        "state": {"dir": str(tmp / "state")}})
+    return parse_config(
+        {
+            "sandbox": {
+                "arm": "container",
+                "scratch_dir": str(tmp / "scratch"),
+                "window_seconds": 60,
+                "container": {
+                    "engine": engine,
+                    "images": {engine: image},
+                    "warm": True,
+                    **container,
+                },
+            },
+            "state": {"dir": str(tmp / "state")},
+        }
+    )
 
 
 @pytest.fixture
@@ -48,8 +58,12 @@ def tree(tmp_path: Path) -> Path:
 
 
 def session_containers(engine: str, session: str) -> list[str]:
-    done = subprocess.run([engine, "ps", "-aq", "--filter", f"label=sprawl.session={session}"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [engine, "ps", "-aq", "--filter", f"label=sprawl.session={session}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.split()
 
 
@@ -62,8 +76,11 @@ def host_processes(marker: str) -> list[int]:
 
 
 @pytest.fixture
-def warm_tool(engine_image: tuple[str, str], tmp_path: Path, tree: Path,
-              ) -> Iterator[tuple[str, ExecTool]]:
+def warm_tool(
+    engine_image: tuple[str, str],
+    tmp_path: Path,
+    tree: Path,
+) -> Iterator[tuple[str, ExecTool]]:
     engine, image = engine_image
     tool = ExecTool(make_config(tmp_path, engine, image), tree, record=False)
     try:
@@ -80,7 +97,9 @@ def test_each_command_starts_clean(warm_tool: tuple[str, ExecTool], tree: Path) 
     first = tool.exec(
         f"setsid sleep {n} & (sh -c 'sleep {n + 1} &' &); "
         "echo left > /tmp/left; mkdir /tmp/d; chmod 0 /tmp/d; echo shm > /dev/shm/left; "
-        "echo made > made.txt; cat a.txt", shell=True)
+        "echo made > made.txt; cat a.txt",
+        shell=True,
+    )
     assert first.outcome == "settled" and first.exit_code == 0, first
     assert first.stdout == "one\n" and first.container and first.container["warm"] is True
     # Gone before the next command starts: looked for from the host, by command line.
@@ -132,10 +151,10 @@ def test_replaced_when_killed_from_outside(warm_tool: tuple[str, ExecTool]) -> N
 
 
 def test_oom_is_reported_for_the_command_that_caused_it(
-        engine_image: tuple[str, str], tmp_path: Path, tree: Path) -> None:
+    engine_image: tuple[str, str], tmp_path: Path, tree: Path
+) -> None:
     engine, image = engine_image
-    tool = ExecTool(make_config(tmp_path, engine, image, memory_bytes=48 * MIB), tree,
-                    record=False)
+    tool = ExecTool(make_config(tmp_path, engine, image, memory_bytes=48 * MIB), tree, record=False)
     try:
         assert tool.exec(["true"]).exit_code == 0
         hog = tool.exec(["dd", "if=/dev/zero", "of=/dev/null", "bs=96M", "count=1"])
@@ -163,12 +182,17 @@ GUARDED = textwrap.dedent("""
 
 
 def test_guardian_removes_an_idle_warm_container(
-        engine_image: tuple[str, str], tmp_path: Path, tree: Path) -> None:
+    engine_image: tuple[str, str], tmp_path: Path, tree: Path
+) -> None:
     engine, image = engine_image
     (tmp_path / "scratch").mkdir()
     owner = subprocess.Popen(
-        [sys.executable, "-c", GUARDED, engine, image, str(tmp_path)], stdout=subprocess.PIPE,
-        text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+        [sys.executable, "-c", GUARDED, engine, image, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+    )
     assert owner.stdout is not None
     name, session = owner.stdout.readline().split()
     assert session_containers(engine, session), "the warm container should be idle now"
@@ -181,7 +205,8 @@ def test_guardian_removes_an_idle_warm_container(
 
 
 def test_a_program_that_cannot_run_is_refused_and_nothing_ran(
-        warm_tool: tuple[str, ExecTool]) -> None:
+    warm_tool: tuple[str, ExecTool],
+) -> None:
     _, tool = warm_tool
     first = tool.exec(["true"])
     missing = tool.exec(["no-such-program"])
@@ -193,8 +218,9 @@ def test_a_program_that_cannot_run_is_refused_and_nothing_ran(
     assert after.container["name"] == first.container["name"]
 
 
-def test_podman_warm_keeps_its_user_namespace(podman_image: str, tmp_path: Path,
-                                              tree: Path) -> None:
+def test_podman_warm_keeps_its_user_namespace(
+    podman_image: str, tmp_path: Path, tree: Path
+) -> None:
     """Warm mode on rootful podman --userns=auto: the kept container keeps its map, each
     command's files belong to its mapped host uid (not a host account), and the user axis is
     claimed for every command. (A rootless caller is refused: test_rootless.py.)"""
@@ -202,8 +228,9 @@ def test_podman_warm_keeps_its_user_namespace(podman_image: str, tmp_path: Path,
 
     reserved = subordinate("containers", Path("/etc/subuid"))
     assert reserved, "no 'containers' range in /etc/subuid (run .ci/setup-engines)"
-    tool = ExecTool(make_config(tmp_path, "podman", podman_image, userns="required"), tree,
-                    record=False)
+    tool = ExecTool(
+        make_config(tmp_path, "podman", podman_image, userns="required"), tree, record=False
+    )
     try:
         done = [tool.exec("touch made; id -u", shell=True).as_json_dict() for _ in range(2)]
     finally:

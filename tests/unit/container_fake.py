@@ -25,10 +25,21 @@ def fixture_json(name: str) -> Any:
 
 def facts(**changes: Any) -> EngineFacts:
     base: dict[str, Any] = dict(
-        engine="docker", server_version="20.10.24", api_version="1.41", os="linux",
-        arch="x86_64", cgroup_version="1", cgroup_driver="cgroupfs", memory_limit=True,
-        swap_limit=True, pids_limit=True, cpu_cfs_quota=True, rootless=False,
-        userns_remap=False, default_runtime="runc", runtimes=("runc",),
+        engine="docker",
+        server_version="20.10.24",
+        api_version="1.41",
+        os="linux",
+        arch="x86_64",
+        cgroup_version="1",
+        cgroup_driver="cgroupfs",
+        memory_limit=True,
+        swap_limit=True,
+        pids_limit=True,
+        cpu_cfs_quota=True,
+        rootless=False,
+        userns_remap=False,
+        default_runtime="runc",
+        runtimes=("runc",),
     )
     base.update(changes)
     return EngineFacts(**base)
@@ -55,10 +66,22 @@ def inspect_from_argv(argv: Sequence[str], runtime_default: str) -> dict[str, An
     return {
         "Image": image,
         "State": {"Status": "created", "StartedAt": "0001-01-01T00:00:00Z", "ExitCode": 0},
-        "Mounts": [{"Type": "bind", "Source": mount["src"], "Destination": mount["dst"],
-                    "Mode": "", "RW": True, "Propagation": "rprivate"}],
-        "Config": {"User": flags["--user"][0], "Volumes": None, "Image": image,
-                   "WorkingDir": flags["--workdir"][0]},
+        "Mounts": [
+            {
+                "Type": "bind",
+                "Source": mount["src"],
+                "Destination": mount["dst"],
+                "Mode": "",
+                "RW": True,
+                "Propagation": "rprivate",
+            }
+        ],
+        "Config": {
+            "User": flags["--user"][0],
+            "Volumes": None,
+            "Image": image,
+            "WorkingDir": flags["--workdir"][0],
+        },
         "HostConfig": {
             "Memory": int(flags.get("--memory", ["0"])[0]),
             "MemorySwap": int(flags.get("--memory-swap", ["0"])[0]),
@@ -92,8 +115,9 @@ def _touch(data: dict[str, Any]) -> None:
 
 
 class FakeAttached:
-    def __init__(self, stdout: Path, stderr: Path, exit_code: int, start_error: str | None,
-                 finishes: bool) -> None:
+    def __init__(
+        self, stdout: Path, stderr: Path, exit_code: int, start_error: str | None, finishes: bool
+    ) -> None:
         self.start_error = start_error
         self.stdout, self.stderr = stdout, stderr
         self.exit_code = exit_code
@@ -158,8 +182,9 @@ class FakeEngine:
     def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
         self.calls.append(("create", tuple(argv)))
         if self.create_error:
-            raise SprawlError(ErrorCode.ENGINE_REFUSED, "docker create", self.create_error,
-                              "see docker info")
+            raise SprawlError(
+                ErrorCode.ENGINE_REFUSED, "docker create", self.create_error, "see docker info"
+            )
         self.created += 1
         container = f"c{self.created}"
         data = inspect_from_argv(argv, self.facts_.default_runtime)
@@ -173,8 +198,9 @@ class FakeEngine:
 
     def inspect(self, container: str) -> dict[str, Any]:
         if container not in self.containers:
-            raise SprawlError(ErrorCode.ENGINE_REFUSED, "docker inspect", "no such container",
-                              "none")
+            raise SprawlError(
+                ErrorCode.ENGINE_REFUSED, "docker inspect", "no such container", "none"
+            )
         return copy.deepcopy(self.containers[container])
 
     def start(self, container: str, stdout: Path, stderr: Path) -> FakeAttached:
@@ -183,8 +209,12 @@ class FakeEngine:
         words = self.fail_start.get(data["_runtime_asked"])
         state = data["State"]
         if words is None and self.start_error is None:
-            state.update(StartedAt="2026-11-29T23:45:19Z", Status="exited",
-                         ExitCode=self.exit_code, OOMKilled=self.oom)
+            state.update(
+                StartedAt="2026-11-29T23:45:19Z",
+                Status="exited",
+                ExitCode=self.exit_code,
+                OOMKilled=self.oom,
+            )
             _touch(data)
         else:
             state.update(Error=words or "")
@@ -197,8 +227,9 @@ class FakeEngine:
     def remove(self, container: str) -> None:
         self.calls.append(("remove", container))
         if self.remove_error:
-            raise SprawlError(ErrorCode.ENGINE_REFUSED, "docker rm", self.remove_error,
-                              "remove it by hand")
+            raise SprawlError(
+                ErrorCode.ENGINE_REFUSED, "docker rm", self.remove_error, "remove it by hand"
+            )
         self.containers.pop(container, None)
 
     def list_labelled(self, label: str) -> list[str]:

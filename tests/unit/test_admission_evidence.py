@@ -89,7 +89,11 @@ def test_a_passed_admission_is_reused_from_disk_by_the_next_process(tmp_path: Pa
     assert creates(again) == 0, "kept evidence must skip the probe container"
     assert ("facts", None) not in again.calls
     assert (second.facts, second.image, second.runtime_used, second.userns_why) == (
-        first.facts, first.image, first.runtime_used, first.userns_why)
+        first.facts,
+        first.image,
+        first.runtime_used,
+        first.userns_why,
+    )
     assert evidence.reused == 1
 
 
@@ -121,8 +125,9 @@ def test_an_engine_that_cannot_be_asked_is_admitted_afresh_and_refused(tmp_path:
     admit(fake(), CONFIG, HOST, evidence=evidence)  # type: ignore[arg-type]
     clear_cache()
     down = fake()
-    down.facts_error = SprawlError(ErrorCode.ENGINE_REFUSED, "docker info",
-                                   "Cannot connect to the Docker daemon", "start it")
+    down.facts_error = SprawlError(
+        ErrorCode.ENGINE_REFUSED, "docker info", "Cannot connect to the Docker daemon", "start it"
+    )
     admission = admit(down, CONFIG, HOST, evidence=evidence)  # type: ignore[arg-type]
     assert not admission.admitted and "not running" in admission.reason
 
@@ -155,8 +160,15 @@ def test_the_probe_is_announced_before_it_exists_and_taken_back(tmp_path: Path) 
 def launch_in(tmp_path: Path, ear: Ear) -> Launch:
     copy = tmp_path / "copy"
     copy.mkdir()
-    return Launch(argv=("true",), cwd=copy, env={"PATH": "/bin"}, outputs=tmp_path / "out",
-                  tag="s1-1", session="s1", watcher=ear)
+    return Launch(
+        argv=("true",),
+        cwd=copy,
+        env={"PATH": "/bin"},
+        outputs=tmp_path / "out",
+        tag="s1-1",
+        session="s1",
+        watcher=ear,
+    )
 
 
 def test_an_engine_error_under_kept_evidence_drops_it_and_admits_again_once(
@@ -206,8 +218,12 @@ def test_a_transient_engine_error_is_proved_again_and_the_command_retried(
 
 def test_a_failure_after_a_fresh_probe_is_not_retried(tmp_path: Path) -> None:
     engine = fake()
-    arm = ContainerArm(CONFIG, engine, host=HOST,  # type: ignore[arg-type]
-                       evidence=Evidence(tmp_path / "admission"))
+    arm = ContainerArm(
+        CONFIG,
+        engine,
+        host=HOST,  # type: ignore[arg-type]
+        evidence=Evidence(tmp_path / "admission"),
+    )
     assert arm.admission().admitted
     engine.create_error = "boom"
     with pytest.raises(SprawlError):

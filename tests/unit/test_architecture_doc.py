@@ -15,7 +15,9 @@ def test_the_module_map_names_every_module_and_only_real_ones() -> None:
     block = doc.split("```text", 1)[1].split("```", 1)[0]
     named = set(re.findall(r"\b([A-Za-z_0-9]+\.py)\b", block))
     actual = {
-        p.name for top in FOLDERS for p in (ROOT / top).rglob("*.py")
+        p.name
+        for top in FOLDERS
+        for p in (ROOT / top).rglob("*.py")
         if p.name != "__init__.py" and "__pycache__" not in p.parts
     }
     assert sorted(actual - named) == [], "modules the map does not name"

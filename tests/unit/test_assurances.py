@@ -35,8 +35,9 @@ def test_statement_is_derived_from_the_phrases(arm: ArmName) -> None:
 
 def test_table_of_spec_section_1() -> None:
     g = Guarantee
-    assert ASSURANCES[ArmName.LINUX_NAMESPACES] == Assurances.of(g.FILESYSTEM, g.NETWORK,
-                                                                 g.PROCESS_TREE)
+    assert ASSURANCES[ArmName.LINUX_NAMESPACES] == Assurances.of(
+        g.FILESYSTEM, g.NETWORK, g.PROCESS_TREE
+    )
     # No namespace to put the copy at the tree's path: a write by that path reaches the tree.
     assert ASSURANCES[ArmName.COPIED_TREE] == Assurances.none()
     assert ASSURANCES[ArmName.MACOS_SEATBELT] == Assurances.of(g.FILESYSTEM, g.NETWORK)

@@ -135,8 +135,9 @@ def test_release_kills_every_command_of_a_run_and_only_it(tool: ExecTool) -> Non
         a_pids = tool.processes()["a"].pids
         assert len(alive(a_pids)) >= 3
         released = tool.release("a")
-        assert sorted(r.handle or "" for r in released) == sorted([a1.handle or "",
-                                                                   a2.handle or ""])
+        assert sorted(r.handle or "" for r in released) == sorted(
+            [a1.handle or "", a2.handle or ""]
+        )
         assert all(r.killed and "released" in (r.detail or "") for r in released)
         assert alive(a_pids) == []
         assert set(tool.processes()) == {"b"}
@@ -269,11 +270,25 @@ class _Detached:
 def test_a_command_that_did_not_join_reports_unjoined(tmp_path: Path) -> None:
     backlog, _ = fake_backlog(tmp_path, Shares.cpu_and_memory(MIB))
     join = backlog.joining("r")  # made, but the arm never calls join()
-    launch = Launch(argv=("true",), cwd=tmp_path, env={}, outputs=tmp_path / "out", tag="t-1",
-                    session="t", run="r", join=join)
-    pending = Pending(ArmName.CONTAINER, ["true"], None,
-                      Confinement(arm="container", statement="", assurances={}), None, 1.0,
-                      time.monotonic())
+    launch = Launch(
+        argv=("true",),
+        cwd=tmp_path,
+        env={},
+        outputs=tmp_path / "out",
+        tag="t-1",
+        session="t",
+        run="r",
+        join=join,
+    )
+    pending = Pending(
+        ArmName.CONTAINER,
+        ["true"],
+        None,
+        Confinement(arm="container", statement="", assurances={}),
+        None,
+        1.0,
+        time.monotonic(),
+    )
     entry = backlog.enter(_Detached(launch.outputs), launch, pending, join)
     assert isinstance(entry.mark, Unapplied) and entry.mark.why is Why.UNJOINED
     result = backlog.settle(entry, True, True)

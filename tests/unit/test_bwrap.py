@@ -38,25 +38,58 @@ def as_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_argv_is_the_spec_line_private_places_before_the_view_and_the_copy_last() -> None:
-    assert bwrap_argv("/usr/bin/bwrap", VIEW, COPY, WORK, ["pytest", "-q"], home="/home/me",
-                      seccomp_fd=7) == [
+    assert bwrap_argv(
+        "/usr/bin/bwrap", VIEW, COPY, WORK, ["pytest", "-q"], home="/home/me", seccomp_fd=7
+    ) == [
         "/usr/bin/bwrap",
-        "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-        "--new-session", "--cap-drop", "ALL",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", "--tmpfs", "/dev/shm",
-        "--symlink", "../run", "/var/run",
-        "--tmpfs", "/home/me",
-        "--ro-bind", "/usr", "/usr",
-        "--ro-bind", "/etc", "/etc",
-        "--ro-bind", "/home/me/.pyenv", "/home/me/.pyenv",
-        "--symlink", "usr/bin", "/bin",
-        "--bind", COPY, WORK,
-        "--chdir", WORK,
-        "--remount-ro", "/",
-        "--seccomp", "7",
-        "--", "pytest", "-q",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/var/tmp",
+        "--tmpfs",
+        "/run",
+        "--tmpfs",
+        "/dev/shm",
+        "--symlink",
+        "../run",
+        "/var/run",
+        "--tmpfs",
+        "/home/me",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--ro-bind",
+        "/home/me/.pyenv",
+        "/home/me/.pyenv",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--bind",
+        COPY,
+        WORK,
+        "--chdir",
+        WORK,
+        "--remount-ro",
+        "/",
+        "--seccomp",
+        "7",
+        "--",
+        "pytest",
+        "-q",
     ]
 
 
@@ -85,7 +118,7 @@ def test_user_namespace_is_demanded_not_tried() -> None:
 
 def test_arguments_after_the_separator_are_the_command_verbatim() -> None:
     argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["--bind", "/", "/x"])
-    assert argv[argv.index("--") + 1:] == ["--bind", "/", "/x"]
+    assert argv[argv.index("--") + 1 :] == ["--bind", "/", "/x"]
     assert argv.count("--bind") == 2
 
 
@@ -103,10 +136,10 @@ def fake_bwrap(tmp_path: Path) -> tuple[Path, Path, Path]:
     script, deny, log = tmp_path / "bwrap", tmp_path / "deny", tmp_path / "calls"
     script.write_text(
         "#!/bin/sh\n"
-        f"echo \"$*\" >> {log}\n"
+        f'echo "$*" >> {log}\n'
         f"if [ -e {deny} ]; then\n"
         "  echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1\nfi\n"
-        "while [ \"$1\" != -- ]; do shift; done; shift\nexec \"$@\"\n"
+        'while [ "$1" != -- ]; do shift; done; shift\nexec "$@"\n'
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script, deny, log
@@ -116,8 +149,9 @@ def offerings_with(bwrap: Path, scratch: Path) -> Offerings:
     return Offerings(platform="linux", scratch=scratch, bwrap=str(bwrap), user_namespace=True)
 
 
-def test_failing_probe_refuses_before_the_copy_exists(tmp_path: Path, tree: Path,
-                                                      scratch: Path) -> None:
+def test_failing_probe_refuses_before_the_copy_exists(
+    tmp_path: Path, tree: Path, scratch: Path
+) -> None:
     script, deny, log = fake_bwrap(tmp_path)
     deny.touch()
     config = make_config(tmp_path, arm="native")
@@ -137,8 +171,9 @@ def test_failing_probe_refuses_before_the_copy_exists(tmp_path: Path, tree: Path
     assert f"--bind {tree}" not in calls[0] and f"--ro-bind {tree}" not in calls[0]
 
 
-def test_probe_runs_before_every_command_never_cached(tmp_path: Path, tree: Path,
-                                                      scratch: Path) -> None:
+def test_probe_runs_before_every_command_never_cached(
+    tmp_path: Path, tree: Path, scratch: Path
+) -> None:
     script, deny, log = fake_bwrap(tmp_path)
     config = make_config(tmp_path, arm="native")
     with ExecTool(config, tree, offerings=offerings_with(script, scratch)) as tool:
@@ -190,7 +225,7 @@ def racing_bwrap(tmp_path: Path, races: int) -> tuple[Path, Path]:
         f"echo call >> {log}\n"
         f"if [ $(wc -l < {log}) -le {races} ]; then\n"
         "  echo \"bwrap: Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags: "
-        "remount /newroot/var/lib/docker/overlay2/x/merged: No such file or directory\" >&2\n"
+        'remount /newroot/var/lib/docker/overlay2/x/merged: No such file or directory" >&2\n'
         "  exit 1\nfi\nexit 0\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)

@@ -22,8 +22,14 @@ def test_system_view_keeps_top_level_links_as_links(tmp_path: Path) -> None:
 
 def make_home(tmp_path: Path) -> Path:
     home = tmp_path / "home"
-    for d in (".pyenv/shims", ".pyenv/versions/3.11/bin", ".local/bin", ".cargo/bin",
-              ".local/pipx/venvs/tool/bin", ".ssh"):
+    for d in (
+        ".pyenv/shims",
+        ".pyenv/versions/3.11/bin",
+        ".local/bin",
+        ".cargo/bin",
+        ".local/pipx/venvs/tool/bin",
+        ".ssh",
+    ):
         (home / d).mkdir(parents=True)
     (home / ".cargo" / "credentials.toml").write_text("token")
     (home / ".local" / "bin" / "tool").symlink_to(home / ".local/pipx/venvs/tool/bin/tool")
@@ -35,11 +41,11 @@ def test_a_tool_managers_root_is_bound_but_never_home_or_a_mixed_root(tmp_path: 
     home = make_home(tmp_path)
     path = os.pathsep.join(str(home / d) for d in (".pyenv/shims", ".local/bin", ".cargo/bin"))
     found = {str(p) for p in path_tools(path, home)}
-    assert str(home / ".pyenv") in found             # shims need libexec and versions
-    assert str(home / ".local" / "bin") in found      # only the bin of a mixed root
+    assert str(home / ".pyenv") in found  # shims need libexec and versions
+    assert str(home / ".local" / "bin") in found  # only the bin of a mixed root
     assert str(home / ".local" / "pipx" / "venvs" / "tool") in found  # a link's prefix
     assert str(home / ".cargo" / "bin") in found
-    assert str(home / ".cargo") not in found          # credentials.toml lives there
+    assert str(home / ".cargo") not in found  # credentials.toml lives there
     assert str(home / ".local") not in found
     assert str(home) not in found and str(tmp_path) not in found
 

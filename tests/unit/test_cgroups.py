@@ -173,8 +173,10 @@ def test_v1_layout(tmp_path: Path) -> None:
     assert group.dirs == {"cpu": run_cpu, "memory": run_mem}
     assert (run_mem / "memory.limit_in_bytes").read_text() == str(64 * MIB)
     assert (run_cpu / "cpu.shares").read_text() == "1024"
-    assert group.relative == {"cpu": "/sprawl-orch/sess/run-r1",
-                              "memory": "/jobs/me/sprawl-orch/sess/run-r1"}
+    assert group.relative == {
+        "cpu": "/sprawl-orch/sess/run-r1",
+        "memory": "/jobs/me/sprawl-orch/sess/run-r1",
+    }
     (run_mem / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
     assert group.oom_count() == 3
     joining = group.joining()

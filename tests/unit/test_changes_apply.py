@@ -33,8 +33,9 @@ def trusted_sources(tree: Path) -> None:
     time.sleep(fs_clock.TICK_MARGIN_NS / 1e9 + 0.05)
 
 
-def test_an_edit_hidden_behind_an_old_mtime_is_found(tmp_path: Path, tree: Path,
-                                                     offerings: Offerings) -> None:
+def test_an_edit_hidden_behind_an_old_mtime_is_found(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     with tool_for(tmp_path, tree, offerings) as tool:
         # Same size, mtime set back to what it was: only the ctime (and the bytes) tell.
         line = "m=$(stat -c %Y README); echo README > README; touch -d @$m README"
@@ -43,17 +44,19 @@ def test_an_edit_hidden_behind_an_old_mtime_is_found(tmp_path: Path, tree: Path,
     assert [(e.path, e.change) for e in result.changes.paths] == [("README", "modified")]
 
 
-def test_touch_and_same_bytes_rewrite_are_no_change(tmp_path: Path, tree: Path,
-                                                    offerings: Offerings) -> None:
+def test_touch_and_same_bytes_rewrite_are_no_change(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     with tool_for(tmp_path, tree, offerings) as tool:
-        result = tool.exec("touch README; cat src/a.py > t; mv t src/a.py; chmod 644 README",
-                           shell=True)
+        result = tool.exec(
+            "touch README; cat src/a.py > t; mv t src/a.py; chmod 644 README", shell=True
+        )
     assert result.changes is not None and result.changes.total == 0, result.changes
 
 
-def test_unverifiable_bytes_are_modified_unverified(tmp_path: Path, tree: Path,
-                                                    offerings: Offerings,
-                                                    trusted_sources: None) -> None:
+def test_unverifiable_bytes_are_modified_unverified(
+    tmp_path: Path, tree: Path, offerings: Offerings, trusted_sources: None
+) -> None:
     with tool_for(tmp_path, tree, offerings) as tool:
         # The command rewrites README with its own bytes, and meanwhile the person edits the
         # source: no hash, no trustworthy source left to compare with.
@@ -65,7 +68,8 @@ def test_unverifiable_bytes_are_modified_unverified(tmp_path: Path, tree: Path,
 
 
 def test_a_link_in_the_working_directory_is_never_written_through(
-        tmp_path: Path, tree: Path, offerings: Offerings) -> None:
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     with tool_for(tmp_path, tree, offerings) as tool:
@@ -80,8 +84,9 @@ def test_a_link_in_the_working_directory_is_never_written_through(
     assert list(outside.iterdir()) == []
 
 
-def test_the_budget_drops_the_oldest_and_says_so(tmp_path: Path, tree: Path,
-                                                 offerings: Offerings) -> None:
+def test_the_budget_drops_the_oldest_and_says_so(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     with tool_for(tmp_path, tree, offerings, changes_budget_bytes=6000) as tool:
         first = tool.exec("head -c 4000 /dev/zero > one", shell=True).changes
         second = tool.exec("head -c 4000 /dev/zero > two", shell=True).changes
@@ -104,8 +109,9 @@ def test_setuid_is_never_carried(tmp_path: Path, tree: Path, offerings: Offering
     assert stat.S_IMODE((tree / "tool").stat().st_mode) == 0o755
 
 
-def test_a_same_size_edit_conflicts_by_stamp(tmp_path: Path, tree: Path, offerings: Offerings,
-                                             trusted_sources: None) -> None:
+def test_a_same_size_edit_conflicts_by_stamp(
+    tmp_path: Path, tree: Path, offerings: Offerings, trusted_sources: None
+) -> None:
     with tool_for(tmp_path, tree, offerings) as tool:
         result = tool.exec("echo CHANGED > README", shell=True)
         assert result.changes is not None and result.changes.handle is not None
@@ -118,8 +124,9 @@ def test_a_same_size_edit_conflicts_by_stamp(tmp_path: Path, tree: Path, offerin
     assert (tree / "README").read_text() == "README\n"
 
 
-def test_a_deleted_directory_that_gained_entries_is_kept(tmp_path: Path, tree: Path,
-                                                         offerings: Offerings) -> None:
+def test_a_deleted_directory_that_gained_entries_is_kept(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     with tool_for(tmp_path, tree, offerings) as tool:
         result = tool.exec("rm -r src", shell=True)
         assert result.changes is not None and result.changes.handle is not None
@@ -130,8 +137,9 @@ def test_a_deleted_directory_that_gained_entries_is_kept(tmp_path: Path, tree: P
     assert (tree / "src" / "mine.py").read_text() == "the person's\n"
 
 
-def test_apply_refuses_another_working_directory(tmp_path: Path, tree: Path,
-                                                 offerings: Offerings) -> None:
+def test_apply_refuses_another_working_directory(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     from sprawl_orch.apply import apply
 
     with tool_for(tmp_path, tree, offerings) as tool:
@@ -144,7 +152,8 @@ def test_apply_refuses_another_working_directory(tmp_path: Path, tree: Path,
 
 
 def test_a_name_that_is_not_utf8_is_shown_escaped_and_applied_exactly(
-        tmp_path: Path, tree: Path, offerings: Offerings) -> None:
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     with tool_for(tmp_path, tree, offerings) as tool:
         result = tool.exec("printf x > \"$(printf 'bad\\377')\"", shell=True)
         assert result.changes is not None and result.changes.handle is not None
@@ -157,7 +166,8 @@ def test_a_name_that_is_not_utf8_is_shown_escaped_and_applied_exactly(
 
 
 def test_an_apply_killed_after_its_last_write_is_finished_by_the_next(
-        tmp_path: Path, tree: Path, offerings: Offerings) -> None:
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     """SIGKILL between the last record_applied() and drop(): every path is 'applied before'
     and the next apply must still remove the store (the chaos test met this once)."""
     from sprawl_orch.change_store import load, record_applied
@@ -174,8 +184,9 @@ def test_an_apply_killed_after_its_last_write_is_finished_by_the_next(
     assert not kept.dir.exists()
 
 
-def test_leftovers_of_killed_keeps_and_drops_are_swept(tmp_path: Path, tree: Path,
-                                                       offerings: Offerings) -> None:
+def test_leftovers_of_killed_keeps_and_drops_are_swept(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     from sprawl_orch.change_store import changes_root
 
     with tool_for(tmp_path, tree, offerings) as tool:
@@ -190,8 +201,9 @@ def test_leftovers_of_killed_keeps_and_drops_are_swept(tmp_path: Path, tree: Pat
     assert not (root / ".drop-h-1234abcd").exists()
 
 
-def test_a_mode_change_never_reaches_a_hard_link_outside(tmp_path: Path, tree: Path,
-                                                         offerings: Offerings) -> None:
+def test_a_mode_change_never_reaches_a_hard_link_outside(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     # the escape suite's apply-mode-through-hardlink: a mode is the inode's, and the tree's
     # file may share it with a name outside (a package store, cp -al)
     outside = tmp_path / "store-file"

@@ -17,8 +17,20 @@ from hypothesis import strategies as st
 from sprawl_orch.changes import compute
 from tests.unit.test_changes_walk import Copy, hidden_edit
 
-OPS = ("write", "same", "hidden", "chmod", "chmod_back", "rename", "delete", "create",
-       "mkdir", "link_dir", "hardlink", "touch")
+OPS = (
+    "write",
+    "same",
+    "hidden",
+    "chmod",
+    "chmod_back",
+    "rename",
+    "delete",
+    "create",
+    "mkdir",
+    "link_dir",
+    "hardlink",
+    "touch",
+)
 
 
 def truth(root: Path) -> dict[str, tuple[str, int, bytes | str | None]]:
@@ -38,8 +50,10 @@ def truth(root: Path) -> dict[str, tuple[str, int, bytes | str | None]]:
     return out
 
 
-def expected(before: dict[str, tuple[str, int, bytes | str | None]],
-             after: dict[str, tuple[str, int, bytes | str | None]]) -> set[tuple[str, str]]:
+def expected(
+    before: dict[str, tuple[str, int, bytes | str | None]],
+    after: dict[str, tuple[str, int, bytes | str | None]],
+) -> set[tuple[str, str]]:
     found: set[tuple[str, str]] = set()
     for rel in before.keys() - after.keys():
         found.add((rel, "deleted"))
@@ -95,12 +109,18 @@ def run(copy: Path, ops: list[tuple[str, int]]) -> None:
             os.utime(f)
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 50)), max_size=6),
-       walk=st.booleans())
-def test_changes_equal_a_full_comparison(tmp_path_factory: object, ops: list[tuple[str, int]],
-                                         walk: bool) -> None:
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 50)), max_size=6),
+    walk=st.booleans(),
+)
+def test_changes_equal_a_full_comparison(
+    tmp_path_factory: object, ops: list[tuple[str, int]], walk: bool
+) -> None:
     tmp = tmp_path_factory.mktemp("prop")  # type: ignore[attr-defined]
     synced = Copy(tmp, walk)
     for f in synced.source.rglob("*.txt"):  # the fixture's files are 0644 in the source

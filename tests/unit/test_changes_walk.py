@@ -35,8 +35,7 @@ class Copy:
         time.sleep(fs_clock.TICK_MARGIN_NS / 1e9 + 0.05)
         _, synced = sync_with_record(self.source, self.copy, record=self.stamps)
         assert synced.copy_ctimes is not None
-        self.record: SyncRecord = change_record.finish(self.copy, synced, self.source,
-                                                        walk=walk)
+        self.record: SyncRecord = change_record.finish(self.copy, synced, self.source, walk=walk)
 
     def changes(self) -> list[tuple[str, str]]:
         return [(e.path, e.change) for e in compute(self.record, self.source, self.copy)]
@@ -132,8 +131,9 @@ def test_link_retargeted(synced: Copy) -> None:
     assert synced.changes() == [("link", "modified")]
 
 
-def test_with_a_mount_inside_devices_are_compared(synced: Copy,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_a_mount_inside_devices_are_compared(
+    synced: Copy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A FUSE mount could show any inode and ctime: no directory's stamp vouches for its
     # names then, and each entry's device is compared too.
     monkeypatch.setattr(changes, "mounts_inside", lambda root: True)

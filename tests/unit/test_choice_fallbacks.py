@@ -18,8 +18,7 @@ from sprawl_orch.offerings import Offerings
 from tests.unit.conftest import make_config
 
 SCRATCH = Path("/nonexistent-scratch")
-DOCKER_OK = EngineOffer("docker", admitted=True, detail="docker 20.10",
-                        image="sha256:" + "a" * 64)
+DOCKER_OK = EngineOffer("docker", admitted=True, detail="docker 20.10", image="sha256:" + "a" * 64)
 PODMAN_OK = EngineOffer("podman", admitted=True, detail="podman 4.3", image="sha256:" + "b" * 64)
 DOCKER_REFUSED = EngineOffer("docker", admitted=False, detail="socket refused")
 PODMAN_REFUSED = EngineOffer("podman", admitted=False, detail="not installed")
@@ -27,8 +26,13 @@ REFUSED = (DOCKER_REFUSED, PODMAN_REFUSED)
 
 
 def linux(**kw: object) -> Offerings:
-    base: dict[str, object] = {"platform": "linux", "scratch": SCRATCH, "bwrap": "/usr/bin/bwrap",
-                               "user_namespace": True, "engines": REFUSED}
+    base: dict[str, object] = {
+        "platform": "linux",
+        "scratch": SCRATCH,
+        "bwrap": "/usr/bin/bwrap",
+        "user_namespace": True,
+        "engines": REFUSED,
+    }
     base.update(kw)
     return Offerings(**base)  # type: ignore[arg-type]
 
@@ -60,8 +64,12 @@ def test_auto_steps_down_to_bwrap_and_says_why() -> None:
 def test_auto_names_the_missing_image_when_the_engine_works() -> None:
     from sprawl_orch.arms import image_not_local
 
-    engine = EngineOffer("docker", admitted=False, detail="image missing",
-                         image_missing=image_not_local("docker", None))
+    engine = EngineOffer(
+        "docker",
+        admitted=False,
+        detail="image missing",
+        image_missing=image_not_local("docker", None),
+    )
     choice = choose("auto", linux(engines=(engine, PODMAN_REFUSED)))
     assert choice.arm is ArmName.LINUX_NAMESPACES
     # Both engines' faults are named: the image docker lacks, and podman's own words.
@@ -74,8 +82,12 @@ def test_auto_names_the_missing_image_when_the_engine_works() -> None:
 def test_auto_names_a_dead_socket_and_a_missing_pin_together() -> None:
     from sprawl_orch.arms import image_not_local
 
-    podman = EngineOffer("podman", admitted=False, detail="image missing",
-                         image_missing=image_not_local("podman", None))
+    podman = EngineOffer(
+        "podman",
+        admitted=False,
+        detail="image missing",
+        image_missing=image_not_local("podman", None),
+    )
     choice = choose("auto", linux(engines=(DOCKER_REFUSED, podman)))
     said = choice.reason()
     assert "docker: socket refused" in said and "no image is pinned for podman" in said
@@ -85,8 +97,9 @@ def test_auto_names_a_dead_socket_and_a_missing_pin_together() -> None:
 def test_a_limit_the_host_cannot_give_refuses_and_never_steps_down(asked: str) -> None:
     from sprawl_orch.arms import config_invalid
 
-    fault = config_invalid("[sandbox.container] cpus", "cpus = 100 but this host has 2 CPUs",
-                           "write cpus = 2 or fewer")
+    fault = config_invalid(
+        "[sandbox.container] cpus", "cpus = 100 but this host has 2 CPUs", "write cpus = 2 or fewer"
+    )
     docker = EngineOffer("docker", admitted=False, detail="cpus", config_fault=fault)
     podman = EngineOffer("podman", admitted=False, detail="cpus", config_fault=fault)
     choice = choose(asked, linux(engines=(docker, podman)))
@@ -101,10 +114,18 @@ def test_a_limit_the_host_cannot_give_refuses_and_never_steps_down(asked: str) -
 def test_auto_names_every_engine_whose_image_is_missing() -> None:
     from sprawl_orch.arms import image_not_local
 
-    docker = EngineOffer("docker", admitted=False, detail="image missing",
-                         image_missing=image_not_local("docker", None))
-    podman = EngineOffer("podman", admitted=False, detail="image missing",
-                         image_missing=image_not_local("podman", "sha256:" + "c" * 64))
+    docker = EngineOffer(
+        "docker",
+        admitted=False,
+        detail="image missing",
+        image_missing=image_not_local("docker", None),
+    )
+    podman = EngineOffer(
+        "podman",
+        admitted=False,
+        detail="image missing",
+        image_missing=image_not_local("podman", "sha256:" + "c" * 64),
+    )
     choice = choose("auto", linux(engines=(docker, podman)))
     assert kinds(choice.missing) == ["image_not_local", "image_not_local"]
     reason = choice.reason()
@@ -119,27 +140,37 @@ def test_auto_without_bwrap_takes_the_copied_tree_and_says_both_steps() -> None:
 
 
 def test_auto_with_bwrap_but_no_user_namespace_takes_the_copied_tree() -> None:
-    choice = choose("auto", linux(user_namespace=False,
-                                  user_namespace_why="setting up uid map: Permission denied"))
+    choice = choose(
+        "auto",
+        linux(user_namespace=False, user_namespace_why="setting up uid map: Permission denied"),
+    )
     assert choice.arm is ArmName.COPIED_TREE
     assert kinds(choice.missing) == ["container_runtime", "user_namespace"]
     assert "Permission denied" in choice.missing[1].phrase
 
 
-@pytest.mark.parametrize(("platform", "extra", "native"), [
-    ("darwin", {"sandbox_exec": "/usr/bin/sandbox-exec"}, ArmName.MACOS_SEATBELT),
-    ("win32", {"windows_job": True}, ArmName.WINDOWS_JOB),
-])
-def test_auto_takes_the_platforms_native_arm(platform: str, extra: dict[str, object],
-                                             native: ArmName) -> None:
-    choice = choose("auto", Offerings(platform=platform, scratch=SCRATCH, engines=REFUSED,
-                                      **extra))  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("platform", "extra", "native"),
+    [
+        ("darwin", {"sandbox_exec": "/usr/bin/sandbox-exec"}, ArmName.MACOS_SEATBELT),
+        ("win32", {"windows_job": True}, ArmName.WINDOWS_JOB),
+    ],
+)
+def test_auto_takes_the_platforms_native_arm(
+    platform: str, extra: dict[str, object], native: ArmName
+) -> None:
+    choice = choose("auto", Offerings(platform=platform, scratch=SCRATCH, engines=REFUSED, **extra))  # type: ignore[arg-type]
     assert choice.arm is native and kinds(choice.missing) == ["container_runtime"]
 
 
-@pytest.mark.parametrize(("platform", "missing"), [
-    ("darwin", "seatbelt"), ("win32", "job_leaf"), ("freebsd14", "platform"),
-])
+@pytest.mark.parametrize(
+    ("platform", "missing"),
+    [
+        ("darwin", "seatbelt"),
+        ("win32", "job_leaf"),
+        ("freebsd14", "platform"),
+    ],
+)
 def test_auto_without_a_native_arm_takes_the_copied_tree(platform: str, missing: str) -> None:
     choice = choose("auto", Offerings(platform=platform, scratch=SCRATCH, engines=REFUSED))
     assert choice.arm is ArmName.COPIED_TREE
@@ -155,14 +186,16 @@ def test_no_scratch_directory_is_unavailable_for_every_sandbox_arm() -> None:
 
 
 # -- an explicit name: its mechanism or nothing -----------------------------------------
-@pytest.mark.parametrize(("offerings", "missing"), [
-    (linux(bwrap=None, user_namespace=None), "namespace_wrapper"),
-    (linux(user_namespace=False, user_namespace_why="denied"), "user_namespace"),
-    (Offerings(platform="darwin", scratch=SCRATCH), "seatbelt"),
-    (Offerings(platform="win32", scratch=SCRATCH), "job_leaf"),
-])
-def test_explicit_native_that_is_missing_is_unavailable(offerings: Offerings,
-                                                        missing: str) -> None:
+@pytest.mark.parametrize(
+    ("offerings", "missing"),
+    [
+        (linux(bwrap=None, user_namespace=None), "namespace_wrapper"),
+        (linux(user_namespace=False, user_namespace_why="denied"), "user_namespace"),
+        (Offerings(platform="darwin", scratch=SCRATCH), "seatbelt"),
+        (Offerings(platform="win32", scratch=SCRATCH), "job_leaf"),
+    ],
+)
+def test_explicit_native_that_is_missing_is_unavailable(offerings: Offerings, missing: str) -> None:
     choice = choose("native", offerings)
     assert choice.arm is ArmName.UNAVAILABLE
     assert kinds(choice.missing) == [missing]
@@ -189,8 +222,9 @@ def test_building_an_unavailable_arm_refuses(tmp_path: Path) -> None:
     assert "bubblewrap" in raised.value.detail
 
 
-def test_exec_with_explicit_native_missing_refuses_before_copying(tmp_path: Path, tree: Path,
-                                                                  scratch: Path) -> None:
+def test_exec_with_explicit_native_missing_refuses_before_copying(
+    tmp_path: Path, tree: Path, scratch: Path
+) -> None:
     offerings = linux(scratch=scratch, bwrap=None, user_namespace=None)
     with ExecTool(make_config(tmp_path, arm="native"), tree, offerings=offerings) as tool:
         result = tool.exec(["sh", "-c", "echo ran > ran.txt"])

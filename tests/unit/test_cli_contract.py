@@ -35,8 +35,9 @@ def workdir(tmp_path: Path) -> Path:
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "SPRAWL_STATE_DIR"}
-    return subprocess.run([*CLI, *args], capture_output=True, cwd=cwd, env=env, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, cwd=cwd, env=env, timeout=120, check=False
+    )
 
 
 # -- options end at the program ---------------------------------------------------------
@@ -102,7 +103,7 @@ def test_every_subcommand_finds_the_config_and_refuses_a_latin1_one(
 ) -> None:
     bad = tmp_path / "d"
     bad.mkdir()
-    (bad / "sprawl.toml").write_bytes("# caf\xe9\n[sandbox]\narm = \"auto\"\n".encode("latin-1"))
+    (bad / "sprawl.toml").write_bytes('# caf\xe9\n[sandbox]\narm = "auto"\n'.encode("latin-1"))
     where = ["-C", str(bad)] if how == "-C" else ["--config", str(bad / "sprawl.toml")]
     if sub[0] == "exec":
         done = cli("exec", *where, "--", "true")

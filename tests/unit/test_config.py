@@ -15,39 +15,62 @@ HEX = "a" * 64
 BAD: list[tuple[str, str, str]] = [
     # (toml text, key that must be named, a fragment the detail must contain)
     ('[sandbox]\narm = "boat"\n', "[sandbox] arm", "'copied_tree'"),
-    ('[sandbox]\narm = 3\n', "[sandbox] arm", "accepted spellings"),
+    ("[sandbox]\narm = 3\n", "[sandbox] arm", "accepted spellings"),
     ('[sandbox]\ninterpreter = "fish"\n', "[sandbox] interpreter", "'pwsh'"),
     ('[sandbox]\nshell = "yes please"\n', "[sandbox] shell", "yes please"),
     ('[sandbox]\nwrite_limit = "all"\n', "[sandbox] write_limit", "'create'"),
     ('[sandbox]\nenv_passthrough = ["GITHUB_TOKEN"]\n', "[sandbox] env_passthrough", "credential"),
-    ('[sandbox]\nenv_passthrough = ["AWS_SECRET_ACCESS_KEY"]\n', "[sandbox] env_passthrough",
-     "credential"),
+    (
+        '[sandbox]\nenv_passthrough = ["AWS_SECRET_ACCESS_KEY"]\n',
+        "[sandbox] env_passthrough",
+        "credential",
+    ),
     ('[sandbox]\nenv_passthrough = ["MY_API_KEY"]\n', "[sandbox] env_passthrough", "credential"),
-    ('[sandbox]\nenv_passthrough = ["NOT A NAME"]\n', "[sandbox] env_passthrough",
-     "not an environment variable name"),
+    (
+        '[sandbox]\nenv_passthrough = ["NOT A NAME"]\n',
+        "[sandbox] env_passthrough",
+        "not an environment variable name",
+    ),
     ('[sandbox]\ncolour = "red"\n', "[sandbox] colour", "unknown key"),
     ('[sandbx]\narm = "auto"\n', "sandbx", "unknown key"),
-    ('[sandbox.container]\nimage = "busybox:latest"\n', "[sandbox.container] image",
-     "sprawl-orch image pin busybox:latest"),
+    (
+        '[sandbox.container]\nimage = "busybox:latest"\n',
+        "[sandbox.container] image",
+        "sprawl-orch image pin busybox:latest",
+    ),
     ('[sandbox.container]\nimage = "sha256:abc"\n', "[sandbox.container] image", "sha256:<64 hex>"),
     ('[sandbox.container]\nengine = "lxc"\n', "[sandbox.container] engine", "'podman'"),
-    ('[sandbox.container]\nmemory_bytes = 1000\n', "[sandbox.container] memory_bytes", "1000"),
-    ('[sandbox.container]\ncpus = 0\n', "[sandbox.container] cpus", "greater than 0"),
-    ('[sandbox.container]\npids = 2\n', "[sandbox.container] pids", "8"),
+    ("[sandbox.container]\nmemory_bytes = 1000\n", "[sandbox.container] memory_bytes", "1000"),
+    ("[sandbox.container]\ncpus = 0\n", "[sandbox.container] cpus", "greater than 0"),
+    ("[sandbox.container]\npids = 2\n", "[sandbox.container] pids", "8"),
     ('[sandbox.container]\nuser = "root"\n', "[sandbox.container] user", "numeric uid"),
-    ('[sandbox.container]\nulimits = {nofile = "lots"}\n', "[sandbox.container] ulimits",
-     "nofile"),
-    ('[sandbox.container.images]\ndocker = "latest"\n', "[sandbox.container.images] docker",
-     "fixed image ID"),
-    ('[sandbox]\nwindow_seconds = -1\n', "[sandbox] window_seconds", "-1"),
-    ('[sandbox.container]\ndocker_host = "/run/docker.sock"\n',
-     "[sandbox.container] docker_host", "unix:///absolute/path"),
-    ('[sandbox.container]\ndocker_host = "unix://run/docker.sock"\n',
-     "[sandbox.container] docker_host", "unix://run/docker.sock"),
-    ('[sandbox.container]\ndocker_host = "unix:///run/dir/"\n',
-     "[sandbox.container] docker_host", "tcp://HOST:PORT"),
-    ('[sandbox.container]\ndocker_host = "http://localhost:2375"\n',
-     "[sandbox.container] docker_host", "ssh://"),
+    ('[sandbox.container]\nulimits = {nofile = "lots"}\n', "[sandbox.container] ulimits", "nofile"),
+    (
+        '[sandbox.container.images]\ndocker = "latest"\n',
+        "[sandbox.container.images] docker",
+        "fixed image ID",
+    ),
+    ("[sandbox]\nwindow_seconds = -1\n", "[sandbox] window_seconds", "-1"),
+    (
+        '[sandbox.container]\ndocker_host = "/run/docker.sock"\n',
+        "[sandbox.container] docker_host",
+        "unix:///absolute/path",
+    ),
+    (
+        '[sandbox.container]\ndocker_host = "unix://run/docker.sock"\n',
+        "[sandbox.container] docker_host",
+        "unix://run/docker.sock",
+    ),
+    (
+        '[sandbox.container]\ndocker_host = "unix:///run/dir/"\n',
+        "[sandbox.container] docker_host",
+        "tcp://HOST:PORT",
+    ),
+    (
+        '[sandbox.container]\ndocker_host = "http://localhost:2375"\n',
+        "[sandbox.container] docker_host",
+        "ssh://",
+    ),
 ]
 
 
@@ -109,8 +132,16 @@ def test_per_engine_pins_override_the_shared_image() -> None:
 
 @pytest.mark.parametrize(
     ("name", "shaped"),
-    [("GITHUB_TOKEN", True), ("db_password", True), ("SSH_KEY", True), ("CREDENTIALS_FILE", True),
-     ("HOME", False), ("PYTHONPATH", False), ("KEYBOARD", False), ("LANG", False)],
+    [
+        ("GITHUB_TOKEN", True),
+        ("db_password", True),
+        ("SSH_KEY", True),
+        ("CREDENTIALS_FILE", True),
+        ("HOME", False),
+        ("PYTHONPATH", False),
+        ("KEYBOARD", False),
+        ("LANG", False),
+    ],
 )
 def test_credential_shapes(name: str, shaped: bool) -> None:
     assert credential_shaped(name) is shaped
@@ -132,8 +163,10 @@ def test_warm_mode_refuses_a_command_as_the_inits_uid(user: str) -> None:
     assert with_warm(parse_config({}), True).sandbox.container.warm
 
 
-@pytest.mark.parametrize("host", ["unix:///run/sprawl-orch/docker-userns.sock",
-                                  "tcp://127.0.0.1:2375", "ssh://me@build-host"])
+@pytest.mark.parametrize(
+    "host",
+    ["unix:///run/sprawl-orch/docker-userns.sock", "tcp://127.0.0.1:2375", "ssh://me@build-host"],
+)
 def test_docker_host_takes_the_forms_of_docker_host(host: str) -> None:
     config = parse_config({"sandbox": {"container": {"docker_host": host}}})
     assert config.sandbox.container.docker_host == host

@@ -39,9 +39,11 @@ def fresh() -> Iterator[None]:
 
 # -- the engines' own facts ---------------------------------------------------------------
 
+
 def test_docker_facts_from_recorded_info_and_version() -> None:
-    found = docker_backend.parse_facts(fixture_json("docker_info.json"),
-                                       fixture_json("docker_version.json"))
+    found = docker_backend.parse_facts(
+        fixture_json("docker_info.json"), fixture_json("docker_version.json")
+    )
     assert (found.server_version, found.api_version) == ("20.10.24+dfsg1", "1.41")
     assert (found.os, found.arch) == ("linux", "x86_64")
     assert (found.cgroup_version, found.cgroup_driver) == ("1", "cgroupfs")
@@ -52,10 +54,13 @@ def test_docker_facts_from_recorded_info_and_version() -> None:
     assert not kept and "rootful without user-namespace remapping" in why
 
 
-@pytest.mark.parametrize(("option", "rootless", "userns"), [
-    ("name=rootless", True, False),
-    ("name=userns", False, True),
-])
+@pytest.mark.parametrize(
+    ("option", "rootless", "userns"),
+    [
+        ("name=rootless", True, False),
+        ("name=userns", False, True),
+    ],
+)
 def test_docker_userns_and_rootless_from_security_options(
     option: str, rootless: bool, userns: bool
 ) -> None:
@@ -77,7 +82,10 @@ def test_podman_facts_from_recorded_info() -> None:
     info = fixture_json("podman_info.json")
     found = podman_backend.parse_facts(info, ["runc"])
     assert (found.server_version, found.cgroup_version, found.cgroup_driver) == (
-        "4.3.1", "1", "cgroupfs")
+        "4.3.1",
+        "1",
+        "cgroupfs",
+    )
     assert (found.default_runtime, found.runtimes) == ("runc", ("runc",))
     assert not found.rootless and not found.uids_namespaced()[0]
     assert found.unsupported_limits() == []
@@ -94,6 +102,7 @@ def test_podman_facts_from_recorded_info() -> None:
 
 # -- the engines' own failure words -------------------------------------------------------
 
+
 def test_crun_on_a_hybrid_cgroup_host_is_explained() -> None:
     text = words("words_crun_hybrid.txt")
     assert "cgroups in hybrid mode not supported" in text
@@ -103,28 +112,36 @@ def test_crun_on_a_hybrid_cgroup_host_is_explained() -> None:
     assert "runc" in recovery
 
 
-@pytest.mark.parametrize("recorded", [
-    words("words_rlimit_docker.txt"),
-    words("words_rlimit_podman.txt"),
-    # crun's words for the same fault, seen on this host before the runtime was pinned
-    "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied",
-])
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        words("words_rlimit_docker.txt"),
+        words("words_rlimit_podman.txt"),
+        # crun's words for the same fault, seen on this host before the runtime was pinned
+        "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied",
+    ],
+)
 def test_rlimits_above_the_hard_limit_are_explained(recorded: str) -> None:
     config = ContainerConfig(ulimits={"nofile": "40000:40000"})
     reason, recovery = explain("docker", "runc", recorded, config, HOST)
     assert "may not set the asked rlimits (nofile=40000:40000)" in reason
     assert recorded in reason
-    assert "lower [sandbox.container] ulimits to at most the hard limits (nofile 20000 here)" \
+    assert (
+        "lower [sandbox.container] ulimits to at most the hard limits (nofile 20000 here)"
         in recovery
+    )
 
 
-@pytest.mark.parametrize("recorded", [
-    words("words_socket_refused.txt"),
-    "Cannot connect to the Docker daemon at unix:///tmp/dead.sock. Is the docker daemon "
-    "running?",
-    "Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2, "
-    "'No such file or directory'))",
-])
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        words("words_socket_refused.txt"),
+        "Cannot connect to the Docker daemon at unix:///tmp/dead.sock. Is the docker daemon "
+        "running?",
+        "Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2, "
+        "'No such file or directory'))",
+    ],
+)
 def test_a_daemon_that_is_not_running_is_explained(recorded: str) -> None:
     reason, recovery = explain("docker", "", recorded, CONFIG, HOST)
     assert reason.startswith("the docker daemon is not running (socket refused)")
@@ -133,14 +150,20 @@ def test_a_daemon_that_is_not_running_is_explained(recorded: str) -> None:
 
 def test_socket_permission_and_unknown_words() -> None:
     reason, recovery = explain(
-        "docker", "", "permission denied while trying to connect to the Docker daemon socket "
-        "at unix:///var/run/docker.sock", CONFIG, HOST)
+        "docker",
+        "",
+        "permission denied while trying to connect to the Docker daemon socket "
+        "at unix:///var/run/docker.sock",
+        CONFIG,
+        HOST,
+    )
     assert "may not use the docker socket" in reason and "group" in recovery
     reason, _ = explain("docker", "runc", "something new", CONFIG, HOST)
     assert reason == "docker failed the probe container: something new"
 
 
 # -- the steps, over a fake backend ---------------------------------------------------------
+
 
 def test_admitted_with_facts_image_and_a_passing_probe(tmp_path: Path) -> None:
     engine = FakeEngine(images=[IMAGE])
@@ -207,8 +230,9 @@ def test_missing_image_is_image_not_local() -> None:
 
 def test_connect_failure_and_unsupported_limits_refuse_before_any_container() -> None:
     down = FakeEngine(images=[IMAGE])
-    down.facts_error = SprawlError(ErrorCode.ENGINE_REFUSED, "docker connect",
-                                   words("words_socket_refused.txt"), "x")
+    down.facts_error = SprawlError(
+        ErrorCode.ENGINE_REFUSED, "docker connect", words("words_socket_refused.txt"), "x"
+    )
     admission = admit(down, CONFIG, HOST)  # type: ignore[arg-type]
     assert not admission.admitted and admission.code is ErrorCode.TOOL_UNAVAILABLE
     assert "not running (socket refused)" in admission.reason
@@ -230,11 +254,15 @@ def test_a_copy_the_user_cannot_be_given_refuses_with_its_own_recovery(
 ) -> None:
     import sprawl_orch.container.probe_container as admission_module
 
-    def refuse(engine: object, userns: object, root: Path, owner: tuple[int, int],
-               user: tuple[int, int]) -> None:
-        raise SprawlError(ErrorCode.SANDBOX_DENIED, str(root),
-                          "cannot give the copy to the container user 65534:65534",
-                          'set [sandbox.container] user = "1000:1000"')
+    def refuse(
+        engine: object, userns: object, root: Path, owner: tuple[int, int], user: tuple[int, int]
+    ) -> None:
+        raise SprawlError(
+            ErrorCode.SANDBOX_DENIED,
+            str(root),
+            "cannot give the copy to the container user 65534:65534",
+            'set [sandbox.container] user = "1000:1000"',
+        )
 
     monkeypatch.setattr(admission_module, "give_copy", refuse)
     engine = FakeEngine(images=[IMAGE])

@@ -27,37 +27,78 @@ PROC_LIMITS = (Path(__file__).parent / "fixtures" / "proc_self_limits.txt").read
 HOST = HostLimits(parse_proc_limits(PROC_LIMITS), cpus=2, memory_bytes=24 * GiB)
 
 
-def argv_of(config: ContainerConfig | None = None, *, env: tuple[str, ...] = (),
-            runtime: str | None = None, command: tuple[str, ...] = ("pytest", "-q"),
-            host: HostLimits = HOST, workdir: Path | None = WORKDIR) -> tuple[str, ...]:
-    return create_argv("docker", config or ContainerConfig(), IMAGE, COPY, command, env,
-                       "s1-3", "s1", "agent-7", runtime, host=host, workdir=workdir)
+def argv_of(
+    config: ContainerConfig | None = None,
+    *,
+    env: tuple[str, ...] = (),
+    runtime: str | None = None,
+    command: tuple[str, ...] = ("pytest", "-q"),
+    host: HostLimits = HOST,
+    workdir: Path | None = WORKDIR,
+) -> tuple[str, ...]:
+    return create_argv(
+        "docker",
+        config or ContainerConfig(),
+        IMAGE,
+        COPY,
+        command,
+        env,
+        "s1-3",
+        "s1",
+        "agent-7",
+        runtime,
+        host=host,
+        workdir=workdir,
+    )
 
 
 def test_the_whole_argv_in_spec_order() -> None:
     assert argv_of(env=("PATH", "LANG")) == (
-        "create", "--pull", "never",
-        "--name", "sprawl-s1-3",
-        "--label", "sprawl.session=s1",
-        "--label", "sprawl.run=agent-7",
-        "--network", "none",
-        "--memory", "536870912",
-        "--memory-swap", "536870912",
-        "--cpus", "1",
-        "--pids-limit", "256",
-        "--cpu-shares", "512",
-        "--user", "65534:65534",
+        "create",
+        "--pull",
+        "never",
+        "--name",
+        "sprawl-s1-3",
+        "--label",
+        "sprawl.session=s1",
+        "--label",
+        "sprawl.run=agent-7",
+        "--network",
+        "none",
+        "--memory",
+        "536870912",
+        "--memory-swap",
+        "536870912",
+        "--cpus",
+        "1",
+        "--pids-limit",
+        "256",
+        "--cpu-shares",
+        "512",
+        "--user",
+        "65534:65534",
         "--read-only",
-        "--tmpfs", "/tmp:mode=1777",
-        "--cap-drop", "ALL",
-        "--security-opt", "no-new-privileges",
-        "--mount", "type=bind,src=/scratch/sprawl/s1/copy,dst=/home/me/project",
-        "--workdir", "/home/me/project",
-        "--env", "LANG",
-        "--env", "PATH",
-        "--ulimit", "nofile=1024:1024",
-        "--ulimit", "nproc=1024:1024",
-        IMAGE, "pytest", "-q",
+        "--tmpfs",
+        "/tmp:mode=1777",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--mount",
+        "type=bind,src=/scratch/sprawl/s1/copy,dst=/home/me/project",
+        "--workdir",
+        "/home/me/project",
+        "--env",
+        "LANG",
+        "--env",
+        "PATH",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+        IMAGE,
+        "pytest",
+        "-q",
     )
 
 
@@ -66,8 +107,9 @@ def flag(argv: tuple[str, ...], name: str) -> list[str]:
 
 
 def test_every_limit_comes_from_the_config() -> None:
-    config = ContainerConfig(memory_bytes=64 * 1024 * 1024, cpus=1.5, pids=64, user="1000:100",
-                             cpu_shares=128)
+    config = ContainerConfig(
+        memory_bytes=64 * 1024 * 1024, cpus=1.5, pids=64, user="1000:100", cpu_shares=128
+    )
     argv = argv_of(config)
     assert flag(argv, "--memory") == ["67108864"]
     assert flag(argv, "--memory-swap") == ["67108864"]  # no swap above the memory limit
@@ -120,7 +162,7 @@ def test_an_env_name_that_is_not_a_name_is_refused(bad: str) -> None:
 def test_runtime_goes_right_before_the_image() -> None:
     argv = argv_of(runtime="runc")
     at = argv.index(IMAGE)
-    assert argv[at - 2:at] == ("--runtime", "runc")
+    assert argv[at - 2 : at] == ("--runtime", "runc")
     assert "--runtime" not in argv_of(runtime=None)
 
 
@@ -146,10 +188,13 @@ def test_default_ulimits_are_lowered_to_a_smaller_host_and_said() -> None:
     assert limits.notes == ("ulimit nofile lowered from 1024:1024 to the host's hard limit 512",)
 
 
-@pytest.mark.parametrize(("ulimits", "words"), [
-    ({"nofile": "2048:1024"}, "soft 2048 is above hard 1024"),
-    ({"bogus": "1:1"}, "'bogus' is not one of"),
-])
+@pytest.mark.parametrize(
+    ("ulimits", "words"),
+    [
+        ({"nofile": "2048:1024"}, "soft 2048 is above hard 1024"),
+        ({"bogus": "1:1"}, "'bogus' is not one of"),
+    ],
+)
 def test_malformed_ulimits_are_refused(ulimits: dict[str, str], words: str) -> None:
     with pytest.raises(SprawlError) as err:
         argv_of(ContainerConfig(ulimits=ulimits))
@@ -173,8 +218,9 @@ def test_cpus_and_memory_must_fit_the_host() -> None:
 @pytest.mark.parametrize("image", ["busybox:latest", "sha256:abc", "ab" * 32])
 def test_a_tag_or_short_id_never_reaches_the_engine(image: str) -> None:
     with pytest.raises(SprawlError) as err:
-        create_argv("podman", ContainerConfig(), image, COPY, ["true"], [], "t-1", "t", "r",
-                    None, host=HOST)
+        create_argv(
+            "podman", ContainerConfig(), image, COPY, ["true"], [], "t-1", "t", "r", None, host=HOST
+        )
     assert err.value.code is ErrorCode.CONFIG_INVALID
     assert "sprawl-orch image pin" in err.value.recovery
 
@@ -182,15 +228,37 @@ def test_a_tag_or_short_id_never_reaches_the_engine(image: str) -> None:
 @pytest.mark.parametrize("copy", ["relative/copy", "/tmp/a,b", "/tmp/a=b"])
 def test_a_copy_path_that_would_change_the_mount_is_refused(copy: str) -> None:
     with pytest.raises(SprawlError) as err:
-        create_argv("docker", ContainerConfig(), IMAGE, Path(copy), ["true"], [], "t-1", "t",
-                    "r", None, host=HOST)
+        create_argv(
+            "docker",
+            ContainerConfig(),
+            IMAGE,
+            Path(copy),
+            ["true"],
+            [],
+            "t-1",
+            "t",
+            "r",
+            None,
+            host=HOST,
+        )
     assert err.value.subject == "[sandbox] scratch_dir"
 
 
 def test_tag_must_make_a_container_name() -> None:
     with pytest.raises(SprawlError) as err:
-        create_argv("docker", ContainerConfig(), IMAGE, COPY, ["true"], [], "-x/y", "t", "r",
-                    None, host=HOST)
+        create_argv(
+            "docker",
+            ContainerConfig(),
+            IMAGE,
+            COPY,
+            ["true"],
+            [],
+            "-x/y",
+            "t",
+            "r",
+            None,
+            host=HOST,
+        )
     assert err.value.code is ErrorCode.BAD_REQUEST
 
 
@@ -206,4 +274,4 @@ def test_host_facts_parse() -> None:
 @given(st.lists(st.text(min_size=0, max_size=20), min_size=1, max_size=6))
 def test_the_command_is_passed_verbatim_after_the_image(command: list[str]) -> None:
     argv = argv_of(command=tuple(command))
-    assert list(argv[argv.index(IMAGE) + 1:]) == command
+    assert list(argv[argv.index(IMAGE) + 1 :]) == command

@@ -62,9 +62,16 @@ def launch(tmp_path: Path) -> Launch:
     copy = tmp_path / "copy"
     copy.mkdir()
     (copy / "a.txt").write_text("a")
-    return Launch(argv=("ls", "-l"), cwd=copy, env={"LANG": "C.UTF-8", "PATH": "/bin"},
-                  outputs=tmp_path / "out", tag="s9-1", session="s9", run="r1",
-                  watcher=Ear())
+    return Launch(
+        argv=("ls", "-l"),
+        cwd=copy,
+        env={"LANG": "C.UTF-8", "PATH": "/bin"},
+        outputs=tmp_path / "out",
+        tag="s9-1",
+        session="s9",
+        run="r1",
+        watcher=Ear(),
+    )
 
 
 def arm_with(engine: FakeEngine) -> ContainerArm:
@@ -90,15 +97,25 @@ def test_a_run_records_argv_removes_and_tells_the_guardian(launch: Launch) -> No
     assert "C.UTF-8" not in " ".join(record["argv"])
     assert (record["engine"], record["image"], record["runtime"]) == ("docker", IMAGE, "runc")
     heard = launch.watcher.heard  # type: ignore[attr-defined]
-    assert heard == [("expect", "sprawl-s9-1"), ("created", "sprawl-s9-1", record["id"]),
-                     ("gone", "sprawl-s9-1")]
+    assert heard == [
+        ("expect", "sprawl-s9-1"),
+        ("created", "sprawl-s9-1", record["id"]),
+        ("gone", "sprawl-s9-1"),
+    ]
     assert running.finish() is done  # collected once
 
 
 def test_a_shell_line_runs_under_the_images_sh(launch: Launch) -> None:
     engine = FakeEngine(images=[IMAGE])
-    line = Launch(argv=("/usr/bin/bash", "-c", "echo $HOME"), cwd=launch.cwd, env={},
-                  outputs=launch.outputs, tag="s9-2", session="s9", shell_line="echo $HOME")
+    line = Launch(
+        argv=("/usr/bin/bash", "-c", "echo $HOME"),
+        cwd=launch.cwd,
+        env={},
+        outputs=launch.outputs,
+        tag="s9-2",
+        session="s9",
+        shell_line="echo $HOME",
+    )
     arm_with(engine).start(line).finish()
     create = [c[1] for c in engine.calls if c[0] == "create"][-1]  # after the probe's
     assert create[-3:] == ("/bin/sh", "-c", "echo $HOME")  # type: ignore[index]
@@ -132,9 +149,11 @@ def test_a_program_missing_in_the_image_is_refused_like_on_the_host(launch: Laun
     engine = FakeEngine(images=[IMAGE])
     arm = arm_with(engine)
     arm.prepare(launch.cwd)
-    engine.start_error = ('failed to create shim task: OCI runtime create failed: runc create '
-                          'failed: unable to start container process: exec: "ls": executable '
-                          'file not found in $PATH: unknown')
+    engine.start_error = (
+        "failed to create shim task: OCI runtime create failed: runc create "
+        'failed: unable to start container process: exec: "ls": executable '
+        "file not found in $PATH: unknown"
+    )
     with pytest.raises(SprawlError) as err:
         arm.start(launch)
     assert (err.value.code, err.value.subject) == (ErrorCode.TOOL_UNAVAILABLE, "ls")
@@ -172,11 +191,14 @@ def test_refused_admission_refuses_prepare_and_start(launch: Launch) -> None:
 ROOTLESS_MAP = ((0, 1500, 1), (1, 1_400_000_000, 65536))
 
 
-@pytest.mark.parametrize(("changes", "kept"), [
-    ({}, False),
-    ({"rootless": True, "uid_map": ROOTLESS_MAP, "gid_map": ROOTLESS_MAP}, True),
-    ({"rootless": True}, False),  # rootless but no map listed: nothing to claim from
-])
+@pytest.mark.parametrize(
+    ("changes", "kept"),
+    [
+        ({}, False),
+        ({"rootless": True, "uid_map": ROOTLESS_MAP, "gid_map": ROOTLESS_MAP}, True),
+        ({"rootless": True}, False),  # rootless but no map listed: nothing to claim from
+    ],
+)
 def test_user_axis_follows_the_engine(changes: dict[str, object], kept: bool) -> None:
     arm = arm_with(FakeEngine(facts(**changes), [IMAGE]))
     assert arm.assurances() == container_assurances(kept)

@@ -39,19 +39,20 @@ def _probe(results: dict[str, str | None], seen: list[Runtime]) -> runtimes.Prob
     def probe(runtime: Runtime) -> str | None:
         seen.append(runtime)
         return results.get(runtime.name)
+
     return probe
 
 
-DOCKER = facts(runtimes=("runc", "runsc"),
-               runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runsc")))
+DOCKER = facts(
+    runtimes=("runc", "runsc"), runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runsc"))
+)
 
 
 def test_unset_is_the_engines_default_and_never_runsc(tmp_path: Path) -> None:
     seen: list[Runtime] = []
     found = runtimes.choose("docker", DOCKER, None, tmp_path, _probe({}, seen))
     assert found == (Runtime("runc", None, "runc"), ())
-    failing = runtimes.choose("docker", DOCKER, None, tmp_path,
-                              _probe({"runc": "broken"}, seen))
+    failing = runtimes.choose("docker", DOCKER, None, tmp_path, _probe({"runc": "broken"}, seen))
     assert failing == "broken"  # runsc is no silent fallback: the kernel would change
     assert all(not r.gvisor for r in seen)
 
@@ -64,8 +65,9 @@ def test_auto_takes_runsc_where_it_passes(tmp_path: Path) -> None:
 
 def test_auto_falls_back_and_says_why(tmp_path: Path) -> None:
     seen: list[Runtime] = []
-    found = runtimes.choose("docker", DOCKER, "auto", tmp_path,
-                            _probe({"runsc": "no sandbox"}, seen))
+    found = runtimes.choose(
+        "docker", DOCKER, "auto", tmp_path, _probe({"runsc": "no sandbox"}, seen)
+    )
     assert not isinstance(found, str)
     assert found[0] == Runtime("runc", None, "runc")
     assert found[1] == ("runsc not used: it failed the probe (no sandbox)",)
@@ -91,16 +93,19 @@ def test_an_explicit_runtime_is_that_one_or_refused(tmp_path: Path) -> None:
     assert warm.value.code is ErrorCode.CONFIG_INVALID
 
 
-def test_podman_gets_runsc_as_the_wrapper_path(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_podman_gets_runsc_as_the_wrapper_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(runtimes, "runsc_path", lambda: "/usr/bin/runsc")
     found = runtimes.find("podman", facts(engine="podman"), "runsc", tmp_path / "rt")
     wrapper = str(tmp_path / "rt" / gvisor.WRAPPER_NAME)
     assert found == Runtime("runsc", wrapper, wrapper, gvisor=True)
     assert (tmp_path / "rt").stat().st_mode & 0o777 == 0o700
     monkeypatch.setattr(runtimes, "runsc_path", lambda: None)
-    assert runtimes.find("podman", facts(engine="podman"), "runsc", tmp_path) == \
-        "runsc is not installed (apt-get install runsc)"
+    assert (
+        runtimes.find("podman", facts(engine="podman"), "runsc", tmp_path)
+        == "runsc is not installed (apt-get install runsc)"
+    )
 
 
 def test_a_wrapper_directory_others_may_write_is_refused(tmp_path: Path) -> None:
@@ -117,31 +122,59 @@ def test_under_gvisor_pids_is_the_guests_nproc_and_the_host_gets_room() -> None:
     assert plain.pids_limit == 64 and ("nproc", 1024, 1024) in plain.ulimits
     assert under.pids_limit == gvisor.host_pids(64) == 128 + 16 * 64
     assert ("nproc", 64, 64) in under.ulimits
-    no_nproc = fit_limits(ContainerConfig(pids=64, ulimits={"nofile": "1024:1024"}), HOST,
-                          gvisor=True)
+    no_nproc = fit_limits(
+        ContainerConfig(pids=64, ulimits={"nofile": "1024:1024"}), HOST, gvisor=True
+    )
     assert ("nproc", 64, 64) in no_nproc.ulimits  # added: gVisor's own process limit
-    argv = create_argv("docker", config, IMAGE, Path("/copy"), ["true"], [], "t", "s", "r",
-                       "runsc", host=HOST, gvisor=True)
+    argv = create_argv(
+        "docker",
+        config,
+        IMAGE,
+        Path("/copy"),
+        ["true"],
+        [],
+        "t",
+        "s",
+        "r",
+        "runsc",
+        host=HOST,
+        gvisor=True,
+    )
     assert argv[argv.index("--pids-limit") + 1] == str(128 + 16 * 64)
     assert "nproc=64:64" in argv and argv[argv.index("--runtime") + 1] == "runsc"
     # verification expects exactly these numbers
     expected = Expected.of("docker", config, HOST, IMAGE, Path("/copy"), "runsc", gvisor=True)
     assert mismatches(expected, inspect_from_argv(argv, "runc")) == []
     plain_expected = Expected.of("docker", config, HOST, IMAGE, Path("/copy"), "runsc")
-    assert {m.field for m in mismatches(plain_expected, inspect_from_argv(argv, "runc"))} == \
-        {"pids_limit", "ulimits"}
+    assert {m.field for m in mismatches(plain_expected, inspect_from_argv(argv, "runc"))} == {
+        "pids_limit",
+        "ulimits",
+    }
 
 
 def test_the_runtime_is_verified_exactly() -> None:
-    argv = create_argv("docker", ContainerConfig(), IMAGE, Path("/copy"), ["true"], [], "t",
-                       "s", "r", "/state/runtimes/runsc-nonet", host=HOST)
+    argv = create_argv(
+        "docker",
+        ContainerConfig(),
+        IMAGE,
+        Path("/copy"),
+        ["true"],
+        [],
+        "t",
+        "s",
+        "r",
+        "/state/runtimes/runsc-nonet",
+        host=HOST,
+    )
     inspect = inspect_from_argv(argv, "runc")
     inspect["OCIRuntime"] = "/elsewhere/runsc-nonet"  # same file name, another runtime
-    expected = Expected.of("podman", ContainerConfig(), HOST, IMAGE, Path("/copy"),
-                           "/state/runtimes/runsc-nonet")
+    expected = Expected.of(
+        "podman", ContainerConfig(), HOST, IMAGE, Path("/copy"), "/state/runtimes/runsc-nonet"
+    )
     found = [m for m in mismatches(expected, inspect) if m.field == "runtime"]
-    assert found == [Mismatch("runtime", "OCIRuntime", "/state/runtimes/runsc-nonet",
-                              "/elsewhere/runsc-nonet")]
+    assert found == [
+        Mismatch("runtime", "OCIRuntime", "/state/runtimes/runsc-nonet", "/elsewhere/runsc-nonet")
+    ]
 
 
 def test_the_note_names_gvisors_kernel() -> None:
@@ -152,8 +185,10 @@ def test_the_note_names_gvisors_kernel() -> None:
 def test_runsc_under_a_user_namespace_is_explained() -> None:
     from sprawl_orch.container.admission_words import explain, runsc_failure
 
-    words = ("OCI runtime error: creating container: cannot create sandbox: cannot read "
-             "client sync file: waiting for sandbox to start: EOF")
+    words = (
+        "OCI runtime error: creating container: cannot create sandbox: cannot read "
+        "client sync file: waiting for sandbox to start: EOF"
+    )
     reason, recovery = explain("docker", "runsc", words, ContainerConfig(), HOST)
     assert reason.startswith("runsc cannot start its sandbox under docker's user namespace")
     assert "0700" in reason and words in reason and 'runtime = "auto"' in recovery
@@ -161,10 +196,12 @@ def test_runsc_under_a_user_namespace_is_explained() -> None:
     assert runsc_failure("other", userns=True) == "runsc not used: it failed the probe (other)"
 
 
-def test_a_daemon_runtime_named_runsc_must_be_runsc(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    impostor = facts(runtimes=("runc", "runsc"),
-                     runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runc")))
+def test_a_daemon_runtime_named_runsc_must_be_runsc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    impostor = facts(
+        runtimes=("runc", "runsc"), runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runc"))
+    )
     why = runtimes.find("docker", impostor, "runsc", tmp_path)
     assert isinstance(why, str) and "not gVisor's runsc binary" in why and "'/usr/bin/runc'" in why
     real = runtimes.find("docker", DOCKER, "runsc", tmp_path)

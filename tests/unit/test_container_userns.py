@@ -34,15 +34,21 @@ def write(tmp: Path, name: str, text: str) -> Path:
 
 
 def auto(tmp: Path) -> Userns:
-    found = podman_auto(write(tmp, "subuid", "containers:1000000000:268435456\n"),
-                        write(tmp, "subgid", "containers:1000000000:268435456\n"))
+    found = podman_auto(
+        write(tmp, "subuid", "containers:1000000000:268435456\n"),
+        write(tmp, "subgid", "containers:1000000000:268435456\n"),
+    )
     assert found is not None
     return found
 
 
 def podman_inspect(uid_map: list[str], gid_map: list[str] | None = None) -> dict[str, Any]:
-    return {"HostConfig": {"UsernsMode": "", "IDMappings": {
-        "UidMap": uid_map, "GidMap": uid_map if gid_map is None else gid_map}}}
+    return {
+        "HostConfig": {
+            "UsernsMode": "",
+            "IDMappings": {"UidMap": uid_map, "GidMap": uid_map if gid_map is None else gid_map},
+        }
+    }
 
 
 def test_id_map_maps_inside_and_refuses_outside() -> None:
@@ -56,16 +62,18 @@ def test_id_map_maps_inside_and_refuses_outside() -> None:
 
 
 def test_subordinate_reads_only_that_account(tmp_path: Path) -> None:
-    sub = write(tmp_path, "subuid", "containers:1000:10\nother:5000:10\nbroken line\n"
-                "containers:2000:5\n")
+    sub = write(
+        tmp_path, "subuid", "containers:1000:10\nother:5000:10\nbroken line\ncontainers:2000:5\n"
+    )
     assert subordinate("containers", sub) == [range(1000, 1010), range(2000, 2005)]
     assert subordinate("nobody", sub) == []
     assert subordinate("containers", tmp_path / "absent") == []
 
 
 def test_podman_auto_needs_both_files(tmp_path: Path) -> None:
-    assert podman_auto(write(tmp_path, "u", "containers:1:65536\n"),
-                       write(tmp_path, "g", "")) is None
+    assert (
+        podman_auto(write(tmp_path, "u", "containers:1:65536\n"), write(tmp_path, "g", "")) is None
+    )
     found = auto(tmp_path)
     assert found.flag == PODMAN_AUTO and found.uid_map is None
     assert "1000000000+268435456" in found.why
@@ -81,20 +89,19 @@ def test_podman_auto_map_is_checked_against_the_reserved_range(tmp_path: Path) -
     # a map outside the reserved range (e.g. onto real accounts) is refused
     assert mapping_problem(userns, 65534, 65534, podman_inspect(["0:0:65536"])) is not None
     # a map that doesn't contain the command's uid is refused
-    assert mapping_problem(userns, 65534, 65534,
-                           podman_inspect(["0:1000000000:1000"])) is not None
+    assert mapping_problem(userns, 65534, 65534, podman_inspect(["0:1000000000:1000"])) is not None
     # the gid map counts too
-    assert mapping_problem(userns, 65534, 65534,
-                           podman_inspect(["0:1000000000:65536"], ["0:0:65536"])) is not None
+    assert (
+        mapping_problem(userns, 65534, 65534, podman_inspect(["0:1000000000:65536"], ["0:0:65536"]))
+        is not None
+    )
     with pytest.raises(ValueError):
         host_owner(userns, 65534, 65534, podman_inspect(["0:1000000000:1000"]))
 
 
 def test_docker_remap_from_the_root_dir(tmp_path: Path) -> None:
-    sub = write(tmp_path, "subuid", "containers:1000000000:268435456\n"
-                "dockremap:1300000000:65536\n")
-    found, why = docker_remap("/var/lib/sprawl-orch/docker-userns/1300000000.1300000000",
-                              sub, sub)
+    sub = write(tmp_path, "subuid", "containers:1000000000:268435456\ndockremap:1300000000:65536\n")
+    found, why = docker_remap("/var/lib/sprawl-orch/docker-userns/1300000000.1300000000", sub, sub)
     assert found is not None and why == ""
     assert found.uid_map is not None and found.uid_map.text() == ["0:1300000000:65536"]
     assert host_owner(found, 65534, 65534, {}) == (1300065534, 1300065534)
@@ -116,18 +123,34 @@ def test_principal_problem_names_root_and_accounts() -> None:
 def test_argv_carries_the_flag_and_verify_checks_the_map(tmp_path: Path) -> None:
     userns = auto(tmp_path)
     copy = tmp_path / "copy"
-    argv = create_argv("podman", ContainerConfig(), IMAGE, copy, ["id"], [], "t-1", "t", "r",
-                       None, host=HOST, userns=userns.flags())
+    argv = create_argv(
+        "podman",
+        ContainerConfig(),
+        IMAGE,
+        copy,
+        ["id"],
+        [],
+        "t-1",
+        "t",
+        "r",
+        None,
+        host=HOST,
+        userns=userns.flags(),
+    )
     at = argv.index("--userns")
     assert argv[at + 1] == PODMAN_AUTO
-    plain = create_argv("podman", ContainerConfig(), IMAGE, copy, ["id"], [], "t-1", "t", "r",
-                        None, host=HOST)
+    plain = create_argv(
+        "podman", ContainerConfig(), IMAGE, copy, ["id"], [], "t-1", "t", "r", None, host=HOST
+    )
     assert "--userns" not in plain
     expected = Expected.of("podman", ContainerConfig(), HOST, IMAGE, copy, "runc", userns)
     found = [m for m in mismatches(expected, podman_inspect([])) if m.field == "userns"]
     assert found and found[0].where == "HostConfig.IDMappings"
-    found = [m for m in mismatches(expected, podman_inspect(["0:1000000000:65536"]))
-             if m.field == "userns"]
+    found = [
+        m
+        for m in mismatches(expected, podman_inspect(["0:1000000000:65536"]))
+        if m.field == "userns"
+    ]
     assert found == []
 
 
@@ -150,8 +173,12 @@ def test_a_copy_a_container_owns_keeps_its_principal(tmp_path: Path) -> None:
     assert userns.flags() == ("--userns", PODMAN_AUTO)
     # the copy is owned by slot 1's uid 65534: the next command gets slot 1 by name
     owned = (1_000_065_536 + 65534, 1_000_065_536 + 65534)
-    assert userns.flags(owner=owned) == ("--uidmap", "0:1000065536:65536",
-                                         "--gidmap", "0:1000065536:65536")
+    assert userns.flags(owner=owned) == (
+        "--uidmap",
+        "0:1000065536:65536",
+        "--gidmap",
+        "0:1000065536:65536",
+    )
     # root-owned (fresh), unaligned, or outside the range: a fresh range from podman
     for owner in ((0, 0), (1_000_000_100, 1_000_000_100), (65534, 65534)):
         assert userns.flags(owner=owner) == ("--userns", PODMAN_AUTO)
@@ -170,8 +197,9 @@ def test_a_kept_admission_keeps_its_user_namespace(tmp_path: Path) -> None:
     evidence = Evidence(tmp_path / "admission")
 
     def engine() -> FakeEngine:
-        found = FakeEngine(facts(rootless=True, uid_map=rootless_map, gid_map=rootless_map),
-                           [IMAGE])
+        found = FakeEngine(
+            facts(rootless=True, uid_map=rootless_map, gid_map=rootless_map), [IMAGE]
+        )
         found.endpoint_ = "fake"
         return found
 
@@ -199,8 +227,9 @@ def test_rootless_without_controllers_runs_unlimited_and_says_so(tmp_path: Path)
     from tests.unit.container_fake import FakeEngine, facts
 
     rootless_map = ((0, 1500, 1), (1, 1_400_000_000, 65536))
-    no_controllers = dict(memory_limit=False, swap_limit=False, pids_limit=False,
-                          cpu_cfs_quota=False)
+    no_controllers = dict(
+        memory_limit=False, swap_limit=False, pids_limit=False, cpu_cfs_quota=False
+    )
 
     def drop(data: dict[str, Any]) -> None:
         for key in ("Memory", "MemorySwap", "NanoCpus", "PidsLimit", "CpuShares"):
@@ -209,8 +238,10 @@ def test_rootless_without_controllers_runs_unlimited_and_says_so(tmp_path: Path)
     config = ContainerConfig(images=EngineImages(docker=IMAGE))
     clear_cache()
     try:
-        engine = FakeEngine(facts(rootless=True, uid_map=rootless_map, gid_map=rootless_map,
-                                  **no_controllers), [IMAGE])
+        engine = FakeEngine(
+            facts(rootless=True, uid_map=rootless_map, gid_map=rootless_map, **no_controllers),
+            [IMAGE],
+        )
         engine.alter = drop
         arm = ContainerArm(config, engine, host=HOST)  # type: ignore[arg-type]
         admission = arm.admission()

@@ -24,8 +24,15 @@ Mutation = Callable[[dict[str, Any]], None]
 
 def expected(engine: str) -> Expected:
     config = ContainerConfig.model_validate(META["config"])
-    return Expected.of(engine, config, HOST, META[engine]["image"], Path(META["copy"]),
-                       META[engine]["runtime"], workdir=Path(META["workdir"]))
+    return Expected.of(
+        engine,
+        config,
+        HOST,
+        META[engine]["image"],
+        Path(META["copy"]),
+        META[engine]["runtime"],
+        workdir=Path(META["workdir"]),
+    )
 
 
 def recorded(engine: str) -> dict[str, Any]:
@@ -50,43 +57,79 @@ CASES: list[tuple[str, str, Mutation, str]] = [
     ("nano_cpus", "HostConfig.NanoCpus", hc("NanoCpus", 0), "expected 1000000000, found 0"),
     ("pids_limit", "HostConfig.PidsLimit", hc("PidsLimit", None), "expected 256, found None"),
     ("cpu_shares", "HostConfig.CpuShares", hc("CpuShares", 1024), "found 1024"),
-    ("network_mode", "HostConfig.NetworkMode", hc("NetworkMode", "host"),
-     "expected 'none', found 'host'"),
+    (
+        "network_mode",
+        "HostConfig.NetworkMode",
+        hc("NetworkMode", "host"),
+        "expected 'none', found 'host'",
+    ),
     ("user", "Config.User", lambda d: d["Config"].__setitem__("User", ""), "found ''"),
-    ("read_only", "HostConfig.ReadonlyRootfs", hc("ReadonlyRootfs", False),
-     "expected True, found False"),
+    (
+        "read_only",
+        "HostConfig.ReadonlyRootfs",
+        hc("ReadonlyRootfs", False),
+        "expected True, found False",
+    ),
     ("privileged", "HostConfig.Privileged", hc("Privileged", True), "found True"),
     ("pid_mode", "HostConfig.PidMode", hc("PidMode", "host"), "found 'host'"),
     ("cap_add", "HostConfig.CapAdd", hc("CapAdd", ["SYS_ADMIN"]), "found ['SYS_ADMIN']"),
     ("security_opt", "HostConfig.SecurityOpt", hc("SecurityOpt", []), "found []"),
-    ("security_opt", "HostConfig.SecurityOpt",
-     hc("SecurityOpt", ["no-new-privileges", "seccomp=unconfined"]), "seccomp=unconfined"),
-    ("mounts", "Mounts", lambda d: d["Mounts"].append(
-        {"Type": "bind", "Source": "/home/person", "Destination": "/home", "RW": True}),
-     "/home/person"),
-    ("mounts", "Mounts", lambda d: d["Mounts"][0].__setitem__("Source", "/home/person/tree"),
-     "/home/person/tree"),
+    (
+        "security_opt",
+        "HostConfig.SecurityOpt",
+        hc("SecurityOpt", ["no-new-privileges", "seccomp=unconfined"]),
+        "seccomp=unconfined",
+    ),
+    (
+        "mounts",
+        "Mounts",
+        lambda d: d["Mounts"].append(
+            {"Type": "bind", "Source": "/home/person", "Destination": "/home", "RW": True}
+        ),
+        "/home/person",
+    ),
+    (
+        "mounts",
+        "Mounts",
+        lambda d: d["Mounts"][0].__setitem__("Source", "/home/person/tree"),
+        "/home/person/tree",
+    ),
     ("mounts", "Mounts", lambda d: d["Mounts"][0].__setitem__("RW", False), "'RW': False"),
     ("mounts", "Mounts", lambda d: d["Mounts"][0].__setitem__("Destination", "/"), "found"),
     ("mounts", "Mounts", lambda d: d.__setitem__("Mounts", []), "found []"),
-    ("mounts", "Config.Volumes", lambda d: d["Config"].__setitem__("Volumes", {"/data": {}}),
-     "/data"),
+    (
+        "mounts",
+        "Config.Volumes",
+        lambda d: d["Config"].__setitem__("Volumes", {"/data": {}}),
+        "/data",
+    ),
     ("tmpfs", "HostConfig.Tmpfs", hc("Tmpfs", {}), "found []"),
     ("tmpfs", "HostConfig.Tmpfs[/tmp]", hc("Tmpfs", {"/tmp": "rw,nosuid"}), "'rw,nosuid'"),
-    ("workdir", "Config.WorkingDir", lambda d: d["Config"].__setitem__("WorkingDir", "/work"),
-     "found '/work'"),
-    ("mounts", "Mounts", lambda d: d["Mounts"][0].__setitem__("Destination", "/work"),
-     "'/work'"),
+    (
+        "workdir",
+        "Config.WorkingDir",
+        lambda d: d["Config"].__setitem__("WorkingDir", "/work"),
+        "found '/work'",
+    ),
+    ("mounts", "Mounts", lambda d: d["Mounts"][0].__setitem__("Destination", "/work"), "'/work'"),
     ("tmpfs", "HostConfig.Tmpfs", hc("Tmpfs", {"/tmp": "mode=1777", "/home": ""}), "/home"),
     ("ulimits", "HostConfig.Ulimits", hc("Ulimits", []), "found []"),
-    ("runtime", "runtime", lambda d: (d["HostConfig"].__setitem__("Runtime", "crun"),
-                                      d.__setitem__("OCIRuntime", "crun")), "'crun'"),
+    (
+        "runtime",
+        "runtime",
+        lambda d: (
+            d["HostConfig"].__setitem__("Runtime", "crun"),
+            d.__setitem__("OCIRuntime", "crun"),
+        ),
+        "'crun'",
+    ),
 ]
 
 
 @pytest.mark.parametrize("engine", ["docker", "podman"])
-@pytest.mark.parametrize(("field", "where", "mutate", "words"), CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    ("field", "where", "mutate", "words"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_each_field_mismatch_is_named(
     engine: str, field: str, where: str, mutate: Mutation, words: str
 ) -> None:
@@ -113,8 +156,11 @@ def test_caps_each_engine_its_own_evidence() -> None:
     assert "ALL" not in podman["HostConfig"]["CapDrop"] and not podman["BoundingCaps"]
     podman["BoundingCaps"] = ["CAP_CHOWN"]
     [mismatch] = mismatches(expected("podman"), podman)
-    assert (mismatch.field, mismatch.where, mismatch.found) == ("cap_drop", "BoundingCaps",
-                                                                ["CAP_CHOWN"])
+    assert (mismatch.field, mismatch.where, mismatch.found) == (
+        "cap_drop",
+        "BoundingCaps",
+        ["CAP_CHOWN"],
+    )
 
 
 def test_podman_read_only_tmpfs_is_allowed_for_podman_only() -> None:

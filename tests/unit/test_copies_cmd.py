@@ -38,16 +38,21 @@ def test_list_and_drop(tmp_path: Path) -> None:
     assert listed.exit_code == 0, listed.output
     assert "2 copies" in listed.output and str(one) in listed.output
     assert "idle since" in listed.output
-    rows = [json.loads(line) for line in
-            runner.invoke(main, ["copies", "list", "-C", str(one), "--json"]).output.splitlines()]
+    rows = [
+        json.loads(line)
+        for line in runner.invoke(
+            main, ["copies", "list", "-C", str(one), "--json"]
+        ).output.splitlines()
+    ]
     assert {r["workdir"] for r in rows} == {str(one), str(two)}
     assert all(r["bytes"] == 2000 + len((one / "sprawl.toml").read_bytes()) for r in rows)
     assert all(Path(r["path"]).is_dir() and not r["busy"] for r in rows)
 
     here = runner.invoke(main, ["copies", "drop", "--here", "-C", str(one), "--json"])
     assert here.exit_code == 0, here.output
-    assert json.loads(here.output)["dropped"] == [r["name"] for r in rows
-                                                  if r["workdir"] == str(one)]
+    assert json.loads(here.output)["dropped"] == [
+        r["name"] for r in rows if r["workdir"] == str(one)
+    ]
     assert [i.workdir for i in store.info()] == [str(two)]
 
     missing = runner.invoke(main, ["copies", "drop", "-C", str(one), "nope/0"])

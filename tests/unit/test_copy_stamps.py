@@ -46,11 +46,13 @@ class _Coarse:
 def coarse_clock(monkeypatch: pytest.MonkeyPatch) -> float:
     """Make the rule see 100 ms stamps; returns the wait that passes its margin."""
     real_pack, real_newest = copy_stamps.pack, copy_stamps.newest
-    monkeypatch.setattr(copy_stamps, "pack",
-                        lambda a, b, mode: real_pack(_coarse(a), _coarse(b), mode))
+    monkeypatch.setattr(
+        copy_stamps, "pack", lambda a, b, mode: real_pack(_coarse(a), _coarse(b), mode)
+    )
     monkeypatch.setattr(copy_stamps, "newest", lambda a, b: real_newest(_coarse(a), _coarse(b)))
     monkeypatch.setattr(fs_clock, "TICK_MARGIN_NS", 150_000_000)
     return 0.16
+
 
 pytestmark = pytest.mark.skipif(
     fs_clock.granularity_ns(os.stat(tempfile.gettempdir()).st_dev) is None,
@@ -61,7 +63,8 @@ pytestmark = pytest.mark.skipif(
 def tree_bytes(root: Path) -> dict[str, tuple[bytes, int]]:
     return {
         str(p.relative_to(root)): (p.read_bytes(), stat.S_IMODE(p.lstat().st_mode))
-        for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink()
     }
 
 
@@ -100,19 +103,18 @@ def settle(src: Path, copy: Path, record: Path) -> None:
     time.sleep(MARGIN)
 
 
-def test_a_quiet_resync_compares_no_bytes(setup: tuple[Path, Path, Path],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_quiet_resync_compares_no_bytes(
+    setup: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     src, copy, record = setup
     settle(src, copy, record)
     count = Counting(monkeypatch)
     before = record.stat()
-    assert sync(src, copy, record=record) == FileWork(created=0, rewritten=0, removed=0,
-                                                      walked=21)
+    assert sync(src, copy, record=record) == FileWork(created=0, rewritten=0, removed=0, walked=21)
     assert count.calls == 0
     assert_same(src, copy)
     # Nothing new to say: the record is left as it was (not even rewritten).
-    assert (record.stat().st_ino, record.stat().st_mtime_ns) == (before.st_ino,
-                                                                 before.st_mtime_ns)
+    assert (record.stat().st_ino, record.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     (src / "d" / "new").write_bytes(b"n")
     assert sync(src, copy, record=record).created == 1
     assert record.stat().st_ino != before.st_ino
@@ -161,8 +163,9 @@ def test_mtime_set_back_with_utime_is_seen(setup: tuple[Path, Path, Path], side:
 
 
 @pytest.mark.parametrize("damage", ["absent", "torn", "garbage", "flipped"])
-def test_a_damaged_record_means_compare_bytes(setup: tuple[Path, Path, Path], damage: str,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_damaged_record_means_compare_bytes(
+    setup: tuple[Path, Path, Path], damage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src, copy, record = setup
     settle(src, copy, record)
     data = record.read_bytes()
@@ -184,8 +187,9 @@ def test_a_damaged_record_means_compare_bytes(setup: tuple[Path, Path, Path], da
     assert_same(src, copy)
 
 
-def test_a_sync_killed_midway_leaves_a_sound_record(setup: tuple[Path, Path, Path],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sync_killed_midway_leaves_a_sound_record(
+    setup: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     src, copy, record = setup
     settle(src, copy, record)
     for i in range(20):
@@ -232,10 +236,20 @@ NAMES = ["a", "b", os.path.join("d", "c")]
 CONTENT = st.sampled_from([b"00000000", b"11111111", b"22222222", b"333", b""])
 OPS = st.lists(
     st.one_of(
-        st.tuples(st.just("write"), st.sampled_from(["src", "copy"]), st.sampled_from(NAMES),
-                  CONTENT, st.booleans()),
-        st.tuples(st.just("chmod"), st.sampled_from(["src", "copy"]), st.sampled_from(NAMES),
-                  st.sampled_from([0o644, 0o755, 0o600]), st.just(False)),
+        st.tuples(
+            st.just("write"),
+            st.sampled_from(["src", "copy"]),
+            st.sampled_from(NAMES),
+            CONTENT,
+            st.booleans(),
+        ),
+        st.tuples(
+            st.just("chmod"),
+            st.sampled_from(["src", "copy"]),
+            st.sampled_from(NAMES),
+            st.sampled_from([0o644, 0o755, 0o600]),
+            st.just(False),
+        ),
         st.tuples(st.just("sync"), st.just(""), st.just(""), st.just(b""), st.just(False)),
         st.tuples(st.just("wait"), st.just(""), st.just(""), st.just(b""), st.just(False)),
     ),

@@ -67,8 +67,12 @@ def test_a_killed_holder_leaves_a_copy_the_next_call_resyncs(tmp_path: Path, src
         "print('held', flush=True)\n"
         "time.sleep(60)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.stdout is not None and proc.stdout.readline() == b"held\n"
     store = CopyStore(store_root, 10**9)
     assert [i.busy for i in store.info()] == [True]

@@ -312,8 +312,11 @@ def test_each_bound_refuses_and_deletes_the_partial_copy(
     key = f"[sandbox.copy] max_{bound} = {exact[bound] - 1}"
     assert key in err.detail and "exclude" in err.recovery
     assert f"[sandbox.copy] max_{bound} (now {exact[bound] - 1})" in err.recovery
-    reached = {"files": "10 reached", "bytes": f"{exact['bytes']:,} reached after 10 files",
-               "depth": "d2/d3/f4.txt is at level 3"}
+    reached = {
+        "files": "10 reached",
+        "bytes": f"{exact['bytes']:,} reached after 10 files",
+        "depth": "d2/d3/f4.txt is at level 3",
+    }
     assert reached[bound] in err.detail
     # The largest top-level entry, sized whole (not only as far as the sync got).
     assert "largest top-level entries: d2 196 B (4 files)" in err.detail
@@ -433,9 +436,13 @@ def _make_undeletable(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[
     if os.geteuid() != 0:
         path.chmod(0o500)
         return [["chmod", "700", str(path)]]
-    if shutil.which("chattr") and subprocess.run(
-        ["chattr", "+i", str(victim)], capture_output=True, check=False
-    ).returncode == 0:
+    if (
+        shutil.which("chattr")
+        and subprocess.run(
+            ["chattr", "+i", str(victim)], capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
         return [["chattr", "-i", str(victim)]]
 
     def refuse(*_: object) -> None:  # a filesystem without chattr: fail the way rmdir would

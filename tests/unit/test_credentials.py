@@ -17,15 +17,51 @@ from sprawl_orch.offerings import Offerings
 from tests.unit.conftest import make_config
 
 # The names issue #11 found passed through, then a wider sample of real-world ones.
-LEAKED_BEFORE = ("GH_PAT", "GPG_PASSPHRASE", "SSHPASS", "CI_JOB_JWT", "MYSQL_PWD",
-                 "DATABASE_URL", "KUBECONFIG")
-MORE = ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "PGPASSWORD",
-        "PGPASSFILE", "NPM_CONFIG__AUTH", "SSH_AUTH_SOCK", "SENTRY_DSN", "SLACK_WEBHOOK_URL",
-        "REDIS_URL", "MONGODB_URI", "GOOGLE_APPLICATION_CREDENTIALS", "DOCKER_CONFIG",
-        "ACTIONS_ID_TOKEN_REQUEST_URL", "SMTP_PASS", "NETRC", "db_password", "ado_pat")
+LEAKED_BEFORE = (
+    "GH_PAT",
+    "GPG_PASSPHRASE",
+    "SSHPASS",
+    "CI_JOB_JWT",
+    "MYSQL_PWD",
+    "DATABASE_URL",
+    "KUBECONFIG",
+)
+MORE = (
+    "GITHUB_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "PGPASSWORD",
+    "PGPASSFILE",
+    "NPM_CONFIG__AUTH",
+    "SSH_AUTH_SOCK",
+    "SENTRY_DSN",
+    "SLACK_WEBHOOK_URL",
+    "REDIS_URL",
+    "MONGODB_URI",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "DOCKER_CONFIG",
+    "ACTIONS_ID_TOKEN_REQUEST_URL",
+    "SMTP_PASS",
+    "NETRC",
+    "db_password",
+    "ado_pat",
+)
 # Everyday names that must stay passable.
-HARMLESS = ("HOME", "PWD", "OLDPWD", "PYTHONPATH", "KEYBOARD", "LANG", "COMPASS_HOME",
-            "BYPASS_CACHE", "PATCH_LEVEL", "CI", "TERM", "VIRTUAL_ENV", "CARGO_HOME")
+HARMLESS = (
+    "HOME",
+    "PWD",
+    "OLDPWD",
+    "PYTHONPATH",
+    "KEYBOARD",
+    "LANG",
+    "COMPASS_HOME",
+    "BYPASS_CACHE",
+    "PATCH_LEVEL",
+    "CI",
+    "TERM",
+    "VIRTUAL_ENV",
+    "CARGO_HOME",
+)
 SECRET = "s3cret-value-never-in-a-result"
 
 
@@ -70,8 +106,11 @@ def test_a_credential_named_on_purpose_is_passed_and_stated(
         for where in ("sandbox", "host"):
             result = tool.exec(
                 # the command line is recorded: it compares halves, never the whole value
-                ["sh", "-c", 'test "${GH_PAT%-never-in-a-result}" = s3cret-value '
-                 '&& test -z "$GITHUB_TOKEN"'],
+                [
+                    "sh",
+                    "-c",
+                    'test "${GH_PAT%-never-in-a-result}" = s3cret-value && test -z "$GITHUB_TOKEN"',
+                ],
                 where=where,  # type: ignore[arg-type]
             )
             assert result.exit_code == 0, result
@@ -88,8 +127,9 @@ def test_a_credential_named_on_purpose_is_passed_and_stated(
 
 def test_no_credentials_no_sentence(tmp_path: Path, tree: Path, offerings: Offerings) -> None:
     config = make_config(tmp_path, arm="copied_tree")
-    with ExecTool(config, tree, offerings=offerings, environ={"PATH": "/usr/bin:/bin",
-                                                              "GH_PAT": SECRET}) as tool:
+    with ExecTool(
+        config, tree, offerings=offerings, environ={"PATH": "/usr/bin:/bin", "GH_PAT": SECRET}
+    ) as tool:
         result = tool.exec(["sh", "-c", 'test -z "$GH_PAT"'])
     assert result.exit_code == 0
     assert result.confinement is not None

@@ -20,12 +20,25 @@ from sprawl_orch.offerings import Offerings
 from sprawl_orch.shell import Absent, Found, Missing
 
 SCRATCH = Path("/tmp/sprawl-orch")
-DOCKER = EngineOffer("docker", admitted=True, detail="docker 20.10 (cgroup v1); runs under runc",
-                     image="sha256:" + "a" * 64)
-DOCKER_ROOTLESS = EngineOffer("docker", admitted=True, detail="rootless docker",
-                              image="sha256:" + "a" * 64, uids_namespaced=True)
-PODMAN_REFUSED = EngineOffer("podman", admitted=False, detail="crun: cgroups in hybrid mode "
-                             "not supported", recovery="install runc")
+DOCKER = EngineOffer(
+    "docker",
+    admitted=True,
+    detail="docker 20.10 (cgroup v1); runs under runc",
+    image="sha256:" + "a" * 64,
+)
+DOCKER_ROOTLESS = EngineOffer(
+    "docker",
+    admitted=True,
+    detail="rootless docker",
+    image="sha256:" + "a" * 64,
+    uids_namespaced=True,
+)
+PODMAN_REFUSED = EngineOffer(
+    "podman",
+    admitted=False,
+    detail="crun: cgroups in hybrid mode not supported",
+    recovery="install runc",
+)
 NOT_DELEGATED = Delegation(PlatformShares.NONE, None, why=NOT_DELEGATED_PHRASE + " (read-only)")
 V1 = Delegation(PlatformShares.CPU_AND_MEMORY, "v1", why="cgroup v1: writable cpu, memory")
 
@@ -39,6 +52,7 @@ def resolver(shell: object = None, pwsh: object = None):  # type: ignore[no-unty
         if interpreter == "pwsh":
             return Missing("pwsh", "no pwsh on the search path")
         return shell or Found("/bin/sh", "sh")
+
     return resolve
 
 
@@ -48,33 +62,52 @@ def report(offerings: Offerings, delegation: Delegation = V1, **sandbox: object)
 
 
 def linux(**kw: object) -> Offerings:
-    base: dict[str, object] = {"platform": "linux", "scratch": SCRATCH, "bwrap": "/usr/bin/bwrap",
-                               "user_namespace": True, "user_namespace_why": "ok",
-                               "engines": (DOCKER, PODMAN_REFUSED), "nice": "/usr/bin/nice"}
+    base: dict[str, object] = {
+        "platform": "linux",
+        "scratch": SCRATCH,
+        "bwrap": "/usr/bin/bwrap",
+        "user_namespace": True,
+        "user_namespace_why": "ok",
+        "engines": (DOCKER, PODMAN_REFUSED),
+        "nice": "/usr/bin/nice",
+    }
     base.update(kw)
     return Offerings(**base)  # type: ignore[arg-type]
 
 
 def test_one_row_per_engine_native_and_copied_tree() -> None:
     rows = report(linux()).arms
-    assert [r.label for r in rows] == ["container (docker)", "container (podman)",
-                                       "linux_namespaces", "copied_tree"]
+    assert [r.label for r in rows] == [
+        "container (docker)",
+        "container (podman)",
+        "linux_namespaces",
+        "copied_tree",
+    ]
     assert [r.available for r in rows] == [True, False, True, True]
 
 
 def test_rows_carry_the_five_axes_of_their_arm() -> None:
     rows = {r.label: r for r in report(linux()).arms}
     assert rows["container (docker)"].assurances == {
-        "filesystem": "yes", "network": "yes", "process_tree": "yes", "user": "no",
-        "resources": "yes"}
+        "filesystem": "yes",
+        "network": "yes",
+        "process_tree": "yes",
+        "user": "no",
+        "resources": "yes",
+    }
     # bwrap keeps the user axis only for a root caller, whose bwrap drops to a uid of its own.
     assert rows["linux_namespaces"].assurances["user"] == ("yes" if os.geteuid() == 0 else "no")
     # The copied tree cannot put its copy at the tree's path: no axis is kept.
     assert rows["copied_tree"].assurances == {
-        "filesystem": "no", "network": "no", "process_tree": "no", "user": "no",
-        "resources": "no"}
+        "filesystem": "no",
+        "network": "no",
+        "process_tree": "no",
+        "user": "no",
+        "resources": "no",
+    }
     assert rows["copied_tree"].statement.startswith(
-        "Runs under copied_tree: writes can reach your working directory")
+        "Runs under copied_tree: writes can reach your working directory"
+    )
 
 
 def test_user_axis_follows_the_engines_uid_mapping() -> None:
@@ -95,8 +128,12 @@ def test_an_unavailable_row_says_what_is_missing_and_what_to_do() -> None:
 
 
 def test_a_missing_image_is_named_with_its_build_command() -> None:
-    engine = EngineOffer("docker", admitted=False, detail="image missing",
-                         image_missing=image_not_local("docker", "sha256:" + "c" * 64))
+    engine = EngineOffer(
+        "docker",
+        admitted=False,
+        detail="image missing",
+        image_missing=image_not_local("docker", "sha256:" + "c" * 64),
+    )
     docker = report(linux(engines=(engine,))).arms[0]
     assert docker.missing[0].kind == "image_not_local"
     assert "sprawl-orch image build" in docker.missing[0].recovery
@@ -117,9 +154,14 @@ def test_an_explicit_arm_that_is_missing_is_reported_unavailable() -> None:
     assert r.configured.missing[0].kind == "namespace_wrapper"
 
 
-@pytest.mark.parametrize(("platform", "label"), [
-    ("darwin", "macos_seatbelt"), ("win32", "windows_job"), ("freebsd14", "native"),
-])
+@pytest.mark.parametrize(
+    ("platform", "label"),
+    [
+        ("darwin", "macos_seatbelt"),
+        ("win32", "windows_job"),
+        ("freebsd14", "native"),
+    ],
+)
 def test_the_native_row_is_the_platforms(platform: str, label: str) -> None:
     rows = report(Offerings(platform=platform, scratch=SCRATCH)).arms
     assert rows[2].label == label and not rows[2].available
@@ -127,8 +169,9 @@ def test_the_native_row_is_the_platforms(platform: str, label: str) -> None:
 
 def test_shell_and_pwsh_rows() -> None:
     config = parse_config({})
-    r = doctor_report(linux(), config, V1, {},
-                      resolver(pwsh=Found("/opt/microsoft/powershell/7/pwsh", "pwsh")))
+    r = doctor_report(
+        linux(), config, V1, {}, resolver(pwsh=Found("/opt/microsoft/powershell/7/pwsh", "pwsh"))
+    )
     assert (r.shell.state, r.shell.interpreter) == ("found", "sh")
     assert (r.pwsh.state, r.pwsh.program) == ("found", "/opt/microsoft/powershell/7/pwsh")
     missing = report(linux())
@@ -140,8 +183,10 @@ def test_shell_and_pwsh_rows() -> None:
 def test_cgroup_line_says_when_runs_compete() -> None:
     r = report(linux(), NOT_DELEGATED)
     assert r.cgroup.delegated is False
-    assert ("runs' commands compete thread by thread and run below the core: the cgroup is "
-            "not delegated") in r.cgroup.detail
+    assert (
+        "runs' commands compete thread by thread and run below the core: the cgroup is "
+        "not delegated"
+    ) in r.cgroup.detail
     assert report(linux(), V1).cgroup.delegated is True
 
 
@@ -160,8 +205,10 @@ def test_cli_json_is_the_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     result = CliRunner().invoke(main, ["doctor", "--config", str(config), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert [row["label"] for row in data["arms"]][:2] == ["container (docker)",
-                                                         "container (podman)"]
+    assert [row["label"] for row in data["arms"]][:2] == [
+        "container (docker)",
+        "container (podman)",
+    ]
     assert data["configured"]["arm"] == "copied_tree"
     assert set(data) >= {"arms", "auto", "configured", "shell", "pwsh", "cgroup", "scratch"}
 
@@ -175,8 +222,15 @@ def test_cli_table_names_every_arm(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     # Wide enough that rich does not wrap a phrase across lines.
     result = CliRunner().invoke(main, ["doctor", "--config", str(config)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    for text in ("container (docker)", "container (podman)", "copied_tree", "auto →",
-                 "cgroup", "pwsh", "crun: cgroups in hybrid mode not supported"):
+    for text in (
+        "container (docker)",
+        "container (podman)",
+        "copied_tree",
+        "auto →",
+        "cgroup",
+        "pwsh",
+        "crun: cgroups in hybrid mode not supported",
+    ):
         assert text in result.output
 
 

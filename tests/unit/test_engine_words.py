@@ -14,8 +14,10 @@ REFUSED = [
     "Cannot connect to Podman. Please verify your connection to the Linux system",
     "dial unix /var/run/docker.sock: connect: connection refused",
 ]
-DENIED = ["Got permission denied while trying to connect to the Docker daemon socket at "
-          "unix:///var/run/docker.sock"]
+DENIED = [
+    "Got permission denied while trying to connect to the Docker daemon socket at "
+    "unix:///var/run/docker.sock"
+]
 NEITHER = [
     "Error: No such image: sprawl/busybox:nope",
     "Error: sprawl/busybox:nope: image not known",

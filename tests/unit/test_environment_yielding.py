@@ -29,10 +29,21 @@ def test_floor_names() -> None:
 def test_prefix_order() -> None:
     full = Yielders(nice="/usr/bin/nice", ionice="/usr/bin/ionice")
     assert yield_prefix(full) == [
-        "/usr/bin/ionice", "-c", "2", "-n", "7", "/usr/bin/nice", "-n", "10", "--",
+        "/usr/bin/ionice",
+        "-c",
+        "2",
+        "-n",
+        "7",
+        "/usr/bin/nice",
+        "-n",
+        "10",
+        "--",
     ]
     assert yield_prefix(Yielders(nice="/usr/bin/nice", ionice=None)) == [
-        "/usr/bin/nice", "-n", "10", "--",
+        "/usr/bin/nice",
+        "-n",
+        "10",
+        "--",
     ]
     assert yield_prefix(Yielders(None, None)) == []
     mac = yield_prefix(

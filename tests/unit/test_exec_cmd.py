@@ -30,8 +30,15 @@ def run(*args: str) -> tuple[int, str, str]:
 
 
 def test_exit_status_and_output_mirror_the_command(workdir: Path) -> None:
-    code, out, err = run("exec", "-C", str(workdir), "--", "sh", "-c",
-                         "cat a.txt; echo oops >&2; echo x > a.txt; exit 7")
+    code, out, err = run(
+        "exec",
+        "-C",
+        str(workdir),
+        "--",
+        "sh",
+        "-c",
+        "cat a.txt; echo oops >&2; echo x > a.txt; exit 7",
+    )
     assert code == 7
     assert out == "a\n"
     assert "oops" in err
@@ -80,8 +87,9 @@ def test_signal_is_128_plus_n(workdir: Path) -> None:
 
 
 def test_where_host_writes_in_place(workdir: Path) -> None:
-    code, _, err = run("exec", "-C", str(workdir), "--where", "host", "--", "sh", "-c",
-                       "echo host > h.txt")
+    code, _, err = run(
+        "exec", "-C", str(workdir), "--where", "host", "--", "sh", "-c", "echo host > h.txt"
+    )
     assert code == 0
     assert (workdir / "h.txt").read_text() == "host\n"
     assert "Runs under host:" in err
@@ -98,16 +106,18 @@ def test_excludes_and_bounds_a_person_can_see_and_change(workdir: Path) -> None:
     for i in range(30):
         (workdir / "big" / f"blob{i}").write_bytes(b"b" * 1000)
     toml = (workdir / "sprawl.toml").read_text()
-    (workdir / "sprawl.toml").write_text(toml.replace(
-        "[state]", '[sandbox.copy]\nmax_files = 10\n[state]'))
+    (workdir / "sprawl.toml").write_text(
+        toml.replace("[state]", "[sandbox.copy]\nmax_files = 10\n[state]")
+    )
     code, out, err = run("exec", "-C", str(workdir), "--", "ls")
     assert code == 125 and "E_COPY_BOUND" in err
     assert "10 reached" not in err and "11 reached" in err  # the count it reached
     assert "largest top-level entries: big 30 kB (30 files)" in err
     assert "[sandbox.copy] max_files = 10" in err
     assert "raise [sandbox.copy] max_files (now 10)" in err
-    (workdir / "sprawl.toml").write_text(toml.replace(
-        "[state]", '[sandbox.copy]\nmax_files = 10\nexclude = ["big/"]\n[state]'))
+    (workdir / "sprawl.toml").write_text(
+        toml.replace("[state]", '[sandbox.copy]\nmax_files = 10\nexclude = ["big/"]\n[state]')
+    )
     code, out, err = run("exec", "-C", str(workdir), "--", "ls")
     assert code == 0 and "big" not in out.split() and "a.txt" in out
     assert "left out of the copy ([sandbox.copy] exclude): big/" in err

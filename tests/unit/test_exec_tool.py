@@ -18,8 +18,9 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_sandbox_write_leaves_source_untouched(tmp_path: Path, tree: Path,
-                                               offerings: Offerings) -> None:
+def test_sandbox_write_leaves_source_untouched(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     before = snapshot(tree)
     config = make_config(tmp_path, arm="copied_tree")
     with ExecTool(config, tree, offerings=offerings) as tool:
@@ -51,8 +52,9 @@ def test_host_write_lands(tmp_path: Path, tree: Path, offerings: Offerings) -> N
     assert set(result.confinement.assurances.values()) == {"no"}
 
 
-def test_write_limit_create_refuses_host_before_starting(tmp_path: Path, tree: Path,
-                                                         offerings: Offerings) -> None:
+def test_write_limit_create_refuses_host_before_starting(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     config = make_config(tmp_path, arm="copied_tree", write_limit="create")
     with ExecTool(config, tree, offerings=offerings) as tool:
         result = tool.exec(["sh", "-c", "echo x > refused.txt"], where="host")
@@ -61,8 +63,9 @@ def test_write_limit_create_refuses_host_before_starting(tmp_path: Path, tree: P
     assert not (tree / "refused.txt").exists()
 
 
-def test_missing_program_refused_before_copy(tmp_path: Path, tree: Path, scratch: Path,
-                                             offerings: Offerings) -> None:
+def test_missing_program_refused_before_copy(
+    tmp_path: Path, tree: Path, scratch: Path, offerings: Offerings
+) -> None:
     config = make_config(tmp_path, arm="copied_tree")
     with ExecTool(config, tree, offerings=offerings) as tool:
         result = tool.exec(["definitely-not-a-program"])
@@ -73,8 +76,9 @@ def test_missing_program_refused_before_copy(tmp_path: Path, tree: Path, scratch
 
 def test_shell_line_and_interpreter(tmp_path: Path, tree: Path, offerings: Offerings) -> None:
     config = make_config(tmp_path, arm="copied_tree")
-    with ExecTool(config, tree, offerings=offerings, environ={"PATH": os.environ["PATH"],
-                                                             "SHELL": "/bin/sh"}) as tool:
+    with ExecTool(
+        config, tree, offerings=offerings, environ={"PATH": os.environ["PATH"], "SHELL": "/bin/sh"}
+    ) as tool:
         result = tool.exec("ls | sort; exit 4", shell=True)
     assert result.exit_code == 4
     assert result.stdout == "README\nsrc\n"
@@ -82,15 +86,17 @@ def test_shell_line_and_interpreter(tmp_path: Path, tree: Path, offerings: Offer
     assert result.shell is True
 
 
-def test_environment_is_floor_plus_passthrough(tmp_path: Path, tree: Path,
-                                               offerings: Offerings) -> None:
+def test_environment_is_floor_plus_passthrough(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     config = make_config(tmp_path, arm="copied_tree", env_passthrough=["KEEP_ME"])
     environ = {"PATH": os.environ["PATH"], "KEEP_ME": "1", "HIDDEN_VALUE": "s3ntinel-value"}
     with ExecTool(config, tree, offerings=offerings, environ=environ) as tool:
         result = tool.exec(["env"])
     home = next(v for v in result.stdout.split() if v.startswith("HOME="))
-    assert sorted(result.stdout.split()) == sorted(["KEEP_ME=1", f"PATH={os.environ['PATH']}",
-                                                    home])
+    assert sorted(result.stdout.split()) == sorted(
+        ["KEEP_ME=1", f"PATH={os.environ['PATH']}", home]
+    )
     # HOME is the arm's: a private directory the command may write, gone with the command
     assert home.startswith(f"HOME={tmp_path / 'state'}") and not Path(home[5:]).exists()
     assert result.env == ["HOME", "KEEP_ME", "PATH"]
@@ -104,15 +110,19 @@ def test_window_kills_the_whole_group(tmp_path: Path, tree: Path, offerings: Off
     # its `sleep 97` is not ours to count.
     a, b = (f"{n}.{secrets.randbelow(10**6):06d}" for n in (97, 98))
     with ExecTool(config, tree, offerings=offerings) as tool:
-        result = tool.exec(["sh", "-c", f"sleep {a} & sleep {b}; echo never"], timeout=0.5,
-                           background_ok=False)
+        result = tool.exec(
+            ["sh", "-c", f"sleep {a} & sleep {b}; echo never"], timeout=0.5, background_ok=False
+        )
     assert result.killed and result.detail and "window" in result.detail
     assert "never" not in result.stdout
 
     def left() -> list[int]:
-        return [p.pid for p in psutil.process_iter(["cmdline", "status"])
-                if p.info["cmdline"] in (["sleep", a], ["sleep", b])
-                and p.info["status"] != psutil.STATUS_ZOMBIE]
+        return [
+            p.pid
+            for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["cmdline"] in (["sleep", a], ["sleep", b])
+            and p.info["status"] != psutil.STATUS_ZOMBIE
+        ]
 
     # A SIGKILLed process leaves the process table when its parent reaps it: give that time.
     deadline = time.monotonic() + 10
@@ -136,8 +146,9 @@ def test_empty_command(tmp_path: Path, tree: Path, offerings: Offerings) -> None
     assert result.code == "E_BAD_REQUEST"
 
 
-def test_the_copy_outlives_the_tool_and_is_resynced(tmp_path: Path, tree: Path, scratch: Path,
-                                                    offerings: Offerings) -> None:
+def test_the_copy_outlives_the_tool_and_is_resynced(
+    tmp_path: Path, tree: Path, scratch: Path, offerings: Offerings
+) -> None:
     config = make_config(tmp_path, arm="copied_tree")
     tool = ExecTool(config, tree, offerings=offerings)
     first = tool.exec(["sh", "-c", "echo scribble > README"])
@@ -154,8 +165,9 @@ def test_the_copy_outlives_the_tool_and_is_resynced(tmp_path: Path, tree: Path, 
     assert [info.slot for info in again.copies.store.info()] == [slot]
 
 
-def test_unavailable_arm_refuses_before_copy(tmp_path: Path, tree: Path, scratch: Path,
-                                             offerings: Offerings) -> None:
+def test_unavailable_arm_refuses_before_copy(
+    tmp_path: Path, tree: Path, scratch: Path, offerings: Offerings
+) -> None:
     with ExecTool(make_config(tmp_path, arm="container"), tree, offerings=offerings) as tool:
         result = tool.exec(["true"])
     assert result.outcome == "exceptional"

@@ -52,13 +52,16 @@ def test_v1_dirs_are_announced_before_they_exist_and_taken_back_once_removed(
 ) -> None:
     cpu, mem = v1_tree(tmp_path)
     ear = Ear()
-    groups = Cgroups(delegation(tmp_path, V1_SELF), "sess", rmdir=fake_rmdir,
-                     watcher=ear)
+    groups = Cgroups(delegation(tmp_path, V1_SELF), "sess", rmdir=fake_rmdir, watcher=ear)
     group = groups.create("r1", Shares.cpu_and_memory(64 * MIB))
     told = [(verb, path) for verb, path, _ in ear.heard]
     session_dirs = [cpu / "sprawl-orch" / "sess", mem / "sprawl-orch" / "sess"]
-    assert told == [("cgroup", session_dirs[0]), ("cgroup", group.dirs["cpu"]),
-                    ("cgroup", session_dirs[1]), ("cgroup", group.dirs["memory"])]
+    assert told == [
+        ("cgroup", session_dirs[0]),
+        ("cgroup", group.dirs["cpu"]),
+        ("cgroup", session_dirs[1]),
+        ("cgroup", group.dirs["memory"]),
+    ]
     assert not any(existed for _, _, existed in ear.heard), "told before mkdir"
     ear.heard.clear()
     assert groups.remove(group) is None
@@ -74,8 +77,7 @@ def test_v1_dirs_are_announced_before_they_exist_and_taken_back_once_removed(
 def test_a_refused_create_takes_back_what_it_announced(tmp_path: Path) -> None:
     cpu, mem = v1_tree(tmp_path)
     ear = Ear()
-    groups = Cgroups(delegation(tmp_path, V1_SELF), "s", rmdir=fake_rmdir,
-                     watcher=ear)
+    groups = Cgroups(delegation(tmp_path, V1_SELF), "s", rmdir=fake_rmdir, watcher=ear)
     (mem / "sprawl-orch").write_text("")  # a file where the memory side's parent goes
     with pytest.raises(CgroupRefused):
         groups.create("r", Shares.cpu_and_memory(MIB))

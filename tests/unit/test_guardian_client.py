@@ -48,7 +48,13 @@ def test_lines_arrive_in_order_and_close_is_eof(tmp_path: Path) -> None:
     assert guardian.close(wait=10) == 0
     lines = out.read_text().splitlines()
     assert [type(parse_message(line)).__name__ for line in lines] == [
-        "Expect", "Created", "PGroup", "Scratch", "ScratchGone", "PGroupGone", "Gone",
+        "Expect",
+        "Created",
+        "PGroup",
+        "Scratch",
+        "ScratchGone",
+        "PGroupGone",
+        "Gone",
     ]
 
 

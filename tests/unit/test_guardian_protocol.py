@@ -108,8 +108,15 @@ def test_lines_that_are_not_messages_are_refused(line: str) -> None:
 
 @pytest.mark.parametrize(
     "message",
-    [Expect(""), PGroup(1, 1.0), PGroup(7, float("nan")), PGroupGone(0),
-     Scratch(Path("relative")), Cgroup(Path("run-x")), CgroupGone(Path("run-x"))],
+    [
+        Expect(""),
+        PGroup(1, 1.0),
+        PGroup(7, float("nan")),
+        PGroupGone(0),
+        Scratch(Path("relative")),
+        Cgroup(Path("run-x")),
+        CgroupGone(Path("run-x")),
+    ],
 )
 def test_messages_that_cannot_be_sent_are_refused(message: Announcement) -> None:
     with pytest.raises(ProtocolError):
@@ -119,12 +126,21 @@ def test_messages_that_cannot_be_sent_are_refused(message: Announcement) -> None
 def test_the_watchlist_keeps_what_was_announced_and_not_taken_back() -> None:
     watch = Watchlist()
     for message in [
-        Expect("a"), Created("a", "id-a"), Expect("b"), Expect("c"), Gone("c"),
-        PGroup(100, 5.0), PGroup(200, 6.0), PGroupGone(100),
-        Scratch(Path("/s/sprawl-1")), Scratch(Path("/s/sprawl-2")),
+        Expect("a"),
+        Created("a", "id-a"),
+        Expect("b"),
+        Expect("c"),
+        Gone("c"),
+        PGroup(100, 5.0),
+        PGroup(200, 6.0),
+        PGroupGone(100),
+        Scratch(Path("/s/sprawl-1")),
+        Scratch(Path("/s/sprawl-2")),
         ScratchGone(Path("/s/sprawl-2")),
-        Cgroup(Path("/c/sprawl-orch/s")), Cgroup(Path("/c/sprawl-orch/s/run-a")),
-        Cgroup(Path("/c/sprawl-orch/s/run-b")), CgroupGone(Path("/c/sprawl-orch/s/run-b")),
+        Cgroup(Path("/c/sprawl-orch/s")),
+        Cgroup(Path("/c/sprawl-orch/s/run-a")),
+        Cgroup(Path("/c/sprawl-orch/s/run-b")),
+        CgroupGone(Path("/c/sprawl-orch/s/run-b")),
     ]:
         watch.apply(message)
     assert watch.containers == {"a": "id-a", "b": None}
@@ -137,8 +153,12 @@ def test_the_watchlist_keeps_what_was_announced_and_not_taken_back() -> None:
 
 def test_taking_back_what_was_never_announced_is_harmless() -> None:
     watch = Watchlist()
-    for message in [Gone("x"), PGroupGone(55), ScratchGone(Path("/nope")),
-                    CgroupGone(Path("/c/run-x"))]:
+    for message in [
+        Gone("x"),
+        PGroupGone(55),
+        ScratchGone(Path("/nope")),
+        CgroupGone(Path("/c/run-x")),
+    ]:
         watch.apply(message)
     assert watch.empty()
 

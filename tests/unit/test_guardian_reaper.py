@@ -39,8 +39,11 @@ class FakeEngine:
 
     def find(self, session: str, names: Collection[str]) -> list[Found]:
         with self.lock:
-            return [Found(c["id"], n) for n, c in self.containers.items()
-                    if c["session"] == session or n in names]
+            return [
+                Found(c["id"], n)
+                for n, c in self.containers.items()
+                if c["session"] == session or n in names
+            ]
 
     def remove(self, refs: Collection[str]) -> list[str]:
         errors = []
@@ -100,8 +103,9 @@ def test_a_create_that_never_comes_is_awaited_for_the_grace_only() -> None:
 def test_what_cannot_be_removed_is_reported_left() -> None:
     engine = FakeEngine(stuck={"sprawl-s-1"})
     engine.add("sprawl-s-1", "s")
-    report = Reaper("s", [engine], 0.3, quiet).reap(watch_of(Expect("sprawl-s-1"),
-                                                             Created("sprawl-s-1", "x")))
+    report = Reaper("s", [engine], 0.3, quiet).reap(
+        watch_of(Expect("sprawl-s-1"), Created("sprawl-s-1", "x"))
+    )
     assert report.left == ["sprawl-s-1"]
     assert any("removal failed" in p for p in report.problems)
 
@@ -139,8 +143,9 @@ def test_a_live_create_process_extends_the_wait(tmp_path: Path) -> None:
         landed.touch()
 
     threading.Thread(target=create, daemon=True).start()
-    proc = subprocess.Popen(["sh", "-c", f"until [ -e '{landed}' ]; do sleep 0.02; done",
-                             "create", "--name", name])
+    proc = subprocess.Popen(
+        ["sh", "-c", f"until [ -e '{landed}' ]; do sleep 0.02; done", "create", "--name", name]
+    )
     try:
         assert creators([name]) == [proc.pid]
         report = Reaper(session, [engine], 0.2, quiet).reap(watch_of(Expect(name)))

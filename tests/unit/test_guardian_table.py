@@ -73,7 +73,8 @@ def test_verbs_and_kinds_appear_once_and_the_unions_are_the_table() -> None:
 
 def test_the_watcher_has_one_method_per_announcement_and_nothing_else() -> None:
     public = {
-        name for name, _ in inspect.getmembers(Watcher, inspect.isfunction)
+        name
+        for name, _ in inspect.getmembers(Watcher, inspect.isfunction)
         if not name.startswith("_") and name != "tell"
     }
     assert public == {e.call for e in announcements()}
@@ -104,9 +105,13 @@ def test_every_announcement_moves_the_watch_list() -> None:
     # with the same sample fields each must change what the watch list holds.
     watch = Watchlist()
     for entry in announcements():
-        before = dataclasses.replace(watch, containers=dict(watch.containers),
-                                     pgroups=dict(watch.pgroups), scratch=set(watch.scratch),
-                                     cgroups=set(watch.cgroups))
+        before = dataclasses.replace(
+            watch,
+            containers=dict(watch.containers),
+            pgroups=dict(watch.pgroups),
+            scratch=set(watch.scratch),
+            cgroups=set(watch.cgroups),
+        )
         message = sample(entry)
         assert isinstance(message, Announcement)
         watch.apply(message)

@@ -55,8 +55,9 @@ dir = "/var/lib/sprawl"  # survives reboots
 def test_pin_shared_id_round_trip_keeps_comments_and_order(tmp_path: Path) -> None:
     config = tmp_path / "sprawl.toml"
     config.write_text(ORIGINAL)
-    resolve = resolver_for({("docker", "sprawl/busybox:latest"): D1,
-                            ("podman", "sprawl/busybox:latest"): D1})
+    resolve = resolver_for(
+        {("docker", "sprawl/busybox:latest"): D1, ("podman", "sprawl/busybox:latest"): D1}
+    )
 
     result = pin("sprawl/busybox:latest", config, resolver=resolve)
 
@@ -74,9 +75,14 @@ def test_pin_replaces_an_old_id_in_place_keeping_its_comment(tmp_path: Path) -> 
     text = f'[sandbox.container]\nimage = "{OLD}"  # pinned 2024-01\nengine = "docker"\n'
     config.write_text(text)
 
-    pin("sprawl/busybox:latest", config, engine_name=None,
-        resolver=resolver_for({("docker", "sprawl/busybox:latest"): D1,
-                               ("podman", "sprawl/busybox:latest"): D1}))
+    pin(
+        "sprawl/busybox:latest",
+        config,
+        engine_name=None,
+        resolver=resolver_for(
+            {("docker", "sprawl/busybox:latest"): D1, ("podman", "sprawl/busybox:latest"): D1}
+        ),
+    )
 
     assert config.read_text() == text.replace(OLD, D1)
 
@@ -116,10 +122,13 @@ def test_tag_with_different_ids_per_engine_pins_each(tmp_path: Path) -> None:
 def test_shared_pin_removes_per_engine_pins_that_would_shadow_it(tmp_path: Path) -> None:
     config = tmp_path / "sprawl.toml"
     config.write_text(f'[sandbox.container.images]\ndocker = "{D2}"\npodman = "{P1}"\n')
-    result = pin("t:2", config, resolver=resolver_for({("docker", "t:2"): D1,
-                                                       ("podman", "t:2"): D1}))
-    assert result.removed == {"[sandbox.container.images] docker": D2,
-                              "[sandbox.container.images] podman": P1}
+    result = pin(
+        "t:2", config, resolver=resolver_for({("docker", "t:2"): D1, ("podman", "t:2"): D1})
+    )
+    assert result.removed == {
+        "[sandbox.container.images] docker": D2,
+        "[sandbox.container.images] podman": P1,
+    }
     loaded = load_config(config).sandbox.container
     assert (loaded.image_for("docker"), loaded.image_for("podman")) == (D1, D1)
 
@@ -202,8 +211,12 @@ def test_config_whose_parent_is_a_file_is_storage_fatal(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file\n")
     with pytest.raises(SprawlError) as caught:
-        pin("t:1", blocker / "sprawl.toml", engine_name="docker",
-            resolver=resolver_for({("docker", "t:1"): D1}))
+        pin(
+            "t:1",
+            blocker / "sprawl.toml",
+            engine_name="docker",
+            resolver=resolver_for({("docker", "t:1"): D1}),
+        )
     err = caught.value
     assert err.code is ErrorCode.STORAGE_FATAL
     assert err.subject == str(blocker / "sprawl.toml")
@@ -235,15 +248,16 @@ def test_immutable_config_is_storage_fatal_and_unchanged(tmp_path: Path) -> None
     config = tmp_path / "sprawl.toml"
     config.write_text(ORIGINAL)
     chattr = shutil.which("chattr")
-    made = chattr is not None and subprocess.run(
-        [chattr, "+i", str(config)], capture_output=True, check=False
-    ).returncode == 0
+    made = (
+        chattr is not None
+        and subprocess.run([chattr, "+i", str(config)], capture_output=True, check=False).returncode
+        == 0
+    )
     if not made:
         pytest.skip("chattr +i is not supported here (needs root on ext4/xfs/btrfs)")
     try:
         with pytest.raises(SprawlError) as caught:
-            pin("t:1", config, engine_name="docker",
-                resolver=resolver_for({("docker", "t:1"): D1}))
+            pin("t:1", config, engine_name="docker", resolver=resolver_for({("docker", "t:1"): D1}))
         assert caught.value.code is ErrorCode.STORAGE_FATAL
         assert "Operation not permitted (EPERM)" in caught.value.detail
         assert config.read_text() == ORIGINAL

@@ -51,11 +51,13 @@ def test_an_admins_recipe_file_is_read_from_anywhere(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
-        (("include = [\"make\", \"g++\"]", 'include = ["make", "Bad,name"]'),
-         "key rootfs.include: 'Bad,name' is not a Debian package name"),
+        (
+            ('include = ["make", "g++"]', 'include = ["make", "Bad,name"]'),
+            "key rootfs.include: 'Bad,name' is not a Debian package name",
+        ),
         (('"/tmp" = "1777"', '"/tmp" = "17777"'), "key rootfs.dirs: /tmp = '17777'"),
-        (("suite = \"bookworm\"\n", ""), "key rootfs.suite: Field required"),
-        (("[rootfs]\n", "[rootfs]\nsuit = \"trixie\"\n"), "key rootfs.suit: unknown key"),
+        (('suite = "bookworm"\n', ""), "key rootfs.suite: Field required"),
+        (("[rootfs]\n", '[rootfs]\nsuit = "trixie"\n'), "key rootfs.suit: unknown key"),
         (('tag = "me/make:{suite}"\n', ""), "key recipe.tag: Field required"),
         (("[recipe]", "[recipe"), "the recipe is not valid TOML"),
     ],
@@ -143,9 +145,7 @@ INSPECT = {
 def test_the_images_own_path_user_and_workdir_are_read() -> None:
     image = ImageEngine("podman")._image(INSPECT)
     assert (image.path, image.user, image.workdir) == ("/usr/local/bin:/usr/bin:/bin", "", "/work")
-    assert image.facts() == (
-        "PATH=/usr/local/bin:/usr/bin:/bin user=(unset: root) workdir=/work"
-    )
+    assert image.facts() == ("PATH=/usr/local/bin:/usr/bin:/bin user=(unset: root) workdir=/work")
     assert image.as_dict()["workdir"] == "/work"
 
 

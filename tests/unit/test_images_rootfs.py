@@ -131,9 +131,7 @@ class FakeEngine(ImageEngine):
 
 
 def test_verify_statuses() -> None:
-    config = parse_config(
-        {"sandbox": {"container": {"images": {"docker": D1, "podman": P1}}}}
-    )
+    config = parse_config({"sandbox": {"container": {"images": {"docker": D1, "podman": P1}}}})
     result = verify(config, factory=FakeEngine)
     rows = {c.engine: (c.status, c.key, c.pinned) for c in result.checks}
     assert rows == {

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def modules() -> dict[str, Path]:
     """Every module by its import name (pyproject's package-dir maps folders to names)."""
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-dir"]
+        "package-dir"
+    ]
     found = {}
     for name, folder in package_dir.items():
         for path in (ROOT / folder).rglob("*.py"):

@@ -44,13 +44,28 @@ def test_the_plan_assigns_before_it_resumes() -> None:
     assert order[-1] is Step.RESUME
 
 
-@pytest.mark.parametrize("bad", [
-    (Step.CREATE_JOB, Step.LIMIT_JOB, Step.GRANT_COPY, Step.CREATE_SUSPENDED, Step.RESUME,
-     Step.ASSIGN),
-    (Step.CREATE_JOB, Step.GRANT_COPY, Step.CREATE_SUSPENDED, Step.LIMIT_JOB, Step.ASSIGN,
-     Step.RESUME),
-    (Step.CREATE_JOB, Step.LIMIT_JOB, Step.CREATE_SUSPENDED, Step.ASSIGN, Step.RESUME),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        (
+            Step.CREATE_JOB,
+            Step.LIMIT_JOB,
+            Step.GRANT_COPY,
+            Step.CREATE_SUSPENDED,
+            Step.RESUME,
+            Step.ASSIGN,
+        ),
+        (
+            Step.CREATE_JOB,
+            Step.GRANT_COPY,
+            Step.CREATE_SUSPENDED,
+            Step.LIMIT_JOB,
+            Step.ASSIGN,
+            Step.RESUME,
+        ),
+        (Step.CREATE_JOB, Step.LIMIT_JOB, Step.CREATE_SUSPENDED, Step.ASSIGN, Step.RESUME),
+    ],
+)
 def test_an_unsafe_plan_is_rejected(bad: tuple[Step, ...]) -> None:
     with pytest.raises(ValueError):
         check_plan(bad)
@@ -65,6 +80,7 @@ def recording(fail_at: Step | None = None) -> tuple[list[str], dict[Step, object
                 raise OSError(5, f"{step.value} refused")
             log.append(step.value)
             return lambda: log.append(f"undo {step.value}")
+
         return act
 
     return log, {step: action(step) for step in Step}
@@ -82,8 +98,11 @@ def test_a_failed_assignment_kills_the_suspended_process_and_never_resumes_it() 
         run_plan(START_PLAN, actions)  # type: ignore[arg-type]
     assert "resume" not in log
     # Undone newest first: the suspended process, then the grant, the limits, the job.
-    assert log[log.index("create_suspended") + 1:] == [
-        "undo create_suspended", "undo grant_copy", "undo limit_job", "undo create_job",
+    assert log[log.index("create_suspended") + 1 :] == [
+        "undo create_suspended",
+        "undo grant_copy",
+        "undo limit_job",
+        "undo create_job",
     ]
 
 
@@ -92,16 +111,27 @@ def test_limits_come_from_the_container_settings() -> None:
     assert limits.job_memory == 512 * MiB
     assert limits.active_processes == 256
     assert limits.cpu_rate == 5000  # one CPU of two: 50.00 % of the machine
-    for flag in (JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE, JOB_OBJECT_LIMIT_JOB_MEMORY,
-                 JOB_OBJECT_LIMIT_ACTIVE_PROCESS):
+    for flag in (
+        JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+        JOB_OBJECT_LIMIT_JOB_MEMORY,
+        JOB_OBJECT_LIMIT_ACTIVE_PROCESS,
+    ):
         assert limits.limit_flags & flag
-    assert limits.cpu_flags == JOB_OBJECT_CPU_RATE_CONTROL_ENABLE | \
-        JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP
+    assert (
+        limits.cpu_flags
+        == JOB_OBJECT_CPU_RATE_CONTROL_ENABLE | JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP
+    )
 
 
-@pytest.mark.parametrize(("cpus", "count", "rate"), [
-    (4.0, 2, 10_000), (0.5, 8, 625), (0.0001, 64, 1), (1.0, 1, 10_000),
-])
+@pytest.mark.parametrize(
+    ("cpus", "count", "rate"),
+    [
+        (4.0, 2, 10_000),
+        (0.5, 8, 625),
+        (0.0001, 64, 1),
+        (1.0, 1, 10_000),
+    ],
+)
 def test_cpu_rate_is_clamped_to_what_windows_accepts(cpus: float, count: int, rate: int) -> None:
     assert job_limits(64 * MiB, cpus, 8, count).cpu_rate == rate
 

@@ -70,11 +70,23 @@ def test_concurrent_processes_never_tear_a_line(tmp_path: Path) -> None:
 
 def test_append_then_read_round_trips(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "deep" / "er" / "ledger.jsonl")
-    first = {"arm": "copied_tree", "outcome": "settled", "exit_code": 0, "stdout": "日本\ufffd",
-             "env": ["LANG", "PATH"], "interpreter": "sh"}
+    first = {
+        "arm": "copied_tree",
+        "outcome": "settled",
+        "exit_code": 0,
+        "stdout": "日本\ufffd",
+        "env": ["LANG", "PATH"],
+        "interpreter": "sh",
+    }
     ledger.append(first)
-    ledger.append({"arm": "container", "outcome": "backgrounded", "handle": "s-2",
-                   "full": tmp_path / "kept" / "stdout"})
+    ledger.append(
+        {
+            "arm": "container",
+            "outcome": "backgrounded",
+            "handle": "s-2",
+            "full": tmp_path / "kept" / "stdout",
+        }
+    )
     records = list(ledger.read())
     assert records[0] == first
     assert records[1]["full"] == str(tmp_path / "kept" / "stdout")
@@ -87,13 +99,16 @@ def test_read_skips_and_counts_torn_and_invalid_lines(tmp_path: Path) -> None:
     path = tmp_path / "ledger.jsonl"
     good = [{"n": n} for n in range(3)]
     path.write_bytes(
-        json.dumps(good[0]).encode() + b"\n"
+        json.dumps(good[0]).encode()
+        + b"\n"
         + b'{"n": 99, "stdout": "cut in th\n'  # torn mid-line (a writer died)
-        + json.dumps(good[1]).encode() + b"\n"
+        + json.dumps(good[1]).encode()
+        + b"\n"
         + b"[1, 2, 3]\n"  # JSON, but not a record
         + b"\xff\xfe not utf-8\n"
         + b"\n"  # blank lines are not counted as skipped
-        + json.dumps(good[2]).encode() + b"\n"
+        + json.dumps(good[2]).encode()
+        + b"\n"
         + b'{"n": 100'  # unterminated tail: a write in progress
     )
     ledger = Ledger(path)
@@ -120,8 +135,14 @@ def test_missing_ledger_reads_empty(tmp_path: Path) -> None:
         {"arm": "x", "env": ["PATH"], "env_values": {"PATH": "/usr/bin"}},
         {"arm": "x", "container": {"spec": [{"env_values": ["/usr/bin"]}]}},
     ],
-    ids=["env-dict", "env-name-with-value", "env-str", "env-non-str", "env_values",
-         "nested-env_values"],
+    ids=[
+        "env-dict",
+        "env-name-with-value",
+        "env-str",
+        "env-non-str",
+        "env_values",
+        "nested-env_values",
+    ],
 )
 def test_env_values_are_refused_and_nothing_written(tmp_path: Path, result: dict[str, Any]) -> None:
     ledger = Ledger(tmp_path / "ledger.jsonl")

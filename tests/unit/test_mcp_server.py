@@ -15,8 +15,9 @@ from sprawl_orch.serve import Server
 from tests.unit.conftest import make_config
 
 
-def calls(tmp_path: Path, tree: Path, offerings: Offerings,
-          steps: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+def calls(
+    tmp_path: Path, tree: Path, offerings: Offerings, steps: list[tuple[str, dict[str, Any]]]
+) -> list[Any]:
     server = Server(make_config(tmp_path, arm="copied_tree"), tree, None, offerings=offerings)
     got: list[Any] = []
 
@@ -33,13 +34,19 @@ def calls(tmp_path: Path, tree: Path, offerings: Offerings,
     return got
 
 
-def test_exec_text_and_structured_result(tmp_path: Path, tree: Path, scratch: Path,
-                                         offerings: Offerings) -> None:
-    listed, argv, line, slow = calls(tmp_path, tree, offerings, [
-        ("exec", {"command": ["cat", "README"]}),
-        ("exec", {"command": "echo out; echo err >&2; exit 4"}),
-        ("exec", {"command": "sleep 5", "window": 0.05, "run": "r"}),
-    ])[:4]
+def test_exec_text_and_structured_result(
+    tmp_path: Path, tree: Path, scratch: Path, offerings: Offerings
+) -> None:
+    listed, argv, line, slow = calls(
+        tmp_path,
+        tree,
+        offerings,
+        [
+            ("exec", {"command": ["cat", "README"]}),
+            ("exec", {"command": "echo out; echo err >&2; exit 4"}),
+            ("exec", {"command": "sleep 5", "window": 0.05, "run": "r"}),
+        ],
+    )[:4]
     tools = {t.name: t for t in listed.tools}
     assert set(tools) == {"exec", "harvest", "halt", "release", "doctor", "apply"}
     assert "Runs under copied_tree" in (tools["exec"].description or "")
@@ -54,17 +61,23 @@ def test_exec_text_and_structured_result(tmp_path: Path, tree: Path, scratch: Pa
     assert slow.structured_content["handle"] in slow.content[0].text
 
 
-def test_halt_release_harvest_doctor_and_errors(tmp_path: Path, tree: Path, scratch: Path,
-                                                offerings: Offerings) -> None:
-    got = calls(tmp_path, tree, offerings, [
-        ("exec", {"command": ["sleep", "30"], "window": 0.05, "run": "a"}),
-        ("halt", {"handle": "no-such-1"}),
-        ("release", {"run": "a"}),
-        ("harvest", {}),
-        ("doctor", {}),
-        ("exec", {"command": [""]}),
-        ("exec", {"command": ["true"], "window": -1}),
-    ])
+def test_halt_release_harvest_doctor_and_errors(
+    tmp_path: Path, tree: Path, scratch: Path, offerings: Offerings
+) -> None:
+    got = calls(
+        tmp_path,
+        tree,
+        offerings,
+        [
+            ("exec", {"command": ["sleep", "30"], "window": 0.05, "run": "a"}),
+            ("halt", {"handle": "no-such-1"}),
+            ("release", {"run": "a"}),
+            ("harvest", {}),
+            ("doctor", {}),
+            ("exec", {"command": [""]}),
+            ("exec", {"command": ["true"], "window": -1}),
+        ],
+    )
     _, _bg, unknown, released, harvested, doctor, empty, bad = got
     assert unknown.is_error and unknown.content[0].text.startswith("E_UNKNOWN_HANDLE")
     assert unknown.structured_content["code"] == "E_UNKNOWN_HANDLE"
@@ -77,8 +90,9 @@ def test_halt_release_harvest_doctor_and_errors(tmp_path: Path, tree: Path, scra
     assert bad.is_error  # refused by the tool's input schema: window > 0
 
 
-def test_apply_a_commands_changes(tmp_path: Path, tree: Path, scratch: Path,
-                                  offerings: Offerings) -> None:
+def test_apply_a_commands_changes(
+    tmp_path: Path, tree: Path, scratch: Path, offerings: Offerings
+) -> None:
     server = Server(make_config(tmp_path, arm="copied_tree"), tree, None, offerings=offerings)
     got: list[Any] = []
 

@@ -36,15 +36,20 @@ def config(tmp_path: Path, arm: str) -> object:
 
 
 def test_an_arm_that_cannot_be_native_skips_the_probe(tmp_path: Path, probes: list[str]) -> None:
-    found = Offerings.this_machine(config(tmp_path, "copied_tree"), with_engines=False,  # type: ignore[arg-type]
-                                   with_native=False)
+    found = Offerings.this_machine(
+        config(tmp_path, "copied_tree"),
+        with_engines=False,  # type: ignore[arg-type]
+        with_native=False,
+    )
     assert probes == [] and found.user_namespace is None
     assert "not probed" in found.user_namespace_why
     assert choose("copied_tree", found).arm is ArmName.COPIED_TREE
 
 
 def test_auto_probes_only_when_no_engine_was_admitted(
-    tmp_path: Path, probes: list[str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    probes: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     admitted = EngineOffer("docker", True, "docker 20.10")
     monkeypatch.setattr(offer, "offer_engines", lambda *a, **k: (admitted,))

@@ -29,8 +29,14 @@ CASES: list[tuple[str, str, int | None, str, str, FailureClass | None]] = [
     ("cmd-unexpected", "cmd", 255, "", "( was unexpected at this time.", SYN),
     ("cmd-incorrect", "cmd", 1, "", "The syntax of the command is incorrect.", SYN),
     ("cmd-text-on-stdout-only", "cmd", 1, "was unexpected at this time.", "", None),
-    ("cmd-german-syntax", "cmd", 255, "", '"(" ist syntaktisch an dieser Stelle nicht '
-     "verarbeitbar.", None),
+    (
+        "cmd-german-syntax",
+        "cmd",
+        255,
+        "",
+        '"(" ist syntaktisch an dieser Stelle nicht verarbeitbar.',
+        None,
+    ),
     ("cmd-127-is-not-cmd-rule", "cmd", 127, "", "", None),
     ("cmd-9009-beats-fffd", "cmd", 9009, FFFD, FFFD, CNF),
     ("cmd-text-beats-fffd", "cmd", 1, FFFD, "The syntax of the command is incorrect.", SYN),
@@ -43,7 +49,7 @@ CASES: list[tuple[str, str, int | None, str, str, FailureClass | None]] = [
     ("sh-2-syntax", "sh", 2, "", 'sh: 1: Syntax error: "then" unexpected', SYN),
     ("bash-2-syntax", "bash", 2, "", "bash: -c: line 1: syntax error near `then'", SYN),
     ("dash-2-syntax-capital", "dash", 2, "", "dash: 1: Syntax error: end of file", SYN),
-    ("busybox-2-syntax", "busybox", 2, "", "sh: syntax error: unexpected \"then\"", SYN),
+    ("busybox-2-syntax", "busybox", 2, "", 'sh: syntax error: unexpected "then"', SYN),
     ("sh-2-without-syntax-text", "sh", 2, "", "ls: cannot access 'x'", None),
     ("sh-2-syntax-on-stdout-only", "sh", 2, "syntax error", "", None),
     ("sh-1-syntax-text", "bash", 1, "", "syntax error", None),
@@ -82,7 +88,10 @@ CASES: list[tuple[str, str, int | None, str, str, FailureClass | None]] = [
     ids=[case[0] for case in CASES],
 )
 def test_failure_class_rules(
-    interpreter: str, exit_code: int | None, stdout: str, stderr: str,
+    interpreter: str,
+    exit_code: int | None,
+    stdout: str,
+    stderr: str,
     expected: FailureClass | None,
 ) -> None:
     assert FailureClass.of(interpreter, exit_code, stdout, stderr) is expected
@@ -109,7 +118,11 @@ def test_class_values_are_the_ledger_spellings() -> None:
 
 def _result(**fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "arm": "copied_tree", "outcome": "settled", "shell": True, "stdout": "", "stderr": "",
+        "arm": "copied_tree",
+        "outcome": "settled",
+        "shell": True,
+        "stdout": "",
+        "stderr": "",
     }
     base.update(fields)
     return base
@@ -128,12 +141,30 @@ def test_tally_counts_per_interpreter_and_class() -> None:
     tally = ShellTally().absorb_all(results)
     rows = {row.interpreter: row.as_dict() for row in tally.sorted_rows()}
     assert rows == {
-        "cmd": {"interpreter": "cmd", "calls": 1, "command_not_found": 0, "syntax": 0,
-                "encoding": 1, "share_failed": 1.0},
-        "pwsh": {"interpreter": "pwsh", "calls": 2, "command_not_found": 1, "syntax": 1,
-                 "encoding": 0, "share_failed": 1.0},
-        "sh": {"interpreter": "sh", "calls": 4, "command_not_found": 1, "syntax": 1,
-               "encoding": 0, "share_failed": 0.5},
+        "cmd": {
+            "interpreter": "cmd",
+            "calls": 1,
+            "command_not_found": 0,
+            "syntax": 0,
+            "encoding": 1,
+            "share_failed": 1.0,
+        },
+        "pwsh": {
+            "interpreter": "pwsh",
+            "calls": 2,
+            "command_not_found": 1,
+            "syntax": 1,
+            "encoding": 0,
+            "share_failed": 1.0,
+        },
+        "sh": {
+            "interpreter": "sh",
+            "calls": 4,
+            "command_not_found": 1,
+            "syntax": 1,
+            "encoding": 0,
+            "share_failed": 0.5,
+        },
     }
     assert [row.interpreter for row in tally.sorted_rows()] == ["cmd", "pwsh", "sh"]
 

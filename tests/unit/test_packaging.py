@@ -7,8 +7,12 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {"orchestrator": "sprawl_orch", "guardian": "sprawl_orch.guardian",
-           "native_fallbacks": "sprawl_orch.native_fallbacks", "images": "sprawl_orch.images"}
+FOLDERS = {
+    "orchestrator": "sprawl_orch",
+    "guardian": "sprawl_orch.guardian",
+    "native_fallbacks": "sprawl_orch.native_fallbacks",
+    "images": "sprawl_orch.images",
+}
 
 
 def test_every_package_folder_is_installed_under_sprawl_orch() -> None:
@@ -20,4 +24,3 @@ def test_every_package_folder_is_installed_under_sprawl_orch() -> None:
             rel = init.parent.relative_to(ROOT / folder).parts
             found.add(".".join((name, *rel)))
     assert sorted(found) == sorted(setuptools["packages"])
-

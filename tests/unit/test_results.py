@@ -38,14 +38,31 @@ def test_exceptional_shape() -> None:
     data = result.as_json_dict()
     assert data["outcome"] == "exceptional"
     assert (data["code"], data["subject"], data["detail"], data["recovery"]) == (
-        "E_SANDBOX_DENIED", "bwrap", "no userns", "use a host",
+        "E_SANDBOX_DENIED",
+        "bwrap",
+        "no userns",
+        "use a host",
     )
     assert data["exit_code"] is None
 
 
 def test_result_keys_are_owned_here() -> None:
     keys = set(ExecResult.model_fields)
-    spec_keys = {"arm", "stdout", "stderr", "exit_code", "outcome", "handle", "code", "detail",
-                 "background", "env", "interpreter", "memory_ceiling", "confinement", "work",
-                 "container"}
+    spec_keys = {
+        "arm",
+        "stdout",
+        "stderr",
+        "exit_code",
+        "outcome",
+        "handle",
+        "code",
+        "detail",
+        "background",
+        "env",
+        "interpreter",
+        "memory_ceiling",
+        "confinement",
+        "work",
+        "container",
+    }
     assert spec_keys <= keys

@@ -61,7 +61,12 @@ def test_grant_search_opens_the_way_for_that_uid_only(tmp_path: Path) -> None:
     mode = stat.S_IMODE((tmp_path / "a").stat().st_mode)
     assert mode & 0o007 == 0  # nothing for others
     assert os.system(f"setpriv --reuid={uid} --regid={uid} --clear-groups test -d {deep}") == 0
-    assert os.system(f"setpriv --reuid={uid} --regid={uid} --clear-groups "
-                     f"ls {tmp_path / 'a'} >/dev/null 2>&1") != 0  # search, not read
+    assert (
+        os.system(
+            f"setpriv --reuid={uid} --regid={uid} --clear-groups "
+            f"ls {tmp_path / 'a'} >/dev/null 2>&1"
+        )
+        != 0
+    )  # search, not read
     other = uid + 1
     assert os.system(f"setpriv --reuid={other} --regid={other} --clear-groups test -d {deep}") != 0

@@ -65,8 +65,9 @@ def test_argv_keeps_the_command_after_the_separator() -> None:
 def fake_sandbox_exec(tmp_path: Path, refuse: bool) -> tuple[Path, Path]:
     script, log = tmp_path / "sandbox-exec", tmp_path / "profiles"
     body = (
-        "echo 'sandbox-exec: profile rejected' >&2; exit 65\n" if refuse else
-        f'printf "%s\\n---\\n" "$2" >> {log}\nshift 3\nexec "$@"\n'
+        "echo 'sandbox-exec: profile rejected' >&2; exit 65\n"
+        if refuse
+        else f'printf "%s\\n---\\n" "$2" >> {log}\nshift 3\nexec "$@"\n'
     )
     script.write_text("#!/bin/sh\n" + body)
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -74,12 +75,14 @@ def fake_sandbox_exec(tmp_path: Path, refuse: bool) -> tuple[Path, Path]:
 
 
 def macos(sandbox_exec: Path | None, scratch: Path) -> Offerings:
-    return Offerings(platform="darwin", scratch=scratch,
-                     sandbox_exec=str(sandbox_exec) if sandbox_exec else None)
+    return Offerings(
+        platform="darwin", scratch=scratch, sandbox_exec=str(sandbox_exec) if sandbox_exec else None
+    )
 
 
-def test_refused_profile_refuses_the_command_before_the_copy(tmp_path: Path, tree: Path,
-                                                             scratch: Path) -> None:
+def test_refused_profile_refuses_the_command_before_the_copy(
+    tmp_path: Path, tree: Path, scratch: Path
+) -> None:
     script, _ = fake_sandbox_exec(tmp_path, refuse=True)
     config = make_config(tmp_path, arm="native")
     with ExecTool(config, tree, offerings=macos(script, scratch)) as tool:
@@ -100,8 +103,9 @@ def test_absent_sandbox_exec_is_refused_never_run_bare(tmp_path: Path) -> None:
     assert "not an executable file" in raised.value.detail
 
 
-def test_explicit_native_without_sandbox_exec_is_unavailable(tmp_path: Path, tree: Path,
-                                                             scratch: Path) -> None:
+def test_explicit_native_without_sandbox_exec_is_unavailable(
+    tmp_path: Path, tree: Path, scratch: Path
+) -> None:
     config = make_config(tmp_path, arm="native")
     with ExecTool(config, tree, offerings=macos(None, scratch)) as tool:
         result = tool.exec(["true"])
@@ -110,8 +114,9 @@ def test_explicit_native_without_sandbox_exec_is_unavailable(tmp_path: Path, tre
     assert result.detail is not None and "sandbox-exec" in result.detail
 
 
-def test_commands_run_under_a_profile_naming_the_resolved_copy(tmp_path: Path, tree: Path,
-                                                               scratch: Path) -> None:
+def test_commands_run_under_a_profile_naming_the_resolved_copy(
+    tmp_path: Path, tree: Path, scratch: Path
+) -> None:
     script, log = fake_sandbox_exec(tmp_path, refuse=False)
     config = make_config(tmp_path, arm="native")
     with ExecTool(config, tree, offerings=macos(script, scratch)) as tool:

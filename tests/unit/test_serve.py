@@ -91,8 +91,9 @@ class Out(io.StringIO):
         return self.responses()[rid]
 
 
-def start(tmp_path: Path, tree: Path, offerings: Offerings,
-          backlog: Backlog | None = None) -> tuple[Server, Lines, Out, threading.Thread]:
+def start(
+    tmp_path: Path, tree: Path, offerings: Offerings, backlog: Backlog | None = None
+) -> tuple[Server, Lines, Out, threading.Thread]:
     config = make_config(tmp_path, arm="copied_tree")
     out = Out()
     server = Server(config, tree, out, offerings=offerings, backlog=backlog)
@@ -102,14 +103,19 @@ def start(tmp_path: Path, tree: Path, offerings: Offerings,
     return server, lines, out, thread
 
 
-def test_every_operation_and_out_of_order_answers(tmp_path: Path, tree: Path, scratch: Path,
-                                                  offerings: Offerings) -> None:
+def test_every_operation_and_out_of_order_answers(
+    tmp_path: Path, tree: Path, scratch: Path, offerings: Offerings
+) -> None:
     _server, lines, out, thread = start(tmp_path, tree, offerings)
     # "slow" ends only once the test has seen "fast" answered (a fixed `sleep 0.8` lost that
     # race when a loaded machine took longer than that to copy the tree for "fast").
     go = tmp_path / "go"
-    lines.send(id="slow", op="exec", window=30,
-               command=["sh", "-c", f"until [ -e '{go}' ]; do sleep 0.02; done; echo slow"])
+    lines.send(
+        id="slow",
+        op="exec",
+        window=30,
+        command=["sh", "-c", f"until [ -e '{go}' ]; do sleep 0.02; done; echo slow"],
+    )
     lines.send(id="fast", op="exec", command="echo fast", shell=True)
     fast = out.wait_for("fast")
     assert "slow" not in out.responses()  # answered out of order
@@ -158,8 +164,9 @@ def test_every_operation_and_out_of_order_answers(tmp_path: Path, tree: Path, sc
     assert list(scratch.iterdir()) == []  # every copy deleted on EOF
 
 
-def test_eof_kills_a_command_still_in_its_window(tmp_path: Path, tree: Path,
-                                                 offerings: Offerings) -> None:
+def test_eof_kills_a_command_still_in_its_window(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
     server, lines, out, thread = start(tmp_path, tree, offerings)
     lines.send(id=1, op="exec", command=["sleep", "391"], window=300)
     deadline = time.monotonic() + 10
@@ -202,13 +209,30 @@ def test_subprocess_without_delegation_reports_unapplied(tmp_path: Path, tree: P
 
     repo = Path(__file__).resolve().parents[2]
     config = tmp_path / "sprawl.toml"
-    config.write_text(f'[sandbox]\narm = "copied_tree"\nscratch_dir = "{tmp_path}"\n'
-                      f'[state]\ndir = "{tmp_path / "state"}"\n')
+    config.write_text(
+        f'[sandbox]\narm = "copied_tree"\nscratch_dir = "{tmp_path}"\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from sprawl_orch.cli import main; main()", "serve", "-C",
-         str(tree), "--config", str(config), "--shares", "cpu_and_memory",
-         "--run-memory-bytes", str(2**20), "--cgroup-root", str(tmp_path / "no-cgroupfs")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "from sprawl_orch.cli import main; main()",
+            "serve",
+            "-C",
+            str(tree),
+            "--config",
+            str(config),
+            "--shares",
+            "cpu_and_memory",
+            "--run-memory-bytes",
+            str(2**20),
+            "--cgroup-root",
+            str(tmp_path / "no-cgroupfs"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo)},
     )
     assert proc.stdin is not None and proc.stdout is not None

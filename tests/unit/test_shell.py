@@ -93,8 +93,12 @@ def test_system_shell_not_executable_is_missing_not_bin_sh() -> None:
 def test_windows_comspec() -> None:
     comspec = "C:\\Windows\\system32\\cmd.exe"
     shell = resolve_shell(
-        True, "system", {"ComSpec": comspec, "SHELL": "/usr/bin/bash"}, "win32",
-        fake_which(comspec), never_run,
+        True,
+        "system",
+        {"ComSpec": comspec, "SHELL": "/usr/bin/bash"},
+        "win32",
+        fake_which(comspec),
+        never_run,
     )
     assert shell == Found(comspec, "cmd")
     assert shell_argv(shell, "dir") == (comspec, "/C", "dir")
@@ -111,19 +115,30 @@ def test_windows_without_comspec_is_cmd_exe() -> None:
 )
 def test_pwsh_7_or_later_is_found(line: str) -> None:
     runner = version(line)
-    shell = resolve_shell(True, "pwsh", {"SHELL": "/bin/bash"}, "linux",
-                          fake_which("pwsh", "/bin/bash"), runner)
+    shell = resolve_shell(
+        True, "pwsh", {"SHELL": "/bin/bash"}, "linux", fake_which("pwsh", "/bin/bash"), runner
+    )
     assert shell == Found("/usr/bin/pwsh", "pwsh")
     assert runner.calls == ["/usr/bin/pwsh"]  # type: ignore[attr-defined]
     assert shell_argv(shell, "Get-ChildItem") == (
-        "/usr/bin/pwsh", "-NoLogo", "-NoProfile", "-NonInteractive", "-Command", "Get-ChildItem",
+        "/usr/bin/pwsh",
+        "-NoLogo",
+        "-NoProfile",
+        "-NonInteractive",
+        "-Command",
+        "Get-ChildItem",
     )
 
 
 def test_pwsh_on_windows_is_found_the_same_way() -> None:
-    shell = resolve_shell(True, "pwsh", {"COMSPEC": "cmd.exe"}, "win32",
-                          fake_which("cmd.exe", "C:\\Program Files\\PowerShell\\7\\pwsh.exe"),
-                          version("PowerShell 7.4.6"))
+    shell = resolve_shell(
+        True,
+        "pwsh",
+        {"COMSPEC": "cmd.exe"},
+        "win32",
+        fake_which("cmd.exe", "C:\\Program Files\\PowerShell\\7\\pwsh.exe"),
+        version("PowerShell 7.4.6"),
+    )
     # fake_which finds only exact names: "pwsh" is absent here, so Missing, not cmd.
     assert isinstance(shell, Missing)
 
@@ -145,8 +160,14 @@ def test_pwsh_on_windows_is_found_the_same_way() -> None:
     ids=["pwsh6", "pwsh5", "unreadable", "would-not-run"],
 )
 def test_pwsh_below_7_or_unreadable_is_missing(line: str | None, fragment: str) -> None:
-    shell = resolve_shell(True, "pwsh", {"SHELL": "/bin/bash"}, "linux",
-                          fake_which("pwsh", "/bin/bash", "/bin/sh"), version(line))
+    shell = resolve_shell(
+        True,
+        "pwsh",
+        {"SHELL": "/bin/bash"},
+        "linux",
+        fake_which("pwsh", "/bin/bash", "/bin/sh"),
+        version(line),
+    )
     assert isinstance(shell, Missing)
     assert shell.asked == "pwsh"
     assert fragment in shell.detail
@@ -157,7 +178,11 @@ def test_pwsh_absent_is_missing_and_never_falls_back() -> None:
     which = fake_which("/bin/sh", "/bin/bash", "cmd.exe", "powershell")
     for platform in ("linux", "darwin", "win32"):
         shell = resolve_shell(
-            True, "pwsh", {"SHELL": "/bin/bash", "COMSPEC": "cmd.exe"}, platform, which,
+            True,
+            "pwsh",
+            {"SHELL": "/bin/bash", "COMSPEC": "cmd.exe"},
+            platform,
+            which,
             version("PowerShell 7.4.1"),
         )
         assert shell == Missing("pwsh", "no pwsh on the search path")
@@ -214,10 +239,12 @@ def test_pwsh_major_parses_the_version_line() -> None:
 
 
 def test_description_names_the_interpreter_last() -> None:
-    for shell, name in ((Found("/usr/bin/bash", "bash"), "bash"),
-                        (Found("C:\\x\\cmd.exe", "cmd"), "cmd"),
-                        (Found("/usr/bin/pwsh", "pwsh"), "pwsh"),
-                        (container_shell(), "sh")):
+    for shell, name in (
+        (Found("/usr/bin/bash", "bash"), "bash"),
+        (Found("C:\\x\\cmd.exe", "cmd"), "cmd"),
+        (Found("/usr/bin/pwsh", "pwsh"), "pwsh"),
+        (container_shell(), "sh"),
+    ):
         text = tool_description(shell, statement="Writes land only in a copy.")
         assert text.endswith(f"A shell line runs under {name}.")
         assert "Writes land only in a copy." in text

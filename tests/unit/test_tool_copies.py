@@ -27,8 +27,9 @@ def test_a_lease_is_synced_and_its_release_frees_the_slot(tmp_path: Path, tree: 
     assert copies.problem is None
 
 
-def test_an_eviction_failure_is_kept_not_raised(tmp_path: Path, tree: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_eviction_failure_is_kept_not_raised(
+    tmp_path: Path, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     copies = ToolCopies(make_config(tmp_path), tree, tmp_path / "state")
     lease, _ = copies.lease()
 

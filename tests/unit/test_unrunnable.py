@@ -38,11 +38,16 @@ def unrunnable_tree(root: Path) -> dict[str, str]:
     for name in ("broken.sh", "empty-shebang.sh", "truncated", "foreign"):
         (root / name).chmod(0o755)
     return {
-        "./notexec.txt": "no execute bit", "nosuchprog-xyz": "not found on PATH",
-        "./adir": "is a directory", "./broken.sh": "names /nonexistent/interp",
-        "./empty-shebang.sh": "names no interpreter", "./truncated": "truncated ELF",
-        "./foreign": "for another machine", "./dangling": "link to nothing",
-        "/bin/nosuch-xyz": "does not exist", "./missing": "does not exist",
+        "./notexec.txt": "no execute bit",
+        "nosuchprog-xyz": "not found on PATH",
+        "./adir": "is a directory",
+        "./broken.sh": "names /nonexistent/interp",
+        "./empty-shebang.sh": "names no interpreter",
+        "./truncated": "truncated ELF",
+        "./foreign": "for another machine",
+        "./dangling": "link to nothing",
+        "/bin/nosuch-xyz": "does not exist",
+        "./missing": "does not exist",
     }
 
 
@@ -74,23 +79,30 @@ def test_a_missing_elf_loader_is_named(tmp_path: Path) -> None:
     loader = data.find(b"/lib64/ld-linux-x86-64.so.2")
     if loader < 0:
         pytest.skip("/bin/true has no x86-64 glibc loader path to rewrite")
-    data[loader:loader + 27] = b"/lib64/ld-nothere-x86.so.22"
+    data[loader : loader + 27] = b"/lib64/ld-nothere-x86.so.22"
     (tmp_path / "noloader").write_bytes(bytes(data))
     assert "ld-nothere-x86.so.22" in (elf_problem(tmp_path / "noloader") or "")
 
 
-DOCKER = ('failed to create shim task: OCI runtime create failed: runc create failed: unable '
-          'to start container process: exec: "{p}": {why}: unknown')
-PODMAN = ('Error: unable to start container 7e9c: runc: runc create failed: unable to start '
-          'container process: exec: "{p}": {why}: OCI permission denied\n')
+DOCKER = (
+    "failed to create shim task: OCI runtime create failed: runc create failed: unable "
+    'to start container process: exec: "{p}": {why}: unknown'
+)
+PODMAN = (
+    "Error: unable to start container 7e9c: runc: runc create failed: unable to start "
+    'container process: exec: "{p}": {why}: OCI permission denied\n'
+)
 
 
 @pytest.mark.parametrize("template", [DOCKER, PODMAN], ids=["docker", "podman"])
-@pytest.mark.parametrize(("why", "said"), [
-    ("permission denied", "is not executable there"),
-    ("executable file not found in $PATH", "not found on the image's PATH"),
-    ("stat /bin/nosuch: no such file or directory", "does not exist in the container"),
-])
+@pytest.mark.parametrize(
+    ("why", "said"),
+    [
+        ("permission denied", "is not executable there"),
+        ("executable file not found in $PATH", "not found on the image's PATH"),
+        ("stat /bin/nosuch: no such file or directory", "does not exist in the container"),
+    ],
+)
 def test_the_engines_words_become_a_refusal(template: str, why: str, said: str) -> None:
     refusal = runtime_refusal(template.format(p="./x", why=why), "./x")
     assert refusal is not None and refusal.code is ErrorCode.TOOL_UNAVAILABLE
@@ -125,8 +137,10 @@ def test_a_host_virtualenv_is_named(tmp_path: Path) -> None:
     assert host_venv(tmp_path, "python3") is None
     (tmp_path / "plain.sh").write_text("#!/bin/sh\necho\n")
     assert host_venv(tmp_path, "./plain.sh") is None  # a script of the tree, not a venv's
-    words = "/work/.venv/bin/python: error while loading shared libraries: libpython3.11.so" \
-            ".1.0: cannot open shared object file: No such file or directory\n"
+    words = (
+        "/work/.venv/bin/python: error while loading shared libraries: libpython3.11.so"
+        ".1.0: cannot open shared object file: No such file or directory\n"
+    )
     venv = host_venv(tmp_path, "./.venv/bin/python")
     refusal = loader_refusal("./.venv/bin/python", 127, words, venv)
     assert refusal is not None and refusal.code is ErrorCode.TOOL_UNAVAILABLE
@@ -160,7 +174,8 @@ def test_paths_are_accepted_as_arguments(tmp_path: Path) -> None:
     (tmp_path / "tree").mkdir()
     (tmp_path / "scratch").mkdir()
     offerings = Offerings(platform="linux", scratch=tmp_path / "scratch")
-    with ExecTool(make_config(tmp_path, arm="copied_tree"), tmp_path / "tree",
-                  offerings=offerings) as tool:
+    with ExecTool(
+        make_config(tmp_path, arm="copied_tree"), tmp_path / "tree", offerings=offerings
+    ) as tool:
         result = tool.exec([Path("/bin/echo"), Path("a b")])  # type: ignore[list-item]
     assert result.stdout == "a b\n"

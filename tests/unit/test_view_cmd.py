@@ -16,8 +16,14 @@ FFFD = "\ufffd"
 
 def _ledger(path: Path) -> Ledger:
     ledger = Ledger(path)
-    shell = {"arm": "copied_tree", "outcome": "settled", "shell": True, "stdout": "",
-             "stderr": "", "env": ["PATH"]}
+    shell = {
+        "arm": "copied_tree",
+        "outcome": "settled",
+        "shell": True,
+        "stdout": "",
+        "stderr": "",
+        "env": ["PATH"],
+    }
     for fields in (
         {"interpreter": "sh", "exit_code": 127, "stderr": "sh: 1: nope: not found"},
         {"interpreter": "sh", "exit_code": 2, "stderr": "sh: 1: Syntax error: end of file"},
@@ -49,14 +55,38 @@ def test_json_is_one_line_per_interpreter(tmp_path: Path) -> None:
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert rows == [
-        {"interpreter": "cmd", "calls": 2, "command_not_found": 0, "syntax": 0, "encoding": 1,
-         "share_failed": 0.5},
-        {"interpreter": "pwsh", "calls": 1, "command_not_found": 0, "syntax": 1, "encoding": 0,
-         "share_failed": 1.0},
-        {"interpreter": "sh", "calls": 4, "command_not_found": 1, "syntax": 1, "encoding": 0,
-         "share_failed": 0.5},
-        {"interpreter": "system", "calls": 1, "command_not_found": 0, "syntax": 0,
-         "encoding": 1, "share_failed": 1.0},
+        {
+            "interpreter": "cmd",
+            "calls": 2,
+            "command_not_found": 0,
+            "syntax": 0,
+            "encoding": 1,
+            "share_failed": 0.5,
+        },
+        {
+            "interpreter": "pwsh",
+            "calls": 1,
+            "command_not_found": 0,
+            "syntax": 1,
+            "encoding": 0,
+            "share_failed": 1.0,
+        },
+        {
+            "interpreter": "sh",
+            "calls": 4,
+            "command_not_found": 1,
+            "syntax": 1,
+            "encoding": 0,
+            "share_failed": 0.5,
+        },
+        {
+            "interpreter": "system",
+            "calls": 1,
+            "command_not_found": 0,
+            "syntax": 0,
+            "encoding": 1,
+            "share_failed": 1.0,
+        },
     ]
     assert "1 torn or invalid line(s)" in err
 
@@ -66,15 +96,19 @@ def test_table_has_the_columns_counts_and_caption(tmp_path: Path) -> None:
     _ledger(path)
     code, out, err = _invoke("--shells", "--ledger", str(path))
     assert code == 0, err
-    for header in ("interpreter", "calls", "command_not_found", "syntax", "encoding",
-                   "share failed"):
+    for header in (
+        "interpreter",
+        "calls",
+        "command_not_found",
+        "syntax",
+        "encoding",
+        "share failed",
+    ):
         assert header in out
     sh_row = next(line for line in out.splitlines() if " sh " in line)
-    assert [cell.strip() for cell in sh_row.split("│")[1:-1]] == [
-        "sh", "4", "1", "1", "0", "50.0%"
-    ]
+    assert [cell.strip() for cell in sh_row.split("│")[1:-1]] == ["sh", "4", "1", "1", "0", "50.0%"]
     flat = " ".join(out.split())
-    assert "cmd's syntax errors on a non-English Windows fall into \"unclassified\"" in flat
+    assert 'cmd\'s syntax errors on a non-English Windows fall into "unclassified"' in flat
     assert err == ""
 
 
@@ -86,7 +120,10 @@ def test_default_ledger_comes_from_state_config(tmp_path: Path) -> None:
     code, out, err = _invoke("--shells", "--json", "--config", str(config))
     assert code == 0, err
     assert [json.loads(line)["interpreter"] for line in out.splitlines()] == [
-        "cmd", "pwsh", "sh", "system"
+        "cmd",
+        "pwsh",
+        "sh",
+        "system",
     ]
 
 

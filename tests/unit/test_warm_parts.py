@@ -37,12 +37,15 @@ def test_lookup_inside_the_root(root: str) -> None:
     assert cannot_run(root, "abs", "/bin", "/work") is None
     assert cannot_run(root, "sh", None, "/work") is None  # runc's default PATH
     assert cannot_run(root, "nope", "/bin", "/work") == (
-        'exec: "nope": executable file not found in $PATH')
+        'exec: "nope": executable file not found in $PATH'
+    )
     assert cannot_run(root, "./data.txt", "/bin", "/work") == (
-        'exec: "./data.txt": permission denied')
+        'exec: "./data.txt": permission denied'
+    )
     assert cannot_run(root, "dir", "/work", "/work") is not None
     assert cannot_run(root, "/bin/missing", "/bin", "/work") == (
-        'exec: "/bin/missing": no such file or directory')
+        'exec: "/bin/missing": no such file or directory'
+    )
 
 
 def test_a_link_loop_is_not_found(root: str) -> None:
