@@ -170,24 +170,8 @@ class Guardian(Watcher):
             self._connect_locked(self.socket_path)
             return
         read_end, write_end = os.pipe()  # both O_CLOEXEC (PEP 446)
-        env = dict(self.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
         try:
-            log = open(self.log, "ab") if self.log else None  # noqa: SIM115
-            try:
-                self.process = subprocess.Popen(
-                    self.command(),
-                    stdin=read_end,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log or subprocess.DEVNULL,
-                    cwd="/",
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            finally:
-                if log is not None:
-                    log.close()
+            self.process = self._popen(self.command(), stdin=read_end)
         except OSError as err:
             os.close(write_end)
             self._fail(
@@ -201,8 +185,6 @@ class Guardian(Watcher):
         self._fd = write_end
 
     def _spawn_server(self, path: Path, inherit: int) -> None:
-        env = dict(self.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
         argv = [
             sys.executable,
             "-m",
@@ -215,19 +197,28 @@ class Guardian(Watcher):
         idle = self.environ.get("SPRAWL_GUARDIAN_IDLE")  # seconds without callers (tests)
         if idle:
             argv += ["--idle", idle]
+        # Not our child for long: its own session, no fd of ours, reaped by init.
+        self.process = self._popen(argv, stdin=subprocess.DEVNULL, pass_fds=(inherit,))
+
+    def _popen(
+        self, argv: list[str], *, stdin: int, pass_fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        """Start a guardian (per-session or shared) the one way both are started: its own
+        session, cwd /, no fd of ours but `pass_fds`, stderr into the log when one is set."""
+        env = dict(self.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
         log = open(self.log, "ab") if self.log else None  # noqa: SIM115
         try:
-            # Not our child for long: its own session, no fd of ours, reaped by init.
-            self.process = subprocess.Popen(
+            return subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=subprocess.DEVNULL,
                 stderr=log or subprocess.DEVNULL,
                 cwd="/",
                 env=env,
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=(inherit,),
+                pass_fds=pass_fds,
             )
         finally:
             if log is not None:
