@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from sprawl_orch.arms import ArmName, linux_namespaces_assurances, user_namespac
 from sprawl_orch.assurances import Assurances
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.host_which import host_which
 from sprawl_orch.launch import Launch, Running
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
@@ -126,7 +126,7 @@ def bwrap_argv(
 
 def _true() -> str:
     # /bin/true on FHS systems; found on PATH where /bin is not populated (NixOS).
-    return "/bin/true" if os.path.exists("/bin/true") else (shutil.which("true") or "/bin/true")
+    return "/bin/true" if os.path.exists("/bin/true") else (host_which("true") or "/bin/true")
 
 
 def drop_uid() -> int | None:

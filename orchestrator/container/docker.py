@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import socket
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from sprawl_orch.container.engine import EngineFacts, engine_error, run_cli
 from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.host_which import host_which
 
 if TYPE_CHECKING:
     from docker import APIClient
@@ -209,7 +209,7 @@ class DockerEngine:
     ) -> None:
         env = os.environ if environ is None else environ
         self.host = host or env.get("DOCKER_HOST") or DEFAULT_HOST
-        self.cli = cli or shutil.which("docker", path=env.get("PATH"))
+        self.cli = cli or host_which("docker", env.get("PATH"))
         self._conn: dict[str, str] = {k: env[k] for k in CONNECTION_VARS if k in env}
         self._conn["DOCKER_HOST"] = self.host
         self._home = env.get("HOME")
