@@ -212,7 +212,7 @@ class DockerEngine:
         self.cli = cli or host_which("docker", env.get("PATH"))
         self._conn: dict[str, str] = {k: env[k] for k in CONNECTION_VARS if k in env}
         self._conn["DOCKER_HOST"] = self.host
-        self._home = env.get("HOME")
+        self._home = env.get("HOME") or os.path.expanduser("~")
         self._api: APIClient | None = None
         self._streams: APIClient | None = None
 
@@ -260,6 +260,12 @@ class DockerEngine:
         env.update(self._conn)  # which daemon to talk to is ours, never the child's
         if "HOME" not in env and self._home:
             env["HOME"] = self._home  # the CLI reads its config from $HOME/.docker
+        if "DOCKER_CONFIG" not in self._conn and self._home:
+            # The caller's client config, never the command's HOME (/tmp on this arm): a
+            # /tmp/.docker/config.json any local account can plant was read by root's create,
+            # and its "proxies" put HTTP_PROXY values into the command's environment
+            # (tests/escapes/test_shaping.py).
+            env["DOCKER_CONFIG"] = str(Path(self._home) / ".docker")
         return env
 
     def facts(self) -> EngineFacts:
