@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from sprawl_orch.container.docker_cli_config import cli_config
 from sprawl_orch.container.engine import EngineFacts, engine_error, run_cli
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.host_which import host_which
@@ -260,13 +261,7 @@ class DockerEngine:
         env.update(self._conn)  # which daemon to talk to is ours, never the child's
         if "HOME" not in env and self._home:
             env["HOME"] = self._home  # the CLI reads its config from $HOME/.docker
-        if "DOCKER_CONFIG" not in self._conn and self._home:
-            # The caller's client config, never the command's HOME (/tmp on this arm): a
-            # /tmp/.docker/config.json any local account can plant was read by root's create,
-            # and its "proxies" put HTTP_PROXY values into the command's environment
-            # (tests/escapes/test_shaping.py).
-            env["DOCKER_CONFIG"] = str(Path(self._home) / ".docker")
-        return env
+        return {**env, **cli_config(self._conn, self._home)}
 
     def facts(self) -> EngineFacts:
         import docker.errors
