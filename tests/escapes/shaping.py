@@ -240,6 +240,19 @@ def control_setuid(scene: Scene) -> str:
     return run_sh(scene, f"setpriv --reuid=65534 --regid=65534 --clear-groups sh -c '{cmd}'")
 
 
+# -- [sandbox.container] user = "0:0": root of a rootful container writes kernel state ------
+def _user_root(scene: Scene) -> None:
+    if scene.data:
+        scene.data["sandbox"]["container"]["user"] = "0:0"
+
+
+# The value read is written back: nothing of the host changes even where the write lands.
+KERNEL_WRITES = (
+    "v=$(cat /proc/sys/vm/overcommit_ratio) && echo $v > /proc/sys/vm/overcommit_ratio "
+    "&& echo ESC {tok} wrote the host sysctl vm.overcommit_ratio"
+)
+
+
 # -- an image that declares a VOLUME: an engine-made, writable, lasting host directory -------
 def _volume_image(scene: Scene) -> None:
     if not scene.data:
@@ -365,6 +378,14 @@ CASES: tuple[Case, ...] = (
         euid_zero,
         control_setuid,
         root_only=True,
+    ),
+    Case(
+        "config-user-root-writes-a-sysctl",
+        CONTAINERS,
+        _user_root,
+        KERNEL_WRITES,
+        said_esc,
+        lambda s: run_sh(s, KERNEL_WRITES.format(tok=s.tok)),
     ),
     Case(
         "image-declares-a-volume",

@@ -189,3 +189,37 @@ def test_refused_command_leaves_the_tree_unchanged(
 ) -> None:
     seen = judge(REFUSED_LEAVES_TREE, "linux_namespaces", tmp_path, request)
     assert seen is None, seen
+
+
+DEEP = (
+    "cd /tmp; i=0; while [ $i -lt 1500 ]; do mkdir d && cd d || break; i=$((i+1)); done; "
+    "echo {tok} > marker-{tok}; echo depth $i"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="warm mode: a command that nests 1500 directories in /tmp makes ExecTool.exec raise "
+    "RecursionError from the reset (warm_host.HostView._walk: os.walk is recursive in Python "
+    "3.11) instead of returning a result",
+)
+@pytest.mark.parametrize("engine", CONTAINERS)
+def test_warm_reset_of_a_deep_tmp(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    image = str(request.getfixturevalue(f"{engine}_image"))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tmp_path / "scratch").mkdir()
+    data = config_data("container", tmp_path / "scratch", tmp_path / "state", (engine, image))
+    data["sandbox"]["container"]["warm"] = True
+    tok = secrets.token_hex(6)
+    with ExecTool(parse_config(data), tree) as tool:
+        first = tool.exec(["sh", "-c", DEEP.format(tok=tok)], timeout=TIMEOUT_S)
+        assert first.outcome == "settled", first.as_json_dict()
+        assert "depth 1500" in first.stdout, first.as_json_dict()
+        look = f"find / -xdev -name marker-{tok} 2>/dev/null | wc -l"
+        second = tool.exec(["sh", "-c", look], timeout=TIMEOUT_S)
+    assert second.outcome == "settled", second.as_json_dict()
+    assert second.stdout.strip() == "0", f"the first command's file outlived it: {second.stdout}"
