@@ -69,6 +69,8 @@ class Case:
     # run through `sprawl-orch exec` in a process of its own: /proc/self/environ shows a
     # process's environment as it was exec'd, not what a test set in os.environ since
     cli: bool = False
+    # a known break not fixed here: the arm rows are strict xfails with this reason
+    xfail: str = ""
 
 
 def run_sh(scene: Scene, text: str, **kw: Any) -> str:
@@ -94,7 +96,7 @@ def engine_run(scene: Scene, engine: str, sh: str) -> str:
 
 
 # -- PATH with an empty or relative entry: the tree's own `ionice`, `bwrap`, `podman` ---------
-def _plant_programs(scene: Scene, where: Path, entry: str) -> None:
+def plant_programs(scene: Scene, where: Path, entry: str) -> None:
     where.mkdir(parents=True, exist_ok=True)
     for name in HOST_PROGRAMS:
         real = host_which(name) or f"/nonexistent/{name}"
@@ -117,7 +119,7 @@ def control_programs(scene: Scene) -> str:
 
 
 # -- containers.conf (CONTAINERS_CONF) adding host namespaces and devices --------------------
-def _containers_conf(text: str) -> Plant:
+def plant_containers_conf(text: str) -> Plant:
     def plant(scene: Scene) -> None:
         conf = scene.tmp / "containers.conf"
         conf.write_text(f"[containers]\n{text}\n")
@@ -146,7 +148,7 @@ def host_hostname(scene: Scene, out: str) -> str | None:
 
 
 # -- the person's docker client config: proxies into the environment -------------------------
-def _docker_proxies(scene: Scene) -> None:
+def plant_docker_proxies(scene: Scene) -> None:
     conf = scene.tmp / "docker-config"
     conf.mkdir()
     proxy = f"http://alice:{scene.secret}@127.0.0.1:9"
@@ -161,31 +163,31 @@ def secret_out(scene: Scene, out: str) -> str | None:
 
 
 # -- links in the tree into /proc: the orchestrator's own environment ------------------------
-def _secret_env(scene: Scene) -> None:
+def plant_secret_env(scene: Scene) -> None:
     scene.env["SPRAWL_SHAPING_SECRET"] = scene.secret
 
 
-def _link_environ(scene: Scene) -> None:
-    _secret_env(scene)
+def plant_link_environ(scene: Scene) -> None:
+    plant_secret_env(scene)
     (scene.tree / "env").symlink_to("/proc/self/environ")
 
 
-def _link_climbing_to_environ(scene: Scene) -> None:
-    _secret_env(scene)
+def plant_link_climbing_to_environ(scene: Scene) -> None:
+    plant_secret_env(scene)
     (scene.tree / "env").symlink_to(os.path.relpath("/proc/self/environ", scene.tree))
 
 
-def _link_proc_dir(scene: Scene) -> None:
-    _secret_env(scene)
+def plant_link_proc_dir(scene: Scene) -> None:
+    plant_secret_env(scene)
     (scene.tree / "me").symlink_to("/proc/self")
 
 
 # -- the state directory inside the tree: copies, and so the command's writes, in the tree ---
-def _state_in_tree(scene: Scene) -> None:
+def plant_state_in_tree(scene: Scene) -> None:
     scene.data["state"] = {"dir": str(scene.tree / ".sprawl-state")}
 
 
-def _xdg_state_in_tree(scene: Scene) -> None:
+def plant_xdg_state_in_tree(scene: Scene) -> None:
     scene.data.pop("state", None)
     scene.env["XDG_STATE_HOME"] = str(scene.tree / ".xdg-state")
 
@@ -206,7 +208,7 @@ def tree_changed(scene: Scene, out: str) -> str | None:
     return f"a refused command left {new} in the person's tree" if new else None
 
 
-def _snapshot_after(plant: Plant) -> Plant:
+def snapshot_after(plant: Plant) -> Plant:
     def both(scene: Scene) -> None:
         plant(scene)
         scene.before = tree_paths(scene.tree)
@@ -219,7 +221,7 @@ def control_in_place(scene: Scene) -> str:
 
 
 # -- a set-uid root program in the tree ------------------------------------------------------
-def _setuid(scene: Scene) -> None:
+def plant_setuid(scene: Scene) -> None:
     # coreutils' id, not busybox's: busybox drops a set-uid bit itself for its `id` applet.
     # Dynamic, so it runs on bwrap (the host's libraries in view), not in the busybox image.
     real = host_which("id")
@@ -241,7 +243,7 @@ def control_setuid(scene: Scene) -> str:
 
 
 # -- [sandbox.container] user = "0:0": root of a rootful container writes kernel state ------
-def _user_root(scene: Scene) -> None:
+def plant_user_root(scene: Scene) -> None:
     if scene.data:
         scene.data["sandbox"]["container"]["user"] = "0:0"
 
@@ -254,7 +256,7 @@ KERNEL_WRITES = (
 
 
 # -- an image that declares a VOLUME: an engine-made, writable, lasting host directory -------
-def _volume_image(scene: Scene) -> None:
+def plant_volume_image(scene: Scene) -> None:
     if not scene.data:
         return  # the raw control names its image itself
     container = scene.data["sandbox"]["container"]
@@ -271,140 +273,3 @@ def control_volume(engine: str) -> Control:
         return run_sh(scene, " ".join([*argv, "--user", "0", image, "sh", "-c", f"'{sh}'"]))
 
     return control
-
-
-CASES: tuple[Case, ...] = (
-    Case(
-        "path-empty-entry-runs-tree-programs",
-        SANDBOXES,
-        lambda s: _plant_programs(s, s.tree, ""),
-        "echo ran",
-        ran_planted,
-        control_programs,
-    ),
-    Case(
-        "path-relative-entry-runs-tree-programs",
-        SANDBOXES,
-        lambda s: _plant_programs(s, s.tree / "bin", "bin"),
-        "echo ran",
-        ran_planted,
-        control_programs,
-    ),
-    Case(
-        "containers-conf-host-ipc-shm",
-        ("podman",),
-        _containers_conf('ipcns = "host"'),
-        "echo x > /dev/shm/sprawl-shaping-{tok}",
-        in_host_shm,
-        lambda s: engine_run(s, "podman", f"echo x > /dev/shm/sprawl-shaping-{s.tok}"),
-        refusal_ok=True,
-    ),
-    Case(
-        "containers-conf-host-device",
-        ("podman",),
-        _containers_conf('devices = ["/dev/kmsg:/dev/kmsg:r"]'),
-        "[ -c /dev/kmsg ] && echo ESC {tok} /dev/kmsg is there",
-        said_esc,
-        lambda s: engine_run(s, "podman", f"[ -c /dev/kmsg ] && echo ESC {s.tok} kmsg"),
-        refusal_ok=True,
-    ),
-    Case(
-        "containers-conf-host-uts",
-        ("podman",),
-        _containers_conf('utsns = "host"'),
-        'echo "HOST=$(hostname)"',
-        host_hostname,
-        lambda s: engine_run(s, "podman", 'echo "HOST=$(hostname)"'),
-        refusal_ok=True,
-    ),
-    Case(
-        "docker-config-proxies-into-env",
-        ("docker",),
-        _docker_proxies,
-        "env",
-        secret_out,
-        lambda s: engine_run(s, "docker", "env"),
-    ),
-    Case(
-        "tree-link-to-proc-self-environ",
-        SANDBOXES,
-        _link_environ,
-        "cat env | tr '\\0' '\\n'",
-        secret_out,
-        lambda s: run_sh(s, "cat env | tr '\\0' '\\n'"),
-        cli=True,
-    ),
-    Case(
-        "tree-link-climbing-to-proc-self-environ",
-        SANDBOXES,
-        _link_climbing_to_environ,
-        "cat env | tr '\\0' '\\n'",
-        secret_out,
-        lambda s: run_sh(s, "cat env | tr '\\0' '\\n'"),
-        cli=True,
-    ),
-    Case(
-        "tree-link-to-proc-self-dir",
-        SANDBOXES,
-        _link_proc_dir,
-        "cat me/environ | tr '\\0' '\\n'",
-        secret_out,
-        lambda s: run_sh(s, "cat me/environ | tr '\\0' '\\n'"),
-        cli=True,
-    ),
-    Case(
-        "state-dir-inside-the-tree",
-        ("copied_tree", *SANDBOXES),
-        _state_in_tree,
-        "echo {tok} > marker-{tok}",
-        marker_in_tree,
-        control_in_place,
-        refusal_ok=True,
-    ),
-    Case(
-        "xdg-state-home-inside-the-tree",
-        ("copied_tree", *SANDBOXES),
-        _xdg_state_in_tree,
-        "echo {tok} > marker-{tok}",
-        marker_in_tree,
-        control_in_place,
-        refusal_ok=True,
-    ),
-    Case(
-        "tree-setuid-root-program",
-        ("linux_namespaces",),
-        _setuid,
-        'echo "EUID=$(./id -u) {tok}"',
-        euid_zero,
-        control_setuid,
-        root_only=True,
-    ),
-    Case(
-        "config-user-root-writes-a-sysctl",
-        CONTAINERS,
-        _user_root,
-        KERNEL_WRITES,
-        said_esc,
-        lambda s: run_sh(s, KERNEL_WRITES.format(tok=s.tok)),
-    ),
-    Case(
-        "image-declares-a-volume",
-        CONTAINERS,
-        _volume_image,
-        "echo x > /data/f && echo ESC {tok} wrote /data/f",
-        said_esc,
-        control_volume("docker"),
-        refusal_ok=True,
-    ),
-)
-
-# Known breaks, reported for the lead to assign (test_shaping.py marks them xfail, strict).
-REFUSED_LEAVES_TREE = Case(
-    "refused-command-leaves-the-tree-unchanged",
-    ("linux_namespaces",),
-    _snapshot_after(_state_in_tree),
-    "echo {tok} > marker-{tok}",
-    tree_changed,
-    control_in_place,
-    refusal_ok=True,
-)
