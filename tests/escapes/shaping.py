@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sprawl_orch.host_which import host_which
+from tests.integration.conftest import missing
 
 CONTAINERS = ("docker", "podman")
 SANDBOXES = ("linux_namespaces", "docker", "podman")
@@ -180,6 +181,18 @@ def plant_link_climbing_to_environ(scene: Scene) -> None:
 def plant_link_proc_dir(scene: Scene) -> None:
     plant_secret_env(scene)
     (scene.tree / "me").symlink_to("/proc/self")
+
+
+# -- links in the tree to the engines' sockets, the file and its directory ----------------
+ENGINE_SOCKET = "/run/sprawl-orch/docker.sock"  # the private dockerd (.ci/env)
+SOCKET_SEEN = "for s in d.sock r/docker.sock; do [ -S $s ] && echo ESC {tok} $s is a socket; done"
+
+
+def plant_socket_links(scene: Scene) -> None:
+    if not os.path.exists(ENGINE_SOCKET):
+        missing(f"{ENGINE_SOCKET} is absent: the private dockerd is not running")
+    (scene.tree / "d.sock").symlink_to(ENGINE_SOCKET)
+    (scene.tree / "r").symlink_to(os.path.dirname(ENGINE_SOCKET))
 
 
 # -- the state directory inside the tree: copies, and so the command's writes, in the tree ---
