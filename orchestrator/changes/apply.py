@@ -36,11 +36,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
-from sprawl_orch.apply_check import Verdict, check_all, shared_inode
-from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
-from sprawl_orch.change_store import Kept, finish_if_done, load, record_applied
-from sprawl_orch.changes import ChangeEntry, shown
-from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.changes.apply_check import Verdict, check_all, shared_inode
+from sprawl_orch.changes.changes import ChangeEntry, shown
+from sprawl_orch.changes.store import Kept, finish_if_done, load, record_applied
+from sprawl_orch.core.beneath import NotBeneath, open_dir_beneath, parts_of
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 
 TEMP_PREFIX = ".sprawl-apply-"
 
@@ -167,7 +167,7 @@ def _apply_locked(
         "skipped": skipped,
     }
     if dry_run:
-        from sprawl_orch.apply_diff import diff_of
+        from sprawl_orch.changes.apply_diff import diff_of
 
         return ApplyResult(
             applied=[ApplyItem(path=e.path, change=e.change) for e in ok],

@@ -13,10 +13,10 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sprawl_orch.beneath import NotBeneath, open_dir_beneath, parts_of
-from sprawl_orch.change_record import kind_of, norm_mode, sha256_of
-from sprawl_orch.change_store import Kept
-from sprawl_orch.changes import ChangeEntry
+from sprawl_orch.changes.changes import ChangeEntry
+from sprawl_orch.changes.record import kind_of, norm_mode, sha256_of
+from sprawl_orch.changes.store import Kept
+from sprawl_orch.core.beneath import NotBeneath, open_dir_beneath, parts_of
 
 _LINK_HOPS = 40  # the kernel's own limit on links met in one resolution
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import difflib
 import os
 
-from sprawl_orch.beneath import NotBeneath, open_file_beneath, parts_of
-from sprawl_orch.change_store import Kept
-from sprawl_orch.changes import ChangeEntry, shown
+from sprawl_orch.changes.changes import ChangeEntry, shown
+from sprawl_orch.changes.store import Kept
+from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
 
 _SNIFF = 8192
 

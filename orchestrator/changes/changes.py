@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
-from sprawl_orch.change_record import (
+from sprawl_orch.changes.record import (
     Kind,
     Stamp,
     SyncRecord,
@@ -37,7 +37,7 @@ from sprawl_orch.change_record import (
     sha256_of,
     stamp_of,
 )
-from sprawl_orch.copy_fileops import CHUNK
+from sprawl_orch.copy.fileops import CHUNK
 
 ChangeType = Literal["created", "modified", "deleted", "kind_changed", "mode_changed"]
 # Paths shown in a result; the rest are in the file named by `full` (the way back).

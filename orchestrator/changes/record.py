@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from sprawl_orch import copy_stamps, fs_clock
+from sprawl_orch.copy import stamps as copy_stamps
+from sprawl_orch.core import fs_clock
 
 Kind = Literal["file", "dir", "link", "other"]
 # Racy source files are hashed from the copy; past this many bytes they stay unproven

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.beneath import NotBeneath, open_file_beneath, parts_of
-from sprawl_orch.change_record import SyncRecord
-from sprawl_orch.changes import ChangeEntry, Changes
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.changes.changes import ChangeEntry, Changes
+from sprawl_orch.changes.record import SyncRecord
+from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 BUDGET = 1024 * 1024 * 1024
 MANIFEST = "changes.json"

@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sprawl_orch.container.engine import IMAGE_ID, EngineName
-from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
-from sprawl_orch.credentials import credential_pattern, why
-from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
+from sprawl_orch.core.credentials import credential_pattern, why
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.engines.engine import IMAGE_ID, EngineName
 
 CONFIG_NAME = "sprawl.toml"
 

@@ -42,7 +42,7 @@ import os
 import secrets
 import stat
 
-from sprawl_orch.copy_fileops import CREATE_FLAGS, READ_FLAGS, Kind, copy_new, same_content
+from sprawl_orch.copy.fileops import CREATE_FLAGS, READ_FLAGS, Kind, copy_new, same_content
 
 _REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT (winnt.h); st_file_attributes is Windows'
 # Relative path length at which remove_tree hoists a directory: well under Windows' MAX_PATH

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from sprawl_orch import fs_clock
+from sprawl_orch.core import fs_clock
 
 MAGIC = b"SPRSTMP2"
 _U64 = struct.Struct("<Q")

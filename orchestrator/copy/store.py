@@ -36,11 +36,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sprawl_orch import copy_stamps
-from sprawl_orch.copy_bounds import Bounds, Excludes
-from sprawl_orch.copy_sync import FileWork, delete_path, sync_with_record
-from sprawl_orch.copy_walk import Progress
-from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.copy import stamps as copy_stamps
+from sprawl_orch.copy.bounds import Bounds, Excludes
+from sprawl_orch.copy.sync import FileWork, delete_path, sync_with_record
+from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 
 TREE, STAMPS, LOCK, META = "tree", "stamps", "lock", "meta.json"
 

@@ -50,12 +50,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch import copy_stamps
-from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Excludes
-from sprawl_orch.copy_fileops import FdCopy, SourceUnreadable
-from sprawl_orch.copy_paths import PathCopy
-from sprawl_orch.copy_walk import CopySide, FileWork, Progress, Walk
-from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.copy import stamps as copy_stamps
+from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Excludes
+from sprawl_orch.copy.fileops import FdCopy, SourceUnreadable
+from sprawl_orch.copy.paths import PathCopy
+from sprawl_orch.copy.walk import CopySide, FileWork, Progress, Walk
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 
 __all__ = [
     "MAX_BYTES",

@@ -18,12 +18,13 @@ from typing import Generic, Protocol, TypeVar
 
 import pydantic
 
-from sprawl_orch import copy_stamps, fs_clock
-from sprawl_orch.copy_bounds import RECOVERY, Bounds, Excludes, bound_key, human, largest_entries
-from sprawl_orch.copy_fileops import BudgetExceeded, FdCopy, Kind, SourceUnreadable
-from sprawl_orch.copy_links import stays_inside
-from sprawl_orch.copy_stamps import ENTRY, SyncRecord
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.copy import stamps as copy_stamps
+from sprawl_orch.copy.bounds import RECOVERY, Bounds, Excludes, bound_key, human, largest_entries
+from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind, SourceUnreadable
+from sprawl_orch.copy.links import stays_inside
+from sprawl_orch.copy.stamps import ENTRY, SyncRecord
+from sprawl_orch.core import fs_clock
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 # Links are kept as links where the copy side can make them; Windows needs a privilege for it.
 LINKS_KEPT = os.name != "nt"

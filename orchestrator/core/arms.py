@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sprawl_orch.assurances import Assurances, Guarantee
+from sprawl_orch.core.assurances import Assurances, Guarantee
 
 
 class ArmName(StrEnum):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sprawl_orch.arms import Missing
+from sprawl_orch.core.arms import Missing
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from sprawl_orch.arms import ArmName
+from sprawl_orch.core.arms import ArmName
 
 FLOOR: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "TZ")
 # Arms whose /tmp is a private tmpfs inside the sandbox, writable by the command's user:

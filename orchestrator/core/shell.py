@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 Interpreter = Literal["system", "pwsh"]
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 RECOVERY = (
     "check the program name, that it is an executable file (not a directory, with its "

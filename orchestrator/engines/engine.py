@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
-from sprawl_orch.errors import ErrorCode, SprawlError, os_reason
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_reason
 
 EngineName = Literal["docker", "podman"]
 # Every engine sprawl-orch drives, in the order engine = "auto" tries them. The one list:

@@ -24,7 +24,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sprawl_orch.affinity import (
+from sprawl_orch.changes.changes import Changes
+from sprawl_orch.copy.sync import FileWork
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.environment import env_names
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.affinity import (
     Absent,
     CreationRefused,
     JobCreated,
@@ -33,16 +38,19 @@ from sprawl_orch.affinity import (
     affinity_of,
     enter_job,
 )
-from sprawl_orch.arms import ArmName
-from sprawl_orch.ceiling import CeilingMark, NotAsked, Unapplied, Unread, Watching, Why, ceiling_at
-from sprawl_orch.cgroup_run import Joining, RunGroup
-from sprawl_orch.cgroups import CgroupRefused, Cgroups, Delegation, PlatformShares
-from sprawl_orch.changes import Changes
-from sprawl_orch.copy_sync import FileWork
-from sprawl_orch.environment import env_names
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Launch, Running, Watcher
-from sprawl_orch.results import (
+from sprawl_orch.runs.ceiling import (
+    CeilingMark,
+    NotAsked,
+    Unapplied,
+    Unread,
+    Watching,
+    Why,
+    ceiling_at,
+)
+from sprawl_orch.runs.cgroup_run import Joining, RunGroup
+from sprawl_orch.runs.cgroups import CgroupRefused, Cgroups, Delegation, PlatformShares
+from sprawl_orch.runs.launch import Launch, Running, Watcher
+from sprawl_orch.runs.results import (
     Confinement,
     ExecResult,
     Started,
@@ -51,7 +59,7 @@ from sprawl_orch.results import (
     read_capped,
     settled,
 )
-from sprawl_orch.shares import UNSET, Shares
+from sprawl_orch.runs.shares import UNSET, Shares
 
 
 class RunProcesses(BaseModel):
@@ -144,7 +152,7 @@ class Backlog:
     @property
     def found(self) -> Delegation:
         if self._found is None:
-            from sprawl_orch.cgroups import delegation
+            from sprawl_orch.runs.cgroups import delegation
 
             self._found = self._cgroups.found if self._cgroups else delegation()
         return self._found

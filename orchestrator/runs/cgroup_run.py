@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from sprawl_orch.cgroup_counters import read_counter
+from sprawl_orch.runs.cgroup_counters import read_counter
 
 if TYPE_CHECKING:
-    from sprawl_orch.shares import Shares
+    from sprawl_orch.runs.shares import Shares
 
 EMPTY_TIMEOUT_S = 5.0
 

@@ -42,9 +42,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from sprawl_orch.cgroup_run import RunGroup
-from sprawl_orch.launch import NullWatcher, Watcher
-from sprawl_orch.shares import Shares
+from sprawl_orch.runs.cgroup_run import RunGroup
+from sprawl_orch.runs.launch import NullWatcher, Watcher
+from sprawl_orch.runs.shares import Shares
 
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 RUN_CPU_WEIGHT = 100  # v2 cpu.weight: the same for every run

@@ -34,7 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from sprawl_orch.config import Config
-from sprawl_orch.container.engine import ENGINES
+from sprawl_orch.config.state import guardian_socket
+from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.guardian.protocol import (
     Announcement,
     Done,
@@ -46,8 +47,7 @@ from sprawl_orch.guardian.protocol import (
     format_message,
     parse_reply,
 )
-from sprawl_orch.launch import Watcher
-from sprawl_orch.state import guardian_socket
+from sprawl_orch.runs.launch import Watcher
 
 WRITE_STALL_SECONDS = 2.0
 # How long a caller tries to reach (and if need be spawn) the shared guardian.
@@ -55,7 +55,7 @@ CONNECT_SECONDS = 10.0
 # The checkout (or install) holding the guardian/ and orchestrator/ folders: the shared guardian
 # is keyed by its code (GUARDIAN_CODE). `python -m sprawl_orch.guardian` itself needs sprawl-orch
 # installed (pyproject's package-dir maps the folders under sprawl_orch).
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 GUARDIAN_CODE = _ROOT / "guardian"
 
 
@@ -264,7 +264,7 @@ class Guardian(Watcher):
         self._sock, self._fd = ours, ours.fileno()
 
     def tell(self, message: Announcement) -> None:
-        """The Watcher: every announcement method (orchestrator/launch.py) lands here."""
+        """The Watcher: every announcement method (orchestrator/runs/launch.py) lands here."""
         try:
             data = format_message(message).encode("utf-8")
         except ValueError as err:

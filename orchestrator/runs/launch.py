@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from sprawl_orch.arms import ArmName
-from sprawl_orch.assurances import Assurances
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.guardian.protocol import (
     Announcement,
     Cgroup,

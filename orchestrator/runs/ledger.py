@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
-from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 
 
 def _env_leak(result: Mapping[str, Any]) -> str | None:

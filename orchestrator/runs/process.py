@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.launch import Finished, Join, NullWatcher, Watcher
+from sprawl_orch.runs.launch import Finished, Join, NullWatcher, Watcher
 
 # How long a SIGKILLed process may take to be gone (delivery is asynchronous).
 TERM_GRACE_SECONDS = 1.0

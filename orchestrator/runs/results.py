@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sprawl_orch.changes import Changes
-from sprawl_orch.copy_sync import FileWork
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Finished
+from sprawl_orch.changes.changes import Changes
+from sprawl_orch.copy.sync import FileWork
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.launch import Finished
 
 OUTPUT_CAP = 64 * 1024
 

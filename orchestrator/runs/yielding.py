@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sprawl_orch.unrunnable import elf_problem, shebang, unavailable
+from sprawl_orch.core.unrunnable import elf_problem, shebang, unavailable
 
 
 @dataclass(frozen=True)

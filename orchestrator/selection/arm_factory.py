@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sprawl_orch.arms import ArmName
-from sprawl_orch.choice import Choice
 from sprawl_orch.config import Config
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Arm, Watcher
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.yielding import Yielders
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.launch import Arm, Watcher
+from sprawl_orch.runs.yielding import Yielders
+from sprawl_orch.selection.choice import Choice
+from sprawl_orch.selection.offerings import Offerings
 
 if TYPE_CHECKING:
     from sprawl_orch.container.evidence import Evidence

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sprawl_orch import arms
-from sprawl_orch.arms import ArmName, Missing
-from sprawl_orch.container.engine import ENGINES
-from sprawl_orch.engine_offer import EngineOffer
-from sprawl_orch.offerings import Offerings
+from sprawl_orch.core import arms
+from sprawl_orch.core.arms import ArmName, Missing
+from sprawl_orch.core.engine_offer import EngineOffer
+from sprawl_orch.engines.engine import ENGINES
+from sprawl_orch.selection.offerings import Offerings
 
 
 @dataclass(frozen=True)

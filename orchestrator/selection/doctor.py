@@ -16,20 +16,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sprawl_orch.arms import (
+from sprawl_orch.config import Config
+from sprawl_orch.core.arms import (
     ASSURANCES,
     ArmName,
     Missing,
     container_assurances,
     linux_namespaces_assurances,
 )
-from sprawl_orch.assurances import Assurances, statement
-from sprawl_orch.cgroups import Delegation, PlatformShares
-from sprawl_orch.choice import Choice, choose
-from sprawl_orch.config import Config
-from sprawl_orch.container.engine import ENGINES
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.shell import Absent, Found, Shell, resolve_shell
+from sprawl_orch.core.assurances import Assurances, statement
+from sprawl_orch.core.shell import Absent, Found, Shell, resolve_shell
+from sprawl_orch.engines.engine import ENGINES
+from sprawl_orch.runs.cgroups import Delegation, PlatformShares
+from sprawl_orch.selection.choice import Choice, choose
+from sprawl_orch.selection.offerings import Offerings
 
 
 class _Row(BaseModel):

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sprawl_orch.config import Config
-from sprawl_orch.engine_offer import EngineOffer
+from sprawl_orch.core.engine_offer import EngineOffer
 
 if TYPE_CHECKING:
     from sprawl_orch.container.evidence import Evidence
-    from sprawl_orch.launch import Watcher
+    from sprawl_orch.runs.launch import Watcher
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from sprawl_orch.apply import ApplyResult
+from sprawl_orch.changes.apply import ApplyResult
 from sprawl_orch.config import ArmSpelling
-from sprawl_orch.doctor import DoctorReport
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.mcp_text import apply_text, doctor_text, result_text, results_text
-from sprawl_orch.results import ExecResult
-from sprawl_orch.serve import (
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.runs.results import ExecResult
+from sprawl_orch.selection.doctor import DoctorReport
+from sprawl_orch.serve.mcp_text import apply_text, doctor_text, result_text, results_text
+from sprawl_orch.serve.server import (
     ApplyRequest,
     ApplyResponse,
     DoctorRequest,

@@ -9,9 +9,9 @@ full text on disk ("the way back"), so nothing here cuts again.
 
 from __future__ import annotations
 
-from sprawl_orch.apply import ApplyItem, ApplyResult
-from sprawl_orch.doctor import DoctorReport
-from sprawl_orch.results import ExecResult
+from sprawl_orch.changes.apply import ApplyItem, ApplyResult
+from sprawl_orch.runs.results import ExecResult
+from sprawl_orch.selection.doctor import DoctorReport
 
 
 def _stream(name: str, text: str) -> list[str]:

@@ -28,17 +28,17 @@ from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from sprawl_orch.apply import ApplyResult, apply
-from sprawl_orch.backlog import Backlog, RunProcesses
-from sprawl_orch.cgroups import Delegation
+from sprawl_orch.changes.apply import ApplyResult, apply
 from sprawl_orch.config import ArmSpelling, Config
-from sprawl_orch.doctor import DoctorReport, doctor_report
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.results import ExecResult, Refusal
-from sprawl_orch.shares import UNSET, Shares
-from sprawl_orch.state import state_dir
+from sprawl_orch.config.state import state_dir
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.backlog import Backlog, RunProcesses
+from sprawl_orch.runs.cgroups import Delegation
+from sprawl_orch.runs.results import ExecResult, Refusal
+from sprawl_orch.runs.shares import UNSET, Shares
+from sprawl_orch.selection.doctor import DoctorReport, doctor_report
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 
 RequestId = str | int
 SCHEMA_HINT = "see `sprawl-orch serve --schema` and docs/serve.md"

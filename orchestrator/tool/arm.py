@@ -11,17 +11,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
-from sprawl_orch.arm_factory import build_arm, yielders_of
-from sprawl_orch.arms import ArmName
-from sprawl_orch.assurances import statement
-from sprawl_orch.choice import Choice, choose
 from sprawl_orch.config import Config
 from sprawl_orch.container.evidence import Evidence
-from sprawl_orch.credentials import passed_on_purpose
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Arm, Watcher
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.results import Confinement
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.assurances import statement
+from sprawl_orch.core.credentials import passed_on_purpose
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.launch import Arm, Watcher
+from sprawl_orch.runs.results import Confinement
+from sprawl_orch.selection.arm_factory import build_arm, yielders_of
+from sprawl_orch.selection.choice import Choice, choose
+from sprawl_orch.selection.offerings import Offerings
 
 
 class ToolArm:

@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from sprawl_orch import change_record
-from sprawl_orch.change_store import keep as keep_changes
-from sprawl_orch.changes import Changes
-from sprawl_orch.changes import compute as compute_changes
+from sprawl_orch.changes import record as change_record
+from sprawl_orch.changes.changes import Changes
+from sprawl_orch.changes.changes import compute as compute_changes
+from sprawl_orch.changes.store import keep as keep_changes
 from sprawl_orch.config import Config
-from sprawl_orch.copy_bounds import Bounds, Excludes
-from sprawl_orch.copy_store import CopyStore, Lease, copy_key
-from sprawl_orch.copy_sync import FileWork
-from sprawl_orch.copy_walk import Progress
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.launch import Arm
+from sprawl_orch.copy.bounds import Bounds, Excludes
+from sprawl_orch.copy.store import CopyStore, Lease, copy_key
+from sprawl_orch.copy.sync import FileWork
+from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.runs.launch import Arm
 
 
 class ToolCopies:

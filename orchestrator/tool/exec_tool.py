@@ -29,32 +29,32 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from sprawl_orch.apply import ApplyResult
-from sprawl_orch.apply import apply as apply_changes
-from sprawl_orch.arms import ArmName
-from sprawl_orch.backlog import Backlog, Pending, RunProcesses
-from sprawl_orch.changes import Changes
-from sprawl_orch.choice import Choice
+from sprawl_orch.changes.apply import ApplyResult
+from sprawl_orch.changes.apply import apply as apply_changes
+from sprawl_orch.changes.changes import Changes
 from sprawl_orch.config import Config, load_config, with_warm
+from sprawl_orch.config.state import ledger_path, state_dir
 from sprawl_orch.container.evidence import Evidence
-from sprawl_orch.copy_store import Lease
-from sprawl_orch.copy_sync import FileWork
-from sprawl_orch.copy_walk import Progress
-from sprawl_orch.environment import child_env, with_home
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.guardian_client import Guardian, session_guardian
-from sprawl_orch.launch import Arm, Launch, NullWatcher, Watcher
-from sprawl_orch.ledger import Ledger
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.results import Confinement, ExecResult, exceptional
-from sprawl_orch.shares import UNSET, Shares
-from sprawl_orch.shell import container_shell, interpreter_name, require_shell, resolve_shell
-from sprawl_orch.shell import shell_argv as expand_shell
-from sprawl_orch.state import ledger_path, state_dir
-from sprawl_orch.stream import Follower
-from sprawl_orch.tool_arm import ToolArm
-from sprawl_orch.tool_copies import ToolCopies
-from sprawl_orch.yielding import find_program
+from sprawl_orch.copy.store import Lease
+from sprawl_orch.copy.sync import FileWork
+from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.environment import child_env, with_home
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.shell import container_shell, interpreter_name, require_shell, resolve_shell
+from sprawl_orch.core.shell import shell_argv as expand_shell
+from sprawl_orch.runs.backlog import Backlog, Pending, RunProcesses
+from sprawl_orch.runs.guardian_client import Guardian, session_guardian
+from sprawl_orch.runs.launch import Arm, Launch, NullWatcher, Watcher
+from sprawl_orch.runs.ledger import Ledger
+from sprawl_orch.runs.results import Confinement, ExecResult, exceptional
+from sprawl_orch.runs.shares import UNSET, Shares
+from sprawl_orch.runs.yielding import find_program
+from sprawl_orch.selection.choice import Choice
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.arm import ToolArm
+from sprawl_orch.tool.copies import ToolCopies
+from sprawl_orch.tool.stream import Follower
 
 Where = Literal["sandbox", "host"]
 
