@@ -40,3 +40,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of tests/slow_files.py's files `slow` (`pytest -m "not slow"`)."""
+    from pathlib import Path
+
+    from tests.slow_files import SLOW_FILES
+
+    root = Path(__file__).resolve().parent.parent
+    for item in items:
+        rel = item.path.resolve().relative_to(root).as_posix()
+        if any(rel == slow or rel.startswith(slow + "/") for slow in SLOW_FILES):
+            item.add_marker(pytest.mark.slow)
