@@ -43,13 +43,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of tests/slow_files.py's files `slow` (`pytest -m "not slow"`)."""
-    from pathlib import Path
-
+    """Mark the tests tests/slow_files.py names `slow` (`pytest -m "not slow"`)."""
     from tests.slow_files import SLOW_FILES
 
-    root = Path(__file__).resolve().parent.parent
     for item in items:
-        rel = item.path.resolve().relative_to(root).as_posix()
-        if any(rel == slow or rel.startswith(slow + "/") for slow in SLOW_FILES):
+        node = item.nodeid
+        if any(node == s or node.startswith((s + "/", s + "::")) for s in SLOW_FILES):
             item.add_marker(pytest.mark.slow)
