@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from sprawl_orch.container.docker_cli_config import cli_config
-from sprawl_orch.container.engine import EngineFacts, engine_error, run_cli
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.host_which import host_which
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.host_which import host_which
+from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 
 if TYPE_CHECKING:
     from docker import APIClient

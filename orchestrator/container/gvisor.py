@@ -34,7 +34,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from sprawl_orch.host_which import host_which
+from sprawl_orch.core.host_which import host_which
 
 RUNSC = "runsc"
 WRAPPER_NAME = "runsc-nonet"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.host_which import host_which
+from sprawl_orch.core.host_which import host_which
 from tests.integration.conftest import missing
 
 CONTAINERS = ("docker", "podman")

@@ -28,8 +28,8 @@ import pytest
 import tomlkit
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.errors import ErrorCode
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.core.errors import ErrorCode
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes.runner import config_data
 from tests.escapes.shaping import CONTAINERS, TIMEOUT_S, Case, Scene, shm_file
 from tests.escapes.shaping_cases import CASES, REFUSED_LEAVES_TREE

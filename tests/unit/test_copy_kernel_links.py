@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sprawl_orch.copy_sync import sync
+from sprawl_orch.copy.sync import sync
 
 
 def test_links_into_kernel_filesystems_are_left_out(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.host_which import absolute_entries, host_which
+from sprawl_orch.core.host_which import absolute_entries, host_which
 
 
 def program(where: Path, name: str) -> Path:
