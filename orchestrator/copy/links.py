@@ -77,6 +77,9 @@ def stays_inside(root: str, where: tuple[str, ...], target: str) -> bool:
 KERNEL_FILESYSTEMS = frozenset(
     {"proc", "sysfs", "debugfs", "tracefs", "securityfs", "configfs", "efivarfs", "bpf"}
     | {"cgroup", "cgroup2", "pstore", "fusectl", "binfmt_misc", "mqueue"}
+    # a namespace handle (docker's /run/.../netns/default): read() is EINVAL, and a tree's
+    # link to /run/sprawl-orch made every command fail with E_STORAGE_FATAL
+    | {"nsfs", "devpts", "autofs"}
 )
 KERNEL_ROOTS: tuple[str, ...] = ("/proc", "/sys")
 
