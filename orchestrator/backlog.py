@@ -42,13 +42,13 @@ from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.environment import env_names
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Launch, Running, Watcher
+from sprawl_orch.output_keep import OutputKeeping
 from sprawl_orch.results import (
     Confinement,
     ExecResult,
     Started,
     backgrounded,
     never_ran,
-    read_capped,
     settled,
 )
 from sprawl_orch.shares import UNSET, Shares
@@ -114,13 +114,16 @@ class Backlog:
         *,
         found: Delegation | None = None,
         keep_root: Path | None = None,
+        keeping: OutputKeeping | None = None,
         cgroups: Cgroups | None = None,
     ) -> None:
+        """`keeping`: where and how much of long output is kept (output_keep.py);
+        `keep_root` alone: that directory with the default bounds."""
         self.session = session
         self.shares = shares
         self._found = found
         self._cgroups = cgroups
-        self.keep_root = keep_root
+        self.keeping = keeping or (OutputKeeping(keep_root) if keep_root else None)
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
         self._runs: dict[str, _Run] = {}
@@ -385,9 +388,14 @@ class Backlog:
                 with self._lock:
                     group = self._runs.get(entry.run, _Run()).group
             verdict = ceiling_at(entry.mark, group.oom_count() if group else None)
-            keep = self.keep_root / entry.handle if self.keep_root and not entry.drain else None
-            stdout = read_capped(finished.stdout_path, keep)
-            stderr = read_capped(finished.stderr_path, keep)
+            keeping = self.keeping or OutputKeeping(entry.launch.outputs, keep_bytes=0)
+            out, err, kept_output = keeping.keep(
+                entry.handle,
+                finished.stdout_path,
+                finished.stderr_path,
+                keep=self.keeping is not None and not entry.drain,
+            )
+            stdout, stderr = (out.text, out.full), (err.text, err.full)
             shutil.rmtree(entry.launch.outputs, ignore_errors=True)
             container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
             if finished.refusal is not None:
@@ -405,6 +413,7 @@ class Backlog:
                 container=container or None,
                 background_handle=entry.handle if entry.background else None,
                 changes=changes,
+                kept_output=kept_output,
             )
             return entry.result
         finally:

@@ -17,6 +17,7 @@ from sprawl_orch.container.engine import IMAGE_ID, EngineName
 from sprawl_orch.copy_bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.credentials import credential_pattern, why
 from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.output_keep import BUDGET_BYTES, KEEP_BYTES
 
 CONFIG_NAME = "sprawl.toml"
 
@@ -210,6 +211,10 @@ class StateConfig(_Strict):
     ledger: Path | None = None
     # Kept changes of finished commands (change_store.py), dropped oldest first past this.
     changes_budget_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
+    # A long stream's full text kept as the way back (output_keep.py): at most this many
+    # bytes per stream of a command, and this much in kept-output/, oldest dropped first.
+    output_keep_bytes: int = Field(default=KEEP_BYTES, ge=0)
+    output_budget_bytes: int = Field(default=BUDGET_BYTES, ge=0)
 
 
 class Config(_Strict):

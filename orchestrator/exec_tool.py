@@ -46,6 +46,7 @@ from sprawl_orch.guardian_client import Guardian, session_guardian
 from sprawl_orch.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.ledger import Ledger
 from sprawl_orch.offerings import Offerings
+from sprawl_orch.output_keep import claim, keeping, sweep
 from sprawl_orch.results import Confinement, ExecResult, exceptional
 from sprawl_orch.shares import UNSET, Shares
 from sprawl_orch.shell import container_shell, interpreter_name, require_shell, resolve_shell
@@ -110,11 +111,10 @@ class ExecTool:
             config, self.environ, self.evidence, self.guardian, self._lock, offerings
         )
         self._owns_backlog = backlog is None
-        self.backlog = backlog or Backlog(
-            self.session, shares, keep_root=self.state / "kept-output"
-        )
+        self.backlog = backlog or Backlog(self.session, shares, keeping=keeping(config, self.state))
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
+        self._claim: int | None = None  # output_keep.claim's fd, taken at the first command
         self.copies = ToolCopies(config, self.workdir, self.state)
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure; never fails a command. (No surface prints it yet.)
@@ -234,6 +234,7 @@ class ExecTool:
             cwd = copy.path
             changes = self.copies.changes_hook(arm, copy)
         try:
+            self._claim_outputs()
             join = self.backlog.joining(run)
             n = self.backlog.number()
             outputs = self.outputs_root / str(n)
@@ -303,6 +304,14 @@ class ExecTool:
             found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
 
+    def _claim_outputs(self) -> None:
+        """Mark outputs/<session>/ as this live process's, and remove those of dead ones
+        (a CLI killed by SIGKILL never removes its own: output_keep.py)."""
+        with self._lock:
+            if self._claim is None:
+                self._claim = claim(self.outputs_root)
+                sweep(self.outputs_root.parent, keep=self.outputs_root)
+
     def guardian(self) -> Guardian:
         """The session's guardian (guardian_client.session_guardian), made on the first
         sandboxed command; one per exec tool, not per command, closed with the tool."""
@@ -326,6 +335,9 @@ class ExecTool:
             self._guardian.close()
             self._guardian = None
         shutil.rmtree(self.outputs_root, ignore_errors=True)
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
         return left
 
     def __enter__(self) -> ExecTool:

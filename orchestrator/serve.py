@@ -36,6 +36,7 @@ from sprawl_orch.doctor import DoctorReport, doctor_report
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.offerings import Offerings
+from sprawl_orch.output_keep import keeping
 from sprawl_orch.results import ExecResult, Refusal
 from sprawl_orch.shares import UNSET, Shares
 from sprawl_orch.state import state_dir
@@ -209,8 +210,8 @@ class Server:
         self._out_lock = threading.Lock()
         self._lock = threading.Lock()
         self.session = backlog.session if backlog else secrets.token_hex(4)
-        keep = state_dir(config, os.environ) / "kept-output"
-        self.backlog = backlog or Backlog(self.session, shares, found=found, keep_root=keep)
+        keep = keeping(config, state_dir(config, os.environ))
+        self.backlog = backlog or Backlog(self.session, shares, found=found, keeping=keep)
         self._tools: dict[str, ExecTool] = {}
         self._offerings = offerings
         self._execs = ThreadPoolExecutor(workers, thread_name_prefix="sprawl-exec")
