@@ -153,9 +153,11 @@ def test_a_killed_cli_leaves_no_output_directory(
     config_file.write_text(_toml(data))
     outputs = tmp_path / "state" / "outputs"
     cli = subprocess.Popen(
-        [sys.executable, "-c", "from sprawl_orch.cli import main; main()", "exec"]
-        + ["--config", str(config_file)]
-        + ["-C", str(work), "--json", "--", "sh", "-c", "head -c 5000000 /dev/zero; sleep 60"],
+        [
+            *(sys.executable, "-c", "from sprawl_orch.cli import main; main()", "exec"),
+            *("--config", str(config_file), "-C", str(work), "--json", "--"),
+            *("sh", "-c", "head -c 5000000 /dev/zero; sleep 60"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
