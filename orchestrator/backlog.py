@@ -93,6 +93,9 @@ class Entry:
     # Set when the output is followed live (stream.Follower): called once the streams are
     # complete; the result then keeps no way back (the person already has every byte).
     drain: Callable[[], None] | None = None
+    # Called once the command has finished, first: the streams' pipes read to their end
+    # (output_pipe.py), before anything reads the output files.
+    streams_done: Callable[[], None] | None = None
     background: bool = False
     claimed: bool = False
     done: threading.Event = field(default_factory=threading.Event)
@@ -195,6 +198,7 @@ class Backlog:
         release_copy: Callable[[], None] | None = None,
         changes: Callable[[str], Changes] | None = None,
         drain: Callable[[], None] | None = None,
+        streams_done: Callable[[], None] | None = None,
     ) -> Entry:
         followed = pending.arm is ArmName.CONTAINER or (join is not None and join.joined is True)
         with self._lock:
@@ -210,6 +214,7 @@ class Backlog:
                 release_copy,
                 changes,
                 drain,
+                streams_done,
             )
             self._entries[entry.handle] = entry
             if self._closed:  # closed while this command was starting: it goes at once
@@ -382,6 +387,8 @@ class Backlog:
                 entry.running.kill()
             entry.running.wait(None)
             finished = entry.running.finish()
+            if entry.streams_done is not None:
+                entry.streams_done()
             if entry.drain is not None:
                 entry.drain()
             if group is None:

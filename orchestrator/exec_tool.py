@@ -46,7 +46,9 @@ from sprawl_orch.guardian_client import Guardian, session_guardian
 from sprawl_orch.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.ledger import Ledger
 from sprawl_orch.offerings import Offerings
-from sprawl_orch.output_keep import claim, keeping, sweep
+from sprawl_orch.output_keep import OUTPUT_CAP, claim, keeping, sweep
+from sprawl_orch.output_pipe import CappedStreams
+from sprawl_orch.output_pipe import available as pipes_available
 from sprawl_orch.results import Confinement, ExecResult, exceptional
 from sprawl_orch.shares import UNSET, Shares
 from sprawl_orch.shell import container_shell, interpreter_name, require_shell, resolve_shell
@@ -253,7 +255,15 @@ class ExecTool:
                 join=join,
                 workdir=self.workdir,
             )
-            running = arm.start(launch)
+            streams = self._streams(outputs)
+            try:
+                running = arm.start(launch)
+            except BaseException:
+                if streams is not None:
+                    streams.stop(0.0)
+                raise
+            if streams is not None:
+                streams.started()
         except BaseException:
             if copy is not None:
                 self.copies.release(copy)
@@ -264,7 +274,16 @@ class ExecTool:
         )
         release_copy = None if copy is None else (lambda: self.copies.release(copy))
         drain = Follower(launch.outputs, *follow).drain if follow is not None else None
-        entry = self.backlog.enter(running, launch, pending, join, release_copy, changes, drain)
+        entry = self.backlog.enter(
+            running,
+            launch,
+            pending,
+            join,
+            release_copy,
+            changes,
+            drain,
+            streams_done=None if streams is None else streams.stop,
+        )
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
     def apply(
@@ -303,6 +322,14 @@ class ExecTool:
             sandbox = self.config.sandbox
             found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
+
+    def _streams(self, outputs: Path) -> CappedStreams | None:
+        """The command's streams through pipes we read (output_pipe.py): what it prints
+        costs the host's disk at most output_keep_bytes per stream (the first OUTPUT_CAP
+        bytes always, for the result itself) while it runs."""
+        if not pipes_available():
+            return None
+        return CappedStreams(outputs, max(self.config.state.output_keep_bytes, OUTPUT_CAP))
 
     def _claim_outputs(self) -> None:
         """Mark outputs/<session>/ as this live process's, and remove those of dead ones

@@ -55,11 +55,15 @@ class OutputKeeping:
         """Read one stream; when longer than OUTPUT_CAP move it to `keep_dir` (None: not
         kept, e.g. the CLI's human mode already showed it), cut at keep_bytes."""
         try:
-            size = path.stat().st_size
+            on_disk = path.stat().st_size
             with open(path, "rb") as handle:
                 head = handle.read(OUTPUT_CAP)
         except FileNotFoundError:
             return Stream("", None, 0, 0)
+        # output_pipe.py wrote only the first bytes of a longer stream and counted the rest
+        size = on_disk
+        with contextlib.suppress(OSError, ValueError):
+            size = max(on_disk, int(path.with_name(f"{path.name}.total").read_text()))
         text = head.decode("utf-8", errors="replace")
         if size <= OUTPUT_CAP:
             return Stream(text, None, size, 0)
@@ -69,10 +73,11 @@ class OutputKeeping:
         keep_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         full = keep_dir / path.name
         shutil.move(path, full)
-        kept = size
-        if size > self.keep_bytes:
+        kept = on_disk
+        if on_disk > self.keep_bytes:
             os.truncate(full, self.keep_bytes)  # frees the rest's blocks at once
             kept = self.keep_bytes
+        if kept < size:
             note = (
                 f"[cut at {OUTPUT_CAP} of {size} bytes; the first {kept} bytes are kept in "
                 f"{full}, the other {size - kept} were not kept: [state] output_keep_bytes "

@@ -3,9 +3,10 @@ or changes must not fill the host's disk, nor take another working directory's k
 
 Every probe is judged from the host, by what is on disk in the state directory afterwards:
 
-- `stdout-flood`: with the default bounds, 40 MiB on stdout leaves at most
-  `output_keep_bytes` (16 MiB) in kept-output/, and the result names the cut. Before:
-  all 40 MiB stayed (3 GiB with `head -c 3221225472`), pruned never.
+- `stdout-flood`: with the default bounds, 40 MiB on stdout holds at most
+  `output_keep_bytes` (16 MiB) of the host's disk while it runs (outputs/, sampled) and
+  leaves at most that in kept-output/, and the result names the cut. Before: all 40 MiB
+  were written and stayed (3 GiB with `head -c 3221225472`), pruned never.
 - `kept-output-budget`: four 3 MiB floods with a 1 MiB cap and a 2.5 MiB budget: kept-output/
   never holds more than the budget, the oldest is dropped first and the result that drops
   it names it.
@@ -23,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -82,11 +84,29 @@ def test_stdout_flood_is_cut_and_named(
     row: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     data = data_for(row, tmp_path, request)
-    with ExecTool(parse_config(data), tree(tmp_path)) as tool:
-        result = tool.exec(["head", "-c", str(40 * MIB), "/dev/zero"], timeout=300)
+    # While it runs, the host's disk under outputs/ is sampled from here: a cut made only
+    # after the command would have had all 40 MiB on the disk first.
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], disk_of(tmp_path / "state" / "outputs"))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        with ExecTool(parse_config(data), tree(tmp_path)) as tool:
+            result = tool.exec(["head", "-c", str(40 * MIB), "/dev/zero"], timeout=300)
+    finally:
+        done.set()
+        sampler.join()
     assert result.outcome == "settled", (result.code, result.detail)
     kept = disk_of(tmp_path / "state" / "kept-output")
-    print(f"{row}: 40 MiB on stdout left {kept} bytes in kept-output/")
+    print(
+        f"{row}: 40 MiB on stdout: at most {peak[0]} bytes under outputs/ while it ran, {kept} kept"
+    )
+    assert peak[0] <= KEEP_BYTES + SLACK, f"{peak[0]} bytes on the host's disk while it ran"
     assert kept <= KEEP_BYTES + SLACK, f"40 MiB of stdout left {kept} bytes on the host's disk"
     assert result.kept_output is not None, "the result does not name the cut"
     assert result.kept_output["stdout"] == {"bytes": 40 * MIB, "kept_bytes": KEEP_BYTES}
