@@ -255,7 +255,7 @@ class ExecTool:
                 join=join,
                 workdir=self.workdir,
             )
-            streams = self._streams(outputs)
+            streams = self._streams(outputs, follow)
             try:
                 running = arm.start(launch)
             except BaseException:
@@ -273,7 +273,11 @@ class ExecTool:
             arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window, started
         )
         release_copy = None if copy is None else (lambda: self.copies.release(copy))
-        drain = Follower(launch.outputs, *follow).drain if follow is not None else None
+        drain: Callable[[], None] | None = None
+        if follow is not None:
+            # With pipes the pump shows every byte itself (the file holds only the cap);
+            # `drain` still marks the output as shown, so none is kept for the result.
+            drain = (lambda: None) if streams is not None else Follower(outputs, *follow).drain
         entry = self.backlog.enter(
             running,
             launch,
@@ -323,13 +327,16 @@ class ExecTool:
             found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
 
-    def _streams(self, outputs: Path) -> CappedStreams | None:
+    def _streams(
+        self, outputs: Path, follow: tuple[BinaryIO, BinaryIO] | None
+    ) -> CappedStreams | None:
         """The command's streams through pipes we read (output_pipe.py): what it prints
         costs the host's disk at most output_keep_bytes per stream (the first OUTPUT_CAP
         bytes always, for the result itself) while it runs."""
         if not pipes_available():
             return None
-        return CappedStreams(outputs, max(self.config.state.output_keep_bytes, OUTPUT_CAP))
+        cap = max(self.config.state.output_keep_bytes, OUTPUT_CAP)
+        return CappedStreams(outputs, cap, follow)
 
     def _claim_outputs(self) -> None:
         """Mark outputs/<session>/ as this live process's, and remove those of dead ones

@@ -15,6 +15,8 @@ CLI's Follower, the result) reads the data as before. At the end the bytes seen 
 The pump also holds a write end of its own, so a FIFO with no writer yet never reads as
 ended; `stop()` lets go of it and reads to the end, or to a deadline when something the
 command left (a daemon on copied_tree) still holds a write end -- which then gets EPIPE.
+With `follow` (the CLI's human mode) every byte also goes to the two sinks as it comes:
+the person sees the whole stream live, though the file holds only the first `cap` bytes.
 Not on Windows (no FIFOs): there the files stay files and only the kept copy is cut.
 """
 
@@ -26,6 +28,7 @@ import select
 import threading
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 NAMES = ("stdout", "stderr")
 CHUNK = 1 << 16
@@ -37,9 +40,12 @@ def available() -> bool:
 
 
 class CappedStreams:
-    def __init__(self, outputs: Path, cap: int) -> None:
+    def __init__(
+        self, outputs: Path, cap: int, follow: tuple[BinaryIO, BinaryIO] | None = None
+    ) -> None:
         outputs.mkdir(parents=True, exist_ok=True)
         self.outputs, self.cap = outputs, cap
+        self._follow = dict(zip(NAMES, follow, strict=True)) if follow is not None else {}
         self._reads: dict[int, str] = {}
         self._dummies: list[int] = []
         self._data: dict[str, int] = {}
@@ -116,6 +122,13 @@ class CappedStreams:
 
     def _take(self, name: str, chunk: bytes) -> None:
         self.seen[name] += len(chunk)
+        sink = self._follow.get(name)
+        if sink is not None:
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self._follow.pop(name)  # the reader went away (`| head`); the command runs on
         room = self.cap - self.written[name]
         if room > 0:
             part = chunk[:room]
