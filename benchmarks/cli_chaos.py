@@ -49,7 +49,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sprawl_orch.images.build import build_busybox
-from sprawl_orch.output_keep import BUDGET_BYTES
+from sprawl_orch.runs.output_keep import BUDGET_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [

@@ -31,10 +31,10 @@ from typing import Any
 
 import pytest
 
-from sprawl_orch.change_store import load
+from sprawl_orch.changes.store import load
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.output_keep import KEEP_BYTES
+from sprawl_orch.runs.output_keep import KEEP_BYTES
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes.runner import config_data
 from tests.integration.conftest import missing
 

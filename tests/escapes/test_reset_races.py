@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.tool.exec_tool import ExecTool
 
 ROUNDS = int(os.environ.get("SPRAWL_RESET_ROUNDS", "100"))
 # One generation: wait a few ms, start the next one in a new session, exit. $0 is this

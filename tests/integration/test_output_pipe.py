@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes.runner import config_data
 
 CLI = "from sprawl_orch.cli import main; main()"

@@ -9,12 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from sprawl_orch.output_keep import OUTPUT_CAP, OutputKeeping, claim, sweep
+from sprawl_orch.runs.output_keep import OUTPUT_CAP, OutputKeeping, claim, sweep
 
 OWNER = """
 import sys, time
 from pathlib import Path
-from sprawl_orch.output_keep import claim
+from sprawl_orch.runs.output_keep import claim
 claim(Path(sys.argv[1]))
 print("claimed", flush=True)
 time.sleep(600)
