@@ -52,6 +52,7 @@ class CappedStreams:
         self.seen = dict.fromkeys(NAMES, 0)
         self.written = dict.fromkeys(NAMES, 0)
         self._stop = threading.Event()
+        self._fds = threading.Lock()
         self._deadline: float | None = None
         try:
             for name in NAMES:
@@ -80,10 +81,11 @@ class CappedStreams:
 
     def stop(self, grace: float = STOP_SECONDS) -> None:
         """The command is finished: read what is left, then end; write the totals."""
-        for fd in self._dummies:
+        with self._fds:
+            dummies, self._dummies = self._dummies, []
+        for fd in dummies:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._dummies = []
         self._deadline = time.monotonic() + grace
         self._thread.join(grace + 1.0)
         self._stop.set()
@@ -113,8 +115,9 @@ class CappedStreams:
                     if not chunk:
                         if not self._dummies:  # every writer is gone, ours too
                             poller.unregister(fd)
+                            with self._fds:
+                                self._reads.pop(fd)
                             os.close(fd)
-                            self._reads.pop(fd)
                         continue
                     self._take(self._reads[fd], chunk)
         finally:
@@ -136,7 +139,11 @@ class CappedStreams:
             self.written[name] += len(part)
 
     def _close_all(self) -> None:
-        for fd in [*self._reads, *self._dummies, *self._data.values()]:
+        # Under the lock, each fd taken once: a number closed twice may by then name another
+        # thread's file.
+        with self._fds:
+            fds = [*self._reads, *self._dummies, *self._data.values()]
+            self._reads, self._dummies, self._data = {}, [], {}
+        for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._reads, self._dummies, self._data = {}, [], {}
