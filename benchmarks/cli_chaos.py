@@ -233,6 +233,8 @@ def main() -> int:
         unchanged = tree_digest(person) == before
         slots, held = locked_copies(base)
         landed = held_at_eof(base / "guardian.log")
+        # what the killed calls left, before any next call removes it
+        outputs_before = sum(1 for d in base.glob("state*/outputs/*") if d.is_dir())
         conf = config(base / "after.toml", "docker", images, base / "state", scratch)
         after = subprocess.run(
             [*CLI, "exec", "-C", str(person), "--config", str(conf), "--", "cat", "sub/b.txt"],
@@ -268,7 +270,10 @@ def main() -> int:
         print(f"scratch copies left: {len(copies)} {copies or ''}")
         print(f"processes left: {len(processes)} {processes or ''}")
         print(f"persistent copies: {slots}, still locked: {len(held)} {held or ''}")
-        print(f"output directories left: {len(outputs)} {outputs or ''}")
+        print(
+            f"output directories: {outputs_before} left by the kills, {len(outputs)} after the "
+            f"next calls {outputs or ''}"
+        )
         print(f"kept outputs: {len(kept)}, {kept_bytes} bytes (budget {BUDGET_BYTES})")
         print(
             f"the person's tree unchanged: {unchanged}; a call afterwards: exit "
