@@ -58,7 +58,10 @@ class ViewBait:
     def __init__(self, root: Path, state: Path) -> None:
         self.tok = secrets.token_hex(4)
         self.root, self.state = root, state
-        self.home = Path(f"/home/esc-view-{self.tok}")
+        # root: a home beside the accounts' in /home; an account (the non-root run): one
+        # inside its own $HOME, which that run puts under /home too
+        base = Path("/home") if os.geteuid() == 0 else Path.home()
+        self.home = base / f"esc-view-{self.tok}"
         self.tmpd = Path(f"/tmp/esc-view-{self.tok}")
         self.made: list[Path] = []
 
@@ -70,7 +73,7 @@ class ViewBait:
         return marker
 
     def plant(self) -> None:
-        Path("/home").mkdir(exist_ok=True)
+        self.home.parent.mkdir(exist_ok=True)
         self.home.mkdir(mode=0o700)
         self.made += [self.home, self.tmpd]
         h = self.home
@@ -133,7 +136,12 @@ def scenarios(b: ViewBait) -> list[Scenario]:
             _venv("venv", str(h / ".ssh"), str(h / ".ssh" / "python3")),
         ),
         Scenario(
-            "venv-home-lists-homes", ("/home",), (h.name,), _venv(".venv", "/home", _python())
+            # the bait's home is not on the way to the copy's mount point, whose skeleton
+            # directories bwrap makes (empty) whatever the view
+            "venv-home-lists-homes",
+            ("/home", str(h.parent)),
+            (h.name,),
+            _venv(".venv", "/home", _python()),
         ),
         Scenario(
             "venv-home-kept-output",
