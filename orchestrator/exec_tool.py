@@ -31,6 +31,7 @@ from typing import BinaryIO, Literal
 
 from sprawl_orch.apply import ApplyResult
 from sprawl_orch.apply import apply as apply_changes
+from sprawl_orch.arg_bounds import check_arguments
 from sprawl_orch.arms import ArmName
 from sprawl_orch.backlog import Backlog, Pending, RunProcesses
 from sprawl_orch.changes import Changes
@@ -219,6 +220,7 @@ class ExecTool:
         sandbox = self.config.sandbox
         env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
         argv, interpreter = self._argv(arm, argv_in, shell)
+        check_arguments(argv, env)
         if arm.name is not ArmName.CONTAINER and not shell:
             # Checked against the working directory: the copy will equal it.
             find_program(argv[0], env, str(self.workdir))

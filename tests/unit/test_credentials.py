@@ -47,7 +47,14 @@ MORE = (
     "ado_pat",
 )
 # Issue 30: names that grant access or run a program, accepted until then.
-ISSUE_30 = ("KRB5CCNAME", "DOCKER_HOST", "GIT_ASKPASS", "SSH_ASKPASS", "SUDO_ASKPASS", "KRB5_KTNAME")
+ISSUE_30 = (
+    "KRB5CCNAME",
+    "DOCKER_HOST",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "KRB5_KTNAME",
+)
 # Everyday names that must stay passable.
 HARMLESS = (
     "HOME",
