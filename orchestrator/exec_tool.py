@@ -47,6 +47,7 @@ from sprawl_orch.guardian_client import Guardian, session_guardian
 from sprawl_orch.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.ledger import Ledger
 from sprawl_orch.offerings import Offerings
+from sprawl_orch.private import prepare_state
 from sprawl_orch.results import Confinement, ExecResult, exceptional
 from sprawl_orch.shares import UNSET, Shares
 from sprawl_orch.shell import container_shell, interpreter_name, require_shell, resolve_shell
@@ -105,7 +106,7 @@ class ExecTool:
         self._closed = False
         self.progress = progress
         self._guardian: Guardian | None = None
-        self.state = state_dir(config, self.environ)
+        self.state = prepare_state(state_dir(config, self.environ))
         self.evidence = Evidence(self.state / "admission")
         self._arms = ToolArm(
             config, self.environ, self.evidence, self.guardian, self._lock, offerings

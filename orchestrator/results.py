@@ -26,6 +26,7 @@ from sprawl_orch.changes import Changes
 from sprawl_orch.copy_sync import FileWork
 from sprawl_orch.errors import ErrorCode, SprawlError
 from sprawl_orch.launch import Finished
+from sprawl_orch.private import private_dirs
 
 OUTPUT_CAP = 64 * 1024
 
@@ -156,7 +157,7 @@ def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
         return text, None
     full = path
     if keep_dir is not None:
-        keep_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(keep_dir)
         full = keep_dir / path.name
         shutil.move(path, full)
     note = f"\n[cut at {OUTPUT_CAP} of {size} bytes; the full text is in {full}]"
