@@ -14,9 +14,11 @@ real path (links resolved: a PATH entry that links to $HOME is $HOME):
   SECRETS (~/.ssh, ~/.aws, ~/.config, keyrings, ~/.local/state, ~/.cargo/credentials*, ...),
   the runtime places (RUNTIME: /tmp, /run, /var/lib ... hold sockets and other users'
   files) and sprawl-orch's own places (the state directory, the scratch directory);
-- under another account's home only where every directory on the way is already
-  searchable by everyone: for a root caller the sandbox uid is given search (an ACL entry)
-  on the way to each bind, and that must never open a 0700 home that was closed to it.
+- for a root caller, outside the caller's own homes only where every directory on the way
+  is already searchable by everyone: the sandbox uid is given search (an ACL entry) on the
+  way to each bind, and that must never open a 0700 directory (another account's home, a
+  closed /srv/private) that was closed to it. Inside the caller's homes it must pass
+  (pyenv lives in /root, 0700), and there the secret places above are never bound.
 """
 
 from __future__ import annotations
@@ -110,9 +112,9 @@ class Guard:
         for place in self.never:
             if _under(path, place) or _under(place, path):
                 return f"{path} is or holds {place} (credentials, state or runtime files)"
-        for home in self.other_homes:
-            if self.grants and _under(path, home) and not _public_way(path):
-                return f"{path} is in {home}, another account's home, not open to everyone"
+        ours = any(_under(path, h) for h in self.own_homes)
+        if self.grants and not ours and not _public_way(path):
+            return f"{path} is outside your home and not open to everyone on the way"
         return None
 
     def allows(self, path: Path) -> bool:

@@ -87,6 +87,13 @@ class ViewBait:
             "tmp": self.secret(self.tmpd / "bin" / "secret", "tmp"),
             "rel": self.secret(self.root / f"view-rel-{self.tok}" / "secret", "rel"),
         }
+        if os.geteuid() == 0:
+            # a closed directory that is no account's home: only an ACL entry would open it
+            self.closed = Path(f"/home/esc-closed-{self.tok}")
+            self.closed.mkdir(mode=0o700)
+            self.made.append(self.closed)
+            self.m["closed"] = self.secret(self.closed / "tools" / "secret", "closed")
+            (self.closed / "tools" / "bin").mkdir()
         for d in (".cargo/bin", ".local/bin"):
             (h / d).mkdir(parents=True, exist_ok=True)
         planted = h / ".ssh" / "python3"  # an "interpreter" where the view never reaches
@@ -200,6 +207,18 @@ def scenarios(b: ViewBait) -> list[Scenario]:
             (m["rel"],),
             path=(f"../view-rel-{tok}", f"view-rel-{tok}"),
         ),
+        Scenario(
+            "path-tree-parent",
+            (str(b.root / f"view-rel-{tok}" / "secret"), str(b.state / "kept-output")),
+            (m["rel"], m["kept"]),
+            path=("@TREE@/..",),
+        ),
+        Scenario(
+            "path-state-kept-output",
+            (str(b.state / "kept-output" / f"other-{tok}.out"),),
+            (m["kept"],),
+            path=(str(b.state / "kept-output"),),
+        ),
         # names of the environment: none of them shapes the view
         Scenario(
             "env-library-and-venv-names",
@@ -212,6 +231,15 @@ def scenarios(b: ViewBait) -> list[Scenario]:
             },
         ),
     ]
+    if "closed" in m:
+        out.append(
+            Scenario(
+                "path-closed-dir-opened-by-acl",
+                (str(b.closed / "tools" / "secret"),),
+                (m["closed"],),
+                path=(str(b.closed / "tools" / "bin"),),
+            )
+        )
     shims = pyenv_shims()
     if shims is not None:
         versions = shims.parent / "versions"
@@ -223,6 +251,15 @@ def scenarios(b: ViewBait) -> list[Scenario]:
                 (m["aws"],),
                 lambda tree: (tree / ".python-version").write_text(f"{up}\n../../..\n"),
                 path=(str(shims),),
+            )
+        )
+        out.append(
+            Scenario(
+                "pyenv-version-env-traversal",
+                aws,
+                (m["aws"],),
+                path=(str(shims),),
+                env={"PYENV_VERSION": up},
             )
         )
     return out

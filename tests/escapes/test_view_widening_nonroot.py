@@ -5,6 +5,7 @@ linux_namespaces row, run by test_bwrap_nonroot.py's account with a HOME under /
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,4 +71,5 @@ def test_view_widening_as_a_non_root_caller() -> None:
     print(said)
     assert done.returncode == 0, said
     assert "2 passed" in done.stdout, said
-    assert "| linux_namespaces | 15 | blocked 15 |" in done.stdout, said
+    row = re.search(r"^\| linux_namespaces \| (\d+) \| blocked (\d+) \|$", done.stdout, re.M)
+    assert row is not None and row.group(1) == row.group(2), said

@@ -127,7 +127,13 @@ def test_another_accounts_closed_home_is_never_opened_to_the_sandbox_uid(tmp_pat
     try:
         entry = str(other / "tools" / "bin")
         assert binds(entry, home, others=(other,)) == set()  # root caller: ACL would open it
+        why = guard_for(home, others=(other,)).refusal(other / "tools")
+        assert why is not None and "not open to everyone" in why
         assert str(other / "tools") in binds(entry, home, others=(other,), grants=False)
+        # the caller's own home is closed too (0700 /root), and its tools still bound
+        assert str(home / ".nvm/versions/node/v20") in binds(
+            str(home / ".nvm/versions/node/v20/bin"), home
+        )
     finally:
         other.chmod(0o755)
 
