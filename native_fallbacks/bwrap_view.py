@@ -96,7 +96,7 @@ def _prefix_of(target: Path) -> Path:
     return target.parent.parent if target.parent.name in TOOL_DIR_NAMES else target.parent
 
 
-def _linked_prefixes(bin_dir: Path, guard: Guard) -> Iterable[Path]:
+def _linked_prefixes(bin_dir: Path, guard: Guard, covered: tuple[str, ...]) -> Iterable[Path]:
     try:
         entries = list(os.scandir(bin_dir))[:LINKS_SCANNED]
     except OSError:
@@ -105,7 +105,9 @@ def _linked_prefixes(bin_dir: Path, guard: Guard) -> Iterable[Path]:
         if entry.is_symlink():
             target = Path(os.path.realpath(entry.path))
             prefix = _prefix_of(target)
-            if target.parent != bin_dir and guard.allows(prefix):
+            if target.parent == bin_dir or _covered(str(prefix), covered):
+                continue  # /usr/bin's links into /usr: nothing to judge or bind
+            if guard.allows(prefix):
                 yield prefix
 
 
@@ -116,7 +118,11 @@ class PathPart:
     venvs: tuple[Path, ...]  # PATH entries that are a venv's bin: checked per command
 
 
-def path_tools(path_env: str, guard: Guard) -> PathPart:
+def _covered(path: str, binds: tuple[str, ...]) -> bool:
+    return any(_under(path, b) for b in binds)
+
+
+def path_tools(path_env: str, guard: Guard, covered: tuple[str, ...] = ()) -> PathPart:
     """What the programs on PATH need (absolute entries only: a relative entry means the
     working directory, which is the copy), each judged on its real path by the guard."""
     out: list[Path] = []
@@ -138,7 +144,7 @@ def path_tools(path_env: str, guard: Guard) -> PathPart:
             root = real
         out.append(root)
         if root == real:
-            out.extend(_linked_prefixes(real, guard))
+            out.extend(_linked_prefixes(real, guard, covered))
             if real.name == "bin" and real.parent.name == ".cargo":
                 rustup = real.parent.parent / ".rustup"
                 if guard.allows(rustup):
@@ -172,8 +178,8 @@ def _minimal(paths: Iterable[Path], base: View, inside: str, hidden: str) -> tup
 
 
 @lru_cache(maxsize=16)
-def _path_part(path_env: str, guard: Guard) -> PathPart:
-    return path_tools(path_env, guard)
+def _path_part(path_env: str, guard: Guard, covered: tuple[str, ...]) -> PathPart:
+    return path_tools(path_env, guard, covered)
 
 
 def default_guard(base: View) -> Guard:
@@ -195,7 +201,7 @@ def command_view(
     whose pyvenv.cfg lies (view_tools.py)."""
     base = base or system_view()
     guard = guard or default_guard(base)
-    part = _path_part(env.get("PATH", ""), guard)
+    part = _path_part(env.get("PATH", ""), guard, base.binds)
     tools = list(part.binds)
     for root in part.pyenv_roots:
         tools += pyenv_parts(root, workdir, env, guard)

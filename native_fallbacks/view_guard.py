@@ -28,6 +28,7 @@ import pwd
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 # Relative to every home: credentials, keyrings, histories, sprawl-orch's own state. Whole
@@ -89,8 +90,10 @@ RUNTIME: tuple[str, ...] = (
 )
 
 
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def _under(path: str, root: str) -> bool:
+    # strings, not Path.parents: a view's first build judges every link of every PATH
+    # directory against every home's secret places (thousands of checks)
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 @dataclass(frozen=True)
@@ -102,23 +105,34 @@ class Guard:
     # a non-root caller's bwrap binds as the caller, who can reach nothing more through it.
     grants: bool = True
 
-    def refusal(self, path: Path) -> str | None:
-        """Why `path` (a real, absolute path) may not be bound, or None."""
-        if len(path.parts) <= 2:
-            return f"{path} is / or a top-level directory"
-        for home in (*self.own_homes, *self.other_homes):
-            if _under(home, path):
-                return f"{path} is a home directory ({home}) or holds one"
-        for place in self.never:
-            if _under(path, place) or _under(place, path):
-                return f"{path} is or holds {place} (credentials, state or runtime files)"
-        ours = any(_under(path, h) for h in self.own_homes)
-        if self.grants and not ours and not _public_way(path):
-            return f"{path} is outside your home and not open to everyone on the way"
+    def refusal(self, where: Path) -> str | None:
+        """Why `where` (a real, absolute path) may not be bound, or None. The rules on the
+        path's name are remembered; the way's modes are looked at every time (a chmod can
+        close a directory between two commands)."""
+        why = _by_name(self, where)
+        if why is not None:
+            return why
+        ours = any(_under(str(where), str(h)) for h in self.own_homes)
+        if self.grants and not ours and not _public_way(where):
+            return f"{where} is outside your home and not open to everyone on the way"
         return None
 
     def allows(self, path: Path) -> bool:
         return self.refusal(path) is None
+
+
+@lru_cache(maxsize=4096)
+def _by_name(guard: Guard, where: Path) -> str | None:
+    if len(where.parts) <= 2:
+        return f"{where} is / or a top-level directory"
+    path = str(where)
+    for home in (*guard.own_homes, *guard.other_homes):
+        if _under(str(home), path):
+            return f"{path} is a home directory ({home}) or holds one"
+    for place in map(str, guard.never):
+        if _under(path, place) or _under(place, path):
+            return f"{path} is or holds {place} (credentials, state or runtime files)"
+    return None
 
 
 def _public_way(path: Path) -> bool:
@@ -170,7 +184,7 @@ def make_guard(
         if not h.startswith("/"):
             continue
         real = _real(h)
-        if len(real.parts) <= 1 or any(_under(real, s) for s in sys_binds) or real in own:
+        if len(real.parts) <= 1 or any(_under(str(real), str(s)) for s in sys_binds) or real in own:
             continue
         others.add(real)
     never = [Path(r) for r in runtime]
