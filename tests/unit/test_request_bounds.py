@@ -9,6 +9,7 @@ import io
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from sprawl_orch.arg_bounds import MAX_ARG_STRLEN, arg_max, check_arguments
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.serve import bounded_lines, parse
+from tests.integration.conftest import missing
 from tests.unit.conftest import make_config
 
 
@@ -70,9 +72,16 @@ def test_check_arguments_names_the_kernels_numbers() -> None:
     check_arguments(["echo", "z" * 100_000], {"PATH": os.defpath})  # fits: no refusal
 
 
-@pytest.mark.parametrize("where", ["sandbox", "host"])
-def test_e2big_is_a_bad_request_not_internal(tmp_path: Path, tree: Path, where: str) -> None:
-    config = make_config(tmp_path, arm="copied_tree")
+@pytest.mark.parametrize(
+    ("arm", "where"),
+    [("copied_tree", "sandbox"), ("copied_tree", "host"), ("native", "sandbox")],
+)
+def test_e2big_is_a_bad_request_not_internal(
+    tmp_path: Path, tree: Path, arm: str, where: str
+) -> None:
+    if arm == "native" and shutil.which("bwrap") is None:
+        missing("bwrap is not installed (apt-get install bubblewrap)")
+    config = make_config(tmp_path, arm=arm)
     with ExecTool(config, tree) as tool:
         shell = tool.exec("echo " + "w" * 50_000_000, shell=True, where=where)  # type: ignore[arg-type]
         listed = tool.exec(["true", *(["v" * 100_000] * 40)], where=where)  # type: ignore[arg-type]
