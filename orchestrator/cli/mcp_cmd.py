@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 async def _run_bounded(app: MCPServer[Any], limit: int) -> None:
     """The SDK's run_stdio_async with our bounded stdin (mcp_stdio.py): the same low-level
     server and initialization options it uses."""
-    from sprawl_orch.mcp_stdio import bounded_stdio
+    from sprawl_orch.serve.mcp_stdio import bounded_stdio
 
     server = app._lowlevel_server  # what run_stdio_async runs; the SDK names no other way
     async with bounded_stdio(limit) as (read_stream, write_stream):
@@ -65,7 +65,8 @@ def mcp_command(
     workdir: Path, config_path: Path | None, workers: int, warm: bool | None, max_request_bytes: int
 ) -> None:
     """Serve exec, harvest, halt, release, doctor and apply as MCP tools over stdio."""
-    from sprawl_orch import mcp_server, serve
+    from sprawl_orch.serve import mcp_server
+    from sprawl_orch.serve import server as serve
 
     config = server_config(workdir, config_path, warm)
     # No JSON-lines stream: MCP answers through Server.dispatch.

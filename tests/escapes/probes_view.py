@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sprawl_orch.assurances import Guarantee
+from sprawl_orch.core.assurances import Guarantee
 from tests.escapes.probe import Probe
 
 CLS = "view-widening inputs"

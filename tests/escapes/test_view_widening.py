@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from sprawl_orch.arms import ASSURANCES, ArmName
-from sprawl_orch.assurances import Assurances, statement
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import Offerings
+from sprawl_orch.core.arms import ASSURANCES, ArmName
+from sprawl_orch.core.assurances import Assurances, statement
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes import matrix
 from tests.escapes.probe import Verdict
 from tests.escapes.probes_view import Scenario, ViewBait, scenarios

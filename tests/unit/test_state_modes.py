@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.private import prepare_state
-from sprawl_orch.results import OUTPUT_CAP
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.private import prepare_state
+from sprawl_orch.runs.results import OUTPUT_CAP
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 
 
