@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-ALLOWED = """
+_ALLOWED_TEXT = """
 accept accept4 access adjtimex alarm bind brk capget capset chdir chmod chown chown32
 clock_adjtime clock_adjtime64 clock_getres clock_getres_time64 clock_gettime
 clock_gettime64 clock_nanosleep clock_nanosleep_time64 close close_range connect
@@ -61,7 +61,9 @@ timer_delete timer_getoverrun timer_gettime timer_gettime64 timer_settime
 timer_settime64 timerfd_create timerfd_gettime timerfd_gettime64 timerfd_settime
 timerfd_settime64 times tkill truncate truncate64 ugetrlimit umask uname unlink unlinkat
 utime utimensat utimensat_time64 utimes vfork vmsplice wait4 waitid waitpid write writev
-""".split()
+"""
+# The profile's first rule: allowed whatever the command's capabilities.
+ALLOWED: list[str] = _ALLOWED_TEXT.split()
 
 ARCH_MAP: list[tuple[str, list[str] | None]] = [
     ("SCMP_ARCH_X86_64", ["SCMP_ARCH_X86", "SCMP_ARCH_X32"]),

@@ -50,8 +50,7 @@ def policy_rules(allow_unix: bool = True) -> list[dict[str, Any]]:
     refused by the default action -- the allowlist fails closed."""
     families = [*policy.INET_FAMILIES, *((policy.AF_UNIX,) if allow_unix else ())]
     rules: list[dict[str, Any]] = [
-        {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [_arg(0, f)]}
-        for f in families
+        {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [_arg(0, f)]} for f in families
     ]
     rules.append(
         {
@@ -179,7 +178,9 @@ def write_for(engine: str, facts: EngineFacts, directory: Path) -> str:
     try:
         return str(ensure_file(directory, engine, json.loads(expected_text(engine, facts))))
     except OSError as err:
-        raise ProfileUnusable(f"the seccomp profile could not be written in {directory}: {err}")
+        raise ProfileUnusable(
+            f"the seccomp profile could not be written in {directory}: {err}"
+        ) from err
 
 
 def file_holds(path: str | None, engine: str, facts: EngineFacts | None, directory: Path) -> bool:

@@ -40,7 +40,9 @@ FAMILIES = [
     (41, 2, 0, "kcm"),
 ]
 
-PROBE = "FAMILIES = %r\n" % (FAMILIES,) + r"""
+PROBE = (
+    f"FAMILIES = {FAMILIES!r}\n"
+    + r"""
 import ctypes, errno, mmap, platform, socket
 def t(name, f):
     try:
@@ -78,6 +80,7 @@ raw("io_uring_register", 427, 0, 0, 0, 0)
 if x86:
     raw("x32_socket", 0x40000000 | 41, 1, 1, 0)
 """
+)
 
 
 @pytest.fixture(scope="module")
