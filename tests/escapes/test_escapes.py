@@ -9,7 +9,7 @@ on every arm this machine offers; `raw` and `where: host` are the controls.
   it doesn't claim already admitted by its statement (else UNSTATED).
 
 The matrix is printed and written to build/escape-matrix.md (SPRAWL_ESCAPE_MATRIX).
-Probe registry: probes_net.py, probes_proc.py, probes_fs.py, probes_priv.py.
+Probe registry: probes_net.py, probes_sock.py, probes_proc.py, probes_fs.py, probes_priv.py.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from tests.escapes.probes_fs import probes as fs_probes
 from tests.escapes.probes_net import probes as net_probes
 from tests.escapes.probes_priv import probes as priv_probes
 from tests.escapes.probes_proc import probes as proc_probes
+from tests.escapes.probes_sock import probes as sock_probes
+from tests.escapes.probes_sock import values as sock_values
 from tests.escapes.runner import (
     ArmRun,
     config_data,
@@ -38,7 +40,13 @@ from tests.escapes.runner import (
 )
 from tests.integration.conftest import missing
 
-PROBES: list[Probe] = [*net_probes(), *proc_probes(), *fs_probes(), *priv_probes()]
+PROBES: list[Probe] = [
+    *net_probes(),
+    *sock_probes(),
+    *proc_probes(),
+    *fs_probes(),
+    *priv_probes(),
+]
 # "-runsc": the container arm with runtime = "runsc" (gVisor's kernel; issue 17); "-warm":
 # warm mode (docs/warm.md), so the plant, battery and exhaust steps are execs into one kept
 # container and what one step leaves must not reach the next
@@ -121,6 +129,7 @@ def test_escapes(
         bait.plant_tree()
         bait.add_key()
         bait.values["PY"] = python_for_probes()
+        bait.values.update(sock_values())  # the socket families this kernel gives us
         run = run_arm(arm, tree, tmp_path, bait, request)
         out = run.output()
         verdicts = [judge(p, bait, out) for p in PROBES]
