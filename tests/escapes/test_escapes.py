@@ -49,7 +49,8 @@ PROBES: list[Probe] = [
 ]
 # "-runsc": the container arm with runtime = "runsc" (gVisor's kernel; issue 17); "-warm":
 # warm mode (docs/warm.md), so the plant, battery and exhaust steps are execs into one kept
-# container and what one step leaves must not reach the next
+# container and what one step leaves must not reach the next; "docker-userns": the second
+# dockerd, started with --userns-remap=default (issue 30 found AF_VSOCK open there too)
 ARMS = (
     "raw",
     "host",
@@ -61,6 +62,7 @@ ARMS = (
     "podman-runsc",
     "docker-warm",
     "podman-warm",
+    "docker-userns",
 )
 
 
@@ -87,8 +89,13 @@ def run_arm(arm: str, tree: Path, tmp: Path, bait: Bait, request: pytest.Fixture
     if engine in ("docker", "podman"):
         if runtime and runsc_path() is None:
             missing("runsc is not installed (apt-get install runsc; .ci/setup-engines does)")
-        image = str(request.getfixturevalue(f"{engine}_image"))
+        if variant == "userns":  # the second dockerd, --userns-remap=default (.ci/env)
+            env, image = request.getfixturevalue("docker_userns")
+        else:
+            image = str(request.getfixturevalue(f"{engine}_image"))
         data = config_data("container", scratch, state, (engine, image), runtime or None)
+        if variant == "userns":
+            data["sandbox"]["container"]["docker_host"] = env["DOCKER_HOST"]
         if variant == "warm":
             data["sandbox"]["container"]["warm"] = True
     elif arm == "linux_namespaces":
