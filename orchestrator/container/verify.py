@@ -162,10 +162,10 @@ def _seccomp(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
         return Mismatch("seccomp", where, expected.seccomp, f"unreadable: {err.strerror}")
     if len(given) == 1 and expected.engine == "podman" and given[0] == expected.seccomp:
         return None
+    docker = len(given) == 1 and expected.engine == "docker"
     try:
-        if len(given) == 1 and expected.engine == "docker":
-            if json.loads(given[0]) == json.loads(want):
-                return None
+        if docker and json.loads(given[0]) == json.loads(want):
+            return None
     except ValueError:
         pass
     return Mismatch("seccomp", where, expected.seccomp, [g[:80] for g in given])
