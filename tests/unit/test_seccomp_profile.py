@@ -5,6 +5,7 @@ tests/integration/test_socket_policy.py and the escape suite's socket families c
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -165,7 +166,7 @@ def _created(tmp_path: Path, engine: str = "docker") -> tuple[Expected, dict[str
         host=HOST,
         seccomp=profile,
     )
-    assert ("--security-opt", f"seccomp={profile}") in zip(argv, argv[1:])
+    assert ("--security-opt", f"seccomp={profile}") in itertools.pairwise(argv)
     expected = Expected.of(engine, ContainerConfig(), HOST, IMAGE, copy, "runc", seccomp=profile)
     return expected, inspect_from_argv(argv, "runc")
 
@@ -199,6 +200,6 @@ def test_podman_reports_the_path(tmp_path: Path) -> None:
 
 
 def test_no_profile_asked_no_profile_checked(tmp_path: Path) -> None:
-    expected, inspect = _created(tmp_path)
+    _expected, inspect = _created(tmp_path)
     plain = Expected.of("docker", ContainerConfig(), HOST, IMAGE, tmp_path / "copy", "runc")
     assert plain.seccomp == "" and "seccomp" not in fields(plain, inspect)
