@@ -103,6 +103,7 @@ class Admission:
                 "userns": self.userns.as_dict() if self.userns else None,
                 "limits_enforced": self.limits_enforced,
                 "limits_why": self.limits_why,
+                "seccomp": self.seccomp,
                 "notes": list(self.notes),
                 "proved_at": self.proved_at,
             }

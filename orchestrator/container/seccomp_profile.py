@@ -13,14 +13,22 @@ seccomp=FILE` and found again in inspect before start (verify.py).
 
 `harden` drops every rule the base has for the syscalls the policy owns and writes the
 policy's own rules instead; the base's default action must refuse (a profile whose default
-allows could not refuse a family by leaving it out). What the command may still call
-otherwise is exactly the engine's default.
+allows could not refuse a family by leaving it out). It also takes every compat ABI out of
+`archMap` (i386 and x32 beside x86_64, arm beside aarch64), so their calls are refused whole
+(the runtime kills them: SIGSYS), as bwrap's filter refuses them: on x86 libseccomp turns an
+allow rule for `socket` that checks its arguments into `socketcall(SYS_SOCKET, ...)` allowed
+whole -- the arguments sit behind a pointer -- and an i386 program made an AF_VSOCK socket
+through docker's profile with the policy's rules (measured, tests/escapes/probes_sock.py).
+For the same reason only hosts whose native ABI has a `socket` syscall of its own are served
+(x86_64, aarch64); s390x and ppc64 multiplex sockets through socketcall natively.
+What the command may still call otherwise is exactly the engine's default.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -33,6 +41,9 @@ from sprawl_orch.container.engine import EngineFacts
 PODMAN_DEFAULT = "/usr/share/containers/seccomp.json"
 REFUSING = ("SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD")
 FILE_PREFIX = "seccomp-"
+# Machines whose native ABI has socket(2) itself (no socketcall multiplexer): the policy's
+# argument checks hold for every socket the command can make there.
+NATIVE_SOCKET_MACHINES = frozenset({"x86_64", "amd64", "aarch64", "arm64"})
 
 
 class ProfileUnusable(Exception):
@@ -91,7 +102,8 @@ def harden(base: dict[str, Any], allow_unix: bool = True) -> dict[str, Any]:
             names = [rule["name"], *names]
         if names:
             rules.append({**{k: v for k, v in rule.items() if k != "name"}, "names": names})
-    return {**base, "syscalls": [*rules, *policy_rules(allow_unix)]}
+    arches = [{**a, "subArchitectures": None} for a in base.get("archMap") or []]
+    return {**base, "archMap": arches, "syscalls": [*rules, *policy_rules(allow_unix)]}
 
 
 def podman_base(path: str) -> dict[str, Any]:
@@ -147,8 +159,15 @@ def ensure_file(directory: Path, engine: str, profile: dict[str, Any]) -> Path:
     return target
 
 
-def seccomp_problem(engine: str, facts: EngineFacts) -> str | None:
-    """Why this engine can't load a profile (None: it can): seccomp compiled out or off."""
+def seccomp_problem(engine: str, facts: EngineFacts, machine: str | None = None) -> str | None:
+    """Why this engine can't keep the policy (None: it can): seccomp compiled out or off,
+    or a machine whose sockets go through socketcall (module docstring)."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in NATIVE_SOCKET_MACHINES:
+        return (
+            f"sprawl-orch's socket policy is proved only where socket(2) is a syscall of its "
+            f"own (x86_64, aarch64), not on {machine}"
+        )
     on = "seccompEnabled" if engine == "podman" else "name=seccomp"
     if any(o == on or o.startswith(on + ",") for o in facts.security_options):
         return None

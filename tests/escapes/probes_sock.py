@@ -31,7 +31,16 @@ from functools import cache
 
 from sprawl_orch.assurances import Guarantee
 from tests.escapes.probe import Probe
-from tests.escapes.sysprobe import PTR, program, supported
+from tests.escapes.sysprobe import (
+    I386_GETPID,
+    I386_SOCKET,
+    I386_SOCKETCALL,
+    PTR,
+    SYS_SOCKET,
+    program,
+    program32,
+    supported,
+)
 
 N = Guarantee.NETWORK
 SOCKET, SOCKETPAIR, IO_URING_SETUP = 41, 53, 425
@@ -67,6 +76,29 @@ CALLS: dict[str, tuple[int, tuple[int, ...]]] = {
 }
 
 
+# The same families by the i386 ABI (a 64-bit kernel's IA32 emulation runs it): the direct
+# 32-bit socket number, and socketcall(SYS_SOCKET, &args) -- whose arguments a filter cannot
+# read: libseccomp turns an allow rule for `socket` with argument checks into socketcall
+# allowed whole on x86 (measured: docker's profile with the policy's rules let
+# socketcall(AF_VSOCK) through), so the policy refuses the 32-bit ABI whole.
+CALLS32: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {
+    "i386-vsock": (I386_SOCKET, (40, 1, 0), ()),
+    "i386-socketcall-vsock": (I386_SOCKETCALL, (SYS_SOCKET, PTR), (40, 1, 0)),
+    "i386-socketcall-netlink-uevent": (I386_SOCKETCALL, (SYS_SOCKET, PTR), (16, 3, 15)),
+    "i386-socketcall-packet": (I386_SOCKETCALL, (SYS_SOCKET, PTR), (17, 3, 0)),
+}
+# getpid by the i386 ABI: where it does not exit 0 (gVisor runs no 32-bit program; a
+# filter refusing the ABI whole kills it), no 32-bit socket can be made either.
+I386_CONTROL = "SOCK_I386_CONTROL"
+
+
+def programs() -> dict[str, bytes]:
+    out = {name: program(nr, *args) for name, (nr, args) in CALLS.items()}
+    for name, (nr, args, packed) in CALLS32.items():
+        out[name] = program32(nr, *args, packed=packed)
+    return out
+
+
 def _key(name: str) -> str:
     return "SOCK_" + name.upper().replace("-", "_")
 
@@ -87,25 +119,47 @@ def values() -> dict[str, str]:
     if not supported():
         return {}
     out: dict[str, str] = {}
-    for name, (nr, args) in CALLS.items():
-        elf = program(nr, *args)
+    for name, elf in programs().items():
         if _run_unconfined(elf) == 0:
             out[_key(name)] = base64.b64encode(elf).decode()
+    control = program32(I386_GETPID)
+    if _run_unconfined(control) == 0:
+        out[I386_CONTROL] = base64.b64encode(control).decode()
     return out
 
 
+def _write(var: str, key: str) -> str:
+    return f"""{var}=./.esc-$id-{var}
+echo "@{key}@" | $b base64 -d > "${var}" && $b chmod 700 "${var}"
+"""
+
+
 def _probe(name: str) -> Probe:
-    nr, args = CALLS[name]
-    call = f"syscall {nr:#x}{tuple(a for a in args if a != PTR)}"
-    sh = f"""f=./.esc-$id
-echo "@{_key(name)}@" | $b base64 -d > "$f" && $b chmod 700 "$f"
-"$f"; r=$?
+    if name in CALLS:
+        nr, args = CALLS[name]
+        call = f"syscall {nr:#x}{tuple(a for a in args if a != PTR)}"
+    else:
+        nr, args, packed = CALLS32[name]
+        call = f"i386 syscall {nr}{tuple(a for a in args if a != PTR)} args {packed}"
+    sh = _write("f", _key(name))
+    if name in CALLS32:
+        # the ABI refused whole (SIGSYS, SIGTRAP) or absent (gVisor: no 32-bit programs):
+        # the control's own exit says so before the call is judged
+        sh += (
+            _write("c", I386_CONTROL)
+            + """"$c"; rc=$?
+$b rm -f "$c"
+if [ "$rc" != 0 ]; then $b rm -f "$f"; echo "NOT $id the i386 ABI does not run here (getpid: exit $rc)"; exit; fi
+"""
+        )
+    sh += f""""$f"; r=$?
 $b rm -f "$f"
 if [ "$r" = 0 ]; then echo "ESC $id {call} made a descriptor"
 elif [ "$r" -lt 126 ]; then echo "NOT $id {call} refused: errno $r"
+elif [ "$r" = 159 ]; then echo "NOT $id {call} killed by seccomp (SIGSYS)"
 else echo "ESC $id the probe program did not run (exit $r): it proves nothing"; fi"""
     return Probe(f"sockfam-{name}", "socket families", N, sh)
 
 
 def probes() -> list[Probe]:
-    return [_probe(name) for name in CALLS]
+    return [_probe(name) for name in (*CALLS, *CALLS32)]

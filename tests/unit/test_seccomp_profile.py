@@ -83,8 +83,14 @@ def test_socket_is_allowed_for_exactly_the_policys_families() -> None:
 def test_everything_else_is_the_engines_default() -> None:
     base = moby_profile.profile()
     hardened = harden(base)
-    for key in ("defaultAction", "defaultErrnoRet", "archMap"):
+    for key in ("defaultAction", "defaultErrnoRet"):
         assert hardened[key] == base[key]
+    # the native architectures stay; every compat ABI goes (refused whole: on x86 an allow
+    # rule for socket() with argument checks would let socketcall(SYS_SOCKET) through)
+    assert [a["architecture"] for a in hardened["archMap"]] == [
+        a["architecture"] for a in base["archMap"]
+    ]
+    assert all(a["subArchitectures"] is None for a in hardened["archMap"])
     kept = [r for r in base["syscalls"] if not set(r["names"]) <= policy.OWNED]
     before = {(n, r["action"], json.dumps(r.get("args"))) for r in kept for n in r["names"]}
     after = {
@@ -123,6 +129,14 @@ def test_podmans_file_is_read_from_where_podman_reads_it(tmp_path: Path) -> None
     path.write_text("[]")
     with pytest.raises(ProfileUnusable, match="not a JSON object"):
         seccomp_profile.profile_for("podman", str(path))
+
+
+def test_a_machine_whose_sockets_go_through_socketcall_is_refused() -> None:
+    for machine in ("s390x", "ppc64le", "i686"):
+        problem = seccomp_profile.seccomp_problem("docker", facts(), machine)
+        assert problem is not None and machine in problem
+    assert seccomp_profile.seccomp_problem("docker", facts(), "x86_64") is None
+    assert seccomp_profile.seccomp_problem("docker", facts(), "aarch64") is None
 
 
 def test_an_engine_without_seccomp_is_refused(tmp_path: Path) -> None:
