@@ -50,7 +50,7 @@ import struct
 from dataclasses import dataclass
 from functools import cache
 
-from sprawl_orch import socket_policy as policy
+from sprawl_orch.core import socket_policy as policy
 
 # <linux/filter.h>, <linux/seccomp.h>, <linux/audit.h>
 _LD_W_ABS = 0x20

@@ -34,9 +34,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch import socket_policy as policy
 from sprawl_orch.container import moby_profile
-from sprawl_orch.container.engine import EngineFacts
+from sprawl_orch.core import socket_policy as policy
+from sprawl_orch.engines.engine import EngineFacts
 
 PODMAN_DEFAULT = "/usr/share/containers/seccomp.json"
 REFUSING = ("SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD")

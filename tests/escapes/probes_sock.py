@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from functools import cache
 
-from sprawl_orch.assurances import Guarantee
+from sprawl_orch.core.assurances import Guarantee
 from tests.escapes.probe import Probe
 from tests.escapes.sysprobe import (
     I386_GETPID,

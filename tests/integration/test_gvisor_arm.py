@@ -19,7 +19,7 @@ import pytest
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.gvisor import KERNEL_NOTE, WRAPPER_NAME, runsc_path
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from tests.integration.conftest import missing
 from tests.integration.container_support import Case, config_for, make_engine, run
 
@@ -67,9 +67,7 @@ def test_admitted_on_runsc_and_the_command_sees_gvisors_kernel(
         assert Path(str(admission.runtime)).name == WRAPPER_NAME
     # /proc/version, not dmesg: gVisor applies the container's seccomp profile
     # (--oci-seccomp, issue 30), and the engines' defaults refuse klogctl without CAP_SYSLOG
-    done = run(
-        arm, case.launch(shell="uname -r; cat /proc/version; ls /proc | grep -c '^[0-9]'")
-    )
+    done = run(arm, case.launch(shell="uname -r; cat /proc/version; ls /proc | grep -c '^[0-9]'"))
     release, first, tasks = done.stdout_path.read_text().split("\n")[:3]
     host = subprocess.run(["uname", "-r"], capture_output=True, text=True, check=True)
     assert release == "4.4.0" != host.stdout.strip()

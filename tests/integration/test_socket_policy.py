@@ -18,8 +18,8 @@ import pytest
 
 from sprawl_orch.config import parse_config
 from sprawl_orch.container.gvisor import runsc_path
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.results import ExecResult
+from sprawl_orch.runs.results import ExecResult
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes.probes_sock import CALLS, _run_unconfined
 from tests.escapes.sysprobe import PTR, program, supported
 from tests.integration.conftest import missing

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from sprawl_orch import socket_policy as policy
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container import moby_profile, seccomp_profile
 from sprawl_orch.container.argv import HostLimits, create_argv
 from sprawl_orch.container.seccomp_profile import ProfileUnusable, harden, policy_rules
 from sprawl_orch.container.verify import Expected, mismatches
+from sprawl_orch.core import socket_policy as policy
 from tests.unit.container_fake import facts, inspect_from_argv
 
 HOST = HostLimits({"nofile": 4096, "nproc": 4096}, 2, 8 * 1024**3)
