@@ -107,6 +107,16 @@ def harden(base: dict[str, Any], allow_unix: bool = True) -> dict[str, Any]:
 
 
 def podman_base(path: str) -> dict[str, Any]:
+    if not os.path.isabs(path):
+        # `podman info` reports containers.conf's seccomp_profile as is: "unconfined" (or a
+        # relative name) there means the engine's own default is switched off, and there is
+        # no default to add the socket policy to (found by the shaping probe with
+        # CONTAINERS_CONF setting seccomp_profile = "unconfined").
+        raise ProfileUnusable(
+            f"podman's containers.conf sets seccomp_profile = {path!r} (see $CONTAINERS_CONF "
+            "and containers.conf(5)): sprawl-orch builds its profile on podman's default "
+            "profile file; remove that setting"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             found = json.load(f)
