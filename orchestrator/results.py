@@ -91,6 +91,10 @@ class ExecResult(BaseModel):
     work: FileWork | None = None
     changes: Changes | None = None  # what the command changed in its copy (changes.py)
     container: dict[str, Any] | None = None
+    # With `[sandbox.network] allow`: "egress", one entry per connection asked of the proxy
+    # (egress/record.py: host, port, allowed, reason, bytes up/down, duration), "summary"
+    # (the statement's sentence), "proxy_failure" when the proxy itself stopped.
+    network: dict[str, Any] | None = None
     run: str = "default"
     duration_ms: float | None = None
     # Limits the kernel enforced on this command: "memory" (an OOM kill in its container
@@ -111,6 +115,12 @@ class ExecResult(BaseModel):
             )
         lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
         lines += self.limit_sentences()
+        if self.network and self.network.get("summary"):
+            lines.append(str(self.network["summary"]))
+        if self.network and self.network.get("proxy_failure"):
+            lines.append(
+                f"The proxy failed, which ended the network: {self.network['proxy_failure']}"
+            )
         if self.detail:
             lines.append(self.detail)
         return "\n".join(lines)
@@ -209,6 +219,7 @@ def settled(
     container: dict[str, Any] | None,
     background_handle: str | None,
     changes: Changes | None,
+    network: dict[str, Any] | None = None,
 ) -> ExecResult:
     """It ended (or was killed): `stdout`/`stderr` as read_capped gave them; the memory
     limit counts as hit on the container's OOM kill or the run ceiling's verdict "hit"."""
@@ -228,6 +239,7 @@ def settled(
         detail=detail,
         memory_ceiling=memory_ceiling,
         container=container,
+        network=network,
         handle=background_handle,
         background=background_handle is not None,
         changes=changes,
