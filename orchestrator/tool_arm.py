@@ -116,8 +116,18 @@ class ToolArm:
                 "[sandbox.network] allow",
                 f"the {arm.name.value} arm does not offer an allow-list yet "
                 f"({arm_egress_gap(arm)}); an allow-list is offered on "
-                "linux_namespaces (bwrap)",
-                'remove [sandbox.network] allow (no network), or set [sandbox] arm = "native"',
+                "linux_namespaces (bwrap) and rootful podman (runc)",
+                "remove [sandbox.network] allow (no network), or choose an arm that offers it "
+                "(sprawl-orch doctor lists them)",
+            )
+        if plan.bundle is not None and arm.name is ArmName.CONTAINER:
+            raise SprawlError(
+                ErrorCode.SANDBOX_DENIED,
+                '[sandbox.network] trust = "host"',
+                "the host's CA bundle is not mounted into containers yet (it is on "
+                "linux_namespaces, whose read-only view shows it)",
+                'remove trust = "host" (the image\'s own trust store is used), or use '
+                'arm = "native"',
             )
         return plan
 

@@ -41,6 +41,7 @@ from sprawl_orch.container.command import (
     remove_quietly,
     start_refusal,
 )
+from sprawl_orch.container.egress_hold import PODMAN_REACH, egress_gap, proxy_in_container
 from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
@@ -55,6 +56,7 @@ from sprawl_orch.launch import Launch, Running, Watcher
 
 if TYPE_CHECKING:
     from sprawl_orch.container.warm import WarmPool
+    from sprawl_orch.egress.proxy import EgressProxy
 
 SHELL = "/bin/sh"  # a shell line runs under the image's own shell
 
@@ -162,6 +164,15 @@ class ContainerArm:
             said += f" {gvisor_note()}"
         return said
 
+    @property
+    def egress_gap(self) -> str | None:
+        """Why this arm's commands cannot have an allow-list, or None when they can."""
+        return egress_gap(self.admission(), self.engine.name, self.config.warm)
+
+    @property
+    def egress_reach(self) -> str | None:
+        return PODMAN_REACH if self.egress_gap is None else None
+
     def prepare(self, workdir: Path) -> None:
         admission = self.admission()
         if not admission.admitted:
@@ -224,14 +235,19 @@ class ContainerArm:
         engine = self.engine
         venv = command_venv(launch, command)
         container, name, record = self.create_verified(launch, command, venv=venv)
+        proxy = None
+        if launch.egress is not None:
+            proxy = self._egress(engine, container, launch, name)
         attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
         if attached.start_error is not None:
+            if proxy is not None:
+                proxy.close()
             attached.collect()
             self.left_copy(launch.cwd.resolve())
             remove_quietly(engine, container, launch, name)
             raise start_refusal(attached.start_error, command[0], None, venv)
         userns, copy = self.admission().userns, launch.cwd.resolve()
-        return ContainerRun(
+        run = ContainerRun(
             engine,
             container,
             name,
@@ -241,6 +257,24 @@ class ContainerArm:
             venv,
             after=lambda: self._after_run(engine, userns, copy),
         )
+        if proxy is None:
+            return run
+        from sprawl_orch.egress.running import ProxiedRunning
+
+        return ProxiedRunning(run, proxy)
+
+    def _egress(
+        self, engine: ContainerEngine, container: str, launch: Launch, name: str
+    ) -> EgressProxy:
+        """The proxy serving a listener inside the initialised, not yet started, container;
+        on failure the container is removed and the command refused before it ran."""
+        assert launch.egress is not None
+        try:
+            return proxy_in_container(engine, container, launch.egress, self.egress_gap)
+        except BaseException:
+            self.left_copy(launch.cwd.resolve())
+            remove_quietly(engine, container, launch, name)
+            raise
 
     def _after_run(self, engine: ContainerEngine, userns: Userns | None, copy: Path) -> None:
         self.left_copy(copy)

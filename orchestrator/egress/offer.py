@@ -7,8 +7,6 @@ from sprawl_orch.arms import ArmName
 
 # Why an arm without `egress_reach` cannot offer one (yet), by arm.
 GAPS: dict[ArmName, str] = {
-    ArmName.CONTAINER: "the container arm's listener (podman init, a hold before the program "
-    "on docker) is not wired in yet; gVisor's loopback is its own netstack and will refuse",
     ArmName.COPIED_TREE: "the copied tree has no network namespace: nothing keeps a command "
     "from going around a proxy",
     ArmName.HOST: "where = host has the host's whole network",
@@ -16,6 +14,9 @@ GAPS: dict[ArmName, str] = {
 
 
 def arm_egress_gap(arm: object) -> str:
+    gap = getattr(arm, "egress_gap", None)
+    if isinstance(gap, str) and gap:
+        return gap
     name = getattr(arm, "name", None)
     if isinstance(name, ArmName) and name in GAPS:
         return GAPS[name]

@@ -82,7 +82,7 @@ def _resolver() -> str:
 
 
 def test_attacks_from_inside_are_refused(bwrap: str, tmp_path: Path, tls_up: Upstream) -> None:
-    index, hosts = pip_index()
+    _index, hosts = pip_index()
     argv = attacks.argv(
         "/usr/bin/python3",
         name=hosts[0],
