@@ -124,3 +124,13 @@ def test_refused_never_misses_loopback_or_private(ip: ipaddress._BaseAddress) ->
 def test_entry_error_is_a_value_error() -> None:
     with pytest.raises(EntryError):
         parse_entry("*")
+
+
+def test_doctor_says_per_arm_whether_allow_lists_are_offered() -> None:
+    from sprawl_orch.arms import ArmName
+    from sprawl_orch.egress.offer import doctor_line
+
+    assert doctor_line(ArmName.LINUX_NAMESPACES).startswith("allow-lists offered")
+    assert doctor_line(ArmName.CONTAINER, "podman").startswith("allow-lists offered")
+    assert doctor_line(ArmName.CONTAINER, "docker").startswith("allow-lists not offered")
+    assert "no network namespace" in doctor_line(ArmName.COPIED_TREE)
