@@ -120,15 +120,6 @@ class ToolArm:
                 "remove [sandbox.network] allow (no network), or choose an arm that offers it "
                 "(sprawl-orch doctor lists them)",
             )
-        if plan.bundle is not None and arm.name is ArmName.CONTAINER:
-            raise SprawlError(
-                ErrorCode.SANDBOX_DENIED,
-                '[sandbox.network] trust = "host"',
-                "the host's CA bundle is not mounted into containers yet (it is on "
-                "linux_namespaces, whose read-only view shows it)",
-                'remove trust = "host" (the image\'s own trust store is used), or use '
-                'arm = "native"',
-            )
         return plan
 
     def confinement(self, arm: Arm) -> Confinement:

@@ -30,9 +30,12 @@ def proxy_for(
 class ProxiedRunning:
     """`Running` of the arm, plus the proxy that is its only way out."""
 
-    def __init__(self, inner: Running, proxy: EgressProxy) -> None:
+    def __init__(
+        self, inner: Running, proxy: EgressProxy, after: Callable[[], None] | None = None
+    ) -> None:
         self.inner = inner
         self.proxy = proxy
+        self._after = after
 
     def wait(self, timeout: float | None) -> bool:
         return self.inner.wait(timeout)
@@ -47,6 +50,8 @@ class ProxiedRunning:
     def finish(self) -> Finished:
         finished = self.inner.finish()
         self.proxy.close()
+        if self._after is not None:
+            self._after()
         records = self.proxy.records()
         network: dict[str, object] = {
             "egress": [r.as_dict() for r in records],
