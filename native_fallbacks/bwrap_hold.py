@@ -13,9 +13,9 @@ import contextlib
 import json
 import os
 
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.egress.plan import EgressPlan
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Running
+from sprawl_orch.runs.launch import Running
 
 
 class Hold:
@@ -53,7 +53,7 @@ class Hold:
         the sandbox is killed before the program ever ran."""
         # Imported here: the proxy's TLS parser (tlslite-ng) costs ~140 ms to import, paid
         # only by a command that has an allow-list.
-        from sprawl_orch.egress.running import ProxiedRunning, proxy_for
+        from sprawl_orch.runs.proxied import ProxiedRunning, proxy_for
 
         try:
             proxy = proxy_for(plan, self._pid())

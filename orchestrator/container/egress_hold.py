@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sprawl_orch.container.admission import Admission
-from sprawl_orch.container.engine import ContainerEngine
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.egress.plan import EgressPlan
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Launch
+from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.runs.launch import Launch
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.proxy import EgressProxy
@@ -141,7 +141,7 @@ def refuse_if(gap: str | None) -> None:
 
 
 def proxy_at(plan: EgressPlan, pid: int) -> EgressProxy:
-    from sprawl_orch.egress.running import proxy_for
+    from sprawl_orch.runs.proxied import proxy_for
 
     return proxy_for(plan, pid)
 

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 # The port inside the sandbox's (empty) namespace; fixed because the command's environment
 # (HTTP_PROXY=...) is written before the namespace exists.

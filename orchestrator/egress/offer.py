@@ -3,7 +3,7 @@ the refusal's words). An arm offers it by an `egress_reach` attribute saying how
 
 from __future__ import annotations
 
-from sprawl_orch.arms import ArmName
+from sprawl_orch.core.arms import ArmName
 
 # Why an arm without `egress_reach` cannot offer one (yet), by arm.
 GAPS: dict[ArmName, str] = {

@@ -14,7 +14,7 @@ from sprawl_orch import ExecTool
 from sprawl_orch.config import parse_config
 from sprawl_orch.egress.netns import PROXY_PORT
 from sprawl_orch.egress.plan import host_bundle
-from sprawl_orch.results import ExecResult
+from sprawl_orch.runs.results import ExecResult
 from tests.egress import attacks
 from tests.egress.pip_index import pip_download_argv, pip_index
 from tests.egress.upstream import Upstream, upstream

@@ -14,7 +14,7 @@ import pytest
 
 from sprawl_orch import ExecTool
 from sprawl_orch.config import parse_config
-from sprawl_orch.results import ExecResult
+from sprawl_orch.runs.results import ExecResult
 from tests.egress.upstream import BODY, Upstream, upstream
 
 

@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sprawl_orch.config import parse_config
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.egress.addresses import refused
 from sprawl_orch.egress.rules import EntryError, Rules, parse_entry
-from sprawl_orch.errors import ErrorCode, SprawlError
 
 
 @pytest.mark.parametrize(
@@ -127,7 +127,7 @@ def test_entry_error_is_a_value_error() -> None:
 
 
 def test_doctor_says_per_arm_whether_allow_lists_are_offered() -> None:
-    from sprawl_orch.arms import ArmName
+    from sprawl_orch.core.arms import ArmName
     from sprawl_orch.egress.offer import doctor_line
 
     assert doctor_line(ArmName.LINUX_NAMESPACES).startswith("allow-lists offered")
