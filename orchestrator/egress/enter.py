@@ -1,4 +1,4 @@
-"""`python -m sprawl_orch.egress.enter PID FD PORT [user]`: the short-lived helper that makes a
+"""`python -I -S enter.py PID FD PORT [user]`: the short-lived helper that makes a
 listener inside another process's network namespace and hands it back.
 
 A socket stays in the network namespace it was created in, whichever process later holds it:

@@ -19,6 +19,9 @@ from sprawl_orch.egress.record import Egress
 from sprawl_orch.egress.rules import IpAddress, Rules, literal, normal_host
 
 CHUNK = 256 * 1024
+# A stream's read buffer: asyncio's 64 KiB default paused the socket every 128 KiB and halved
+# a tunnel's throughput (benchmarks/egress_proxy.py); 1 MiB keeps reads large.
+STREAM_LIMIT = 1024 * 1024
 HEAD_TIMEOUT = 30.0
 # Headers that describe one hop (RFC 9110 §7.6.1) or the proxy itself: not passed upstream.
 _HOP = frozenset(
@@ -174,7 +177,8 @@ class Flow:
         for candidate in addresses:
             try:
                 self.upstream = await asyncio.wait_for(
-                    asyncio.open_connection(str(candidate), self.port), self.proxy.connect_timeout
+                    asyncio.open_connection(str(candidate), self.port, limit=STREAM_LIMIT),
+                    self.proxy.connect_timeout,
                 )
             except (OSError, TimeoutError) as err:
                 errors.append(f"{candidate}: {err or 'timed out'}")

@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.egress import enter
 
 # The port inside the sandbox's (empty) namespace; fixed because the command's environment
 # (HTTP_PROXY=...) is written before the namespace exists.
@@ -32,7 +33,9 @@ def listener_in(pid: int, port: int = PROXY_PORT) -> socket.socket:
     join_user = os.geteuid() != 0 and _other_user_ns(pid)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with ours, theirs:
-        argv = [sys.executable, "-m", "sprawl_orch.egress.enter", str(pid), str(theirs.fileno())]
+        # By path with -I -S: enter.py imports only the standard library, and skipping site
+        # and the package's import saves part of the interpreter start this step costs.
+        argv = [sys.executable, "-I", "-S", enter.__file__, str(pid), str(theirs.fileno())]
         argv += [str(port)] + (["user"] if join_user else [])
         done = subprocess.run(
             argv, pass_fds=(theirs.fileno(),), capture_output=True, text=True, timeout=60

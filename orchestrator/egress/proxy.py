@@ -88,7 +88,9 @@ class EgressProxy:
         listener.setblocking(False)
 
         async def begin() -> None:
-            server = await asyncio.start_server(self._accepted, sock=listener)
+            server = await asyncio.start_server(
+                self._accepted, sock=listener, limit=flows.STREAM_LIMIT
+            )
             self._servers.append(server)
 
         self._call(begin())

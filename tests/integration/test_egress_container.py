@@ -88,3 +88,28 @@ def test_container_reaches_only_what_is_listed(
     assert result.container is not None and result.container["removed"]
     if userns == "required":
         assert result.container["userns"] == "podman-auto"
+
+
+def test_gvisor_refuses_an_allow_list(podman_image: str, tmp_path: Path) -> None:
+    """runsc's guest loopback is gVisor's own netstack: a listener in the sandbox's host-side
+    namespace is never reached, so the arm refuses rather than hand out a dead proxy."""
+    result = _run(tmp_path, "podman", podman_image, ["example.org"], ["true"], runtime="runsc")
+    assert result.outcome == "exceptional", result.as_json_dict()
+    assert result.code is not None and result.code.value == "E_SANDBOX_DENIED"
+    assert result.detail is not None and "gVisor" in result.detail
+
+
+def test_copied_tree_refuses_an_allow_list(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    config = parse_config(
+        {
+            "sandbox": {"arm": "copied_tree", "network": {"allow": ["example.org"]}},
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
+    with ExecTool(config, tree, record=False) as tool:
+        result = tool.exec(["true"])
+    assert result.outcome == "exceptional"
+    assert result.code is not None and result.code.value == "E_SANDBOX_DENIED"
+    assert result.detail is not None and "no network namespace" in result.detail
