@@ -19,6 +19,7 @@ BODY = b"upstream says hello\n"
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        self.server.served += 1  # type: ignore[attr-defined]
         size = int(self.path.rpartition("/")[2]) if self.path.startswith("/bytes/") else 0
         body = BODY if not size else b"x" * size
         self.send_response(200)
@@ -35,6 +36,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class Upstream:
     port: int
     ca: trustme.CA | None
+    server: http.server.ThreadingHTTPServer | None = None
+
+    def served(self) -> int:
+        """Requests the upstream answered (host-side evidence of what got through)."""
+        return int(getattr(self.server, "served", 0))
 
     def client_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context()
@@ -46,6 +52,7 @@ class Upstream:
 @contextlib.contextmanager
 def upstream(tls: bool) -> Iterator[Upstream]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.served = 0  # type: ignore[attr-defined]
     ca = None
     if tls:
         ca = trustme.CA()
@@ -55,7 +62,7 @@ def upstream(tls: bool) -> Iterator[Upstream]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield Upstream(port=server.server_address[1], ca=ca)
+        yield Upstream(port=server.server_address[1], ca=ca, server=server)
     finally:
         server.shutdown()
         server.server_close()
