@@ -19,6 +19,10 @@ from tlslite.utils.codec import DecodeError, Parser
 RECORD_HEADER = 5
 _HANDSHAKE = 22
 _CLIENT_HELLO = 1
+# Encrypted Client Hello (draft-ietf-tls-esni, type 0xfe0d): the real server name travels
+# encrypted and the visible SNI is only the front's public name — domain fronting the SNI
+# check cannot see, so a hello carrying it is refused.
+ENCRYPTED_CLIENT_HELLO = 0xFE0D
 # A ClientHello with post-quantum key shares is ~1.8 KB; one TLS record holds up to 16 KB.
 MAX_RECORD = 16384
 
@@ -57,6 +61,8 @@ def parse_hello(record: bytes) -> Hello:
         hello = ClientHello().parse(Parser(bytearray(body[1:])))
     except (DecodeError, TLSError, SyntaxError, AssertionError, IndexError) as err:
         raise NotTls(f"the ClientHello cannot be parsed (split over records?): {err}") from err
+    if hello.getExtension(ENCRYPTED_CLIENT_HELLO) is not None:
+        raise NotTls("the ClientHello carries Encrypted Client Hello: its real server is hidden")
     sni = hello.getExtension(ExtensionType.server_name)
     names = list(sni.hostNames) if sni is not None else []
     if not names:

@@ -134,3 +134,32 @@ def test_doctor_says_per_arm_whether_allow_lists_are_offered() -> None:
     assert doctor_line(ArmName.CONTAINER, "podman").startswith("allow-lists offered")
     assert doctor_line(ArmName.CONTAINER, "docker").startswith("allow-lists not offered")
     assert "no network namespace" in doctor_line(ArmName.COPIED_TREE)
+
+
+def _hello_record(*extensions: object) -> bytes:
+    from tlslite.messages import ClientHello, RecordHeader3
+
+    hello = ClientHello().create((3, 3), bytearray(32), bytearray(0), [0x1301])
+    hello.extensions = list(extensions)
+    body = hello.write()
+    return bytes(RecordHeader3().create((3, 1), 22, len(body)).write() + body)
+
+
+def test_hello_names_one_server_and_hides_none() -> None:
+    from tlslite.extensions import SNIExtension, TLSExtension
+
+    from sprawl_orch.egress.hello import NotTls, parse_hello, record_length
+
+    sni = SNIExtension().create(bytearray(b"a.example.org"))
+    record = _hello_record(sni)
+    assert record_length(record[:5]) == len(record) - 5
+    assert parse_hello(record).server_name == "a.example.org"
+    assert parse_hello(_hello_record()).server_name is None
+    two = SNIExtension().create(hostNames=[bytearray(b"a.example.org"), bytearray(b"b.org")])
+    with pytest.raises(NotTls, match="names 2 servers"):
+        parse_hello(_hello_record(two))
+    ech = TLSExtension(extType=0xFE0D).create(bytearray(b"\x00\x01"))
+    with pytest.raises(NotTls, match="Encrypted Client Hello"):
+        parse_hello(_hello_record(sni, ech))
+    with pytest.raises(NotTls, match="not a handshake"):
+        record_length(b"\x17\x03\x03\x00\x10")
