@@ -290,10 +290,14 @@ def create_argv(
     limits: bool = True,
     gvisor: bool = False,
     seccomp: str | None = None,
+    read_only: Sequence[tuple[str, str]] = (),
+    entrypoint: str | None = None,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
     the copy mounted at `workdir`'s path (`destination_of`); `seccomp`: the profile file
-    (seccomp_profile.py) in place of the engine's default."""
+    (seccomp_profile.py) in place of the engine's default. `read_only`: (host path,
+    container path) binds added read-only (the egress hold, trust = "host"'s CA bundle);
+    `entrypoint`: the image's replaced (the egress hold's static shell)."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)
     where = destination_of(copy, workdir)
@@ -357,6 +361,10 @@ def create_argv(
         "--workdir",
         where,
     ]
+    for source, target in read_only:
+        out += ["--mount", f"type=bind,src={source},dst={target},readonly"]
+    if entrypoint is not None:
+        out += ["--entrypoint", entrypoint]
     for name in names:
         out += ["--env", name]
     for name, soft, hard in fitted.ulimits:

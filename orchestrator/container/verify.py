@@ -58,6 +58,7 @@ class Expected:
     userns: Userns | None = None
     destination: str = ""  # where the copy is mounted; "" = at its own path
     seccomp: str = ""  # the profile file (seccomp_profile.py); "" = none asked
+    read_only: tuple[tuple[str, str], ...] = ()  # (source, destination) binds, read-only
 
     @classmethod
     def of(
@@ -73,6 +74,7 @@ class Expected:
         enforced: bool = True,
         gvisor: bool = False,
         seccomp: str | None = None,
+        read_only: tuple[tuple[str, str], ...] = (),
     ) -> Expected:
         limits = fit_limits(config, host, gvisor)
         on = 1 if enforced else 0  # limits not asked: the engine must report none (0)
@@ -91,6 +93,7 @@ class Expected:
             userns=userns,
             destination=destination_of(copy, workdir),
             seccomp=seccomp or "",
+            read_only=read_only,
         )
 
 
@@ -112,10 +115,17 @@ def _bare(image: object) -> str:
 def _mounts(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
     where = expected.destination or expected.copy
     want = [{"Type": "bind", "Source": expected.copy, "Destination": where, "RW": True}]
+    want += [
+        {"Type": "bind", "Source": source, "Destination": target, "RW": False}
+        for source, target in expected.read_only
+    ]
     found = [
         {k: m.get(k) for k in ("Type", "Source", "Destination", "RW")}
         for m in (inspect.get("Mounts") or [])
     ]
+    # Engines list mounts in their own order: compared by destination.
+    want.sort(key=lambda m: str(m["Destination"]))
+    found.sort(key=lambda m: str(m["Destination"]))
     if found != want:
         return Mismatch("mounts", "Mounts", want, found)
     volumes = (inspect.get("Config") or {}).get("Volumes")
