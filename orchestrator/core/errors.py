@@ -77,7 +77,7 @@ class SprawlError(Exception):
 
     # The family each code builds; filled by the families below.
     _FAMILY: ClassVar[dict[ErrorCode, type[SprawlError]]] = {}
-    errno: int | None = None  # set by os_errors when the OS gave a number
+    _errno: int | None = None  # from_os's; else the OSError cause's, read when asked
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SprawlError:
         code = args[0] if args else kwargs.get("code")
@@ -109,8 +109,18 @@ class SprawlError(Exception):
         """
         return f"{self.code.value}: {self.subject}: {self.detail} (recovery: {self.recovery})"
 
+    @property
+    def errno(self) -> int | None:
+        """The OS's number when an OSError caused it (``raise ... from err`` or
+        :func:`from_os`), else None."""
+        if self._errno is not None:
+            return self._errno
+        cause = self.__cause__
+        return cause.errno if isinstance(cause, OSError) else None
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), dict(self.__dict__)))
+        # The cause does not survive pickling; its number does, as a field.
+        return (_rebuild, (type(self), {**self.__dict__, "_errno": self.errno}))
 
     def as_dict(self) -> dict[str, str]:
         """The four fields as data.
@@ -282,7 +292,7 @@ def from_os(
     """The one OSError -> SprawlError translation: SprawlError(code, subject, f"{doing}: <the
     OS's reason>", recovery) with the OS's number as `errno`. Raise it ``from err``."""
     translated = SprawlError(code, str(subject), f"{doing}: {os_reason(err)}", recovery)
-    translated.errno = err.errno
+    translated._errno = err.errno
     return translated
 
 

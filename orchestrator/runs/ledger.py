@@ -144,6 +144,7 @@ class Ledger:
             try:
                 handle = self.path.open("rb")
             except FileNotFoundError:
+                # no ledger yet: nothing to read
                 return
         with handle:
             for raw in handle:

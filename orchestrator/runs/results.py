@@ -171,6 +171,7 @@ def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
         with open(path, "rb") as handle:
             head = handle.read(OUTPUT_CAP)
     except FileNotFoundError:
+        # the arm wrote no output file: the stream was empty
         return "", None
     text = head.decode("utf-8", errors="replace")
     if size <= OUTPUT_CAP:
