@@ -29,7 +29,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -326,13 +325,6 @@ class Guardian(Watcher):
             return None
 
 
-# A test hook, not a feature: `SPRAWL_TEST_PAUSE_AFTER_CREATE=PATH` makes the container arm
-# stop between create and start (after announcing `created`) until PATH exists, writing
-# PATH.reached first, so a test can SIGKILL the orchestrator at exactly that point.
-PAUSE_AFTER_CREATE = "SPRAWL_TEST_PAUSE_AFTER_CREATE"
-PAUSE_LIMIT_SECONDS = 600.0
-
-
 def session_guardian(
     config: Config, state: Path, environ: Mapping[str, str], session: str, *, shared: bool
 ) -> Guardian:
@@ -357,14 +349,3 @@ def session_guardian(
         except OSError:
             socket_path = None  # a guardian process of our own, as before
     return Guardian(session, engines, socket_path=socket_path, environ=reach)
-
-
-def hold_after_create(name: str, environ: Mapping[str, str] | None = None) -> None:
-    gate = (os.environ if environ is None else environ).get(PAUSE_AFTER_CREATE)
-    if not gate:
-        return
-
-    Path(gate + ".reached").write_text(name)
-    deadline = time.monotonic() + PAUSE_LIMIT_SECONDS
-    while not os.path.exists(gate) and time.monotonic() < deadline:
-        time.sleep(0.01)

@@ -33,7 +33,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # The arms start runs (launch) and read cgroup counters; the rest of runs/ stands above them.
     "container": ("core", "engines", "config", "runs.launch", "runs.cgroup_counters"),
     "native_fallbacks": ("core", "config", "runs.launch", "runs.process", "runs.yielding"),
-    "images": ("core", "engines", "config"),
+    # What every command-line surface shares (-C/--config, the refusal on exit 125).
+    "surface": ("core", "config"),
+    "images": ("core", "engines", "config", "surface"),
     "selection": ("core", "engines", "config", "runs", "container", "native_fallbacks"),
     "tool": (
         "core",
@@ -56,6 +58,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "selection",
         "images",
         "serve",
+        "surface",
         "tool",
     ),
 }
@@ -70,14 +73,6 @@ CROSSINGS: dict[tuple[str, str], str] = {
     ("native_fallbacks.bwrap", "container.ownership"): (
         "bwrap hands its copy to the sandbox uid with the container arm's own_copy; "
         "issue 28 item 3 moves the ownership helpers below both arms"
-    ),
-    ("container.arm", "runs.guardian_client"): (
-        "a test hook in product code: hold_after_create (SPRAWL_TEST_PAUSE_AFTER_CREATE, for "
-        "the guardian tests); issue 28 item 2: the tests patch a watcher in instead"
-    ),
-    ("images.cli", "cli.common"): (
-        "`sprawl-orch image` takes the main CLI's -C/--config options and prints refusals "
-        "with its printer; issue 28 phase 2 gives both a surface-neutral room"
     ),
 }
 
