@@ -70,10 +70,6 @@ CROSSINGS: dict[tuple[str, str], str] = {
         "the guardian deletes a scratch copy left behind with the copy's own link-safe "
         "delete_path; issue 28 item 3 (one tree removal) puts it below both"
     ),
-    ("native_fallbacks.bwrap", "container.ownership"): (
-        "bwrap hands its copy to the sandbox uid with the container arm's own_copy; "
-        "issue 28 item 3 moves the ownership helpers below both arms"
-    ),
 }
 
 
