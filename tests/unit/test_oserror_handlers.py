@@ -4,8 +4,8 @@ An ``except OSError`` (or a subclass, or ``contextlib.suppress`` of one) that do
 either turns the error into a reported fact -- the handler binds it and uses it: a message,
 a "stayed" list, a result field -- or carries a comment, in the handler or on its ``except``
 line, with the fact that makes swallowing right ("gone since listed: nothing to remove").
-Silent ones without a comment are counted; the count may only go down (SILENT_TODAY), so a
-new handler has to say why, and an old one is fixed by saying it.
+Silent ones without a comment are counted; the count may not grow past SILENT_TODAY, so a
+new handler has to say why, and an old one is fixed by saying it (then lower the number).
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def test_silent_oserror_handlers_only_go_down() -> None:
         "a new except OSError swallows without a word: use the error, or say why in a "
         "comment\n" + "\n".join(silent)
     )
-    assert len(silent) == SILENT_TODAY, f"{len(silent)} left: lower SILENT_TODAY to it"
+    # Fewer is welcome and does not fail (seven branches merge at once); lower the number
+    # when you see it has gone down, so the next new one is caught.
 
 
 def test_the_reading_catches_a_silent_one_and_lets_a_said_one_pass(tmp_path: Path) -> None:
