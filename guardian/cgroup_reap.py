@@ -78,6 +78,7 @@ def empty_and_remove(
             rmdir(path)
             return killed, None
         except FileNotFoundError:
+            # removed already (the orchestrator's own release won the race): what we wanted
             return killed, None
         except OSError as err:
             if time.monotonic() >= deadline:

@@ -97,6 +97,7 @@ def _finish_connection(sock: socket.socket, wait: float | None) -> int | None:
 
 
 def _stderr_once(problem: str) -> None:
+    # stderr closed or broken: nowhere else to say it, and saying must never fail the caller
     with contextlib.suppress(OSError, ValueError):
         print(f"sprawl-orch: {problem}", file=sys.stderr, flush=True)
 
@@ -244,6 +245,7 @@ class Guardian(Watcher):
                 self._sock, self._fd = sock, sock.fileno()
                 return
         except OSError:
+            # no guardian answered (none runs, or it is leaving): start one, below
             pass
         sock.close()
         ours, theirs = socket.socketpair()
@@ -315,6 +317,7 @@ class Guardian(Watcher):
         if sock is not None:
             return _finish_connection(sock, wait)
         if fd is not None:
+            # close(2) releases the fd even when it reports an error: nothing to undo
             with contextlib.suppress(OSError):
                 os.close(fd)
         if self.process is None:
