@@ -315,6 +315,12 @@ def create_argv(
         f"sprawl.run={run}",
         "--network",
         "none",
+        # explicit, not the engine's default: containers.conf `ipcns = "host"` (read from
+        # CONTAINERS_CONF, /etc/containers, ~/.config/containers) gave podman containers the
+        # host's /dev/shm to write while filesystem was claimed, and podman 4.3's inspect
+        # still said "shareable" (tests/escapes/test_shaping.py); the flag overrides the file
+        "--ipc",
+        "private",
         # an engine that drops them (rootless podman on cgroup v1: "Resource limits are
         # not supported and ignored") is not asked: the result says resources = no
         *(

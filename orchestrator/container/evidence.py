@@ -37,6 +37,7 @@ from typing import Any
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.core.private import private_dirs
 from sprawl_orch.engines.engine import EngineFacts
 
 FORMAT = 1
@@ -156,7 +157,7 @@ class Evidence:
         }
         # the cache is an optimisation: unwritable means the next process probes again
         with contextlib.suppress(OSError):
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dirs(self.root)
             tmp = self.root / f".{key}.{os.getpid()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:

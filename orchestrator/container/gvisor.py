@@ -31,9 +31,10 @@ command meets first. See docs/MACHINES.md "gVisor".
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
+
+from sprawl_orch.core.host_which import host_which
 
 RUNSC = "runsc"
 WRAPPER_NAME = "runsc-nonet"
@@ -65,7 +66,7 @@ def guest_limits(
 
 def runsc_path(path: str | None = None) -> str | None:
     """The installed runsc (None: not installed)."""
-    return shutil.which(RUNSC, path=path)
+    return host_which(RUNSC, path)
 
 
 def wrapper_text(runsc: str) -> str:

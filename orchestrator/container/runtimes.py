@@ -17,7 +17,6 @@ on runsc: "auto" skips it there and an explicit "runsc" is refused.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from sprawl_orch.container.admission_words import runsc_failure
 from sprawl_orch.container.gvisor import RUNSC, ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime
 from sprawl_orch.core.errors import ErrorCode
+from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import EngineFacts
 
 # runc first: it works everywhere here (crun fails on hybrid cgroup hosts)
@@ -76,7 +76,7 @@ def _not_runsc(facts: EngineFacts) -> str | None:
     """The daemon's runtime named "runsc" must run gVisor's runsc binary: a name alone
     would let any runtime registered under it be stated as gVisor's kernel."""
     path = dict(facts.runtime_paths).get(RUNSC, "")
-    found = shutil.which(path) if path else None
+    found = host_which(path) if path else None
     if found is not None and Path(found).resolve().name == RUNSC:
         return None
     return (

@@ -156,6 +156,23 @@ def _tmpfs(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
     return None
 
 
+def _shared_with_host(inspect: Mapping[str, Any]) -> Mismatch | None:
+    """No host IPC or UTS namespace, no device of the host: containers.conf (`ipcns`,
+    `utsns`, `devices`) adds them to every podman container without a flag. --ipc private
+    overrides the file (argv.py), but podman 4.3 reports IpcMode "shareable" either way, so
+    only a plain "host"/"container:" here is evidence; devices and UTS are reported truly."""
+    hc = inspect.get("HostConfig") or {}
+    ipc, uts = str(hc.get("IpcMode") or ""), str(hc.get("UTSMode") or "")
+    if ipc == "host" or ipc.startswith("container:"):
+        return Mismatch("ipc_mode", "HostConfig.IpcMode", "private", ipc)
+    if uts == "host" or uts.startswith("container:"):
+        return Mismatch("uts_mode", "HostConfig.UTSMode", "private", uts)
+    devices = hc.get("Devices") or []
+    if devices:
+        return Mismatch("devices", "HostConfig.Devices", [], devices)
+    return None
+
+
 def _ulimits(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
     found = sorted(
         (str(u.get("Name", "")).lower().removeprefix("rlimit_"), u.get("Soft"), u.get("Hard"))
@@ -223,6 +240,7 @@ def mismatches(expected: Expected, inspect: Mapping[str, Any]) -> list[Mismatch]
         _security(inspect),
         _mounts(expected, inspect),
         _tmpfs(expected, inspect),
+        _shared_with_host(inspect),
         _ulimits(expected, inspect),
         _runtime(expected, inspect),
         _userns(expected, inspect),

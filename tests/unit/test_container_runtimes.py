@@ -19,7 +19,7 @@ from tests.unit.container_fake import facts, inspect_from_argv
 @pytest.fixture(autouse=True)
 def any_path_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon's registered paths are judged as given: no runsc needed on this machine."""
-    monkeypatch.setattr(runtimes.shutil, "which", lambda path: path)
+    monkeypatch.setattr(runtimes, "host_which", lambda path: path)
 
 
 HOST = HostLimits({"nofile": 4096, "nproc": 4096}, 2, 8 * 1024**3)
