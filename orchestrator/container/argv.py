@@ -289,9 +289,11 @@ def create_argv(
     workdir: Path | None = None,
     limits: bool = True,
     gvisor: bool = False,
+    seccomp: str | None = None,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
-    the copy mounted at `workdir`'s path (`destination_of`)."""
+    the copy mounted at `workdir`'s path (`destination_of`); `seccomp`: the profile file
+    (seccomp_profile.py) in place of the engine's default."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)
     where = destination_of(copy, workdir)
@@ -349,6 +351,7 @@ def create_argv(
         "ALL",
         "--security-opt",
         "no-new-privileges",
+        *(("--security-opt", f"seccomp={seccomp}") if seccomp else ()),
         "--mount",
         f"type=bind,src={copy},dst={where}",
         "--workdir",

@@ -78,6 +78,7 @@ def parse_facts(info: Mapping[str, Any], installed: Sequence[str] = ()) -> Engin
         ),
         uid_map=_id_map(mappings.get("uidmap")),
         gid_map=_id_map(mappings.get("gidmap")),
+        seccomp_profile=str(security.get("seccompProfilePath") or ""),
     )
 
 
