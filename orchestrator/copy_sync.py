@@ -10,16 +10,20 @@ copy_store, between CLI calls) and synced to the working directory as it is now 
   devices are skipped. Whatever the copy holds under a skipped name is deleted like any extra.
   A followed link to a directory that contains it is found by the loop check and refused;
 - the copy side never follows links (the previous command wrote it, see copy_fileops);
-- an item of a different kind, or a regular file whose bytes or permission bits differ, is
-  deleted and copied afresh as a new directory entry; same-kind same-length files are equal
-  when git's racy-clean rule vouches for their recorded stamps (copy_stamps), else when their
-  bytes compare equal; equal ones are left untouched (not even rewritten);
+- an item of a different kind, or a regular file whose bytes, permission bits or mtime
+  differ, is deleted and copied afresh as a new directory entry; same-kind same-length files
+  with the same mtime are equal when git's racy-clean rule vouches for their recorded stamps
+  (copy_stamps), else when their bytes compare equal; equal ones are left untouched;
 - extras in the copy, and everything under an ``[sandbox.copy] exclude`` pattern, are deleted.
 
-Permission bits are copied, ownership is not (the copy belongs to whoever syncs it). Set-uid,
-set-gid and sticky bits are dropped: a root sync would otherwise turn the person's set-uid file
-into a set-uid-root one. Directories get the source's bits plus ``u+rwx`` so a later sync can
-always work in them. The copy's root directory keeps its own mode (0700 when made here).
+Modification times are kept, in nanoseconds, as ``cp -a`` keeps them (issue 23: a ``.pyc`` or a
+make target built against the source must stay valid in the copy): each new file gets its
+source's atime and mtime, each kept link its own, and each directory its source's once its last
+entry was written or removed. Permission bits are copied, ownership is not (the copy belongs
+to whoever syncs it). Set-uid, set-gid and sticky bits are dropped: a root sync would
+otherwise turn the person's set-uid file into a set-uid-root one. Directories get the
+source's bits plus ``u+rwx`` so a later sync can always work in them. The copy's root
+directory keeps its own mode (0700 when made here).
 
 :class:`FileWork` counts, where "file" means any non-directory entry (directories are never
 counted, so a first sync of N files in D directories reports ``created = N``):
