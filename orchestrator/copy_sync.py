@@ -150,6 +150,7 @@ def sync_with_record(
     record: Path | None = None,
     excludes: Excludes | None = None,
     progress: Progress | None = None,
+    touched: list[str] | None = None,
 ) -> tuple[FileWork, copy_stamps.SyncRecord]:
     """Make ``copy`` equal ``source`` file by file (design §5); see the module docstring.
     Returns what the sync did and the new stamp record (saved to ``record`` if given).
@@ -157,8 +158,10 @@ def sync_with_record(
     ``copy`` is made (0700) if missing; its parent must exist. ``record``: where the stamp
     record of this copy lives (copy_stamps; outside the copy, where no command can write it):
     read to skip byte comparisons the racy-clean rule allows, replaced once the sync succeeded.
-    ``progress`` hears (files, bytes, done) now and then, and with ``done`` at the end. On any
-    refusal or failure the copy and its record are deleted before SprawlError is raised.
+    ``touched``: given a list, every path the sync created, replaced or removed in the copy is
+    appended to it. ``progress`` hears (files, bytes, done) now and then, and with ``done``
+    at the end. On any refusal or failure the copy and its record are deleted before
+    SprawlError is raised.
     """
     source, copy = Path(source), Path(copy)
     excludes = excludes or Excludes()
@@ -181,7 +184,7 @@ def sync_with_record(
         )
     side = COPY_SIDE
     old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
-    walk = Walk(side, src, bounds, str(source), excludes, old, progress)
+    walk = Walk(side, src, bounds, str(source), excludes, old, progress, touched=touched)
     with os_errors(
         ErrorCode.STORAGE_FATAL,
         copy.parent,

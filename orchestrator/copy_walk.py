@@ -122,6 +122,9 @@ class Walk(Generic[H]):
     # Whether the new record says anything the old one does not: a sync that changed nothing
     # and trusted every file keeps the old record (same stamps, same paths) unwritten.
     dirty: bool = False
+    # When a list: every path (os.sep-separated) the sync created, replaced or removed in the
+    # copy, directories by their own path (workspaces: the person's changes since the base).
+    touched: list[str] | None = None
 
     def __post_init__(self) -> None:
         self._ctimes: dict[str, dict[str, int]] = {}
@@ -263,6 +266,8 @@ class Walk(Generic[H]):
                 for name, kind in top.copy.items():
                     self.dirty = True
                     self.removed += side.remove(name, top.handle, kind)
+                    if self.touched is not None:
+                        self.touched.append(top.rel + os.sep + name if top.rel else name)
                 # After its last entry was written or removed (each of those sets it to now).
                 side.set_dir_times(top.handle, *top.times)
                 self._ancestors.discard(top.ident)
@@ -327,6 +332,8 @@ class Walk(Generic[H]):
         if old is None:
             self.dirty = True
             side.mkdir(entry.name, parent.handle)
+            if self.touched is not None:
+                self.touched.append(rel)
         handle = side.open_dir(entry.name, parent.handle)
         try:
             side.set_dir_mode(handle, want)
@@ -436,6 +443,8 @@ class Walk(Generic[H]):
         self._add_path(rel)
         self._entries += self._pack(st, cst, mode)
         self._counted(fresh)
+        if self.touched is not None:
+            self.touched.append(rel)
 
     def _link(
         self, parent: _Dir[H], name: str, rel: str, target: str, times: tuple[int, int]
@@ -457,6 +466,8 @@ class Walk(Generic[H]):
         side.symlink(target, name, handle)
         side.set_link_times(name, handle, *times)
         self._counted(fresh)
+        if self.touched is not None:
+            self.touched.append(rel)
 
     def _counted(self, fresh: bool) -> None:
         self.created += fresh
