@@ -1,5 +1,5 @@
 """`sprawl-orch apply HANDLE [PATH...]`: bring kept changes of a finished command into the
-working directory (orchestrator/apply.py says what makes it safe).
+working directory (orchestrator/changes/apply.py says what makes it safe).
 
 ``--dry-run`` prints the unified diff (text) or a one-line summary (binary) of what would be
 applied and writes nothing. ``--drop`` forgets the handle's kept changes without applying.
@@ -18,7 +18,7 @@ import click
 
 from sprawl_orch.cli.common import refuse
 from sprawl_orch.config import load_config
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.core.errors import SprawlError
 
 EXIT_SOME_REFUSED = 1
 
@@ -55,9 +55,9 @@ def apply_command(
     """Apply the changes of HANDLE (all, or the PATHs named and what is beneath them)."""
     import os
 
-    from sprawl_orch.apply import apply
-    from sprawl_orch.change_store import drop_handle
-    from sprawl_orch.state import state_dir
+    from sprawl_orch.changes.apply import apply
+    from sprawl_orch.changes.store import drop_handle
+    from sprawl_orch.config.state import state_dir
 
     try:
         config = load_config(config_path, cwd=workdir or Path("."))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conftest import missing
 from tests.integration.test_changes_real import _config
 

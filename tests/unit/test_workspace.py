@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.workspace import Workspace, check_name, listing
+from sprawl_orch.changes.workspace import Workspace, check_name, listing
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 
 def files(root: Path) -> dict[str, bytes]:
