@@ -34,6 +34,7 @@ never evicted for the copy budget; a workspace over it refuses the next command.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import hashlib
 import json
@@ -392,7 +393,13 @@ class Workspace:
                     if not paths or overlaps(p, chosen)
                 ),
             ]
-            result = result.model_copy(update={"refused": refused})
+            update: dict[str, object] = {"refused": refused}
+            if dry_run and held:
+                # A person merging by hand needs the agent's side of each held conflict.
+                shown_held = [p for p in held if not paths or overlaps(p, chosen)]
+                extra = "".join(_conflict_diff(self.workdir, self.tree, p) for p in shown_held)
+                update["diff"] = (result.diff or "") + extra or None
+            result = result.model_copy(update=update)
             if not dry_run and not self.running():
                 self._flow_in()  # what was applied is now in the person's tree: base too
             return result
@@ -459,6 +466,23 @@ def scan_one(root: Path, rel: str) -> os.stat_result | None:
         return os.lstat(root / rel)
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def _conflict_diff(workdir: Path, tree: Path, rel: str) -> str:
+    """Unified diff from the person's file now to the agent's (text), or a one-line note."""
+    try:
+        mine = (workdir / rel).read_bytes() if (workdir / rel).is_file() else b""
+        agent = (tree / rel).read_bytes() if (tree / rel).is_file() else b""
+        a, b = mine.decode(), agent.decode()
+    except (OSError, UnicodeDecodeError):
+        return f"conflict {rel}: binary or unreadable on one side; compare by hand\n"
+    lines = difflib.unified_diff(
+        a.splitlines(keepends=True),
+        b.splitlines(keepends=True),
+        f"a/{rel} (the person's, now)",
+        f"b/{rel} (the agent's, in the workspace)",
+    )
+    return "".join(lines)
 
 
 def _held(path: str, theirs: Path) -> ApplyItem:

@@ -107,6 +107,13 @@ def _say(result: ExecResult) -> None:
     help="Print the result object as JSON (output capped, with its way back).",
 )
 @click.option("--schema", is_flag=True, help="Print the JSON schema of the result and exit.")
+@click.option(
+    "--workspace",
+    default=None,
+    metavar="NAME",
+    help="Run in workspace NAME: the agent's changes last across commands until applied "
+    "(apply --workspace NAME) or discarded; the person's edits flow in before each.",
+)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def exec_command(
     workdir: Path,
@@ -116,6 +123,7 @@ def exec_command(
     timeout: float | None,
     as_json: bool,
     schema: bool,
+    workspace: str | None,
     argv: tuple[str, ...],
 ) -> None:
     """Run ARGV confined, in a synced copy of the working directory."""
@@ -151,6 +159,7 @@ def exec_command(
             timeout=timeout,
             background_ok=False,
             follow=follow,
+            workspace=workspace,
         )
     _finish(result, as_json)
 

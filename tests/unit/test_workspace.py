@@ -90,6 +90,9 @@ def test_conflict_applied_by_name_takes_the_agents_version(project: tuple[Path, 
     (tree / "README").write_text("person\n")
     with ws.command() as r:
         assert r.conflicts == ["README"]
+    held = ws.apply(dry_run=True)  # not chosen by name: held back, its diff still shown
+    assert [i.change for i in held.refused] == ["conflict"]
+    assert held.diff is not None and "-person" in held.diff and "+agent" in held.diff
     dry = ws.apply(["README"], dry_run=True)
     assert dry.diff is not None and "+agent" in dry.diff
     assert (tree / "README").read_text() == "person\n"
