@@ -316,6 +316,15 @@ class ExecTool:
         changes, apply, take, discard."""
         return Workspace(self.state, self.workdir, name, self.copies.bounds, self.copies.excludes)
 
+    def discard_workspace(self, name: str) -> None:
+        """Drop workspace ``name``; this tool's next command in it starts afresh (it is not
+        reported as gone: it was discarded on purpose)."""
+        self.workspace(name).discard()
+        self.forget_workspace(name)
+
+    def forget_workspace(self, name: str) -> None:
+        self._workspaces.discard(name)
+
     def apply_workspace(
         self, name: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
     ) -> ApplyResult:
