@@ -51,12 +51,13 @@ from sprawl_orch.changes.apply import apply as apply_kept
 from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.store import drop_handle
 from sprawl_orch.changes.store import keep as keep_changes
-from sprawl_orch.changes.workspace_diff import diff, overlaps, replace_path, same_entry, scan
+from sprawl_orch.changes.workspace_diff import Clean, diff, overlaps, replace_path, same_entry, scan
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 
+CLEAN = "clean.json"  # workspace_diff.Clean: equal file pairs of tree and base, by stamp
 TREE, BASE, STAMPS, BASES, THEIRS, META, LOCK, RUNNING = (
     "tree",
     "base",
@@ -161,6 +162,9 @@ class Workspace:
         self.dir = workspaces_root(self.state) / workdir_key(self.workdir) / name
         self.bounds = bounds or Bounds()
         self.excludes = excludes or Excludes()
+        # The last Clean read or recorded by this object (a command's refresh, then its
+        # changes): read from disk once per object.
+        self._clean: Clean | None = None
 
     @property
     def tree(self) -> Path:
@@ -272,8 +276,9 @@ class Workspace:
         return record
 
     def _create(self) -> Refresh:
-        for sub in (TREE, BASE, BASES, THEIRS, RUNNING):
+        for sub in (TREE, BASE, BASES, THEIRS, RUNNING, CLEAN):
             delete_path(self.dir / sub)
+        self._clean = None
         self._sync_base(None)
         # From base, not the working directory: an edit between the two syncs would
         # otherwise look like the agent's.
@@ -281,10 +286,13 @@ class Workspace:
         (self.dir / BASES).mkdir(mode=0o700)
         (self.dir / THEIRS).mkdir(mode=0o700)
         self._save([])
+        self._diff(learn=True)
         return Refresh(created=True)
 
     def _flow_in(self) -> Refresh:
-        agent = {e.path for e in diff(self.tree, self.base)}
+        # Learned here (no command runs: _refresh_locked checked) and again after the flow
+        # only if the flow wrote anything.
+        agent = {e.path for e in self._diff(learn=True)}
         for rel in agent:  # the base version of each changed path, before base moves on
             kept = self.dir / BASES / rel
             if not os.path.lexists(kept) and not os.path.lexists(str(kept) + ".absent"):
@@ -315,7 +323,30 @@ class Workspace:
         # A conflict ends once both sides hold the same again.
         conflicts = {c for c in conflicts if not self._same(c)}
         self._save(sorted(conflicts))
+        if touched:
+            self._diff(learn=True)  # stamps after the flow, for the next comparison
         return Refresh(flowed_in=flowed, conflicts=sorted(conflicts), new_conflicts=new)
+
+    def _diff(self, learn: bool) -> list[ChangeEntry]:
+        """tree against base, bytes skipped where the last recorded stamps vouch; ``learn``
+        (only with no command of the workspace running): record this comparison's."""
+        path = self.dir / CLEAN
+        clean = self._clean
+        if clean is None:
+            try:
+                clean = Clean.load(path.read_text())
+            except OSError:
+                clean = Clean()
+        if not learn:
+            self._clean = clean
+            return diff(self.tree, self.base, clean)
+        fresh = Clean()
+        found = diff(self.tree, self.base, clean, fresh)
+        tmp = path.with_name(CLEAN + ".tmp")
+        tmp.write_text(fresh.dump())
+        os.replace(tmp, path)
+        self._clean = fresh
+        return found
 
     def _same(self, rel: str) -> bool:
         a = scan_one(self.tree, rel)
@@ -338,7 +369,7 @@ class Workspace:
             self.name,
             str(self.workdir),
             str(self.tree),
-            diff(self.tree, self.base),
+            self._diff(learn=False),
             {c: str(self.dir / THEIRS / c) for c in conflicts},
             self.running(),
         )
@@ -366,7 +397,7 @@ class Workspace:
                 raise self.gone()
             if not self.running():
                 self._flow_in()  # apply against the person's tree as it is now
-            entries = diff(self.tree, self.base)
+            entries = self._diff(learn=False)
             chosen = {p.strip("/") for p in paths or ()}
             held = [
                 e.path
@@ -445,7 +476,7 @@ class Workspace:
             for sub in (TREE, BASE, BASES, THEIRS, RUNNING):
                 delete_path(self.dir / sub)
             copy_stamps.forget(self.dir / STAMPS)
-            for name in (META, META + ".tmp"):
+            for name in (META, META + ".tmp", CLEAN, CLEAN + ".tmp"):
                 with contextlib.suppress(FileNotFoundError):
                     (self.dir / name).unlink()
         with contextlib.suppress(OSError):

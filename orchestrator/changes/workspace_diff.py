@@ -8,27 +8,34 @@ the agent's commands wrote ``tree``: nothing in it is followed -- entries are re
 the way was seen to be a real directory (``_real_parent``).
 
 Equality is exact: kind, permission bits, a link's target, a file's bytes (compared in full
-when the sizes match; nothing is trusted from timestamps, which a command can set back).
-Modification times are carried by :func:`replace_path` but are not changes.
+when the sizes match). Bytes are only skipped by the racy-clean rule (copy/stamps.py), on
+both files' full stamps (inode, device, size, mtime, ctime, mode): :class:`Clean` records the
+stamps of two files found equal and a line taken from the filesystem's clock after them; any
+later write, chmod, utime or rename sets a ctime at or past that line, which no command can
+set back. The workspace records only while none of its commands runs, so nothing writes
+either tree between the stamps and the line. Modification times are carried by
+:func:`replace_path` but are not changes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 from pathlib import Path
 
 from sprawl_orch.changes.changes import ChangeEntry
-from sprawl_orch.changes.record import kind_of, norm_mode
+from sprawl_orch.changes.record import fs_now_ns, kind_of, norm_mode
 from sprawl_orch.copy.fileops import CHUNK
 from sprawl_orch.copy.sync import delete_path
+from sprawl_orch.core import fs_clock
 
 Listing = dict[str, os.stat_result]
 
 
 def scan(root: Path) -> Listing:
-    """lstat of every entry under ``root`` by "/"-separated relative path, parents first."""
+    """lstat of every entry under ``root`` by "/"-separated relative path (unordered)."""
     out: Listing = {}
     stack = [("", str(root))]
     while stack:
@@ -39,12 +46,12 @@ def scan(root: Path) -> Listing:
         except FileNotFoundError:
             continue
         with it:
-            for entry in sorted(it, key=lambda e: e.name):
+            for entry in it:
                 st = entry.stat(follow_symlinks=False)
                 out[prefix + entry.name] = st
                 if stat.S_ISDIR(st.st_mode):
                     stack.append((prefix + entry.name, entry.path))
-    return dict(sorted(out.items()))
+    return out
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
@@ -85,14 +92,57 @@ def _mode(st: os.stat_result) -> str:
     return f"{stat.S_IMODE(st.st_mode):04o}"
 
 
-def diff(new_root: Path, old_root: Path) -> list[ChangeEntry]:
-    """What ``new_root`` changed relative to ``old_root``, as `changes` lists it."""
+def _stamp(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
+
+
+class Clean:
+    """Pairs of equal files by their stamps, trusted below ``line`` (see the docstring)."""
+
+    def __init__(self, pairs: dict[str, list[int]] | None = None, line: int = 0) -> None:
+        self.pairs = pairs or {}
+        self.line = line
+
+    def vouches(self, rel: str, a: os.stat_result, b: os.stat_result) -> bool:
+        was = self.pairs.get(rel)
+        return (
+            was is not None
+            and max(a.st_ctime_ns, b.st_ctime_ns) < self.line
+            and was == _stamp(a) + _stamp(b)
+        )
+
+    def dump(self) -> str:
+        return json.dumps({"line": self.line, "pairs": self.pairs})
+
+    @classmethod
+    def load(cls, text: str) -> Clean:
+        try:
+            data = json.loads(text)
+            return cls({str(k): list(v) for k, v in data["pairs"].items()}, int(data["line"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return cls()
+
+
+def diff(
+    new_root: Path, old_root: Path, clean: Clean | None = None, learn: Clean | None = None
+) -> list[ChangeEntry]:
+    """What ``new_root`` changed relative to ``old_root``, as `changes` lists it. ``clean``
+    vouches for equal files by stamp; ``learn``, when given, gets every regular file pair
+    found equal now, and its line (call only while nothing writes either tree)."""
     new, old = scan(new_root), scan(old_root)
     out: list[ChangeEntry] = []
+    clean = clean or Clean()
     for rel in sorted(new.keys() | old.keys()):
         a, b = new.get(rel), old.get(rel)
-        if a is not None and b is not None and same_entry(new_root, a, old_root, b, rel):
-            continue
+        if a is not None and b is not None:
+            if stat.S_ISREG(a.st_mode) and clean.vouches(rel, a, b):
+                if learn is not None:
+                    learn.pairs[rel] = _stamp(a) + _stamp(b)
+                continue
+            if same_entry(new_root, a, old_root, b, rel):
+                if learn is not None and stat.S_ISREG(a.st_mode):
+                    learn.pairs[rel] = _stamp(a) + _stamp(b)
+                continue
         kind = kind_of(a.st_mode) if a is not None else None
         was = kind_of(b.st_mode) if b is not None else None
         if a is None:
@@ -121,6 +171,12 @@ def diff(new_root: Path, old_root: Path) -> list[ChangeEntry]:
                 target=os.readlink(new_root / rel) if kind == "link" else None,
             )
         )
+    if learn is not None:
+        # Taken after every stamp above; 0 (trust nothing) where fs_clock does not know the
+        # filesystem: there a write need not move the ctime.
+        dev = os.stat(new_root).st_dev
+        known = fs_clock.granularity_ns(dev) is not None
+        learn.line = fs_now_ns(new_root.parent) if known else 0
     return out
 
 
