@@ -6,8 +6,13 @@ new bytes, copied out of the copy right after the command, so the next sync cann
 It is written under a temporary name and renamed into place whole.
 
 The store is bounded by ``budget`` bytes: keeping a command's changes drops the oldest kept
-ones until it fits, and the result names what was dropped; a command whose changes alone are
-larger is not kept (its result says so). A dropped or fully applied handle leaves a one-line
+ones **of the same working directory** until it fits, and the result names what was
+dropped. Another working directory's kept changes are another agent's unapplied work: one
+command's 900 MB sparse file (its blob is written out whole) evicted every older kept
+change of every working directory (issue 30). When they are in the way, the command loses
+the keeping of its own changes instead, and its result says so, naming the budget and how
+much the other working directories hold. A command whose changes alone are larger than the
+budget is not kept either. A dropped or fully applied handle leaves a one-line
 ``<handle>.gone`` so `apply` can say what happened to it.
 """
 
@@ -91,8 +96,8 @@ def _copy_blob(copy_fd: int, rel: str, dest: Path) -> int:
         return out.tell()
 
 
-def _usage(root: Path) -> list[tuple[float, str, int]]:
-    """(made, handle, bytes) of every kept handle, oldest first."""
+def _usage(root: Path) -> list[tuple[float, str, int, str]]:
+    """(made, handle, bytes, working directory) of every kept handle, oldest first."""
     kept = []
     for entry in os.scandir(root):
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
@@ -100,7 +105,9 @@ def _usage(root: Path) -> list[tuple[float, str, int]]:
         try:
             with open(Path(entry.path) / MANIFEST) as f:
                 head = json.load(f)
-            kept.append((float(head["made"]), entry.name, int(head["stored_bytes"])))
+            kept.append(
+                (float(head["made"]), entry.name, int(head["stored_bytes"]), str(head["workdir"]))
+            )
         except (OSError, ValueError, KeyError):
             continue
     return sorted(kept)
@@ -191,9 +198,23 @@ def keep(
         _sweep(root)
         usage = _usage(root)
         total = sum(u[2] for u in usage)
-        for _, old, size in usage:
+        others = sum(u[2] for u in usage if u[3] != str(workdir))
+        if others + stored > budget:
+            # Room only by dropping other working directories' unapplied changes: never.
+            shutil.rmtree(tmp, ignore_errors=True)
+            notes.append(
+                f"not kept for apply: {stored} bytes of changed files do not fit the changes "
+                f"budget of {budget} bytes ([state] changes_budget_bytes) beside the "
+                f"{others} bytes of unapplied changes other working directories keep, "
+                "which a command never drops; apply or drop those (`sprawl-orch apply "
+                "HANDLE` / `--drop`), or raise the budget"
+            )
+            return Changes.of(entries, note="; ".join(notes), **fields)
+        for _, old, size, where in usage:
             if total + stored <= budget:
                 break
+            if where != str(workdir):
+                continue
             drop(
                 root,
                 old,

@@ -19,6 +19,9 @@ from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.engines.engine import IMAGE_ID, EngineName
 
 CONFIG_NAME = "sprawl.toml"
+# Defaults of [state] output_keep_bytes / output_budget_bytes (runs/output_keep.py).
+KEEP_BYTES = 16 * 1024 * 1024
+BUDGET_BYTES = 256 * 1024 * 1024
 
 ArmSpelling = Literal["auto", "container", "native", "copied_tree", "none", "python"]
 ARM_SPELLINGS: tuple[str, ...] = ("auto", "container", "native", "copied_tree", "none", "python")
@@ -210,6 +213,10 @@ class StateConfig(_Strict):
     ledger: Path | None = None
     # Kept changes of finished commands (change_store.py), dropped oldest first past this.
     changes_budget_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
+    # A long stream's full text kept as the way back (output_keep.py): at most this many
+    # bytes per stream of a command, and this much in kept-output/, oldest dropped first.
+    output_keep_bytes: int = Field(default=KEEP_BYTES, ge=0)
+    output_budget_bytes: int = Field(default=BUDGET_BYTES, ge=0)
 
 
 class Config(_Strict):

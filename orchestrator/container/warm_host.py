@@ -5,8 +5,12 @@ being new must be made true again, from outside, where the command cannot interf
 
 - processes: the container's members are the union of its own cgroup's `cgroup.procs` and
   every host process whose pid namespace is the container's (`/proc/<pid>/ns/pid`), so a
-  `setsid` or double-forked process is found whatever its process group. Everything but the
-  idle init (the baseline, pinned by pid and start time) is SIGKILLed until none is left.
+  `setsid` or double-forked process is found whatever its process group. The cgroup is
+  frozen first (warm_freeze.py): a process that keeps forking cannot outrun a listing taken
+  while nothing can fork. Everything but the idle init (the baseline, pinned by pid and
+  start time) is SIGKILLed, the cgroup thawed, and the reset is done only once the
+  container holds nothing but the init. Without a freezer a kill can be outrun: a command
+  that left any process gets its container replaced (`unfrozen_kill`).
 - writable places: every rw tmpfs/mqueue mount of the container (from its init's
   mountinfo: /tmp, /dev/shm, /dev/mqueue, podman's /run and /var/tmp, …) is snapshotted when
   the container is made; after each command whatever is new is deleted (through
@@ -29,12 +33,16 @@ from pathlib import Path
 
 import psutil
 
+from sprawl_orch.container.warm_freeze import Freezer
 from sprawl_orch.runs.cgroup_counters import read_counter
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Mount types a command can write into without privileges (bind mounts are only the copy).
 WRITABLE_TYPES = ("tmpfs", "mqueue")
 KILL_ROUNDS = 50
+# Freeze-kill-thaw rounds, and how long the killed may take to be reaped by the init.
+FROZEN_ROUNDS = 3
+QUIET_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,10 @@ class HostView:
     writable: tuple[str, ...]
     mounts: frozenset[str] = frozenset()
     snapshot: dict[str, dict[str, Entry]] = field(default_factory=dict)
+    freezer: Freezer | None = None
+    # Set when processes were killed without a freezer (a kill that can be outrun): the
+    # container is not trusted with another command. Cleared by WarmRun per command.
+    unfrozen_kill: bool = False
 
     @classmethod
     def of(cls, init: int, workdir: str) -> HostView:
@@ -74,6 +86,7 @@ class HostView:
             frozenset(points),
         )
         view.snapshot = {m: view._walk(m) for m in view.writable}
+        view.freezer = Freezer.of(init)
         return view
 
     # -- processes ------------------------------------------------------------------------
@@ -82,6 +95,8 @@ class HostView:
         for procs in self.procs_files:
             with contextlib.suppress(OSError, ValueError):
                 found |= {int(x) for x in procs.read_text().split()}
+        if self.freezer is not None:
+            found |= self.freezer.members()
         for name in os.listdir("/proc"):
             if name.isdigit():
                 with contextlib.suppress(OSError):
@@ -111,17 +126,48 @@ class HostView:
         return False
 
     def kill_strays(self) -> bool:
-        """SIGKILL every stray until none is left (a fork racing the kill is met in the next
-        round; the pids limit bounds it). False when some survived every round."""
+        """Kill every process a command started; True once the container holds nothing but
+        the idle init. False when some survived (the container must then be replaced)."""
+        if self.freezer is None:
+            return self._kill_unfrozen()
+        for _ in range(FROZEN_ROUNDS):
+            if not self.freezer.freeze():
+                continue
+            try:
+                # Frozen: nothing forks, so this listing is every member there is.
+                for pid in self.strays():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            finally:
+                self.freezer.thaw()
+            if self._quiet():
+                return True
+        return False
+
+    def _quiet(self) -> bool:
+        """Wait until the killed are gone (reaped by the init, to which they were
+        reparented): the next command starts only in a container holding the init alone."""
+        deadline = time.monotonic() + QUIET_SECONDS
+        while self.strays():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def _kill_unfrozen(self) -> bool:
+        """SIGKILL every stray until none is seen (a fork racing the kill is met in the next
+        round; the pids limit bounds it). A listing can miss a generation born after it, so
+        having killed anything at all makes `unfrozen_kill` true: not to be reused."""
         for _ in range(KILL_ROUNDS):
             strays = self.strays()
             if not strays:
-                return True
+                return not self.unfrozen_kill
+            self.unfrozen_kill = True
             for pid in strays:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.002)
-        return not self.strays()
+        return False
 
     def baseline_intact(self) -> bool:
         for pid, started in self.baseline:

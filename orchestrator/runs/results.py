@@ -15,7 +15,6 @@ reads exactly that).
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,8 +25,9 @@ from sprawl_orch.changes.changes import Changes
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.runs.launch import Finished
+from sprawl_orch.runs.output_keep import OUTPUT_CAP, OutputKeeping
 
-OUTPUT_CAP = 64 * 1024
+__all__ = ["OUTPUT_CAP"]
 
 Outcome = Literal["settled", "backgrounded", "exceptional"]
 
@@ -90,6 +90,9 @@ class ExecResult(BaseModel):
     confinement: Confinement | None = None
     work: FileWork | None = None
     changes: Changes | None = None  # what the command changed in its copy (changes.py)
+    # A stream past OUTPUT_CAP: its size, what of it was kept (output_keep.py), the kept
+    # outputs dropped to stay within the budget, and why none was kept if so.
+    kept_output: dict[str, Any] | None = None
     container: dict[str, Any] | None = None
     run: str = "default"
     duration_ms: float | None = None
@@ -144,23 +147,10 @@ class ExecResult(BaseModel):
 
 def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
     """The first OUTPUT_CAP bytes as text; when the stream was longer, the file is
-    moved to `keep_dir` (if given) and its path returned as the way back."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            head = handle.read(OUTPUT_CAP)
-    except FileNotFoundError:
-        return "", None
-    text = head.decode("utf-8", errors="replace")
-    if size <= OUTPUT_CAP:
-        return text, None
-    full = path
-    if keep_dir is not None:
-        keep_dir.mkdir(parents=True, exist_ok=True)
-        full = keep_dir / path.name
-        shutil.move(path, full)
-    note = f"\n[cut at {OUTPUT_CAP} of {size} bytes; the full text is in {full}]"
-    return text + note, str(full)
+    moved to `keep_dir` (if given, uncut) and its path returned as the way back. Commands'
+    results keep through backlog.py's OutputKeeping, which also bounds what is kept."""
+    got = OutputKeeping(keep_dir or path.parent, keep_bytes=1 << 62).stream(path, keep_dir)
+    return got.text, got.full
 
 
 @dataclass(frozen=True)
@@ -209,6 +199,7 @@ def settled(
     container: dict[str, Any] | None,
     background_handle: str | None,
     changes: Changes | None,
+    kept_output: dict[str, Any] | None = None,
 ) -> ExecResult:
     """It ended (or was killed): `stdout`/`stderr` as read_capped gave them; the memory
     limit counts as hit on the container's OOM kill or the run ceiling's verdict "hit"."""
@@ -231,6 +222,7 @@ def settled(
         handle=background_handle,
         background=background_handle is not None,
         changes=changes,
+        kept_output=kept_output,
         limits_hit=hit,
         **started.fields(),
     )

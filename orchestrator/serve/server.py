@@ -34,6 +34,7 @@ from sprawl_orch.config.state import state_dir
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.runs.backlog import Backlog, RunProcesses
 from sprawl_orch.runs.cgroups import Delegation
+from sprawl_orch.runs.output_keep import keeping
 from sprawl_orch.runs.results import ExecResult, Refusal
 from sprawl_orch.runs.shares import UNSET, Shares
 from sprawl_orch.selection.doctor import DoctorReport, doctor_report
@@ -236,8 +237,8 @@ class Server:
         self._out_lock = threading.Lock()
         self._lock = threading.Lock()
         self.session = backlog.session if backlog else secrets.token_hex(4)
-        keep = state_dir(config, os.environ) / "kept-output"
-        self.backlog = backlog or Backlog(self.session, shares, found=found, keep_root=keep)
+        keep = keeping(config, state_dir(config, os.environ))
+        self.backlog = backlog or Backlog(self.session, shares, found=found, keeping=keep)
         self._tools: dict[str, ExecTool] = {}
         self._offerings = offerings
         self._execs = ThreadPoolExecutor(workers, thread_name_prefix="sprawl-exec")

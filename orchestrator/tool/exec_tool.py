@@ -48,6 +48,9 @@ from sprawl_orch.runs.backlog import Backlog, Pending, RunProcesses
 from sprawl_orch.runs.guardian_client import Guardian, session_guardian
 from sprawl_orch.runs.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.runs.ledger import Ledger
+from sprawl_orch.runs.output_keep import OUTPUT_CAP, claim, keeping, sweep
+from sprawl_orch.runs.output_pipe import CappedStreams
+from sprawl_orch.runs.output_pipe import available as pipes_available
 from sprawl_orch.runs.results import Confinement, ExecResult, exceptional
 from sprawl_orch.runs.shares import UNSET, Shares
 from sprawl_orch.runs.yielding import find_program
@@ -116,11 +119,10 @@ class ExecTool:
             config, self.environ, self.evidence, self.guardian, self._lock, offerings
         )
         self._owns_backlog = backlog is None
-        self.backlog = backlog or Backlog(
-            self.session, shares, keep_root=self.state / "kept-output"
-        )
+        self.backlog = backlog or Backlog(self.session, shares, keeping=keeping(config, self.state))
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
+        self._claim: int | None = None  # output_keep.claim's fd, taken at the first command
         self.copies = ToolCopies(config, self.workdir, self.state)
         self._workspaces: set[str] = set()  # ran a command in: a missing one is gone
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
@@ -265,6 +267,7 @@ class ExecTool:
             cwd = copy.path
             changes = self.copies.changes_hook(arm, copy)
         try:
+            self._claim_outputs()
             join = self.backlog.joining(run)
             n = self.backlog.number()
             outputs = self.outputs_root / str(n)
@@ -283,7 +286,15 @@ class ExecTool:
                 join=join,
                 workdir=self.workdir,
             )
-            running = arm.start(launch)
+            streams = self._streams(outputs, follow)
+            try:
+                running = arm.start(launch)
+            except BaseException:
+                if streams is not None:
+                    streams.stop(0.0)
+                raise
+            if streams is not None:
+                streams.started()
         except BaseException:
             if isinstance(copy, WorkspaceLease):
                 copy.release()
@@ -300,8 +311,21 @@ class ExecTool:
         elif copy is not None:
             lease = copy
             release_copy = lambda: self.copies.release(lease)  # noqa: E731
-        drain = Follower(launch.outputs, *follow).drain if follow is not None else None
-        entry = self.backlog.enter(running, launch, pending, join, release_copy, changes, drain)
+        drain: Callable[[], None] | None = None
+        if follow is not None:
+            # With pipes the pump shows every byte itself (the file holds only the cap);
+            # `drain` still marks the output as shown, so none is kept for the result.
+            drain = (lambda: None) if streams is not None else Follower(outputs, *follow).drain
+        entry = self.backlog.enter(
+            running,
+            launch,
+            pending,
+            join,
+            release_copy,
+            changes,
+            drain,
+            streams_done=None if streams is None else streams.stop,
+        )
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
     def apply(
@@ -362,6 +386,25 @@ class ExecTool:
             found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
 
+    def _streams(
+        self, outputs: Path, follow: tuple[BinaryIO, BinaryIO] | None
+    ) -> CappedStreams | None:
+        """The command's streams through pipes we read (output_pipe.py): what it prints
+        costs the host's disk at most output_keep_bytes per stream (the first OUTPUT_CAP
+        bytes always, for the result itself) while it runs."""
+        if not pipes_available():
+            return None
+        cap = max(self.config.state.output_keep_bytes, OUTPUT_CAP)
+        return CappedStreams(outputs, cap, follow)
+
+    def _claim_outputs(self) -> None:
+        """Mark outputs/<session>/ as this live process's, and remove those of dead ones
+        (a CLI killed by SIGKILL never removes its own: output_keep.py)."""
+        with self._lock:
+            if self._claim is None:
+                self._claim = claim(self.outputs_root)
+                sweep(self.outputs_root.parent, keep=self.outputs_root)
+
     def guardian(self) -> Guardian:
         """The session's guardian (guardian_client.session_guardian), made on the first
         sandboxed command; one per exec tool, not per command, closed with the tool."""
@@ -385,6 +428,9 @@ class ExecTool:
             self._guardian.close()
             self._guardian = None
         shutil.rmtree(self.outputs_root, ignore_errors=True)
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
         return left
 
     def __enter__(self) -> ExecTool:
