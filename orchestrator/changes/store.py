@@ -35,6 +35,7 @@ from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.record import SyncRecord
 from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import private_dirs, private_file
 
 BUDGET = 1024 * 1024 * 1024
 MANIFEST = "changes.json"
@@ -57,8 +58,10 @@ def _check_handle(handle: str) -> None:
 
 @contextmanager
 def locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(root / ".lock", "a") as lock:
+    private_dirs(root)
+    with os.fdopen(
+        private_file(root / ".lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a"
+    ) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -91,7 +94,7 @@ def _copy_blob(copy_fd: int, rel: str, dest: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
-    with src, open(dest, "wb") as out:
+    with src, os.fdopen(private_file(dest), "wb") as out:
         shutil.copyfileobj(src, out, 1 << 20)
         return out.tell()
 
@@ -150,9 +153,9 @@ def keep(
     fields: dict[str, Any] = {"handle": handle}
     if not entries:
         return Changes.of(entries, **fields)
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(root)
     tmp = root / f".{handle}.{secrets.token_hex(4)}"
-    (tmp / "blobs").mkdir(parents=True)
+    private_dirs(tmp / "blobs")
     blobs: dict[str, str] = {}
     stored = 0
     lost: list[str] = []
@@ -183,7 +186,7 @@ def keep(
         "source_trusted_below_ns": record.source_line_ns,
         "blobs": blobs,
     }
-    with open(tmp / MANIFEST, "w") as f:
+    with os.fdopen(private_file(tmp / MANIFEST), "w") as f:
         json.dump(manifest, f)
     notes = [f"the new bytes of {', '.join(lost)} could not be read"] if lost else []
     dropped: list[str] = []

@@ -284,6 +284,7 @@ class ContainerArm:
             workdir=launch.workdir,
             limits=admission.limits_enforced,
             gvisor=admission.gvisor,
+            seccomp=admission.seccomp,
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {
@@ -319,6 +320,7 @@ class ContainerArm:
                 workdir=launch.workdir,
                 enforced=admission.limits_enforced,
                 gvisor=admission.gvisor,
+                seccomp=admission.seccomp,
             )
             inspect = engine.inspect(container)
             if init_user is not None:

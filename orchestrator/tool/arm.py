@@ -81,6 +81,7 @@ class ToolArm:
                     self.config,
                     evidence=self.evidence,
                     watcher=self._watcher(),
+                    environ=self.environ,
                 )
             return self._arm
 

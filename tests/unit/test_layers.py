@@ -31,7 +31,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # guardian client speaks it (design §4): the protocol module alone, not the guardian.
     "runs": ("core", "engines", "copy", "changes", "config", "guardian.protocol"),
     # The arms start runs (launch) and read cgroup counters; the rest of runs/ stands above them.
-    "container": ("core", "engines", "config", "runs.launch", "runs.cgroup_counters"),
+    # The warm reset removes what a command left in the container's /tmp with the copy's own
+    # fd-based tree removal (a 1500-deep tree broke shutil.rmtree's recursion).
+    "container": ("core", "engines", "copy", "config", "runs.launch", "runs.cgroup_counters"),
     "native_fallbacks": ("core", "config", "runs.launch", "runs.process", "runs.yielding"),
     "images": ("core", "engines", "config"),
     "selection": ("core", "engines", "config", "runs", "container", "native_fallbacks"),
