@@ -178,7 +178,9 @@ class Flow:
         if not addresses:
             raise Refused(f"{self.host} resolves to no address", 502)
         for candidate in addresses:
-            bad = refused(candidate, listed, own)
+            bad = self.proxy.rules.denied_address(candidate, self.port) or refused(
+                candidate, listed, own
+            )
             if bad is not None:
                 raise Refused(f"{self.host} resolves to {bad}")
         errors: list[str] = []

@@ -147,6 +147,14 @@ class Rules:
             return "an IP literal not in the allow list"
         return "not in the allow list"
 
+    def denied_address(self, address: IpAddress, port: int) -> str | None:
+        """Why a *resolved* address is denied, or None: a denied IP literal wins over the
+        allowed name that resolved to it, as deny wins everywhere else."""
+        for entry in self.deny:
+            if entry.address is not None and entry.matches(str(address), port):
+                return f"denied by {entry.text!r}"
+        return None
+
     def listed_addresses(self, port: int | None = None) -> frozenset[IpAddress]:
         """IP literals the allow list names (and the deny list does not) for `port`: the only
         way a refused range (loopback, private, metadata, ...) becomes reachable. An entry's

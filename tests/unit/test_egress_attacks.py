@@ -325,3 +325,19 @@ def test_connections_are_capped(make_proxy: Make) -> None:
         sock.close()
     capped = [r for r in _records(proxy) if "connections open" in r.reason]
     assert len(capped) == 1 and not capped[0].allowed
+
+
+def test_a_denied_address_wins_over_the_name_resolving_to_it(
+    make_proxy: Make, plain_up: Upstream
+) -> None:
+    # Was a break: a denied IP literal was checked against names only, so an allowed name
+    # resolving to that address was connected to. The host's own address stands in for a
+    # public one (never an outside host); the deny is what the refusal names.
+    own = sorted(str(a) for a in host_addresses() if not a.is_loopback)[0]
+    resolve, _ = _fixed(own)
+    proxy, address = make_proxy("pkg.example.org", deny=(own,), resolve=resolve)
+    status, sock = connect_through(address, f"pkg.example.org:{plain_up.port}")
+    sock.close()
+    assert status == 403
+    (record,) = _records(proxy)
+    assert f"denied by {own!r}" in record.reason and record.address is None
