@@ -140,18 +140,21 @@ def exec_command(
     # One call per process: the state directory's shared guardian, not one of our own.
     from sprawl_orch.cli.copy_progress import copy_progress
 
-    with (
-        copy_progress(as_json) as progress,
-        ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool,
-    ):
-        result = tool.exec(
-            command,
-            shell=shell,
-            where=where,  # type: ignore[arg-type]
-            timeout=timeout,
-            background_ok=False,
-            follow=follow,
-        )
+    try:
+        with (
+            copy_progress(as_json) as progress,
+            ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool,
+        ):
+            result = tool.exec(
+                command,
+                shell=shell,
+                where=where,  # type: ignore[arg-type]
+                timeout=timeout,
+                background_ok=False,
+                follow=follow,
+            )
+    except SprawlError as err:  # the tool refused its place (a state directory in the tree)
+        result = exceptional("unavailable", err, command=command, shell=shell, where=where)
     _finish(result, as_json)
 
 

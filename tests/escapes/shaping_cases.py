@@ -204,7 +204,8 @@ CASES: tuple[Case, ...] = (
     ),
 )
 
-# Known breaks, reported for the lead to assign (test_shaping.py marks them xfail, strict).
+# A refused command changes nothing of the tree (issue 30: it wrote the ledger and a copy's
+# lock and meta.json into it).
 REFUSED_LEAVES_TREE = Case(
     "refused-command-leaves-the-tree-unchanged",
     ("linux_namespaces",),
