@@ -44,6 +44,7 @@ from pathlib import Path
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_namespace
 from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.core.environment import host_side_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
@@ -99,9 +100,11 @@ def bwrap_argv(
     *,
     home: str | None = None,
     seccomp_fd: int | None = None,
+    env_fd: int | None = None,
 ) -> list[str]:
     """The wrapped command. Pure: the same inputs give the same list. `copy` None: nothing
-    is mounted at `workdir` (the probe), the command still starts there."""
+    is mounted at `workdir` (the probe), the command still starts there. `env_fd`: the
+    command's environment as bwrap arguments (env_args), read by bwrap from that fd."""
     where = str(workdir)
     out = [bwrap, *NAMESPACE_FLAGS, "--dev", "/dev", "--proc", "/proc"]
     for place in PRIVATE_TMPFS:
@@ -121,8 +124,33 @@ def bwrap_argv(
     out += ["--chdir", where, "--remount-ro", "/"]
     if seccomp_fd is not None:
         out += ["--seccomp", str(seccomp_fd)]
+    if env_fd is not None:
+        out += ["--args", str(env_fd)]
     out += ["--", *argv]
     return out
+
+
+def env_args(env: Mapping[str, str]) -> bytes:
+    """The command's environment as bwrap reads it from `--args FD`: cleared, then each name
+    set. bwrap itself runs with host_side_env (issue 30: the command's LD_PRELOAD loaded into
+    bwrap on the host). Through an fd, not argv: /proc/<pid>/cmdline is readable by every
+    account on the host, a passed credential's value would be there."""
+    words = ["--clearenv"]
+    for name, value in env.items():
+        words += ["--setenv", name, value]
+    return b"".join(os.fsencode(w) + b"\0" for w in words)
+
+
+def open_env_fd(env: Mapping[str, str]) -> int:
+    """A fresh memfd holding env_args(env) at offset 0 (closed by the caller once started)."""
+    fd = os.memfd_create("sprawl-env", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, env_args(env))
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _true() -> str:
@@ -236,12 +264,20 @@ class BwrapArm(CopiedTreeArm):
         workdir: Path,
         env: Mapping[str, str],
         seccomp_fd: int | None,
+        env_fd: int | None = None,
     ) -> list[str]:
         view = command_view(env, workdir, copy, self._system, self._guard)
         if self.user is not None:
             self.give(copy, view)
         return bwrap_argv(
-            self.bwrap, view, copy, workdir, argv, home=env.get("HOME"), seccomp_fd=seccomp_fd
+            self.bwrap,
+            view,
+            copy,
+            workdir,
+            argv,
+            home=env.get("HOME"),
+            seccomp_fd=seccomp_fd,
+            env_fd=env_fd,
         )
 
     def give(self, copy: Path, view: View) -> None:
@@ -261,20 +297,25 @@ class BwrapArm(CopiedTreeArm):
                 f"no seccomp program for this machine: {err}",
                 'use a container arm, or ask for arm = "copied_tree"',
             ) from err
+        fds = [fd]
         try:
+            fds.append(open_env_fd(launch.env))
             argv = yield_prefix(self.yielders) + self.argv_for(
-                launch.argv, launch.cwd, workdir, launch.env, fd
+                launch.argv, launch.cwd, workdir, launch.env, fd, fds[1]
             )
+            # The command's environment goes in through the fd; what runs on the host (the
+            # gate's sh, ionice, nice, bwrap) gets ours.
             return HostProcess(
                 argv,
                 launch.cwd,
-                launch.env,
+                host_side_env(),
                 launch.outputs,
                 join=launch.join,
                 watcher=launch.watcher,
-                pass_fds=(fd,),
+                pass_fds=tuple(fds),
                 user=self.user,
             )
         finally:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            for each in fds:
+                with contextlib.suppress(OSError):
+                    os.close(each)

@@ -123,7 +123,8 @@ def run_row(scene: Scene, case: Case, row: str, monkeypatch: pytest.MonkeyPatch)
 
 def exec_api(scene: Scene, text: str) -> dict[str, Any]:
     try:
-        with ExecTool(parse_config(scene.data), scene.tree) as tool:
+        environ = {**os.environ, **scene.tool_env}
+        with ExecTool(parse_config(scene.data), scene.tree, environ=environ) as tool:
             result = tool.exec(["sh", "-c", text], timeout=TIMEOUT_S, background_ok=False)
     except SprawlError as err:  # the tool refused its place: the API's refusal
         return {"outcome": "exceptional", "code": err.code.value, "detail": err.detail}
