@@ -44,6 +44,7 @@ from pathlib import Path
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_namespace
 from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.core.credential_places import make_guard
 from sprawl_orch.core.environment import host_side_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
@@ -52,7 +53,6 @@ from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
 from sprawl_orch.native_fallbacks.sandbox_uid import grant_search, sandbox_uid
 from sprawl_orch.native_fallbacks.seccomp_filter import SeccompUnsupported, program_fd
-from sprawl_orch.native_fallbacks.view_guard import make_guard
 from sprawl_orch.runs.launch import Launch, Running
 from sprawl_orch.runs.process import HostProcess
 from sprawl_orch.runs.yielding import Yielders, yield_prefix

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from sprawl_orch.native_fallbacks.view_guard import Guard, make_guard
+from sprawl_orch.core.credential_places import Guard, make_guard
 from sprawl_orch.native_fallbacks.view_tools import (
     TOOL_DIR_NAMES,
     pyenv_parts,

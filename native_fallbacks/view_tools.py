@@ -21,8 +21,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
-from sprawl_orch.native_fallbacks.view_guard import Guard
 
 TOOL_DIR_NAMES = frozenset({"bin", "sbin", "shims"})
 PYENV_CODE: tuple[str, ...] = ("libexec", "bin", "shims", "pyenv.d", "plugins")

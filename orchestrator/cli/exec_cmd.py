@@ -80,6 +80,11 @@ def _say(result: ExecResult) -> None:
         click.echo(
             f"sprawl-orch: left out of the copy ([sandbox.copy] exclude): {left_out}", err=True
         )
+    if result.work is not None:
+        for left in result.work.refused_links:
+            click.echo(
+                f"sprawl-orch: left out of the copy (a link out of the tree): {left}", err=True
+            )
     if result.changes is not None and result.changes.total:
         click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
 

@@ -121,7 +121,7 @@ class ExecTool:
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
         self._claim: int | None = None  # output_keep.claim's fd, taken at the first command
-        self.copies = ToolCopies(config, self.workdir, self.state)
+        self.copies = ToolCopies(config, self.workdir, self.state, self.environ.get("HOME"))
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure; never fails a command. (No surface prints it yet.)
         self.ledger_problem: str | None = None

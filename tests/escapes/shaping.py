@@ -48,6 +48,7 @@ class Scene:
     data: dict[str, Any] = field(default_factory=dict)  # the config, changed by the case
     chdir: bool = False  # the orchestrator runs with the tree as its cwd (as `exec` does)
     before: frozenset[str] = frozenset()  # the tree's paths once planted
+    cleanup: list[Callable[[], None]] = field(default_factory=list)  # run once judged
 
     @property
     def secret(self) -> str:
@@ -335,3 +336,28 @@ def control_preload(scene: Scene) -> str:
 def preloaded_on_host(scene: Scene, out: str) -> str | None:
     ran = sorted(p.name for p in scene.out.glob("preloaded-*"))
     return f"the command's LD_PRELOAD loaded into host processes: {ran}" if ran else None
+
+
+# -- a link in the tree out of it, to the caller's credentials or root's /etc/shadow -----------
+def credential_dir(scene: Scene) -> Path:
+    # ~/.config: one of the credential places every home has (core.credential_places.SECRETS)
+    return Path.home() / ".config" / f"sprawl-shaping-{scene.tok}"
+
+
+def plant_link_to_credentials(scene: Scene) -> None:
+    where = credential_dir(scene)
+    where.mkdir(mode=0o700, parents=True)
+    scene.cleanup.append(lambda: shutil.rmtree(where, ignore_errors=True))
+    key = where / "credentials"
+    key.write_text(f"{scene.secret}\n")
+    key.chmod(0o600)
+    (scene.tree / "k").symlink_to(key)
+
+
+def plant_link_to_shadow(scene: Scene) -> None:
+    (scene.tree / "k").symlink_to("/etc/shadow")
+
+
+def shadow_out(scene: Scene, out: str) -> str | None:
+    first = Path("/etc/shadow").read_text().splitlines()[0]
+    return "root's /etc/shadow is in the command's output" if first in out else None

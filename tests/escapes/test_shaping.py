@@ -98,6 +98,8 @@ def scene_for(case: Case, row: str, tmp: Path, request: pytest.FixtureRequest) -
         case.plant(scene)
         yield scene
     finally:
+        for undo in scene.cleanup:
+            undo()
         shutil.rmtree(out, ignore_errors=True)
         shm_file(scene).unlink(missing_ok=True)
 
