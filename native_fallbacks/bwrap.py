@@ -48,6 +48,7 @@ from sprawl_orch.core.credential_places import make_guard
 from sprawl_orch.core.environment import host_side_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
+from sprawl_orch.native_fallbacks.bwrap_hold import Hold
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
@@ -199,6 +200,10 @@ def user_namespace_works(bwrap: str) -> tuple[bool, str]:
 
 class BwrapArm(CopiedTreeArm):
     name: ArmName = ArmName.LINUX_NAMESPACES
+    egress_reach = (
+        "a listener on 127.0.0.1 inside the command's network namespace (bwrap holds the "
+        "command on --block-fd until it exists)"
+    )
 
     def __init__(
         self,
@@ -297,25 +302,31 @@ class BwrapArm(CopiedTreeArm):
                 f"no seccomp program for this machine: {err}",
                 'use a container arm, or ask for arm = "copied_tree"',
             ) from err
+        hold = Hold() if launch.egress is not None else None
         fds = [fd]
         try:
             fds.append(open_env_fd(launch.env))
-            argv = yield_prefix(self.yielders) + self.argv_for(
-                launch.argv, launch.cwd, workdir, launch.env, fd, fds[1]
-            )
+            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd, fds[1])
+            if hold is not None:
+                argv = argv[:1] + hold.flags() + argv[1:]
             # The command's environment goes in through the fd; what runs on the host (the
             # gate's sh, ionice, nice, bwrap) gets ours.
-            return HostProcess(
-                argv,
+            process = HostProcess(
+                yield_prefix(self.yielders) + argv,
                 launch.cwd,
                 host_side_env(),
                 launch.outputs,
                 join=launch.join,
                 watcher=launch.watcher,
-                pass_fds=tuple(fds),
+                pass_fds=(*fds, *(hold.fds() if hold else ())),
                 user=self.user,
             )
         finally:
             for each in fds:
                 with contextlib.suppress(OSError):
                     os.close(each)
+            if hold is not None:
+                hold.close_theirs()
+        if hold is None or launch.egress is None:
+            return process
+        return hold.release(process, launch.egress)

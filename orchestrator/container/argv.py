@@ -291,10 +291,17 @@ def create_argv(
     workdir: Path | None = None,
     limits: bool = True,
     gvisor: bool = False,
+    seccomp: str | None = None,
+    read_only: Sequence[tuple[str, str]] = (),
+    entrypoint: str | None = None,
     env_file: Path | None = None,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
-    the copy mounted at `workdir`'s path (`destination_of`); the values in `env_file`."""
+    the copy mounted at `workdir`'s path (`destination_of`); `seccomp`: the profile file
+    (seccomp_profile.py) in place of the engine's default. `read_only`: (host path,
+    container path) binds added read-only (the egress hold, trust = "host"'s CA bundle);
+    `entrypoint`: the image's replaced (the egress hold's static shell); the values in
+    `env_file`."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)
     where = destination_of(copy, workdir)
@@ -352,11 +359,16 @@ def create_argv(
         "ALL",
         "--security-opt",
         "no-new-privileges",
+        *(("--security-opt", f"seccomp={seccomp}") if seccomp else ()),
         "--mount",
         f"type=bind,src={copy},dst={where}",
         "--workdir",
         where,
     ]
+    for source, target in read_only:
+        out += ["--mount", f"type=bind,src={source},dst={target},readonly"]
+    if entrypoint is not None:
+        out += ["--entrypoint", entrypoint]
     if env_file is not None:
         out += ["--env-file", str(env_file)]
     else:

@@ -67,6 +67,10 @@ def parse_facts(info: Mapping[str, Any], version: Mapping[str, Any]) -> EngineFa
         default_runtime=str(info.get("DefaultRuntime") or "runc"),
         runtimes=runtimes,
         runtime_paths=tuple((r, str((registered[r] or {}).get("path") or "")) for r in runtimes),
+        runtime_args=tuple(
+            (r, " ".join(str(a) for a in (registered[r] or {}).get("runtimeArgs") or []))
+            for r in runtimes
+        ),
         security_options=options,
         warnings=tuple(str(w) for w in info.get("Warnings") or []),
         root_dir=str(info.get("DockerRootDir") or ""),

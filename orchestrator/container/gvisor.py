@@ -69,12 +69,19 @@ def runsc_path(path: str | None = None) -> str | None:
     return host_which(RUNSC, path)
 
 
+# gVisor loads the container's OCI seccomp profile (sprawl-orch's, seccomp_profile.py) only
+# with this flag; without it the profile is in the spec and nothing applies it (runsc
+# 0.0~20221219: socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT) and io_uring_setup succeeded).
+OCI_SECCOMP = "--oci-seccomp"
+RUNTIME_ARGS: tuple[str, ...] = ("--network=none", OCI_SECCOMP)
+
+
 def wrapper_text(runsc: str) -> str:
-    return f'#!/bin/sh\nexec {runsc} --network=none "$@"\n'
+    return f'#!/bin/sh\nexec {runsc} {" ".join(RUNTIME_ARGS)} "$@"\n'
 
 
 def ensure_wrapper(state: Path, runsc: str) -> Path:
-    """The wrapper in `state` exec'ing `runsc` with --network=none; (re)written when absent
+    """The wrapper in `state` exec'ing `runsc` with RUNTIME_ARGS; (re)written when absent
     or different, mode 0755, by atomic rename."""
     target = state / WRAPPER_NAME
     want = wrapper_text(runsc)

@@ -78,6 +78,7 @@ def parse_facts(info: Mapping[str, Any], installed: Sequence[str] = ()) -> Engin
         ),
         uid_map=_id_map(mappings.get("uidmap")),
         gid_map=_id_map(mappings.get("gidmap")),
+        seccomp_profile=str(security.get("seccompProfilePath") or ""),
     )
 
 
@@ -308,6 +309,22 @@ class PodmanEngine:
         if bundle is None:  # normally known from the verification inspect
             bundle = str(self.inspect(container).get("StaticDir") or "") or None
         return PodmanAttached(self._bin(), container, self._cli_env(), stdout, stderr, bundle)
+
+    def init_pid(self, container: str) -> int:
+        """`podman init`: the container's namespaces exist, its program has not started (OCI
+        create without start); the host pid that holds them (egress/netns.py binds there).
+        conmon starts here, not at `start`: it runs in the bundle for its OOM marker too."""
+        bundle = self._bundles.get(container)
+        done = subprocess.run(
+            [self._bin(), "init", container],
+            env=self._cli_env(),
+            cwd=bundle,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise engine_error("podman", "init", done.stderr, "run the command again")
+        return int(self.inspect(container)["State"]["Pid"])
 
     def kill(self, container: str) -> None:
         done = self._run("kill", "--signal", "KILL", container, check=False)

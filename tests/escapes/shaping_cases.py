@@ -116,10 +116,6 @@ CASES: tuple[Case, ...] = (
             s, "podman", f'grep -q "^Seccomp:[[:space:]]*0" /proc/self/status && echo ESC {s.tok}'
         ),
         refusal_ok=True,
-        xfail='containers.conf seccomp_profile = "unconfined" (CONTAINERS_CONF) runs the podman '
-        "command with no seccomp filter (Seccomp: 0: nested user namespaces mount, every socket "
-        "family) while every axis is claimed; inspect's SecurityOpt does not show it, so verify "
-        "passes. Closed by issue 30's own seccomp profile passed and verified on every create",
     ),
     Case(
         "docker-config-proxies-into-env",
