@@ -84,6 +84,11 @@ def _say(result: ExecResult) -> None:
         click.echo(
             f"sprawl-orch: left out of the copy ([sandbox.copy] exclude): {left_out}", err=True
         )
+    if result.work is not None:
+        for left in result.work.refused_links:
+            click.echo(
+                f"sprawl-orch: left out of the copy (a link out of the tree): {left}", err=True
+            )
     if result.changes is not None and result.changes.total:
         click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
 
@@ -152,19 +157,23 @@ def exec_command(
     # One call per process: the state directory's shared guardian, not one of our own.
     from sprawl_orch.cli.copy_progress import copy_progress
 
-    with (
-        copy_progress(as_json) as progress,
-        ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool,
-    ):
-        result = tool.exec(
-            command,
-            shell=shell,
-            where=where,  # type: ignore[arg-type]
-            window=timeout,  # the CLI kills at its --timeout: a process that exits keeps no backlog
-            background_ok=False,
-            follow=follow,
-            workspace=workspace,
-        )
+    try:
+        with (
+            copy_progress(as_json) as progress,
+            ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool,
+        ):
+            result = tool.exec(
+                command,
+                shell=shell,
+                where=where,  # type: ignore[arg-type]
+                # the CLI kills at its --timeout: a process that exits keeps no backlog
+                window=timeout,
+                background_ok=False,
+                follow=follow,
+                workspace=workspace,
+            )
+    except SprawlError as err:  # the tool refused its place (a state directory in the tree)
+        result = exceptional("unavailable", err, command=command, shell=shell, where=where)
     _finish(result, as_json)
 
 

@@ -222,7 +222,8 @@ class SandboxConfig(_Strict):
     credentials: tuple[str, ...] = ()
     write_limit: Literal["none", "create"] = "none"
     scratch_dir: Path | None = None
-    window_seconds: float = Field(default=600.0, gt=0)
+    # inf passed pydantic's gt=0 and reached the window (issue 30): a finite number only.
+    window_seconds: float = Field(default=600.0, gt=0, allow_inf_nan=False)
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
     network: NetworkConfig = NetworkConfig()

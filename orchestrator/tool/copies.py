@@ -25,6 +25,7 @@ from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.store import CopyStore, Lease, copy_key
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.credential_places import copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.runs.launch import Arm
 
@@ -32,8 +33,15 @@ from sprawl_orch.runs.launch import Arm
 class ToolCopies:
     """The copy slots of one working directory and config, leased one per command."""
 
-    def __init__(self, config: Config, workdir: Path, state: Path) -> None:
+    def __init__(
+        self, config: Config, workdir: Path, state: Path, caller_home: str | None = None
+    ) -> None:
         copies = config.sandbox.copy_
+        # What a link of the tree out of it may bring into the copy (design §5): judged
+        # against the caller's homes and sprawl-orch's own places, as the native view is.
+        scratch = config.sandbox.scratch_dir
+        places = (state, *((scratch.expanduser(),) if scratch is not None else ()))
+        self.guard = copy_guard(caller_home, places)
         self.store = CopyStore(state / "copies", copies.budget_bytes)
         self.bounds = Bounds(copies.max_files, copies.max_bytes, copies.max_depth)
         self.excludes = Excludes(copies.exclude)
@@ -48,7 +56,7 @@ class ToolCopies:
         """A free slot, synced with the working directory now."""
         lease = self.store.lease(self.workdir, copy_key(self.workdir, self.config_json))
         try:
-            work = lease.sync(self.workdir, self.bounds, self.excludes, progress)
+            work = lease.sync(self.workdir, self.bounds, self.excludes, progress, self.guard)
         except BaseException:
             lease.release()  # a refused sync already deleted the half-synced copy
             raise

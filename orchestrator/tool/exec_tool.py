@@ -33,7 +33,7 @@ from sprawl_orch.changes.apply import apply as apply_changes
 from sprawl_orch.changes.changes import Changes
 from sprawl_orch.changes.workspace import Workspace, check_name
 from sprawl_orch.config import Config, load_config, with_warm
-from sprawl_orch.config.state import ledger_path, state_dir
+from sprawl_orch.config.state import ledger_path, refuse_state_in_tree, state_dir
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy.store import Lease
 from sprawl_orch.copy.sync import FileWork
@@ -146,6 +146,8 @@ class ExecTool:
         self._closed = False
         self.progress = progress
         self._guardian: Guardian | None = None
+        # Before prepare_state: a refusal writes nothing into the tree (raised to the caller).
+        refuse_state_in_tree(self.workdir, config, self.environ)
         self.state = prepare_state(state_dir(config, self.environ))
         self.evidence = Evidence(self.state / "admission")
         self._arms = ToolArm(
@@ -156,7 +158,7 @@ class ExecTool:
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
         self._claim: int | None = None  # output_keep.claim's fd, taken at the first command
-        self.copies = ToolCopies(config, self.workdir, self.state)
+        self.copies = ToolCopies(config, self.workdir, self.state, self.environ.get("HOME"))
         self._workspaces: set[str] = set()  # ran a command in: a missing one is gone
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure; never fails a command. (No surface prints it yet.)
