@@ -55,6 +55,7 @@ from sprawl_orch.changes.workspace_diff import Clean, diff, overlaps, replace_pa
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
+from sprawl_orch.core.credential_places import Guard, copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 CLEAN = "clean.json"  # workspace_diff.Clean: equal file pairs of tree and base, by stamp
@@ -157,9 +158,14 @@ class Workspace:
         name: str,
         bounds: Bounds | None = None,
         excludes: Excludes | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.name = check_name(name)
         self.state = Path(state)
+        # What a link of the tree out of it may bring (design §5, issue 30): a workspace's
+        # base and tree are copies like any other; the exec tool passes its own guard, the
+        # CLI's workspace commands get one from the state directory and $HOME.
+        self.guard = guard or copy_guard(os.environ.get("HOME"), (self.state,))
         self.workdir = Path(os.path.realpath(workdir))
         self.dir = workspaces_root(self.state) / workdir_key(self.workdir) / name
         self.bounds = bounds or Bounds()
@@ -277,6 +283,7 @@ class Workspace:
             record=self.dir / STAMPS,
             excludes=self.excludes,
             touched=touched,
+            guard=self.guard,
         )
         return record
 
@@ -287,7 +294,7 @@ class Workspace:
         self._sync_base(None)
         # From base, not the working directory: an edit between the two syncs would
         # otherwise look like the agent's.
-        sync_with_record(self.base, self.tree, self.bounds)
+        sync_with_record(self.base, self.tree, self.bounds, guard=self.guard)
         (self.dir / BASES).mkdir(mode=0o700)
         (self.dir / THEIRS).mkdir(mode=0o700)
         self._save([])

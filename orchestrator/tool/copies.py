@@ -132,7 +132,7 @@ def lease_workspace(copies: ToolCopies, name: str, seen: bool) -> WorkspaceLease
     """Hold workspace ``name`` for one command: the person's edits flow in first (unless
     another command of it runs). ``seen``: this tool ran commands in it before, so a missing
     one is gone (said so), not new."""
-    ws = Workspace(copies.state, copies.workdir, name, copies.bounds, copies.excludes)
+    ws = Workspace(copies.state, copies.workdir, name, copies.bounds, copies.excludes, copies.guard)
     hold = contextlib.ExitStack()
     refresh = hold.enter_context(ws.command(expect=seen))
     refused = _over_budget(ws, copies.store.budget_bytes)

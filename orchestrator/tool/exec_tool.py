@@ -417,7 +417,14 @@ class ExecTool:
         Raises:
             SprawlError: E_CONFIG_INVALID for a bad name.
         """
-        return Workspace(self.state, self.workdir, name, self.copies.bounds, self.copies.excludes)
+        return Workspace(
+            self.state,
+            self.workdir,
+            name,
+            self.copies.bounds,
+            self.copies.excludes,
+            self.copies.guard,
+        )
 
     def discard_workspace(self, name: str) -> None:
         """Drop workspace ``name``; this tool's next command in it starts afresh (it is not
