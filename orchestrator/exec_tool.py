@@ -267,11 +267,27 @@ class ExecTool:
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
     def apply(
-        self, handle: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
+        self,
+        handle: str,
+        paths: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        protected: Sequence[str] = (),
     ) -> ApplyResult:
         """Bring kept changes of a finished command (all, or ``paths``) into the working
-        directory (apply.py); refuses conflicts, links out of the tree."""
-        return apply_changes(self.state, handle, paths, dry_run=dry_run, workdir=self.workdir)
+        directory (apply.py); refuses conflicts, links out of the tree. Protected paths
+        (protected.py) are held unless named in ``protected`` -- pass only what a person
+        chose; `.git` never."""
+        return apply_changes(
+            self.state,
+            handle,
+            paths,
+            dry_run=dry_run,
+            workdir=self.workdir,
+            protected=protected,
+            config=self.config.apply,
+            config_path=self.config.source,
+        )
 
     # -- the backlog ----------------------------------------------------------------
     def harvest(self) -> list[ExecResult]:

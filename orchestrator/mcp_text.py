@@ -12,6 +12,7 @@ from __future__ import annotations
 from sprawl_orch.apply import ApplyItem, ApplyResult
 from sprawl_orch.doctor import DoctorReport
 from sprawl_orch.results import ExecResult
+from sprawl_orch.terminal import safe
 
 
 def _stream(name: str, text: str) -> list[str]:
@@ -79,7 +80,9 @@ def doctor_text(report: DoctorReport) -> str:
 
 
 def _items(verb: str, items: list[ApplyItem]) -> list[str]:
-    return [f"{verb}: {i.change} {i.path}" + (f" ({i.why})" if i.why else "") for i in items]
+    return [
+        f"{verb}: {i.change} {safe(i.path)}" + (f" ({safe(i.why)})" if i.why else "") for i in items
+    ]
 
 
 def apply_text(result: ApplyResult) -> str:
@@ -91,6 +94,13 @@ def apply_text(result: ApplyResult) -> str:
     ]
     lines += _items("would apply" if result.dry_run else "applied", result.applied)
     lines += _items("skipped", result.skipped) + _items("refused", result.refused)
+    lines += _items("held (protected)", result.held)
+    if result.command:
+        lines.append(
+            "protected paths are never applied through MCP (an agent cannot consent for the "
+            f"person); ask the person to review the dry run and run: {result.command}"
+        )
+    lines += [f"warning: {w}" for w in result.warnings]
     if result.diff:
         lines += ["diff:", result.diff.rstrip("\n")]
     return "\n".join(lines)

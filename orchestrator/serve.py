@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from sprawl_orch.apply import ApplyResult, apply
 from sprawl_orch.backlog import Backlog, RunProcesses
@@ -39,6 +39,7 @@ from sprawl_orch.offerings import Offerings
 from sprawl_orch.results import ExecResult, Refusal
 from sprawl_orch.shares import UNSET, Shares
 from sprawl_orch.state import state_dir
+from sprawl_orch.terminal import json_safe
 
 RequestId = str | int
 SCHEMA_HINT = "see `sprawl-orch serve --schema` and docs/serve.md"
@@ -89,6 +90,17 @@ class ApplyRequest(_Request):
         default=[], description="what to apply (and what is beneath it); empty: every change"
     )
     dry_run: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_consent(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "protected" in data:
+            raise ValueError(
+                "protected paths are never applied through serve or MCP: an agent cannot "
+                "consent for the person; the answer's `held` and `command` say what a person "
+                "runs at a terminal to apply them"
+            )
+        return data
 
 
 Request = Annotated[
@@ -262,7 +274,8 @@ class Server:
     def _write(self, response: BaseModel) -> None:
         if self._out is None:  # answers go through dispatch() (mcp_server.py)
             return
-        text = response.model_dump_json() + "\n"
+        # C1 controls and bidi marks a command put in a name, escaped (terminal.py)
+        text = json_safe(response.model_dump_json()) + "\n"
         with self._out_lock:
             try:
                 self._out.write(text)
@@ -300,12 +313,16 @@ class Server:
                 id=request.id, op="processes", runs=self._any_tool().processes()
             )
         if isinstance(request, ApplyRequest):
+            # Never a protected path: the one asking is an agent, which cannot consent for the
+            # person; the answer names what was held and the command the person runs.
             applied = apply(
                 state_dir(self.config, os.environ),
                 request.handle,
                 request.paths or None,
                 dry_run=request.dry_run,
                 workdir=self.workdir,
+                config=self.config.apply,
+                config_path=self.config.source,
             )
             return ApplyResponse(id=request.id, op="apply", result=applied)
         return DoctorResponse(id=request.id, op="doctor", report=self._doctor())

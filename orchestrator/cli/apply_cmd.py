@@ -2,7 +2,10 @@
 working directory (orchestrator/apply.py says what makes it safe).
 
 ``--dry-run`` prints the unified diff (text) or a one-line summary (binary) of what would be
-applied and writes nothing. ``--drop`` forgets the handle's kept changes without applying.
+applied and writes nothing; protected paths come first, under a banner, then new executables.
+A protected path (orchestrator/protected.py) is applied only when named with ``--protected
+PATH`` (repeatable; a file, or a directory for everything beneath it; never `.git`).
+``--drop`` forgets the handle's kept changes without applying.
 Exit status: 0 when nothing chosen was refused, 1 when something was (each refusal is named on
 stderr with its reason and, for a conflict, both stamps), 125 when the handle or the
 directory is wrong.
@@ -13,12 +16,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sprawl_orch.cli.common import refuse
 from sprawl_orch.config import load_config
 from sprawl_orch.errors import SprawlError
+from sprawl_orch.terminal import json_safe, safe
+
+if TYPE_CHECKING:
+    from sprawl_orch.apply import ApplyResult
 
 EXIT_SOME_REFUSED = 1
 
@@ -41,6 +49,14 @@ EXIT_SOME_REFUSED = 1
 @click.option("--dry-run", is_flag=True, help="Print the diff of what would be applied.")
 @click.option("--drop", is_flag=True, help="Forget the handle's kept changes, apply nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the apply result as JSON.")
+@click.option(
+    "--protected",
+    "protected",
+    multiple=True,
+    metavar="PATH",
+    help="Apply this protected path too (a file, or a directory: everything beneath it; "
+    "repeatable; never a glob, never .git). Without it protected paths are held.",
+)
 @click.argument("handle")
 @click.argument("paths", nargs=-1)
 def apply_command(
@@ -49,6 +65,7 @@ def apply_command(
     dry_run: bool,
     drop: bool,
     as_json: bool,
+    protected: tuple[str, ...],
     handle: str,
     paths: tuple[str, ...],
 ) -> None:
@@ -64,32 +81,58 @@ def apply_command(
         state = state_dir(config, os.environ)
         if drop:
             drop_handle(state, handle)
-            click.echo(f"sprawl-orch: the kept changes of {handle} are dropped", err=True)
+            click.echo(f"sprawl-orch: the kept changes of {safe(handle)} are dropped", err=True)
             sys.exit(0)
-        result = apply(state, handle, list(paths) or None, dry_run=dry_run, workdir=workdir)
+        result = apply(
+            state,
+            handle,
+            list(paths) or None,
+            dry_run=dry_run,
+            workdir=workdir,
+            protected=protected,
+            config=config.apply,
+            config_path=config.source,
+        )
     except SprawlError as err:
         refuse(err, as_json)
     if as_json:
-        click.echo(json.dumps(result.as_json_dict(), indent=2))
+        click.echo(json_safe(json.dumps(result.as_json_dict(), indent=2)))
     else:
-        if result.diff:
-            sys.stdout.write(result.diff)
-        verb = "would apply" if dry_run else "applied"
-        for item in result.applied:
-            click.echo(f"sprawl-orch: {verb} {item.change} {item.path}", err=True)
-        for item in result.refused:
-            stamps = ""
-            if item.at_sync or item.now:
-                stamps = f" (stamp at the sync: {item.at_sync}; now: {item.now})"
-            click.echo(f"sprawl-orch: refused {item.path}: {item.why}{stamps}", err=True)
-        if result.skipped:
-            click.echo(
-                f"sprawl-orch: skipped {len(result.skipped)} path(s) not chosen or applied before",
-                err=True,
-            )
-        if result.finished:
-            click.echo(
-                f"sprawl-orch: every change of {handle} is applied; its kept copy is removed",
-                err=True,
-            )
+        _say(result, dry_run)
     sys.exit(EXIT_SOME_REFUSED if result.refused else 0)
+
+
+def _say(result: ApplyResult, dry_run: bool) -> None:
+    """The human lines; every name and reason through terminal.safe (a file name may carry
+    escape sequences). The diff is made safe where it is made (apply_diff.py)."""
+    if result.diff:
+        sys.stdout.write(result.diff)
+    verb = "would apply" if dry_run else "applied"
+    for warning in result.warnings:
+        click.echo(f"sprawl-orch: warning: {safe(warning)}", err=True)
+    for item in result.applied:
+        mark = " (protected, named)" if item.protected else ""
+        mark += " (new executable)" if item.executable else ""
+        click.echo(f"sprawl-orch: {verb} {item.change} {safe(item.path)}{mark}", err=True)
+    for item in result.held:
+        click.echo(f"sprawl-orch: held {safe(item.path)}: {safe(item.why or '')}", err=True)
+    if result.command:
+        click.echo(f"sprawl-orch: to apply what was held, run: {result.command}", err=True)
+    for item in result.refused:
+        stamps = ""
+        if item.at_sync or item.now:
+            stamps = f" (stamp at the sync: {item.at_sync}; now: {item.now})"
+        click.echo(
+            f"sprawl-orch: refused {safe(item.path)}: {safe(item.why or '')}{stamps}", err=True
+        )
+    if result.skipped:
+        click.echo(
+            f"sprawl-orch: skipped {len(result.skipped)} path(s) not chosen or applied before",
+            err=True,
+        )
+    if result.finished:
+        click.echo(
+            f"sprawl-orch: every change of {safe(result.handle)} is applied; its kept copy is "
+            "removed",
+            err=True,
+        )

@@ -24,6 +24,7 @@ import click
 from sprawl_orch.config import Config, load_config, with_warm
 from sprawl_orch.errors import SprawlError
 from sprawl_orch.results import Refusal
+from sprawl_orch.terminal import json_safe, safe
 
 EXIT_USAGE = 2
 EXIT_WINDOW = 124
@@ -90,8 +91,12 @@ def find_config(workdir: Path, config_path: Path | None) -> Config:
 
 
 def say_refusal(refusal: Refusal) -> None:
-    click.echo(f"sprawl-orch: {refusal.code.value}: {refusal.subject}: {refusal.detail}", err=True)
-    click.echo(f"sprawl-orch: what you can do: {refusal.recovery}", err=True)
+    # subject and detail may carry a file name or a value a command chose (terminal.py)
+    click.echo(
+        f"sprawl-orch: {refusal.code.value}: {safe(refusal.subject)}: {safe(refusal.detail)}",
+        err=True,
+    )
+    click.echo(f"sprawl-orch: what you can do: {safe(refusal.recovery)}", err=True)
 
 
 def refuse(err: SprawlError, as_json: bool = False) -> NoReturn:
@@ -99,7 +104,7 @@ def refuse(err: SprawlError, as_json: bool = False) -> NoReturn:
     exit 125."""
     refusal = Refusal.of(err)
     if as_json:
-        click.echo(json.dumps(refusal.as_result()))
+        click.echo(json_safe(json.dumps(refusal.as_result())))
     else:
         say_refusal(refusal)
     sys.exit(EXIT_REFUSED)
