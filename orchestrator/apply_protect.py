@@ -132,8 +132,8 @@ def quote(word: str) -> str:
     if not _UNSAFE.search(word):
         return shlex.quote(word)
     body = "".join(
-        f"\\x{ord(c):02x}"
-        if ord(c) < 0x100 and _UNSAFE.match(c)
+        f"\\x{ord(c):02x}"  # bash reads \xNN as a byte: only for ASCII
+        if ord(c) < 0x80 and _UNSAFE.match(c)
         else (f"\\u{ord(c):04x}" if _UNSAFE.match(c) else ("\\" + c if c in "\\'" else c))
         for c in word
     )

@@ -149,7 +149,8 @@ def pointers_into(workdir: Path) -> dict[str, str]:
             continue
         where = workdir
         if kind[0] == "path" and origin.startswith("file:") and "include" in key.lower():
-            where = Path(origin[len("file:") :]).parent  # relative to the including file
+            # relative to the including file (git names one under the repository relatively)
+            where = (workdir / origin[len("file:") :]).parent
         for word in _candidates(kind[0], value):
             rel = _inside(workdir, where, word)
             if rel:

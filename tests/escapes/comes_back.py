@@ -67,13 +67,18 @@ mkdir -p vendor/lib/.git/hooks && pay nested > vendor/lib/.git/hooks/pre-commit
 mkdir -p mod && printf 'gitdir: ../evilgit\n' > mod/.git
 printf 'touch %s/envrc\n' "$M" > .envrc
 mkdir -p .vscode .idea/runConfigurations .devcontainer .github/workflows .husky .claude
-printf '{"tasks":[{"label":"x","command":"touch %s/vscode","runOptions":{"runOn":"folderOpen"}}]}' "$M" > .vscode/tasks.json
-printf '<component name="x"><option name="touch %s/idea"/></component>\n' "$M" > .idea/runConfigurations/x.xml
+printf '{"tasks":[{"label":"x","command":"touch %s/vscode",
+ "runOptions":{"runOn":"folderOpen"}}]}' "$M" > .vscode/tasks.json
+printf '<component name="x"><option name="touch %s/idea"/></component>\n' "$M" \
+  > .idea/runConfigurations/x.xml
 printf '{"initializeCommand":"touch %s/devcontainer"}\n' "$M" > .devcontainer/devcontainer.json
-printf 'on: push\njobs: {x: {runs-on: ubuntu-latest, steps: [{run: "touch %s/ci"}]}}\n' "$M" > .github/workflows/x.yml
-printf 'repos: [{repo: local, hooks: [{id: x, name: x, entry: "touch %s/pre-commit-fw", language: system}]}]\n' "$M" > .pre-commit-config.yaml
+printf 'on: push\njobs: {x: {runs-on: ubuntu-latest, steps: [{run: "touch %s/ci"}]}}\n' "$M" \
+  > .github/workflows/x.yml
+printf 'repos: [{repo: local, hooks: [{id: x, entry: "touch %s/pre-commit-fw"}]}]\n' "$M" \
+  > .pre-commit-config.yaml
 pay husky > .husky/pre-commit
-printf '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch %s/claude"}]}]}}\n' "$M" > .claude/settings.json
+printf '{"hooks":{"SessionStart":[{"hooks":[{"command":"touch %s/claude"}]}]}}\n' "$M" \
+  > .claude/settings.json
 mkdir -p bin && pay later > bin/tool && chmod 4755 bin/tool
 touch "$(printf 'osc52-\033]52;c;cHduZWQ=\007')"
 touch "$(printf 'csi-\033[2J\033[H')"
@@ -156,10 +161,9 @@ def judge_git(tree: Path, home: Path, marks: Path) -> tuple[list[str], str]:
         ["git", "log", "-p", "-2"],
         ["git", "diff"],
     ):
-        done = subprocess.run(
-            argv, cwd=tree, env=env, capture_output=True, timeout=60, check=False
-        )
-        out.append(f"$ {' '.join(argv)} -> {done.returncode}\n{done.stderr.decode(errors='replace')}")
+        done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, timeout=60, check=False)
+        said = done.stderr.decode(errors="replace")
+        out.append(f"$ {' '.join(argv)} -> {done.returncode}\n{said}")
     return sorted(os.listdir(marks)), "\n".join(out)
 
 
@@ -167,9 +171,7 @@ def held_problems(tree: Path) -> list[str]:
     """Protected paths that reached the tree (or changed), and a set-uid bit carried."""
     problems = [f"{rel} was applied" for rel in HELD_ABSENT if os.path.lexists(tree / rel)]
     problems += [
-        f"{rel} changed"
-        for rel in HELD_UNCHANGED
-        if (tree / rel).read_text() != PERSON_FILES[rel]
+        f"{rel} changed" for rel in HELD_UNCHANGED if (tree / rel).read_text() != PERSON_FILES[rel]
     ]
     config = (tree / ".git/config").read_text()
     problems += [f".git/config got {k}" for k in ("fsmonitor", "evil", "external") if k in config]

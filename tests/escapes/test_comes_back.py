@@ -104,7 +104,8 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
 
 def through_cli(tree: Path, config: Path, script: str) -> tuple[str, bytes, dict[str, Any]]:
     """exec the hostile line, then what a person does: dry run, then apply everything."""
-    ran = cli("exec", "-C", str(tree), "--config", str(config), "--json", "--shell", script, cwd=tree)
+    where = ("-C", str(tree), "--config", str(config))
+    ran = cli("exec", *where, "--json", "--shell", script, cwd=tree)
     result = json.loads(ran.stdout)
     assert "PLANTED" in result.get("stdout", ""), ran.stdout[-2000:] + ran.stderr[-2000:]
     handle = result["changes"]["handle"]
@@ -123,8 +124,10 @@ def through_mcp(tree: Path, config: Path, script: str) -> tuple[str, bytes, dict
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-c", "from sprawl_orch.cli import main; main()", "mcp", "-C", str(tree)]
-        + ["--config", str(config)],
+        args=[
+            *("-c", "from sprawl_orch.cli import main; main()", "mcp"),
+            *("-C", str(tree), "--config", str(config)),
+        ],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         cwd=str(tree),
     )
@@ -163,7 +166,7 @@ def test_comes_back_raw_control(tmp_path: Path) -> None:
     marks.mkdir()
     subprocess.run(["sh", "-c", hostile(marks)], cwd=tree, check=True, capture_output=True)
     ran, log = judge_git(tree, home, marks)
-    assert RAW_MUST <= set(ran), f"the control did not run {RAW_MUST - set(ran)}:\n{log}"
+    assert set(ran) >= RAW_MUST, f"the control did not run {RAW_MUST - set(ran)}:\n{log}"
 
 
 @pytest.mark.parametrize("surface", ["cli", "mcp"])
