@@ -17,6 +17,7 @@ from sprawl_orch.errors import SprawlError
 from sprawl_orch.ledger import Ledger
 from sprawl_orch.outcome import FailureClass, ShellTally
 from sprawl_orch.state import ledger_path
+from sprawl_orch.terminal import json_safe
 
 CAPTION = (
     "share failed = classified failures / calls. Classes come from exit codes, error ids "
@@ -55,7 +56,7 @@ def view_command(
         refuse(err, as_json)
     if as_json:
         for row in tally.sorted_rows():
-            click.echo(json.dumps(row.as_dict(), ensure_ascii=False))
+            click.echo(json_safe(json.dumps(row.as_dict(), ensure_ascii=False)))
     else:
         _table(tally, ledger_file)
     if ledger.skipped:
