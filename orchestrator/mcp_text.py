@@ -24,9 +24,10 @@ def _stream(name: str, text: str) -> list[str]:
 def result_text(result: ExecResult) -> str:
     lines: list[str] = []
     if result.outcome == "exceptional":
-        lines.append(f"refused: {result.code}: {result.subject}: {result.detail}")
+        said = f"{result.code}: {result.subject}: {result.detail}"
+        lines.append(f"refused: {safe(said)}")
         if result.recovery:
-            lines.append(f"what you can do: {result.recovery}")
+            lines.append(f"what you can do: {safe(result.recovery)}")
     elif result.outcome == "backgrounded":
         lines.append(
             f"backgrounded: still running after its window, handle {result.handle}. "
@@ -40,11 +41,18 @@ def result_text(result: ExecResult) -> str:
             lines.append(f"detail: {result.detail}")
     lines.append(f"arm: {result.arm} (where: {result.where}, run: {result.run})")
     if result.confinement is not None:
-        lines.append(f"confinement: {result.confinement.statement}")
+        lines.append(f"confinement: {safe(result.confinement.statement)}")
     lines += [f"limit: {sentence}" for sentence in result.limit_sentences()]
     ceiling = result.memory_ceiling
     if ceiling and ceiling.get("state") == "hit":
         lines.append(f"memory ceiling: hit ({ceiling.get('detail', '')})")
+    c = result.changes
+    if c is not None and (c.total or c.vcs_state):
+        lines.append(
+            f"changes: {c.total} path(s) in the copy, handle {c.handle}"
+            + (f"; {c.protected} PROTECTED (never applied through MCP)" if c.protected else "")
+            + (f"; {c.vcs_state} under .git (never applied)" if c.vcs_state else "")
+        )
     if result.outcome == "settled":
         lines += _stream("stdout", result.stdout)
         lines += _stream("stderr", result.stderr)
