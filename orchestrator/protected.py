@@ -71,6 +71,13 @@ PROTECTED_TABLE: tuple[Row, ...] = (
         "included or when the tree is a home directory (sandbox-runtime denies it)",
     ),
     Row(".envrc", (".envrc",), "direnv runs it on entering the directory"),
+    Row(
+        ".env",
+        (".env",),
+        "loaded into the environment unasked (direnv dotenv, mise, pipenv, "
+        "editors' terminals): LD_PRELOAD, BASH_ENV, PROMPT_COMMAND run code",
+    ),
+    Row(".env.*", (".env.*",), "the same, per environment (.env.local, .env.development)"),
     Row(".direnv", (".direnv",), "direnv's layout directory, sourced by .envrc"),
     Row("mise.toml", ("*mise.toml",), "mise/rtx hooks and tasks run on entering the directory"),
     Row(".mise", (".mise",), "mise's per-project config directory"),
