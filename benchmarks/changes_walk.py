@@ -36,11 +36,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sprawl_orch import change_record
-from sprawl_orch.change_store import keep
-from sprawl_orch.changes import compute
-from sprawl_orch.copy_stamps import SyncRecord
-from sprawl_orch.copy_sync import sync_with_record
+from sprawl_orch.changes import record as change_record
+from sprawl_orch.changes.changes import compute
+from sprawl_orch.changes.store import keep
+from sprawl_orch.copy.stamps import SyncRecord
+from sprawl_orch.copy.sync import sync_with_record
 
 
 def build_tree(root: Path, files: int, size: int) -> None:

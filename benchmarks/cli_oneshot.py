@@ -134,7 +134,7 @@ def library_row(
     import docker
 
     from sprawl_orch.config import load_config
-    from sprawl_orch.exec_tool import ExecTool
+    from sprawl_orch.tool.exec_tool import ExecTool
 
     conf = config_file(work / "lib.toml", "container", "docker", images, work / "state-lib")
     client = docker.from_env()

@@ -41,10 +41,10 @@ from sprawl_orch.container.admission import admit
 from sprawl_orch.container.argv import HostLimits, create_argv
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.engines.engine import ContainerEngine
 from sprawl_orch.images.build import build_busybox
-from sprawl_orch.launch import Launch
+from sprawl_orch.runs.launch import Launch
 
 ROOT = Path(__file__).resolve().parent.parent
 # the `sprawl-orch` console script, without needing the package installed

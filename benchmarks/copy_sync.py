@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sprawl_orch.copy_sync import Bounds, FileWork, sync
+from sprawl_orch.copy.sync import Bounds, FileWork, sync
 
 
 def build_tree(root: Path, files: int, size: int) -> None:

@@ -44,8 +44,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sprawl_orch.guardian_client import Guardian  # noqa: E402
 from sprawl_orch.images.build import build_busybox  # noqa: E402
+from sprawl_orch.runs.guardian_client import Guardian  # noqa: E402
 
 RYUK_RECONNECTION_TIMEOUT = 10.0
 PODMAN_RUN = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
@@ -54,7 +54,7 @@ PODMAN_RUN = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "
 PARENT = r"""
 import json, subprocess, sys, time
 sys.path.insert(0, sys.argv[2])
-from sprawl_orch.guardian_client import Guardian
+from sprawl_orch.runs.guardian_client import Guardian
 spec = json.loads(sys.argv[1])
 g = Guardian(spec["session"], [spec["engine"]], log=spec["log"], argv=spec["argv"])
 for n in range(spec["containers"]):

@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import os
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.copy_sync import sync
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.launch import Launch
+from sprawl_orch.copy.sync import sync
 from sprawl_orch.native_fallbacks.bwrap import BwrapArm, drop_uid, probe_argv
 from sprawl_orch.native_fallbacks.probe import run_probe
 from sprawl_orch.native_fallbacks.seccomp_filter import program_fd
+from sprawl_orch.runs.launch import Launch
+from sprawl_orch.tool.exec_tool import ExecTool
 
 
 def timed(step: Callable[[], object]) -> float:

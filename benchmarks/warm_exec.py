@@ -29,8 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.images.build import build_busybox
+from sprawl_orch.tool.exec_tool import ExecTool
 
 Times = dict[str, list[float]]
 

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from sprawl_orch.container.engine import ENGINES
+from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.guardian.engines import ReaperEngine, open_engine
 from sprawl_orch.guardian.lifeline import apply_lines, whole_lines
 from sprawl_orch.guardian.protocol import DEFAULT_GRACE

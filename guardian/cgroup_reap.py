@@ -1,4 +1,4 @@
-"""The guardian's share of per-run cgroups (orchestrator/cgroups.py): at EOF, empty every
+"""The guardian's share of per-run cgroups (orchestrator/runs/cgroups.py): at EOF, empty every
 announced cgroup directory and remove it, deepest first.
 
 - Only directories shaped like ours are touched: a run's (`run-...`, v1 and v2) or a session's

@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sprawl_orch.container.engine import run_cli
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.engines.engine import run_cli
 
 LABEL = "sprawl.session"
 CLI_TIMEOUT = 30.0

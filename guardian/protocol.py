@@ -1,5 +1,5 @@
 """The guardian's messages: ONE table (`TABLE`) that parsing, formatting, the client's
-announcements (orchestrator/launch.py: Watcher) and the watch list (guardian/watchlist.py)
+announcements (orchestrator/runs/launch.py: Watcher) and the watch list (guardian/watchlist.py)
 are all driven from or checked against (tests/unit/test_guardian_table.py). design.md §4
 shows the table; `table_markdown()` writes it.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar, get_args, get_type_hints
 from urllib.parse import quote, unquote
 
-from sprawl_orch.container.engine import ENGINES
+from sprawl_orch.engines.engine import ENGINES
 
 T = TypeVar("T")
 
@@ -253,7 +253,7 @@ class Entry:
     verb: str
     kind: type[AnyMessage]
     phase: Phase
-    # The announcement's method on orchestrator/launch.py's Watcher (its fields, in order,
+    # The announcement's method on orchestrator/runs/launch.py's Watcher (its fields, in order,
     # are the method's parameters).
     call: str | None = None
 

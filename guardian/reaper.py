@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.copy_sync import delete_path
+from sprawl_orch.copy.sync import delete_path
 from sprawl_orch.guardian.cgroup_reap import remove_cgroups
 from sprawl_orch.guardian.engines import EngineError, Found, ReaperEngine
 from sprawl_orch.guardian.watchlist import Watchlist

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Protocol
 
 from sprawl_orch.config import ContainerConfig
-from sprawl_orch.container.engine import ENGINES
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.images import rootfs
 from sprawl_orch.images.engines import (
     LABEL_DATE,

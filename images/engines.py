@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.container.engine import (
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.engines.engine import (
     ENGINES,
     IMAGE_ID,
     daemon_refused,
     run_cli,
     socket_denied,
 )
-from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.images import buildlog
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases
 

@@ -29,8 +29,8 @@ import tomlkit.items
 from tomlkit.exceptions import TOMLKitError
 
 from sprawl_orch.config import Config, load_config, parse_config, read_config_text, read_toml
-from sprawl_orch.container.engine import ENGINES
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.images.engines import BUILD_FIRST, LocalImage, engine
 
 Resolver = Callable[[str, str], str | None]  # (engine, ref) -> fixed ID, or None if not local

@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 
 RECIPES_DIR = Path(__file__).with_name("recipes")
 RECIPE_NAMES: tuple[str, ...] = ("busybox", "debian", "python")

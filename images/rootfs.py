@@ -19,7 +19,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.images.recipe import BusyboxRootfs, DebianRootfs
 
 OnLine = Callable[[str], None]

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sprawl_orch.config import Config
-from sprawl_orch.container.engine import ENGINES
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.images.engines import BUILD_FIRST, ImageEngine, LocalImage, engine
 
 EngineFactory = Callable[[str], ImageEngine]

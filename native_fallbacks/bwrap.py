@@ -42,18 +42,18 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sprawl_orch.arms import ArmName, linux_namespaces_assurances, user_namespace
-from sprawl_orch.assurances import Assurances
 from sprawl_orch.container.ownership import own_copy
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Launch, Running
+from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_namespace
+from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
 from sprawl_orch.native_fallbacks.sandbox_uid import grant_search, sandbox_uid
 from sprawl_orch.native_fallbacks.seccomp_filter import SeccompUnsupported, program_fd
-from sprawl_orch.process import HostProcess
-from sprawl_orch.yielding import Yielders, yield_prefix
+from sprawl_orch.runs.launch import Launch, Running
+from sprawl_orch.runs.process import HostProcess
+from sprawl_orch.runs.yielding import Yielders, yield_prefix
 
 NAMESPACE_FLAGS: tuple[str, ...] = (
     "--unshare-all",

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from sprawl_orch.arms import ASSURANCES, ArmName
-from sprawl_orch.assurances import Assurances
-from sprawl_orch.launch import Launch, Running
-from sprawl_orch.process import HostProcess
-from sprawl_orch.yielding import Yielders, yield_prefix
+from sprawl_orch.core.arms import ASSURANCES, ArmName
+from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.runs.launch import Launch, Running
+from sprawl_orch.runs.process import HostProcess
+from sprawl_orch.runs.yielding import Yielders, yield_prefix
 
 
 class CopiedTreeArm:

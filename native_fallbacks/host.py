@@ -8,7 +8,7 @@ as the cwd. A module of its own so that copied_tree.py holds only the copied tre
 
 from __future__ import annotations
 
-from sprawl_orch.arms import ArmName
+from sprawl_orch.core.arms import ArmName
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 
 

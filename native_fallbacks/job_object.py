@@ -31,11 +31,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sprawl_orch.arms import ASSURANCES, ArmName
-from sprawl_orch.assurances import Assurances
 from sprawl_orch.config import ContainerConfig
-from sprawl_orch.launch import Launch, Running
+from sprawl_orch.core.arms import ASSURANCES, ArmName
+from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.native_fallbacks.job_plan import START_PLAN, job_limits, profile_name
+from sprawl_orch.runs.launch import Launch, Running
 
 if TYPE_CHECKING:
     from sprawl_orch.native_fallbacks.win32 import AppContainer

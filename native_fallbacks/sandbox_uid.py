@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 # The range sprawl-orch takes its uid from: far above the usual subordinate ranges
 # (100000+ in steps of 65536; this machine's `containers` range is 1e9..1.27e9), below

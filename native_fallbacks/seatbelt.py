@@ -20,11 +20,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sprawl_orch.arms import ArmName, seatbelt
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.arms import ArmName, seatbelt
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
-from sprawl_orch.yielding import Yielders
+from sprawl_orch.runs.yielding import Yielders
 
 TRUE = "/usr/bin/true"
 

@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.arms import job_leaf
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Finished, Launch
+from sprawl_orch.core.arms import job_leaf
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.native_fallbacks.job_plan import (
     CREATION_FLAGS,
     JobLimits,
@@ -59,6 +58,7 @@ from sprawl_orch.native_fallbacks.win32_api import (
     libs,
     winerror,
 )
+from sprawl_orch.runs.launch import Finished, Launch
 
 KILLED_EXIT = 1
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sprawl_orch.config import Config, load_config, parse_config
-    from sprawl_orch.errors import ErrorCode, SprawlError
-    from sprawl_orch.exec_tool import ExecTool
-    from sprawl_orch.results import ExecResult, Refusal
+    from sprawl_orch.core.errors import ErrorCode, SprawlError
+    from sprawl_orch.runs.results import ExecResult, Refusal
+    from sprawl_orch.tool.exec_tool import ExecTool
 
 __all__ = [
     "Config",
@@ -36,11 +36,11 @@ _WHERE = {
     "Config": "sprawl_orch.config",
     "load_config": "sprawl_orch.config",
     "parse_config": "sprawl_orch.config",
-    "ErrorCode": "sprawl_orch.errors",
-    "SprawlError": "sprawl_orch.errors",
-    "ExecTool": "sprawl_orch.exec_tool",
-    "ExecResult": "sprawl_orch.results",
-    "Refusal": "sprawl_orch.results",
+    "ErrorCode": "sprawl_orch.core.errors",
+    "SprawlError": "sprawl_orch.core.errors",
+    "ExecTool": "sprawl_orch.tool.exec_tool",
+    "ExecResult": "sprawl_orch.runs.results",
+    "Refusal": "sprawl_orch.runs.results",
 }
 
 

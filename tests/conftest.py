@@ -40,3 +40,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests tests/slow_files.py names `slow` (`pytest -m "not slow"`)."""
+    from tests.slow_files import SLOW_FILES
+
+    for item in items:
+        node = item.nodeid
+        if any(node == s or node.startswith((s + "/", s + "::")) for s in SLOW_FILES):
+            item.add_marker(pytest.mark.slow)

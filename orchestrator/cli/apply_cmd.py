@@ -1,9 +1,9 @@
 """`sprawl-orch apply HANDLE [PATH...]`: bring kept changes of a finished command into the
-working directory (orchestrator/apply.py says what makes it safe).
+working directory (orchestrator/changes/apply.py says what makes it safe).
 
 ``--dry-run`` prints the unified diff (text) or a one-line summary (binary) of what would be
 applied and writes nothing; protected paths come first, under a banner, then new executables.
-A protected path (orchestrator/protected.py) is applied only when named with ``--protected
+A protected path (orchestrator/core/protected.py) is applied only when named with ``--protected
 PATH`` (repeatable; a file, or a directory for everything beneath it; never `.git`).
 ``--drop`` forgets the handle's kept changes without applying.
 Exit status: 0 when nothing chosen was refused, 1 when something was (each refusal is named on
@@ -22,11 +22,11 @@ import click
 
 from sprawl_orch.cli.common import refuse
 from sprawl_orch.config import load_config
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.terminal import json_safe, safe
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import json_safe, safe
 
 if TYPE_CHECKING:
-    from sprawl_orch.apply import ApplyResult
+    from sprawl_orch.changes.apply import ApplyResult
 
 EXIT_SOME_REFUSED = 1
 
@@ -72,9 +72,9 @@ def apply_command(
     """Apply the changes of HANDLE (all, or the PATHs named and what is beneath them)."""
     import os
 
-    from sprawl_orch.apply import apply
-    from sprawl_orch.change_store import drop_handle
-    from sprawl_orch.state import state_dir
+    from sprawl_orch.changes.apply import apply
+    from sprawl_orch.changes.store import drop_handle
+    from sprawl_orch.config.state import state_dir
 
     try:
         config = load_config(config_path, cwd=workdir or Path("."))
@@ -90,7 +90,8 @@ def apply_command(
             dry_run=dry_run,
             workdir=workdir,
             protected=protected,
-            config=config.apply,
+            protected_globs=config.apply.protected,
+            unprotect=config.apply.unprotect,
             config_path=config.source,
         )
     except SprawlError as err:

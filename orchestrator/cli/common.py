@@ -22,9 +22,9 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from sprawl_orch.config import Config, load_config, with_warm
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.results import Refusal
-from sprawl_orch.terminal import json_safe, safe
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import json_safe, safe
+from sprawl_orch.runs.results import Refusal
 
 EXIT_USAGE = 2
 EXIT_WINDOW = 124

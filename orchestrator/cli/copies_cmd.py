@@ -18,10 +18,10 @@ from pathlib import Path
 import click
 
 from sprawl_orch.cli.common import config_options, find_config, refuse
-from sprawl_orch.copy_bounds import human
-from sprawl_orch.copy_store import CopyInfo, CopyStore
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.state import state_dir
+from sprawl_orch.config.state import state_dir
+from sprawl_orch.copy.bounds import human
+from sprawl_orch.copy.store import CopyInfo, CopyStore
+from sprawl_orch.core.errors import SprawlError
 
 
 def _store(workdir: Path, config_path: Path | None) -> CopyStore:

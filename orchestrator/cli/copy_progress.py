@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sprawl_orch.copy_bounds import human
-from sprawl_orch.copy_walk import Progress
+from sprawl_orch.copy.bounds import human
+from sprawl_orch.copy.walk import Progress
 
 DELAY = 0.5
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from sprawl_orch.cli.common import config_options, find_config, refuse
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.core.errors import SprawlError
 
 
 def _render(report: object) -> None:
@@ -24,7 +24,7 @@ def _render(report: object) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from sprawl_orch.doctor import DoctorReport
+    from sprawl_orch.selection.doctor import DoctorReport
 
     assert isinstance(report, DoctorReport)
     console = Console()
@@ -75,10 +75,10 @@ def _render(report: object) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def doctor_command(workdir: Path, config_path: Path | None, as_json: bool) -> None:
     """Show every arm this machine offers, its five guarantees, and what auto picks."""
-    from sprawl_orch.cgroups import delegation
     from sprawl_orch.container.offer import offer_engines
-    from sprawl_orch.doctor import doctor_report
-    from sprawl_orch.offerings import Offerings
+    from sprawl_orch.runs.cgroups import delegation
+    from sprawl_orch.selection.doctor import doctor_report
+    from sprawl_orch.selection.offerings import Offerings
 
     try:
         config = find_config(workdir, config_path)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from sprawl_orch.changes import Changes
+from sprawl_orch.changes.changes import Changes
 from sprawl_orch.cli.common import (
     EXIT_REFUSED,
     EXIT_WINDOW,
@@ -25,9 +25,9 @@ from sprawl_orch.cli.common import (
     find_config,
     say_refusal,
 )
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.results import ExecResult, Refusal, exceptional
-from sprawl_orch.terminal import json_safe, safe
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import json_safe, safe
+from sprawl_orch.runs.results import ExecResult, Refusal, exceptional
 
 
 def exit_status(result: ExecResult) -> int:
@@ -141,7 +141,7 @@ def exec_command(
         refused = exceptional("unavailable", err, command=command, shell=shell, where=where)
         _finish(refused, as_json)
         return
-    from sprawl_orch.exec_tool import ExecTool
+    from sprawl_orch.tool.exec_tool import ExecTool
 
     follow = None if as_json else (sys.stdout.buffer, sys.stderr.buffer)
     sys.stdout.flush()

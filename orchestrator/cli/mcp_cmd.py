@@ -46,7 +46,8 @@ async def _serve_until_signal(app: MCPServer[Any]) -> int:
 @server_options("calls")
 def mcp_command(workdir: Path, config_path: Path | None, workers: int, warm: bool | None) -> None:
     """Serve exec, harvest, halt, release, doctor and apply as MCP tools over stdio."""
-    from sprawl_orch import mcp_server, serve
+    from sprawl_orch.serve import mcp_server
+    from sprawl_orch.serve import server as serve
 
     config = server_config(workdir, config_path, warm)
     # No JSON-lines stream: MCP answers through Server.dispatch.

@@ -62,9 +62,9 @@ def serve_command(
     schema: bool,
 ) -> None:
     """Serve exec, harvest, halt, release, processes and doctor as JSON lines."""
-    from sprawl_orch import serve
-    from sprawl_orch.cgroups import delegation
-    from sprawl_orch.shares import Shares
+    from sprawl_orch.runs.cgroups import delegation
+    from sprawl_orch.runs.shares import Shares
+    from sprawl_orch.serve import server as serve
 
     if schema:
         click.echo(json.dumps(serve.schema(), indent=2))

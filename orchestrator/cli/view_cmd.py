@@ -13,11 +13,11 @@ from pathlib import Path
 import click
 
 from sprawl_orch.cli.common import config_options, find_config, refuse
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.ledger import Ledger
-from sprawl_orch.outcome import FailureClass, ShellTally
-from sprawl_orch.state import ledger_path
-from sprawl_orch.terminal import json_safe
+from sprawl_orch.config.state import ledger_path
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import json_safe
+from sprawl_orch.runs.ledger import Ledger
+from sprawl_orch.runs.outcome import FailureClass, ShellTally
 
 CAPTION = (
     "share failed = classified failures / calls. Classes come from exit codes, error ids "

@@ -20,20 +20,20 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch import arms
-from sprawl_orch.arms import Missing
 from sprawl_orch.config import Config, ContainerConfig
 from sprawl_orch.container import runtimes
 from sprawl_orch.container.admission_words import explain, userns_failure
 from sprawl_orch.container.argv import HostLimits, fit_limits
-from sprawl_orch.container.engine import ENGINES, ContainerEngine, EngineFacts
 from sprawl_orch.container.evidence import Evidence, boot_id, stamp
 from sprawl_orch.container.gvisor import KERNEL_NOTE, ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime, probe
 from sprawl_orch.container.stale_probes import sweep_stale_probes
 from sprawl_orch.container.userns import SUBGID, SUBUID, Userns, plan
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import NullWatcher, Watcher
+from sprawl_orch.core import arms
+from sprawl_orch.core.arms import Missing
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import ENGINES, ContainerEngine, EngineFacts
+from sprawl_orch.runs.launch import NullWatcher, Watcher
 
 
 @dataclass(frozen=True)
@@ -296,7 +296,7 @@ def wrappers_dir(evidence: Evidence | None) -> Path:
     """Where runtime wrappers podman execs live: the state directory's `runtimes/`."""
     if evidence is not None:
         return evidence.root.parent / "runtimes"
-    from sprawl_orch.state import state_dir
+    from sprawl_orch.config.state import state_dir
 
     return state_dir(Config(), os.environ) / "runtimes"
 

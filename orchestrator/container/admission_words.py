@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
-from sprawl_orch.container.engine import daemon_refused, socket_denied
+from sprawl_orch.engines.engine import daemon_refused, socket_denied
 
 # runsc 0.0~20221219 under podman 4.3 --userns=auto or docker 20.10 userns-remap: the same
 # run passes with the copy's parent at 0755 and fails with it at 0700 (runc passes either way)

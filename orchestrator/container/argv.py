@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sprawl_orch.config import ENV_NAME, ContainerConfig
-from sprawl_orch.container.engine import ENGINES, IMAGE_ID
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import ENGINES, IMAGE_ID
 
 # The tmpfs at /tmp: sticky and world-writable like a host's /tmp. Without a mode the
 # engines make it root-owned 0755, and `touch /tmp/a` failed for the command's uid 65534.

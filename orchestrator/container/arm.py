@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sprawl_orch.arms import ArmName, container_assurances
-from sprawl_orch.assurances import Assurances
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.admission import (
     Admission,
@@ -41,17 +39,19 @@ from sprawl_orch.container.command import (
     remove_quietly,
     start_refusal,
 )
-from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, given_away, take_back
 from sprawl_orch.container.run import ContainerRun, image_path
 from sprawl_orch.container.userns import Userns, host_owner, principal_problem
 from sprawl_orch.container.verify import Expected, as_command_user, verify
-from sprawl_orch.engine_offer import EngineOffer
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.guardian_client import hold_after_create
-from sprawl_orch.launch import Launch, Running, Watcher
+from sprawl_orch.core.arms import ArmName, container_assurances
+from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.core.engine_offer import EngineOffer
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.runs.guardian_client import hold_after_create
+from sprawl_orch.runs.launch import Launch, Running, Watcher
 
 if TYPE_CHECKING:
     from sprawl_orch.container.warm import WarmPool

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sprawl_orch.container.engine import ContainerEngine
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Launch
-from sprawl_orch.unrunnable import host_venv, runtime_refusal
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.unrunnable import host_venv, runtime_refusal
+from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.runs.launch import Launch
 
 
 def start_refusal(

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from sprawl_orch.container.engine import EngineFacts, engine_error, run_cli
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 
 if TYPE_CHECKING:
     from docker import APIClient

@@ -37,11 +37,13 @@ from typing import Any
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
-from sprawl_orch.container.engine import EngineFacts
+from sprawl_orch.engines.engine import EngineFacts
 
 FORMAT = 1
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-_SOURCES = Path(__file__).resolve().parent
+# The arm's own folder and the engine interface it drives (engines/, moved out of container/ by
+# the renovation of issue 28): admission's checks live in both.
+_SOURCES = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / "engines")
 
 
 def stamp(path: str | os.PathLike[str] | None, *, contents: bool = True) -> list[int] | None:
@@ -76,7 +78,7 @@ def version() -> str:
     except PackageNotFoundError:
         number = "unknown"
     digest = hashlib.sha256()
-    for source in sorted(_SOURCES.glob("*.py")):
+    for source in sorted(p for folder in _SOURCES for p in folder.glob("*.py")):
         digest.update(f"{source.name}:{stamp(source)}".encode())
     return f"{number}+{digest.hexdigest()[:16]}"
 

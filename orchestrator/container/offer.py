@@ -5,8 +5,8 @@ from __future__ import annotations
 from sprawl_orch.config import Config
 from sprawl_orch.container.admission import Admission, admit_each
 from sprawl_orch.container.evidence import Evidence
-from sprawl_orch.engine_offer import EngineOffer
-from sprawl_orch.launch import Watcher
+from sprawl_orch.core.engine_offer import EngineOffer
+from sprawl_orch.runs.launch import Watcher
 
 
 def offer_of(admission: Admission) -> EngineOffer:

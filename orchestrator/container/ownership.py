@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sprawl_orch.container.userns import Userns
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 
 def own_copy(root: Path, uid: int, gid: int) -> int:

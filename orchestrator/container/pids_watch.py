@@ -14,7 +14,7 @@ import glob
 import threading
 from pathlib import Path
 
-from sprawl_orch.cgroup_counters import read_counter
+from sprawl_orch.runs.cgroup_counters import read_counter
 
 # runc removes the cgroup a few ms after init exits: a shell that gives up at its first
 # refused fork is gone in that time, so the poll is fast (a read of a small file).

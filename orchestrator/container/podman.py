@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from sprawl_orch.container.engine import EngineFacts, engine_error, run_cli
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 
 # Where podman finds its configuration and state; passed through to every CLI call.
 CONNECTION_VARS: tuple[str, ...] = (

@@ -22,13 +22,13 @@ from pathlib import Path
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits, container_name, create_argv, fit_limits
-from sprawl_orch.container.engine import ZERO_TIME, ContainerEngine
 from sprawl_orch.container.ownership import give_copy, take_back
 from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label
 from sprawl_orch.container.userns import Userns, host_owner, principal_problem
 from sprawl_orch.container.verify import Expected, mismatches
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.launch import NullWatcher, Watcher
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.engines.engine import ZERO_TIME, ContainerEngine
+from sprawl_orch.runs.launch import NullWatcher, Watcher
 
 PROBE_TIMEOUT = 60.0
 # Under a user namespace the probe creates this file in its copy: its owner, read from

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.container.engine import ZERO_TIME, Attached, ContainerEngine, not_found_in_image
 from sprawl_orch.container.pids_watch import PidsWatch
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.launch import Finished, Launch
-from sprawl_orch.unrunnable import after_start_refusal, loader_refusal, runtime_refusal
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.unrunnable import after_start_refusal, loader_refusal, runtime_refusal
+from sprawl_orch.engines.engine import ZERO_TIME, Attached, ContainerEngine, not_found_in_image
+from sprawl_orch.runs.launch import Finished, Launch
 
 # after kill(), how long the attached output may take to end
 SETTLE_SECONDS = 30.0

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sprawl_orch.container.admission_words import runsc_failure
-from sprawl_orch.container.engine import EngineFacts
 from sprawl_orch.container.gvisor import RUNSC, ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime
-from sprawl_orch.errors import ErrorCode
+from sprawl_orch.core.errors import ErrorCode
+from sprawl_orch.engines.engine import EngineFacts
 
 # runc first: it works everywhere here (crun fails on hybrid cgroup hosts)
 BY_NAME: tuple[str, ...] = ("runc", "crun")

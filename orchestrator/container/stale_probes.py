@@ -11,8 +11,8 @@ import contextlib
 
 import psutil
 
-from sprawl_orch.container.engine import ContainerEngine
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.engines.engine import ContainerEngine
 
 PROBE_SESSION = "admission"
 

@@ -27,7 +27,7 @@ from typing import Any
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits, destination_of, fit_limits
 from sprawl_orch.container.userns import Userns, mapping_problem
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 PODMAN_READ_ONLY_TMPFS: frozenset[str] = frozenset({"/run", "/var/tmp"})
 NO_NEW_PRIVILEGES: frozenset[str] = frozenset(

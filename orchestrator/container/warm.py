@@ -33,7 +33,6 @@ from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.admission import Admission
 from sprawl_orch.container.argv import HostLimits, fit_limits
 from sprawl_orch.container.command import command_env, command_venv, remove_quietly
-from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.ownership import given_away, own_copy
 from sprawl_orch.container.run import SETTLE_SECONDS
 from sprawl_orch.container.userns import Userns
@@ -41,9 +40,10 @@ from sprawl_orch.container.verify import Expected, as_command_user, verify
 from sprawl_orch.container.warm_exec import Entered, enter
 from sprawl_orch.container.warm_host import HostView
 from sprawl_orch.container.warm_program import cannot_run
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.launch import Finished, Launch, Watcher
-from sprawl_orch.unrunnable import runtime_refusal
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.unrunnable import runtime_refusal
+from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.runs.launch import Finished, Launch, Watcher
 
 INIT_USER = "0:0"
 # The idle init: a shell that reaps whatever is reparented to it (orphans of commands, until

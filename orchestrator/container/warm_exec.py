@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from sprawl_orch.container.docker import DockerEngine, close_hijacked, pump_demuxed
-from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.engines.engine import ContainerEngine
 
 
 class Entered(Protocol):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.cgroup_counters import read_counter
+from sprawl_orch.runs.cgroup_counters import read_counter
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Mount types a command can write into without privileges (bind mounts are only the copy).

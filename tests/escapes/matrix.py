@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from sprawl_orch.assurances import Kept, phrase
+from sprawl_orch.core.assurances import Kept, phrase
 from tests.escapes.probe import Verdict
 from tests.escapes.runner import ArmRun
 

@@ -10,7 +10,7 @@ the command chose).
 
 from __future__ import annotations
 
-from sprawl_orch.assurances import Guarantee
+from sprawl_orch.core.assurances import Guarantee
 from tests.escapes.bait import Bait
 from tests.escapes.probe import Judge, Probe, exists, file_has, fill
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from sprawl_orch.assurances import Guarantee
+from sprawl_orch.core.assurances import Guarantee
 from tests.escapes.bait import host_addresses
 from tests.escapes.probe import Probe, listener
 

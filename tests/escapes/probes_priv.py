@@ -14,7 +14,7 @@ child, kernel modules are judged by the capability (this kernel may have no load
 
 from __future__ import annotations
 
-from sprawl_orch.assurances import Guarantee
+from sprawl_orch.core.assurances import Guarantee
 from tests.escapes.probe import Probe
 
 F, U, R = Guarantee.FILESYSTEM, Guarantee.USER, Guarantee.RESOURCES

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 
-from sprawl_orch.assurances import Guarantee
+from sprawl_orch.core.assurances import Guarantee
 from tests.escapes.bait import Bait
 from tests.escapes.probe import Judge, Probe, died, exists, file_has, secret_in_output
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.arms import ASSURANCES, ArmName
-from sprawl_orch.assurances import Assurances, statement
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.results import ExecResult
+from sprawl_orch.core.arms import ASSURANCES, ArmName
+from sprawl_orch.core.assurances import Assurances, statement
+from sprawl_orch.runs.results import ExecResult
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes.bait import ESC_FDS, Bait
 from tests.escapes.probe import Probe, Step, script
 from tests.escapes.probes_fs import edit_source

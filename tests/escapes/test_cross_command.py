@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.results import ExecResult
+from sprawl_orch.runs.results import ExecResult
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conftest import missing
 
 WAIT_S = 180.0

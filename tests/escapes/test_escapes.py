@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.arms import ArmName
 from sprawl_orch.container.gvisor import runsc_path
+from sprawl_orch.core.arms import ArmName
 from tests.escapes import matrix
 from tests.escapes.bait import Bait
 from tests.escapes.probe import Probe, Verdict, judge

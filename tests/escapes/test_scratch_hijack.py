@@ -28,8 +28,9 @@ REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 PROBE = (
     "import json, os, sys; from pathlib import Path;"
-    "from sprawl_orch.config import parse_config; from sprawl_orch.offerings import Offerings;"
-    "from sprawl_orch.choice import choose;"
+    "from sprawl_orch.config import parse_config;"
+    "from sprawl_orch.selection.offerings import Offerings;"
+    "from sprawl_orch.selection.choice import choose;"
     "o = Offerings.this_machine(parse_config({'sandbox': {'arm': 'copied_tree'}}),"
     " with_engines=False, with_native=False);"
     "c = choose('copied_tree', o);"
@@ -107,7 +108,7 @@ def test_root_cannot_hold_it_against_another_account(area: Path, shared_tmp: Pat
 
 
 def test_a_planted_link_or_foreign_directory_is_refused_not_followed(tmp_path: Path) -> None:
-    from sprawl_orch.state import private_dir
+    from sprawl_orch.config.state import private_dir
 
     target = tmp_path / "elsewhere"
     target.mkdir(mode=0o700)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from sprawl_orch.config import parse_config
 from sprawl_orch.container.ownership import own_copy
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.results import ExecResult
+from sprawl_orch.runs.results import ExecResult
+from sprawl_orch.tool.exec_tool import ExecTool
 
 WAIT_S = 180.0
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.tool.exec_tool import ExecTool
 
 # Every directory but /proc and /sys (kernel views; /sys/fs/cgroup, a tmpfs, is tried by
 # name) and the copy: a marked file in each one the command can write.

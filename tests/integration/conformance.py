@@ -51,7 +51,7 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.assurances import Assurances, Guarantee, Kept
+from sprawl_orch.core.assurances import Assurances, Guarantee, Kept
 from sprawl_orch.native_fallbacks.sandbox_uid import RANGE_SIZE, RANGE_START
 from tests.integration.conformance_dialects import (
     REFUSED_EXIT,
@@ -111,7 +111,7 @@ def arm_runner(
 ) -> Runner:
     """A Runner straight over an arm (prepare is the caller's): Launch -> start -> wait ->
     finish, for proving an arm where the exec tool can't run yet."""
-    from sprawl_orch.launch import Launch
+    from sprawl_orch.runs.launch import Launch
 
     count = iter(range(1, 1_000_000))
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.assurances import Guarantee, Kept
+from sprawl_orch.core.assurances import Guarantee, Kept
 from tests.integration.conformance import (
     Observed,
     ProbeBroken,

@@ -19,7 +19,7 @@ from typing import NoReturn
 
 import pytest
 
-from sprawl_orch.cgroups import Delegation, PlatformShares, delegation
+from sprawl_orch.runs.cgroups import Delegation, PlatformShares, delegation
 
 PRIVATE_DOCKER_SOCK = Path("/run/sprawl-orch/docker.sock")
 ROOTFS_DIRS = ("bin", "work", "tmp", "etc", "proc", "sys", "dev", "run", "var/tmp")

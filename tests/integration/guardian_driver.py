@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sprawl_orch.config import parse_config  # noqa: E402
-from sprawl_orch.exec_tool import ExecTool  # noqa: E402
-from sprawl_orch.guardian_client import Guardian  # noqa: E402
-from sprawl_orch.shares import UNSET, Shares  # noqa: E402
+from sprawl_orch.runs.guardian_client import Guardian  # noqa: E402
+from sprawl_orch.runs.shares import UNSET, Shares  # noqa: E402
+from sprawl_orch.tool.exec_tool import ExecTool  # noqa: E402
 
 # Passed into every command (and container) so the chaos test can find any process the
 # commands left behind by its environment.

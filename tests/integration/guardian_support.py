@@ -222,7 +222,7 @@ def marked_processes(mark_prefix: str) -> list[psutil.Process]:
 
 def persistent_copies(state: Path) -> list[bool]:
     """Each persistent copy slot under the state directory: whether a live command holds it."""
-    from sprawl_orch.copy_store import CopyStore
+    from sprawl_orch.copy.store import CopyStore
 
     return [info.busy for info in CopyStore(state / "copies", 0).info()]
 

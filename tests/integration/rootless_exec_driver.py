@@ -27,7 +27,7 @@ COMMANDS = (
 def main() -> None:
     from sprawl_orch.config import Config
     from sprawl_orch.container.admission import clear_cache
-    from sprawl_orch.exec_tool import ExecTool
+    from sprawl_orch.tool.exec_tool import ExecTool
 
     image, mode = sys.argv[1], sys.argv[2]
     clear_cache()

@@ -90,7 +90,7 @@ KILLED_MID_PROBE = """
 import sys, time
 from pathlib import Path
 from sprawl_orch.container.admission import admit
-from sprawl_orch.guardian_client import Guardian
+from sprawl_orch.runs.guardian_client import Guardian
 from tests.integration.container_support import config_for, make_engine
 
 name, image, log, marker = sys.argv[1:5]

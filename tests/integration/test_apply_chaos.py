@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.tool.exec_tool import ExecTool
 
 FILES = 24
 SIZE = 96 * 1024
@@ -30,7 +30,7 @@ REMEASURE = 5  # kills between two measurements of an apply's length
 CHILD = """
 import sys
 from pathlib import Path
-from sprawl_orch.apply import apply
+from sprawl_orch.changes.apply import apply
 print("go", flush=True)
 apply(Path(sys.argv[1]), sys.argv[2])
 print("done", flush=True)

@@ -18,9 +18,9 @@ import psutil
 import pytest
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
 from sprawl_orch.native_fallbacks.bwrap import bwrap_argv, probe, probe_argv
 from sprawl_orch.native_fallbacks.bwrap_view import system_view
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conformance import absent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bwrap is Linux's")

@@ -17,12 +17,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sprawl_orch.backlog import Backlog
-from sprawl_orch.cgroups import Delegation, delegation
 from sprawl_orch.config import parse_config
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.shares import Shares
+from sprawl_orch.runs.backlog import Backlog
+from sprawl_orch.runs.cgroups import Delegation, delegation
+from sprawl_orch.runs.shares import Shares
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 
 MIB = 2**20
 LIMIT = 64 * MIB

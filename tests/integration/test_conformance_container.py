@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.arms import container_assurances
-from sprawl_orch.assurances import Guarantee
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.gvisor import runsc_path
-from sprawl_orch.launch import Launch
+from sprawl_orch.core.arms import container_assurances
+from sprawl_orch.core.assurances import Guarantee
+from sprawl_orch.runs.launch import Launch
 from tests.integration.conformance import (
     MiB,
     Observed,

@@ -18,10 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sprawl_orch.arms import ASSURANCES, ArmName
-from sprawl_orch.assurances import Assurances, Guarantee
 from sprawl_orch.config import Config, parse_config
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.core.arms import ASSURANCES, ArmName
+from sprawl_orch.core.assurances import Assurances, Guarantee
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conformance import (
     MiB,
     absent,

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from sprawl_orch.arms import container_assurances
-from sprawl_orch.assurances import Guarantee, Kept
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.engine import Attached, ContainerEngine
+from sprawl_orch.core.arms import container_assurances
+from sprawl_orch.core.assurances import Guarantee, Kept
+from sprawl_orch.engines.engine import Attached, ContainerEngine
 from tests.integration.conformance import (
     MiB,
     Observed,

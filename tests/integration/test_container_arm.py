@@ -25,7 +25,7 @@ from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.docker import DockerEngine
 from sprawl_orch.container.podman import PodmanEngine
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from tests.integration.container_support import (
     Case,
     config_for,

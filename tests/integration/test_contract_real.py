@@ -23,7 +23,7 @@ import pytest
 
 from sprawl_orch.config import Config, parse_config
 from sprawl_orch.container.admission import clear_cache
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conftest import busybox_rootfs_tar, missing, remove_image
 from tests.unit.test_unrunnable import make_venv, unrunnable_tree
 

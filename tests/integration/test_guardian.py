@@ -33,7 +33,7 @@ from guardian_support import (
 )
 
 from sprawl_orch.guardian.reaper import group_members
-from sprawl_orch.guardian_client import PAUSE_AFTER_CREATE, Guardian
+from sprawl_orch.runs.guardian_client import PAUSE_AFTER_CREATE, Guardian
 
 GRACE = 3.0  # the guardian's default
 
@@ -220,7 +220,7 @@ def test_the_guardian_survives_a_signal_to_the_orchestrators_group(tmp_path: Pat
     script = (
         "import os, sys, time; sys.path.insert(0, sys.argv[1]);"
         "from pathlib import Path;"
-        "from sprawl_orch.guardian_client import Guardian;"
+        "from sprawl_orch.runs.guardian_client import Guardian;"
         f"g = Guardian('grp', log=Path({str(tmp_path / 'guardian.log')!r}));"
         f"g.scratch(Path({str(copy)!r})); print('ok', flush=True); time.sleep(300)"
     )

@@ -21,7 +21,7 @@ import psutil
 import pytest
 from guardian_support import Orchestrator, guardian_done, spec, wait_for
 
-from sprawl_orch.cgroups import Delegation
+from sprawl_orch.runs.cgroups import Delegation
 
 GRACE = 3.0  # the guardian's default
 LIMIT = 256 * 2**20

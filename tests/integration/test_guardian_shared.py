@@ -16,14 +16,14 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.guardian_client import Guardian
+from sprawl_orch.runs.guardian_client import Guardian
 from tests.integration.guardian_support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLER = """
 import sys, time
 from pathlib import Path
-from sprawl_orch.guardian_client import Guardian
+from sprawl_orch.runs.guardian_client import Guardian
 sock, session, copy, log = sys.argv[1:5]
 g = Guardian(session, socket_path=Path(sock), log=Path(log))
 g.scratch(Path(copy))

@@ -19,7 +19,7 @@ import pytest
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.gvisor import KERNEL_NOTE, WRAPPER_NAME, runsc_path
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from tests.integration.conftest import missing
 from tests.integration.container_support import Case, config_for, make_engine, run
 

@@ -25,7 +25,7 @@ from conftest import engine_absent, engine_problem
 
 from sprawl_orch.cli import main
 from sprawl_orch.config import load_config
-from sprawl_orch.container.engine import ENGINES
+from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.images import build_busybox
 from sprawl_orch.images.engines import ImageEngine
 

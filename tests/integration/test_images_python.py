@@ -21,7 +21,7 @@ import pytest
 from conftest import engine_absent, engine_problem
 from test_images import RUN, Made, build_cli, cli, inspect
 
-from sprawl_orch.container.engine import ENGINES
+from sprawl_orch.engines.engine import ENGINES
 
 pytestmark = pytest.mark.slow
 

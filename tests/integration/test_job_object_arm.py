@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.assurances import Guarantee, Kept
 from sprawl_orch.config import ContainerConfig
-from sprawl_orch.environment import child_env
+from sprawl_orch.core.assurances import Guarantee, Kept
+from sprawl_orch.core.environment import child_env
 from tests.integration.conformance import (
     MiB,
     absent,

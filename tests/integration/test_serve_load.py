@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from sprawl_orch.cgroups import PlatformShares, delegation
+from sprawl_orch.runs.cgroups import PlatformShares, delegation
 from tests.integration.conftest import busybox_image, engine_problem, in_ci, remove_image
 
 REPO = Path(__file__).resolve().parents[2]

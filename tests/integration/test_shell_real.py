@@ -22,12 +22,19 @@ from click.testing import CliRunner
 
 from sprawl_orch.cli import main
 from sprawl_orch.config import parse_config
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.ledger import Ledger
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.outcome import FailureClass, ShellTally
-from sprawl_orch.shell import Found, Missing, pwsh_major, require_shell, resolve_shell, shell_argv
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.shell import (
+    Found,
+    Missing,
+    pwsh_major,
+    require_shell,
+    resolve_shell,
+    shell_argv,
+)
+from sprawl_orch.runs.ledger import Ledger
+from sprawl_orch.runs.outcome import FailureClass, ShellTally
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conftest import missing
 
 CNF = FailureClass.COMMAND_NOT_FOUND

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from sprawl_orch.assurances import Assurances, Guarantee
 from sprawl_orch.config import parse_config
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
-from sprawl_orch.container.engine import ContainerEngine
 from sprawl_orch.container.userns import PODMAN_AUTO, host_owner, principal_problem, subordinate
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.core.assurances import Assurances, Guarantee
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conftest import missing
 from tests.integration.container_support import Case, config_for, make_engine, run
 

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from sprawl_orch.config import Config, parse_config
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.tool.exec_tool import ExecTool
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
@@ -170,7 +170,7 @@ GUARDED = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from sprawl_orch.config import parse_config
-    from sprawl_orch.exec_tool import ExecTool
+    from sprawl_orch.tool.exec_tool import ExecTool
     engine, image, tmp = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     config = parse_config({"sandbox": {"arm": "container", "scratch_dir": str(tmp / "scratch"),
         "container": {"engine": engine, "images": {engine: image}, "warm": True}},

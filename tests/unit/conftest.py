@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import Config, parse_config
-from sprawl_orch.offerings import Offerings
+from sprawl_orch.selection.offerings import Offerings
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.container.engine import EngineFacts
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.engine import EngineFacts
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

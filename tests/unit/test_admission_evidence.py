@@ -15,7 +15,7 @@ from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.evidence import Evidence
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.guardian.protocol import (
     Announcement,
     Created,
@@ -24,7 +24,7 @@ from sprawl_orch.guardian.protocol import (
     Scratch,
     ScratchGone,
 )
-from sprawl_orch.launch import Launch, Watcher
+from sprawl_orch.runs.launch import Launch, Watcher
 from tests.unit.container_fake import FakeEngine
 
 IMAGE = "sha256:" + "ab" * 32

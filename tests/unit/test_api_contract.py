@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import Config
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import Offerings
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.apply_check import link_stays_inside, up_after_name
+from sprawl_orch.changes.apply_check import link_stays_inside, up_after_name
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.serve import ErrorResponse, Server, parse
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.serve.server import ErrorResponse, Server, parse
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 
 HOSTILE = (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sprawl_orch.arms import ASSURANCES, ArmName, container_assurances
-from sprawl_orch.assurances import PHRASES, Assurances, Guarantee, Kept, statement
+from sprawl_orch.core.arms import ASSURANCES, ArmName, container_assurances
+from sprawl_orch.core.assurances import PHRASES, Assurances, Guarantee, Kept, statement
 
 
 def test_assurances_have_five_required_fields() -> None:

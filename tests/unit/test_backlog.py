@@ -14,16 +14,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sprawl_orch.arms import ArmName
-from sprawl_orch.backlog import Backlog, Pending
-from sprawl_orch.ceiling import Unapplied, Why
-from sprawl_orch.cgroups import Cgroups, delegation
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.launch import Finished, Launch
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.results import Confinement, ExecResult
-from sprawl_orch.shares import Shares
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.backlog import Backlog, Pending
+from sprawl_orch.runs.ceiling import Unapplied, Why
+from sprawl_orch.runs.cgroups import Cgroups, delegation
+from sprawl_orch.runs.launch import Finished, Launch
+from sprawl_orch.runs.results import Confinement, ExecResult
+from sprawl_orch.runs.shares import Shares
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 from tests.unit.test_cgroups import V2_SELF, fake_rmdir, v2_tree
 

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.arms import ArmName
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.native_fallbacks import bwrap as bwrap_module
 from sprawl_orch.native_fallbacks.bwrap import (
     NAMESPACE_FLAGS,
@@ -21,8 +20,9 @@ from sprawl_orch.native_fallbacks.bwrap import (
     user_namespace_works,
 )
 from sprawl_orch.native_fallbacks.bwrap_view import View
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.yielding import Yielders
+from sprawl_orch.runs.yielding import Yielders
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 
 COPY = "/root/.local/state/sprawl-orch/copies/abc"

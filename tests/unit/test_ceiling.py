@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sprawl_orch.affinity import (
+from sprawl_orch.runs.affinity import (
     Absent,
     Accepted,
     AffinityRefused,
@@ -17,7 +17,7 @@ from sprawl_orch.affinity import (
     enter_job,
     enter_trace,
 )
-from sprawl_orch.ceiling import (
+from sprawl_orch.runs.ceiling import (
     CeilingMark,
     NotAsked,
     Unapplied,

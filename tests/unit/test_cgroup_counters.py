@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sprawl_orch.cgroup_counters import read_counter
+from sprawl_orch.runs.cgroup_counters import read_counter
 
 
 def test_the_counter_of_the_key_and_none_without_it(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.cgroups import (
+from sprawl_orch.runs.cgroups import (
     NOT_DELEGATED_PHRASE,
     CgroupRefused,
     Cgroups,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch import fs_clock
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import Offerings
+from sprawl_orch.core import fs_clock
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 
 
@@ -140,7 +140,7 @@ def test_a_deleted_directory_that_gained_entries_is_kept(
 def test_apply_refuses_another_working_directory(
     tmp_path: Path, tree: Path, offerings: Offerings
 ) -> None:
-    from sprawl_orch.apply import apply
+    from sprawl_orch.changes.apply import apply
 
     with tool_for(tmp_path, tree, offerings) as tool:
         result = tool.exec("echo x > new", shell=True)
@@ -170,7 +170,7 @@ def test_an_apply_killed_after_its_last_write_is_finished_by_the_next(
 ) -> None:
     """SIGKILL between the last record_applied() and drop(): every path is 'applied before'
     and the next apply must still remove the store (the chaos test met this once)."""
-    from sprawl_orch.change_store import load, record_applied
+    from sprawl_orch.changes.store import load, record_applied
 
     with tool_for(tmp_path, tree, offerings) as tool:
         result = tool.exec("echo x > new; echo y > README", shell=True)
@@ -187,7 +187,7 @@ def test_an_apply_killed_after_its_last_write_is_finished_by_the_next(
 def test_leftovers_of_killed_keeps_and_drops_are_swept(
     tmp_path: Path, tree: Path, offerings: Offerings
 ) -> None:
-    from sprawl_orch.change_store import changes_root
+    from sprawl_orch.changes.store import changes_root
 
     with tool_for(tmp_path, tree, offerings) as tool:
         root = changes_root(tool.state)

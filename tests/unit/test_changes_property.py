@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sprawl_orch.changes import compute
+from sprawl_orch.changes.changes import compute
 from tests.unit.test_changes_walk import Copy, hidden_edit
 
 OPS = (

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch import change_record, changes, fs_clock
-from sprawl_orch.change_record import SyncRecord
-from sprawl_orch.changes import compute
-from sprawl_orch.copy_sync import sync_with_record
+from sprawl_orch.changes import changes
+from sprawl_orch.changes import record as change_record
+from sprawl_orch.changes.changes import compute
+from sprawl_orch.changes.record import SyncRecord
+from sprawl_orch.copy.sync import sync_with_record
+from sprawl_orch.core import fs_clock
 
 
 class Copy:

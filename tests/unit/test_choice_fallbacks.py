@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.arm_factory import build_arm
-from sprawl_orch.arms import ArmName
-from sprawl_orch.choice import choose
 from sprawl_orch.config import Config
-from sprawl_orch.engine_offer import EngineOffer
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import Offerings
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.engine_offer import EngineOffer
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.selection.arm_factory import build_arm
+from sprawl_orch.selection.choice import choose
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 
 SCRATCH = Path("/nonexistent-scratch")
@@ -62,7 +62,7 @@ def test_auto_steps_down_to_bwrap_and_says_why() -> None:
 
 
 def test_auto_names_the_missing_image_when_the_engine_works() -> None:
-    from sprawl_orch.arms import image_not_local
+    from sprawl_orch.core.arms import image_not_local
 
     engine = EngineOffer(
         "docker",
@@ -80,7 +80,7 @@ def test_auto_names_the_missing_image_when_the_engine_works() -> None:
 
 
 def test_auto_names_a_dead_socket_and_a_missing_pin_together() -> None:
-    from sprawl_orch.arms import image_not_local
+    from sprawl_orch.core.arms import image_not_local
 
     podman = EngineOffer(
         "podman",
@@ -95,7 +95,7 @@ def test_auto_names_a_dead_socket_and_a_missing_pin_together() -> None:
 
 @pytest.mark.parametrize("asked", ["auto", "container"])
 def test_a_limit_the_host_cannot_give_refuses_and_never_steps_down(asked: str) -> None:
-    from sprawl_orch.arms import config_invalid
+    from sprawl_orch.core.arms import config_invalid
 
     fault = config_invalid(
         "[sandbox.container] cpus", "cpus = 100 but this host has 2 CPUs", "write cpus = 2 or fewer"
@@ -112,7 +112,7 @@ def test_a_limit_the_host_cannot_give_refuses_and_never_steps_down(asked: str) -
 
 
 def test_auto_names_every_engine_whose_image_is_missing() -> None:
-    from sprawl_orch.arms import image_not_local
+    from sprawl_orch.core.arms import image_not_local
 
     docker = EngineOffer(
         "docker",

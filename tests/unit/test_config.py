@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import Config, load_config, parse_config, with_warm
-from sprawl_orch.credentials import credential_shaped
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.credentials import credential_shaped
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 HEX = "a" * 64
 

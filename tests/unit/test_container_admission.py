@@ -16,7 +16,7 @@ from sprawl_orch.container import podman as podman_backend
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.admission_words import explain
 from sprawl_orch.container.argv import HostLimits
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from tests.unit.container_fake import FIXTURES, FakeEngine, facts, fixture_json
 
 IMAGE = "sha256:" + "cd" * 32

@@ -16,7 +16,7 @@ from sprawl_orch.container.argv import (
     parse_meminfo_total,
     parse_proc_limits,
 )
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 IMAGE = "sha256:" + "ab" * 32
 COPY = Path("/scratch/sprawl/s1/copy")

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.arms import container_assurances
 from sprawl_orch.config import ContainerConfig, EngineImages
 from sprawl_orch.container.admission import clear_cache
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.container.arm import ContainerArm
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.container.run import never_ran_code
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.arms import container_assurances
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.guardian.protocol import (
     Announcement,
     Created,
@@ -25,7 +25,7 @@ from sprawl_orch.guardian.protocol import (
     Scratch,
     ScratchGone,
 )
-from sprawl_orch.launch import Launch, Watcher
+from sprawl_orch.runs.launch import Launch, Watcher
 from tests.unit.container_fake import FakeEngine, facts
 
 IMAGE = "sha256:" + "ef" * 32

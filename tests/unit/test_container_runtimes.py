@@ -12,7 +12,7 @@ from sprawl_orch.container import gvisor, runtimes
 from sprawl_orch.container.argv import HostLimits, create_argv, fit_limits
 from sprawl_orch.container.probe_container import Runtime
 from sprawl_orch.container.verify import Expected, Mismatch, mismatches
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from tests.unit.container_fake import facts, inspect_from_argv
 
 

@@ -155,9 +155,9 @@ def test_argv_carries_the_flag_and_verify_checks_the_map(tmp_path: Path) -> None
 
 
 def test_auto_prefers_the_engine_that_keeps_the_user_axis(tmp_path: Path) -> None:
-    from sprawl_orch.choice import choose
-    from sprawl_orch.engine_offer import EngineOffer
-    from sprawl_orch.offerings import Offerings
+    from sprawl_orch.core.engine_offer import EngineOffer
+    from sprawl_orch.selection.choice import choose
+    from sprawl_orch.selection.offerings import Offerings
 
     plain = EngineOffer("docker", True, "docker", image=IMAGE)
     namespaced = EngineOffer("podman", True, "podman", image=IMAGE, uids_namespaced=True)
@@ -220,10 +220,10 @@ def test_rootless_without_controllers_runs_unlimited_and_says_so(tmp_path: Path)
     """Rootless podman on cgroup v1 creates the container without the asked limits
     (inspect: Memory 0): admission sees that in its probe, stops asking, and the arm
     claims resources = no with the probe's words. A rootful engine is still refused."""
-    from sprawl_orch.assurances import Guarantee, Kept
     from sprawl_orch.config import EngineImages
     from sprawl_orch.container.admission import admit, clear_cache
     from sprawl_orch.container.arm import ContainerArm
+    from sprawl_orch.core.assurances import Guarantee, Kept
     from tests.unit.container_fake import FakeEngine, facts
 
     rootless_map = ((0, 1500, 1), (1, 1_400_000_000, 65536))

@@ -14,7 +14,7 @@ import pytest
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.container.verify import Expected, mismatches, verify
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from tests.unit.container_fake import fixture_json
 
 META = fixture_json("inspect_meta.json")

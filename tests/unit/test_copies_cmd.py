@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from sprawl_orch.cli import main
-from sprawl_orch.copy_bounds import Bounds, Excludes
-from sprawl_orch.copy_store import CopyStore, copy_key
+from sprawl_orch.copy.bounds import Bounds, Excludes
+from sprawl_orch.copy.store import CopyStore, copy_key
 
 
 def _workdir(tmp_path: Path, name: str) -> Path:
@@ -81,7 +81,7 @@ def test_progress_is_drawn_only_on_a_terminal_after_the_delay(
     import sys
 
     from sprawl_orch.cli import copy_progress as cp
-    from sprawl_orch.copy_sync import sync
+    from sprawl_orch.copy.sync import sync
 
     src = tmp_path / "src"
     src.mkdir()

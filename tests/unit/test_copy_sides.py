@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sprawl_orch import copy_sync
-from sprawl_orch.copy_fileops import FdCopy
-from sprawl_orch.copy_paths import PathCopy
-from sprawl_orch.copy_sync import CopySide, FileWork, dir_fds_work, sync
+from sprawl_orch.copy import sync as copy_sync
+from sprawl_orch.copy.fileops import FdCopy
+from sprawl_orch.copy.paths import PathCopy
+from sprawl_orch.copy.sync import CopySide, FileWork, dir_fds_work, sync
 from tests.unit.test_copy_sync import snapshot, view
 
 names = st.sampled_from(["a", "b", "c"])

@@ -19,8 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sprawl_orch import copy_fileops, copy_stamps, fs_clock
-from sprawl_orch.copy_sync import Bounds, FileWork, sync
+from sprawl_orch.copy import fileops as copy_fileops
+from sprawl_orch.copy import stamps as copy_stamps
+from sprawl_orch.copy.sync import Bounds, FileWork, sync
+from sprawl_orch.core import fs_clock
 
 MARGIN = fs_clock.TICK_MARGIN_NS / 1e9 + 0.01
 # A simulated coarse filesystem: Linux >= 6.13 gives ext4/tmpfs "multigrain" timestamps, so two

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.copy_bounds import Bounds, Excludes
-from sprawl_orch.copy_store import CopyStore, copy_key
+from sprawl_orch.copy.bounds import Bounds, Excludes
+from sprawl_orch.copy.store import CopyStore, copy_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +59,8 @@ def test_a_killed_holder_leaves_a_copy_the_next_call_resyncs(tmp_path: Path, src
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from sprawl_orch.copy_store import CopyStore\n"
-        "from sprawl_orch.copy_bounds import Bounds, Excludes\n"
+        "from sprawl_orch.copy.store import CopyStore\n"
+        "from sprawl_orch.copy.bounds import Bounds, Excludes\n"
         f"lease = CopyStore(Path({str(store_root)!r}), 10**9).lease(Path({str(src)!r}), {key!r})\n"
         f"lease.sync(Path({str(src)!r}), Bounds(), Excludes())\n"
         "(lease.path / 'README').write_bytes(b'a command wrote this')\n"

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sprawl_orch import copy_sync
-from sprawl_orch.copy_fileops import FdCopy
-from sprawl_orch.copy_links import stays_inside
-from sprawl_orch.copy_paths import PathCopy
-from sprawl_orch.copy_sync import Bounds, CopySide, FileWork, dir_fds_work, sync
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.scratch_copy import ScratchCopy
+from sprawl_orch.copy import sync as copy_sync
+from sprawl_orch.copy.fileops import FdCopy
+from sprawl_orch.copy.links import stays_inside
+from sprawl_orch.copy.paths import PathCopy
+from sprawl_orch.copy.scratch import ScratchCopy
+from sprawl_orch.copy.sync import Bounds, CopySide, FileWork, dir_fds_work, sync
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 Entry = tuple[object, ...]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.credentials import CREDENTIAL_TABLE, credential_pattern, passed_on_purpose
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.exec_tool import ExecTool
-from sprawl_orch.offerings import Offerings
+from sprawl_orch.core.credentials import CREDENTIAL_TABLE, credential_pattern, passed_on_purpose
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 
 # The names issue #11 found passed through, then a wider sample of real-world ones.

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sprawl_orch.arms import image_not_local
-from sprawl_orch.cgroups import NOT_DELEGATED_PHRASE, Delegation, PlatformShares
 from sprawl_orch.cli import main
 from sprawl_orch.config import parse_config
-from sprawl_orch.doctor import DoctorReport, doctor_report
-from sprawl_orch.engine_offer import EngineOffer
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.shell import Absent, Found, Missing
+from sprawl_orch.core.arms import image_not_local
+from sprawl_orch.core.engine_offer import EngineOffer
+from sprawl_orch.core.shell import Absent, Found, Missing
+from sprawl_orch.runs.cgroups import NOT_DELEGATED_PHRASE, Delegation, PlatformShares
+from sprawl_orch.selection.doctor import DoctorReport, doctor_report
+from sprawl_orch.selection.offerings import Offerings
 
 SCRATCH = Path("/tmp/sprawl-orch")
 DOCKER = EngineOffer(

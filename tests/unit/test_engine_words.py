@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sprawl_orch.container.engine import daemon_refused, socket_denied
+from sprawl_orch.engines.engine import daemon_refused, socket_denied
 from sprawl_orch.images.engines import _looks_unreachable
 
 REFUSED = [

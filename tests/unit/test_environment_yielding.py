@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.environment import FLOOR, child_env, env_names
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.yielding import Yielders, find_program, yield_prefix
+from sprawl_orch.core.environment import FLOOR, child_env, env_names
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.yielding import Yielders, find_program, yield_prefix
 
 
 def test_floor_and_passthrough_only() -> None:

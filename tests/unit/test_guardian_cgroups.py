@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 import sprawl_orch.guardian.cgroup_reap
-from sprawl_orch.cgroups import CgroupRefused, Cgroups, delegation
 from sprawl_orch.guardian.cgroup_reap import is_ours, remove_cgroups
 from sprawl_orch.guardian.protocol import Announcement, Cgroup, CgroupGone
 from sprawl_orch.guardian.reaper import Reaper
 from sprawl_orch.guardian.watchlist import Watchlist
-from sprawl_orch.launch import Watcher
-from sprawl_orch.shares import Shares
+from sprawl_orch.runs.cgroups import CgroupRefused, Cgroups, delegation
+from sprawl_orch.runs.launch import Watcher
+from sprawl_orch.runs.shares import Shares
 from tests.unit.test_cgroups import V1_SELF, fake_rmdir, v1_tree
 
 MIB = 2**20

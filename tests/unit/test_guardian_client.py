@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch import guardian_client
 from sprawl_orch.guardian.protocol import parse_message
-from sprawl_orch.guardian_client import Guardian
+from sprawl_orch.runs import guardian_client
+from sprawl_orch.runs.guardian_client import Guardian
 
 # Copies its stdin to a file until EOF, then says so: a guardian minus the cleaning.
 RECORDER = "import sys; data = sys.stdin.buffer.read(); open(sys.argv[1], 'wb').write(data)"

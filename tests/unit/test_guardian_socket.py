@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sprawl_orch.state import SOCKET_PATH_MAX, guardian_socket
+from sprawl_orch.config.state import SOCKET_PATH_MAX, guardian_socket
 
 CODE = Path("/src/guardian")
 

@@ -27,8 +27,8 @@ from sprawl_orch.guardian.protocol import (
     parse_line,
 )
 from sprawl_orch.guardian.watchlist import Watchlist
-from sprawl_orch.guardian_client import Guardian
-from sprawl_orch.launch import NullWatcher, Watcher
+from sprawl_orch.runs.guardian_client import Guardian
+from sprawl_orch.runs.launch import NullWatcher, Watcher
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE: dict[int, object] = {

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import load_config
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases, logical_lines
 from sprawl_orch.images.engines import ImageEngine
 from sprawl_orch.images.pin import pin, render

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.images.buildlog import failure
 from sprawl_orch.images.engines import ImageEngine, LocalImage
 from sprawl_orch.images.pin import pin

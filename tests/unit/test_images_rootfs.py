@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.images.build import busybox_tar
 from sprawl_orch.images.engines import ImageEngine, LocalImage, fixed_id
 from sprawl_orch.images.recipe import BusyboxRootfs, DebianRootfs, load_recipe

@@ -83,7 +83,7 @@ def test_the_finder_finds_circles_it_is_shown() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set[str]()}
     assert circles(graph) == [frozenset({"a", "b", "c"})]
     known = modules()
-    assert "sprawl_orch.guardian.protocol" in imports(known["sprawl_orch.launch"], known)
+    assert "sprawl_orch.guardian.protocol" in imports(known["sprawl_orch.runs.launch"], known)
 
 
 def test_no_import_circles() -> None:

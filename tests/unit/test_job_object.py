@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from sprawl_orch.arms import ASSURANCES, ArmName
 from sprawl_orch.config import ContainerConfig
+from sprawl_orch.core.arms import ASSURANCES, ArmName
 from sprawl_orch.native_fallbacks import win32_api as api
 from sprawl_orch.native_fallbacks.job_object import JobObjectArm, job_available
 from sprawl_orch.native_fallbacks.job_plan import (

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.ledger import Ledger
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.ledger import Ledger
 
 WRITERS = 6
 LINES_PER_WRITER = 600

@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from sprawl_orch import mcp_server
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.serve import Server
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.serve import mcp_server
+from sprawl_orch.serve.server import Server
 from tests.unit.conftest import make_config
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.arms import ArmName
-from sprawl_orch.choice import choose
 from sprawl_orch.config import parse_config
 from sprawl_orch.container import offer
-from sprawl_orch.engine_offer import EngineOffer
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.engine_offer import EngineOffer
 from sprawl_orch.native_fallbacks import bwrap
-from sprawl_orch.offerings import Offerings
+from sprawl_orch.selection.choice import choose
+from sprawl_orch.selection.offerings import Offerings
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 
 
 def test_an_os_error_leaves_as_sprawl_error_with_the_os_reason_and_its_cause(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sprawl_orch.outcome import SH_FAMILY, FailureClass, ShellTally
+from sprawl_orch.runs.outcome import SH_FAMILY, FailureClass, ShellTally
 
 CNF = FailureClass.COMMAND_NOT_FOUND
 SYN = FailureClass.SYNTAX

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sprawl_orch import process
-from sprawl_orch.process import HostProcess
+from sprawl_orch.runs import process
+from sprawl_orch.runs.process import HostProcess
 
 _CHILD = (
     "import subprocess, sys, time;"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.errors import SprawlError
-from sprawl_orch.git_pointers import EXECUTING_KEYS, pointers_into
-from sprawl_orch.protected import (
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.git_pointers import EXECUTING_KEYS, pointers_into
+from sprawl_orch.core.protected import (
     PROTECTED_TABLE,
     Protection,
     protection_for,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.results import OUTPUT_CAP, ExecResult, exceptional, read_capped
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.results import OUTPUT_CAP, ExecResult, exceptional, read_capped
 
 
 def test_short_output_is_whole(tmp_path: Path) -> None:

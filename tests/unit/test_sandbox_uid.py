@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.native_fallbacks.sandbox_uid import (
     ACL_MASK,
     ACL_USER,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.exec_tool import ExecTool
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.native_fallbacks.seatbelt import SeatbeltArm, profile, seatbelt_argv
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.yielding import Yielders
+from sprawl_orch.runs.yielding import Yielders
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 
 COPY = "/private/var/folders/xy/T/sprawl-orch/sprawl-s1-abc"

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.backlog import Backlog
-from sprawl_orch.cgroups import delegation
-from sprawl_orch.offerings import Offerings
-from sprawl_orch.serve import ErrorResponse, ExecRequest, Server, parse, schema
-from sprawl_orch.shares import Shares
+from sprawl_orch.runs.backlog import Backlog
+from sprawl_orch.runs.cgroups import delegation
+from sprawl_orch.runs.shares import Shares
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.serve.server import ErrorResponse, ExecRequest, Server, parse, schema
 from tests.unit.conftest import make_config
 
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.shell import (
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.shell import (
     Absent,
     Found,
     Missing,

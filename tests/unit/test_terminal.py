@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.apply_protect import quote
-from sprawl_orch.terminal import json_safe, line_safe, safe
+from sprawl_orch.changes.apply_protect import quote
+from sprawl_orch.core.terminal import json_safe, line_safe, safe
 
 HOSTILE = [
     "osc52-\x1b]52;c;cHduZWQ=\x07",

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.copy_store import CopyInfo
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.tool_copies import ToolCopies
+from sprawl_orch.copy.store import CopyInfo
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.tool.copies import ToolCopies
 from tests.unit.conftest import make_config
 
 

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from sprawl_orch.errors import ErrorCode, SprawlError
-from sprawl_orch.unrunnable import (
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.unrunnable import (
     after_start_refusal,
     elf_problem,
     host_venv,
     loader_refusal,
     runtime_refusal,
 )
-from sprawl_orch.yielding import find_program
+from sprawl_orch.runs.yielding import find_program
 
 
 def unrunnable_tree(root: Path) -> dict[str, str]:
@@ -167,8 +167,8 @@ def test_any_errno_runc_names_for_the_program_is_a_refusal() -> None:
 
 
 def test_paths_are_accepted_as_arguments(tmp_path: Path) -> None:
-    from sprawl_orch.exec_tool import ExecTool
-    from sprawl_orch.offerings import Offerings
+    from sprawl_orch.selection.offerings import Offerings
+    from sprawl_orch.tool.exec_tool import ExecTool
     from tests.unit.conftest import make_config
 
     (tmp_path / "tree").mkdir()

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from sprawl_orch.cli import main
-from sprawl_orch.ledger import Ledger
+from sprawl_orch.runs.ledger import Ledger
 
 FFFD = "\ufffd"
 

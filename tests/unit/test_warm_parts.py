@@ -12,7 +12,7 @@ import pytest
 from sprawl_orch.config import parse_config, with_warm
 from sprawl_orch.container.verify import as_command_user
 from sprawl_orch.container.warm_program import cannot_run, inside
-from sprawl_orch.errors import SprawlError
+from sprawl_orch.core.errors import SprawlError
 
 
 @pytest.fixture

@@ -1,0 +1,359 @@
+"""`sprawl.toml`: parsed once into pydantic models, refused with E_CONFIG_INVALID.
+
+Every refusal names the key, the value found and the accepted spellings, so the
+person can fix the file without reading this code.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
+from sprawl_orch.core.credentials import credential_pattern, why
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.engines.engine import IMAGE_ID, EngineName
+
+CONFIG_NAME = "sprawl.toml"
+
+ArmSpelling = Literal["auto", "container", "native", "copied_tree", "none", "python"]
+ARM_SPELLINGS: tuple[str, ...] = ("auto", "container", "native", "copied_tree", "none", "python")
+
+DEFAULT_BUDGET = 2 * 1024**3  # 8 copies at MAX_BYTES; each call's own copy is never evicted
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _image_id(value: str | None) -> str | None:
+    if value is not None and not IMAGE_ID.match(value):
+        raise ValueError(
+            f"{value!r} is not a fixed image ID (sha256:<64 hex>); tags and short IDs are "
+            "refused because a tag can move. Resolve it locally: sprawl-orch image pin "
+            f"{value}"
+        )
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineImages(_Strict):
+    """Per-engine pins: the same rootfs imported into docker and podman gets two IDs."""
+
+    docker: str | None = None
+    podman: str | None = None
+
+    @field_validator("docker", "podman")
+    @classmethod
+    def _fixed(cls, value: str | None) -> str | None:
+        return _image_id(value)
+
+
+def warm_user_problem(container: ContainerConfig) -> str | None:
+    """Why warm mode can't keep its per-command guarantees for this command user, or None.
+    A warm container's idle init runs as the container's uid 0 (container/warm.py): a
+    command as uid 0 could ptrace or signal it and write root's own places of the container
+    (the escape suite found a file a first command left in /dev read by the next one)."""
+    if not container.warm or int(container.user.split(":")[0]) != 0:
+        return None
+    return (
+        "warm mode needs a command user other than uid 0: a warm container's idle init "
+        "runs as uid 0, so a command as uid 0 could ptrace or signal it and write "
+        "root's places of the container (/dev), left there for the next command"
+    )
+
+
+class ContainerConfig(_Strict):
+    engine: Literal["auto", EngineName] = "auto"
+    image: str | None = None
+    images: EngineImages = EngineImages()
+    memory_bytes: int = Field(default=512 * 1024 * 1024, ge=6 * 1024 * 1024)
+    cpus: float = Field(default=1.0, gt=0, le=1024)
+    pids: int = Field(default=256, ge=8, le=4_194_304)
+    user: str = "65534:65534"
+    # Podman 4.3's default rlimits exceed these hosts' hard limits ("setrlimit
+    # RLIMIT_NOFILE: Operation not permitted"), so we always pass explicit ones.
+    ulimits: dict[str, str] = Field(
+        default_factory=lambda: {"nofile": "1024:1024", "nproc": "1024:1024"}
+    )
+    cpu_shares: int = Field(default=512, ge=2, le=262_144)
+    # "auto": a user namespace wherever the engine can give one (podman --userns=auto,
+    # proved by admission's probe; docker/rootless engines as they are), and engine =
+    # "auto" prefers an engine that keeps the user axis; "required": an engine without
+    # one is not admitted; "off": podman runs without one (docker/rootless can't opt out).
+    userns: Literal["auto", "required", "off"] = "auto"
+    # The OCI runtime (container/runtimes.py): unset = the engine's default (runc here, with
+    # a fallback that passes the probe); "auto" = gVisor's runsc where it is installed (podman)
+    # or registered (docker) and passes admission's probe, else as unset; a name = that
+    # runtime or no admission. Not "auto" by default yet: under runsc an OOM kill is not
+    # reported by podman and process limits are counted differently (gvisor.py).
+    runtime: Literal["auto", "runc", "crun", "runsc"] | None = None
+    # One kept container per exec tool and run, each command entered with an exec, every
+    # fresh-container guarantee re-established between commands (container/warm.py).
+    warm: bool = False
+    # The docker daemon to use (unset: $DOCKER_HOST, else the default socket), e.g. a second
+    # dockerd started with --userns-remap, whose containers keep the user axis. Admission,
+    # the arm and the guardian all reach this one daemon.
+    docker_host: str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _fixed(cls, value: str | None) -> str | None:
+        return _image_id(value)
+
+    @field_validator("docker_host")
+    @classmethod
+    def _docker_host(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if re.fullmatch(r"unix:///[^\x00]*[^/\x00]", value) or re.fullmatch(
+            r"(tcp|ssh)://[^\s/]+(:[0-9]{1,5})?/?", value
+        ):
+            return value
+        raise ValueError(
+            f"{value!r} is not a docker host: unix:///absolute/path/to/docker.sock, "
+            "tcp://HOST:PORT or ssh://[USER@]HOST (the forms of DOCKER_HOST)"
+        )
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9]+(:[0-9]+)?", value):
+            raise ValueError(
+                f"{value!r} must be a numeric uid or uid:gid (names resolve inside the image "
+                "and can't be verified by inspect)"
+            )
+        return value
+
+    @field_validator("ulimits")
+    @classmethod
+    def _ulimits(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, limit in value.items():
+            if not re.fullmatch(r"[a-z]+", name) or not re.fullmatch(r"[0-9]+(:[0-9]+)?", limit):
+                raise ValueError(f'ulimit {name}={limit!r} must look like nofile = "1024:1024"')
+        return value
+
+    @model_validator(mode="after")
+    def _warm_user(self) -> ContainerConfig:
+        problem = warm_user_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    def image_for(self, engine: str) -> str | None:
+        pinned = getattr(self.images, engine, None)
+        return pinned if isinstance(pinned, str) else self.image
+
+
+class CopyConfig(_Strict):
+    """``[sandbox.copy]``: the synced copy's bounds, excludes and disk budget (design §5)."""
+
+    max_files: int = Field(default=MAX_FILES, ge=1)
+    max_bytes: int = Field(default=MAX_BYTES, ge=1)
+    max_depth: int = Field(default=MAX_DEPTH, ge=1, le=10_000)
+    exclude: tuple[str, ...] = ()
+    # Persistent copies kept in the state directory, all working directories together.
+    budget_bytes: int = Field(default=DEFAULT_BUDGET, ge=0)
+
+    @field_validator("exclude")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value:
+            compile_excludes(value)
+        return value
+
+
+class SandboxConfig(_Strict):
+    arm: ArmSpelling = "auto"
+    shell: bool = True
+    interpreter: Literal["system", "pwsh"] = "system"
+    env_passthrough: tuple[str, ...] = ()
+    # Credential-shaped names passed on purpose; every result's statement names them.
+    credentials: tuple[str, ...] = ()
+    write_limit: Literal["none", "create"] = "none"
+    scratch_dir: Path | None = None
+    window_seconds: float = Field(default=600.0, gt=0)
+    container: ContainerConfig = ContainerConfig()
+    copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
+
+    @field_validator("env_passthrough", "credentials")
+    @classmethod
+    def _names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return names
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _no_credentials(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            pattern = credential_pattern(name)
+            if pattern is not None:
+                raise ValueError(
+                    f"{name!r} looks like a credential (matches {pattern}: {why(pattern)}); "
+                    "env_passthrough never passes one into a sandbox. If the commands really "
+                    f'need it, move it to [sandbox] credentials = ["{name}"]: it is then '
+                    "passed, and every result says so"
+                )
+        return names
+
+
+class StateConfig(_Strict):
+    dir: Path | None = None
+    ledger: Path | None = None
+    # Kept changes of finished commands (change_store.py), dropped oldest first past this.
+    changes_budget_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
+
+
+class ApplyConfig(_Strict):
+    """``[apply]``: what `apply` holds back besides the protected-path table (protected.py)."""
+
+    # gitignore-style globs protected on top of the table
+    protected: tuple[str, ...] = ()
+    # default rows removed, each by its name in the table (`.git` never)
+    unprotect: tuple[str, ...] = ()
+
+    @field_validator("protected")
+    @classmethod
+    def _globs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value:
+            compile_excludes(value)
+        return value
+
+    @field_validator("unprotect")
+    @classmethod
+    def _rows(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from sprawl_orch.core.protected import GIT_DIR, ROWS, unknown_rows
+
+        if GIT_DIR in value:
+            raise ValueError(
+                "`.git` is never applied (its hooks and config run on the next git command); "
+                "it cannot be unprotected"
+            )
+        unknown = unknown_rows(value)
+        if unknown:
+            raise ValueError(
+                f"{', '.join(map(repr, unknown))}: no such row of the protected-path table; "
+                f"names: {', '.join(n for n in ROWS if n != GIT_DIR)}"
+            )
+        return value
+
+
+class Config(_Strict):
+    """A parsed `sprawl.toml` (frozen). `load_config(path, cwd=DIR)` reads one; every key is
+    optional, and a bad one is refused with E_CONFIG_INVALID naming key, value and spellings."""
+
+    sandbox: SandboxConfig = SandboxConfig()
+    state: StateConfig = StateConfig()
+    apply: ApplyConfig = ApplyConfig()
+    # Where the file was read from (None: defaults). Not a TOML key.
+    source: Path | None = Field(default=None, exclude=True)
+
+
+def _key_of(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    if len(parts) > 1:
+        return f"[{'.'.join(parts[:-1])}] {parts[-1]}"
+    return parts[0] if parts else "(file)"
+
+
+def _explain(err: ValidationError, data: dict[str, Any], path: Path | None) -> SprawlError:
+    first = err.errors()[0]
+    key = _key_of(first["loc"])
+    found = first.get("input")
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "literal_error":
+        expected = first.get("ctx", {}).get("expected", "")
+        msg = f"accepted spellings: {expected}"
+    elif first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    where = f" in {path}" if path else ""
+    return SprawlError(
+        ErrorCode.CONFIG_INVALID,
+        subject=key,
+        detail=f"{key} = {found!r}{where}: {msg}",
+        recovery=f"fix {key}{where}, or remove it to take the default",
+    )
+
+
+def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
+    """A Config from already-parsed TOML data; E_CONFIG_INVALID naming the first bad key."""
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as err:
+        raise _explain(err, data, path) from err
+    return config.model_copy(update={"source": path})
+
+
+def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
+    """Read `path`, else `sprawl.toml` in `cwd` if present, else all defaults."""
+    if path is None:
+        candidate = (cwd or Path.cwd()) / CONFIG_NAME
+        if not candidate.is_file():
+            return Config()
+        path = candidate
+    return parse_config(read_toml(read_config_text(path), path), path)
+
+
+def read_config_text(path: Path) -> str:
+    """The file's text; E_CONFIG_INVALID (never a traceback) when it can't be read or is
+    not UTF-8, which TOML requires."""
+    with os_errors(
+        ErrorCode.CONFIG_INVALID,
+        path,
+        "cannot read the config file",
+        "check the path given with --config",
+    ):
+        data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID,
+            subject=str(path),
+            detail=f"not UTF-8 (TOML files must be): byte 0x{data[err.start]:02x} at line "
+            f"{line}, column {column} cannot be decoded",
+            recovery="save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or remove the "
+            "character",
+        ) from err
+
+
+def read_toml(text: str, path: Path, consequence: str = "") -> dict[str, Any]:
+    """The config's TOML as data; E_CONFIG_INVALID at the position of a syntax error.
+    `consequence` says what did not happen because of it (e.g. "; nothing was written")."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID,
+            subject=str(path),
+            detail=f"not valid TOML: {err}{consequence}",
+            recovery="fix the TOML syntax at the position shown",
+        ) from err
+
+
+def with_warm(config: Config, warm: bool) -> Config:
+    """The config with `[sandbox.container] warm` set (the serve/mcp `--warm` switch and
+    ExecTool(warm=...))."""
+    container = config.sandbox.container.model_copy(update={"warm": warm})
+    problem = warm_user_problem(container)
+    if problem is not None:
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID,
+            subject="sandbox.container.user",
+            detail=f"sandbox.container.user = {container.user!r} with warm mode: {problem}",
+            recovery="set [sandbox.container] user to another uid (the default is "
+            '"65534:65534"), or run without warm mode',
+        )
+    return config.model_copy(
+        update={"sandbox": config.sandbox.model_copy(update={"container": container})}
+    )

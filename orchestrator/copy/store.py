@@ -1,0 +1,275 @@
+"""Persistent copies (design §5): one per working directory and config, kept between CLI calls.
+
+Layout under the store root, ``<state dir>/copies``::
+
+    <key>/             key: hash of the working directory's real path and the [sandbox] config
+      0/  1/  ...      slots: a concurrent call takes another one
+        lock           flock(2)ed by the one command that holds the slot
+        tree/          the copy itself (Lease.path: mount it, chown it, run in it)
+        stamps         its stamp record (copy_stamps), beside the copy where no command writes
+        meta.json      working directory, bytes synced, when it was last released
+
+One command at a time holds a slot: ``lease`` takes the first slot whose lock it can get
+without waiting (``flock(LOCK_EX | LOCK_NB)``; on Windows ``msvcrt.locking(LK_NBLCK)``),
+making a new slot when all are busy. The lock fd is
+close-on-exec, so no command inherits it; when the holder dies -- even by SIGKILL -- the
+kernel drops the lock, and the next call finds the copy as it was left and resyncs it (the
+sync is exact whatever state a killed call left, copy_stamps). Nothing has to delete a
+persistent copy when a call dies: the guardian releases nothing and deletes nothing here.
+
+Eviction: after each release, idle slots are deleted oldest-release first while the store
+holds more than ``[sandbox.copy] budget_bytes`` (the slot just released is kept). A slot's
+size is what its last sync copied (meta.json); files a command added to its copy are counted
+by the next sync, which deletes them. ``sprawl-orch copies list|drop`` (cli/copies_cmd) shows
+and deletes them by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sprawl_orch.copy import stamps as copy_stamps
+from sprawl_orch.copy.bounds import Bounds, Excludes
+from sprawl_orch.copy.sync import FileWork, delete_path, sync_with_record
+from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+
+TREE, STAMPS, LOCK, META = "tree", "stamps", "lock", "meta.json"
+
+
+def copy_key(workdir: Path, config_json: str) -> str:
+    """The store key of a working directory (resolved) under one config (its JSON)."""
+    real = os.path.realpath(workdir)
+    digest = hashlib.sha256(f"{real}\0{config_json}".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:20]
+
+
+if sys.platform == "win32":
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        # One byte, non-blocking; released when the fd closes or the process dies, like flock.
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+else:
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
+def _lock(path: Path) -> int | None:
+    """An fd holding an exclusive lock on ``path`` (made if missing), or None if it is held."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        locked = _try_lock(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not locked:
+        os.close(fd)
+        return None
+    try:
+        # Evicted between our open and our lock: the file we locked is no longer the slot's.
+        if os.stat(path).st_ino != os.fstat(fd).st_ino:
+            raise FileNotFoundError(path)
+    except FileNotFoundError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@dataclass
+class Lease:
+    """One slot, held by one command until ``release``. ``path`` is the copy (a plain Path)."""
+
+    slot: Path
+    workdir: Path
+    _fd: int | None
+    # The stamp record the last sync wrote (changes: the source stamps it read).
+    last_record: copy_stamps.SyncRecord | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.slot / TREE
+
+    @property
+    def record_path(self) -> Path:
+        return self.slot / STAMPS
+
+    def sync(
+        self, source: Path, bounds: Bounds, excludes: Excludes, progress: Progress | None = None
+    ) -> FileWork:
+        """Resync the copy to ``source``; over a bound the copy and its record are deleted."""
+        work, record = sync_with_record(
+            source, self.path, bounds, record=self.record_path, excludes=excludes, progress=progress
+        )
+        self._meta(record.total_bytes)
+        self.last_record = record
+        return work
+
+    def _meta(self, size: int | None = None) -> None:
+        meta = self.slot / META
+        old = _read_meta(self.slot)
+        kept = old.get("bytes", 0)
+        synced = size if size is not None else kept if isinstance(kept, int) else 0
+        data = {"workdir": str(self.workdir), "bytes": synced, "released": time.time()}
+        tmp = meta.with_name(META + ".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, meta)
+
+    def release(self) -> None:
+        """Give the slot back (idempotent); the copy stays for the next call."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self._meta()
+        os.close(self._fd)
+        self._fd = None
+
+
+def _read_meta(slot: Path) -> dict[str, object]:
+    try:
+        data = json.loads((slot / META).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass(frozen=True)
+class CopyInfo:
+    """One slot as ``copies list`` shows it."""
+
+    key: str
+    slot: Path
+    workdir: str
+    bytes: int
+    released: float
+    busy: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}/{self.slot.name}"
+
+
+class CopyStore:
+    def __init__(self, root: Path, budget_bytes: int) -> None:
+        self.root = Path(root)
+        self.budget_bytes = budget_bytes
+
+    def lease(self, workdir: Path, key: str) -> Lease:
+        """The first free slot of ``key`` (a new one when all are held)."""
+        group = self.root / key
+        with os_errors(
+            ErrorCode.STORAGE_FATAL,
+            self.root,
+            "cannot keep a copy there",
+            "make the state directory writable, or set [state] dir",
+        ):
+            group.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for n in range(100_000):
+                slot = group / str(n)
+                with contextlib.suppress(FileExistsError):
+                    slot.mkdir(mode=0o700)
+                fd = _lock(slot / LOCK)
+                if fd is not None:
+                    return Lease(slot, Path(workdir), fd)
+        raise SprawlError(
+            ErrorCode.STORAGE_FATAL,
+            str(group),
+            "100 000 slots are all held",
+            "drop copies with: sprawl-orch copies drop --all",
+        )
+
+    def slots(self) -> Iterator[Path]:
+        with contextlib.suppress(FileNotFoundError):
+            for group in sorted(self.root.iterdir()):
+                if group.is_dir() and not group.is_symlink():
+                    for slot in sorted(group.iterdir()):
+                        if slot.is_dir() and not slot.is_symlink():
+                            yield slot
+
+    def info(self) -> list[CopyInfo]:
+        out = []
+        for slot in self.slots():
+            fd = _lock(slot / LOCK)
+            if fd is not None:
+                os.close(fd)
+            meta = _read_meta(slot)
+            size, released = meta.get("bytes"), meta.get("released")
+            out.append(
+                CopyInfo(
+                    slot.parent.name,
+                    slot,
+                    str(meta.get("workdir", "?")),
+                    size if isinstance(size, int) else _du(slot / TREE),
+                    released if isinstance(released, float) else 0.0,
+                    fd is None,
+                )
+            )
+        return out
+
+    def drop(self, slot: Path) -> bool:
+        """Delete one idle slot; False if a command holds it."""
+        try:
+            fd = _lock(slot / LOCK)
+        except FileNotFoundError:
+            return False
+        if fd is None:
+            return False
+        try:
+            copy_stamps.forget(slot / STAMPS)
+            delete_path(slot / TREE)
+            for name in (META, META + ".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    (slot / name).unlink()
+            if sys.platform != "win32":  # Windows cannot unlink a file we hold open
+                (slot / LOCK).unlink()
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            if sys.platform == "win32":
+                (slot / LOCK).unlink()
+            slot.rmdir()  # a lease racing us may have made a new lock here: then it stays
+            slot.parent.rmdir()  # the last slot of its key
+        return True
+
+    def evict(self, keep: Path | None = None) -> list[CopyInfo]:
+        """Drop idle slots, least recently released first, until within the budget."""
+        slots = self.info()
+        total = sum(s.bytes for s in slots)
+        dropped = []
+        for s in sorted(slots, key=lambda s: s.released):
+            if total <= self.budget_bytes:
+                break
+            if s.busy or s.slot == keep:
+                continue
+            if self.drop(s.slot):
+                total -= s.bytes
+                dropped.append(s)
+        return dropped
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for here, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(here, name)).st_size
+    return total

@@ -1,0 +1,235 @@
+"""The synced copy (design §5): make a private copy equal to the working directory, file by file.
+
+Sandbox arms run each command in a copy that is kept between commands (and, through
+copy_store, between CLI calls) and synced to the working directory as it is now before each:
+
+- a relative symbolic link whose every resolution step stays inside the tree is copied as the
+  same link (copy_links); any other link is followed on the source side: a link out of the
+  tree brings the content it points at, never a link back into the person's tree. A dangling
+  link (or one that points at itself) of that kind is copied as nothing; fifos, sockets and
+  devices are skipped. Whatever the copy holds under a skipped name is deleted like any extra.
+  A followed link to a directory that contains it is found by the loop check and refused;
+- the copy side never follows links (the previous command wrote it, see copy_fileops);
+- an item of a different kind, or a regular file whose bytes or permission bits differ, is
+  deleted and copied afresh as a new directory entry; same-kind same-length files are equal
+  when git's racy-clean rule vouches for their recorded stamps (copy_stamps), else when their
+  bytes compare equal; equal ones are left untouched (not even rewritten);
+- extras in the copy, and everything under an ``[sandbox.copy] exclude`` pattern, are deleted.
+
+Permission bits are copied, ownership is not (the copy belongs to whoever syncs it). Set-uid,
+set-gid and sticky bits are dropped: a root sync would otherwise turn the person's set-uid file
+into a set-uid-root one. Directories get the source's bits plus ``u+rwx`` so a later sync can
+always work in them. The copy's root directory keeps its own mode (0700 when made here).
+
+:class:`FileWork` counts, where "file" means any non-directory entry (directories are never
+counted, so a first sync of N files in D directories reports ``created = N``):
+
+- ``created``: source files (or kept links) written where the copy had no file;
+- ``rewritten``: source files written in place of a copy file that was deleted because its
+  bytes, permission bits, link target or kind differed (a link a command planted counts here);
+- ``removed``: copy files deleted without a source file taking their name: extras, everything
+  inside a deleted directory, and a file whose name the source now uses for a directory;
+- ``walked``: source entries examined below the root, skipped and excluded ones included.
+
+A no-change resync reports ``created = rewritten = removed = 0``.
+
+Bounds (copy_bounds) are counted on the source side while syncing; over one -- or on any
+failure to read the source (E_STORAGE_FATAL) -- the half-synced copy and its record are
+deleted. The source is never written.
+
+The copy side has two implementations with one walk (copy_walk): directory fds
+(copy_fileops.FdCopy) wherever the platform has them, else paths checked with lstat
+(copy_paths.PathCopy, Windows; its docstring says what it lacks). ``COPY_SIDE`` is chosen
+once, by probing capability.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+from sprawl_orch.copy import stamps as copy_stamps
+from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Excludes
+from sprawl_orch.copy.fileops import FdCopy, SourceUnreadable
+from sprawl_orch.copy.paths import PathCopy
+from sprawl_orch.copy.walk import CopySide, FileWork, Progress, Walk
+from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_FILES",
+    "Bounds",
+    "CopySide",
+    "Excludes",
+    "FileWork",
+    "delete_path",
+    "dir_fds_work",
+    "sync",
+    "sync_with_record",
+]
+
+
+def dir_fds_work() -> bool:
+    """Whether FdCopy can run here: every dir_fd call it makes, O_DIRECTORY and O_NOFOLLOW."""
+    dir_fd_calls = (os.open, os.stat, os.mkdir, os.unlink, os.rmdir, os.readlink, os.symlink)
+    return (
+        hasattr(os, "O_DIRECTORY")
+        and hasattr(os, "O_NOFOLLOW")
+        and hasattr(os, "fchmod")
+        and os.scandir in os.supports_fd
+        and all(f in os.supports_dir_fd for f in dir_fd_calls)
+        and os.stat in os.supports_follow_symlinks
+    )
+
+
+COPY_SIDE: CopySide[Any] = FdCopy() if dir_fds_work() else PathCopy()
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def delete_path(path: Path) -> None:
+    """Delete ``path`` (a copy) without following links in it; no error if it is already gone."""
+    side = COPY_SIDE
+    try:
+        parent = side.open_parent(str(path.parent))
+    except FileNotFoundError:
+        return
+    try:
+        kind = side.lookup(path.name, parent)
+        if kind is not None:
+            side.remove(path.name, parent, kind)
+    finally:
+        side.close(parent)
+
+
+def _discarding(err: SprawlError, copy: Path, record: Path | None) -> SprawlError:
+    """Delete the half-synced copy and its record; say so in the error if that fails too."""
+    try:
+        if record is not None:
+            copy_stamps.forget(record)
+        delete_path(copy)
+    except OSError as gone:
+        return SprawlError(
+            err.code,
+            err.subject,
+            f"{err.detail}; the partial copy {copy} could not be deleted either: {gone}",
+            err.recovery,
+        )
+    return err
+
+
+def sync(
+    source: Path,
+    copy: Path,
+    bounds: Bounds = Bounds(),
+    *,
+    record: Path | None = None,
+    excludes: Excludes | None = None,
+    progress: Progress | None = None,
+) -> FileWork:
+    """Make ``copy`` equal ``source`` file by file (design §5); see sync_with_record."""
+    return sync_with_record(
+        source, copy, bounds, record=record, excludes=excludes, progress=progress
+    )[0]
+
+
+def sync_with_record(
+    source: Path,
+    copy: Path,
+    bounds: Bounds = Bounds(),
+    *,
+    record: Path | None = None,
+    excludes: Excludes | None = None,
+    progress: Progress | None = None,
+) -> tuple[FileWork, copy_stamps.SyncRecord]:
+    """Make ``copy`` equal ``source`` file by file (design §5); see the module docstring.
+    Returns what the sync did and the new stamp record (saved to ``record`` if given).
+
+    ``copy`` is made (0700) if missing; its parent must exist. ``record``: where the stamp
+    record of this copy lives (copy_stamps; outside the copy, where no command can write it):
+    read to skip byte comparisons the racy-clean rule allows, replaced once the sync succeeded.
+    ``progress`` hears (files, bytes, done) now and then, and with ``done`` at the end. On any
+    refusal or failure the copy and its record are deleted before SprawlError is raised.
+    """
+    source, copy = Path(source), Path(copy)
+    excludes = excludes or Excludes()
+    src = os.path.realpath(source)
+    if not os.path.isdir(src):
+        raise SprawlError(
+            ErrorCode.STORAGE_FATAL,
+            str(source),
+            "the working directory to copy is missing or not a directory",
+            "run from an existing directory",
+        )
+    dst = os.path.join(os.path.realpath(copy.parent), copy.name)
+    if _inside(dst, src) or _inside(src, dst):
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID,
+            str(copy),
+            f"the copy {dst} and the working directory {src} overlap; syncing would "
+            "copy the copy into itself or delete parts of the working directory",
+            "put the scratch directory outside the working directory",
+        )
+    side = COPY_SIDE
+    old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
+    walk = Walk(side, src, bounds, str(source), excludes, old, progress)
+    with os_errors(
+        ErrorCode.STORAGE_FATAL,
+        copy.parent,
+        "cannot open the scratch directory",
+        "check that the scratch directory exists and is writable",
+    ):
+        parent = side.open_parent(str(copy.parent))
+    try:
+        walk.run(side.open_root(copy.name, parent))
+        walk.new.total_bytes = walk.bytes
+        if record is not None and (walk.dirty or old is None):
+            copy_stamps.save(walk.new, record)
+    except SprawlError as err:
+        raise _discarding(err, copy, record) from err.__cause__
+    except SourceUnreadable as err:
+        cause = err.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.ELOOP:
+            # Seen on Linux 5.x/6.x: a path through ~30 links to an ancestor can already
+            # fail with ELOOP before the loop check sees the ancestor (the kernel's 40-link
+            # budget also counts links met while resolving each absolute target). It is
+            # the same endless tree the loop check exists to end, so refuse it as one.
+            rel = os.path.relpath(err.path, src)
+            refusal = walk.refuse_depth(
+                rel,
+                rel.count(os.sep) + 1,
+                "following symbolic links fails with ELOOP (a "
+                "symbolic link to a directory that contains it makes an endless tree)",
+            )
+            raise _discarding(refusal, copy, record) from cause
+        raise _discarding(
+            SprawlError(
+                ErrorCode.STORAGE_FATAL,
+                err.path,
+                f"cannot read it to copy it: {err.reason}; the partial copy is deleted",
+                "make the file readable, or remove it from the working directory",
+            ),
+            copy,
+            record,
+        ) from err.__cause__
+    except OSError as err:
+        raise _discarding(
+            SprawlError(
+                ErrorCode.STORAGE_FATAL,
+                str(copy),
+                f"syncing {src} into the copy failed: {err}; the partial copy is deleted",
+                "check free space and permissions in the scratch directory",
+            ),
+            copy,
+            record,
+        ) from err
+    finally:
+        side.close(parent)
+        if progress is not None:
+            progress(walk.files, walk.bytes, True)
+    return walk.work(), walk.new

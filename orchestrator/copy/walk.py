@@ -1,0 +1,439 @@
+"""One sync pass over the source and the copy (copy_sync's walk; the rules are in its docstring).
+
+Depth-first with an explicit stack: only the ancestors' copy directories are open. Each
+regular file is settled by, in order: the stamp record (copy_stamps: the racy-clean rule),
+then a byte comparison, then a fresh copy. Every settled file, link and directory goes into
+the new record, which the caller saves once the whole pass succeeded.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+import pydantic
+
+from sprawl_orch.copy import stamps as copy_stamps
+from sprawl_orch.copy.bounds import RECOVERY, Bounds, Excludes, bound_key, human, largest_entries
+from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind, SourceUnreadable
+from sprawl_orch.copy.links import stays_inside
+from sprawl_orch.copy.stamps import ENTRY, SyncRecord
+from sprawl_orch.core import fs_clock
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+
+# Links are kept as links where the copy side can make them; Windows needs a privilege for it.
+LINKS_KEPT = os.name != "nt"
+# A link that cannot be resolved: ENOENT dangling, ELOOP pointing at itself, ENOTDIR through a file.
+_UNRESOLVED = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+_KIND_AND_BITS = stat.S_IFMT(0o177777) | 0o7777
+ENTRY_SIZE = ENTRY.size
+PROGRESS_EVERY = 512  # files between two progress reports
+Progress = Callable[[int, int, bool], None]
+"""Told (files, bytes, done) counted so far: every PROGRESS_EVERY files of a sync with
+``done=False``, and once with ``done=True`` when the sync ends, however it ends."""
+
+
+class FileWork(pydantic.BaseModel, frozen=True):
+    """What one sync did (copy_sync's docstring says exactly what each count counts) and the
+    ``[sandbox.copy] exclude`` patterns it left out, named in every result."""
+
+    created: int
+    rewritten: int
+    removed: int
+    walked: int
+    excluded: tuple[str, ...] = ()
+
+
+H = TypeVar("H")
+
+
+class CopySide(Protocol[H]):
+    """Every operation of a sync on the copy side; ``H`` is an open copy directory. Entries are
+    never followed: ``Kind`` is what the entry itself is (copy_fileops.Kind)."""
+
+    def open_parent(self, path: str) -> H: ...
+    def open_root(self, name: str, parent: H) -> H: ...
+    def close(self, handle: H) -> None: ...
+    def kinds(self, handle: H) -> dict[str, Kind]: ...
+    def lookup(self, name: str, parent: H) -> Kind | None: ...
+    def lstat(self, name: str, parent: H) -> os.stat_result | None: ...
+    def remove(self, name: str, parent: H, kind: Kind) -> int: ...
+    def mkdir(self, name: str, parent: H) -> None: ...
+    def open_dir(self, name: str, parent: H) -> H: ...
+    def set_dir_mode(self, handle: H, mode: int) -> None: ...
+    def readlink(self, name: str, parent: H) -> str | None: ...
+    def symlink(self, target: str, name: str, parent: H) -> None: ...
+    def same_bytes(self, src_path: str, name: str, parent: H, size: int, mode: int) -> bool: ...
+    def copy_file(
+        self, src_path: str, name: str, parent: H, mode: int, budget: int
+    ) -> tuple[int, os.stat_result]: ...
+
+
+@dataclass
+class _Dir(Generic[H]):
+    """One directory being synced: source path, path relative to the root, whether it was
+    reached without following a link (only then may its links stay links), the open copy
+    directory and what it held."""
+
+    src: str
+    rel: str
+    real: bool
+    handle: H
+    depth: int
+    ident: tuple[int, int]
+    entries: list[os.DirEntry[str]]
+    copy: dict[str, Kind]
+
+    def __post_init__(self) -> None:
+        self.it = iter(self.entries)
+        self.ctimes: dict[str, int] = {}  # of the copy files settled here
+
+
+def list_source(src: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(src) as it:
+            return list(it)
+    except OSError as err:
+        raise SourceUnreadable(src, err) from err
+
+
+@dataclass
+class Walk(Generic[H]):
+    side: CopySide[H]
+    source: str  # resolved: the walk must not depend on the caller's cwd or links
+    bounds: Bounds
+    subject: str  # the working directory as the caller named it
+    excludes: Excludes = field(default_factory=Excludes)
+    old: SyncRecord | None = None
+    progress: Progress | None = None
+    created: int = 0
+    rewritten: int = 0
+    removed: int = 0
+    walked: int = 0
+    files: int = 0
+    bytes: int = 0
+    # Whether the new record says anything the old one does not: a sync that changed nothing
+    # and trusted every file keeps the old record (same stamps, same paths) unwritten.
+    dirty: bool = False
+
+    def __post_init__(self) -> None:
+        self._ctimes: dict[str, dict[str, int]] = {}
+        self.new = SyncRecord(
+            self.source,
+            time.time_ns(),
+            fs_clock.TICK_MARGIN_NS,
+            self.excludes.patterns,
+            copy_ctimes=self._ctimes,
+        )
+        self._line = self.new.started_ns - self.new.granularity_ns
+        # Looked up once per sync (and replaceable in tests that simulate a coarse clock).
+        self._pack = copy_stamps.pack
+        old = self.old
+        self._edge = old.started_ns - old.granularity_ns if old else 0
+        self._offsets = old.offsets() if old else {}
+        self._old_entries = old.entries if old else bytearray()
+        # Devices whose filesystems stamp files finely enough for the racy-clean rule.
+        self._timed: set[int] = set()  # devices fs_clock knows the margin of
+        self._untimed: set[int] = set()
+        self._add_path, self._entries = self.new.paths.append, self.new.entries
+        # The inlined fast path (run) needs directory fds (FdCopy) and no excludes to match.
+        self._quick_ok = old is not None and isinstance(self.side, FdCopy) and not self.excludes
+        self._lstat = os.stat
+        self._ancestors: set[tuple[int, int]] = set()
+
+    def work(self) -> FileWork:
+        return FileWork(
+            created=self.created,
+            rewritten=self.rewritten,
+            removed=self.removed,
+            walked=self.walked,
+            excluded=self.excludes.patterns,
+        )
+
+    def refuse(self, detail: str, key: str, recovery: str | None = None) -> SprawlError:
+        top = largest_entries(self.source, self.excludes)
+        if top:
+            detail += f"; largest top-level entries: {top}"
+        return SprawlError(
+            ErrorCode.COPY_BOUND,
+            self.subject,
+            detail,
+            recovery or RECOVERY.format(key=key.replace(" = ", " (now ") + ")"),
+        )
+
+    def refuse_depth(self, rel: str, level: int, why: str) -> SprawlError:
+        rel = rel if len(rel) <= 160 else rel[:160] + "…"  # a link loop repeats itself
+        key = bound_key("depth", self.bounds.depth)
+        return self.refuse(f"{why}: {rel} is at level {level} (bound {key})", key)
+
+    def run(self, root: H) -> None:
+        """Sync the source into the open copy root; closes ``root``."""
+        side = self.side
+        stack: list[_Dir[H]] = []
+        try:
+            st = os.stat(self.source)
+            top = _Dir(
+                self.source,
+                "",
+                True,
+                root,
+                0,
+                (st.st_dev, st.st_ino),
+                list_source(self.source),
+                side.kinds(root),
+            )
+            stack.append(top)
+            self._ancestors.add(top.ident)
+            self._ctimes[""] = top.ctimes
+        except BaseException:
+            side.close(root)
+            raise
+        # The fast path's lookups, hoisted out of the loop (it runs once per file).
+        offsets, old_entries = self._offsets, self._old_entries
+        edge, timed = self._edge, self._timed
+        lstat, pack, add_path, buf = self._lstat, self._pack, self._add_path, self._entries
+        max_files, max_bytes = self.bounds.files, self.bounds.bytes
+        try:
+            while stack:
+                top = stack[-1]
+                child = None
+                quick = self._quick_ok and top.depth < self.bounds.depth
+                copy, handle, here = top.copy, top.handle, top.ctimes
+                prefix = top.rel + os.sep if top.rel else ""
+                for entry in top.it:
+                    self.walked += 1
+                    # The hot path of a no-change resync, inlined (it is most of the time of
+                    # a resync): a plain file the stamp record vouches for by the racy-clean
+                    # rule, within the bounds. Anything else takes the full path (_entry).
+                    name = entry.name
+                    if quick and copy.get(name) == "file" and not entry.is_symlink():
+                        st = entry.stat()
+                        rel = prefix + name
+                        at = offsets.get(rel)
+                        if at is not None and stat.S_ISREG(st.st_mode):
+                            try:  # handle is a directory fd: _quick_ok checked FdCopy
+                                cst = lstat(
+                                    name,
+                                    dir_fd=handle,  # type: ignore[arg-type]
+                                    follow_symlinks=False,
+                                )
+                            except OSError:
+                                cst = None  # gone or unreadable: the full path decides
+                            if (
+                                cst is not None
+                                and old_entries[at : at + ENTRY_SIZE]
+                                == (packed := pack(st, cst, st.st_mode & 0o777))
+                                and cst.st_mode & _KIND_AND_BITS
+                                == stat.S_IFREG | st.st_mode & 0o777
+                                and max(
+                                    st.st_mtime_ns, st.st_ctime_ns, cst.st_mtime_ns, cst.st_ctime_ns
+                                )
+                                < edge
+                                and (st.st_dev in timed or self._learn(st.st_dev))
+                                and (cst.st_dev in timed or self._learn(cst.st_dev))
+                                and self.files < max_files
+                                and self.bytes + st.st_size <= max_bytes
+                            ):
+                                del copy[name]
+                                here[name] = cst.st_ctime_ns
+                                add_path(rel)
+                                buf += packed
+                                self.files += 1
+                                self.bytes += st.st_size
+                                if self.progress is not None and not self.files % PROGRESS_EVERY:
+                                    self.progress(self.files, self.bytes, False)
+                                continue
+                    child = self._entry(top, entry)
+                    if child is not None:
+                        break
+                if child is not None:
+                    stack.append(child)
+                    self._ancestors.add(child.ident)
+                    self._ctimes[child.rel] = child.ctimes
+                    continue
+                for name, kind in top.copy.items():
+                    self.dirty = True
+                    self.removed += side.remove(name, top.handle, kind)
+                self._ancestors.discard(top.ident)
+                side.close(stack.pop().handle)
+        finally:
+            for frame in stack:
+                side.close(frame.handle)
+
+    def _entry(self, parent: _Dir[H], entry: os.DirEntry[str]) -> _Dir[H] | None:
+        rel = parent.rel + os.sep + entry.name if parent.rel else entry.name
+        if self.excludes and self.excludes.match(rel, entry.is_dir()):
+            return None  # left out: whatever the copy holds there is deleted as an extra
+        level = parent.depth + 1
+        if level > self.bounds.depth:
+            raise self.refuse_depth(
+                rel, level, f"the tree is deeper than {self.bounds.depth} levels"
+            )
+        is_link = entry.is_symlink()
+        if is_link and parent.real and LINKS_KEPT:
+            try:
+                target = os.readlink(entry.path)
+            except OSError as err:
+                raise SourceUnreadable(entry.path, err) from err
+            where = tuple(parent.rel.split(os.sep)) if parent.rel else ()
+            if stays_inside(self.source, where, target):
+                self._link(parent, entry.name, rel, target)
+                return None
+        try:
+            st = entry.stat()  # follows links: the content rule
+        except OSError as err:
+            if err.errno in _UNRESOLVED and (is_link or err.errno == errno.ENOENT):
+                return None  # dangling or self-referencing link, or gone since listed
+            raise SourceUnreadable(entry.path, err) from err
+        if stat.S_ISDIR(st.st_mode):
+            if (st.st_dev, st.st_ino) in self._ancestors:
+                key = bound_key("depth", self.bounds.depth)
+                raise self.refuse(
+                    f"{rel} is a symbolic link to a directory that contains it (found by the "
+                    "loop check): copying what it points at would never end",
+                    key,
+                    f"add {rel!r} to [sandbox.copy] exclude, or remove the link",
+                )
+            return self._dir(parent, entry, st, rel, parent.real and not is_link)
+        if stat.S_ISREG(st.st_mode):
+            self._file(parent, entry, st, rel)
+        return None
+
+    def _dir(
+        self, parent: _Dir[H], entry: os.DirEntry[str], st: os.stat_result, rel: str, real: bool
+    ) -> _Dir[H]:
+        side = self.side
+        want = stat.S_IMODE(st.st_mode) & 0o777 | 0o700
+        entries = list_source(entry.path)
+        old = parent.copy.pop(entry.name, None)
+        if old is not None and old != "dir":
+            self.removed += side.remove(entry.name, parent.handle, old)
+            old = None
+        if old is None:
+            self.dirty = True
+            side.mkdir(entry.name, parent.handle)
+        handle = side.open_dir(entry.name, parent.handle)
+        try:
+            side.set_dir_mode(handle, want)
+            copy = side.kinds(handle) if old is not None else {}
+        except BaseException:
+            side.close(handle)
+            raise
+        self.new.dirs.append(rel)
+        return _Dir(
+            entry.path, rel, real, handle, parent.depth + 1, (st.st_dev, st.st_ino), entries, copy
+        )
+
+    def _count(self, size: int) -> None:
+        bounds = self.bounds
+        self.files += 1
+        if self.files > bounds.files:
+            key = bound_key("files", bounds.files)
+            raise self.refuse(
+                f"the tree has more than {bounds.files:,} files: {self.files:,} "
+                f"reached, with {human(self.bytes)} in them (bound {key})",
+                key,
+            )
+        if self.bytes + size > bounds.bytes:
+            raise self._over_bytes(self.bytes + size)
+        if self.progress is not None and self.files % PROGRESS_EVERY == 0:
+            self.progress(self.files, self.bytes, False)
+
+    def _over_bytes(self, reached: int) -> SprawlError:
+        bound, key = self.bounds.bytes, bound_key("bytes", self.bounds.bytes)
+        return self.refuse(
+            f"the tree holds more than {bound:,} bytes ({human(bound)}): "
+            f"{reached:,} reached after {self.files:,} files (bound {key})",
+            key,
+        )
+
+    def _learn(self, dev: int) -> bool:
+        """Whether the racy-clean rule may trust stamps on ``dev`` (looked up once)."""
+        if dev not in self._untimed and fs_clock.granularity_ns(dev) is not None:
+            self._timed.add(dev)
+            return True
+        self._untimed.add(dev)
+        return False
+
+    def _file(self, parent: _Dir[H], entry: os.DirEntry[str], st: os.stat_result, rel: str) -> None:
+        # The hot path of a resync: bounds, then the racy-clean rule (copy_stamps) inlined.
+        size = st.st_size
+        self.files += 1
+        if self.files > self.bounds.files or self.bytes + size > self.bounds.bytes:
+            self.files -= 1
+            self._count(size)  # raises the refusal
+        if self.progress is not None and self.files % PROGRESS_EVERY == 0:
+            self.progress(self.files, self.bytes, False)
+        mode = st.st_mode & 0o777
+        name, side, handle = entry.name, self.side, parent.handle
+        if st.st_ctime_ns >= self._line:
+            self.new.recent.append(rel)
+        old = parent.copy.pop(name, None)
+        fresh = True
+        if old == "file":
+            cst = side.lstat(name, handle)
+            # A regular file of the same size and exactly the wanted bits (set-id bits a
+            # command added make it differ).
+            if (
+                cst is not None
+                and cst.st_size == size
+                and cst.st_mode & _KIND_AND_BITS == (stat.S_IFREG | mode)
+            ):
+                packed = self._pack(st, cst, mode)
+                at = self._offsets.get(rel)
+                vouched = (
+                    at is not None
+                    and copy_stamps.newest(st, cst) < self._edge
+                    and self._old_entries[at : at + ENTRY_SIZE] == packed
+                    and (st.st_dev in self._timed or self._learn(st.st_dev))
+                    and (cst.st_dev in self._timed or self._learn(cst.st_dev))
+                )
+                self.dirty |= not vouched  # a new stamp to record, with this sync's start
+                if vouched or side.same_bytes(entry.path, name, handle, size, mode):
+                    parent.ctimes[name] = cst.st_ctime_ns
+                    self._add_path(rel)
+                    self._entries += packed
+                    self.bytes += size
+                    return
+        self.dirty = True
+        if old == "dir":
+            self.removed += side.remove(name, handle, old)
+        elif old is not None:
+            side.remove(name, handle, old)
+            fresh = False
+        try:
+            budget = self.bounds.bytes - self.bytes
+            size, cst = side.copy_file(entry.path, name, handle, mode, budget)
+        except BudgetExceeded:
+            raise self._over_bytes(self.bounds.bytes + 1) from None
+        self.bytes += size
+        parent.ctimes[name] = cst.st_ctime_ns
+        self._add_path(rel)
+        self._entries += self._pack(st, cst, mode)
+        self._counted(fresh)
+
+    def _link(self, parent: _Dir[H], name: str, rel: str, target: str) -> None:
+        self._count(0)
+        side, handle = self.side, parent.handle
+        old = parent.copy.pop(name, None)
+        self.new.links[rel] = target
+        if old == "other" and side.readlink(name, handle) == target:
+            return
+        fresh = True
+        if old == "dir":
+            self.removed += side.remove(name, handle, old)
+        elif old is not None:
+            side.remove(name, handle, old)
+            fresh = False
+        self.dirty = True
+        side.symlink(target, name, handle)
+        self._counted(fresh)
+
+    def _counted(self, fresh: bool) -> None:
+        self.created += fresh
+        self.rewritten += not fresh

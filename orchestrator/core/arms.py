@@ -1,0 +1,165 @@
+"""Every arm's name and assurances, and what may be missing for one (design §1, §2).
+
+The table here is the claim; `tests/integration/test_conformance*.py` observe
+each axis with real commands and fail when a claim and an observation differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sprawl_orch.core.assurances import Assurances, Guarantee
+
+
+class ArmName(StrEnum):
+    CONTAINER = "container"
+    LINUX_NAMESPACES = "linux_namespaces"
+    WINDOWS_JOB = "windows_job"
+    MACOS_SEATBELT = "macos_seatbelt"
+    COPIED_TREE = "copied_tree"
+    PYTHON = "python"
+    UNAVAILABLE = "unavailable"
+    HOST = "host"
+
+
+def container_assurances(uids_namespaced: bool, limits_enforced: bool = True) -> Assurances:
+    """The user axis is kept only when the engine maps the command onto a subordinate
+    uid range (rootless engine, podman --userns=auto, docker userns-remap): a plain
+    non-root uid inside a rootful container is a uid shared with the host, not a
+    principal of its own. Resources are kept unless admission's probe saw the engine
+    drop the limits (rootless podman on cgroup v1)."""
+    axes = [Guarantee.FILESYSTEM, Guarantee.NETWORK, Guarantee.PROCESS_TREE]
+    if limits_enforced:
+        axes.append(Guarantee.RESOURCES)
+    if uids_namespaced:
+        axes.append(Guarantee.USER)
+    return Assurances.of(*axes)
+
+
+def linux_namespaces_assurances(own_principal: bool) -> Assurances:
+    """bwrap: --unshare-user gives a namespace, but a non-root caller's command is still
+    the caller's uid on the host, so the user axis is kept only when a root caller hands
+    bwrap a uid of the sandbox's own (native_fallbacks/sandbox_uid.py; design §1, §6)."""
+    axes = [Guarantee.FILESYSTEM, Guarantee.NETWORK, Guarantee.PROCESS_TREE]
+    if own_principal:
+        axes.append(Guarantee.USER)
+    return Assurances.of(*axes)
+
+
+ASSURANCES: dict[ArmName, Assurances] = {
+    ArmName.CONTAINER: container_assurances(uids_namespaced=False),
+    # The non-root caller's answer; BwrapArm.assurances() gives the one in force.
+    ArmName.LINUX_NAMESPACES: linux_namespaces_assurances(own_principal=False),
+    ArmName.WINDOWS_JOB: Assurances.of(*Guarantee),
+    ArmName.MACOS_SEATBELT: Assurances.of(Guarantee.FILESYSTEM, Guarantee.NETWORK),
+    # No namespace: the copy cannot sit at the working directory's path, so a write by that
+    # path -- one recorded in the tree by an editable install, a venv, a build system --
+    # lands in the person's tree. The filesystem axis is not kept (issue 11, design §5).
+    ArmName.COPIED_TREE: Assurances.none(),
+    ArmName.PYTHON: Assurances.none(),
+    ArmName.UNAVAILABLE: Assurances.none(),
+    ArmName.HOST: Assurances.none(),
+}
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Why an arm cannot run here, and what the person can do about it."""
+
+    kind: str
+    phrase: str
+    recovery: str
+    # The config key at fault (kind "config_invalid"): such a fault refuses, never steps down.
+    subject: str = ""
+
+    def text(self) -> str:
+        return f"{self.phrase} ({self.recovery})"
+
+
+def scratch_directory(path: str, why: str) -> Missing:
+    return Missing(
+        "scratch_directory",
+        f"no usable scratch directory at {path}: {why}",
+        "set [sandbox] scratch_dir to a writable directory",
+    )
+
+
+def namespace_wrapper() -> Missing:
+    return Missing(
+        "namespace_wrapper",
+        "bubblewrap (bwrap) is not installed",
+        "install it: apt-get install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora)",
+    )
+
+
+def user_namespace(why: str) -> Missing:
+    return Missing(
+        "user_namespace",
+        f"an unprivileged user namespace cannot be created: {why}",
+        "use a host that allows them (sysctl kernel.unprivileged_userns_clone=1, or "
+        "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04), or ask for "
+        'where = "host"',
+    )
+
+
+def config_invalid(subject: str, detail: str, recovery: str) -> Missing:
+    """A config value this machine can't honour (e.g. more CPUs than it has): the person's
+    fault to fix, so `auto` refuses rather than stepping down to an arm without limits."""
+    return Missing("config_invalid", f"{subject}: {detail}", recovery, subject)
+
+
+def container_runtime(why: str) -> Missing:
+    return Missing(
+        "container_runtime",
+        f"no container engine passed admission — {why}",
+        "install and start one: apt-get install docker.io (then start dockerd) or "
+        "apt-get install podman runc; see `sprawl-orch doctor`",
+    )
+
+
+def image_not_local(engine: str, image: str | None) -> Missing:
+    if image is None:
+        return Missing(
+            "image_not_local",
+            f"no image is pinned for {engine} ([sandbox.container.images] {engine})",
+            f"build and pin one: sprawl-orch image build busybox --engine {engine}",
+        )
+    return Missing(
+        "image_not_local",
+        f"the pinned image {image} is not present in {engine}",
+        f"build it locally: sprawl-orch image build busybox --engine {engine}, then "
+        "sprawl-orch image pin",
+    )
+
+
+def job_leaf(why: str) -> Missing:
+    return Missing(
+        "job_leaf",
+        f"a Windows Job Object with an AppContainer cannot be made: {why}",
+        "run on Windows 10 1809 or later (AppContainer and Job Object APIs, called through ctypes)",
+    )
+
+
+def seatbelt(why: str) -> Missing:
+    return Missing(
+        "seatbelt",
+        f"macOS Seatbelt (sandbox-exec) is not usable: {why}",
+        'run on macOS where /usr/bin/sandbox-exec exists, or choose arm = "copied_tree"',
+    )
+
+
+def not_built(arm: str) -> Missing:
+    return Missing(
+        "not_built",
+        f"the {arm} arm is not available in this version",
+        'choose arm = "auto", "container", "native" or "copied_tree"',
+    )
+
+
+def not_this_platform(arm: str, platform: str) -> Missing:
+    return Missing(
+        "platform",
+        f"the {arm} arm does not exist on {platform}",
+        'choose arm = "auto" to take the best arm this machine offers',
+    )

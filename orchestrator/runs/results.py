@@ -1,0 +1,255 @@
+"""The one owner of every key of an exec result (design §10).
+
+Shapes, by `outcome`:
+  settled       finished within the window: exit_code, stdout, stderr
+  backgrounded  handed to the backlog: handle
+  exceptional   refused or failed to start: the four keys of a `Refusal` (code, subject,
+                detail, recovery), the same four a config-time refusal and a serve error carry
+
+Output past `OUTPUT_CAP` bytes per stream is cut here; the full text stays on
+disk and the result points at it ("the way back"). Text is UTF-8 with
+replacement, so undecodable bytes show as U+FFFD (the encoding failure class
+reads exactly that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from sprawl_orch.changes.changes import Changes
+from sprawl_orch.copy.sync import FileWork
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.runs.launch import Finished
+
+OUTPUT_CAP = 64 * 1024
+
+Outcome = Literal["settled", "backgrounded", "exceptional"]
+
+
+class Refusal(BaseModel):
+    """The one shape of a refusal: `exec --json` before a tool exists (a config fault), a
+    serve error, and the four keys of an exceptional result are all this."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    code: ErrorCode
+    subject: str
+    detail: str
+    recovery: str
+
+    @classmethod
+    def of(cls, err: SprawlError) -> Refusal:
+        return cls(code=err.code, subject=err.subject, detail=err.detail, recovery=err.recovery)
+
+    def as_result(self) -> dict[str, Any]:
+        """The result of a command refused before any exec tool exists (`exec --json` of a
+        config fault): outcome "exceptional" and these four keys."""
+        return {"outcome": "exceptional", **self.model_dump(mode="json")}
+
+
+class Confinement(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    arm: str
+    statement: str
+    assurances: dict[str, str]
+
+
+class ExecResult(BaseModel):
+    """What happened to one command, the same keys on every surface (`exec --json`, serve,
+    MCP, the ledger, the API): `outcome` settled / backgrounded / exceptional; `statement`
+    says it in words. `sprawl-orch exec --schema` prints its JSON schema."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    outcome: Outcome
+    arm: str
+    where: Literal["sandbox", "host"] = "sandbox"
+    command: list[str] = []
+    shell: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    stdout_full: str | None = None
+    stderr_full: str | None = None
+    exit_code: int | None = None
+    killed: bool = False
+    handle: str | None = None
+    # exceptional: the Refusal's code (E_...), subject, detail and recovery.
+    code: ErrorCode | None = None
+    subject: str | None = None
+    detail: str | None = None
+    recovery: str | None = None
+    background: bool = False
+    env: list[str] = []
+    interpreter: str | None = None
+    memory_ceiling: dict[str, Any] | None = None
+    confinement: Confinement | None = None
+    work: FileWork | None = None
+    changes: Changes | None = None  # what the command changed in its copy (changes.py)
+    container: dict[str, Any] | None = None
+    run: str = "default"
+    duration_ms: float | None = None
+    # Limits the kernel enforced on this command: "memory" (an OOM kill in its container
+    # or its run's cgroup), "pids" (a fork refused at the pids limit).
+    limits_hit: list[Literal["memory", "pids"]] = []
+
+    def as_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @property
+    def statement(self) -> str:
+        """What happened, in words, on every arm: the refusal, or the confinement statement
+        followed by the limits that were hit and how the command ended."""
+        if self.outcome == "exceptional":
+            return (
+                f"{self.code.value if self.code else 'refused'}: {self.subject}: "
+                f"{self.detail} (what you can do: {self.recovery})"
+            )
+        lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
+        lines += self.limit_sentences()
+        if self.detail:
+            lines.append(self.detail)
+        return "\n".join(lines)
+
+    def limit_sentences(self) -> list[str]:
+        """One sentence per limit the kernel enforced on this command, with its number."""
+        return [self._limit_sentence(limit) for limit in self.limits_hit]
+
+    def _limit_sentence(self, limit: str) -> str:
+        limits = (self.container or {}).get("limits") or {}
+        if limit == "pids":
+            return (
+                f"Process limit reached: the kernel refused a fork at the pids limit of "
+                f"{limits.get('pids', '?')}; raise [sandbox.container] pids if the "
+                "command needs more processes."
+            )
+        if isinstance(limits, dict) and "memory_bytes" in limits:
+            return (
+                f"Out of memory: the kernel's OOM killer killed the command's process(es) "
+                f"at its memory limit of {limits['memory_bytes']} bytes (SIGKILL, exit "
+                "137 when it was the main one); raise [sandbox.container] memory_bytes "
+                "if it needs more."
+            )
+        ceiling = self.memory_ceiling or {}
+        return (
+            f"Out of memory: the kernel's OOM killer killed process(es) of run "
+            f"{self.run!r} at its memory ceiling of {ceiling.get('limit_bytes', '?')} "
+            "bytes (SIGKILL, exit 137 when it was the command itself)."
+        )
+
+
+def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
+    """The first OUTPUT_CAP bytes as text; when the stream was longer, the file is
+    moved to `keep_dir` (if given) and its path returned as the way back."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(OUTPUT_CAP)
+    except FileNotFoundError:
+        return "", None
+    text = head.decode("utf-8", errors="replace")
+    if size <= OUTPUT_CAP:
+        return text, None
+    full = path
+    if keep_dir is not None:
+        keep_dir.mkdir(parents=True, exist_ok=True)
+        full = keep_dir / path.name
+        shutil.move(path, full)
+    note = f"\n[cut at {OUTPUT_CAP} of {size} bytes; the full text is in {full}]"
+    return text + note, str(full)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The keys every result of a started command carries, whatever became of it (the
+    backlog knows them; the result is made here)."""
+
+    arm: str
+    where: Literal["sandbox", "host"]
+    command: list[str]
+    shell: bool
+    env: list[str]
+    interpreter: str | None
+    confinement: Confinement
+    work: FileWork | None
+    run: str
+    duration_ms: float
+
+    def fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def backgrounded(
+    started: Started, handle: str, window: float, memory_ceiling: dict[str, Any] | None
+) -> ExecResult:
+    """Still running when its window passed: the handle to harvest or halt it by."""
+    return ExecResult(
+        outcome="backgrounded",
+        handle=handle,
+        background=True,
+        detail=f"still running after the window of {window:g} s: handed to the backlog "
+        f"as {handle}; harvest() returns its result when it ends, halt() ends it",
+        memory_ceiling=memory_ceiling,
+        **started.fields(),
+    )
+
+
+def settled(
+    started: Started,
+    finished: Finished,
+    *,
+    stdout: tuple[str, str | None],
+    stderr: tuple[str, str | None],
+    detail: str | None,
+    memory_ceiling: dict[str, Any] | None,
+    container: dict[str, Any] | None,
+    background_handle: str | None,
+    changes: Changes | None,
+) -> ExecResult:
+    """It ended (or was killed): `stdout`/`stderr` as read_capped gave them; the memory
+    limit counts as hit on the container's OOM kill or the run ceiling's verdict "hit"."""
+    hit: list[Literal["memory", "pids"]] = []
+    if finished.oom_killed or (memory_ceiling or {}).get("state") == "hit":
+        hit.append("memory")
+    if finished.pids_hit:
+        hit.append("pids")
+    return ExecResult(
+        outcome="settled",
+        stdout=stdout[0],
+        stderr=stderr[0],
+        stdout_full=stdout[1],
+        stderr_full=stderr[1],
+        exit_code=finished.exit_code,
+        killed=finished.killed,
+        detail=detail,
+        memory_ceiling=memory_ceiling,
+        container=container,
+        handle=background_handle,
+        background=background_handle is not None,
+        changes=changes,
+        limits_hit=hit,
+        **started.fields(),
+    )
+
+
+def never_ran(started: Started, err: SprawlError, container: dict[str, Any] | None) -> ExecResult:
+    """Started, but the program never ran (not in the image, no loader): a refusal like any
+    other arm's, with what the start left (the container's record)."""
+    fields = started.fields()
+    return exceptional(fields.pop("arm"), err, container=container, **fields)
+
+
+def exceptional(arm: str, err: SprawlError, **fields: Any) -> ExecResult:
+    return ExecResult(
+        outcome="exceptional",
+        arm=arm,
+        code=err.code,
+        subject=err.subject,
+        detail=err.detail,
+        recovery=err.recovery,
+        **fields,
+    )

@@ -1,0 +1,243 @@
+"""`sprawl-orch doctor` as a value (design §13): what this machine offers, from one `Offerings`.
+
+One row per arm -- the container arm per engine, the platform's native arm, the copied
+tree -- each with its five axes and, when it can't run, what is missing and what to do;
+which arm `auto` (and the configured spelling) resolves to and why; the shell and pwsh;
+and whether the cgroup is delegated. Pure: the machine is read by the caller
+(`Offerings.this_machine`, `resolve_shell`, `cgroups.delegation`) and passed in, so tests
+describe machines instead of borrowing one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from sprawl_orch.config import Config
+from sprawl_orch.core.arms import (
+    ASSURANCES,
+    ArmName,
+    Missing,
+    container_assurances,
+    linux_namespaces_assurances,
+)
+from sprawl_orch.core.assurances import Assurances, statement
+from sprawl_orch.core.shell import Absent, Found, Shell, resolve_shell
+from sprawl_orch.engines.engine import ENGINES
+from sprawl_orch.runs.cgroups import Delegation, PlatformShares
+from sprawl_orch.selection.choice import Choice, choose
+from sprawl_orch.selection.offerings import Offerings
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MissingRow(_Row):
+    kind: str
+    phrase: str
+    recovery: str
+
+    @classmethod
+    def of(cls, missing: Missing) -> MissingRow:
+        return cls(kind=missing.kind, phrase=missing.phrase, recovery=missing.recovery)
+
+
+class ArmRow(_Row):
+    label: str  # what the table shows: "container (docker)", "linux_namespaces"
+    arm: str
+    engine: str | None = None
+    available: bool
+    assurances: dict[str, str]
+    statement: str
+    detail: str = ""
+    missing: list[MissingRow] = []
+
+
+class Resolution(_Row):
+    asked: str
+    arm: str
+    engine: str | None = None
+    reason: str
+    missing: list[MissingRow] = []
+
+
+class ShellRow(_Row):
+    asked: str
+    state: Literal["absent", "missing", "found"]
+    program: str | None = None
+    interpreter: str | None = None
+    detail: str = ""
+
+
+class CgroupRow(_Row):
+    delegated: bool
+    version: str | None
+    shares: str
+    detail: str
+
+
+class DoctorReport(_Row):
+    platform: str
+    scratch: str | None
+    scratch_problem: str | None = None
+    yielding: str
+    arms: list[ArmRow]
+    auto: Resolution
+    configured: Resolution
+    shell: ShellRow
+    pwsh: ShellRow
+    cgroup: CgroupRow
+
+
+def _root_caller() -> bool:
+    # A root caller's bwrap runs as a uid of its own (native_fallbacks/bwrap.py).
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def native_arm(platform: str) -> ArmName | None:
+    if platform.startswith("linux"):
+        return ArmName.LINUX_NAMESPACES
+    return {"darwin": ArmName.MACOS_SEATBELT, "win32": ArmName.WINDOWS_JOB}.get(platform)
+
+
+def _axes(assurances: Assurances) -> dict[str, str]:
+    return {axis.value: kept.value for axis, kept in assurances.axes().items()}
+
+
+def _row(
+    label: str,
+    arm: ArmName,
+    assurances: Assurances,
+    choice: Choice,
+    engine: str | None = None,
+    detail: str = "",
+) -> ArmRow:
+    available = choice.arm is not ArmName.UNAVAILABLE
+    return ArmRow(
+        label=label,
+        arm=arm.value,
+        engine=engine,
+        available=available,
+        assurances=_axes(assurances),
+        statement=statement(arm.value, assurances),
+        detail=detail,
+        missing=[] if available else [MissingRow.of(m) for m in choice.missing],
+    )
+
+
+def arm_rows(offerings: Offerings) -> list[ArmRow]:
+    rows: list[ArmRow] = []
+    for engine in ENGINES:
+        offer = offerings.engine(engine)
+        assurances = container_assurances(
+            offer.uids_namespaced if offer else False, offer.limits_enforced if offer else True
+        )
+        choice = choose("container", offerings, engine=engine)
+        detail = offer.detail if offer is not None and offer.admitted else ""
+        rows.append(
+            _row(
+                f"container ({engine})",
+                ArmName.CONTAINER,
+                assurances,
+                choice,
+                engine=engine,
+                detail=detail,
+            )
+        )
+    native = native_arm(offerings.platform)
+    choice = choose("native", offerings)
+    if native is None:
+        rows.append(_row("native", ArmName.UNAVAILABLE, ASSURANCES[ArmName.UNAVAILABLE], choice))
+    else:
+        detail = ""
+        if native is ArmName.LINUX_NAMESPACES and offerings.bwrap:
+            detail = f"{offerings.bwrap}; {offerings.user_namespace_why}"
+        elif native is ArmName.MACOS_SEATBELT and offerings.sandbox_exec:
+            detail = offerings.sandbox_exec
+        elif native is ArmName.WINDOWS_JOB:
+            detail = offerings.windows_job_why
+        assurances = ASSURANCES[native]
+        if native is ArmName.LINUX_NAMESPACES:
+            assurances = linux_namespaces_assurances(own_principal=_root_caller())
+        rows.append(_row(native.value, native, assurances, choice, detail=detail))
+    rows.append(
+        _row(
+            "copied_tree",
+            ArmName.COPIED_TREE,
+            ASSURANCES[ArmName.COPIED_TREE],
+            choose("copied_tree", offerings),
+        )
+    )
+    return rows
+
+
+def resolution(asked: str, offerings: Offerings, engine: str) -> Resolution:
+    choice = choose(asked, offerings, engine)
+    return Resolution(
+        asked=asked,
+        arm=choice.arm.value,
+        engine=choice.engine,
+        reason=choice.reason(),
+        missing=[MissingRow.of(m) for m in choice.missing],
+    )
+
+
+def shell_row(asked: str, shell: Shell) -> ShellRow:
+    if isinstance(shell, Absent):
+        return ShellRow(asked=asked, state="absent", detail="[sandbox] shell = false")
+    if isinstance(shell, Found):
+        return ShellRow(
+            asked=asked, state="found", program=shell.program, interpreter=shell.interpreter
+        )
+    return ShellRow(asked=asked, state="missing", detail=shell.detail)
+
+
+def cgroup_row(delegation: Delegation) -> CgroupRow:
+    delegated = delegation.shares is not PlatformShares.NONE
+    return CgroupRow(
+        delegated=delegated,
+        version=delegation.version,
+        shares=delegation.shares.value,
+        detail=delegation.why,
+    )
+
+
+def _yielding(offerings: Offerings) -> str:
+    tools = [t for t in (offerings.ionice, offerings.nice, offerings.taskpolicy) if t]
+    if not tools:
+        return "nothing to yield with: commands run at the orchestrator's own priority"
+    return "commands run one level below the orchestrator: " + ", ".join(tools)
+
+
+Resolver = Callable[[bool, str, Mapping[str, str]], Shell]
+
+
+def _resolve(enabled: bool, interpreter: str, environ: Mapping[str, str]) -> Shell:
+    return resolve_shell(enabled, interpreter, environ)  # type: ignore[arg-type]
+
+
+def doctor_report(
+    offerings: Offerings,
+    config: Config,
+    delegation: Delegation,
+    environ: Mapping[str, str],
+    resolve: Resolver = _resolve,
+) -> DoctorReport:
+    engine = config.sandbox.container.engine
+    sandbox = config.sandbox
+    return DoctorReport(
+        platform=offerings.platform,
+        scratch=str(offerings.scratch) if offerings.scratch else None,
+        scratch_problem=offerings.scratch_problem,
+        yielding=_yielding(offerings),
+        arms=arm_rows(offerings),
+        auto=resolution("auto", offerings, engine),
+        configured=resolution(sandbox.arm, offerings, engine),
+        shell=shell_row(sandbox.interpreter, resolve(sandbox.shell, sandbox.interpreter, environ)),
+        pwsh=shell_row("pwsh", resolve(True, "pwsh", environ)),
+        cgroup=cgroup_row(delegation),
+    )

@@ -1,0 +1,352 @@
+"""The exec tool: one per agent tool instance; the Python API over every arm.
+
+Per command: refuse early (placement, program, shell) -> probe the arm -> sync
+the copy -> start -> wait for the window -> result. A refused or failed command
+never touches the person's tree: the copy is the only thing written, and it is
+ours.
+
+A command still running when its window passes is handed to the backlog
+(backlog.py) and keeps its own copy until it is collected; the next command
+leases a free copy slot (copy_store: persistent, per working directory and
+config, resynced rather than rebuilt, kept between CLI calls; design §5). With
+`background_ok=False` it is killed at the window instead (the CLI: a process
+that exits can keep no backlog).
+
+This module is the story of one command; what it leans on lives beside it: the
+arm chosen and built once (tool_arm.py), the copies (tool_copies.py), the
+commands past their window (backlog.py), the guardian (guardian_client.py).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+from sprawl_orch.changes.apply import ApplyResult
+from sprawl_orch.changes.apply import apply as apply_changes
+from sprawl_orch.changes.changes import Changes
+from sprawl_orch.config import Config, load_config, with_warm
+from sprawl_orch.config.state import ledger_path, state_dir
+from sprawl_orch.container.evidence import Evidence
+from sprawl_orch.copy.store import Lease
+from sprawl_orch.copy.sync import FileWork
+from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.environment import child_env, with_home
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.shell import container_shell, interpreter_name, require_shell, resolve_shell
+from sprawl_orch.core.shell import shell_argv as expand_shell
+from sprawl_orch.runs.backlog import Backlog, Pending, RunProcesses
+from sprawl_orch.runs.guardian_client import Guardian, session_guardian
+from sprawl_orch.runs.launch import Arm, Launch, NullWatcher, Watcher
+from sprawl_orch.runs.ledger import Ledger
+from sprawl_orch.runs.results import Confinement, ExecResult, exceptional
+from sprawl_orch.runs.shares import UNSET, Shares
+from sprawl_orch.runs.yielding import find_program
+from sprawl_orch.selection.choice import Choice
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.arm import ToolArm
+from sprawl_orch.tool.copies import ToolCopies
+from sprawl_orch.tool.stream import Follower
+
+Where = Literal["sandbox", "host"]
+
+
+class ExecTool:
+    """Runs commands confined in copies of `workdir` and says what held for each.
+
+    `config=None` reads `sprawl.toml` in `workdir` (defaults when absent), as the CLI's
+    `-C DIR` does; `workdir` may be a str. Use as a context manager: `close()` kills
+    what still runs and releases its copies (kept for the next call: copy_store).
+    """
+
+    def __init__(
+        self,
+        config: Config | None,
+        workdir: Path | str,
+        *,
+        offerings: Offerings | None = None,
+        environ: Mapping[str, str] | None = None,
+        session: str | None = None,
+        record: bool = True,
+        shares: Shares = UNSET,
+        backlog: Backlog | None = None,
+        shared_guardian: bool = False,
+        progress: Progress | None = None,
+        warm: bool | None = None,
+    ) -> None:
+        """`shares`: what each run gets (cgroups.py); `backlog`: share one with other tools
+        (serve does, one tool per arm), which then own and close it. `shared_guardian`:
+        connect to the state directory's one guardian (guardian/server.py) instead of
+        spawning one for this tool -- for a process that lives for one call (the CLI); a
+        long-lived one (serve, mcp, a library user) pays its own guardian once. `progress`:
+        hears (files, bytes) during a long sync (the CLI draws it on a terminal). `warm`:
+        overrides `[sandbox.container] warm` (container/warm.py)."""
+        workdir = Path(workdir)
+        if config is None:
+            config = load_config(cwd=workdir)
+        if warm is not None:
+            config = with_warm(config, warm)
+        self.config = config
+        self.shared_guardian = shared_guardian
+        self.workdir = workdir.resolve()
+        self.environ = dict(os.environ if environ is None else environ)
+        self.session = session or (backlog.session if backlog else secrets.token_hex(4))
+        # Guards the lazy choice/arm and the guardian: serve calls exec from many threads.
+        self._lock = threading.RLock()
+        self._closed = False
+        self.progress = progress
+        self._guardian: Guardian | None = None
+        self.state = state_dir(config, self.environ)
+        self.evidence = Evidence(self.state / "admission")
+        self._arms = ToolArm(
+            config, self.environ, self.evidence, self.guardian, self._lock, offerings
+        )
+        self._owns_backlog = backlog is None
+        self.backlog = backlog or Backlog(
+            self.session, shares, keep_root=self.state / "kept-output"
+        )
+        self.backlog.watch_with(self.guardian)
+        self.outputs_root = self.state / "outputs" / self.session
+        self.copies = ToolCopies(config, self.workdir, self.state)
+        self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
+        # The first ledger failure; never fails a command. (No surface prints it yet.)
+        self.ledger_problem: str | None = None
+
+    # -- choosing (tool_arm.py) ------------------------------------------------------
+    @property
+    def offerings(self) -> Offerings:
+        return self._arms.offerings
+
+    @property
+    def choice(self) -> Choice:
+        return self._arms.choice
+
+    def arm(self) -> Arm:
+        return self._arms.arm()
+
+    def confinement(self, arm: Arm) -> Confinement:
+        return self._arms.confinement(arm)
+
+    # -- running ------------------------------------------------------------------
+    def exec(
+        self,
+        command: Sequence[str] | str,
+        *,
+        shell: bool = False,
+        where: Where = "sandbox",
+        timeout: float | None = None,
+        run: str = "default",
+        background_ok: bool = True,
+        follow: tuple[BinaryIO, BinaryIO] | None = None,
+    ) -> ExecResult:
+        """Run one command. Past its window (`timeout`, else [sandbox] window_seconds) it is
+        handed to the backlog (`backgrounded`, with a handle), or killed if not background_ok.
+        `follow`: binary (stdout, stderr) sinks that get the command's bytes live, unchanged
+        (the CLI's human mode)."""
+        started = time.monotonic()
+        argv_in = self._command(command, shell)
+        arm_name = ArmName.HOST.value if where == "host" else self.choice.arm.value
+        fields: dict[str, object] = {"command": argv_in, "shell": shell, "where": where, "run": run}
+        try:
+            result = self._exec(argv_in, shell, where, timeout, run, started, background_ok, follow)
+        except SprawlError as err:
+            result = exceptional(arm_name, err, **fields)
+        self._record(result)
+        return result
+
+    def _command(self, command: Sequence[str] | str, shell: bool) -> list[str]:
+        """The argv, or the one shell line. A str without shell=True is a TypeError: it
+        would otherwise be looked up as a program named "echo hi"."""
+        if isinstance(command, str):
+            if not shell:
+                raise TypeError(
+                    f"exec({command!r}): a str is a shell line; pass shell=True to run it "
+                    "under the shell, or a list of program and arguments "
+                    f"(e.g. {shlex.split(command)!r})"
+                )
+            return [command]
+        if isinstance(command, bytes) or not all(isinstance(a, str | os.PathLike) for a in command):
+            raise TypeError(f"exec({command!r}): the command is a list of str (or paths)")
+        argv = [os.fspath(a) for a in command]
+        if not all(isinstance(a, str) for a in argv):
+            raise TypeError(f"exec({command!r}): bytes paths are not accepted; use str")
+        if shell and len(argv) > 1:
+            if self.config.sandbox.interpreter != "system" or os.name != "posix":
+                raise TypeError(
+                    "exec(list, shell=True) quotes the list for a POSIX shell; with "
+                    f"interpreter {self.config.sandbox.interpreter!r} pass one shell line (str)"
+                )
+            # Each item stays one word, as the list said: `printf '%s|' 'a b' c`.
+            return [shlex.join(argv)]
+        return argv
+
+    def _record(self, result: ExecResult) -> None:
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.append(result.as_json_dict())
+        except SprawlError as err:
+            self.ledger_problem = self.ledger_problem or str(err)
+
+    def _exec(
+        self,
+        argv_in: list[str],
+        shell: bool,
+        where: Where,
+        timeout: float | None,
+        run: str,
+        started: float,
+        background_ok: bool,
+        follow: tuple[BinaryIO, BinaryIO] | None = None,
+    ) -> ExecResult:
+        if not argv_in or not argv_in[0]:
+            raise SprawlError(
+                ErrorCode.BAD_REQUEST,
+                "command",
+                "the command is empty",
+                "give a program and its arguments, or a shell line with --shell",
+            )
+        self.backlog.check_open()
+        arm = self._arms.for_where(where)
+        sandbox = self.config.sandbox
+        env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
+        argv, interpreter = self._argv(arm, argv_in, shell)
+        if arm.name is not ArmName.CONTAINER and not shell:
+            # Checked against the working directory: the copy will equal it.
+            find_program(argv[0], env, str(self.workdir))
+        work: FileWork | None = None
+        cwd = self.workdir
+        arm.prepare(self.workdir)
+        watcher: Watcher = NullWatcher()
+        copy: Lease | None = None
+        changes: Callable[[str], Changes] | None = None
+        if arm.name is not ArmName.HOST:
+            watcher = self.guardian()
+            copy, work = self.copies.lease(self.progress)
+            cwd = copy.path
+            changes = self.copies.changes_hook(arm, copy)
+        try:
+            join = self.backlog.joining(run)
+            n = self.backlog.number()
+            outputs = self.outputs_root / str(n)
+            if arm.name is not ArmName.HOST or "HOME" not in env:
+                env = with_home(env, arm.name, outputs)
+            launch = Launch(
+                argv=tuple(argv),
+                cwd=cwd,
+                env=env,
+                outputs=outputs,
+                tag=f"{self.session}-{n}",
+                session=self.session,
+                run=run,
+                shell_line=argv_in[0] if shell else None,
+                watcher=watcher,
+                join=join,
+                workdir=self.workdir,
+            )
+            running = arm.start(launch)
+        except BaseException:
+            if copy is not None:
+                self.copies.release(copy)
+            raise
+        window = timeout if timeout is not None else self.config.sandbox.window_seconds
+        pending = Pending(
+            arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window, started
+        )
+        release_copy = None if copy is None else (lambda: self.copies.release(copy))
+        drain = Follower(launch.outputs, *follow).drain if follow is not None else None
+        entry = self.backlog.enter(running, launch, pending, join, release_copy, changes, drain)
+        return self.backlog.settle(entry, running.wait(window), background_ok)
+
+    def apply(
+        self,
+        handle: str,
+        paths: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        protected: Sequence[str] = (),
+    ) -> ApplyResult:
+        """Bring kept changes of a finished command (all, or ``paths``) into the working
+        directory (apply.py); refuses conflicts, links out of the tree. Protected paths
+        (protected.py) are held unless named in ``protected`` -- pass only what a person
+        chose; `.git` never."""
+        return apply_changes(
+            self.state,
+            handle,
+            paths,
+            dry_run=dry_run,
+            workdir=self.workdir,
+            protected=protected,
+            protected_globs=self.config.apply.protected,
+            unprotect=self.config.apply.unprotect,
+            config_path=self.config.source,
+        )
+
+    # -- the backlog ----------------------------------------------------------------
+    def harvest(self) -> list[ExecResult]:
+        """Full results of background commands that have finished (each returned once)."""
+        return [self._recorded(r) for r in self.backlog.harvest()]
+
+    def halt(self, handle: str) -> ExecResult:
+        """Kill one command (its whole process group, or its container); its result."""
+        return self._recorded(self.backlog.halt(handle))
+
+    def release(self, run: str) -> list[ExecResult]:
+        """Kill every command of `run` and remove its cgroup; their results."""
+        return [self._recorded(r) for r in self.backlog.release(run)]
+
+    def processes(self) -> dict[str, RunProcesses]:
+        return self.backlog.processes()
+
+    def _recorded(self, result: ExecResult) -> ExecResult:
+        self._record(result)
+        return result
+
+    def _argv(self, arm: Arm, argv_in: list[str], shell: bool) -> tuple[list[str], str | None]:
+        if not shell:
+            return argv_in, None
+        if arm.name is ArmName.CONTAINER:
+            found = container_shell()
+        else:
+            sandbox = self.config.sandbox
+            found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
+        return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
+
+    def guardian(self) -> Guardian:
+        """The session's guardian (guardian_client.session_guardian), made on the first
+        sandboxed command; one per exec tool, not per command, closed with the tool."""
+        with self._lock:  # one guardian even when the first commands arrive together
+            if self._guardian is None:
+                self._guardian = session_guardian(
+                    self.config, self.state, self.environ, self.session, shared=self.shared_guardian
+                )
+            return self._guardian
+
+    def close(self) -> str | None:
+        """Release every run (own backlog) and with them their copies (kept, see copy_store),
+        and release the arm. Never raises; says what stayed."""
+        stayed = [self.backlog.close() if self._owns_backlog else None]
+        with self._lock:
+            self._closed = True
+        left = "; ".join(s for s in stayed if s) or None
+        self._arms.close()
+        if self._guardian is not None:
+            # Everything is cleaned up: the guardian reads EOF, finds nothing, and exits.
+            self._guardian.close()
+            self._guardian = None
+        shutil.rmtree(self.outputs_root, ignore_errors=True)
+        return left
+
+    def __enter__(self) -> ExecTool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
