@@ -18,7 +18,11 @@ verification, the run or the removal. Afterwards, once the guardians are done:
 - persistent copies (`<state>/copies/<key>/<slot>/`, kept between calls): none still
   locked (a killed call's flock dies with it), and a normal call afterwards resyncs one and
   reads the person's file through it;
-- the person's tree: unchanged.
+- the person's tree: unchanged;
+- output directories (`<state>/outputs/<session>/`, a running command's streams): a killed
+  CLI never removes its own; the next call of the same state directory must (one call is
+  made in every state directory that still has one), so none is left afterwards;
+- kept outputs (`<state>/kept-output/`): their count and bytes, within the default budget.
 
 Prints the counts and exits 1 if anything was left. Not a timing: a check with numbers.
 """
@@ -45,6 +49,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sprawl_orch.images.build import build_busybox
+from sprawl_orch.runs.output_keep import BUDGET_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [
@@ -52,7 +57,12 @@ CLI = [
     "-c",
     "import sys; from sprawl_orch.cli import main; sys.argv[0] = 'sprawl-orch'; main()",
 ]
-COMMANDS = [["true"], ["sh", "-c", "echo x > out.txt"], ["sleep", "30"]]
+COMMANDS = [
+    ["true"],
+    ["sh", "-c", "echo x > out.txt"],
+    ["sleep", "30"],
+    ["sh", "-c", "head -c 5000000 /dev/zero; sleep 30"],  # an output directory worth seeing
+]
 MARK = "SPRAWL_CHAOS_MARK"
 SETTLE_SECONDS = 120.0
 
@@ -152,6 +162,19 @@ def containers_from(base: Path) -> dict[str, list[str]]:
     return left
 
 
+def next_call(
+    state: Path, person: Path, images: dict[str, str], scratch: Path, env: dict[str, str]
+) -> None:
+    conf = config(state.parent / f"next-{state.name}.toml", "docker", images, state, scratch)
+    subprocess.run(
+        [*CLI, "exec", "-C", str(person), "--config", str(conf), "--", "true"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=100)
@@ -210,6 +233,8 @@ def main() -> int:
         unchanged = tree_digest(person) == before
         slots, held = locked_copies(base)
         landed = held_at_eof(base / "guardian.log")
+        # what the killed calls left, before any next call removes it
+        outputs_before = sum(1 for d in base.glob("state*/outputs/*") if d.is_dir())
         conf = config(base / "after.toml", "docker", images, base / "state", scratch)
         after = subprocess.run(
             [*CLI, "exec", "-C", str(person), "--config", str(conf), "--", "cat", "sub/b.txt"],
@@ -219,6 +244,15 @@ def main() -> int:
             text=True,
             check=False,
         )
+        for st in sorted(base.glob("state-*")):
+            if any((st / "outputs").glob("*")):
+                # the next call of that state directory (the fresh-admission ones had none)
+                next_call(st, person, images, scratch, env)
+        outputs = sorted(
+            f"{d.parent.parent.name}/{d.name}" for d in base.glob("state*/outputs/*") if d.is_dir()
+        )
+        kept = [d for d in base.glob("state*/kept-output/*") if d.is_dir()]
+        kept_bytes = sum(f.stat().st_size for d in kept for f in d.iterdir())
         print(
             f"seed {seed}: {args.kills} SIGKILLs within {args.within:g} s of start "
             f"({phases['docker']} docker, {phases['podman']} podman, "
@@ -237,10 +271,17 @@ def main() -> int:
         print(f"processes left: {len(processes)} {processes or ''}")
         print(f"persistent copies: {slots}, still locked: {len(held)} {held or ''}")
         print(
+            f"output directories: {outputs_before} left by the kills, {len(outputs)} after the "
+            f"next calls {outputs or ''}"
+        )
+        print(f"kept outputs: {len(kept)}, {kept_bytes} bytes (budget {BUDGET_BYTES})")
+        print(
             f"the person's tree unchanged: {unchanged}; a call afterwards: exit "
             f"{after.returncode}, read {after.stdout.strip()!r}"
         )
-        clean = not (any(containers.values()) or probe_dirs or copies or processes or held)
+        clean = not (
+            any(containers.values()) or probe_dirs or copies or processes or held or outputs
+        ) and (kept_bytes <= BUDGET_BYTES)
         ok = clean and unchanged and after.returncode == 0 and after.stdout == "also mine\n"
         if not ok:
             for engine, ids in containers.items():

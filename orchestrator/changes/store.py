@@ -6,8 +6,13 @@ new bytes, copied out of the copy right after the command, so the next sync cann
 It is written under a temporary name and renamed into place whole.
 
 The store is bounded by ``budget`` bytes: keeping a command's changes drops the oldest kept
-ones until it fits, and the result names what was dropped; a command whose changes alone are
-larger is not kept (its result says so). A dropped or fully applied handle leaves a one-line
+ones **of the same working directory** until it fits, and the result names what was
+dropped. Another working directory's kept changes are another agent's unapplied work: one
+command's 900 MB sparse file (its blob is written out whole) evicted every older kept
+change of every working directory (issue 30). When they are in the way, the command loses
+the keeping of its own changes instead, and its result says so, naming the budget and how
+much the other working directories hold. A command whose changes alone are larger than the
+budget is not kept either. A dropped or fully applied handle leaves a one-line
 ``<handle>.gone`` so `apply` can say what happened to it.
 """
 
@@ -30,6 +35,7 @@ from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.record import SyncRecord
 from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import private_dirs, private_file
 from sprawl_orch.core.protected import Protection, under_git, vcs_state
 
 BUDGET = 1024 * 1024 * 1024
@@ -53,8 +59,10 @@ def _check_handle(handle: str) -> None:
 
 @contextmanager
 def locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(root / ".lock", "a") as lock:
+    private_dirs(root)
+    with os.fdopen(
+        private_file(root / ".lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a"
+    ) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -87,13 +95,13 @@ def _copy_blob(copy_fd: int, rel: str, dest: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
-    with src, open(dest, "wb") as out:
+    with src, os.fdopen(private_file(dest), "wb") as out:
         shutil.copyfileobj(src, out, 1 << 20)
         return out.tell()
 
 
-def _usage(root: Path) -> list[tuple[float, str, int]]:
-    """(made, handle, bytes) of every kept handle, oldest first."""
+def _usage(root: Path) -> list[tuple[float, str, int, str]]:
+    """(made, handle, bytes, working directory) of every kept handle, oldest first."""
     kept = []
     for entry in os.scandir(root):
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
@@ -101,7 +109,9 @@ def _usage(root: Path) -> list[tuple[float, str, int]]:
         try:
             with open(Path(entry.path) / MANIFEST) as f:
                 head = json.load(f)
-            kept.append((float(head["made"]), entry.name, int(head["stored_bytes"])))
+            kept.append(
+                (float(head["made"]), entry.name, int(head["stored_bytes"]), str(head["workdir"]))
+            )
         except (OSError, ValueError, KeyError):
             continue
     return sorted(kept)
@@ -154,9 +164,9 @@ def keep(
     fields: dict[str, Any] = {"handle": handle, "vcs_state": vcs}
     if not entries:
         return Changes.of(entries, **fields)
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(root)
     tmp = root / f".{handle}.{secrets.token_hex(4)}"
-    (tmp / "blobs").mkdir(parents=True)
+    private_dirs(tmp / "blobs")
     blobs: dict[str, str] = {}
     stored = 0
     lost: list[str] = []
@@ -187,7 +197,7 @@ def keep(
         "source_trusted_below_ns": record.source_line_ns,
         "blobs": blobs,
     }
-    with open(tmp / MANIFEST, "w") as f:
+    with os.fdopen(private_file(tmp / MANIFEST), "w") as f:
         json.dump(manifest, f)
     notes = [f"the new bytes of {', '.join(lost)} could not be read"] if lost else []
     dropped: list[str] = []
@@ -202,9 +212,23 @@ def keep(
         _sweep(root)
         usage = _usage(root)
         total = sum(u[2] for u in usage)
-        for _, old, size in usage:
+        others = sum(u[2] for u in usage if u[3] != str(workdir))
+        if others + stored > budget:
+            # Room only by dropping other working directories' unapplied changes: never.
+            shutil.rmtree(tmp, ignore_errors=True)
+            notes.append(
+                f"not kept for apply: {stored} bytes of changed files do not fit the changes "
+                f"budget of {budget} bytes ([state] changes_budget_bytes) beside the "
+                f"{others} bytes of unapplied changes other working directories keep, "
+                "which a command never drops; apply or drop those (`sprawl-orch apply "
+                "HANDLE` / `--drop`), or raise the budget"
+            )
+            return Changes.of(entries, note="; ".join(notes), **fields)
+        for _, old, size, where in usage:
             if total + stored <= budget:
                 break
+            if where != str(workdir):
+                continue
             drop(
                 root,
                 old,

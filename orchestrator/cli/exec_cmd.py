@@ -83,6 +83,10 @@ def _say(result: ExecResult) -> None:
         return
     for line in result.statement.splitlines():
         click.echo(f"sprawl-orch: {safe(line)}", err=True)
+    for entry in (result.network or {}).get("egress", []):
+        if not entry["allowed"]:
+            said = f"{entry['kind']} {entry['host']}:{entry['port']}: {entry['reason']}"
+            click.echo(f"sprawl-orch: egress refused: {safe(said)}", err=True)
     if result.work is not None and result.work.excluded:
         left_out = safe(", ".join(result.work.excluded))
         click.echo(
@@ -156,7 +160,7 @@ def exec_command(
             command,
             shell=shell,
             where=where,  # type: ignore[arg-type]
-            timeout=timeout,
+            window=timeout,  # the CLI kills at its --timeout: a process that exits keeps no backlog
             background_ok=False,
             follow=follow,
         )

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sprawl_orch.config import Config
+from sprawl_orch.core.private import private_dirs
 
 
 def state_dir(config: Config, environ: Mapping[str, str]) -> Path:
@@ -67,12 +68,18 @@ def guardian_socket(state: Path, environ: Mapping[str, str], code: Path) -> Path
     if len(os.fsencode(candidate)) <= SOCKET_PATH_MAX:
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
         return candidate
+    digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
+    return private_tmp() / f"guardian-{digest}-{flavour}.sock"
+
+
+def private_tmp() -> Path:
+    """A private directory of this user under the temp dir (made 0700; refused when another
+    account holds it, it is open to others, or it is a link)."""
     private = Path(tempfile.gettempdir()) / f"sprawl-orch-{os.geteuid()}"
     problem = private_dir(private, mode_mask=0o077)
     if problem is not None:
         raise OSError(problem)
-    digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
-    return private / f"guardian-{digest}-{flavour}.sock"
+    return private
 
 
 def private_dir(path: Path, *, parents: bool = False, mode_mask: int = 0o022) -> str | None:
@@ -83,7 +90,7 @@ def private_dir(path: Path, *, parents: bool = False, mode_mask: int = 0o022) ->
     every other, root included)."""
     try:
         if parents:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dirs(path.parent)  # every directory made 0700, not only the leaf
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass

@@ -37,6 +37,7 @@ from typing import Any
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.core.private import private_dirs
 from sprawl_orch.engines.engine import EngineFacts
 
 FORMAT = 1
@@ -54,6 +55,7 @@ def stamp(path: str | os.PathLike[str] | None, *, contents: bool = True) -> list
     try:
         st = os.stat(path)
     except OSError:
+        # the stamped file is gone: no stamp, so the evidence can't match
         return None
     if not contents:
         return [st.st_dev, st.st_ino]
@@ -64,6 +66,7 @@ def boot_id() -> str:
     try:
         return BOOT_ID.read_text().strip()
     except OSError:
+        # no boot id (not Linux): evidence then never outlives this stamp's other facts
         return ""
 
 
@@ -127,6 +130,7 @@ class Evidence:
         try:
             kept = json.loads(self.path(key).read_text())
         except (OSError, ValueError):
+            # no kept evidence, or a torn one: probe again
             return None
         if not isinstance(kept, dict) or kept.get("identity") != _plain(identity):
             self.drop(key)
@@ -151,8 +155,9 @@ class Evidence:
             "admission": admission,
             "proved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        # the cache is an optimisation: unwritable means the next process probes again
         with contextlib.suppress(OSError):
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dirs(self.root)
             tmp = self.root / f".{key}.{os.getpid()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:
@@ -160,5 +165,6 @@ class Evidence:
             os.replace(tmp, self.path(key))
 
     def drop(self, key: str) -> None:
+        # gone already, or unwritable: the stale evidence fails its identity check anyway
         with contextlib.suppress(OSError):
             self.path(key).unlink()

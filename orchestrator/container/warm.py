@@ -9,10 +9,12 @@ again around every command, from the host (warm_host.py):
   (uid 0 with every capability dropped), so a command can neither signal nor trace it —
   with the same uid it could ptrace the init and leave code behind for the next command.
 - after (or when its window passes and it is halted or released): every process it started
-  is SIGKILLed — found by the container's cgroup and pid namespace, so setsid/double-forked
-  ones too — before the container takes another command; what it added to /tmp, /dev/shm,
-  /dev/mqueue and every other rw tmpfs is deleted; SysV IPC removed; the memory cgroup's
-  OOM-kill count tells whether the OOM killer struck during this command.
+  is SIGKILLed with the container's cgroup frozen (warm_freeze.py: a forking process cannot
+  outrun it) — found by the container's cgroup and pid namespace, so setsid/double-forked
+  ones too — and the container takes another command only when its init alone is left;
+  what it added to /tmp, /dev/shm, /dev/mqueue and every other rw tmpfs is deleted; SysV
+  IPC removed; the memory cgroup's OOM-kill count tells whether the OOM killer struck
+  during this command.
 - a container that died, whose init or writable baseline changed, or whose processes could
   not all be killed is removed and replaced; the result says why ("replaced").
 - a command still running when its window passes keeps its container (it is busy); the
@@ -52,8 +54,9 @@ INIT = ("/bin/sh", "-c", 'trap "exit 0" TERM; while :; do sleep 2147483647 & wai
 IDLE = 4
 WARM_NOTE = (
     "Warm container: each command is an exec into a kept, verified container; between "
-    "commands every process a command started is killed (found by the container's cgroup "
-    "and pid namespace), its files in /tmp, /dev/shm and the other writable mounts and its "
+    "commands every process a command started is killed with the container's cgroup "
+    "frozen (found by that cgroup and the pid namespace; the next command starts only when "
+    "the init alone is left), its files in /tmp, /dev/shm and the other writable mounts and its "
     "SysV IPC objects are removed, and the copy is resynced; a container that died or was "
     "changed is replaced."
 )
@@ -213,6 +216,9 @@ class WarmPool:
         """None when the idle container may take the next command, else why it is replaced."""
         if not warm.host.baseline_intact():
             return "its init is gone or was replaced"
+        left = warm.host.strays()
+        if left:
+            return f"it holds processes besides its init (host pids {sorted(left)[:5]})"
         admission = self.arm.admission()
         assert admission.image is not None and admission.runtime_used is not None
         try:
@@ -228,6 +234,7 @@ class WarmPool:
                 admission.runtime_used,
                 admission.userns,
                 workdir=warm.source,
+                seccomp=admission.seccomp,
             )
             verify(expected, as_command_user(inspect, INIT_USER, expected.user))
         except SprawlError as err:
@@ -288,6 +295,7 @@ class WarmRun:
         if replaced is not None:
             self._record["replaced"] = replaced
         self._record["reused"] = warm.commands > 0
+        warm.host.unfrozen_kill = False
         warm.commands += 1
         self._oom_before = warm.host.oom_kills()
         user = fit_limits(pool.arm.config, pool.arm.host).user
@@ -365,8 +373,16 @@ class WarmRun:
             self._oom_before is not None and oom_after is not None and oom_after > self._oom_before
         )
         replace: list[str] = []
-        if not clean:
-            replace.append("some of the command's processes survived every kill")
+        if not clean and host.freezer is None:
+            replace.append(
+                "no cgroup freezer was found for it, so what the command left was killed "
+                "without being stopped first, a kill a process that keeps forking can outrun"
+            )
+        elif not clean:
+            replace.append(
+                "some of the command's processes were still there after its cgroup was "
+                "frozen, killed and thawed"
+            )
         if not host.baseline_intact():
             replace.append("its init died" + (" (OOM-killed)" if oom else ""))
         else:

@@ -5,8 +5,12 @@ being new must be made true again, from outside, where the command cannot interf
 
 - processes: the container's members are the union of its own cgroup's `cgroup.procs` and
   every host process whose pid namespace is the container's (`/proc/<pid>/ns/pid`), so a
-  `setsid` or double-forked process is found whatever its process group. Everything but the
-  idle init (the baseline, pinned by pid and start time) is SIGKILLed until none is left.
+  `setsid` or double-forked process is found whatever its process group. The cgroup is
+  frozen first (warm_freeze.py): a process that keeps forking cannot outrun a listing taken
+  while nothing can fork. Everything but the idle init (the baseline, pinned by pid and
+  start time) is SIGKILLed, the cgroup thawed, and the reset is done only once the
+  container holds nothing but the init. Without a freezer a kill can be outrun: a command
+  that left any process gets its container replaced (`unfrozen_kill`).
 - writable places: every rw tmpfs/mqueue mount of the container (from its init's
   mountinfo: /tmp, /dev/shm, /dev/mqueue, podman's /run and /var/tmp, …) is snapshotted when
   the container is made; after each command whatever is new is deleted (through
@@ -20,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -29,12 +32,17 @@ from pathlib import Path
 
 import psutil
 
+from sprawl_orch.container.warm_freeze import Freezer
+from sprawl_orch.copy.fileops import open_dir, remove_entry
 from sprawl_orch.runs.cgroup_counters import read_counter
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Mount types a command can write into without privileges (bind mounts are only the copy).
 WRITABLE_TYPES = ("tmpfs", "mqueue")
 KILL_ROUNDS = 50
+# Freeze-kill-thaw rounds, and how long the killed may take to be reaped by the init.
+FROZEN_ROUNDS = 3
+QUIET_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,10 @@ class HostView:
     writable: tuple[str, ...]
     mounts: frozenset[str] = frozenset()
     snapshot: dict[str, dict[str, Entry]] = field(default_factory=dict)
+    freezer: Freezer | None = None
+    # Set when processes were killed without a freezer (a kill that can be outrun): the
+    # container is not trusted with another command. Cleared by WarmRun per command.
+    unfrozen_kill: bool = False
 
     @classmethod
     def of(cls, init: int, workdir: str) -> HostView:
@@ -74,6 +86,7 @@ class HostView:
             frozenset(points),
         )
         view.snapshot = {m: view._walk(m) for m in view.writable}
+        view.freezer = Freezer.of(init)
         return view
 
     # -- processes ------------------------------------------------------------------------
@@ -82,6 +95,8 @@ class HostView:
         for procs in self.procs_files:
             with contextlib.suppress(OSError, ValueError):
                 found |= {int(x) for x in procs.read_text().split()}
+        if self.freezer is not None:
+            found |= self.freezer.members()
         for name in os.listdir("/proc"):
             if name.isdigit():
                 with contextlib.suppress(OSError):
@@ -111,17 +126,48 @@ class HostView:
         return False
 
     def kill_strays(self) -> bool:
-        """SIGKILL every stray until none is left (a fork racing the kill is met in the next
-        round; the pids limit bounds it). False when some survived every round."""
+        """Kill every process a command started; True once the container holds nothing but
+        the idle init. False when some survived (the container must then be replaced)."""
+        if self.freezer is None:
+            return self._kill_unfrozen()
+        for _ in range(FROZEN_ROUNDS):
+            if not self.freezer.freeze():
+                continue
+            try:
+                # Frozen: nothing forks, so this listing is every member there is.
+                for pid in self.strays():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            finally:
+                self.freezer.thaw()
+            if self._quiet():
+                return True
+        return False
+
+    def _quiet(self) -> bool:
+        """Wait until the killed are gone (reaped by the init, to which they were
+        reparented): the next command starts only in a container holding the init alone."""
+        deadline = time.monotonic() + QUIET_SECONDS
+        while self.strays():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def _kill_unfrozen(self) -> bool:
+        """SIGKILL every stray until none is seen (a fork racing the kill is met in the next
+        round; the pids limit bounds it). A listing can miss a generation born after it, so
+        having killed anything at all makes `unfrozen_kill` true: not to be reused."""
         for _ in range(KILL_ROUNDS):
             strays = self.strays()
             if not strays:
-                return True
+                return not self.unfrozen_kill
+            self.unfrozen_kill = True
             for pid in strays:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.002)
-        return not self.strays()
+        return False
 
     def baseline_intact(self) -> bool:
         for pid, started in self.baseline:
@@ -142,26 +188,66 @@ class HostView:
     def _walk(self, mount: str) -> dict[str, Entry]:
         """Every entry of a writable mount, not descending into mounts beneath it (the copy
         is mounted at the working directory's own path, which may be under /tmp). A
-        directory's size and mtime change with what commands add to it: not compared."""
+        directory's size and mtime change with what commands add to it: not compared.
+
+        Iterative and by directory fd: a command that nests 1500 directories in /tmp made
+        os.walk (recursive in Python 3.11) raise RecursionError out of ExecTool.exec, and
+        past ~2000 levels a path-based lstat fails with ENAMETOOLONG, which would hide the
+        entries from the reset. One fd is held at a time; the climb back goes through
+        ".." and is checked against the directory it came from (copy.fileops.remove_tree's
+        way), so a tree moved under the walk raises OSError rather than being misread."""
         base = f"/proc/{self.init}/root{mount}"
         found: dict[str, Entry] = {}
-        for top, dirs, files in os.walk(base):
-            inside = "/" + os.path.relpath(top, f"/proc/{self.init}/root")
-            dirs[:] = [d for d in dirs if os.path.join(inside, d) not in self.mounts]
-            for name in [*dirs, *files]:
-                path = os.path.join(top, name)
+        try:
+            fd = open_dir(base)
+        except OSError:
+            return found
+        try:
+            stack = [_Seen("", self._list(fd, mount, "", found), _ident(fd))]
+            while stack:
+                top = stack[-1]
+                if top.pending:
+                    sub = top.pending.pop()
+                    try:
+                        inner = open_dir(sub, fd)
+                    except OSError:
+                        continue  # gone or replaced by a non-directory since it was listed
+                    os.close(fd)
+                    fd = inner
+                    rel = os.path.join(top.rel, sub)
+                    stack.append(_Seen(rel, self._list(fd, mount, rel, found), _ident(fd)))
+                    continue
+                stack.pop()
+                if stack:
+                    up = os.open("..", _UP_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = up
+                    if _ident(fd) != stack[-1].ident:
+                        raise OSError(f"a directory under {mount} moved while it was read")
+        finally:
+            os.close(fd)
+        return found
+
+    def _list(self, fd: int, mount: str, rel: str, found: dict[str, Entry]) -> list[str]:
+        """Record the entries of the open directory `rel`; its subdirectories to enter."""
+        subdirs: list[str] = []
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                path = os.path.join(rel, entry.name)
                 with contextlib.suppress(OSError):
-                    st = os.lstat(path)
+                    st = entry.stat(follow_symlinks=False)
                     kind = st.st_mode & 0o170000
                     plain = kind != 0o040000
-                    found[os.path.relpath(path, base)] = Entry(
+                    found[path] = Entry(
                         kind,
                         st.st_mode & 0o7777,
                         st.st_uid,
                         st.st_size if plain else 0,
                         st.st_mtime_ns if plain else 0,
                     )
-        return found
+                    if not plain and os.path.join(mount, path) not in self.mounts:
+                        subdirs.append(entry.name)
+        return subdirs
 
     def reset_writable(self) -> list[str]:
         """Delete what a command added; returns baseline entries it changed or removed."""
@@ -171,14 +257,17 @@ class HostView:
             before = self.snapshot[mount]
             now = self._walk(mount)
             for rel in sorted(set(now) - set(before)):
-                if os.path.dirname(rel) and os.path.dirname(rel) not in before:
+                parent = os.path.dirname(rel)
+                if parent and parent not in before:
                     continue  # beneath a new directory: goes with it
-                path = os.path.join(base, rel)
-                if now[rel].kind == 0o040000:
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
+                # The parent is in the baseline (the image's own, shallow); the new entry
+                # may be thousands of levels deep: removed by fd, never by path.
+                with contextlib.suppress(FileNotFoundError):
+                    pfd = open_dir(os.path.join(base, parent))
+                    try:
+                        remove_entry(os.path.basename(rel), pfd, now[rel].kind == 0o040000)
+                    finally:
+                        os.close(pfd)
             changed += [f"{mount}/{rel}" for rel, entry in before.items() if now.get(rel) != entry]
         return changed
 
@@ -236,3 +325,18 @@ def _writable_mounts(init: int, workdir: str) -> tuple[str, ...]:
         ):
             found.append(point)
     return tuple(dict.fromkeys(found))
+
+
+_UP_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+@dataclass
+class _Seen:
+    rel: str  # the directory's path below the mount
+    pending: list[str]  # its subdirectories still to enter
+    ident: tuple[int, int]  # (st_dev, st_ino), to check the climb back through ".."
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino

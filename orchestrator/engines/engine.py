@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
-from sprawl_orch.core.errors import ErrorCode, SprawlError, os_reason
+from sprawl_orch.core.errors import ErrorCode, SprawlError, from_os
 
 EngineName = Literal["docker", "podman"]
 # Every engine sprawl-orch drives, in the order engine = "auto" tries them. The one list:
@@ -53,6 +53,8 @@ class EngineFacts:
     runtimes: tuple[str, ...] = ()
     # docker: the program each registered runtime runs (`docker info` Runtimes[name].path)
     runtime_paths: tuple[tuple[str, str], ...] = ()
+    # docker: the arguments each registered runtime is run with (runtimeArgs), space-joined
+    runtime_args: tuple[tuple[str, str], ...] = ()
     security_options: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
     # docker: `DockerRootDir` (ends in "<uid>.<gid>" under userns-remap)
@@ -60,6 +62,8 @@ class EngineFacts:
     # podman: `host.idMappings` ([{container_id, host_id, size}]; rootless only)
     uid_map: tuple[tuple[int, int, int], ...] = ()
     gid_map: tuple[tuple[int, int, int], ...] = ()
+    # podman: the default seccomp profile it reads (host.security.seccompProfilePath)
+    seccomp_profile: str = ""
 
     def uids_namespaced(self) -> tuple[bool, str]:
         """(kept, why) for the user axis (design §1)."""
@@ -227,10 +231,11 @@ def run_cli(
             f"install it: apt-get install {'docker.io' if engine == 'docker' else engine}",
         ) from err
     except OSError as err:
-        raise SprawlError(
+        raise from_os(
+            err,
             ErrorCode.TOOL_UNAVAILABLE,
             engine,
-            f"cannot run {argv[0]}: {os_reason(err)}",
+            f"cannot run {argv[0]}",
             f"check that {argv[0]} is an executable {engine} CLI",
         ) from err
     except subprocess.TimeoutExpired as err:

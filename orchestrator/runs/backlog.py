@@ -50,13 +50,13 @@ from sprawl_orch.runs.ceiling import (
 from sprawl_orch.runs.cgroup_run import Joining, RunGroup
 from sprawl_orch.runs.cgroups import CgroupRefused, Cgroups, Delegation, PlatformShares
 from sprawl_orch.runs.launch import Launch, Running, Watcher
+from sprawl_orch.runs.output_keep import OutputKeeping
 from sprawl_orch.runs.results import (
     Confinement,
     ExecResult,
     Started,
     backgrounded,
     never_ran,
-    read_capped,
     settled,
 )
 from sprawl_orch.runs.shares import UNSET, Shares
@@ -101,6 +101,9 @@ class Entry:
     # Set when the output is followed live (stream.Follower): called once the streams are
     # complete; the result then keeps no way back (the person already has every byte).
     drain: Callable[[], None] | None = None
+    # Called once the command has finished, first: the streams' pipes read to their end
+    # (output_pipe.py), before anything reads the output files.
+    streams_done: Callable[[], None] | None = None
     background: bool = False
     claimed: bool = False
     done: threading.Event = field(default_factory=threading.Event)
@@ -122,13 +125,16 @@ class Backlog:
         *,
         found: Delegation | None = None,
         keep_root: Path | None = None,
+        keeping: OutputKeeping | None = None,
         cgroups: Cgroups | None = None,
     ) -> None:
+        """`keeping`: where and how much of long output is kept (output_keep.py);
+        `keep_root` alone: that directory with the default bounds."""
         self.session = session
         self.shares = shares
         self._found = found
         self._cgroups = cgroups
-        self.keep_root = keep_root
+        self.keeping = keeping or (OutputKeeping(keep_root) if keep_root else None)
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
         self._runs: dict[str, _Run] = {}
@@ -200,6 +206,7 @@ class Backlog:
         release_copy: Callable[[], None] | None = None,
         changes: Callable[[str], Changes] | None = None,
         drain: Callable[[], None] | None = None,
+        streams_done: Callable[[], None] | None = None,
     ) -> Entry:
         followed = pending.arm is ArmName.CONTAINER or (join is not None and join.joined is True)
         with self._lock:
@@ -215,6 +222,7 @@ class Backlog:
                 release_copy,
                 changes,
                 drain,
+                streams_done,
             )
             self._entries[entry.handle] = entry
             if self._closed:  # closed while this command was starting: it goes at once
@@ -387,15 +395,22 @@ class Backlog:
                 entry.running.kill()
             entry.running.wait(None)
             finished = entry.running.finish()
+            if entry.streams_done is not None:
+                entry.streams_done()
             if entry.drain is not None:
                 entry.drain()
             if group is None:
                 with self._lock:
                     group = self._runs.get(entry.run, _Run()).group
             verdict = ceiling_at(entry.mark, group.oom_count() if group else None)
-            keep = self.keep_root / entry.handle if self.keep_root and not entry.drain else None
-            stdout = read_capped(finished.stdout_path, keep)
-            stderr = read_capped(finished.stderr_path, keep)
+            keeping = self.keeping or OutputKeeping(entry.launch.outputs, keep_bytes=0)
+            out, err, kept_output = keeping.keep(
+                entry.handle,
+                finished.stdout_path,
+                finished.stderr_path,
+                keep=self.keeping is not None and not entry.drain,
+            )
+            stdout, stderr = (out.text, out.full), (err.text, err.full)
             shutil.rmtree(entry.launch.outputs, ignore_errors=True)
             container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
             if finished.refusal is not None:
@@ -411,8 +426,10 @@ class Backlog:
                 detail=detail,
                 memory_ceiling=verdict.as_result(),
                 container=container or None,
+                network=finished.extra.get("network"),  # type: ignore[arg-type]
                 background_handle=entry.handle if entry.background else None,
                 changes=changes,
+                kept_output=kept_output,
             )
             return entry.result
         finally:

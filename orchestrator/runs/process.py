@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from sprawl_orch.core.private import private_dirs, private_file
 from sprawl_orch.runs.launch import Finished, Join, NullWatcher, Watcher
 
 # How long a SIGKILLed process may take to be gone (delivery is asynchronous).
@@ -49,6 +50,7 @@ def can_use_pidfd() -> bool:
     try:
         fd = os.pidfd_open(os.getpid())
     except OSError:
+        # no pidfd here (old kernel, seccomp): the pid-reuse check falls back to psutil
         return False
     os.close(fd)
     return True
@@ -73,7 +75,7 @@ class HostProcess:
         gid, no supplementary groups) the child drops to before exec -- a root caller's
         bwrap, so that its namespaces are made by an unprivileged principal."""
         self._watcher = watcher or NullWatcher()
-        outputs.mkdir(parents=True, exist_ok=True)
+        private_dirs(outputs)
         self.stdout_path = outputs / "stdout"
         self.stderr_path = outputs / "stderr"
         gate_r = gate_w = -1
@@ -89,7 +91,10 @@ class HostProcess:
             stdin = gate_r
             argv = ["/bin/sh", "-c", _GATE, "sprawl-gate", *argv]
         try:
-            with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            with (
+                os.fdopen(private_file(self.stdout_path), "wb") as out,
+                os.fdopen(private_file(self.stderr_path), "wb") as err,
+            ):
                 self._popen = subprocess.Popen(
                     list(argv),
                     cwd=cwd,
@@ -125,6 +130,7 @@ class HostProcess:
         self._exited = False
         self._pidfd: int | None = None
         if can_use_pidfd():
+            # exited already or no pidfd: kill verifies by psutil instead
             with contextlib.suppress(OSError):
                 self._pidfd = os.pidfd_open(self.pid)
 
@@ -137,6 +143,7 @@ class HostProcess:
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
+            # reaped by another waiter: the child is gone, which is what we ask
             info = None
             self._exited = True
         if info is not None:
@@ -187,6 +194,7 @@ class HostProcess:
         self._killed = True
         stray = self._descendants()
         if not GROUPS:
+            # exited already: nothing to kill; the strays are killed verified below
             with contextlib.suppress(OSError):
                 self._popen.kill()
             _kill_verified(stray)

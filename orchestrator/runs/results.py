@@ -15,7 +15,6 @@ reads exactly that).
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,8 +25,9 @@ from sprawl_orch.changes.changes import Changes
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.runs.launch import Finished
+from sprawl_orch.runs.output_keep import OUTPUT_CAP, OutputKeeping
 
-OUTPUT_CAP = 64 * 1024
+__all__ = ["OUTPUT_CAP"]
 
 Outcome = Literal["settled", "backgrounded", "exceptional"]
 
@@ -44,11 +44,23 @@ class Refusal(BaseModel):
 
     @classmethod
     def of(cls, err: SprawlError) -> Refusal:
+        """The refusal a SprawlError says.
+
+        Args:
+            err: the error.
+
+        Returns:
+            Its code, subject, detail and recovery.
+        """
         return cls(code=err.code, subject=err.subject, detail=err.detail, recovery=err.recovery)
 
     def as_result(self) -> dict[str, Any]:
-        """The result of a command refused before any exec tool exists (`exec --json` of a
-        config fault): outcome "exceptional" and these four keys."""
+        """The result of a command refused before any exec tool exists.
+
+        Returns:
+            ``exec --json``'s answer to a config fault: outcome "exceptional" and these
+            four keys.
+        """
         return {"outcome": "exceptional", **self.model_dump(mode="json")}
 
 
@@ -90,7 +102,14 @@ class ExecResult(BaseModel):
     confinement: Confinement | None = None
     work: FileWork | None = None
     changes: Changes | None = None  # what the command changed in its copy (changes.py)
+    # A stream past OUTPUT_CAP: its size, what of it was kept (output_keep.py), the kept
+    # outputs dropped to stay within the budget, and why none was kept if so.
+    kept_output: dict[str, Any] | None = None
     container: dict[str, Any] | None = None
+    # With `[sandbox.network] allow`: "egress", one entry per connection asked of the proxy
+    # (egress/record.py: host, port, allowed, reason, bytes up/down, duration), "summary"
+    # (the statement's sentence), "proxy_failure" when the proxy itself stopped.
+    network: dict[str, Any] | None = None
     run: str = "default"
     duration_ms: float | None = None
     # Limits the kernel enforced on this command: "memory" (an OOM kill in its container
@@ -98,6 +117,11 @@ class ExecResult(BaseModel):
     limits_hit: list[Literal["memory", "pids"]] = []
 
     def as_json_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data.
+
+        Returns:
+            Every key, as `exec --json`, serve, MCP and the ledger show it.
+        """
         return self.model_dump(mode="json")
 
     @property
@@ -111,12 +135,22 @@ class ExecResult(BaseModel):
             )
         lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
         lines += self.limit_sentences()
+        if self.network and self.network.get("summary"):
+            lines.append(str(self.network["summary"]))
+        if self.network and self.network.get("proxy_failure"):
+            lines.append(
+                f"The proxy failed, which ended the network: {self.network['proxy_failure']}"
+            )
         if self.detail:
             lines.append(self.detail)
         return "\n".join(lines)
 
     def limit_sentences(self) -> list[str]:
-        """One sentence per limit the kernel enforced on this command, with its number."""
+        """The limits the kernel enforced on this command, in words.
+
+        Returns:
+            One sentence per entry of ``limits_hit``, with its number and what to raise.
+        """
         return [self._limit_sentence(limit) for limit in self.limits_hit]
 
     def _limit_sentence(self, limit: str) -> str:
@@ -144,23 +178,10 @@ class ExecResult(BaseModel):
 
 def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
     """The first OUTPUT_CAP bytes as text; when the stream was longer, the file is
-    moved to `keep_dir` (if given) and its path returned as the way back."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            head = handle.read(OUTPUT_CAP)
-    except FileNotFoundError:
-        return "", None
-    text = head.decode("utf-8", errors="replace")
-    if size <= OUTPUT_CAP:
-        return text, None
-    full = path
-    if keep_dir is not None:
-        keep_dir.mkdir(parents=True, exist_ok=True)
-        full = keep_dir / path.name
-        shutil.move(path, full)
-    note = f"\n[cut at {OUTPUT_CAP} of {size} bytes; the full text is in {full}]"
-    return text + note, str(full)
+    moved to `keep_dir` (if given, uncut) and its path returned as the way back. Commands'
+    results keep through backlog.py's OutputKeeping, which also bounds what is kept."""
+    got = OutputKeeping(keep_dir or path.parent, keep_bytes=1 << 62).stream(path, keep_dir)
+    return got.text, got.full
 
 
 @dataclass(frozen=True)
@@ -209,6 +230,8 @@ def settled(
     container: dict[str, Any] | None,
     background_handle: str | None,
     changes: Changes | None,
+    network: dict[str, Any] | None = None,
+    kept_output: dict[str, Any] | None = None,
 ) -> ExecResult:
     """It ended (or was killed): `stdout`/`stderr` as read_capped gave them; the memory
     limit counts as hit on the container's OOM kill or the run ceiling's verdict "hit"."""
@@ -228,9 +251,11 @@ def settled(
         detail=detail,
         memory_ceiling=memory_ceiling,
         container=container,
+        network=network,
         handle=background_handle,
         background=background_handle is not None,
         changes=changes,
+        kept_output=kept_output,
         limits_hit=hit,
         **started.fields(),
     )

@@ -8,7 +8,6 @@ borrowing one.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from sprawl_orch.config import Config
 from sprawl_orch.core.engine_offer import EngineOffer
+from sprawl_orch.core.host_which import host_which
 
 if TYPE_CHECKING:
     from sprawl_orch.container.evidence import Evidence
@@ -65,7 +65,7 @@ class Offerings:
             from sprawl_orch.container.offer import offer_engines
 
             engines = offer_engines(config, evidence=evidence, watcher=watcher)
-        bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+        bwrap = host_which("bwrap") if sys.platform.startswith("linux") else None
         userns, why = (None, "bwrap not installed")
         probe = with_native or (with_native is None and not any(e.admitted for e in engines))
         if bwrap and not probe:
@@ -87,12 +87,12 @@ class Offerings:
             user_namespace=userns,
             user_namespace_why=why,
             engines=engines,
-            sandbox_exec=shutil.which("sandbox-exec") if sys.platform == "darwin" else None,
+            sandbox_exec=host_which("sandbox-exec") if sys.platform == "darwin" else None,
             windows_job=job,
             windows_job_why=job_why,
-            nice=shutil.which("nice"),
-            ionice=shutil.which("ionice"),
-            taskpolicy=shutil.which("taskpolicy") if sys.platform == "darwin" else None,
+            nice=host_which("nice"),
+            ionice=host_which("ionice"),
+            taskpolicy=host_which("taskpolicy") if sys.platform == "darwin" else None,
         )
 
 
@@ -101,8 +101,17 @@ def _scratch(config: Config) -> tuple[Path | None, str | None]:
     (copy_store.py), both this user's own. Not a machine-wide /tmp/sprawl-orch: whichever
     account made that first (0700) held it against every other, root included (issue 22)."""
     from sprawl_orch.config.state import private_dir, state_dir
+    from sprawl_orch.core.errors import SprawlError
+    from sprawl_orch.core.private import prepare_state
 
-    root = config.sandbox.scratch_dir or state_dir(config, os.environ) / "copies"
+    root = config.sandbox.scratch_dir
+    if root is None:
+        state = state_dir(config, os.environ)
+        try:
+            prepare_state(state)  # 0700 and ours, or refused (core/private.py)
+        except SprawlError as err:
+            return None, err.detail
+        root = state / "copies"
     problem = private_dir(root, parents=True)
     if problem is not None:
         return None, problem

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shlex
 import shutil
 import threading
 import time
@@ -38,21 +37,27 @@ from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy.store import Lease
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.arg_bounds import check_arguments
 from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.environment import child_env, with_home
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import prepare_state
 from sprawl_orch.core.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from sprawl_orch.core.shell import shell_argv as expand_shell
 from sprawl_orch.runs.backlog import Backlog, Pending, RunProcesses
 from sprawl_orch.runs.guardian_client import Guardian, session_guardian
 from sprawl_orch.runs.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.runs.ledger import Ledger
+from sprawl_orch.runs.output_keep import OUTPUT_CAP, claim, keeping, sweep
+from sprawl_orch.runs.output_pipe import CappedStreams
+from sprawl_orch.runs.output_pipe import available as pipes_available
 from sprawl_orch.runs.results import Confinement, ExecResult, exceptional
 from sprawl_orch.runs.shares import UNSET, Shares
 from sprawl_orch.runs.yielding import find_program
 from sprawl_orch.selection.choice import Choice
 from sprawl_orch.selection.offerings import Offerings
 from sprawl_orch.tool.arm import ToolArm
+from sprawl_orch.tool.command import command_argv, window_of
 from sprawl_orch.tool.copies import ToolCopies
 from sprawl_orch.tool.stream import Follower
 
@@ -62,15 +67,23 @@ Where = Literal["sandbox", "host"]
 class ExecTool:
     """Runs commands confined in copies of `workdir` and says what held for each.
 
-    `config=None` reads `sprawl.toml` in `workdir` (defaults when absent), as the CLI's
-    `-C DIR` does; `workdir` may be a str. Use as a context manager: `close()` kills
-    what still runs and releases its copies (kept for the next call: copy_store).
+    Use it as a context manager: `close()` kills what still runs and releases its copies
+    (kept for the next call: copy/store.py).
+
+    Example:
+        ```python
+        from sprawl_orch import ExecTool
+
+        with ExecTool(".") as tool:  # ./sprawl.toml (or the defaults); commands run in a copy of .
+            result = tool.exec(["ls", "-a"])
+            print(result.outcome, result.exit_code, result.statement)
+        ```
     """
 
     def __init__(
         self,
-        config: Config | None,
-        workdir: Path | str,
+        config: Config | str | Path | None = None,
+        workdir: Path | str | None = None,
         *,
         offerings: Offerings | None = None,
         environ: Mapping[str, str] | None = None,
@@ -82,16 +95,39 @@ class ExecTool:
         progress: Progress | None = None,
         warm: bool | None = None,
     ) -> None:
-        """`shares`: what each run gets (cgroups.py); `backlog`: share one with other tools
-        (serve does, one tool per arm), which then own and close it. `shared_guardian`:
-        connect to the state directory's one guardian (guardian/server.py) instead of
-        spawning one for this tool -- for a process that lives for one call (the CLI); a
-        long-lived one (serve, mcp, a library user) pays its own guardian once. `progress`:
-        hears (files, bytes) during a long sync (the CLI draws it on a terminal). `warm`:
-        overrides `[sandbox.container] warm` (container/warm.py)."""
+        """An exec tool over one working directory; nothing is probed or started yet.
+
+        Args:
+            config: a Config; or a path: a sprawl.toml, or a directory whose sprawl.toml is
+                read (``load_config``); None reads `workdir`'s sprawl.toml, as the CLI's
+                ``-C DIR`` does. Absent files mean the defaults.
+            workdir: the person's tree the commands run in a copy of. Default: the directory
+                `config` names (the file's own directory), else the current directory.
+            offerings: the machine as already sampled (tests, serve); default: sampled on
+                the first command.
+            environ: the environment the child's is built from (default: os.environ).
+            session: this tool's id in names and labels (default: random).
+            record: append one ledger line per result.
+            shares: what each run gets (runs/cgroups.py).
+            backlog: share one with other tools (serve does, one tool per arm), which then
+                own and close it.
+            shared_guardian: connect to the state directory's one guardian instead of
+                spawning one for this tool -- for a process that lives for one call (the
+                CLI); a long-lived one (serve, mcp, a library user) pays its own once.
+            progress: hears (files, bytes) during a long sync (the CLI draws it).
+            warm: overrides ``[sandbox.container] warm`` (container/warm.py).
+
+        Raises:
+            SprawlError: E_CONFIG_INVALID when the config can't be read or is refused.
+        """
+        if workdir is None:
+            named = None if config is None or isinstance(config, Config) else Path(config)
+            workdir = Path.cwd() if named is None else named if named.is_dir() else named.parent
         workdir = Path(workdir)
         if config is None:
             config = load_config(cwd=workdir)
+        elif not isinstance(config, Config):
+            config = load_config(config)
         if warm is not None:
             config = with_warm(config, warm)
         self.config = config
@@ -104,17 +140,16 @@ class ExecTool:
         self._closed = False
         self.progress = progress
         self._guardian: Guardian | None = None
-        self.state = state_dir(config, self.environ)
+        self.state = prepare_state(state_dir(config, self.environ))
         self.evidence = Evidence(self.state / "admission")
         self._arms = ToolArm(
             config, self.environ, self.evidence, self.guardian, self._lock, offerings
         )
         self._owns_backlog = backlog is None
-        self.backlog = backlog or Backlog(
-            self.session, shares, keep_root=self.state / "kept-output"
-        )
+        self.backlog = backlog or Backlog(self.session, shares, keeping=keeping(config, self.state))
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
+        self._claim: int | None = None  # output_keep.claim's fd, taken at the first command
         self.copies = ToolCopies(config, self.workdir, self.state)
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure; never fails a command. (No surface prints it yet.)
@@ -123,16 +158,34 @@ class ExecTool:
     # -- choosing (tool_arm.py) ------------------------------------------------------
     @property
     def offerings(self) -> Offerings:
+        """The machine as sampled once for this tool: engines, mechanisms, their faults."""
         return self._arms.offerings
 
     @property
     def choice(self) -> Choice:
+        """Which arm sandboxed commands run on, and why (made on first use)."""
         return self._arms.choice
 
     def arm(self) -> Arm:
+        """The arm sandboxed commands run on, chosen and built on first use.
+
+        Returns:
+            The chosen arm (selection/arm_factory.py).
+
+        Raises:
+            SprawlError: E_SANDBOX_DENIED when no arm can give what the config asks.
+        """
         return self._arms.arm()
 
     def confinement(self, arm: Arm) -> Confinement:
+        """What `arm` holds, as every result of it carries it.
+
+        Args:
+            arm: an arm of this tool (`arm()`).
+
+        Returns:
+            Its name, its statement and each guarantee's state.
+        """
         return self._arms.confinement(arm)
 
     # -- running ------------------------------------------------------------------
@@ -142,51 +195,47 @@ class ExecTool:
         *,
         shell: bool = False,
         where: Where = "sandbox",
-        timeout: float | None = None,
+        window: float | None = None,
         run: str = "default",
         background_ok: bool = True,
         follow: tuple[BinaryIO, BinaryIO] | None = None,
+        timeout: float | None = None,
     ) -> ExecResult:
-        """Run one command. Past its window (`timeout`, else [sandbox] window_seconds) it is
-        handed to the backlog (`backgrounded`, with a handle), or killed if not background_ok.
-        `follow`: binary (stdout, stderr) sinks that get the command's bytes live, unchanged
-        (the CLI's human mode)."""
+        """Run one command confined; a refusal or failure is a result too, never a raise.
+
+        Args:
+            command: a list (program and arguments), or with ``shell=True`` one shell line
+                (str) -- or a list, quoted word for word into one line.
+            shell: run under the configured shell (``[sandbox] shell``/``interpreter``).
+            where: "sandbox" (the chosen arm) or "host" (in place, no guarantees).
+            window: seconds to wait (default ``[sandbox] window_seconds``). A command still
+                running then is NOT killed: it moves to the background (``backgrounded``,
+                with a ``handle`` for `halt`; its result comes from `harvest`), unless
+                `background_ok` is False. The CLI's ``--timeout`` is that kill.
+            run: the agent session the command belongs to (its cgroup, `release`).
+            background_ok: False kills the command at the window instead (``killed``).
+            follow: binary (stdout, stderr) sinks that get the command's bytes live.
+            timeout: the old name of `window` (it moves to the background, it does not kill
+                as ``subprocess.run``'s does); deprecated, warns.
+
+        Returns:
+            The ExecResult: ``settled`` (exit code, output, changes), ``backgrounded``
+            (a handle) or ``exceptional`` (code, subject, detail, recovery).
+
+        Raises:
+            TypeError: a str command without ``shell=True``, or a list of non-str items.
+        """
+        window = window_of(window, timeout)
         started = time.monotonic()
-        argv_in = self._command(command, shell)
+        argv_in = command_argv(command, shell, self.config.sandbox.interpreter)
         arm_name = ArmName.HOST.value if where == "host" else self.choice.arm.value
         fields: dict[str, object] = {"command": argv_in, "shell": shell, "where": where, "run": run}
         try:
-            result = self._exec(argv_in, shell, where, timeout, run, started, background_ok, follow)
+            result = self._exec(argv_in, shell, where, window, run, started, background_ok, follow)
         except SprawlError as err:
             result = exceptional(arm_name, err, **fields)
         self._record(result)
         return result
-
-    def _command(self, command: Sequence[str] | str, shell: bool) -> list[str]:
-        """The argv, or the one shell line. A str without shell=True is a TypeError: it
-        would otherwise be looked up as a program named "echo hi"."""
-        if isinstance(command, str):
-            if not shell:
-                raise TypeError(
-                    f"exec({command!r}): a str is a shell line; pass shell=True to run it "
-                    "under the shell, or a list of program and arguments "
-                    f"(e.g. {shlex.split(command)!r})"
-                )
-            return [command]
-        if isinstance(command, bytes) or not all(isinstance(a, str | os.PathLike) for a in command):
-            raise TypeError(f"exec({command!r}): the command is a list of str (or paths)")
-        argv = [os.fspath(a) for a in command]
-        if not all(isinstance(a, str) for a in argv):
-            raise TypeError(f"exec({command!r}): bytes paths are not accepted; use str")
-        if shell and len(argv) > 1:
-            if self.config.sandbox.interpreter != "system" or os.name != "posix":
-                raise TypeError(
-                    "exec(list, shell=True) quotes the list for a POSIX shell; with "
-                    f"interpreter {self.config.sandbox.interpreter!r} pass one shell line (str)"
-                )
-            # Each item stays one word, as the list said: `printf '%s|' 'a b' c`.
-            return [shlex.join(argv)]
-        return argv
 
     def _record(self, result: ExecResult) -> None:
         if self.ledger is None:
@@ -201,7 +250,7 @@ class ExecTool:
         argv_in: list[str],
         shell: bool,
         where: Where,
-        timeout: float | None,
+        window: float | None,
         run: str,
         started: float,
         background_ok: bool,
@@ -216,9 +265,11 @@ class ExecTool:
             )
         self.backlog.check_open()
         arm = self._arms.for_where(where)
+        egress = self._arms.egress_for(arm)
         sandbox = self.config.sandbox
         env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
         argv, interpreter = self._argv(arm, argv_in, shell)
+        check_arguments(argv, env)
         if arm.name is not ArmName.CONTAINER and not shell:
             # Checked against the working directory: the copy will equal it.
             find_program(argv[0], env, str(self.workdir))
@@ -234,11 +285,14 @@ class ExecTool:
             cwd = copy.path
             changes = self.copies.changes_hook(arm, copy)
         try:
+            self._claim_outputs()
             join = self.backlog.joining(run)
             n = self.backlog.number()
             outputs = self.outputs_root / str(n)
             if arm.name is not ArmName.HOST or "HOME" not in env:
                 env = with_home(env, arm.name, outputs)
+            if egress is not None:
+                env = {**env, **egress.env()}
             launch = Launch(
                 argv=tuple(argv),
                 cwd=cwd,
@@ -251,19 +305,42 @@ class ExecTool:
                 watcher=watcher,
                 join=join,
                 workdir=self.workdir,
+                egress=egress,
             )
-            running = arm.start(launch)
+            streams = self._streams(outputs, follow)
+            try:
+                running = arm.start(launch)
+            except BaseException:
+                if streams is not None:
+                    streams.stop(0.0)
+                raise
+            if streams is not None:
+                streams.started()
         except BaseException:
             if copy is not None:
                 self.copies.release(copy)
             raise
-        window = timeout if timeout is not None else self.config.sandbox.window_seconds
+        if window is None:
+            window = self.config.sandbox.window_seconds
         pending = Pending(
             arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window, started
         )
         release_copy = None if copy is None else (lambda: self.copies.release(copy))
-        drain = Follower(launch.outputs, *follow).drain if follow is not None else None
-        entry = self.backlog.enter(running, launch, pending, join, release_copy, changes, drain)
+        drain: Callable[[], None] | None = None
+        if follow is not None:
+            # With pipes the pump shows every byte itself (the file holds only the cap);
+            # `drain` still marks the output as shown, so none is kept for the result.
+            drain = (lambda: None) if streams is not None else Follower(outputs, *follow).drain
+        entry = self.backlog.enter(
+            running,
+            launch,
+            pending,
+            join,
+            release_copy,
+            changes,
+            drain,
+            streams_done=None if streams is None else streams.stop,
+        )
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
     def apply(
@@ -274,10 +351,26 @@ class ExecTool:
         dry_run: bool = False,
         protected: Sequence[str] = (),
     ) -> ApplyResult:
-        """Bring kept changes of a finished command (all, or ``paths``) into the working
-        directory (apply.py); refuses conflicts, links out of the tree. Protected paths
-        (protected.py) are held unless named in ``protected`` -- pass only what a person
-        chose; `.git` never."""
+        """Bring kept changes of a finished command into the working directory (apply.py),
+        atomically per file.
+
+        Args:
+            handle: the result's ``changes.handle``.
+            paths: the changed paths to apply (default: all of them).
+            dry_run: write nothing; the result carries the diff.
+            protected: protected paths (core/protected.py) a person chose to apply; held
+                otherwise. Pass only what a person named -- never an agent's choice;
+                anything under `.git` is never applied.
+
+        Returns:
+            The ApplyResult: applied, skipped, held (protected) and refused paths (a
+            conflict, a link on the way or out of the tree is refused, never written
+            through), and the CLI command that applies what was held.
+
+        Raises:
+            SprawlError: E_UNKNOWN_HANDLE when nothing is kept under `handle`; E_BAD_REQUEST
+            for a `protected` name under .git, not among the changes, or not protected.
+        """
         return apply_changes(
             self.state,
             handle,
@@ -292,18 +385,45 @@ class ExecTool:
 
     # -- the backlog ----------------------------------------------------------------
     def harvest(self) -> list[ExecResult]:
-        """Full results of background commands that have finished (each returned once)."""
+        """Results of background commands that have finished since the last call.
+
+        Returns:
+            Each finished command's full result, once.
+        """
         return [self._recorded(r) for r in self.backlog.harvest()]
 
     def halt(self, handle: str) -> ExecResult:
-        """Kill one command (its whole process group, or its container); its result."""
+        """Kill one background command: its whole process group, or its container.
+
+        Args:
+            handle: the ``handle`` of its ``backgrounded`` result.
+
+        Returns:
+            Its result (``killed``), which `harvest` then does not return again.
+
+        Raises:
+            SprawlError: E_UNKNOWN_HANDLE when no command of this tool has that handle.
+        """
         return self._recorded(self.backlog.halt(handle))
 
     def release(self, run: str) -> list[ExecResult]:
-        """Kill every command of `run` and remove its cgroup; their results."""
+        """Kill every command of `run` and remove its cgroup.
+
+        Args:
+            run: the ``run`` the commands were started with.
+
+        Returns:
+            The results of the commands it ended (none when the run had none running).
+        """
         return [self._recorded(r) for r in self.backlog.release(run)]
 
     def processes(self) -> dict[str, RunProcesses]:
+        """What each run holds now.
+
+        Returns:
+            Per run: its live pids, the commands whose descendants can't all be listed, its
+            share and its CPU affinity.
+        """
         return self.backlog.processes()
 
     def _recorded(self, result: ExecResult) -> ExecResult:
@@ -320,9 +440,33 @@ class ExecTool:
             found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
         return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
 
+    def _streams(
+        self, outputs: Path, follow: tuple[BinaryIO, BinaryIO] | None
+    ) -> CappedStreams | None:
+        """The command's streams through pipes we read (output_pipe.py): what it prints
+        costs the host's disk at most output_keep_bytes per stream (the first OUTPUT_CAP
+        bytes always, for the result itself) while it runs."""
+        if not pipes_available():
+            return None
+        cap = max(self.config.state.output_keep_bytes, OUTPUT_CAP)
+        return CappedStreams(outputs, cap, follow)
+
+    def _claim_outputs(self) -> None:
+        """Mark outputs/<session>/ as this live process's, and remove those of dead ones
+        (a CLI killed by SIGKILL never removes its own: output_keep.py)."""
+        with self._lock:
+            if self._claim is None:
+                self._claim = claim(self.outputs_root)
+                sweep(self.outputs_root.parent, keep=self.outputs_root)
+
     def guardian(self) -> Guardian:
-        """The session's guardian (guardian_client.session_guardian), made on the first
-        sandboxed command; one per exec tool, not per command, closed with the tool."""
+        """The session's guardian, made on the first sandboxed command; one per exec tool,
+        not per command, closed with the tool.
+
+        Returns:
+            The Watcher every container, process group, copy and cgroup is announced to
+            (runs/guardian_client.py).
+        """
         with self._lock:  # one guardian even when the first commands arrive together
             if self._guardian is None:
                 self._guardian = session_guardian(
@@ -331,8 +475,12 @@ class ExecTool:
             return self._guardian
 
     def close(self) -> str | None:
-        """Release every run (own backlog) and with them their copies (kept, see copy_store),
-        and release the arm. Never raises; says what stayed."""
+        """Kill what still runs (its own backlog) and release the copies and the arm.
+
+        Returns:
+            None when everything was cleaned up, else a sentence saying what stayed.
+        Never raises.
+        """
         stayed = [self.backlog.close() if self._owns_backlog else None]
         with self._lock:
             self._closed = True
@@ -343,6 +491,9 @@ class ExecTool:
             self._guardian.close()
             self._guardian = None
         shutil.rmtree(self.outputs_root, ignore_errors=True)
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
         return left
 
     def __enter__(self) -> ExecTool:

@@ -24,20 +24,53 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "core": (),
     "engines": ("core",),
     "copy": ("core",),
+    # The allow-list's rules, proxy and namespace listener (issue 24): below config, which
+    # validates entries with its rules, and runs, whose Launch carries its plan.
+    "egress": ("core",),
     "changes": ("core", "copy"),
-    "config": ("core", "engines", "copy"),
+    "config": ("core", "engines", "copy", "egress"),
     "guardian": ("core", "engines"),
     # launch.py's Watcher has one method per row of the guardian's message table, and the
     # guardian client speaks it (design §4): the protocol module alone, not the guardian.
-    "runs": ("core", "engines", "copy", "changes", "config", "guardian.protocol"),
+    "runs": ("core", "engines", "copy", "changes", "config", "egress", "guardian.protocol"),
     # The arms start runs (launch) and read cgroup counters; the rest of runs/ stands above them.
-    "container": ("core", "engines", "config", "runs.launch", "runs.cgroup_counters"),
-    "native_fallbacks": ("core", "config", "runs.launch", "runs.process", "runs.yielding"),
-    "images": ("core", "engines", "config"),
-    "selection": ("core", "engines", "config", "runs", "container", "native_fallbacks"),
+    # The warm reset removes what a command left in the container's /tmp with the copy's own
+    # fd-based tree removal (a 1500-deep tree broke shutil.rmtree's recursion).
+    "container": (
+        "core",
+        "engines",
+        "copy",
+        "config",
+        "egress",
+        "runs.launch",
+        "runs.cgroup_counters",
+        "runs.proxied",
+    ),
+    "native_fallbacks": (
+        "core",
+        "config",
+        "egress",
+        "runs.launch",
+        "runs.process",
+        "runs.proxied",
+        "runs.yielding",
+    ),
+    # What every command-line surface shares (-C/--config, the refusal on exit 125).
+    "surface": ("core", "config"),
+    "images": ("core", "engines", "config", "surface"),
+    "selection": (
+        "core",
+        "engines",
+        "config",
+        "egress",
+        "runs",
+        "container",
+        "native_fallbacks",
+    ),
     "tool": (
         "core",
         "config",
+        "egress",
         "copy",
         "changes",
         "runs",
@@ -56,6 +89,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "selection",
         "images",
         "serve",
+        "surface",
         "tool",
     ),
 }
@@ -66,18 +100,6 @@ CROSSINGS: dict[tuple[str, str], str] = {
     ("guardian.reaper", "copy.sync"): (
         "the guardian deletes a scratch copy left behind with the copy's own link-safe "
         "delete_path; issue 28 item 3 (one tree removal) puts it below both"
-    ),
-    ("native_fallbacks.bwrap", "container.ownership"): (
-        "bwrap hands its copy to the sandbox uid with the container arm's own_copy; "
-        "issue 28 item 3 moves the ownership helpers below both arms"
-    ),
-    ("container.arm", "runs.guardian_client"): (
-        "a test hook in product code: hold_after_create (SPRAWL_TEST_PAUSE_AFTER_CREATE, for "
-        "the guardian tests); issue 28 item 2: the tests patch a watcher in instead"
-    ),
-    ("images.cli", "cli.common"): (
-        "`sprawl-orch image` takes the main CLI's -C/--config options and prints refusals "
-        "with its printer; issue 28 phase 2 gives both a surface-neutral room"
     ),
 }
 
