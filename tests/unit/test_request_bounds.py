@@ -88,3 +88,25 @@ def test_e2big_is_a_bad_request_not_internal(
     for result in (shell, listed):
         assert result.outcome == "exceptional" and result.code is not None
         assert result.code.value == "E_BAD_REQUEST", result.detail
+
+
+@pytest.mark.parametrize(
+    ("arm", "where"),
+    [("copied_tree", "sandbox"), ("copied_tree", "host"), ("native", "sandbox")],
+)
+def test_one_environment_entry_over_the_kernels_bound_is_a_bad_request(
+    tmp_path: Path, tree: Path, arm: str, where: str
+) -> None:
+    """attack3: only argv's strings were measured against MAX_ARG_STRLEN; a passed-through
+    variable of 200 kB raised a bare OSError(E2BIG) from ionice out of ExecTool.exec."""
+    if arm == "native" and shutil.which("bwrap") is None:
+        missing("bwrap is not installed (apt-get install bubblewrap)")
+    token = secrets.token_hex(8)
+    config = make_config(tmp_path, arm=arm, env_passthrough=["BIGVAR"])
+    environ = {**os.environ, "BIGVAR": token * (MAX_ARG_STRLEN // 16 + 1)}
+    with ExecTool(config, tree, environ=environ) as tool:
+        result = tool.exec(["true"], where=where)  # type: ignore[arg-type]
+    assert result.outcome == "exceptional" and result.code is not None
+    assert result.code.value == "E_BAD_REQUEST", result.detail
+    assert "BIGVAR" in result.detail and "MAX_ARG_STRLEN" in result.detail
+    assert token not in result.detail
