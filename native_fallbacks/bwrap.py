@@ -45,6 +45,7 @@ from pathlib import Path
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_namespace
 from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.core.environment import split_loader_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
@@ -99,6 +100,7 @@ def bwrap_argv(
     *,
     home: str | None = None,
     seccomp_fd: int | None = None,
+    setenv: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The wrapped command. Pure: the same inputs give the same list. `copy` None: nothing
     is mounted at `workdir` (the probe), the command still starts there."""
@@ -121,6 +123,8 @@ def bwrap_argv(
     out += ["--chdir", where, "--remount-ro", "/"]
     if seccomp_fd is not None:
         out += ["--seccomp", str(seccomp_fd)]
+    for name, value in (setenv or {}).items():
+        out += ["--setenv", name, value]
     out += ["--", *argv]
     return out
 
@@ -236,12 +240,14 @@ class BwrapArm(CopiedTreeArm):
         workdir: Path,
         env: Mapping[str, str],
         seccomp_fd: int | None,
+        setenv: Mapping[str, str] | None = None,
     ) -> list[str]:
         view = command_view(env, workdir, copy, self._system, self._guard)
         if self.user is not None:
             self.give(copy, view)
+        home = env.get("HOME")
         return bwrap_argv(
-            self.bwrap, view, copy, workdir, argv, home=env.get("HOME"), seccomp_fd=seccomp_fd
+            self.bwrap, view, copy, workdir, argv, home=home, seccomp_fd=seccomp_fd, setenv=setenv
         )
 
     def give(self, copy: Path, view: View) -> None:
@@ -262,13 +268,14 @@ class BwrapArm(CopiedTreeArm):
                 'use a container arm, or ask for arm = "copied_tree"',
             ) from err
         try:
+            outside, inside = split_loader_env(launch.env)
             argv = yield_prefix(self.yielders) + self.argv_for(
-                launch.argv, launch.cwd, workdir, launch.env, fd
+                launch.argv, launch.cwd, workdir, launch.env, fd, inside
             )
             return HostProcess(
                 argv,
                 launch.cwd,
-                launch.env,
+                outside,
                 launch.outputs,
                 join=launch.join,
                 watcher=launch.watcher,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sprawl_orch.config import ENV_NAME, ContainerConfig
+from sprawl_orch.core.environment import loader_name
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.engines.engine import ENGINES, IMAGE_ID
 
@@ -289,6 +290,7 @@ def create_argv(
     workdir: Path | None = None,
     limits: bool = True,
     gvisor: bool = False,
+    loader: Mapping[str, str] | None = None,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
     the copy mounted at `workdir`'s path (`destination_of`)."""
@@ -349,7 +351,9 @@ def create_argv(
         where,
     ]
     for name in names:
-        out += ["--env", name]
+        # the loader's names with their values: the CLI itself runs without them
+        inline = (loader or {}).get(name) if loader_name(name) else None
+        out += ["--env", name if inline is None else f"{name}={inline}"]
     for name, soft, hard in fitted.ulimits:
         out += ["--ulimit", f"{name}={soft}:{hard}"]
     if runtime is not None:

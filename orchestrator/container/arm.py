@@ -48,6 +48,7 @@ from sprawl_orch.container.verify import Expected, as_command_user, verify
 from sprawl_orch.core.arms import ArmName, container_assurances
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.engine_offer import EngineOffer
+from sprawl_orch.core.environment import split_loader_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.engines.engine import ContainerEngine
 from sprawl_orch.runs.guardian_client import hold_after_create
@@ -284,6 +285,7 @@ class ContainerArm:
             workdir=launch.workdir,
             limits=admission.limits_enforced,
             gvisor=admission.gvisor,
+            loader=split_loader_env(env)[1],
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {

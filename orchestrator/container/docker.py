@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from sprawl_orch.core.environment import split_loader_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 
@@ -256,7 +257,7 @@ class DockerEngine:
         return self._streams
 
     def _cli_env(self, child: Mapping[str, str]) -> dict[str, str]:
-        env = dict(child)
+        env = split_loader_env(child)[0]  # the loader's names go as --env N=V (create_argv)
         env.update(self._conn)  # which daemon to talk to is ours, never the child's
         if "HOME" not in env and self._home:
             env["HOME"] = self._home  # the CLI reads its config from $HOME/.docker

@@ -17,6 +17,7 @@ from typing import IO, Protocol
 
 from sprawl_orch.container.docker import DockerEngine, close_hijacked, pump_demuxed
 from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.core.environment import loader_name
 from sprawl_orch.engines.engine import ContainerEngine
 
 
@@ -101,8 +102,10 @@ class PodmanEntered:
         stderr: Path,
     ) -> None:
         cli = [engine.cli_argv(["exec"])[0], "exec", "--user", user, "--workdir", workdir]
-        for name in env:
-            cli += ["--env", name]  # the value comes from the CLI's own environment
+        for name, value in env.items():
+            # the value comes from the CLI's own environment -- but for the loader's names,
+            # which the CLI must not run with (core.environment.LOADER_NAMES)
+            cli += ["--env", f"{name}={value}" if loader_name(name) else name]
         with stdout.open("wb") as out, stderr.open("wb") as err:
             self._proc = subprocess.Popen(
                 [*cli, container, *argv],
