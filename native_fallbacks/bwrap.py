@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -47,6 +46,8 @@ from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_nam
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.environment import split_loader_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.host_which import host_which
+from sprawl_orch.native_fallbacks.bwrap_hold import Hold
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
@@ -131,7 +132,7 @@ def bwrap_argv(
 
 def _true() -> str:
     # /bin/true on FHS systems; found on PATH where /bin is not populated (NixOS).
-    return "/bin/true" if os.path.exists("/bin/true") else (shutil.which("true") or "/bin/true")
+    return "/bin/true" if os.path.exists("/bin/true") else (host_which("true") or "/bin/true")
 
 
 def drop_uid() -> int | None:
@@ -175,6 +176,10 @@ def user_namespace_works(bwrap: str) -> tuple[bool, str]:
 
 class BwrapArm(CopiedTreeArm):
     name: ArmName = ArmName.LINUX_NAMESPACES
+    egress_reach = (
+        "a listener on 127.0.0.1 inside the command's network namespace (bwrap holds the "
+        "command on --block-fd until it exists)"
+    )
 
     def __init__(
         self,
@@ -267,21 +272,27 @@ class BwrapArm(CopiedTreeArm):
                 f"no seccomp program for this machine: {err}",
                 'use a container arm, or ask for arm = "copied_tree"',
             ) from err
+        hold = Hold() if launch.egress is not None else None
         try:
             outside, inside = split_loader_env(launch.env)
-            argv = yield_prefix(self.yielders) + self.argv_for(
-                launch.argv, launch.cwd, workdir, launch.env, fd, inside
-            )
-            return HostProcess(
-                argv,
+            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd, inside)
+            if hold is not None:
+                argv = argv[:1] + hold.flags() + argv[1:]
+            process = HostProcess(
+                yield_prefix(self.yielders) + argv,
                 launch.cwd,
                 outside,
                 launch.outputs,
                 join=launch.join,
                 watcher=launch.watcher,
-                pass_fds=(fd,),
+                pass_fds=(fd, *(hold.fds() if hold else ())),
                 user=self.user,
             )
         finally:
             with contextlib.suppress(OSError):
                 os.close(fd)
+            if hold is not None:
+                hold.close_theirs()
+        if hold is None or launch.egress is None:
+            return process
+        return hold.release(process, launch.egress)

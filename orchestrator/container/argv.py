@@ -290,10 +290,16 @@ def create_argv(
     workdir: Path | None = None,
     limits: bool = True,
     gvisor: bool = False,
+    seccomp: str | None = None,
+    read_only: Sequence[tuple[str, str]] = (),
+    entrypoint: str | None = None,
     loader: Mapping[str, str] | None = None,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
-    the copy mounted at `workdir`'s path (`destination_of`)."""
+    the copy mounted at `workdir`'s path (`destination_of`); `seccomp`: the profile file
+    (seccomp_profile.py) in place of the engine's default. `read_only`: (host path,
+    container path) binds added read-only (the egress hold, trust = "host"'s CA bundle);
+    `entrypoint`: the image's replaced (the egress hold's static shell)."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)
     where = destination_of(copy, workdir)
@@ -317,6 +323,12 @@ def create_argv(
         f"sprawl.run={run}",
         "--network",
         "none",
+        # explicit, not the engine's default: containers.conf `ipcns = "host"` (read from
+        # CONTAINERS_CONF, /etc/containers, ~/.config/containers) gave podman containers the
+        # host's /dev/shm to write while filesystem was claimed, and podman 4.3's inspect
+        # still said "shareable" (tests/escapes/test_shaping.py); the flag overrides the file
+        "--ipc",
+        "private",
         # an engine that drops them (rootless podman on cgroup v1: "Resource limits are
         # not supported and ignored") is not asked: the result says resources = no
         *(
@@ -345,11 +357,16 @@ def create_argv(
         "ALL",
         "--security-opt",
         "no-new-privileges",
+        *(("--security-opt", f"seccomp={seccomp}") if seccomp else ()),
         "--mount",
         f"type=bind,src={copy},dst={where}",
         "--workdir",
         where,
     ]
+    for source, target in read_only:
+        out += ["--mount", f"type=bind,src={source},dst={target},readonly"]
+    if entrypoint is not None:
+        out += ["--entrypoint", entrypoint]
     for name in names:
         # the loader's names with their values: the CLI itself runs without them
         inline = (loader or {}).get(name) if loader_name(name) else None

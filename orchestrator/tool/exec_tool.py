@@ -220,6 +220,7 @@ class ExecTool:
             )
         self.backlog.check_open()
         arm = self._arms.for_where(where)
+        egress = self._arms.egress_for(arm)
         sandbox = self.config.sandbox
         env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
         argv, interpreter = self._argv(arm, argv_in, shell)
@@ -245,6 +246,8 @@ class ExecTool:
             outputs = self.outputs_root / str(n)
             if arm.name is not ArmName.HOST or "HOME" not in env:
                 env = with_home(env, arm.name, outputs)
+            if egress is not None:
+                env = {**env, **egress.env()}
             launch = Launch(
                 argv=tuple(argv),
                 cwd=cwd,
@@ -257,6 +260,7 @@ class ExecTool:
                 watcher=watcher,
                 join=join,
                 workdir=self.workdir,
+                egress=egress,
             )
             streams = self._streams(outputs, follow)
             try:
