@@ -111,6 +111,13 @@ def _say(result: ExecResult) -> None:
     help="Print the result object as JSON (output capped, with its way back).",
 )
 @click.option("--schema", is_flag=True, help="Print the JSON schema of the result and exit.")
+@click.option(
+    "--workspace",
+    default=None,
+    metavar="NAME",
+    help="Run in workspace NAME: the agent's changes last across commands until applied "
+    "(apply --workspace NAME) or discarded; the person's edits flow in before each.",
+)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def exec_command(
     workdir: Path,
@@ -120,6 +127,7 @@ def exec_command(
     timeout: float | None,
     as_json: bool,
     schema: bool,
+    workspace: str | None,
     argv: tuple[str, ...],
 ) -> None:
     """Run ARGV confined, in a synced copy of the working directory."""
@@ -155,6 +163,7 @@ def exec_command(
             window=timeout,  # the CLI kills at its --timeout: a process that exits keeps no backlog
             background_ok=False,
             follow=follow,
+            workspace=workspace,
         )
     _finish(result, as_json)
 

@@ -195,6 +195,8 @@ class NetworkConfig(_Strict):
     """``[sandbox.network]``: hosts a command may reach over HTTP(S) through sprawl-orch's
     proxy (orchestrator/egress/). Empty `allow` (the default): no network at all."""
 
+    _AT = ("sandbox", "network")
+
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     # "host": the host's CA bundle (SSL_CERT_FILE and siblings) made visible read-only inside
