@@ -90,11 +90,11 @@ def _way_is_ours(state: Path) -> None:
     writable by others unless sticky (then only its owner may rename what is in it)."""
     me = os.geteuid()
     for place in (state, Path(os.path.realpath(state))):
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError):  # not made yet: no link to judge
             st = os.lstat(place)
             if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
                 raise _refuse(state, f"is a link owned by uid {st.st_uid}, who can repoint it")
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError):  # private_dirs makes it 0700, ours
             up = os.stat(place.parent)
             if up.st_mode & 0o022 and not up.st_mode & stat.S_ISVTX and up.st_uid != me:
                 raise _refuse(
