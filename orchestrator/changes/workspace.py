@@ -134,10 +134,12 @@ def _locked_by_other(path: Path) -> bool:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
+        # no lock file: no command of this workspace holds it
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        # held by a live command: that is the answer
         return True
     finally:
         os.close(fd)
@@ -183,6 +185,7 @@ class Workspace:
         try:
             data = json.loads((self.dir / META).read_text())
         except (OSError, ValueError):
+            # no or torn meta: a workspace not made yet (save writes it whole)
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -205,6 +208,7 @@ class Workspace:
 
     def running(self) -> int:
         """How many commands of this workspace run now (their lock files are held)."""
+        # no running/ directory: no command has started here
         with contextlib.suppress(FileNotFoundError):
             return sum(_locked_by_other(p) for p in (self.dir / RUNNING).iterdir())
         return 0
@@ -223,6 +227,7 @@ class Workspace:
         try:
             yield refresh
         finally:
+            # the mark may be gone with a discarded workspace
             with contextlib.suppress(OSError):
                 mark.unlink()
             os.close(fd)
@@ -336,6 +341,7 @@ class Workspace:
             try:
                 clean = Clean.load(path.read_text())
             except OSError:
+                # no clean record: every path is compared by bytes
                 clean = Clean()
         if not learn:
             self._clean = clean
@@ -414,6 +420,7 @@ class Workspace:
                 result = ApplyResult(handle=handle, workdir=str(self.workdir), dry_run=dry_run)
             else:
                 result = apply_kept(self.state, handle, list(chosen) or None, dry_run=dry_run)
+                # an applied handle left behind is swept by the store's budget
                 with contextlib.suppress(SprawlError, OSError):
                     drop_handle(self.state, handle)
             refused = [
@@ -477,8 +484,10 @@ class Workspace:
                 delete_path(self.dir / sub)
             copy_stamps.forget(self.dir / STAMPS)
             for name in (META, META + ".tmp", CLEAN, CLEAN + ".tmp"):
+                # already gone: discard is idempotent
                 with contextlib.suppress(FileNotFoundError):
                     (self.dir / name).unlink()
+        # another command's lock or entry keeps the directory: left
         with contextlib.suppress(OSError):
             (self.dir / LOCK).unlink()
             self.dir.rmdir()
@@ -496,6 +505,7 @@ def scan_one(root: Path, rel: str) -> os.stat_result | None:
     try:
         return os.lstat(root / rel)
     except (FileNotFoundError, NotADirectoryError):
+        # absent on this side: None is the answer
         return None
 
 
@@ -506,6 +516,7 @@ def _conflict_diff(workdir: Path, tree: Path, rel: str) -> str:
         agent = (tree / rel).read_bytes() if (tree / rel).is_file() else b""
         a, b = mine.decode(), agent.decode()
     except (OSError, UnicodeDecodeError):
+        # unreadable: the message says to compare by hand
         return f"conflict {rel}: binary or unreadable on one side; compare by hand\n"
     lines = difflib.unified_diff(
         a.splitlines(keepends=True),
@@ -530,12 +541,14 @@ def listing(state: Path) -> list[dict[str, object]]:
     """Every workspace under ``state``: name, working directory, conflicts, bytes."""
     out: list[dict[str, object]] = []
     root = workspaces_root(state)
+    # no workspaces directory: none to list
     with contextlib.suppress(FileNotFoundError):
         for group in sorted(root.iterdir()):
             for ws in sorted(group.iterdir()) if group.is_dir() else ():
                 try:
                     meta = json.loads((ws / META).read_text())
                 except (OSError, ValueError):
+                    # a half-made workspace without meta is not listed
                     continue
                 out.append(
                     {

@@ -44,6 +44,7 @@ def scan(root: Path) -> Listing:
         try:
             it = os.scandir(abs_dir)
         except FileNotFoundError:
+            # removed since it was listed: nothing under it to compare
             continue
         with it:
             for entry in it:
@@ -59,10 +60,12 @@ def _same_bytes(a: Path, b: Path) -> bool:
     try:
         fa = os.open(a, flags)
     except OSError:
+        # unreadable counts as different: compared again, never trusted
         return False
     try:
         fb = os.open(b, flags)
     except OSError:
+        # unreadable counts as different: compared again, never trusted
         os.close(fa)
         return False
     try:
@@ -199,6 +202,7 @@ def _real_parent(root: Path, rel: str) -> Path:
         try:
             st = os.lstat(here)
         except FileNotFoundError:
+            # missing directory on the way: made here
             os.mkdir(here, 0o700)
             continue
         if not stat.S_ISDIR(st.st_mode):
@@ -216,6 +220,7 @@ def replace_path(src_root: Path, dst_root: Path, rel: str) -> None:
     try:
         st = os.lstat(src)
     except FileNotFoundError:
+        # the source went away: nothing to keep
         return
     if stat.S_ISLNK(st.st_mode):
         os.symlink(os.readlink(src), dst)

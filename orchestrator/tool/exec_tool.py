@@ -404,24 +404,64 @@ class ExecTool:
         return apply_changes(self.state, handle, paths, dry_run=dry_run, workdir=self.workdir)
 
     def workspace(self, name: str) -> Workspace:
-        """Workspace ``name`` of this working directory (changes/workspace.py): show,
-        changes, apply, take, discard."""
+        """Workspace ``name`` of this working directory (changes/workspace.py).
+
+        Args:
+            name: the workspace's name (no ``/``, ``..``, control characters or leading dot).
+
+        Returns:
+            The Workspace: show, changes, apply, take, discard.
+
+        Raises:
+            SprawlError: E_CONFIG_INVALID for a bad name.
+        """
         return Workspace(self.state, self.workdir, name, self.copies.bounds, self.copies.excludes)
 
     def discard_workspace(self, name: str) -> None:
         """Drop workspace ``name``; this tool's next command in it starts afresh (it is not
-        reported as gone: it was discarded on purpose)."""
+        reported as gone: it was discarded on purpose).
+
+        Args:
+            name: the workspace to drop with everything the agent changed in it.
+
+        Returns:
+            None.
+
+        Raises:
+            SprawlError: E_CONFIG_INVALID for a bad name.
+        """
         self.workspace(name).discard()
         self.forget_workspace(name)
 
     def forget_workspace(self, name: str) -> None:
+        """Forget that this tool used workspace ``name`` (a discard made elsewhere, e.g. by
+        serve's `workspace_discard`), so its next command is not reported as "gone".
+
+        Args:
+            name: the workspace's name.
+
+        Returns:
+            None.
+        """
         self._workspaces.discard(name)
 
     def apply_workspace(
         self, name: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
     ) -> ApplyResult:
         """Bring a workspace's changes (all, or ``paths``) into the working directory under
-        apply's rules; a named conflict only when chosen by name."""
+        apply's rules; a named conflict only when chosen by name.
+
+        Args:
+            name: the workspace.
+            paths: the paths to apply (default: every change that is not a conflict).
+            dry_run: only say what would be written, with the diff.
+
+        Returns:
+            The ApplyResult: what was applied and what was refused, each with why.
+
+        Raises:
+            SprawlError: E_CONFIG_INVALID for a bad name.
+        """
         return self.workspace(name).apply(paths, dry_run=dry_run)
 
     # -- the backlog ----------------------------------------------------------------
