@@ -264,8 +264,6 @@ class DockerEngine:
     def _cli_env(self, child: Mapping[str, str]) -> dict[str, str]:
         # never the loader's names on the host (the command gets its env by --env-file)
         env = split_loader_env(child)[0]
-            0
-        ]  # never the loader's names on the host (the command gets its env by --env-file)
         env.update(self._conn)  # which daemon to talk to is ours, never the child's
         if "HOME" not in env and self._home:
             env["HOME"] = self._home  # the CLI reads its config from $HOME/.docker
