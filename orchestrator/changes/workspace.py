@@ -55,6 +55,7 @@ from sprawl_orch.changes.workspace_diff import Clean, diff, overlaps, replace_pa
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
+from sprawl_orch.core.credential_places import Guard, copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 CLEAN = "clean.json"  # workspace_diff.Clean: equal file pairs of tree and base, by stamp
@@ -157,9 +158,14 @@ class Workspace:
         name: str,
         bounds: Bounds | None = None,
         excludes: Excludes | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.name = check_name(name)
         self.state = Path(state)
+        # What a link of the tree out of it may bring (design §5, issue 30): a workspace's
+        # base and tree are copies like any other; the exec tool passes its own guard, the
+        # CLI's workspace commands get one from the state directory and $HOME.
+        self.guard = guard or copy_guard(os.environ.get("HOME"), (self.state,))
         self.workdir = Path(os.path.realpath(workdir))
         self.dir = workspaces_root(self.state) / workdir_key(self.workdir) / name
         self.bounds = bounds or Bounds()
@@ -277,6 +283,7 @@ class Workspace:
             record=self.dir / STAMPS,
             excludes=self.excludes,
             touched=touched,
+            guard=self.guard,
         )
         return record
 
@@ -287,7 +294,7 @@ class Workspace:
         self._sync_base(None)
         # From base, not the working directory: an edit between the two syncs would
         # otherwise look like the agent's.
-        sync_with_record(self.base, self.tree, self.bounds)
+        sync_with_record(self.base, self.tree, self.bounds, guard=self.guard)
         (self.dir / BASES).mkdir(mode=0o700)
         (self.dir / THEIRS).mkdir(mode=0o700)
         self._save([])
@@ -393,9 +400,19 @@ class Workspace:
         view = self.show()
         return Changes.of(view.changes, handle=None)
 
-    def apply(self, paths: Sequence[str] | None = None, *, dry_run: bool = False) -> ApplyResult:
+    def apply(
+        self,
+        paths: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        protected: Sequence[str] = (),
+        protected_globs: Sequence[str] = (),
+        unprotect: Sequence[str] = (),
+    ) -> ApplyResult:
         """Bring the agent's changes (all, or ``paths``) into the person's tree through the
-        normal apply. A named conflict is held back unless its path is chosen by name."""
+        normal apply, under its rules: a named conflict is held back unless its path is
+        chosen by name, and a protected path (core/protected.py) unless a person names it in
+        ``protected`` (serve and mcp never pass it: an agent can't consent for the person)."""
         if not self.workdir.is_dir():
             raise self._refused_workdir()
         with self._lock():
@@ -419,7 +436,15 @@ class Workspace:
             if not kept.kept:
                 result = ApplyResult(handle=handle, workdir=str(self.workdir), dry_run=dry_run)
             else:
-                result = apply_kept(self.state, handle, list(chosen) or None, dry_run=dry_run)
+                result = apply_kept(
+                    self.state,
+                    handle,
+                    list(chosen) or None,
+                    dry_run=dry_run,
+                    protected=protected,
+                    protected_globs=protected_globs,
+                    unprotect=unprotect,
+                )
                 # an applied handle left behind is swept by the store's budget
                 with contextlib.suppress(SprawlError, OSError):
                     drop_handle(self.state, handle)

@@ -59,6 +59,7 @@ from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Exc
 from sprawl_orch.copy.fileops import FdCopy, SourceUnreadable
 from sprawl_orch.copy.paths import PathCopy
 from sprawl_orch.copy.walk import CopySide, FileWork, Progress, Walk
+from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 
 __all__ = [
@@ -135,10 +136,11 @@ def sync(
     record: Path | None = None,
     excludes: Excludes | None = None,
     progress: Progress | None = None,
+    guard: Guard | None = None,
 ) -> FileWork:
     """Make ``copy`` equal ``source`` file by file (design §5); see sync_with_record."""
     return sync_with_record(
-        source, copy, bounds, record=record, excludes=excludes, progress=progress
+        source, copy, bounds, record=record, excludes=excludes, progress=progress, guard=guard
     )[0]
 
 
@@ -150,6 +152,7 @@ def sync_with_record(
     record: Path | None = None,
     excludes: Excludes | None = None,
     progress: Progress | None = None,
+    guard: Guard | None = None,
     touched: list[str] | None = None,
 ) -> tuple[FileWork, copy_stamps.SyncRecord]:
     """Make ``copy`` equal ``source`` file by file (design §5); see the module docstring.
@@ -158,6 +161,8 @@ def sync_with_record(
     ``copy`` is made (0700) if missing; its parent must exist. ``record``: where the stamp
     record of this copy lives (copy_stamps; outside the copy, where no command can write it):
     read to skip byte comparisons the racy-clean rule allows, replaced once the sync succeeded.
+    ``guard``: what a link out of the tree may bring (core.credential_places.copy_refusal);
+    the entries it refuses are left out and named in the result's ``refused_links``.
     ``touched``: given a list, every path the sync created, replaced or removed in the copy is
     appended to it. ``progress`` hears (files, bytes, done) now and then, and with ``done``
     at the end. On any refusal or failure the copy and its record are deleted before
@@ -184,7 +189,9 @@ def sync_with_record(
         )
     side = COPY_SIDE
     old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
-    walk = Walk(side, src, bounds, str(source), excludes, old, progress, touched=touched)
+    walk = Walk(
+        side, src, bounds, str(source), excludes, old, progress, guard=guard, touched=touched
+    )
     with os_errors(
         ErrorCode.STORAGE_FATAL,
         copy.parent,

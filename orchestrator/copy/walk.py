@@ -24,6 +24,7 @@ from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind, SourceUnreada
 from sprawl_orch.copy.links import kernel_state, stays_inside
 from sprawl_orch.copy.stamps import ENTRY, SyncRecord
 from sprawl_orch.core import fs_clock
+from sprawl_orch.core.credential_places import Guard, copy_refusal
 from sprawl_orch.core.errors import CopyBoundError, ErrorCode
 
 # Links are kept as links where the copy side can make them; Windows needs a privilege for it.
@@ -47,6 +48,9 @@ class FileWork(pydantic.BaseModel, frozen=True):
     removed: int
     walked: int
     excluded: tuple[str, ...] = ()
+    # Entries reached through a link out of the tree that were left out, each "path: why"
+    # (core.credential_places.copy_refusal: credentials, homes, runtime or state places).
+    refused_links: tuple[str, ...] = ()
 
 
 H = TypeVar("H")
@@ -114,6 +118,9 @@ class Walk(Generic[H]):
     excludes: Excludes = field(default_factory=Excludes)
     old: SyncRecord | None = None
     progress: Progress | None = None
+    # Judges what a link out of the tree leads to (None: everything, as the bare sync does;
+    # ToolCopies always gives one).
+    guard: Guard | None = None
     created: int = 0
     rewritten: int = 0
     removed: int = 0
@@ -151,6 +158,7 @@ class Walk(Generic[H]):
         self._quick_ok = old is not None and isinstance(self.side, FdCopy) and not self.excludes
         self._lstat = os.stat
         self._ancestors: set[tuple[int, int]] = set()
+        self.refused: list[str] = []
 
     def work(self) -> FileWork:
         return FileWork(
@@ -159,6 +167,7 @@ class Walk(Generic[H]):
             removed=self.removed,
             walked=self.walked,
             excluded=self.excludes.patterns,
+            refused_links=tuple(self.refused),
         )
 
     def refuse(
@@ -324,6 +333,11 @@ class Walk(Generic[H]):
             raise SourceUnreadable(entry.path, err) from err
         if (is_link or not parent.real) and kernel_state(entry.path, st):
             return None  # copy.links.kernel_state: never the sync's own /proc/self/environ
+        if self.guard is not None and (is_link or not parent.real):
+            why = copy_refusal(self.guard, entry.path, st)
+            if why is not None:
+                self.refused.append(f"{rel}: {why}")
+                return None  # left out: whatever the copy held there goes as an extra
         if stat.S_ISDIR(st.st_mode):
             if (st.st_dev, st.st_ino) in self._ancestors:
                 key = bound_key("depth", self.bounds.depth)

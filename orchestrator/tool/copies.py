@@ -25,15 +25,24 @@ from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.store import CopyStore, Lease, copy_key
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.credential_places import copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.protected import protection_for
 from sprawl_orch.runs.launch import Arm
 
 
 class ToolCopies:
     """The copy slots of one working directory and config, leased one per command."""
 
-    def __init__(self, config: Config, workdir: Path, state: Path) -> None:
+    def __init__(
+        self, config: Config, workdir: Path, state: Path, caller_home: str | None = None
+    ) -> None:
         copies = config.sandbox.copy_
+        # What a link of the tree out of it may bring into the copy (design §5): judged
+        # against the caller's homes and sprawl-orch's own places, as the native view is.
+        scratch = config.sandbox.scratch_dir
+        places = (state, *((scratch.expanduser(),) if scratch is not None else ()))
+        self.guard = copy_guard(caller_home, places)
         self.store = CopyStore(state / "copies", copies.budget_bytes)
         self.bounds = Bounds(copies.max_files, copies.max_bytes, copies.max_depth)
         self.excludes = Excludes(copies.exclude)
@@ -41,6 +50,7 @@ class ToolCopies:
         self.state = state
         self.config_json = config.sandbox.model_dump_json(by_alias=True)
         self.changes_budget = config.state.changes_budget_bytes
+        self.protect = (config.apply.protected, config.apply.unprotect)
         # The first eviction failure; never fails a command. (No surface prints it yet.)
         self.problem: str | None = None
 
@@ -48,7 +58,7 @@ class ToolCopies:
         """A free slot, synced with the working directory now."""
         lease = self.store.lease(self.workdir, copy_key(self.workdir, self.config_json))
         try:
-            work = lease.sync(self.workdir, self.bounds, self.excludes, progress)
+            work = lease.sync(self.workdir, self.bounds, self.excludes, progress, self.guard)
         except BaseException:
             lease.release()  # a refused sync already deleted the half-synced copy
             raise
@@ -76,8 +86,18 @@ class ToolCopies:
         def collect(handle: str) -> Changes:
             try:
                 found = compute_changes(record, self.workdir, copy)
+                guard = None
+                if found:  # the person's git config, read now: what it points at is protected
+                    guard = protection_for(self.protect[0], self.protect[1], self.workdir)
                 return keep_changes(
-                    self.state, handle, self.workdir, copy, record, found, self.changes_budget
+                    self.state,
+                    handle,
+                    self.workdir,
+                    copy,
+                    record,
+                    found,
+                    self.changes_budget,
+                    guard,
                 )
             except (OSError, SprawlError) as err:
                 return Changes(handle=handle, note=f"changes could not be computed: {err}")
@@ -124,7 +144,7 @@ def lease_workspace(copies: ToolCopies, name: str, seen: bool) -> WorkspaceLease
     """Hold workspace ``name`` for one command: the person's edits flow in first (unless
     another command of it runs). ``seen``: this tool ran commands in it before, so a missing
     one is gone (said so), not new."""
-    ws = Workspace(copies.state, copies.workdir, name, copies.bounds, copies.excludes)
+    ws = Workspace(copies.state, copies.workdir, name, copies.bounds, copies.excludes, copies.guard)
     hold = contextlib.ExitStack()
     refresh = hold.enter_context(ws.command(expect=seen))
     refused = _over_budget(ws, copies.store.budget_bytes)

@@ -33,7 +33,7 @@ from sprawl_orch.changes.apply import apply as apply_changes
 from sprawl_orch.changes.changes import Changes
 from sprawl_orch.changes.workspace import Workspace, check_name
 from sprawl_orch.config import Config, load_config, with_warm
-from sprawl_orch.config.state import ledger_path, state_dir
+from sprawl_orch.config.state import ledger_path, refuse_state_in_tree, state_dir
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy.store import Lease
 from sprawl_orch.copy.sync import FileWork
@@ -146,6 +146,8 @@ class ExecTool:
         self._closed = False
         self.progress = progress
         self._guardian: Guardian | None = None
+        # Before prepare_state: a refusal writes nothing into the tree (raised to the caller).
+        refuse_state_in_tree(self.workdir, config, self.environ)
         self.state = prepare_state(state_dir(config, self.environ))
         self.evidence = Evidence(self.state / "admission")
         self._arms = ToolArm(
@@ -156,7 +158,7 @@ class ExecTool:
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
         self._claim: int | None = None  # output_keep.claim's fd, taken at the first command
-        self.copies = ToolCopies(config, self.workdir, self.state)
+        self.copies = ToolCopies(config, self.workdir, self.state, self.environ.get("HOME"))
         self._workspaces: set[str] = set()  # ran a command in: a missing one is gone
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure; never fails a command. (No surface prints it yet.)
@@ -384,7 +386,12 @@ class ExecTool:
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
     def apply(
-        self, handle: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
+        self,
+        handle: str,
+        paths: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        protected: Sequence[str] = (),
     ) -> ApplyResult:
         """Bring kept changes of a finished command into the working directory (apply.py),
         atomically per file.
@@ -393,15 +400,30 @@ class ExecTool:
             handle: the result's ``changes.handle``.
             paths: the changed paths to apply (default: all of them).
             dry_run: write nothing; the result carries the diff.
+            protected: protected paths (core/protected.py) a person chose to apply; held
+                otherwise. Pass only what a person named -- never an agent's choice;
+                anything under `.git` is never applied.
 
         Returns:
-            The ApplyResult: applied, skipped and refused paths (a conflict, a link on the way
-            or out of the tree is refused, never written through).
+            The ApplyResult: applied, skipped, held (protected) and refused paths (a
+            conflict, a link on the way or out of the tree is refused, never written
+            through), and the CLI command that applies what was held.
 
         Raises:
-            SprawlError: E_UNKNOWN_HANDLE when nothing is kept under `handle`.
+            SprawlError: E_UNKNOWN_HANDLE when nothing is kept under `handle`; E_BAD_REQUEST
+            for a `protected` name under .git, not among the changes, or not protected.
         """
-        return apply_changes(self.state, handle, paths, dry_run=dry_run, workdir=self.workdir)
+        return apply_changes(
+            self.state,
+            handle,
+            paths,
+            dry_run=dry_run,
+            workdir=self.workdir,
+            protected=protected,
+            protected_globs=self.config.apply.protected,
+            unprotect=self.config.apply.unprotect,
+            config_path=self.config.source,
+        )
 
     def workspace(self, name: str) -> Workspace:
         """Workspace ``name`` of this working directory (changes/workspace.py).
@@ -415,7 +437,14 @@ class ExecTool:
         Raises:
             SprawlError: E_CONFIG_INVALID for a bad name.
         """
-        return Workspace(self.state, self.workdir, name, self.copies.bounds, self.copies.excludes)
+        return Workspace(
+            self.state,
+            self.workdir,
+            name,
+            self.copies.bounds,
+            self.copies.excludes,
+            self.copies.guard,
+        )
 
     def discard_workspace(self, name: str) -> None:
         """Drop workspace ``name``; this tool's next command in it starts afresh (it is not
