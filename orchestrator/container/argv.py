@@ -315,6 +315,12 @@ def create_argv(
         f"sprawl.run={run}",
         "--network",
         "none",
+        # the engine keeps no log of its own: docker's json-file and podman's k8s-file
+        # stored every byte printed on the host's disk, outside the state directory, for the
+        # container's life (40 MiB of stdout: ~40 MiB in each; issue 30 break 4 attacked
+        # again); output comes from the attach stream, capped by runs/output_pipe.py
+        "--log-driver",
+        "none",
         # an engine that drops them (rootless podman on cgroup v1: "Resource limits are
         # not supported and ignored") is not asked: the result says resources = no
         *(

@@ -65,6 +65,8 @@ def test_the_whole_argv_in_spec_order() -> None:
         "sprawl.run=agent-7",
         "--network",
         "none",
+        "--log-driver",
+        "none",
         "--memory",
         "536870912",
         "--memory-swap",

@@ -1,0 +1,95 @@
+"""Escape class **host disk**, what the engines keep (issue 30 break 4, attacked again):
+output_pipe.py bounds what *this process* writes of a command's streams, but a container's
+stdout is also what the engine's own log driver stores: docker's default `json-file`
+(`<docker root>/containers/<id>/<id>-json.log`) and podman's default `k8s-file`
+(`<graph root>/overlay-containers/<id>/userdata/ctr.log`) write every byte the container
+prints, for as long as the container exists, on the host's disk, outside the state directory.
+
+Judged from the host: while a fresh container prints 40 MiB, every engine log file that names
+the round's token (printed first, on stderr) is sampled, and its largest size must stay under
+`output_keep_bytes`. Before the fix (no `--log-driver`): docker's json-file held 40 MiB of
+`a` as ~60 MiB of JSON and podman's ctr.log ~43 MiB, each until the container was removed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from sprawl_orch.config import parse_config
+from sprawl_orch.runs.output_keep import KEEP_BYTES
+from sprawl_orch.tool.exec_tool import ExecTool
+from tests.escapes.test_host_disk import MIB, SLACK, data_for, tree
+
+
+def log_files(engine: str) -> list[Path]:
+    """Every container log file the engine keeps (the engine's own record of its root)."""
+    if engine == "docker":
+        root = subprocess.run(
+            ["docker", "info", "--format", "{{.DockerRootDir}}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return list(Path(root, "containers").glob("*/*-json.log"))
+    root = subprocess.run(
+        ["podman", "info", "--format", "{{.Store.GraphRoot}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return list(Path(root, "overlay-containers").glob("*/userdata/ctr.log"))
+
+
+def naming(path: Path, token: str) -> bool:
+    try:
+        with path.open("rb") as f:
+            return token.encode() in f.read(4096)
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_the_engines_log_never_holds_the_flood(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    data = data_for(engine, tmp_path, request)
+    token = f"flood-{secrets.token_hex(6)}"
+    roots = log_files(engine)  # resolves the engine's root before the run
+    assert roots is not None
+    peak, seen = [0], [False]
+    done = threading.Event()
+
+    def sample() -> None:
+        mine: list[Path] = []
+        while not done.wait(0.02):
+            if not mine:
+                mine = [p for p in log_files(engine) if naming(p, token)]
+            for path in mine:
+                seen[0] = True
+                try:
+                    peak[0] = max(peak[0], path.stat().st_blocks * 512)
+                except OSError:
+                    continue
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    # the token first (on stderr), then 40 MiB of `a` on stdout, slowly enough to be sampled
+    line = f"echo {token} >&2; sleep 1; head -c {40 * MIB} /dev/zero | tr '\\0' a; sleep 1"
+    try:
+        with ExecTool(parse_config(data), tree(tmp_path)) as tool:
+            result = tool.exec(["sh", "-c", line], timeout=300)
+    finally:
+        done.set()
+        sampler.join()
+    assert result.outcome == "settled", (result.code, result.detail)
+    assert token in result.stderr, "the token never came out: the probe proves nothing"
+    print(f"{engine}: 40 MiB on stdout: engine log seen={seen[0]}, at most {peak[0]} bytes")
+    assert peak[0] <= KEEP_BYTES + SLACK, (
+        f"{engine}'s own log of the container held {peak[0]} bytes of a 40 MiB stdout on "
+        f"the host's disk while it ran (cap {KEEP_BYTES})"
+    )
