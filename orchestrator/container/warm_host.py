@@ -188,29 +188,41 @@ class HostView:
     def _walk(self, mount: str) -> dict[str, Entry]:
         """Every entry of a writable mount, not descending into mounts beneath it (the copy
         is mounted at the working directory's own path, which may be under /tmp). A
-        directory's size and mtime change with what commands add to it: not compared."""
-        base = f"/proc/{self.init}/root{mount}"
+        directory's size and mtime change with what commands add to it: not compared.
+        With a stack of its own, not os.walk: os.walk recurses once per level, and a
+        command's `mkdir d; cd d` 1500 times raised RecursionError out of the reset (the
+        result E_INTERNAL, the container neither kept nor removed)."""
+        root = f"/proc/{self.init}/root"
+        base = f"{root}{mount}"
         found: dict[str, Entry] = {}
-        for top, dirs, files in os.walk(base):
-            inside = "/" + os.path.relpath(top, f"/proc/{self.init}/root")
-            dirs[:] = [d for d in dirs if os.path.join(inside, d) not in self.mounts]
-            for name in [*dirs, *files]:
-                path = os.path.join(top, name)
+        stack = [base]
+        while stack:
+            top = stack.pop()
+            try:
+                with os.scandir(top) as listing:
+                    entries = list(listing)
+            except OSError:
+                continue  # gone, or past PATH_MAX: beneath a new directory, deleted with it
+            inside = "/" + os.path.relpath(top, root)
+            for item in entries:
                 with contextlib.suppress(OSError):
-                    st = os.lstat(path)
+                    st = item.stat(follow_symlinks=False)
                     kind = st.st_mode & 0o170000
                     plain = kind != 0o040000
-                    found[os.path.relpath(path, base)] = Entry(
+                    found[os.path.relpath(item.path, base)] = Entry(
                         kind,
                         st.st_mode & 0o7777,
                         st.st_uid,
                         st.st_size if plain else 0,
                         st.st_mtime_ns if plain else 0,
                     )
+                    if not plain and os.path.join(inside, item.name) not in self.mounts:
+                        stack.append(item.path)
         return found
 
     def reset_writable(self) -> list[str]:
-        """Delete what a command added; returns baseline entries it changed or removed."""
+        """Delete what a command added; returns baseline entries it changed or removed, and
+        what could not be deleted (either gets the container replaced)."""
         changed: list[str] = []
         for mount in self.writable:
             base = f"/proc/{self.init}/root{mount}"
@@ -220,12 +232,16 @@ class HostView:
                 if os.path.dirname(rel) and os.path.dirname(rel) not in before:
                     continue  # beneath a new directory: goes with it
                 path = os.path.join(base, rel)
-                if now[rel].kind == 0o040000:
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(FileNotFoundError):
+                # rmtree's fd-based walk never follows a symlink, but recurses per level
+                # (Python 3.11): a deeper tree stays, and is found below.
+                with contextlib.suppress(OSError, RecursionError):
+                    if now[rel].kind == 0o040000:
+                        shutil.rmtree(path)
+                    else:
                         os.unlink(path)
             changed += [f"{mount}/{rel}" for rel, entry in before.items() if now.get(rel) != entry]
+            left = sorted(set(self._walk(mount)) - set(before))
+            changed += [f"{mount}/{rel} (could not be deleted)" for rel in left[:1]]
         return changed
 
     def reset_ipc(self) -> str | None:
