@@ -25,7 +25,10 @@ from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes.test_reset_races import pids_current, settled_count
 
 # A directory chain deeper than Python's recursion limit (1000), with a file at the bottom.
-DEEP = "i=0; while [ $i -lt 1500 ]; do mkdir d && cd d || exit 9; i=$((i+1)); done; echo x >f; echo deep"
+DEEP = (
+    "i=0; while [ $i -lt 1500 ]; do mkdir d && cd d || exit 9; i=$((i+1)); done; "
+    "echo x >f; echo deep"
+)
 STOPPED = "sh -c 'sleep 1000 & sleep 1000' & p=$!; sleep 0.2; kill -STOP $p; echo stopped"
 
 
