@@ -12,7 +12,9 @@ command's 900 MB sparse file (its blob is written out whole) evicted every older
 change of every working directory (issue 30). When they are in the way, the command loses
 the keeping of its own changes instead, and its result says so, naming the budget and how
 much the other working directories hold. A command whose changes alone are larger than the
-budget is not kept either. A dropped or fully applied handle leaves a one-line
+budget is not kept either, and its blobs stop being written as soon as they would pass the
+budget (a sparse file is written out dense: its size, not the copy's blocks, is what counts).
+A dropped or fully applied handle leaves a one-line
 ``<handle>.gone`` so `apply` can say what happened to it.
 """
 
@@ -82,18 +84,34 @@ class Kept:
         return self.dir / "blobs" / name if name else None
 
 
-def _copy_blob(copy_fd: int, rel: str, dest: Path) -> int:
+class _OverBudget(Exception):
+    """A blob would pass the changes budget: the keeping stops before writing it."""
+
+
+def _copy_blob(copy_fd: int, rel: str, dest: Path, room: int) -> int:
+    """Copy one file's new bytes, at most `room` of them. Checked while copying, not after:
+    a sparse file costs the copy nothing but its blob is written out dense, and a 256 MiB
+    hole was written whole onto the host's disk before the budget was compared (issue 30
+    break 4, attacked again); the size is read from the open file, and the copy stops at
+    `room` in case it grows meanwhile."""
     fd = open_file_beneath(copy_fd, parts_of(rel))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise NotBeneath(f"{rel} is no longer a regular file")
         src = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
-    with src, open(dest, "wb") as out:
-        shutil.copyfileobj(src, out, 1 << 20)
-        return out.tell()
+    with src:
+        if st.st_size > room:
+            raise _OverBudget
+        with open(dest, "wb") as out:
+            while chunk := src.read(min(1 << 20, room - out.tell() + 1)):
+                if out.tell() + len(chunk) > room:
+                    raise _OverBudget
+                out.write(chunk)
+            return out.tell()
 
 
 def _usage(root: Path) -> list[tuple[float, str, int, str]]:
@@ -162,10 +180,13 @@ def keep(
             if e.kind != "file" or e.change == "mode_changed" or e.change == "deleted":
                 continue
             try:
-                stored += _copy_blob(copy_fd, e.path, tmp / "blobs" / str(i))
+                stored += _copy_blob(copy_fd, e.path, tmp / "blobs" / str(i), budget - stored)
                 blobs[e.path] = str(i)
             except (OSError, NotBeneath):
                 lost.append(e.path)
+            except _OverBudget:
+                stored = budget + 1  # not kept: said below, nothing more written
+                break
     finally:
         os.close(copy_fd)
     manifest = {
@@ -191,8 +212,8 @@ def keep(
         if stored > budget:
             shutil.rmtree(tmp, ignore_errors=True)
             notes.append(
-                f"not kept for apply: {stored} bytes of changed files exceed the "
-                f"changes budget of {budget} bytes ([state] changes_budget_bytes)"
+                "not kept for apply: the changed files exceed the changes budget of "
+                f"{budget} bytes ([state] changes_budget_bytes)"
             )
             return Changes.of(entries, note="; ".join(notes), **fields)
         _sweep(root)

@@ -23,7 +23,7 @@ import pytest
 from sprawl_orch.config import parse_config
 from sprawl_orch.runs.output_keep import KEEP_BYTES
 from sprawl_orch.tool.exec_tool import ExecTool
-from tests.escapes.test_host_disk import MIB, SLACK, data_for, tree
+from tests.escapes.test_host_disk import MIB, SLACK, data_for, disk_of, tree
 
 
 def log_files(engine: str) -> list[Path]:
@@ -119,3 +119,40 @@ def test_the_ledger_stays_within_the_output_budget(
     held = ledger.stat().st_blocks * 512
     print(f"24 commands of 256 KiB per stream: the ledger holds {held} bytes (budget {budget})")
     assert held <= budget, f"the ledger holds {held} bytes, past the output budget {budget}"
+
+
+@pytest.mark.parametrize("row", ["copied_tree", "docker"])
+def test_a_sparse_change_never_lands_dense_past_the_budget(
+    row: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A 256 MiB sparse file costs the copy nothing; keeping it as a change wrote its blob
+    out whole (256 MiB of zeros on the host's disk) and only then compared it with the
+    4 MiB budget. Sampled from here while the command's changes are kept."""
+    budget = 4 * MIB
+    data = data_for(row, tmp_path, request, changes_budget_bytes=budget)
+    root = tmp_path / "state" / "changes"
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.002):
+            if root.exists():
+                peak[0] = max(peak[0], disk_of(root))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    line = f"dd if=/dev/zero of=sparse.bin bs=1 count=0 seek={256 * MIB} 2>/dev/null; echo made"
+    try:
+        with ExecTool(parse_config(data), tree(tmp_path)) as tool:
+            result = tool.exec(["sh", "-c", line], timeout=300)
+    finally:
+        done.set()
+        sampler.join()
+    assert result.outcome == "settled" and "made" in result.stdout, (result.code, result.detail)
+    assert result.changes is not None and result.changes.created, "no change: proves nothing"
+    print(f"{row}: a 256 MiB sparse change: at most {peak[0]} bytes under changes/")
+    assert not result.changes.kept and "budget" in (result.changes.note or "")
+    assert peak[0] <= budget + SLACK, (
+        f"keeping a 256 MiB sparse change put {peak[0]} bytes on the host's disk "
+        f"(changes budget {budget})"
+    )
