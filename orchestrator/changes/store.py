@@ -39,6 +39,10 @@ from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 BUDGET = 1024 * 1024 * 1024
+# Bytes of the host's disk one kept entry costs besides its content, counted against the
+# budget before anything is written: its manifest line (~200 bytes of JSON) and its blob's
+# directory entry.
+ENTRY_COST = 256
 MANIFEST = "changes.json"
 _HANDLE_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -82,6 +86,18 @@ class Kept:
     def blob(self, rel: str) -> Path | None:
         name = self.blobs.get(rel)
         return self.dir / "blobs" / name if name else None
+
+
+def _blocks(path: Path) -> int:
+    """Bytes of disk the blobs take (allocated blocks: a 1-byte file costs a block)."""
+    total = 0
+    with os.scandir(path) as listing:
+        for entry in listing:
+            with suppress(OSError):
+                total += entry.stat(follow_symlinks=False).st_blocks * 512
+    with suppress(OSError):
+        total += os.lstat(path).st_blocks * 512
+    return total
 
 
 class _OverBudget(Exception):
@@ -172,11 +188,16 @@ def keep(
     tmp = root / f".{handle}.{secrets.token_hex(4)}"
     (tmp / "blobs").mkdir(parents=True)
     blobs: dict[str, str] = {}
-    stored = 0
     lost: list[str] = []
+    # What keeping costs beyond the new bytes: a manifest line and a blob file (inode,
+    # directory entry) per entry. Counted: 20000 empty files were "0 bytes" against the
+    # budget while they left 4.2 MB under changes/ (measured ~210 bytes each).
+    stored = ENTRY_COST * len(entries)
     copy_fd = os.open(copy, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, e in enumerate(entries):
+            if stored > budget:
+                break
             if e.kind != "file" or e.change == "mode_changed" or e.change == "deleted":
                 continue
             try:
@@ -204,8 +225,13 @@ def keep(
         "source_trusted_below_ns": record.source_line_ns,
         "blobs": blobs,
     }
-    with open(tmp / MANIFEST, "w") as f:
-        json.dump(manifest, f)
+    if stored <= budget:
+        # the manifest is written only when it may be kept, and counted as it is on disk
+        text = json.dumps(manifest)
+        stored = len(text.encode()) + _blocks(tmp / "blobs")
+        manifest["stored_bytes"] = stored
+        with open(tmp / MANIFEST, "w") as f:
+            json.dump(manifest, f)
     notes = [f"the new bytes of {', '.join(lost)} could not be read"] if lost else []
     dropped: list[str] = []
     with locked(root):

@@ -13,6 +13,7 @@ the round's token (printed first, on stderr) is sampled, and its largest size mu
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import threading
@@ -155,4 +156,30 @@ def test_a_sparse_change_never_lands_dense_past_the_budget(
     assert peak[0] <= budget + SLACK, (
         f"keeping a 256 MiB sparse change put {peak[0]} bytes on the host's disk "
         f"(changes budget {budget})"
+    )
+
+
+@pytest.mark.parametrize("row", ["copied_tree", "docker"])
+def test_many_empty_changes_stay_within_the_budget(
+    row: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """20000 empty files are 0 bytes of new content, but keeping them costs the host a
+    manifest line and a blob file (an inode, a directory entry) each: judged by the blocks
+    under changes/ afterwards, against the budget."""
+    budget = 2 * MIB
+    data = data_for(row, tmp_path, request, changes_budget_bytes=budget)
+    root = tmp_path / "state" / "changes"
+    line = 'i=0; while [ $i -lt 20000 ]; do : > "e$i"; i=$((i+1)); done; echo made'
+    with ExecTool(parse_config(data), tree(tmp_path)) as tool:
+        result = tool.exec(["sh", "-c", line], timeout=300)
+    assert result.outcome == "settled" and "made" in result.stdout, (result.code, result.detail)
+    assert result.changes is not None and result.changes.created >= 20000, result.changes
+    held = disk_of(root) + sum(
+        os.lstat(os.path.join(top, d)).st_blocks * 512
+        for top, dirs, _ in os.walk(root)
+        for d in dirs
+    )
+    print(f"{row}: 20000 empty files kept={result.changes.kept}: {held} bytes under changes/")
+    assert held <= budget + SLACK, (
+        f"20000 empty changed files left {held} bytes under changes/ (budget {budget})"
     )
