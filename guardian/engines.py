@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import run_cli
 
 LABEL = "sprawl.session"
@@ -196,7 +196,7 @@ class PodmanCLI:
 def open_engine(name: str, docker_via: str = "cli") -> ReaperEngine | None:
     """The backend for `name`, or None when its CLI is not installed here."""
     if name == "podman":
-        binary = shutil.which("podman")
+        binary = host_which("podman")
         return PodmanCLI(binary) if binary else None
     if name == "docker":
         if docker_via == "sdk":
@@ -204,6 +204,6 @@ def open_engine(name: str, docker_via: str = "cli") -> ReaperEngine | None:
                 return DockerSDK()
             except Exception:
                 pass  # no SDK or no reachable daemon config: the CLI can still say why
-        binary = shutil.which("docker")
+        binary = host_which("docker")
         return DockerCLI(binary) if binary else None
     raise ValueError(f"unknown engine {name!r} (docker, podman)")

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -46,11 +45,14 @@ from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_namespace
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.host_which import host_which
+from sprawl_orch.native_fallbacks.bwrap_hold import Hold
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
 from sprawl_orch.native_fallbacks.sandbox_uid import grant_search, sandbox_uid
 from sprawl_orch.native_fallbacks.seccomp_filter import SeccompUnsupported, program_fd
+from sprawl_orch.native_fallbacks.view_guard import make_guard
 from sprawl_orch.runs.launch import Launch, Running
 from sprawl_orch.runs.process import HostProcess
 from sprawl_orch.runs.yielding import Yielders, yield_prefix
@@ -126,7 +128,7 @@ def bwrap_argv(
 
 def _true() -> str:
     # /bin/true on FHS systems; found on PATH where /bin is not populated (NixOS).
-    return "/bin/true" if os.path.exists("/bin/true") else (shutil.which("true") or "/bin/true")
+    return "/bin/true" if os.path.exists("/bin/true") else (host_which("true") or "/bin/true")
 
 
 def drop_uid() -> int | None:
@@ -170,13 +172,33 @@ def user_namespace_works(bwrap: str) -> tuple[bool, str]:
 
 class BwrapArm(CopiedTreeArm):
     name: ArmName = ArmName.LINUX_NAMESPACES
+    egress_reach = (
+        "a listener on 127.0.0.1 inside the command's network namespace (bwrap holds the "
+        "command on --block-fd until it exists)"
+    )
 
-    def __init__(self, bwrap: str, yielders: Yielders, *, user: int | None = -1) -> None:
-        """`user`: the uid bwrap runs as; -1 (default) chooses: ours for a root caller."""
+    def __init__(
+        self,
+        bwrap: str,
+        yielders: Yielders,
+        *,
+        user: int | None = -1,
+        places: Sequence[Path] = (),
+        caller_home: str | None = None,
+    ) -> None:
+        """`user`: the uid bwrap runs as; -1 (default) chooses: ours for a root caller.
+        `places`: sprawl-orch's own (state, scratch), never in the view; `caller_home`: the
+        caller's $HOME (default: this process's), the view guard's reference."""
         super().__init__(yielders)
         self.bwrap = bwrap
         self.user = drop_uid() if user == -1 else user
         self._system = system_view()
+        self._guard = make_guard(
+            caller_home if caller_home is not None else os.environ.get("HOME"),
+            places,
+            self._system.binds,
+            grants=self.user is not None,
+        )
 
     def assurances(self) -> Assurances:
         return linux_namespaces_assurances(own_principal=self.user is not None)
@@ -220,7 +242,7 @@ class BwrapArm(CopiedTreeArm):
         env: Mapping[str, str],
         seccomp_fd: int | None,
     ) -> list[str]:
-        view = command_view(env, workdir, copy, self._system)
+        view = command_view(env, workdir, copy, self._system, self._guard)
         if self.user is not None:
             self.give(copy, view)
         return bwrap_argv(
@@ -244,20 +266,26 @@ class BwrapArm(CopiedTreeArm):
                 f"no seccomp program for this machine: {err}",
                 'use a container arm, or ask for arm = "copied_tree"',
             ) from err
+        hold = Hold() if launch.egress is not None else None
         try:
-            argv = yield_prefix(self.yielders) + self.argv_for(
-                launch.argv, launch.cwd, workdir, launch.env, fd
-            )
-            return HostProcess(
-                argv,
+            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd)
+            if hold is not None:
+                argv = argv[:1] + hold.flags() + argv[1:]
+            process = HostProcess(
+                yield_prefix(self.yielders) + argv,
                 launch.cwd,
                 launch.env,
                 launch.outputs,
                 join=launch.join,
                 watcher=launch.watcher,
-                pass_fds=(fd,),
+                pass_fds=(fd, *(hold.fds() if hold else ())),
                 user=self.user,
             )
         finally:
             with contextlib.suppress(OSError):
                 os.close(fd)
+            if hold is not None:
+                hold.close_theirs()
+        if hold is None or launch.egress is None:
+            return process
+        return hold.release(process, launch.egress)

@@ -12,14 +12,17 @@ runtime state:
   /nix/var holds nix's daemon socket). Top-level links (merged /usr) stay links.
 - not bound: /home, /root, /var, /run, /tmp, /srv, /mnt, /media, /sys, /boot -- /tmp,
   /var/tmp, /run, /dev/shm and $HOME are fresh tmpfs (bwrap.py), /var/run a link to /run.
-- tools: each absolute entry of the command's PATH outside the system view, and the
-  interpreters of the tree's virtualenvs (`pyvenv.cfg`'s `home`), which live under $HOME
-  with pyenv, nvm, linuxbrew. A PATH entry `ROOT/bin` or `ROOT/shims` binds ROOT (a tool
-  manager's root: pyenv's shims run ROOT/libexec/pyenv and ROOT/versions/...), except
-  where ROOT mixes tools with secrets or state -- $HOME itself, ~/.local (keyrings,
-  state: sprawl-orch's own copies), ~/.cargo (credentials.toml): there only the bin
-  directory is bound, plus the install prefix of each link in it (pipx's venvs) and,
-  for ~/.cargo/bin, rustup's toolchains. Never $HOME or an ancestor of it.
+- tools, each bind passed through the guard first (view_guard.py: never a home, never a
+  place of credentials or state, never runtime places, judged on real paths with the
+  *caller's* homes as reference -- issue 30 bound ~/.cargo, ~/.local and ~/.ssh from PATH
+  and a tree's pyvenv.cfg): each absolute entry of the command's PATH outside the system
+  view; for `ROOT/bin` or `ROOT/shims` the root when the guard allows it (nvm's
+  versions/node/vX, linuxbrew), else the entry alone (~/.cargo/bin: ~/.cargo holds
+  credentials.toml; ~/.local/bin: ~/.local holds keyrings and sprawl-orch's state) plus
+  the install prefix of each link in it (pipx's venvs) and, for a cargo bin, rustup's
+  ~/.rustup; for pyenv its code and the selected versions only (view_tools.py); the base
+  interpreter of each virtualenv at the top of the tree, checked against where its
+  interpreter really lives (view_tools.py).
 
 Everything is read-only. The seccomp filter (seccomp_filter.py) stands behind the view:
 a socket that still lies in a bound directory cannot be connected, because no AF_UNIX
@@ -35,6 +38,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from sprawl_orch.native_fallbacks.view_guard import Guard, make_guard
+from sprawl_orch.native_fallbacks.view_tools import (
+    TOOL_DIR_NAMES,
+    pyenv_parts,
+    pyenv_root,
+    venv_base,
+)
+
 SYSTEM: tuple[str, ...] = (
     "/usr",
     "/bin",
@@ -48,9 +59,6 @@ SYSTEM: tuple[str, ...] = (
     "/nix/store",
     "/gnu/store",
 )
-TOOL_DIR_NAMES = frozenset({"bin", "sbin", "shims"})
-# Relative to $HOME: roots that hold secrets or state next to their bin directory.
-MIXED_ROOTS: tuple[str, ...] = (".local", ".cargo")
 LINKS_SCANNED = 512
 
 
@@ -83,25 +91,12 @@ def system_view(root: str = "/") -> View:
     return View(tuple(binds), tuple(links))
 
 
-def _bindable(root: Path, home: Path) -> bool:
-    """Not /, not a top-level directory, not $HOME or above it, not a mixed root."""
-    if len(root.parts) <= 2 or root == home or _under(str(home), str(root)):
-        return False
-    return not any(root == home / mixed for mixed in MIXED_ROOTS)
-
-
-def _tool_root(real: Path, home: Path) -> Path:
-    if real.name in TOOL_DIR_NAMES and _bindable(real.parent, home):
-        return real.parent
-    return real
-
-
 def _prefix_of(target: Path) -> Path:
     """The install prefix of a program: PREFIX for PREFIX/bin/prog."""
     return target.parent.parent if target.parent.name in TOOL_DIR_NAMES else target.parent
 
 
-def _linked_prefixes(bin_dir: Path, home: Path) -> Iterable[Path]:
+def _linked_prefixes(bin_dir: Path, guard: Guard, covered: tuple[str, ...]) -> Iterable[Path]:
     try:
         entries = list(os.scandir(bin_dir))[:LINKS_SCANNED]
     except OSError:
@@ -110,86 +105,110 @@ def _linked_prefixes(bin_dir: Path, home: Path) -> Iterable[Path]:
         if entry.is_symlink():
             target = Path(os.path.realpath(entry.path))
             prefix = _prefix_of(target)
-            if target.parent != bin_dir and _bindable(prefix, home):
+            if target.parent == bin_dir or _covered(str(prefix), covered):
+                continue  # /usr/bin's links into /usr: nothing to judge or bind
+            if guard.allows(prefix):
                 yield prefix
 
 
-def venv_home_prefix(venv: Path) -> Path | None:
-    """The base interpreter's prefix recorded in `venv/pyvenv.cfg` (`home = PREFIX/bin`)."""
-    try:
-        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "home" and value.strip().startswith("/"):
-            home = Path(os.path.realpath(value.strip()))
-            return home.parent if home.name in TOOL_DIR_NAMES else home
-    return None
+@dataclass(frozen=True)
+class PathPart:
+    binds: tuple[Path, ...]
+    pyenv_roots: tuple[Path, ...]  # their selected versions depend on the tree: per command
+    venvs: tuple[Path, ...]  # PATH entries that are a venv's bin: checked per command
 
 
-def path_tools(path_env: str, home: Path) -> list[Path]:
-    """Directories to bind for the programs on PATH (absolute entries only: a relative
-    entry means the working directory, which is the copy)."""
+def _covered(path: str, binds: tuple[str, ...]) -> bool:
+    return any(_under(path, b) for b in binds)
+
+
+def path_tools(path_env: str, guard: Guard, covered: tuple[str, ...] = ()) -> PathPart:
+    """What the programs on PATH need (absolute entries only: a relative entry means the
+    working directory, which is the copy), each judged on its real path by the guard."""
     out: list[Path] = []
+    roots: list[Path] = []
+    venvs: list[Path] = []
     for entry in path_env.split(os.pathsep):
         if not entry.startswith("/") or not os.path.isdir(entry):
             continue
         real = Path(os.path.realpath(entry))
-        root = _tool_root(real, home)
+        if not guard.allows(real):
+            continue
+        pyenv = pyenv_root(real)
+        if pyenv is not None:
+            out.append(real)
+            roots.append(pyenv)
+            continue
+        root = real.parent if real.name in TOOL_DIR_NAMES else real
+        if root != real and not guard.allows(root):
+            root = real
         out.append(root)
         if root == real:
-            out.extend(_linked_prefixes(real, home))
-            if real == home / ".cargo" / "bin":
-                out.append(home / ".rustup")
-        venv = venv_home_prefix(root)
-        if venv is not None:
-            out.append(venv)
-    return out
+            out.extend(_linked_prefixes(real, guard, covered))
+            if real.name == "bin" and real.parent.name == ".cargo":
+                rustup = real.parent.parent / ".rustup"
+                if guard.allows(rustup):
+                    out.append(rustup)
+        if (root / "pyvenv.cfg").is_file():
+            venvs.append(root)
+    return PathPart(tuple(out), tuple(dict.fromkeys(roots)), tuple(venvs))
 
 
 def tree_venvs(workdir: Path) -> list[Path]:
-    """The base interpreters of virtualenvs at the top of the tree (.venv, venv, env, ...)."""
-    out: list[Path] = []
+    """The virtualenvs at the top of the tree (.venv, venv, env, ...) and the tree itself."""
     candidates = [workdir]
     with contextlib.suppress(OSError):
         candidates += [Path(e.path) for e in os.scandir(workdir) if e.is_dir(follow_symlinks=False)]
-    for venv in candidates:
-        prefix = venv_home_prefix(venv)
-        if prefix is not None:
-            out.append(prefix)
-    return out
+    return [c for c in candidates if (c / "pyvenv.cfg").is_file()]
 
 
 def _minimal(paths: Iterable[Path], base: View, inside: str, hidden: str) -> tuple[str, ...]:
-    """Existing directories not already covered, parents before children, no duplicates;
-    none inside the working directory (the copy is mounted there), none that would show
-    `hidden` (the copy's own host path, next to other copies)."""
+    """Existing directories (and pyenv's version file) not already covered, parents
+    before children, no duplicates; none inside the working directory (the copy is
+    mounted there), none that would show `hidden` (the copy's own host path, next to
+    other copies)."""
     kept: list[str] = []
     for p in sorted({str(p) for p in paths}, key=lambda s: (s.count("/"), s)):
         if p == "/" or base.covers(p) or any(_under(p, k) for k in kept):
             continue
-        if _under(p, inside) or _under(hidden, p) or not os.path.isdir(p):
+        if _under(p, inside) or _under(hidden, p) or not os.path.exists(p):
             continue
         kept.append(p)
     return tuple(kept)
 
 
 @lru_cache(maxsize=16)
-def _path_part(path_env: str, home: str) -> tuple[Path, ...]:
-    return tuple(path_tools(path_env, Path(home)))
+def _path_part(path_env: str, guard: Guard, covered: tuple[str, ...]) -> PathPart:
+    return path_tools(path_env, guard, covered)
+
+
+def default_guard(base: View) -> Guard:
+    """The guard when the arm names none: the caller's own homes, no places of ours."""
+    return make_guard(os.environ.get("HOME"), (), base.binds)
 
 
 def command_view(
-    env: Mapping[str, str], workdir: Path, copy: Path, base: View | None = None
+    env: Mapping[str, str],
+    workdir: Path,
+    copy: Path,
+    base: View | None = None,
+    guard: Guard | None = None,
 ) -> View:
     """The whole view for one command: system + PATH tools + the tree's venv interpreters.
-    The PATH part is cached per (PATH, HOME); the tree is looked at every time (a venv can
-    appear between two commands). Nothing at or around the working directory is bound:
-    the copy is mounted there."""
+    The PATH part is cached per (PATH, guard); the tree is looked at every time (a venv or
+    a .python-version can appear between two commands). Nothing at or around the working
+    directory is bound: the copy is mounted there. Raises E_SANDBOX_DENIED for a venv
+    whose pyvenv.cfg lies (view_tools.py)."""
     base = base or system_view()
-    home = env.get("HOME") or "/nonexistent"
-    tools = [*_path_part(env.get("PATH", ""), home), *tree_venvs(workdir)]
+    guard = guard or default_guard(base)
+    part = _path_part(env.get("PATH", ""), guard, base.binds)
+    tools = list(part.binds)
+    for root in part.pyenv_roots:
+        tools += pyenv_parts(root, workdir, env, guard)
+    for venv in (*part.venvs, *tree_venvs(workdir)):
+        prefix = venv_base(venv, guard, base.covers)
+        if prefix is not None:
+            tools.append(prefix)
     extra = _minimal(tools, base, str(workdir), str(copy))
     view = View(base.binds + extra, base.links)
     return View(view.binds, view.links + _path_aliases(env.get("PATH", ""), view, workdir))

@@ -1,14 +1,21 @@
-"""The seccomp program bwrap loads (`--seccomp FD`): no new AF_UNIX socket, no io_uring.
+"""The seccomp program bwrap loads (`--seccomp FD`): the socket policy (socket_policy.py)
+for an arm without AF_UNIX -- no socket family but inet, inet6 and route netlink -- and no
+io_uring.
 
 Defence in depth behind the explicit view (bwrap_view.py): even if a unix socket is visible
 in the sandbox, the command cannot make a socket to connect to it. The same idea as
 Anthropic's sandbox-runtime (a BPF program refusing `socket(AF_UNIX, ...)`, handed to bwrap).
+And past the empty network namespace: `socket(AF_VSOCK)` is not namespaced (it reached the
+hypervisor's services from a sandbox on a VM, issue 30), nor are half the other families.
 
 What the program refuses, and the bypass each line closes:
 
-- `socket(AF_UNIX, ...)` -> EPERM. Only the low 32 bits of the first argument are compared:
-  the kernel reads `int family`, so comparing all 64 bits (libseccomp's plain `SCMP_CMP_EQ`
-  on a 64-bit arch) would let `socket(0x100000001, ...)` -- an AF_UNIX socket -- through.
+- `socket(family, ...)` -> EPERM for every family but AF_INET, AF_INET6 and AF_NETLINK
+  with protocol NETLINK_ROUTE (glibc's getaddrinfo and `ip` read it): AF_UNIX, AF_VSOCK,
+  AF_PACKET, AF_XDP, every other netlink protocol, and any family a kernel adds later.
+  Only the low 32 bits of the family and protocol are compared: the kernel reads `int
+  family`, so comparing all 64 bits (libseccomp's plain `SCMP_CMP_EQ` on a 64-bit arch)
+  would let a refusal miss `socket(0x100000001, ...)` -- an AF_UNIX socket.
 - `socketpair(AF_UNIX, SOCK_DGRAM | SOCK_RAW, ...)` -> EPERM; SOCK_STREAM and SOCK_SEQPACKET
   pairs stay allowed (pipes between the command's own processes). A datagram socket from a
   pair can still `sendto()`/`connect()` a pathname address (trpc-agent-go#2426 found this
@@ -23,7 +30,7 @@ What the program refuses, and the bypass each line closes:
   and a different numbering (socketcall(2) multiplexes socket()); x32 syscalls arrive as
   AUDIT_ARCH_X86_64 with bit 30 set. Both are refused whole: checked before any number.
 
-Why a BPF program built here, not libseccomp: the program is twenty instructions for the
+Why a BPF program built here, not libseccomp: the program is thirty instructions for the
 two architectures we know the numbers of (x86_64, aarch64; anything else: the arm refuses,
 `SeccompUnsupported`), and the subtle parts (the 32-bit compare, the x32 bit, the foreign
 ABI) are exactly what must be visible and tested, not defaults of a binding. The Python
@@ -43,6 +50,8 @@ import struct
 from dataclasses import dataclass
 from functools import cache
 
+from sprawl_orch.core import socket_policy as policy
+
 # <linux/filter.h>, <linux/seccomp.h>, <linux/audit.h>
 _LD_W_ABS = 0x20
 _JEQ_K = 0x15
@@ -52,13 +61,13 @@ _RET_K = 0x06
 RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
 X32_SYSCALL_BIT = 0x40000000
-AF_UNIX = 1
+AF_UNIX = policy.AF_UNIX
 SOCK_STREAM = 1
 SOCK_SEQPACKET = 5
 SOCK_TYPE_MASK = 0xF
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6].
 # Little-endian (both arches below): the low half of args[i] is at 16 + 8*i.
-_NR, _ARCH, _ARG0_LO, _ARG1_LO = 0, 4, 16, 24
+_NR, _ARCH, _ARG0_LO, _ARG1_LO, _ARG2_LO = 0, 4, 16, 24, 32
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,10 @@ def build(abi: Abi) -> bytes:
             _op(_RET_K, RET_ALLOW),
             "socket",
             _op(_LD_W_ABS, _ARG0_LO),
-            _op(_JEQ_K, AF_UNIX, "eperm", "allow"),
+            *(_op(_JEQ_K, family, "allow") for family in policy.INET_FAMILIES),
+            _op(_JEQ_K, policy.AF_NETLINK, None, "eperm"),
+            _op(_LD_W_ABS, _ARG2_LO),
+            _op(_JEQ_K, policy.NETLINK_ROUTE, "allow", "eperm"),
             "socketpair",
             _op(_LD_W_ABS, _ARG0_LO),
             _op(_JEQ_K, AF_UNIX, None, "allow"),

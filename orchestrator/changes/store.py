@@ -37,6 +37,7 @@ from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.record import SyncRecord
 from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import private_dirs, private_file
 
 BUDGET = 1024 * 1024 * 1024
 # Bytes of the host's disk one kept entry costs besides its content, counted against the
@@ -63,8 +64,10 @@ def _check_handle(handle: str) -> None:
 
 @contextmanager
 def locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(root / ".lock", "a") as lock:
+    private_dirs(root)
+    with os.fdopen(
+        private_file(root / ".lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a"
+    ) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -119,15 +122,14 @@ def _copy_blob(copy_fd: int, rel: str, dest: Path, room: int) -> int:
     except BaseException:
         os.close(fd)
         raise
-    with src:
+    with src, os.fdopen(private_file(dest), "wb") as out:
         if st.st_size > room:
             raise _OverBudget
-        with open(dest, "wb") as out:
-            while chunk := src.read(min(1 << 20, room - out.tell() + 1)):
-                if out.tell() + len(chunk) > room:
-                    raise _OverBudget
-                out.write(chunk)
-            return out.tell()
+        while chunk := src.read(min(1 << 20, room - out.tell() + 1)):
+            if out.tell() + len(chunk) > room:
+                raise _OverBudget
+            out.write(chunk)
+        return out.tell()
 
 
 def _usage(root: Path) -> list[tuple[float, str, int, str]]:
@@ -184,9 +186,9 @@ def keep(
     fields: dict[str, Any] = {"handle": handle}
     if not entries:
         return Changes.of(entries, **fields)
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(root)
     tmp = root / f".{handle}.{secrets.token_hex(4)}"
-    (tmp / "blobs").mkdir(parents=True)
+    private_dirs(tmp / "blobs")
     blobs: dict[str, str] = {}
     lost: list[str] = []
     # What keeping costs beyond the new bytes: a manifest line and a blob file (inode,
@@ -230,7 +232,7 @@ def keep(
         text = json.dumps(manifest)
         stored = len(text.encode()) + _blocks(tmp / "blobs")
         manifest["stored_bytes"] = stored
-        with open(tmp / MANIFEST, "w") as f:
+        with os.fdopen(private_file(tmp / MANIFEST), "w") as f:
             json.dump(manifest, f)
     notes = [f"the new bytes of {', '.join(lost)} could not be read"] if lost else []
     dropped: list[str] = []

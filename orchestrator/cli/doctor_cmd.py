@@ -49,6 +49,8 @@ def _render(report: object) -> None:
         for m in row.missing:
             console.print(f"[bold]{escape(row.label)}[/]: [red]{escape(m.phrase)}[/]")
             console.print(f"    what to do: {escape(m.recovery)}")
+        if row.egress:
+            console.print(f"    network: {escape(row.egress)}")
     console.print()
     console.print(f"[bold]auto[/] → {report.auto.arm}: {escape(report.auto.reason)}")
     if report.configured.asked != "auto":

@@ -75,6 +75,10 @@ def _say(result: ExecResult) -> None:
         return
     for line in result.statement.splitlines():
         click.echo(f"sprawl-orch: {line}", err=True)
+    for entry in (result.network or {}).get("egress", []):
+        if not entry["allowed"]:
+            said = f"{entry['kind']} {entry['host']}:{entry['port']}: {entry['reason']}"
+            click.echo(f"sprawl-orch: egress refused: {said}", err=True)
     if result.work is not None and result.work.excluded:
         left_out = ", ".join(result.work.excluded)
         click.echo(

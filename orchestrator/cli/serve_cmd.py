@@ -7,7 +7,6 @@ everything.
 
 from __future__ import annotations
 
-import io
 import json
 import signal
 import sys
@@ -50,6 +49,13 @@ def _stop_on(signum: int, frame: FrameType | None) -> None:
     default=None,
     help="Where cgroupfs is mounted (default /sys/fs/cgroup).",
 )
+@click.option(
+    "--max-request-bytes",
+    type=click.IntRange(min=1024),
+    default=8 * 1024 * 1024,
+    show_default=True,
+    help="A request line's bound; a longer one gets E_BAD_REQUEST and is dropped unread.",
+)
 @click.option("--schema", is_flag=True, help="Print the JSON schema of requests and responses.")
 def serve_command(
     workdir: Path,
@@ -59,6 +65,7 @@ def serve_command(
     run_memory_bytes: int | None,
     cgroup_root: Path | None,
     warm: bool | None,
+    max_request_bytes: int,
     schema: bool,
 ) -> None:
     """Serve exec, harvest, halt, release, processes and doctor as JSON lines."""
@@ -75,12 +82,11 @@ def serve_command(
     asked = Shares.cpu_and_memory(run_memory_bytes) if run_memory_bytes else Shares(kind=shares)  # type: ignore[arg-type]
     found = delegation(cgroup_root) if cgroup_root is not None else None
     server = serve.Server(config, workdir, sys.stdout, shares=asked, workers=workers, found=found)
-    if isinstance(sys.stdin, io.TextIOWrapper):
-        sys.stdin.reconfigure(encoding="utf-8", errors="replace")
     signal.signal(signal.SIGTERM, _stop_on)
     signal.signal(signal.SIGINT, _stop_on)
     try:
-        server.serve(sys.stdin)
+        lines = serve.bounded_lines(sys.stdin.buffer, max_request_bytes)
+        server.serve(lines, max_request_bytes)
     except _Stop as stop:
         server.close()
         sys.exit(stop.status)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.core.credentials import credential_pattern, why
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.egress.rules import parse_entry
 from sprawl_orch.engines.engine import IMAGE_ID, EngineName
 
 CONFIG_NAME = "sprawl.toml"
@@ -172,6 +173,25 @@ class CopyConfig(_Strict):
         return value
 
 
+class NetworkConfig(_Strict):
+    """``[sandbox.network]``: hosts a command may reach over HTTP(S) through sprawl-orch's
+    proxy (orchestrator/egress/). Empty `allow` (the default): no network at all."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    # "host": the host's CA bundle (SSL_CERT_FILE and siblings) made visible read-only inside
+    # and the same variables set, for machines whose outbound TLS is re-signed by a CA only
+    # the host trusts. "image": the sandbox's own trust store.
+    trust: Literal["image", "host"] = "image"
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _entries(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
+            parse_entry(entry)  # EntryError (a ValueError) names the entry and the fault
+        return entries
+
+
 class SandboxConfig(_Strict):
     arm: ArmSpelling = "auto"
     shell: bool = True
@@ -184,6 +204,7 @@ class SandboxConfig(_Strict):
     window_seconds: float = Field(default=600.0, gt=0)
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
+    network: NetworkConfig = NetworkConfig()
 
     @field_validator("env_passthrough", "credentials")
     @classmethod

@@ -66,6 +66,13 @@ def guardian_socket(state: Path, environ: Mapping[str, str], code: Path) -> Path
     if len(os.fsencode(candidate)) <= SOCKET_PATH_MAX:
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
         return candidate
+    digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
+    return private_tmp() / f"guardian-{digest}-{flavour}.sock"
+
+
+def private_tmp() -> Path:
+    """A private directory of this user under the temp dir (made 0700; refused when another
+    account holds it, it is open to others, or it is a link)."""
     private = Path(tempfile.gettempdir()) / f"sprawl-orch-{os.geteuid()}"
     private.mkdir(mode=0o700, exist_ok=True)
     st = private.lstat()
@@ -76,5 +83,4 @@ def guardian_socket(state: Path, environ: Mapping[str, str], code: Path) -> Path
         or private.is_symlink()
     ):
         raise OSError(f"{private} is not a private directory of this user")
-    digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
-    return private / f"guardian-{digest}-{flavour}.sock"
+    return private

@@ -27,6 +27,7 @@ from sprawl_orch.container.argv import HostLimits, fit_limits
 from sprawl_orch.container.evidence import Evidence, boot_id, stamp
 from sprawl_orch.container.gvisor import KERNEL_NOTE, ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime, probe
+from sprawl_orch.container.seccomp_profile import ProfileUnusable, file_holds, write_for
 from sprawl_orch.container.stale_probes import sweep_stale_probes
 from sprawl_orch.container.userns import SUBGID, SUBUID, Userns, plan
 from sprawl_orch.core import arms
@@ -52,6 +53,7 @@ class Admission:
     userns: Userns | None = None  # the user namespace every container is put in
     limits_enforced: bool = True  # False: the probe saw the engine drop the limits
     limits_why: str = ""
+    seccomp: str | None = None  # the profile file every container is created with
     # refused
     code: ErrorCode | None = None
     reason: str = ""
@@ -101,6 +103,7 @@ class Admission:
                 "userns": self.userns.as_dict() if self.userns else None,
                 "limits_enforced": self.limits_enforced,
                 "limits_why": self.limits_why,
+                "seccomp": self.seccomp,
                 "notes": list(self.notes),
                 "proved_at": self.proved_at,
             }
@@ -193,12 +196,21 @@ def _admit(
             'dockerd with --userns-remap, a rootless engine) or set userns = "auto"',
         )
     enforced, limits_why = True, ""
+    try:
+        seccomp = write_for(name, facts, wrappers)
+    except ProfileUnusable as err:
+        return refused(
+            name,
+            ErrorCode.SANDBOX_DENIED,
+            f"{err}; without it the network axis would not hold (AF_VSOCK, io_uring)",
+            f"run {name} with seccomp (its default profile readable), or use another engine",
+        )
 
     def runtime_for(
         userns: Userns | None, limits: bool = True
     ) -> str | tuple[Runtime, tuple[str, ...]]:
         def tried(runtime: Runtime) -> str | None:
-            return probe(engine, config, image, runtime, host, watcher, userns, limits)
+            return probe(engine, config, image, runtime, host, watcher, userns, limits, seccomp)
 
         return runtimes.choose(
             name,
@@ -249,6 +261,7 @@ def _admit(
         userns=wanted,
         limits_enforced=enforced,
         limits_why=limits_why,
+        seccomp=seccomp,
     )
 
 
@@ -289,6 +302,7 @@ _KEPT = (
     "userns",
     "limits_enforced",
     "limits_why",
+    "seccomp",
 )
 
 
@@ -367,7 +381,10 @@ def admit(
                 evidence.drop(kept_key)
             found, identity = _recall(engine, evidence, kept_key)
         wrappers = wrappers_dir(evidence)
-        if found is not None and not _wrapper_holds(found, wrappers):
+        if found is not None and not (
+            _wrapper_holds(found, wrappers)
+            and file_holds(found.seccomp, engine.name, found.facts, wrappers)
+        ):
             found = None
         if found is None:
             sweep_stale_probes(engine)

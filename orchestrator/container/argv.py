@@ -289,9 +289,15 @@ def create_argv(
     workdir: Path | None = None,
     limits: bool = True,
     gvisor: bool = False,
+    seccomp: str | None = None,
+    read_only: Sequence[tuple[str, str]] = (),
+    entrypoint: str | None = None,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
-    the copy mounted at `workdir`'s path (`destination_of`)."""
+    the copy mounted at `workdir`'s path (`destination_of`); `seccomp`: the profile file
+    (seccomp_profile.py) in place of the engine's default. `read_only`: (host path,
+    container path) binds added read-only (the egress hold, trust = "host"'s CA bundle);
+    `entrypoint`: the image's replaced (the egress hold's static shell)."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)
     where = destination_of(copy, workdir)
@@ -315,6 +321,12 @@ def create_argv(
         f"sprawl.run={run}",
         "--network",
         "none",
+        # explicit, not the engine's default: containers.conf `ipcns = "host"` (read from
+        # CONTAINERS_CONF, /etc/containers, ~/.config/containers) gave podman containers the
+        # host's /dev/shm to write while filesystem was claimed, and podman 4.3's inspect
+        # still said "shareable" (tests/escapes/test_shaping.py); the flag overrides the file
+        "--ipc",
+        "private",
         # the engine keeps no log of its own: docker's json-file and podman's k8s-file
         # stored every byte printed on the host's disk, outside the state directory, for the
         # container's life (40 MiB of stdout: ~40 MiB in each; issue 30 break 4 attacked
@@ -349,11 +361,16 @@ def create_argv(
         "ALL",
         "--security-opt",
         "no-new-privileges",
+        *(("--security-opt", f"seccomp={seccomp}") if seccomp else ()),
         "--mount",
         f"type=bind,src={copy},dst={where}",
         "--workdir",
         where,
     ]
+    for source, target in read_only:
+        out += ["--mount", f"type=bind,src={source},dst={target},readonly"]
+    if entrypoint is not None:
+        out += ["--entrypoint", entrypoint]
     for name in names:
         out += ["--env", name]
     for name, soft, hard in fitted.ulimits:

@@ -39,6 +39,7 @@ from sprawl_orch.container.command import (
     remove_quietly,
     start_refusal,
 )
+from sprawl_orch.container.egress_hold import Held, egress_gap, init_pid, proxy_at, reach
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, given_away, take_back
@@ -55,6 +56,8 @@ from sprawl_orch.runs.launch import Launch, Running, Watcher
 
 if TYPE_CHECKING:
     from sprawl_orch.container.warm import WarmPool
+    from sprawl_orch.egress.plan import EgressPlan
+    from sprawl_orch.egress.proxy import EgressProxy
 
 SHELL = "/bin/sh"  # a shell line runs under the image's own shell
 
@@ -162,6 +165,15 @@ class ContainerArm:
             said += f" {gvisor_note()}"
         return said
 
+    @property
+    def egress_gap(self) -> str | None:
+        """Why this arm's commands cannot have an allow-list, or None when they can."""
+        return egress_gap(self.admission(), self.engine.name, self.config.warm)
+
+    @property
+    def egress_reach(self) -> str | None:
+        return reach(self.engine.name) if self.egress_gap is None else None
+
     def prepare(self, workdir: Path) -> None:
         admission = self.admission()
         if not admission.admitted:
@@ -223,15 +235,30 @@ class ContainerArm:
             return self.warm_pool().start(launch, command)
         engine = self.engine
         venv = command_venv(launch, command)
-        container, name, record = self.create_verified(launch, command, venv=venv)
+        held = Held.of(launch, engine.name, self.egress_gap)
+        try:
+            container, name, record = self.create_verified(
+                launch,
+                held.command(command),
+                venv=venv,
+                read_only=held.read_only,
+                entrypoint=held.entrypoint,
+            )
+        except BaseException:
+            held.close()
+            raise
+        proxy = None
+        if held.plan is not None and held.gate is None:  # podman: init, bind, then start
+            proxy = self._egress(engine, container, launch, name, held.plan)
         attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
         if attached.start_error is not None:
+            held.close(proxy)
             attached.collect()
             self.left_copy(launch.cwd.resolve())
             remove_quietly(engine, container, launch, name)
             raise start_refusal(attached.start_error, command[0], None, venv)
         userns, copy = self.admission().userns, launch.cwd.resolve()
-        return ContainerRun(
+        run = ContainerRun(
             engine,
             container,
             name,
@@ -241,6 +268,32 @@ class ContainerArm:
             venv,
             after=lambda: self._after_run(engine, userns, copy),
         )
+        if held.plan is not None and held.gate is not None:  # docker: started, held at the gate
+            try:
+                proxy = proxy_at(held.plan, int(engine.inspect(container)["State"]["Pid"]))
+            except BaseException:
+                held.close()  # EOF at the gate: the program never runs
+                run.wait(None)
+                run.finish()
+                raise
+            held.gate.open()
+        if proxy is None:
+            return run
+        from sprawl_orch.runs.proxied import ProxiedRunning
+
+        return ProxiedRunning(run, proxy, after=held.close)
+
+    def _egress(
+        self, engine: ContainerEngine, container: str, launch: Launch, name: str, plan: EgressPlan
+    ) -> EgressProxy:
+        """podman: the proxy serving a listener inside the initialised, not yet started,
+        container; on failure the container is removed and the command refused unrun."""
+        try:
+            return proxy_at(plan, init_pid(engine, container))
+        except BaseException:
+            self.left_copy(launch.cwd.resolve())
+            remove_quietly(engine, container, launch, name)
+            raise
 
     def _after_run(self, engine: ContainerEngine, userns: Userns | None, copy: Path) -> None:
         self.left_copy(copy)
@@ -253,6 +306,8 @@ class ContainerArm:
         *,
         init_user: str | None = None,
         venv: str | None = None,
+        read_only: tuple[tuple[str, str], ...] = (),
+        entrypoint: str | None = None,
     ) -> tuple[str, str, dict[str, object]]:
         """Create the container for `launch` running `command`, inspect and verify it (a
         mismatch: removed, refused), give the copy to the command's host uid. Returns (id,
@@ -284,6 +339,9 @@ class ContainerArm:
             workdir=launch.workdir,
             limits=admission.limits_enforced,
             gvisor=admission.gvisor,
+            seccomp=admission.seccomp,
+            read_only=read_only,
+            entrypoint=entrypoint,
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {
@@ -319,6 +377,8 @@ class ContainerArm:
                 workdir=launch.workdir,
                 enforced=admission.limits_enforced,
                 gvisor=admission.gvisor,
+                seccomp=admission.seccomp,
+                read_only=read_only,
             )
             inspect = engine.inspect(container)
             if init_user is not None:

@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import socket
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from sprawl_orch.container.docker_cli_config import cli_config
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ def parse_facts(info: Mapping[str, Any], version: Mapping[str, Any]) -> EngineFa
         default_runtime=str(info.get("DefaultRuntime") or "runc"),
         runtimes=runtimes,
         runtime_paths=tuple((r, str((registered[r] or {}).get("path") or "")) for r in runtimes),
+        runtime_args=tuple(
+            (r, " ".join(str(a) for a in (registered[r] or {}).get("runtimeArgs") or []))
+            for r in runtimes
+        ),
         security_options=options,
         warnings=tuple(str(w) for w in info.get("Warnings") or []),
         root_dir=str(info.get("DockerRootDir") or ""),
@@ -209,10 +214,10 @@ class DockerEngine:
     ) -> None:
         env = os.environ if environ is None else environ
         self.host = host or env.get("DOCKER_HOST") or DEFAULT_HOST
-        self.cli = cli or shutil.which("docker", path=env.get("PATH"))
+        self.cli = cli or host_which("docker", env.get("PATH"))
         self._conn: dict[str, str] = {k: env[k] for k in CONNECTION_VARS if k in env}
         self._conn["DOCKER_HOST"] = self.host
-        self._home = env.get("HOME")
+        self._home = env.get("HOME") or os.path.expanduser("~")
         self._api: APIClient | None = None
         self._streams: APIClient | None = None
 
@@ -260,7 +265,7 @@ class DockerEngine:
         env.update(self._conn)  # which daemon to talk to is ours, never the child's
         if "HOME" not in env and self._home:
             env["HOME"] = self._home  # the CLI reads its config from $HOME/.docker
-        return env
+        return {**env, **cli_config(self._conn, self._home)}
 
     def facts(self) -> EngineFacts:
         import docker.errors

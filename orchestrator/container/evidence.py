@@ -37,6 +37,7 @@ from typing import Any
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.core.private import private_dirs
 from sprawl_orch.engines.engine import EngineFacts
 
 FORMAT = 1
@@ -152,7 +153,7 @@ class Evidence:
             "proved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         with contextlib.suppress(OSError):
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dirs(self.root)
             tmp = self.root / f".{key}.{os.getpid()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:

@@ -31,9 +31,10 @@ command meets first. See docs/MACHINES.md "gVisor".
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
+
+from sprawl_orch.core.host_which import host_which
 
 RUNSC = "runsc"
 WRAPPER_NAME = "runsc-nonet"
@@ -65,15 +66,22 @@ def guest_limits(
 
 def runsc_path(path: str | None = None) -> str | None:
     """The installed runsc (None: not installed)."""
-    return shutil.which(RUNSC, path=path)
+    return host_which(RUNSC, path)
+
+
+# gVisor loads the container's OCI seccomp profile (sprawl-orch's, seccomp_profile.py) only
+# with this flag; without it the profile is in the spec and nothing applies it (runsc
+# 0.0~20221219: socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT) and io_uring_setup succeeded).
+OCI_SECCOMP = "--oci-seccomp"
+RUNTIME_ARGS: tuple[str, ...] = ("--network=none", OCI_SECCOMP)
 
 
 def wrapper_text(runsc: str) -> str:
-    return f'#!/bin/sh\nexec {runsc} --network=none "$@"\n'
+    return f'#!/bin/sh\nexec {runsc} {" ".join(RUNTIME_ARGS)} "$@"\n'
 
 
 def ensure_wrapper(state: Path, runsc: str) -> Path:
-    """The wrapper in `state` exec'ing `runsc` with --network=none; (re)written when absent
+    """The wrapper in `state` exec'ing `runsc` with RUNTIME_ARGS; (re)written when absent
     or different, mode 0755, by atomic rename."""
     target = state / WRAPPER_NAME
     want = wrapper_text(runsc)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 
 # Where podman finds its configuration and state; passed through to every CLI call.
@@ -78,6 +78,7 @@ def parse_facts(info: Mapping[str, Any], installed: Sequence[str] = ()) -> Engin
         ),
         uid_map=_id_map(mappings.get("uidmap")),
         gid_map=_id_map(mappings.get("gidmap")),
+        seccomp_profile=str(security.get("seccompProfilePath") or ""),
     )
 
 
@@ -177,7 +178,7 @@ class PodmanEngine:
     ) -> None:
         env = os.environ if environ is None else environ
         self._bundles: dict[str, str] = {}
-        self.cli = cli or shutil.which("podman", path=env.get("PATH"))
+        self.cli = cli or host_which("podman", env.get("PATH"))
         self._conn: dict[str, str] = {k: env[k] for k in CONNECTION_VARS if k in env}
         self._path = env.get("PATH")
         # The create runs with the child's HOME (the container arm's is /tmp) so that
@@ -222,7 +223,7 @@ class PodmanEngine:
             raise engine_error(
                 "podman", "info", f"not JSON: {done.stdout[:200]!r}", "check `podman info`"
             ) from err
-        installed = [r for r in KNOWN_RUNTIMES if shutil.which(r, path=self._path)]
+        installed = [r for r in KNOWN_RUNTIMES if host_which(r, self._path)]
         return parse_facts(info, installed)
 
     def identity(self) -> dict[str, Any]:
@@ -235,9 +236,7 @@ class PodmanEngine:
             "podman": [self.cli, stamp(self.cli)],
             "euid": os.geteuid(),
             # runsc is given by the path of a wrapper (container/gvisor.py), not by name
-            "runtimes": {
-                r: stamp(shutil.which(r, path=self._path)) for r in (*KNOWN_RUNTIMES, "runsc")
-            },
+            "runtimes": {r: stamp(host_which(r, self._path)) for r in (*KNOWN_RUNTIMES, "runsc")},
             "configs": {str(p): stamp(p) for p in configs},
             "store": [str(root := self._graph_root(configs)), stamp(root, contents=False)],
         }
@@ -310,6 +309,22 @@ class PodmanEngine:
         if bundle is None:  # normally known from the verification inspect
             bundle = str(self.inspect(container).get("StaticDir") or "") or None
         return PodmanAttached(self._bin(), container, self._cli_env(), stdout, stderr, bundle)
+
+    def init_pid(self, container: str) -> int:
+        """`podman init`: the container's namespaces exist, its program has not started (OCI
+        create without start); the host pid that holds them (egress/netns.py binds there).
+        conmon starts here, not at `start`: it runs in the bundle for its OOM marker too."""
+        bundle = self._bundles.get(container)
+        done = subprocess.run(
+            [self._bin(), "init", container],
+            env=self._cli_env(),
+            cwd=bundle,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise engine_error("podman", "init", done.stderr, "run the command again")
+        return int(self.inspect(container)["State"]["Pid"])
 
     def kill(self, container: str) -> None:
         done = self._run("kill", "--signal", "KILL", container, check=False)

@@ -97,6 +97,7 @@ def probe(
     watcher: Watcher | None = None,
     userns: Userns | None = None,
     limits: bool = True,
+    seccomp: str | None = None,
 ) -> str | None:
     """Run `true` exactly as a command would run (limits, mount, verify) — under a user
     namespace `touch` a file and read its owner back from the host. None = passed, else
@@ -124,10 +125,22 @@ def probe(
             userns=userns.flags() if userns else (),
             limits=limits,
             gvisor=runtime.gvisor,
+            seccomp=seccomp,
         )
         try:
             return _run_probe(
-                engine, config, image, runtime, host, argv, name, work, watcher, userns, limits
+                engine,
+                config,
+                image,
+                runtime,
+                host,
+                argv,
+                name,
+                work,
+                watcher,
+                userns,
+                limits,
+                seccomp,
             )
         except _OwnFault as fault:
             raise fault.err from None
@@ -151,6 +164,7 @@ def _run_probe(
     watcher: Watcher,
     userns: Userns | None,
     limits: bool,
+    seccomp: str | None,
 ) -> str | None:
     copy = work / "copy"
     container: str | None = None
@@ -172,6 +186,7 @@ def _run_probe(
             userns,
             enforced=limits,
             gvisor=runtime.gvisor,
+            seccomp=seccomp,
         )
         inspect = engine.inspect(container)
         found = mismatches(expected, inspect)

@@ -8,7 +8,9 @@
   naming what to install or register), never a silent other one.
 
 "There for this engine": docker runs only runtimes registered with its daemon (`docker
-info` Runtimes; .ci/setup-engines registers runsc with runtimeArgs --network=none);
+info` Runtimes; .ci/setup-engines registers runsc with runtimeArgs --network=none and
+--oci-seccomp -- a registration without the latter is refused: gVisor would not load the
+seccomp profile the network claim rests on, seccomp_profile.py);
 podman is given runc/crun by name and runsc as the path of the wrapper gvisor.py writes
 (bare runsc refuses podman's `--network none`: "cannot run with network enabled in root
 network namespace"). Warm mode (one container entered by exec per command) is not proved
@@ -17,14 +19,14 @@ on runsc: "auto" skips it there and an explicit "runsc" is refused.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from sprawl_orch.container.admission_words import runsc_failure
-from sprawl_orch.container.gvisor import RUNSC, ensure_wrapper, runsc_path
+from sprawl_orch.container.gvisor import OCI_SECCOMP, RUNSC, ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime
 from sprawl_orch.core.errors import ErrorCode
+from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import EngineFacts
 
 # runc first: it works everywhere here (crun fails on hybrid cgroup hosts)
@@ -32,7 +34,8 @@ BY_NAME: tuple[str, ...] = ("runc", "crun")
 REGISTER_RUNSC = (
     "install runsc (apt-get install runsc) and register it with the daemon in its "
     'daemon.json: {"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": '
-    '["--network=none"]}}}, then `kill -HUP` dockerd (it reloads runtimes without a restart)'
+    '["--network=none", "--oci-seccomp"]}}}, then `kill -HUP` dockerd (it reloads runtimes '
+    "without a restart)"
 )
 
 Probe = Callable[[Runtime], str | None]  # None = passed, else the engine's words
@@ -76,9 +79,16 @@ def _not_runsc(facts: EngineFacts) -> str | None:
     """The daemon's runtime named "runsc" must run gVisor's runsc binary: a name alone
     would let any runtime registered under it be stated as gVisor's kernel."""
     path = dict(facts.runtime_paths).get(RUNSC, "")
-    found = shutil.which(path) if path else None
+    found = host_which(path) if path else None
+    args = dict(facts.runtime_args).get(RUNSC, "").split()
     if found is not None and Path(found).resolve().name == RUNSC:
-        return None
+        if OCI_SECCOMP in args or f"{OCI_SECCOMP}=true" in args:
+            return None
+        return (
+            f"the docker daemon runs runsc without {OCI_SECCOMP} (runtimeArgs: "
+            f"{' '.join(args) or 'none'}): gVisor would not load sprawl-orch's seccomp "
+            f"profile, and the network axis rests on it; {REGISTER_RUNSC}"
+        )
     return (
         f"the docker daemon's runtime named runsc runs {path or 'an unknown program'!r}, "
         f"not gVisor's runsc binary; {REGISTER_RUNSC}"

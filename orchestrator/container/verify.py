@@ -19,6 +19,7 @@ inspect (fixtures in tests/unit/fixtures/):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,8 @@ class Expected:
     ulimits: tuple[tuple[str, int, int], ...]
     userns: Userns | None = None
     destination: str = ""  # where the copy is mounted; "" = at its own path
+    seccomp: str = ""  # the profile file (seccomp_profile.py); "" = none asked
+    read_only: tuple[tuple[str, str], ...] = ()  # (source, destination) binds, read-only
 
     @classmethod
     def of(
@@ -70,6 +73,8 @@ class Expected:
         workdir: Path | None = None,
         enforced: bool = True,
         gvisor: bool = False,
+        seccomp: str | None = None,
+        read_only: tuple[tuple[str, str], ...] = (),
     ) -> Expected:
         limits = fit_limits(config, host, gvisor)
         on = 1 if enforced else 0  # limits not asked: the engine must report none (0)
@@ -87,6 +92,8 @@ class Expected:
             ulimits=limits.ulimits,
             userns=userns,
             destination=destination_of(copy, workdir),
+            seccomp=seccomp or "",
+            read_only=read_only,
         )
 
 
@@ -108,10 +115,17 @@ def _bare(image: object) -> str:
 def _mounts(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
     where = expected.destination or expected.copy
     want = [{"Type": "bind", "Source": expected.copy, "Destination": where, "RW": True}]
+    want += [
+        {"Type": "bind", "Source": source, "Destination": target, "RW": False}
+        for source, target in expected.read_only
+    ]
     found = [
         {k: m.get(k) for k in ("Type", "Source", "Destination", "RW")}
         for m in (inspect.get("Mounts") or [])
     ]
+    # Engines list mounts in their own order: compared by destination.
+    want.sort(key=lambda m: str(m["Destination"]))
+    found.sort(key=lambda m: str(m["Destination"]))
     if found != want:
         return Mismatch("mounts", "Mounts", want, found)
     volumes = (inspect.get("Config") or {}).get("Volumes")
@@ -143,6 +157,30 @@ def _security(inspect: Mapping[str, Any]) -> Mismatch | None:
     return None
 
 
+def _seccomp(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
+    """docker's CLI reads the file and sends its JSON, which inspect shows inline; podman
+    keeps the path it read (podman 4.3). Either must be our profile, and the only one."""
+    if not expected.seccomp:
+        return None
+    opts = [str(o) for o in (inspect.get("HostConfig") or {}).get("SecurityOpt") or []]
+    given = [o.partition("=")[2] for o in opts if o.startswith(("seccomp=", "seccomp:"))]
+    where = "HostConfig.SecurityOpt[seccomp]"
+    try:
+        with open(expected.seccomp, encoding="utf-8") as f:
+            want = f.read()
+    except OSError as err:
+        return Mismatch("seccomp", where, expected.seccomp, f"unreadable: {err.strerror}")
+    if len(given) == 1 and expected.engine == "podman" and given[0] == expected.seccomp:
+        return None
+    docker = len(given) == 1 and expected.engine == "docker"
+    try:
+        if docker and json.loads(given[0]) == json.loads(want):
+            return None
+    except ValueError:
+        pass
+    return Mismatch("seccomp", where, expected.seccomp, [g[:80] for g in given])
+
+
 def _tmpfs(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
     given: Mapping[str, Any] = (inspect.get("HostConfig") or {}).get("Tmpfs") or {}
     tmpfs = set(given)
@@ -153,6 +191,23 @@ def _tmpfs(expected: Expected, inspect: Mapping[str, Any]) -> Mismatch | None:
     # "mode=1777,rw,rprivate,nosuid,nodev,tmpcopyup".
     if "mode=1777" not in str(given["/tmp"] or "").split(","):
         return Mismatch("tmpfs", "HostConfig.Tmpfs[/tmp]", "mode=1777", given["/tmp"])
+    return None
+
+
+def _shared_with_host(inspect: Mapping[str, Any]) -> Mismatch | None:
+    """No host IPC or UTS namespace, no device of the host: containers.conf (`ipcns`,
+    `utsns`, `devices`) adds them to every podman container without a flag. --ipc private
+    overrides the file (argv.py), but podman 4.3 reports IpcMode "shareable" either way, so
+    only a plain "host"/"container:" here is evidence; devices and UTS are reported truly."""
+    hc = inspect.get("HostConfig") or {}
+    ipc, uts = str(hc.get("IpcMode") or ""), str(hc.get("UTSMode") or "")
+    if ipc == "host" or ipc.startswith("container:"):
+        return Mismatch("ipc_mode", "HostConfig.IpcMode", "private", ipc)
+    if uts == "host" or uts.startswith("container:"):
+        return Mismatch("uts_mode", "HostConfig.UTSMode", "private", uts)
+    devices = hc.get("Devices") or []
+    if devices:
+        return Mismatch("devices", "HostConfig.Devices", [], devices)
     return None
 
 
@@ -224,8 +279,10 @@ def mismatches(expected: Expected, inspect: Mapping[str, Any]) -> list[Mismatch]
     for check in (
         _caps(inspect),
         _security(inspect),
+        _seccomp(expected, inspect),
         _mounts(expected, inspect),
         _tmpfs(expected, inspect),
+        _shared_with_host(inspect),
         _ulimits(expected, inspect),
         _runtime(expected, inspect),
         _userns(expected, inspect),

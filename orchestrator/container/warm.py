@@ -234,6 +234,7 @@ class WarmPool:
                 admission.runtime_used,
                 admission.userns,
                 workdir=warm.source,
+                seccomp=admission.seccomp,
             )
             verify(expected, as_command_user(inspect, INIT_USER, expected.user))
         except SprawlError as err:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 import psutil
 
 from sprawl_orch.container.warm_freeze import Freezer
+from sprawl_orch.copy.fileops import open_dir, remove_entry
 from sprawl_orch.runs.cgroup_counters import read_counter
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -189,36 +189,65 @@ class HostView:
         """Every entry of a writable mount, not descending into mounts beneath it (the copy
         is mounted at the working directory's own path, which may be under /tmp). A
         directory's size and mtime change with what commands add to it: not compared.
-        With a stack of its own, not os.walk: os.walk recurses once per level, and a
-        command's `mkdir d; cd d` 1500 times raised RecursionError out of the reset (the
-        result E_INTERNAL, the container neither kept nor removed)."""
-        root = f"/proc/{self.init}/root"
-        base = f"{root}{mount}"
+
+        Iterative and by directory fd: a command that nests 1500 directories in /tmp made
+        os.walk (recursive in Python 3.11) raise RecursionError out of ExecTool.exec, and
+        past ~2000 levels a path-based lstat fails with ENAMETOOLONG, which would hide the
+        entries from the reset. One fd is held at a time; the climb back goes through
+        ".." and is checked against the directory it came from (copy.fileops.remove_tree's
+        way), so a tree moved under the walk raises OSError rather than being misread."""
+        base = f"/proc/{self.init}/root{mount}"
         found: dict[str, Entry] = {}
-        stack = [base]
-        while stack:
-            top = stack.pop()
-            try:
-                with os.scandir(top) as listing:
-                    entries = list(listing)
-            except OSError:
-                continue  # gone, or past PATH_MAX: beneath a new directory, deleted with it
-            inside = "/" + os.path.relpath(top, root)
-            for item in entries:
+        try:
+            fd = open_dir(base)
+        except OSError:
+            return found
+        try:
+            stack = [_Seen("", self._list(fd, mount, "", found), _ident(fd))]
+            while stack:
+                top = stack[-1]
+                if top.pending:
+                    sub = top.pending.pop()
+                    try:
+                        inner = open_dir(sub, fd)
+                    except OSError:
+                        continue  # gone or replaced by a non-directory since it was listed
+                    os.close(fd)
+                    fd = inner
+                    rel = os.path.join(top.rel, sub)
+                    stack.append(_Seen(rel, self._list(fd, mount, rel, found), _ident(fd)))
+                    continue
+                stack.pop()
+                if stack:
+                    up = os.open("..", _UP_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = up
+                    if _ident(fd) != stack[-1].ident:
+                        raise OSError(f"a directory under {mount} moved while it was read")
+        finally:
+            os.close(fd)
+        return found
+
+    def _list(self, fd: int, mount: str, rel: str, found: dict[str, Entry]) -> list[str]:
+        """Record the entries of the open directory `rel`; its subdirectories to enter."""
+        subdirs: list[str] = []
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                path = os.path.join(rel, entry.name)
                 with contextlib.suppress(OSError):
-                    st = item.stat(follow_symlinks=False)
+                    st = entry.stat(follow_symlinks=False)
                     kind = st.st_mode & 0o170000
                     plain = kind != 0o040000
-                    found[os.path.relpath(item.path, base)] = Entry(
+                    found[path] = Entry(
                         kind,
                         st.st_mode & 0o7777,
                         st.st_uid,
                         st.st_size if plain else 0,
                         st.st_mtime_ns if plain else 0,
                     )
-                    if not plain and os.path.join(inside, item.name) not in self.mounts:
-                        stack.append(item.path)
-        return found
+                    if not plain and os.path.join(mount, path) not in self.mounts:
+                        subdirs.append(entry.name)
+        return subdirs
 
     def reset_writable(self) -> list[str]:
         """Delete what a command added; returns baseline entries it changed or removed, and
@@ -229,18 +258,23 @@ class HostView:
             before = self.snapshot[mount]
             now = self._walk(mount)
             for rel in sorted(set(now) - set(before)):
-                if os.path.dirname(rel) and os.path.dirname(rel) not in before:
+                parent = os.path.dirname(rel)
+                if parent and parent not in before:
                     continue  # beneath a new directory: goes with it
-                path = os.path.join(base, rel)
-                # rmtree's fd-based walk never follows a symlink, but recurses per level
-                # (Python 3.11): a deeper tree stays, and is found below.
-                with contextlib.suppress(OSError, RecursionError):
-                    if now[rel].kind == 0o040000:
-                        shutil.rmtree(path)
-                    else:
-                        os.unlink(path)
+                # The parent is in the baseline (the image's own, shallow); the new entry
+                # may be thousands of levels deep: removed by fd, never by path.
+                # any failure is found by the walk after: the container is then replaced
+                with contextlib.suppress(OSError):
+                    pfd = open_dir(os.path.join(base, parent))
+                    try:
+                        remove_entry(os.path.basename(rel), pfd, now[rel].kind == 0o040000)
+                    finally:
+                        os.close(pfd)
             changed += [f"{mount}/{rel}" for rel, entry in before.items() if now.get(rel) != entry]
-            left = sorted(set(self._walk(mount)) - set(before))
+            try:
+                left = sorted(set(self._walk(mount)) - set(before))
+            except OSError as err:  # moved while read: something still runs there
+                left = [f"(not readable after the reset: {err.strerror or err})"]
             changed += [f"{mount}/{rel} (could not be deleted)" for rel in left[:1]]
         return changed
 
@@ -298,3 +332,18 @@ def _writable_mounts(init: int, workdir: str) -> tuple[str, ...]:
         ):
             found.append(point)
     return tuple(dict.fromkeys(found))
+
+
+_UP_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+@dataclass
+class _Seen:
+    rel: str  # the directory's path below the mount
+    pending: list[str]  # its subdirectories still to enter
+    ident: tuple[int, int]  # (st_dev, st_ino), to check the climb back through ".."
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import stat
 
+from sprawl_orch.core import fs_clock
+
 MAX_LINKS = 40  # Linux's MAXSYMLINKS since 4.2; an endless chain stops here as in the kernel
 
 
@@ -66,3 +68,27 @@ def stays_inside(root: str, where: tuple[str, ...], target: str) -> bool:
         stack.pop()
         pending.extend(reversed(_parts(inner)))
     return True
+
+
+# The kernel's view of processes and devices, not files of the tree: a tree's link
+# `env -> /proc/self/environ` copied sprawl-orch's own environment (every credential the
+# person's shell holds) into the copy, where the sandboxed command read it -- a command whose
+# environment is the floor plus declared names (tests/escapes/test_shaping.py).
+KERNEL_FILESYSTEMS = frozenset(
+    {"proc", "sysfs", "debugfs", "tracefs", "securityfs", "configfs", "efivarfs", "bpf"}
+    | {"cgroup", "cgroup2", "pstore", "fusectl", "binfmt_misc", "mqueue"}
+    # a namespace handle (docker's /run/.../netns/default): read() is EINVAL, and a tree's
+    # link to /run/sprawl-orch made every command fail with E_STORAGE_FATAL
+    | {"nsfs", "devpts", "autofs"}
+)
+KERNEL_ROOTS: tuple[str, ...] = ("/proc", "/sys")
+
+
+def kernel_state(path: str, st: os.stat_result) -> bool:
+    """Whether followed ``path`` (stat ``st``) leads into /proc, /sys or another kernel
+    filesystem: its content is some process's or the kernel's state, the sync's own included,
+    never something to copy. Such a link is left out like a dangling one."""
+    if fs_clock.fs_type(st.st_dev) in KERNEL_FILESYSTEMS:
+        return True
+    real = os.path.realpath(path)
+    return any(real == r or real.startswith(r + "/") for r in KERNEL_ROOTS)

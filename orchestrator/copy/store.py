@@ -41,6 +41,7 @@ from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import FileWork, delete_path, sync_with_record
 from sprawl_orch.copy.walk import Progress
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.private import private_dirs
 
 TREE, STAMPS, LOCK, META = "tree", "stamps", "lock", "meta.json"
 
@@ -182,7 +183,7 @@ class CopyStore:
             "cannot keep a copy there",
             "make the state directory writable, or set [state] dir",
         ):
-            group.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dirs(group)
             for n in range(100_000):
                 slot = group / str(n)
                 with contextlib.suppress(FileExistsError):

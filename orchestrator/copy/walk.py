@@ -21,7 +21,7 @@ import pydantic
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import RECOVERY, Bounds, Excludes, bound_key, human, largest_entries
 from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind, SourceUnreadable
-from sprawl_orch.copy.links import stays_inside
+from sprawl_orch.copy.links import kernel_state, stays_inside
 from sprawl_orch.copy.stamps import ENTRY, SyncRecord
 from sprawl_orch.core import fs_clock
 from sprawl_orch.core.errors import ErrorCode, SprawlError
@@ -290,6 +290,8 @@ class Walk(Generic[H]):
             if err.errno in _UNRESOLVED and (is_link or err.errno == errno.ENOENT):
                 return None  # dangling or self-referencing link, or gone since listed
             raise SourceUnreadable(entry.path, err) from err
+        if (is_link or not parent.real) and kernel_state(entry.path, st):
+            return None  # copy.links.kernel_state: never the sync's own /proc/self/environ
         if stat.S_ISDIR(st.st_mode):
             if (st.st_dev, st.st_ino) in self._ancestors:
                 key = bound_key("depth", self.bounds.depth)

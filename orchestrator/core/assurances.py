@@ -84,9 +84,15 @@ def phrase(axis: Guarantee, kept: Kept) -> str:
     return yes if kept is Kept.YES else no
 
 
-def statement(arm: str, assurances: Assurances, note: str | None = None) -> str:
-    """The sentence shown to people and agents, derived from the axes only."""
-    parts = [phrase(axis, kept) for axis, kept in assurances.axes().items()]
+def statement(
+    arm: str, assurances: Assurances, note: str | None = None, network: str | None = None
+) -> str:
+    """The sentence shown to people and agents, derived from the axes only. `network`
+    replaces the unkept network phrase with what exactly was possible (an allow-list)."""
+    parts = [
+        network if axis is Guarantee.NETWORK and network and kept is Kept.NO else phrase(axis, kept)
+        for axis, kept in assurances.axes().items()
+    ]
     text = f"Runs under {arm}: " + "; ".join(parts) + "."
     if note:
         text += f" {note}"

@@ -55,6 +55,13 @@ CREDENTIAL_TABLE: tuple[tuple[str, str], ...] = (
     ("DOCKER_CONFIG", "points at registry credentials (config.json)"),
     ("*NETRC*", "points at machine passwords"),
     ("GPG_AGENT_INFO", "reaches the gpg agent's keys"),
+    # Issue 30: each grants access or runs a program of the command's choosing on the host's
+    # behalf, though none holds a secret in its value.
+    ("KRB5CCNAME", "points at the Kerberos ticket cache: the tickets act as the person"),
+    ("*KRB5*", "Kerberos credential and keytab locations: KRB5_KTNAME, KRB5_CLIENT_KTNAME"),
+    ("DOCKER_HOST", "reaches a docker daemon: root on its machine"),
+    ("CONTAINER_HOST", "reaches a podman service: the same as DOCKER_HOST"),
+    ("*ASKPASS*", "GIT_ASKPASS, SSH_ASKPASS, SUDO_ASKPASS: a program asked for a password"),
 )
 
 

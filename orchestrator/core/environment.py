@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.private import private_dirs
 
 FLOOR: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "TZ")
 # Arms whose /tmp is a private tmpfs inside the sandbox, writable by the command's user:
@@ -38,6 +39,6 @@ def with_home(env: Mapping[str, str], arm: ArmName, outputs: Path) -> dict[str, 
         home = "/tmp"
     else:
         private = outputs / "home"
-        private.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(private)
         home = str(private)
     return {**env, "HOME": home}

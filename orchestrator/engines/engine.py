@@ -53,6 +53,8 @@ class EngineFacts:
     runtimes: tuple[str, ...] = ()
     # docker: the program each registered runtime runs (`docker info` Runtimes[name].path)
     runtime_paths: tuple[tuple[str, str], ...] = ()
+    # docker: the arguments each registered runtime is run with (runtimeArgs), space-joined
+    runtime_args: tuple[tuple[str, str], ...] = ()
     security_options: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
     # docker: `DockerRootDir` (ends in "<uid>.<gid>" under userns-remap)
@@ -60,6 +62,8 @@ class EngineFacts:
     # podman: `host.idMappings` ([{container_id, host_id, size}]; rootless only)
     uid_map: tuple[tuple[int, int, int], ...] = ()
     gid_map: tuple[tuple[int, int, int], ...] = ()
+    # podman: the default seccomp profile it reads (host.security.seccompProfilePath)
+    seccomp_profile: str = ""
 
     def uids_namespaced(self) -> tuple[bool, str]:
         """(kept, why) for the user axis (design §1)."""

@@ -426,6 +426,7 @@ class Backlog:
                 detail=detail,
                 memory_ceiling=verdict.as_result(),
                 container=container or None,
+                network=finished.extra.get("network"),  # type: ignore[arg-type]
                 background_handle=entry.handle if entry.background else None,
                 changes=changes,
                 kept_output=kept_output,

@@ -16,6 +16,7 @@ from typing import Protocol
 from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.egress.plan import EgressPlan
 from sprawl_orch.guardian.protocol import (
     Announcement,
     Cgroup,
@@ -98,6 +99,9 @@ class Launch:
     # this path (design §5), so absolute paths recorded in the tree resolve into the copy.
     # None: the same as cwd (where = host, or a caller that has no copy).
     workdir: Path | None = None
+    # `[sandbox.network] allow` (egress/plan.py): the arm makes the proxy's listener inside
+    # the command's network namespace before the program runs, or refuses.
+    egress: EgressPlan | None = None
 
 
 @dataclass(frozen=True)

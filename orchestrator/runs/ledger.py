@@ -28,6 +28,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.private import private_dirs
 
 
 def _env_leak(result: Mapping[str, Any]) -> str | None:
@@ -111,7 +112,7 @@ class Ledger:
             "cannot open the ledger for appending",
             "check the [state] dir / [state] ledger setting and the directory's permissions",
         ):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dirs(self.path.parent)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             with os_errors(

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sprawl_orch.config import BUDGET_BYTES, KEEP_BYTES, Config
+from sprawl_orch.core.private import private_dirs
 
 __all__ = ["BUDGET_BYTES", "KEEP_BYTES"]
 
@@ -72,7 +73,7 @@ class OutputKeeping:
         if keep_dir is None or self.keep_bytes <= 0:
             why = "not kept" if keep_dir is None else "not kept ([state] output_keep_bytes = 0)"
             return Stream(f"{text}\n[cut at {OUTPUT_CAP} of {size} bytes; {why}]", None, size, 0)
-        keep_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(keep_dir)
         full = keep_dir / path.name
         shutil.move(path, full)
         kept = on_disk
@@ -117,9 +118,14 @@ class OutputKeeping:
     def within_budget(self, handle: str) -> tuple[list[str], str | None]:
         """Drop the oldest kept outputs until the directory fits the budget (never the
         one just kept); (what was dropped, why `handle`'s own was not kept, if so)."""
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(self.root)
         evicted: list[str] = []
-        with open(self.root / ".lock", "a") as lock:
+        with os.fdopen(
+            os.open(
+                self.root / ".lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+            ),
+            "a",
+        ) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             usage = _usage(self.root)
             own = sum(size for _, name, size in usage if name == handle)
@@ -191,7 +197,7 @@ def claim(session_dir: Path) -> int:
     """Mark `session_dir` as this live process's: an flocked owner file, made under a
     temporary name and renamed in, so a sweeper never sees it unlocked. The fd is the
     claim (closed on exec by default, released when this process dies)."""
-    session_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(session_dir)
     token = secrets.token_hex(4)
     tmp = session_dir / f".claim-{token}"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from sprawl_orch.core.private import private_dirs
+
 NAMES = ("stdout", "stderr")
 CHUNK = 1 << 16
 STOP_SECONDS = 2.0
@@ -43,7 +45,7 @@ class CappedStreams:
     def __init__(
         self, outputs: Path, cap: int, follow: tuple[BinaryIO, BinaryIO] | None = None
     ) -> None:
-        outputs.mkdir(parents=True, exist_ok=True)
+        private_dirs(outputs)
         self.outputs, self.cap = outputs, cap
         self._follow = dict(zip(NAMES, follow, strict=True)) if follow is not None else {}
         self._reads: dict[int, str] = {}

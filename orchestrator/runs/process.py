@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from sprawl_orch.core.private import private_dirs, private_file
 from sprawl_orch.runs.launch import Finished, Join, NullWatcher, Watcher
 
 # How long a SIGKILLed process may take to be gone (delivery is asynchronous).
@@ -73,7 +74,7 @@ class HostProcess:
         gid, no supplementary groups) the child drops to before exec -- a root caller's
         bwrap, so that its namespaces are made by an unprivileged principal."""
         self._watcher = watcher or NullWatcher()
-        outputs.mkdir(parents=True, exist_ok=True)
+        private_dirs(outputs)
         self.stdout_path = outputs / "stdout"
         self.stderr_path = outputs / "stderr"
         gate_r = gate_w = -1
@@ -89,7 +90,10 @@ class HostProcess:
             stdin = gate_r
             argv = ["/bin/sh", "-c", _GATE, "sprawl-gate", *argv]
         try:
-            with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            with (
+                os.fdopen(private_file(self.stdout_path), "wb") as out,
+                os.fdopen(private_file(self.stderr_path), "wb") as err,
+            ):
                 self._popen = subprocess.Popen(
                     list(argv),
                     cwd=cwd,

@@ -94,6 +94,10 @@ class ExecResult(BaseModel):
     # outputs dropped to stay within the budget, and why none was kept if so.
     kept_output: dict[str, Any] | None = None
     container: dict[str, Any] | None = None
+    # With `[sandbox.network] allow`: "egress", one entry per connection asked of the proxy
+    # (egress/record.py: host, port, allowed, reason, bytes up/down, duration), "summary"
+    # (the statement's sentence), "proxy_failure" when the proxy itself stopped.
+    network: dict[str, Any] | None = None
     run: str = "default"
     duration_ms: float | None = None
     # Limits the kernel enforced on this command: "memory" (an OOM kill in its container
@@ -114,6 +118,12 @@ class ExecResult(BaseModel):
             )
         lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
         lines += self.limit_sentences()
+        if self.network and self.network.get("summary"):
+            lines.append(str(self.network["summary"]))
+        if self.network and self.network.get("proxy_failure"):
+            lines.append(
+                f"The proxy failed, which ended the network: {self.network['proxy_failure']}"
+            )
         if self.detail:
             lines.append(self.detail)
         return "\n".join(lines)
@@ -199,6 +209,7 @@ def settled(
     container: dict[str, Any] | None,
     background_handle: str | None,
     changes: Changes | None,
+    network: dict[str, Any] | None = None,
     kept_output: dict[str, Any] | None = None,
 ) -> ExecResult:
     """It ended (or was killed): `stdout`/`stderr` as read_capped gave them; the memory
@@ -219,6 +230,7 @@ def settled(
         detail=detail,
         memory_ceiling=memory_ceiling,
         container=container,
+        network=network,
         handle=background_handle,
         background=background_handle is not None,
         changes=changes,

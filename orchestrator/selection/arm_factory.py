@@ -6,9 +6,13 @@ SDK, the Windows arm ctypes/pywin32.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sprawl_orch.config import Config
+from sprawl_orch.config.state import ledger_path, state_dir
 from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.runs.launch import Arm, Watcher
@@ -24,6 +28,15 @@ def yielders_of(offerings: Offerings) -> Yielders:
     return Yielders(nice=offerings.nice, ionice=offerings.ionice, taskpolicy=offerings.taskpolicy)
 
 
+def own_places(config: Config, environ: Mapping[str, str] | None) -> list[Path]:
+    """Where sprawl-orch keeps copies, changes, output and the ledger for this caller."""
+    env = os.environ if environ is None else environ
+    places = [state_dir(config, env), ledger_path(config, env)]
+    if config.sandbox.scratch_dir is not None:
+        places.append(config.sandbox.scratch_dir.expanduser())
+    return places
+
+
 def build_arm(
     choice: Choice,
     offerings: Offerings,
@@ -31,9 +44,11 @@ def build_arm(
     *,
     evidence: Evidence | None = None,
     watcher: Watcher | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Arm:
     """`evidence`, `watcher`: where a container engine's admission is kept, and who hears of
-    its probe containers (the guardian)."""
+    its probe containers (the guardian). `environ`: the caller's, for where sprawl-orch's
+    own places are (never in a sandbox's view) and whose HOME is the view's reference."""
     yielders = yielders_of(offerings)
     if choice.arm is ArmName.COPIED_TREE:
         from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
@@ -43,7 +58,12 @@ def build_arm(
         from sprawl_orch.native_fallbacks.bwrap import BwrapArm
 
         assert offerings.bwrap is not None
-        return BwrapArm(offerings.bwrap, yielders)
+        return BwrapArm(
+            offerings.bwrap,
+            yielders,
+            places=own_places(config, environ),
+            caller_home=(environ or {}).get("HOME"),
+        )
     if choice.arm is ArmName.MACOS_SEATBELT:
         from sprawl_orch.native_fallbacks.seatbelt import SeatbeltArm
 

@@ -26,6 +26,7 @@ from sprawl_orch.core.arms import (
 )
 from sprawl_orch.core.assurances import Assurances, statement
 from sprawl_orch.core.shell import Absent, Found, Shell, resolve_shell
+from sprawl_orch.egress.offer import doctor_line
 from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.runs.cgroups import Delegation, PlatformShares
 from sprawl_orch.selection.choice import Choice, choose
@@ -55,6 +56,8 @@ class ArmRow(_Row):
     statement: str
     detail: str = ""
     missing: list[MissingRow] = []
+    # Whether `[sandbox.network] allow` is offered and how the proxy is reached (egress/).
+    egress: str = ""
 
 
 class Resolution(_Row):
@@ -125,6 +128,7 @@ def _row(
         assurances=_axes(assurances),
         statement=statement(arm.value, assurances),
         detail=detail,
+        egress=doctor_line(arm, engine),
         missing=[] if available else [MissingRow.of(m) for m in choice.missing],
     )
 

@@ -8,7 +8,6 @@ borrowing one.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from sprawl_orch.config import Config
 from sprawl_orch.core.engine_offer import EngineOffer
+from sprawl_orch.core.host_which import host_which
 
 if TYPE_CHECKING:
     from sprawl_orch.container.evidence import Evidence
@@ -66,7 +66,7 @@ class Offerings:
             from sprawl_orch.container.offer import offer_engines
 
             engines = offer_engines(config, evidence=evidence, watcher=watcher)
-        bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+        bwrap = host_which("bwrap") if sys.platform.startswith("linux") else None
         userns, why = (None, "bwrap not installed")
         probe = with_native or (with_native is None and not any(e.admitted for e in engines))
         if bwrap and not probe:
@@ -88,12 +88,12 @@ class Offerings:
             user_namespace=userns,
             user_namespace_why=why,
             engines=engines,
-            sandbox_exec=shutil.which("sandbox-exec") if sys.platform == "darwin" else None,
+            sandbox_exec=host_which("sandbox-exec") if sys.platform == "darwin" else None,
             windows_job=job,
             windows_job_why=job_why,
-            nice=shutil.which("nice"),
-            ionice=shutil.which("ionice"),
-            taskpolicy=shutil.which("taskpolicy") if sys.platform == "darwin" else None,
+            nice=host_which("nice"),
+            ionice=host_which("ionice"),
+            taskpolicy=host_which("taskpolicy") if sys.platform == "darwin" else None,
         )
 
 

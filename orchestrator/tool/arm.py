@@ -14,9 +14,11 @@ from collections.abc import Callable, Mapping
 from sprawl_orch.config import Config
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.core.arms import ArmName
-from sprawl_orch.core.assurances import statement
+from sprawl_orch.core.assurances import Kept, statement
 from sprawl_orch.core.credentials import passed_on_purpose
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.egress.offer import arm_egress_gap, egress_reach
+from sprawl_orch.egress.plan import EgressPlan, plan_of
 from sprawl_orch.runs.launch import Arm, Watcher
 from sprawl_orch.runs.results import Confinement
 from sprawl_orch.selection.arm_factory import build_arm, yielders_of
@@ -44,6 +46,8 @@ class ToolArm:
         self._offerings = offerings
         self._choice: Choice | None = None
         self._arm: Arm | None = None
+        net = config.sandbox.network
+        self.egress_plan = plan_of(net.allow, net.deny, net.trust, environ)
 
     @property
     def offerings(self) -> Offerings:
@@ -81,6 +85,7 @@ class ToolArm:
                     self.config,
                     evidence=self.evidence,
                     watcher=self._watcher(),
+                    environ=self.environ,
                 )
             return self._arm
 
@@ -99,6 +104,25 @@ class ToolArm:
             return HostArm(yielders_of(self.offerings))
         return self.arm()
 
+    def egress_for(self, arm: Arm) -> EgressPlan | None:
+        """The allow-list plan for a command on `arm`; E_SANDBOX_DENIED when the arm cannot
+        offer one (its command would have no way to the proxy, or no namespace to keep it
+        from going around it). `where = "host"` has the host's whole network anyway."""
+        plan = self.egress_plan
+        if plan is None or arm.name is ArmName.HOST:
+            return None
+        if egress_reach(arm) is None:
+            raise SprawlError(
+                ErrorCode.SANDBOX_DENIED,
+                "[sandbox.network] allow",
+                f"the {arm.name.value} arm does not offer an allow-list yet "
+                f"({arm_egress_gap(arm)}); an allow-list is offered on "
+                "linux_namespaces (bwrap) and rootful podman (runc)",
+                "remove [sandbox.network] allow (no network), or choose an arm that offers it "
+                "(sprawl-orch doctor lists them)",
+            )
+        return plan
+
     def confinement(self, arm: Arm) -> Confinement:
         handed = [n for n in self.config.sandbox.credentials if n in self.environ]
         notes = [n for n in (arm.note(), passed_on_purpose(handed)) if n]
@@ -106,9 +130,19 @@ class ToolArm:
             steps = "; ".join(m.phrase for m in self.choice.missing)
             notes.insert(0, f"Stepped down: {steps}.")
         assurances = arm.assurances()
+        plan = self.egress_for(arm)
+        if plan is not None:
+            # The command can send data to the listed hosts: the axis is not kept.
+            assurances = assurances.model_copy(update={"network": Kept.NO})
+            notes.insert(0, plan.trust_note() or "")
         return Confinement(
             arm=arm.name.value,
-            statement=statement(arm.name.value, assurances, " ".join(notes) or None),
+            statement=statement(
+                arm.name.value,
+                assurances,
+                " ".join(n for n in notes if n) or None,
+                network=plan.phrase() if plan is not None else None,
+            ),
             assurances={a.value: k.value for a, k in assurances.axes().items()},
         )
 

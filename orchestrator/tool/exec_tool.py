@@ -38,9 +38,11 @@ from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy.store import Lease
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.arg_bounds import check_arguments
 from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.environment import child_env, with_home
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import prepare_state
 from sprawl_orch.core.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from sprawl_orch.core.shell import shell_argv as expand_shell
 from sprawl_orch.runs.backlog import Backlog, Pending, RunProcesses
@@ -107,7 +109,7 @@ class ExecTool:
         self._closed = False
         self.progress = progress
         self._guardian: Guardian | None = None
-        self.state = state_dir(config, self.environ)
+        self.state = prepare_state(state_dir(config, self.environ))
         self.evidence = Evidence(self.state / "admission")
         self._arms = ToolArm(
             config, self.environ, self.evidence, self.guardian, self._lock, offerings
@@ -218,9 +220,11 @@ class ExecTool:
             )
         self.backlog.check_open()
         arm = self._arms.for_where(where)
+        egress = self._arms.egress_for(arm)
         sandbox = self.config.sandbox
         env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
         argv, interpreter = self._argv(arm, argv_in, shell)
+        check_arguments(argv, env)
         if arm.name is not ArmName.CONTAINER and not shell:
             # Checked against the working directory: the copy will equal it.
             find_program(argv[0], env, str(self.workdir))
@@ -242,6 +246,8 @@ class ExecTool:
             outputs = self.outputs_root / str(n)
             if arm.name is not ArmName.HOST or "HOME" not in env:
                 env = with_home(env, arm.name, outputs)
+            if egress is not None:
+                env = {**env, **egress.env()}
             launch = Launch(
                 argv=tuple(argv),
                 cwd=cwd,
@@ -254,6 +260,7 @@ class ExecTool:
                 watcher=watcher,
                 join=join,
                 workdir=self.workdir,
+                egress=egress,
             )
             streams = self._streams(outputs, follow)
             try:

@@ -150,7 +150,8 @@ def run_tool(bait: Bait, probes: list[Probe], tool: ExecTool, where: str) -> Arm
         container = tool.config.sandbox.container
         runtime = f", {container.runtime}" if container.runtime else ""
         warm = ", warm" if container.warm else ""
-        name = f"container ({container.engine}{runtime}{warm})"
+        host = f", {container.docker_host}" if container.docker_host else ""
+        name = f"container ({container.engine}{runtime}{warm}{host})"
     return ArmRun(name, claimed, said, outs)
 
 

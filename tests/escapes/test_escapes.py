@@ -9,7 +9,7 @@ on every arm this machine offers; `raw` and `where: host` are the controls.
   it doesn't claim already admitted by its statement (else UNSTATED).
 
 The matrix is printed and written to build/escape-matrix.md (SPRAWL_ESCAPE_MATRIX).
-Probe registry: probes_net.py, probes_proc.py, probes_fs.py, probes_priv.py.
+Probe registry: probes_net.py, probes_sock.py, probes_proc.py, probes_fs.py, probes_priv.py.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from tests.escapes.probes_fs import probes as fs_probes
 from tests.escapes.probes_net import probes as net_probes
 from tests.escapes.probes_priv import probes as priv_probes
 from tests.escapes.probes_proc import probes as proc_probes
+from tests.escapes.probes_sock import probes as sock_probes
+from tests.escapes.probes_sock import values as sock_values
 from tests.escapes.runner import (
     ArmRun,
     config_data,
@@ -38,10 +40,17 @@ from tests.escapes.runner import (
 )
 from tests.integration.conftest import missing
 
-PROBES: list[Probe] = [*net_probes(), *proc_probes(), *fs_probes(), *priv_probes()]
+PROBES: list[Probe] = [
+    *net_probes(),
+    *sock_probes(),
+    *proc_probes(),
+    *fs_probes(),
+    *priv_probes(),
+]
 # "-runsc": the container arm with runtime = "runsc" (gVisor's kernel; issue 17); "-warm":
 # warm mode (docs/warm.md), so the plant, battery and exhaust steps are execs into one kept
-# container and what one step leaves must not reach the next
+# container and what one step leaves must not reach the next; "docker-userns": the second
+# dockerd, started with --userns-remap=default (issue 30 found AF_VSOCK open there too)
 ARMS = (
     "raw",
     "host",
@@ -53,6 +62,7 @@ ARMS = (
     "podman-runsc",
     "docker-warm",
     "podman-warm",
+    "docker-userns",
 )
 
 
@@ -79,8 +89,13 @@ def run_arm(arm: str, tree: Path, tmp: Path, bait: Bait, request: pytest.Fixture
     if engine in ("docker", "podman"):
         if runtime and runsc_path() is None:
             missing("runsc is not installed (apt-get install runsc; .ci/setup-engines does)")
-        image = str(request.getfixturevalue(f"{engine}_image"))
+        if variant == "userns":  # the second dockerd, --userns-remap=default (.ci/env)
+            env, image = request.getfixturevalue("docker_userns")
+        else:
+            image = str(request.getfixturevalue(f"{engine}_image"))
         data = config_data("container", scratch, state, (engine, image), runtime or None)
+        if variant == "userns":
+            data["sandbox"]["container"]["docker_host"] = env["DOCKER_HOST"]
         if variant == "warm":
             data["sandbox"]["container"]["warm"] = True
     elif arm == "linux_namespaces":
@@ -121,6 +136,7 @@ def test_escapes(
         bait.plant_tree()
         bait.add_key()
         bait.values["PY"] = python_for_probes()
+        bait.values.update(sock_values())  # the socket families this kernel gives us
         run = run_arm(arm, tree, tmp_path, bait, request)
         out = run.output()
         verdicts = [judge(p, bait, out) for p in PROBES]

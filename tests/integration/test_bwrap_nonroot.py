@@ -62,7 +62,10 @@ def test_bwrap_conforms_as_a_non_root_caller() -> None:
     uid, gid = account.pw_uid, account.pw_gid
     # Not under pytest's own basetemp: /tmp/pytest-of-root is chmod 0700'ed (its ACL mask
     # reset) and its old numbered dirs removed by every other pytest session on the machine.
-    home = Path(tempfile.mkdtemp(prefix="sprawl-bwrap-caller-", dir="/var/tmp"))
+    # Under /home, as an account's: the native view never binds /tmp or /var/tmp (issue 30),
+    # and the conformance test's PATH tool directory lives in this home.
+    Path("/home").mkdir(exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="sprawl-bwrap-caller-", dir="/home"))
     os.chown(home, uid, gid)
     try:
         _run_as(uid, gid, home)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,9 +95,11 @@ def conform(
 
 def caller_secret(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A 0600 file of ours outside the copy, in a directory the sandbox does show (a tool
-    directory on PATH is bound read-only): only its owner may read it."""
-    tools = tmp_path / "tools" / "bin"
-    tools.mkdir(parents=True)
+    directory on PATH is bound read-only): only its owner may read it. In the caller's
+    home, not under tmp_path: the view never binds /tmp or /var/tmp, whatever PATH says
+    (view_guard.py); the caller removes it (the tools directory's parent)."""
+    tools = Path(tempfile.mkdtemp(prefix=".sprawl-conform-", dir=Path.home())) / "bin"
+    tools.mkdir()
     secret = tools / "ours-only.txt"
     secret.write_text("ours")
     secret.chmod(0o600)
@@ -150,12 +153,15 @@ def test_bwrap_conforms(tmp_path: Path, tree: Path, dialect: Dialect) -> None:
     if shutil.which("bwrap") is None:
         absent("bwrap", "not installed (apt-get install bubblewrap)")
     secret, environ = caller_secret(tmp_path)
-    with ExecTool(config(tmp_path, "native"), tree, environ=environ) as tool:
-        if tool.choice.arm is not ArmName.LINUX_NAMESPACES:
-            absent("the linux_namespaces arm", tool.choice.reason())
-        conform(tool, tree, tmp_path / "scratch", dialect)
-        seen = host_side_user(tool, secret)
-        kept = tool.arm().assurances().kept(Guarantee.USER)
+    try:
+        with ExecTool(config(tmp_path, "native"), tree, environ=environ) as tool:
+            if tool.choice.arm is not ArmName.LINUX_NAMESPACES:
+                absent("the linux_namespaces arm", tool.choice.reason())
+            conform(tool, tree, tmp_path / "scratch", dialect)
+            seen = host_side_user(tool, secret)
+            kept = tool.arm().assurances().kept(Guarantee.USER)
+    finally:
+        shutil.rmtree(secret.parent.parent, ignore_errors=True)
     print(f"bwrap as uid {os.getuid()}: user={'yes' if kept else 'no'}; host side: {seen}")
     # The user axis from the host side agrees with the claim, every way.
     independent = not seen["ours"] and seen["account"] is None and not seen["read_secret"]

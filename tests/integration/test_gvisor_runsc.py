@@ -68,7 +68,7 @@ def test_wrapper_is_rewritten_when_tampered(tmp_path: Path) -> None:
     first.write_text("#!/bin/sh\nexec /bin/true\n")
     again = ensure_wrapper(tmp_path, "/usr/bin/runsc")
     assert again == first
-    assert again.read_text() == '#!/bin/sh\nexec /usr/bin/runsc --network=none "$@"\n'
+    assert again.read_text() == '#!/bin/sh\nexec /usr/bin/runsc --network=none --oci-seccomp "$@"\n'
     assert again.stat().st_mode & 0o777 == 0o755
 
 

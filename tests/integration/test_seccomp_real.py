@@ -18,7 +18,31 @@ from tests.integration.conformance import absent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="seccomp is Linux's")
 
-PROBE = r"""
+# (family, type, protocol, name): families the policy refuses (socket_policy.py), as
+# numbers -- Python's socket module lacks some constants, and the kernel's answer without the
+# filter decides whether a line proves anything (test_families_refused).
+FAMILIES = [
+    (40, 1, 0, "vsock"),
+    (17, 2, 0, "packet"),
+    (44, 3, 0, "xdp"),
+    (16, 3, 15, "netlink_uevent"),
+    (16, 3, 9, "netlink_audit"),
+    (16, 3, 4, "netlink_sock_diag"),
+    (16, 3, 16, "netlink_generic"),
+    (16, 3, 6, "netlink_xfrm"),
+    (31, 3, 1, "bluetooth"),
+    (38, 5, 0, "alg"),
+    (15, 3, 2, "key"),
+    (30, 4, 0, "tipc"),
+    (21, 5, 0, "rds"),
+    (29, 3, 1, "can"),
+    (43, 1, 0, "smc"),
+    (41, 2, 0, "kcm"),
+]
+
+PROBE = (
+    f"FAMILIES = {FAMILIES!r}\n"
+    + r"""
 import ctypes, errno, mmap, platform, socket
 def t(name, f):
     try:
@@ -29,6 +53,9 @@ def t(name, f):
 t("socket_unix", lambda: socket.socket(socket.AF_UNIX))
 t("socket_unix_dgram", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
 t("socket_inet", lambda: socket.socket(socket.AF_INET))
+t("socket_inet6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
+t("netlink_route", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+t("netlink_route_dgram", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0))
 t("pair_stream", lambda: socket.socketpair())
 t("pair_seqpacket", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
 t("pair_dgram", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))
@@ -44,12 +71,16 @@ def raw(name, nr, *args):
     e = ctypes.get_errno()
     print(name, "allowed" if r >= 0 else errno.errorcode.get(e, e))
 raw("socket_high_bits", nr_socket, 0x100000001, 1, 0)
+raw("socket_inet_high_bits", nr_socket, 0x100000002, 1, 0)
+for fam, typ, proto, name in FAMILIES:
+    raw("family_" + name, nr_socket, fam, typ, proto)
 raw("io_uring_setup", 425, 8, ctypes.addressof(ctypes.create_string_buffer(120)))
 raw("io_uring_enter", 426, 0, 0, 0, 0, 0, 0)
 raw("io_uring_register", 427, 0, 0, 0, 0)
 if x86:
     raw("x32_socket", 0x40000000 | 41, 1, 1, 0)
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +117,36 @@ REFUSED = {
     "io_uring_register": "ENOSYS",
 }
 X86_REFUSED = {"x32_socket": "ENOSYS"}
-ALLOWED = ("socket_inet", "pair_stream", "pair_seqpacket")
+ALLOWED = (
+    "socket_inet",
+    "socket_inet6",
+    "socket_inet_high_bits",
+    "netlink_route",
+    "netlink_route_dgram",
+    "pair_stream",
+    "pair_seqpacket",
+)
+
+
+def unconfined() -> dict[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=30, check=False
+    )
+    return dict(ln.split(" ", 1) for ln in done.stdout.splitlines())
+
+
+def test_families_refused(ran: dict[str, str]) -> None:
+    """Every family the kernel gives this user unconfined is refused by the filter (EPERM,
+    the filter's word; the kernel's own answer for an absent family is EAFNOSUPPORT). A
+    family the kernel lacks proves nothing here; at least vsock, packet or netlink must be
+    there (they are on every kernel these tests run on)."""
+    baseline = unconfined()
+    names = ["family_" + f[3] for f in FAMILIES]
+    there = [n for n in names if baseline[n] == "allowed"]
+    assert there, f"no family opens even unconfined: {baseline}"
+    assert {n: ran[n] for n in there} == dict.fromkeys(there, "EPERM")
+    # the rest: whatever the kernel says, never a socket
+    assert all(ran[n] != "allowed" for n in names)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -99,10 +159,7 @@ def test_refused(ran: dict[str, str], name: str) -> None:
 def test_foreign_abis_refused(ran: dict[str, str], name: str) -> None:
     # Only observable where the kernel has the x32 ABI (CONFIG_X86_X32_ABI): without the
     # filter the same call must get further than ENOSYS, or the line proves nothing.
-    unconfined = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=30, check=False
-    )
-    baseline = dict(ln.split(" ", 1) for ln in unconfined.stdout.splitlines())
+    baseline = unconfined()
     if baseline.get(name) == "ENOSYS":
         pytest.skip("this kernel has no x32 ABI: the filter's x32 line cannot be observed")
     assert ran[name] == X86_REFUSED[name]

@@ -40,6 +40,7 @@ def facts(**changes: Any) -> EngineFacts:
         userns_remap=False,
         default_runtime="runc",
         runtimes=("runc",),
+        security_options=("name=seccomp,profile=default",),
     )
     base.update(changes)
     return EngineFacts(**base)
@@ -95,12 +96,19 @@ def inspect_from_argv(argv: Sequence[str], runtime_default: str) -> dict[str, An
             "PidMode": "",
             "CapAdd": None,
             "CapDrop": flags["--cap-drop"],
-            "SecurityOpt": flags["--security-opt"],
+            "SecurityOpt": [_inline(o) for o in flags["--security-opt"]],
             "Tmpfs": dict(spec.partition(":")[::2] for spec in flags["--tmpfs"]),
             "Ulimits": ulimits,
             "Runtime": flags.get("--runtime", [runtime_default])[0],
         },
     }
+
+
+def _inline(opt: str) -> str:
+    """docker's CLI reads a `seccomp=FILE` and sends the file's JSON (docker 28 CLI)."""
+    if not opt.startswith("seccomp="):
+        return opt
+    return "seccomp=" + json.dumps(json.loads(Path(opt.removeprefix("seccomp=")).read_text()))
 
 
 def _touch(data: dict[str, Any]) -> None:

@@ -1,11 +1,16 @@
-"""The explicit view: what of the host bwrap binds read-only, and what never."""
+"""The explicit view: what of the host bwrap binds read-only, and what never -- whatever PATH,
+the tree's pyvenv.cfg or .python-version say (issue 30)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pytest
+
+from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, path_tools, system_view
+from sprawl_orch.native_fallbacks.view_guard import Guard, make_guard
 
 BASE = View(binds=("/usr", "/etc"), links=())
 
@@ -24,65 +29,213 @@ def make_home(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     for d in (
         ".pyenv/shims",
+        ".pyenv/libexec",
+        ".pyenv/src",
         ".pyenv/versions/3.11/bin",
+        ".pyenv/versions/3.12/bin",
         ".local/bin",
+        ".local/state/sprawl-orch/kept-output",
         ".cargo/bin",
+        ".rustup/toolchains",
         ".local/pipx/venvs/tool/bin",
+        ".nvm/versions/node/v20/bin",
         ".ssh",
+        ".config/gh",
     ):
         (home / d).mkdir(parents=True)
+    (home / ".pyenv" / "libexec" / "pyenv").write_text("#!/bin/sh\n")
+    (home / ".pyenv" / "version").write_text("3.11\n")
+    for v in ("3.11", "3.12"):
+        (home / ".pyenv" / "versions" / v / "bin" / "python3").write_text("")
     (home / ".cargo" / "credentials.toml").write_text("token")
+    (home / ".ssh" / "id_ed25519").write_text("key")
     (home / ".local" / "bin" / "tool").symlink_to(home / ".local/pipx/venvs/tool/bin/tool")
     (home / ".cargo" / "bin" / "cargo").symlink_to("rustup")
     return home
 
 
-def test_a_tool_managers_root_is_bound_but_never_home_or_a_mixed_root(tmp_path: Path) -> None:
+def guard_for(home: Path, *, others: tuple[Path, ...] = (), grants: bool = True) -> Guard:
+    """The caller's home and its state dir; /tmp (where tmp_path is) not a runtime place."""
+    state = home / ".local" / "state" / "sprawl-orch"
+    accounts = [str(home), *map(str, others)]
+    return make_guard(str(home), [state], grants=grants, runtime=(), accounts=accounts)
+
+
+def binds(path: str, home: Path, **kw: object) -> set[str]:
+    return {str(p) for p in path_tools(path, guard_for(home, **kw)).binds}  # type: ignore[arg-type]
+
+
+def view_of(home: Path, tree: Path, path: str, guard: Guard | None = None) -> View:
+    env = {"HOME": "/tmp", "PATH": path}  # the command's HOME: never the reference
+    return command_view(env, tree, tree.parent / "copy", BASE, guard or guard_for(home))
+
+
+def test_cargo_and_local_bin_dirs_only_never_their_roots(tmp_path: Path) -> None:
     home = make_home(tmp_path)
-    path = os.pathsep.join(str(home / d) for d in (".pyenv/shims", ".local/bin", ".cargo/bin"))
-    found = {str(p) for p in path_tools(path, home)}
-    assert str(home / ".pyenv") in found  # shims need libexec and versions
-    assert str(home / ".local" / "bin") in found  # only the bin of a mixed root
+    path = os.pathsep.join(str(home / d) for d in (".local/bin", ".cargo/bin"))
+    found = binds(path, home)
+    assert str(home / ".local" / "bin") in found
     assert str(home / ".local" / "pipx" / "venvs" / "tool") in found  # a link's prefix
-    assert str(home / ".cargo" / "bin") in found
+    assert str(home / ".cargo" / "bin") in found and str(home / ".rustup") in found
     assert str(home / ".cargo") not in found  # credentials.toml lives there
-    assert str(home / ".local") not in found
+    assert str(home / ".local") not in found  # keyrings and sprawl-orch's state
     assert str(home) not in found and str(tmp_path) not in found
 
 
-def test_relative_path_entries_are_ignored(tmp_path: Path) -> None:
-    assert path_tools(f".{os.pathsep}bin", tmp_path) == []
+def test_a_plain_tool_root_is_still_bound_whole(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    assert str(home / ".nvm/versions/node/v20") in binds(
+        str(home / ".nvm/versions/node/v20/bin"), home
+    )
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ".ssh",
+        ".config/gh",
+        ".local/state/sprawl-orch/kept-output",
+        "",  # $HOME itself
+        ".local/bin/../../.ssh",  # `..` in the entry
+        "../home/.ssh",  # `..` at the top
+    ],
+)
+def test_path_never_binds_homes_credentials_or_our_state(tmp_path: Path, entry: str) -> None:
+    home = make_home(tmp_path)
+    assert binds(f"{home}/{entry}", home) == set()
+
+
+def test_a_path_entry_linking_to_a_secret_or_home_is_judged_by_its_target(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "bin").symlink_to(home)
+    (tmp_path / "keys").symlink_to(home / ".ssh")
+    assert binds(f"{tmp_path}/tools/bin{os.pathsep}{tmp_path}/keys", home) == set()
+
+
+def test_relative_and_runtime_entries_are_ignored(tmp_path: Path) -> None:
+    assert path_tools(f".{os.pathsep}bin{os.pathsep}", make_guard("/root", ())).binds == ()
+    guard = make_guard("/root", ())
+    assert path_tools(f"/tmp{os.pathsep}/run{os.pathsep}/var/lib", guard).binds == ()
+
+
+def test_another_accounts_closed_home_is_never_opened_to_the_sandbox_uid(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    other = tmp_path / "bob"
+    (other / "tools" / "bin").mkdir(parents=True)
+    other.chmod(0o700)
+    try:
+        entry = str(other / "tools" / "bin")
+        assert binds(entry, home, others=(other,)) == set()  # root caller: ACL would open it
+        why = guard_for(home, others=(other,)).refusal(other / "tools")
+        assert why is not None and "not open to everyone" in why
+        assert str(other / "tools") in binds(entry, home, others=(other,), grants=False)
+        # the caller's own home is closed too (0700 /root), and its tools still bound
+        assert str(home / ".nvm/versions/node/v20") in binds(
+            str(home / ".nvm/versions/node/v20/bin"), home
+        )
+    finally:
+        other.chmod(0o755)
+
+
+def make_venv(tree: Path, name: str, home_line: str, interpreter: Path | None) -> Path:
+    venv = tree / name
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {home_line}\nversion = 3.11\n")
+    if interpreter is not None:
+        (venv / "bin" / "python3").symlink_to(interpreter)
+    return venv
 
 
 def test_the_trees_venv_interpreter_is_bound_and_nothing_inside_the_tree(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     tree = tmp_path / "tree"
-    (tree / ".venv" / "bin").mkdir(parents=True)
     prefix = home / ".pyenv" / "versions" / "3.11"
-    (tree / ".venv" / "pyvenv.cfg").write_text(f"home = {prefix}/bin\nversion = 3.11\n")
-    env = {"HOME": str(home), "PATH": f"{tree}/.venv/bin{os.pathsep}/usr/bin"}
-    view = command_view(env, tree, tmp_path / "state" / "copy", BASE)
+    make_venv(tree, ".venv", f"{prefix}/bin", prefix / "bin" / "python3")
+    view = view_of(home, tree, f"{tree}/.venv/bin{os.pathsep}/usr/bin")
     assert str(prefix) in view.binds
     assert not any(b == str(tree) or b.startswith(f"{tree}/") for b in view.binds)
+
+
+def test_a_venv_home_reached_through_a_link_is_judged_by_where_it_leads(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    tree = tmp_path / "tree"
+    prefix = home / ".pyenv" / "versions" / "3.11"
+    (tmp_path / "py").symlink_to(prefix)
+    make_venv(tree, ".venv", f"{tmp_path}/py/bin", prefix / "bin" / "python3")
+    assert str(prefix) in view_of(home, tree, "/usr/bin").binds
+
+
+@pytest.mark.parametrize("target", [".ssh", ".local/state/sprawl-orch/kept-output", "/home"])
+def test_a_venv_whose_home_is_not_its_interpreters_is_refused(tmp_path: Path, target: str) -> None:
+    home = make_home(tmp_path)
+    tree = tmp_path / "tree"
+    named = target if target.startswith("/") else f"{home}/{target}"
+    make_venv(tree, ".venv", named, home / ".pyenv" / "versions" / "3.11" / "bin" / "python3")
+    with pytest.raises(SprawlError) as err:
+        view_of(home, tree, "/usr/bin")
+    assert err.value.code.value == "E_SANDBOX_DENIED"
+    assert named in err.value.detail and str(home / ".pyenv/versions/3.11/bin") in err.value.detail
+
+
+def test_a_venv_agreeing_with_a_planted_interpreter_in_a_secret_place_is_refused(
+    tmp_path: Path,
+) -> None:
+    home = make_home(tmp_path)
+    tree = tmp_path / "tree"
+    # home and the link agree: both lie, and the place is one the view never shows
+    make_venv(tree, "venv", str(home / ".ssh"), home / ".ssh" / "id_ed25519")
+    with pytest.raises(SprawlError) as err:
+        view_of(home, tree, "/usr/bin")
+    assert "never reads" in err.value.detail
+    # no interpreter at all: nothing to bind, nothing refused, nothing widened
+    (tree / "venv" / "bin" / "python3").unlink()
+    assert view_of(home, tree, "/usr/bin").binds == BASE.binds
+
+
+def test_pyenv_binds_its_code_and_the_selected_versions_only(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    root = home / ".pyenv"
+    view = view_of(home, tree, str(root / "shims"))
+    assert {str(root / d) for d in ("libexec", "shims", "version", "versions/3.11")} <= set(
+        view.binds
+    )
+    assert not view.covers(str(root / "versions" / "3.12")) and not view.covers(str(root / "src"))
+    assert str(root) not in view.binds
+    (tree / ".python-version").write_text("3.12\n../../.ssh\n../../../home\n")
+    view = view_of(home, tree, str(root / "shims"))
+    assert view.covers(str(root / "versions" / "3.12"))
+    assert not view.covers(str(home / ".ssh")) and not view.covers(str(home))
+
+
+def test_a_path_entry_through_a_link_is_recreated_as_that_link(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    profile = tmp_path / "home" / ".nix-profile"
+    profile.symlink_to(home / ".nvm" / "versions" / "node" / "v20")
+    base = View(binds=("/usr",), links=(("usr/bin", "/bin"),))
+    env = {"HOME": str(home), "PATH": f"{profile}/bin{os.pathsep}/bin"}
+    view = command_view(env, tmp_path / "tree", tmp_path / "copy", base, guard_for(home))
+    real = str(home / ".nvm" / "versions" / "node" / "v20" / "bin")
+    assert view.covers(real)
+    assert (real, f"{profile}/bin") in view.links
+    assert not any(path == "/bin" for _, path in view.links[1:])  # /bin is a link already
 
 
 def test_a_bind_that_would_show_the_copys_neighbours_is_left_out(tmp_path: Path) -> None:
     state = tmp_path / "opt-state"
     (state / "bin").mkdir(parents=True)
     env = {"HOME": "/nonexistent", "PATH": str(state / "bin")}
-    view = command_view(env, tmp_path / "tree", state / "copies" / "c1", BASE)
+    guard = make_guard("/nonexistent", [], runtime=(), accounts=[])
+    view = command_view(env, tmp_path / "tree", state / "copies" / "c1", BASE, guard)
     assert str(state) not in view.binds
     assert view.binds == BASE.binds
 
 
-def test_a_path_entry_through_a_link_is_recreated_as_that_link(tmp_path: Path) -> None:
-    home = make_home(tmp_path)
-    profile = tmp_path / "home" / ".nix-profile"
-    profile.symlink_to(home / ".pyenv" / "versions" / "3.11")
-    base = View(binds=("/usr",), links=(("usr/bin", "/bin"),))
-    env = {"HOME": str(home), "PATH": f"{profile}/bin{os.pathsep}/bin"}
-    view = command_view(env, tmp_path / "tree", tmp_path / "copy", base)
-    real = str(home / ".pyenv" / "versions" / "3.11" / "bin")
-    assert view.covers(real)
-    assert (real, f"{profile}/bin") in view.links
-    assert not any(path == "/bin" for _, path in view.links[1:])  # /bin is a link already
+def test_the_state_directory_is_never_bound_whatever_path_says(tmp_path: Path) -> None:
+    state = tmp_path / "somewhere" / "state"
+    (state / "bin").mkdir(parents=True)
+    guard = make_guard("/nonexistent", [state], runtime=(), accounts=[])
+    assert path_tools(str(state / "bin"), guard).binds == ()
+    assert path_tools(str(state.parent), guard).binds == ()  # holds it

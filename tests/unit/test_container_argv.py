@@ -65,6 +65,8 @@ def test_the_whole_argv_in_spec_order() -> None:
         "sprawl.run=agent-7",
         "--network",
         "none",
+        "--ipc",
+        "private",
         "--log-driver",
         "none",
         "--memory",

@@ -19,7 +19,7 @@ from tests.unit.container_fake import facts, inspect_from_argv
 @pytest.fixture(autouse=True)
 def any_path_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon's registered paths are judged as given: no runsc needed on this machine."""
-    monkeypatch.setattr(runtimes.shutil, "which", lambda path: path)
+    monkeypatch.setattr(runtimes, "host_which", lambda path: path)
 
 
 HOST = HostLimits({"nofile": 4096, "nproc": 4096}, 2, 8 * 1024**3)
@@ -44,7 +44,9 @@ def _probe(results: dict[str, str | None], seen: list[Runtime]) -> runtimes.Prob
 
 
 DOCKER = facts(
-    runtimes=("runc", "runsc"), runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runsc"))
+    runtimes=("runc", "runsc"),
+    runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runsc")),
+    runtime_args=(("runc", ""), ("runsc", "--network=none --oci-seccomp")),
 )
 
 
@@ -206,3 +208,29 @@ def test_a_daemon_runtime_named_runsc_must_be_runsc(
     assert isinstance(why, str) and "not gVisor's runsc binary" in why and "'/usr/bin/runc'" in why
     real = runtimes.find("docker", DOCKER, "runsc", tmp_path)
     assert real == Runtime("runsc", "runsc", "runsc", gvisor=True)
+
+
+def test_docker_runsc_without_oci_seccomp_is_refused(tmp_path: Path) -> None:
+    """gVisor loads the container's seccomp profile only with --oci-seccomp: a daemon
+    running runsc without it would run commands past sprawl-orch's socket policy (measured:
+    io_uring_setup and NETLINK_KOBJECT_UEVENT opened under runsc 0.0~20221219)."""
+    bare = facts(
+        runtimes=("runc", "runsc"),
+        runtime_paths=(("runc", "runc"), ("runsc", "/usr/bin/runsc")),
+        runtime_args=(("runsc", "--network=none"),),
+    )
+    why = runtimes.find("docker", bare, "runsc", tmp_path)
+    assert isinstance(why, str) and "without --oci-seccomp" in why
+    assert "--network=none" in why and '"--oci-seccomp"' in why  # names the fix
+    with pytest.raises(runtimes.NoRuntime) as err:
+        runtimes.choose("docker", bare, "runsc", tmp_path, _probe({}, []))
+    assert "--oci-seccomp" in err.value.reason
+    seen: list[Runtime] = []
+    fallback = runtimes.choose("docker", bare, "auto", tmp_path, _probe({}, seen))
+    assert not isinstance(fallback, str) and not fallback[0].gvisor
+    assert "without --oci-seccomp" in fallback[1][0]
+
+
+def test_podmans_runsc_wrapper_loads_the_oci_profile(tmp_path: Path) -> None:
+    text = gvisor.wrapper_text("/usr/bin/runsc")
+    assert text == '#!/bin/sh\nexec /usr/bin/runsc --network=none --oci-seccomp "$@"\n'

@@ -120,6 +120,16 @@ CASES: list[tuple[str, str, Mutation, str]] = [
     ("mounts", "Mounts", lambda d: d["Mounts"][0].__setitem__("Destination", "/work"), "'/work'"),
     ("tmpfs", "HostConfig.Tmpfs", hc("Tmpfs", {"/tmp": "mode=1777", "/home": ""}), "/home"),
     ("ulimits", "HostConfig.Ulimits", hc("Ulimits", []), "found []"),
+    # containers.conf ipcns/utsns/devices (tests/escapes/test_shaping.py)
+    ("ipc_mode", "HostConfig.IpcMode", hc("IpcMode", "host"), "found 'host'"),
+    ("ipc_mode", "HostConfig.IpcMode", hc("IpcMode", "container:abc"), "'container:abc'"),
+    ("uts_mode", "HostConfig.UTSMode", hc("UTSMode", "host"), "found 'host'"),
+    (
+        "devices",
+        "HostConfig.Devices",
+        hc("Devices", [{"PathOnHost": "/dev/kmsg", "PathInContainer": "/dev/kmsg"}]),
+        "/dev/kmsg",
+    ),
     (
         "runtime",
         "runtime",

@@ -6,12 +6,15 @@ checked with lstat (Windows' fallback, forced here), so the fallback meets the s
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import os
 import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -328,14 +331,37 @@ def test_each_bound_refuses_and_deletes_the_partial_copy(
         assert holder.close() is None
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+
+
+@contextlib.contextmanager
+def _without_dac_override() -> Iterator[None]:
+    """This thread without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (effective set only, put
+    back after): root then meets a file's mode bits like anyone. Before, root's unreadable
+    file was a link to a write-only sysctl, and the sync no longer follows links into /proc."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    head, data = _CapHeader(0x20080522, 0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    if libc.capget(ctypes.byref(head), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    saved = data[0].effective
+    data[0].effective &= ~((1 << 1) | (1 << 2))  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    if libc.capset(ctypes.byref(head), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    try:
+        yield
+    finally:
+        data[0].effective = saved
+        libc.capset(ctypes.byref(head), data)
+
+
 def _unreadable(path: Path) -> None:
-    if os.geteuid() != 0:
-        path.write_bytes(b"secret")
-        path.chmod(0)
-    else:
-        # Root reads anything through CAP_DAC_OVERRIDE, except sysctl files: procfs checks
-        # their mode bits itself, so a write-only one refuses root with EACCES.
-        path.symlink_to("/proc/sys/vm/compact_memory")
+    path.write_bytes(b"secret")
+    path.chmod(0)
     try:
         os.close(os.open(path, os.O_RDONLY))
     except PermissionError:
@@ -346,9 +372,10 @@ def _unreadable(path: Path) -> None:
 def test_unreadable_source_file_is_fatal_and_deletes_the_copy(tmp_path: Path, src: Path) -> None:
     copy = tmp_path / "copy"
     sync(src, copy)
-    _unreadable(src / "d2" / "secret")
-    with pytest.raises(SprawlError) as caught:
-        sync(src, copy)
+    with _without_dac_override() if os.geteuid() == 0 else contextlib.nullcontext():
+        _unreadable(src / "d2" / "secret")
+        with pytest.raises(SprawlError) as caught:
+            sync(src, copy)
     assert caught.value.code is ErrorCode.STORAGE_FATAL
     assert caught.value.subject == str(src / "d2" / "secret")
     assert not os.path.lexists(copy)

@@ -46,6 +46,15 @@ MORE = (
     "db_password",
     "ado_pat",
 )
+# Issue 30: names that grant access or run a program, accepted until then.
+ISSUE_30 = (
+    "KRB5CCNAME",
+    "DOCKER_HOST",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "KRB5_KTNAME",
+)
 # Everyday names that must stay passable.
 HARMLESS = (
     "HOME",
@@ -65,7 +74,7 @@ HARMLESS = (
 SECRET = "s3cret-value-never-in-a-result"
 
 
-@pytest.mark.parametrize("name", LEAKED_BEFORE + MORE)
+@pytest.mark.parametrize("name", LEAKED_BEFORE + MORE + ISSUE_30)
 def test_passthrough_refuses_credentials_and_says_how_to_mean_it(name: str) -> None:
     with pytest.raises(SprawlError) as err:
         parse_config({"sandbox": {"env_passthrough": ["HOME", name]}})

@@ -24,20 +24,51 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "core": (),
     "engines": ("core",),
     "copy": ("core",),
+    # The allow-list's rules, proxy and namespace listener (issue 24): below config, which
+    # validates entries with its rules, and runs, whose Launch carries its plan.
+    "egress": ("core",),
     "changes": ("core", "copy"),
-    "config": ("core", "engines", "copy"),
+    "config": ("core", "engines", "copy", "egress"),
     "guardian": ("core", "engines"),
     # launch.py's Watcher has one method per row of the guardian's message table, and the
     # guardian client speaks it (design §4): the protocol module alone, not the guardian.
-    "runs": ("core", "engines", "copy", "changes", "config", "guardian.protocol"),
+    "runs": ("core", "engines", "copy", "changes", "config", "egress", "guardian.protocol"),
     # The arms start runs (launch) and read cgroup counters; the rest of runs/ stands above them.
-    "container": ("core", "engines", "config", "runs.launch", "runs.cgroup_counters"),
-    "native_fallbacks": ("core", "config", "runs.launch", "runs.process", "runs.yielding"),
+    # The warm reset removes what a command left in the container's /tmp with the copy's own
+    # fd-based tree removal (a 1500-deep tree broke shutil.rmtree's recursion).
+    "container": (
+        "core",
+        "engines",
+        "copy",
+        "config",
+        "egress",
+        "runs.launch",
+        "runs.cgroup_counters",
+        "runs.proxied",
+    ),
+    "native_fallbacks": (
+        "core",
+        "config",
+        "egress",
+        "runs.launch",
+        "runs.process",
+        "runs.proxied",
+        "runs.yielding",
+    ),
     "images": ("core", "engines", "config"),
-    "selection": ("core", "engines", "config", "runs", "container", "native_fallbacks"),
+    "selection": (
+        "core",
+        "engines",
+        "config",
+        "egress",
+        "runs",
+        "container",
+        "native_fallbacks",
+    ),
     "tool": (
         "core",
         "config",
+        "egress",
         "copy",
         "changes",
         "runs",

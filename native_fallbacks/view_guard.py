@@ -1,0 +1,194 @@
+"""What the native view may never bind, whatever PATH, the tree or the command say (issue 30).
+
+The view's tool part is derived from inputs an attacker holds: the caller's PATH (an agent
+sets it), the tree's `pyvenv.cfg` and `.python-version` (a cloned repository carries them).
+Issue 30 bound `/root/.cargo` (credentials.toml) from `/root/.cargo/bin` on PATH, `~/.ssh`
+from a venv's `home = ~/.ssh`, and sprawl-orch's own state (other working directories'
+kept output) from `~/.local/bin`. So every candidate bind passes this guard, judged on its
+real path (links resolved: a PATH entry that links to $HOME is $HOME):
+
+- never `/` or a top-level directory (/home lists every account, /tmp every socket);
+- never a home directory (the caller's -- from the account database *and* the caller's
+  $HOME, never the command's, which is /tmp -- and every account's), nor an ancestor of one;
+- never a place holding credentials or state, nor anything under or above it: each home's
+  SECRETS (~/.ssh, ~/.aws, ~/.config, keyrings, ~/.local/state, ~/.cargo/credentials*, ...),
+  the runtime places (RUNTIME: /tmp, /run, /var/lib ... hold sockets and other users'
+  files) and sprawl-orch's own places (the state directory, the scratch directory);
+- for a root caller, outside the caller's own homes only where every directory on the way
+  is already searchable by everyone: the sandbox uid is given search (an ACL entry) on the
+  way to each bind, and that must never open a 0700 directory (another account's home, a
+  closed /srv/private) that was closed to it. Inside the caller's homes it must pass
+  (pyenv lives in /root, 0700), and there the secret places above are never bound.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+# Relative to every home: credentials, keyrings, histories, sprawl-orch's own state. Whole
+# ~/.config and ~/.cache: gh, gcloud, rclone, sprawl-orch keep tokens there, pip's cache holds
+# authenticated responses -- no tool needs either to *run*.
+SECRETS: tuple[str, ...] = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config",
+    ".cache",
+    ".docker",
+    ".kube",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
+    ".yarnrc",
+    ".gem/credentials",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".local/share/keyrings",
+    ".local/share/gnome-keyring",
+    ".local/state",
+    ".password-store",
+    ".vault-token",
+    ".pgpass",
+    ".m2",
+    ".gradle",
+    ".terraform.d",
+    ".boto",
+    ".s3cfg",
+    ".oci",
+    ".pki",
+    ".mozilla",
+    ".claude",
+    ".codex",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+)
+# Runtime state, sockets, other users' files: never bound, even below (PATH=/tmp/x/bin).
+RUNTIME: tuple[str, ...] = (
+    "/tmp",
+    "/var/tmp",
+    "/dev",
+    "/run",
+    "/var/run",
+    "/proc",
+    "/sys",
+    "/var/lib",
+    "/var/spool",
+    "/var/mail",
+    "/var/log",
+    "/var/backups",
+    "/var/cache",
+    "/boot",
+)
+
+
+def _under(path: str, root: str) -> bool:
+    # strings, not Path.parents: a view's first build judges every link of every PATH
+    # directory against every home's secret places (thousands of checks)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
+class Guard:
+    own_homes: tuple[Path, ...]  # the caller's (account and $HOME), real paths
+    other_homes: tuple[Path, ...]  # every other account's
+    never: tuple[Path, ...]  # SECRETS of every home, RUNTIME, sprawl-orch's places
+    # A root caller's sandbox uid is given search on the way to each bind (sandbox_uid.py);
+    # a non-root caller's bwrap binds as the caller, who can reach nothing more through it.
+    grants: bool = True
+
+    def refusal(self, where: Path) -> str | None:
+        """Why `where` (a real, absolute path) may not be bound, or None. The rules on the
+        path's name are remembered; the way's modes are looked at every time (a chmod can
+        close a directory between two commands)."""
+        why = _by_name(self, where)
+        if why is not None:
+            return why
+        ours = any(_under(str(where), str(h)) for h in self.own_homes)
+        if self.grants and not ours and not _public_way(where):
+            return f"{where} is outside your home and not open to everyone on the way"
+        return None
+
+    def allows(self, path: Path) -> bool:
+        return self.refusal(path) is None
+
+
+@lru_cache(maxsize=4096)
+def _by_name(guard: Guard, where: Path) -> str | None:
+    if len(where.parts) <= 2:
+        return f"{where} is / or a top-level directory"
+    path = str(where)
+    for home in (*guard.own_homes, *guard.other_homes):
+        if _under(str(home), path):
+            return f"{path} is a home directory ({home}) or holds one"
+    for place in map(str, guard.never):
+        if _under(path, place) or _under(place, path):
+            return f"{path} is or holds {place} (credentials, state or runtime files)"
+    return None
+
+
+def _public_way(path: Path) -> bool:
+    """Every directory from / down to `path` searchable by everyone (mode o+x)."""
+    for d in (*reversed(path.parents), path):
+        try:
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _real(p: str | Path) -> Path:
+    return Path(os.path.realpath(p))
+
+
+def _account_homes() -> list[str]:
+    try:
+        return [e.pw_dir for e in pwd.getpwall()]
+    except OSError:
+        return []
+
+
+def _own_account_home() -> str | None:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_dir
+    except (KeyError, OSError):
+        return None
+
+
+def make_guard(
+    caller_home: str | None,
+    places: Iterable[Path],
+    system: Iterable[str] = (),
+    *,
+    grants: bool = True,
+    runtime: Iterable[str] = RUNTIME,
+    accounts: Iterable[str] | None = None,
+) -> Guard:
+    """`caller_home`: the caller's $HOME (the process's, not the command's); `places`:
+    sprawl-orch's own (state, scratch); `system`: the system view's binds (an account whose
+    home is /bin or /usr/sbin does not make /usr unbindable). `runtime`, `accounts` (the
+    account database's homes): tests pass their own."""
+    sys_binds = [Path(s) for s in system]
+    own = {_real(h) for h in (caller_home, _own_account_home()) if h and h.startswith("/")}
+    others: set[Path] = set()
+    for h in _account_homes() if accounts is None else accounts:
+        if not h.startswith("/"):
+            continue
+        real = _real(h)
+        if len(real.parts) <= 1 or any(_under(str(real), str(s)) for s in sys_binds) or real in own:
+            continue
+        others.add(real)
+    never = [Path(r) for r in runtime]
+    for home in (*own, *others):
+        never += [home / s for s in SECRETS]
+    never += [_real(p) for p in places]
+    return Guard(tuple(sorted(own)), tuple(sorted(others)), tuple(dict.fromkeys(never)), grants)

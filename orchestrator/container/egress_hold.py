@@ -1,0 +1,199 @@
+"""The container arm's allow-list (issue 24): which container paths offer it, and the proxy's
+listener made inside a container before its program runs.
+
+podman: `podman init` creates the container (runc create: namespaces made, the program not
+yet exec'd); the listener is bound inside its network namespace from the pid `inspect`
+reports, then `podman start` runs the program.
+docker has no `init` (`docker start` runs the program at once), so the program is held: the
+entrypoint is the host's static busybox, bind-mounted read-only, running
+`read -r _ < GATE && exec "$@"` with the command as its arguments; GATE is a FIFO in a
+read-only bind of a per-command directory, which the host opens read-write before the start
+and writes a line to once the listener exists. `exec` leaves the program as pid 1 with
+nothing of the hold left. EOF instead of the line (the listener failed, the host died) ends
+the shell without running the program.
+Proved (tests/integration/test_egress_container.py): docker (runc), rootful podman with runc,
+with and without `--userns=auto`.
+gVisor: the guest's loopback is runsc's own netstack — a listener bound in the sandbox's
+host-side namespace is never reached from inside (checked by the issue's author with
+`nc 127.0.0.1` under runsc): refused; a bind-mounted unix socket bridge (runsc --host-uds)
+would be the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sprawl_orch.container.admission import Admission
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.egress.plan import EgressPlan
+from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.runs.launch import Launch
+
+if TYPE_CHECKING:
+    from sprawl_orch.egress.proxy import EgressProxy
+
+PODMAN_REACH = (
+    "a listener on 127.0.0.1 inside the container's network namespace, made after "
+    "`podman init` and before `podman start` runs the program"
+)
+DOCKER_REACH = (
+    "a listener on 127.0.0.1 inside the container's network namespace, made while the "
+    "program is held behind a gate (the host's static busybox, bind-mounted read-only)"
+)
+# busybox picks its applet by argv[0]'s name ("applet not found" for any other name): the
+# binary is mounted under its own name.
+HOLD_SHELL = "/.sprawl-hold/busybox"
+GATE_DIR = "/.sprawl-gate"
+GATE_SCRIPT = f'read -r _ < {GATE_DIR}/gate && exec "$@"'
+
+
+@functools.cache
+def static_busybox() -> str | None:
+    """The host's busybox when it is statically linked (busybox-static): it runs in any
+    image, whatever its libc."""
+    found = shutil.which("busybox")
+    if found is None:
+        return None
+    path = os.path.realpath(found)
+    done = subprocess.run(["ldd", path], capture_output=True, text=True)
+    said = done.stdout + done.stderr
+    return path if "not a dynamic executable" in said or "statically linked" in said else None
+
+
+@dataclass
+class Gate:
+    """docker's hold: the FIFO the program waits behind, opened read-write by the host."""
+
+    directory: Path
+    fd: int
+    busybox: str
+
+    @classmethod
+    def make(cls, outputs: Path, busybox: str) -> Gate:
+        directory = outputs / "egress-gate"
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o755)
+        fifo = directory / "gate"
+        os.mkfifo(fifo, 0o644)
+        os.chmod(fifo, stat.S_IFIFO | 0o644)
+        # Read-write: never blocks, and the line waits in the pipe for the reader.
+        return cls(directory, os.open(fifo, os.O_RDWR | os.O_CLOEXEC), busybox)
+
+    def mounts(self) -> tuple[tuple[str, str], ...]:
+        return ((self.busybox, HOLD_SHELL), (str(self.directory), GATE_DIR))
+
+    def command(self, command: Sequence[str]) -> tuple[str, ...]:
+        return ("sh", "-c", GATE_SCRIPT, "sprawl-hold", *command)
+
+    def open(self) -> None:
+        os.write(self.fd, b"g\n")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def egress_gap(admission: Admission, engine: str, warm: bool) -> str | None:
+    """Why this container path cannot offer an allow-list, or None when it can."""
+    if not admission.admitted:
+        return "no engine is admitted"
+    if engine == "docker" and static_busybox() is None:
+        return (
+            "docker starts the program at once (it has no `init`); the hold before it needs "
+            "a statically linked busybox on the host (busybox-static), and none was found"
+        )
+    if admission.gvisor:
+        return (
+            "under gVisor the command's loopback is runsc's own netstack: a listener made in "
+            "the sandbox's host-side namespace is never reached (a unix socket bridge is not "
+            "built)"
+        )
+    if warm:
+        return "a warm container starts once, before any command: not wired yet"
+    if admission.userns is not None and admission.userns.mode == "rootless":
+        return "rootless podman (joining its user namespace first) is not proved yet"
+    if admission.userns is not None and admission.userns.mode == "docker-remap":
+        return "docker with userns-remap is not proved yet"
+    return None
+
+
+def reach(engine: str) -> str:
+    return DOCKER_REACH if engine == "docker" else PODMAN_REACH
+
+
+def refuse_if(gap: str | None) -> None:
+    if gap is not None:
+        raise SprawlError(
+            ErrorCode.SANDBOX_DENIED,
+            "[sandbox.network] allow",
+            f"not offered on this container arm: {gap}",
+            "remove [sandbox.network] allow, or use an arm that offers it (sprawl-orch doctor)",
+        )
+
+
+def proxy_at(plan: EgressPlan, pid: int) -> EgressProxy:
+    from sprawl_orch.runs.proxied import proxy_for
+
+    return proxy_for(plan, pid)
+
+
+def init_pid(engine: ContainerEngine, container: str) -> int:
+    """podman: the pid of the initialised container (namespaces made, program not run)."""
+    init = getattr(engine, "init_pid", None)
+    if init is None:
+        raise SprawlError(
+            ErrorCode.SANDBOX_DENIED,
+            "[sandbox.network] allow",
+            f"{engine.name} has no init",
+            "use podman",
+        )
+    return int(init(container))
+
+
+@dataclass
+class Held:
+    """What a container command with an allow-list adds to its create: read-only binds (the
+    gate, the host's CA bundle with trust = "host"), the hold's entrypoint and command."""
+
+    plan: EgressPlan | None = None
+    gate: Gate | None = None
+    read_only: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, launch: Launch, engine: str, gap: str | None) -> Held:
+        plan = launch.egress
+        if plan is None:
+            return cls()
+        refuse_if(gap)
+        read_only: tuple[tuple[str, str], ...] = ()
+        if plan.bundle is not None:
+            read_only += ((str(plan.bundle), str(plan.bundle)),)
+        gate = None
+        if engine == "docker":
+            busybox = static_busybox()
+            assert busybox is not None  # egress_gap said so
+            gate = Gate.make(launch.outputs, busybox)
+            read_only += gate.mounts()
+        return cls(plan, gate, read_only)
+
+    @property
+    def entrypoint(self) -> str | None:
+        return HOLD_SHELL if self.gate is not None else None
+
+    def command(self, command: Sequence[str]) -> tuple[str, ...]:
+        return tuple(command) if self.gate is None else self.gate.command(command)
+
+    def close(self, proxy: EgressProxy | None = None) -> None:
+        if self.gate is not None:
+            self.gate.close()
+        if proxy is not None:
+            proxy.close()

@@ -1,0 +1,58 @@
+"""The kernel's bound on a command's arguments, checked before anything is started (issue 30).
+
+Linux refuses an execve with E2BIG when one string (argument or environment entry) is longer
+than MAX_ARG_STRLEN (32 pages: 131072 bytes) or all of them, with their pointers, pass the
+limit `sysconf(ARG_MAX)` reports. A 50 MB shell line -- one argument -- came back as
+`E_INTERNAL ... report this` from the first exec in the chain (ionice) on native and
+copied_tree, and a container's runtime fails it inside the container. So every arm refuses
+it here, the same way, naming the numbers, before a copy is leased or a container made.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+
+MAX_ARG_STRLEN = 32 * 4096
+# The wrappers an arm puts before the command (nice, ionice, bwrap and its view, docker's
+# argv) and their environment: room kept below ARG_MAX for them.
+WRAPPER_ROOM = 64 * 1024
+POINTER = 8
+
+
+def arg_max() -> int:
+    try:
+        value = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError, AttributeError):
+        value = -1
+    return value if value > 0 else 2 * 1024 * 1024
+
+
+def check_arguments(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Raise E_BAD_REQUEST when `argv` (with `env`) cannot be exec'd on this kernel."""
+    strings = [*argv, *(f"{k}={v}" for k, v in env.items())]
+    for n, s in enumerate(argv):
+        size = len(os.fsencode(s)) + 1
+        if size > MAX_ARG_STRLEN:
+            raise SprawlError(
+                ErrorCode.BAD_REQUEST,
+                "command",
+                f"argument {n} is {size} bytes; the kernel refuses any single argument over "
+                f"{MAX_ARG_STRLEN} bytes (MAX_ARG_STRLEN, E2BIG)",
+                "pass large input through a file in the working directory, or stdin, not "
+                "the command line",
+            )
+    total = sum(len(os.fsencode(s)) + 1 + POINTER for s in strings)
+    limit = arg_max() - WRAPPER_ROOM
+    if total > limit:
+        raise SprawlError(
+            ErrorCode.BAD_REQUEST,
+            "command",
+            f"the arguments and environment come to {total} bytes; this kernel's limit "
+            f"(ARG_MAX {arg_max()}, less {WRAPPER_ROOM} for the sandbox's wrappers) is "
+            f"{limit} (E2BIG)",
+            "pass large input through a file in the working directory, or fewer arguments "
+            "(xargs splits a list)",
+        )

@@ -1,0 +1,90 @@
+"""sprawl-orch's own directories 0700 and files 0600, all through the state directory
+(issue 30 break 6): kept-output/, outputs/, copies/ and changes/ were 0755 with 0644 files,
+guarded only by the state root's 0700 -- while a root caller's sandbox uid holds a search
+entry on that root (sandbox_uid.grant_search: it must pass to reach its copy), so a name
+known or guessed under it was readable. Now no directory of ours lets anyone else list or
+pass, and no file of ours lets anyone else read; the sandbox uid's entries stay search-only,
+on the way to its own copy. A copy's *contents* keep the tree's modes: the command needs
+them, and apply carries them back.
+
+`Path.mkdir(mode=0o700, parents=True)` gives the mode to the leaf only (the parents get
+0777 less the umask), hence `private_dirs`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+
+# Directly under the state directory; tightened when found open (made by an older version).
+OWN_DIRS: tuple[str, ...] = ("kept-output", "outputs", "copies", "changes", "admission", "runtimes")
+
+
+def private_dirs(path: Path) -> Path:
+    """`mkdir -p` where every directory made is 0700."""
+    missing: list[Path] = []
+    p = path
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, 0o700)
+            os.chmod(d, 0o700)  # whatever the umask
+    return path
+
+
+def private_file(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
+    """An fd for `path`, created 0600 (never following a link at the last name)."""
+    return os.open(path, flags | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+
+
+def _tighten(path: Path, mode: int) -> None:
+    st = os.lstat(path)
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077 & 0o7777 | (mode & 0o700))
+
+
+def prepare_state(state: Path) -> Path:
+    """The state directory made 0700, or -- found -- tightened to 0700 when it is ours, and
+    refused when it is not a directory of ours (another account's directory, or a shared
+    one like /tmp, would hand our copies and output to whoever owns it)."""
+    if not os.path.lexists(state):
+        return private_dirs(state)
+    try:
+        st = os.stat(state)
+    except OSError as err:
+        raise _refuse(state, f"cannot be read: {err.strerror}") from err
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refuse(state, "is not a directory")
+    if st.st_uid != os.geteuid():
+        raise _refuse(state, f"belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(state, 0o700)
+    for name in OWN_DIRS:
+        sub = state / name
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISDIR(os.lstat(sub).st_mode):
+                _tighten(sub, 0o700)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(state / "kept-output"):
+            if entry.is_file(follow_symlinks=False):
+                _tighten(Path(entry.path), 0o600)
+            elif entry.is_dir(follow_symlinks=False):
+                _tighten(Path(entry.path), 0o700)
+    return state
+
+
+def _refuse(state: Path, why: str) -> SprawlError:
+    return SprawlError(
+        ErrorCode.CONFIG_INVALID,
+        "[state] dir",
+        f"the state directory {state} {why}: it holds copies of your tree, command output "
+        "and kept changes, which must be yours alone (mode 0700)",
+        "set [state] dir to a directory of your own (it is made 0700 if missing), or "
+        f"chown it to uid {os.geteuid()}",
+    )

@@ -1,0 +1,47 @@
+"""Which arms offer an allow-list and how their command reaches the proxy (doctor's column,
+the refusal's words). An arm offers it by an `egress_reach` attribute saying how."""
+
+from __future__ import annotations
+
+from sprawl_orch.core.arms import ArmName
+
+# Why an arm without `egress_reach` cannot offer one (yet), by arm.
+GAPS: dict[ArmName, str] = {
+    ArmName.COPIED_TREE: "the copied tree has no network namespace: nothing keeps a command "
+    "from going around a proxy",
+    ArmName.HOST: "where = host has the host's whole network",
+}
+
+
+def arm_egress_gap(arm: object) -> str:
+    gap = getattr(arm, "egress_gap", None)
+    if isinstance(gap, str) and gap:
+        return gap
+    name = getattr(arm, "name", None)
+    if isinstance(name, ArmName) and name in GAPS:
+        return GAPS[name]
+    return "it has no network namespace of its own to keep a command from going around a proxy"
+
+
+def egress_reach(arm: object) -> str | None:
+    reach = getattr(arm, "egress_reach", None)
+    return reach if isinstance(reach, str) and reach else None
+
+
+def doctor_line(arm: ArmName, engine: str | None = None) -> str:
+    """doctor's answer per arm: whether `[sandbox.network] allow` is offered, and how the
+    command reaches the proxy (or why not)."""
+    if arm is ArmName.LINUX_NAMESPACES:
+        return (
+            "allow-lists offered: a listener on 127.0.0.1:3128 inside the command's network "
+            "namespace (bwrap held on --block-fd until it exists)"
+        )
+    if arm is ArmName.CONTAINER and engine == "podman":
+        return (
+            "allow-lists offered on rootful podman with runc (with or without --userns=auto): "
+            "a listener on 127.0.0.1:3128 made after `podman init`; not under gVisor, warm "
+            "or rootless"
+        )
+    if arm is ArmName.CONTAINER:
+        return "allow-lists not offered: docker starts the program at once (no `init`)"
+    return f"allow-lists not offered: {GAPS.get(arm, 'no network namespace of its own')}"

@@ -1,0 +1,148 @@
+"""The host-side proxy: HTTP CONNECT tunnels and plain HTTP forwarding, deny by default.
+
+One EgressProxy per run (or per server), its own asyncio loop on a thread of the caller's
+process. It accepts on listening sockets it is handed — normally one made inside the
+sandbox's network namespace (netns.py) — so the sandbox itself keeps no route out.
+
+Every connection is decided the same way (sandbox-runtime's and Codex's bypass reports are
+what each step answers): the name and port against the rules (deny wins); an IP literal only
+if listed; the name resolved *once* here and the connection made to the address checked
+(no second lookup a rebinding DNS could answer differently); every resolved address checked
+against addresses.REFUSED (loopback, private, metadata, ...); for a tunnel, the TLS
+ClientHello's SNI must equal the CONNECT host (domain fronting); for plain HTTP, the URL's
+host must equal the Host header. HTTP heads are parsed by h11, ClientHellos by tlslite-ng.
+
+Issue 25 (TLS interception with a per-run CA) plugs in at `EgressProxy._relay`: the checked
+client and upstream streams plus the first ClientHello record are all it needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+
+from sprawl_orch.egress import flows
+from sprawl_orch.egress.record import Egress
+from sprawl_orch.egress.rules import IpAddress, Rules
+
+Resolver = Callable[[str, int], Awaitable[list[IpAddress]]]
+Observer = Callable[[Egress], None]
+
+
+class EgressProxy:
+    """Start with `start()`, hand it listeners with `serve(sock)`, read `records()`, end with
+    `close()` (which also ends every open tunnel: the command's network ends with it)."""
+
+    def __init__(
+        self,
+        rules: Rules,
+        resolve: Resolver | None = None,
+        observe: Observer | None = None,
+        connect_timeout: float = 15.0,
+    ) -> None:
+        self.rules = rules
+        self._resolve = resolve
+        self._observe = observe
+        self.connect_timeout = connect_timeout
+        self._records: list[Egress] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.failure: str | None = None
+
+    def start(self) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            ready.set()
+            try:
+                loop.run_forever()
+            except BaseException as err:  # the proxy's own failure ends the network
+                self.failure = f"the proxy stopped: {err!r}"
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="sprawl-egress", daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def _call(self, coro: Awaitable[object]) -> object:
+        assert self._loop is not None, "start() first"
+
+        async def wrap() -> object:
+            return await coro
+
+        future: Future[object] = asyncio.run_coroutine_threadsafe(wrap(), self._loop)
+        return future.result()
+
+    def serve(self, listener: socket.socket) -> None:
+        """Accept on `listener` (bound and listening; the proxy owns it from now on)."""
+        listener.setblocking(False)
+
+        async def begin() -> None:
+            server = await asyncio.start_server(
+                self._accepted, sock=listener, limit=flows.STREAM_LIMIT
+            )
+            self._servers.append(server)
+
+        self._call(begin())
+
+    def records(self) -> tuple[Egress, ...]:
+        with self._lock:
+            return tuple(self._records)
+
+    def close(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+
+        async def end() -> None:
+            for server in self._servers:
+                server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+        if self._loop.is_running():
+            self._call(end())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._loop = None
+
+    def _note(self, record: Egress) -> None:
+        with self._lock:
+            self._records.append(record)
+        if self._observe is not None:
+            self._observe(record)
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        started = time.monotonic()
+        flow = flows.Flow(self, reader, writer, started)
+        try:
+            record = await flow.run()
+        except asyncio.CancelledError:
+            record = flow.ended("the proxy closed (the run ended)")
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+        self._note(record)
+
+    async def resolve(self, host: str, port: int) -> list[IpAddress]:
+        if self._resolve is not None:
+            return await self._resolve(host, port)
+        return await flows.system_resolve(host, port)
+
+    async def relay(self, flow: flows.Flow, first: bytes) -> None:
+        """Carry bytes both ways once a tunnel is checked (issue 25 decides here, per host,
+        whether to intercept instead)."""
+        await flow.pipe(first)

@@ -1,0 +1,79 @@
+"""The state directory is ours alone (issue 30 break 6): every directory sprawl-orch makes
+in it 0700 and every file 0600 -- kept output, outputs, copies, changes, the ledger -- a
+pre-existing open state directory tightened, one of another account refused. A copy's
+contents keep the tree's modes (the command needs them)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.private import prepare_state
+from sprawl_orch.runs.results import OUTPUT_CAP
+from sprawl_orch.tool.exec_tool import ExecTool
+from tests.unit.conftest import make_config
+
+
+def _open_entries(state: Path) -> list[str]:
+    """Every path of ours in `state` that someone else could list, pass or read."""
+    bad: list[str] = []
+    for top, dirs, files in os.walk(state):
+        here = Path(top)
+        if here.parent.parent.name == "copies":  # a copy slot: the tree's own modes
+            dirs[:] = []
+            continue
+        for name in (*dirs, *files):
+            st = os.lstat(here / name)
+            if stat.S_ISLNK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+                continue
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                bad.append(f"{here / name} {stat.S_IMODE(st.st_mode):o}")
+    return bad
+
+
+def test_everything_sprawl_orch_keeps_is_private(tmp_path: Path, tree: Path) -> None:
+    old = os.umask(0o022)  # the usual umask: what made 0755 and 0644 before
+    try:
+        config = make_config(tmp_path, arm="copied_tree")
+        with ExecTool(config, tree) as tool:
+            big = tool.exec(f"head -c {OUTPUT_CAP * 2} /dev/zero; echo x > new.txt", shell=True)
+            assert big.outcome == "settled", big
+            assert big.changes is not None and big.changes.handle is not None
+    finally:
+        os.umask(old)
+    state = tmp_path / "state"
+    assert any((state / "kept-output").iterdir()), "nothing was kept: the test proves nothing"
+    assert (state / "ledger.jsonl").exists() and (state / "copies").is_dir()
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+    assert _open_entries(state) == []
+
+
+def test_an_open_state_directory_is_tightened(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "kept-output").mkdir(parents=True)
+    state.chmod(0o755)
+    (state / "kept-output").chmod(0o755)
+    (state / "kept-output" / "old.out").write_text("kept by an older version\n")
+    (state / "kept-output" / "old.out").chmod(0o644)
+    prepare_state(state)
+    assert _open_entries(state) == []
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+
+
+def test_a_state_directory_of_another_account_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a directory to another account here")
+    state = tmp_path / "theirs"
+    state.mkdir(mode=0o700)
+    os.chown(state, 65534, 65534)
+    with pytest.raises(SprawlError) as err:
+        prepare_state(state)
+    assert err.value.code.value == "E_CONFIG_INVALID"
+    assert "uid 65534" in err.value.detail and str(state) in err.value.detail
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SprawlError):
+        prepare_state(tmp_path / "file")
