@@ -42,6 +42,7 @@ def _pids(procs: Path) -> set[int]:
     try:
         return {int(x) for x in procs.read_text().split()}
     except (OSError, ValueError):
+        # the cgroup is gone (or mid-removal): it holds no pids
         return set()
 
 
@@ -59,6 +60,7 @@ def kill_members(path: Path) -> int:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 killed += 1
         except OSError:
+            # exited since listed: nothing to kill
             pass
         finally:
             os.close(pidfd)
@@ -76,6 +78,7 @@ def empty_and_remove(
             rmdir(path)
             return killed, None
         except FileNotFoundError:
+            # removed already (the orchestrator's own release won the race): what we wanted
             return killed, None
         except OSError as err:
             if time.monotonic() >= deadline:

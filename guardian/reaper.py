@@ -75,6 +75,7 @@ def group_members(pgid: int) -> list[int]:
     that would have reaped it is dead) cannot be killed and holds nothing."""
     members = []
     for proc in psutil.process_iter(["status"]):
+        # the process ended while listed (or is not ours to read): not a member
         with contextlib.suppress(psutil.Error, OSError):
             if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
                 members.append(proc.pid)
@@ -103,6 +104,7 @@ def kill_groups(groups: dict[int, float], log: Log) -> list[int]:
     for pgid in set(groups) - set(ours):
         log("pgroup-skipped", pgid=pgid, why="pid reused: the leader's create_time differs")
     for pgid in ours:
+        # the group ended already, or its pid is another user's now: nothing of ours to signal
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + TERM_SECONDS
@@ -111,6 +113,7 @@ def kill_groups(groups: dict[int, float], log: Log) -> list[int]:
         time.sleep(0.02)
         live = [p for p in live if group_members(p)]
     for pgid in live:
+        # the group ended already, or its pid is another user's now: nothing of ours to signal
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     return ours

@@ -108,6 +108,7 @@ class Server:
             self._accept(listener)
         finally:
             listener.close()
+            # removed by a successor guardian already: nothing to unlink
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
             with self._state:  # cleanups still running finish before we go
@@ -177,6 +178,7 @@ class Server:
             report = Reaper(hello.session, engines, grace, self.log).reap(watch)
         report.seconds = round(time.monotonic() - eof, 3)
         self.log("done", session=hello.session, **dataclasses.asdict(report))
+        # the caller hung up after EOF: the reap is done and logged all the same
         with contextlib.suppress(OSError):
             conn.sendall(format_line(Done(bool(report.left))).encode())
         return hello.session

@@ -21,12 +21,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from sprawl_orch.cli.common import config_options, find_config, refuse
 from sprawl_orch.config import CONFIG_NAME
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.images.engines import LABEL_DATE, LABEL_RECIPE, LABEL_SOURCE
 from sprawl_orch.images.recipe import RECIPE_NAMES
+from sprawl_orch.surface.options import config_options, find_config, refuse
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -41,11 +41,11 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_namespace
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
+from sprawl_orch.core.ownership import own_copy
 from sprawl_orch.native_fallbacks.bwrap_hold import Hold
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm

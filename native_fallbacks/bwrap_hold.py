@@ -31,6 +31,7 @@ class Hold:
 
     def close_theirs(self) -> None:
         for fd in (self.info_w, self.block_r):
+            # Closing our copy of the child's ends: EBADF only if already closed, nothing to tell.
             with contextlib.suppress(OSError):
                 os.close(fd)
 

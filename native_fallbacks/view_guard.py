@@ -142,6 +142,7 @@ def _public_way(path: Path) -> bool:
             if not os.stat(d).st_mode & stat.S_IXOTH:
                 return False
         except OSError:
+            # a directory we can't stat is not known passable: answer no, the safe side
             return False
     return True
 

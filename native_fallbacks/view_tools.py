@@ -44,6 +44,7 @@ def venv_home(venv: Path) -> str | None:
         with open(venv / "pyvenv.cfg", "rb") as f:
             text = f.read(VERSION_FILE_BYTES).decode("utf-8", errors="replace")
     except OSError:
+        # no readable pyvenv.cfg: not a venv whose home the view must show
         return None
     for line in text.splitlines():
         key, sep, value = line.partition("=")
@@ -126,6 +127,7 @@ def _read_names(path: Path) -> list[str]:
         with open(path, "rb") as f:
             return _names(f.read(VERSION_FILE_BYTES).decode("utf-8", errors="replace"))
     except OSError:
+        # unreadable: no names from it (the view shows less, never more)
         return []
 
 

@@ -13,41 +13,27 @@ Exit statuses, the same for every subcommand (README "Exit status"):
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 
-from sprawl_orch.config import Config, load_config, with_warm
+from sprawl_orch.config import Config, with_warm
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.runs.results import Refusal
 
+# Re-exported (the `as` says so to mypy): every subcommand imports them from here;
+# surface/options.py holds them so that `sprawl-orch image` shares them without the CLI.
+from sprawl_orch.surface.options import EXIT_REFUSED as EXIT_REFUSED
+from sprawl_orch.surface.options import config_options as config_options
+from sprawl_orch.surface.options import find_config as find_config
+from sprawl_orch.surface.options import refuse as refuse
+
 EXIT_USAGE = 2
 EXIT_WINDOW = 124
-EXIT_REFUSED = 125
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def config_options(func: F) -> F:
-    """-C DIR and --config FILE, on every subcommand, meaning the same thing everywhere."""
-    func = click.option(
-        "--config",
-        "config_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Config file (default: sprawl.toml in the -C directory, if present).",
-    )(func)
-    return click.option(
-        "-C",
-        "workdir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=Path("."),
-        help="Working directory: commands run in its copy; its sprawl.toml is read (default: .).",
-    )(func)
 
 
 def server_options(asks: str) -> Callable[[F], F]:
@@ -82,24 +68,6 @@ def server_config(workdir: Path, config_path: Path | None, warm: bool | None) ->
     return config if warm is None else with_warm(config, warm)
 
 
-def find_config(workdir: Path, config_path: Path | None) -> Config:
-    """`--config FILE` if given, else `sprawl.toml` in `-C DIR`, else every default."""
-    if not workdir.is_dir():
-        raise click.BadParameter(f"{workdir} is not a directory", param_hint="'-C'")
-    return load_config(config_path, cwd=workdir)
-
-
 def say_refusal(refusal: Refusal) -> None:
     click.echo(f"sprawl-orch: {refusal.code.value}: {refusal.subject}: {refusal.detail}", err=True)
     click.echo(f"sprawl-orch: what you can do: {refusal.recovery}", err=True)
-
-
-def refuse(err: SprawlError, as_json: bool = False) -> NoReturn:
-    """Say the refusal (its four keys as JSON on stdout with --json, else on stderr) and
-    exit 125."""
-    refusal = Refusal.of(err)
-    if as_json:
-        click.echo(json.dumps(refusal.as_result()))
-    else:
-        say_refusal(refusal)
-    sys.exit(EXIT_REFUSED)

@@ -152,7 +152,7 @@ def exec_command(
             command,
             shell=shell,
             where=where,  # type: ignore[arg-type]
-            timeout=timeout,
+            window=timeout,  # the CLI kills at its --timeout: a process that exits keeps no backlog
             background_ok=False,
             follow=follow,
         )

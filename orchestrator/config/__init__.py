@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.core.credentials import credential_pattern, why
-from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.errors import ConfigError, ErrorCode, SprawlError, os_errors
 from sprawl_orch.egress.rules import parse_entry
 from sprawl_orch.engines.engine import IMAGE_ID, EngineName
 
@@ -44,11 +44,26 @@ def _image_id(value: str | None) -> str | None:
 
 
 class _Strict(BaseModel):
+    """Every section: unknown keys refused, frozen. Built directly (``Config(sandbox=...)``,
+    ``SandboxConfig(arm=...)``) a bad value raises the same E_CONFIG_INVALID as a bad file
+    does, never pydantic's own ValidationError: the public face has one way to say "bad
+    config" (issue 28)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Where the section sits in sprawl.toml, so a refusal names the key as the file spells it.
+    _AT: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise _explain(err, None, self._AT) from err
 
 
 class EngineImages(_Strict):
     """Per-engine pins: the same rootfs imported into docker and podman gets two IDs."""
+
+    _AT = ("sandbox", "container", "images")
 
     docker: str | None = None
     podman: str | None = None
@@ -74,6 +89,7 @@ def warm_user_problem(container: ContainerConfig) -> str | None:
 
 
 class ContainerConfig(_Strict):
+    _AT = ("sandbox", "container")
     engine: Literal["auto", EngineName] = "auto"
     image: str | None = None
     images: EngineImages = EngineImages()
@@ -158,6 +174,8 @@ class ContainerConfig(_Strict):
 class CopyConfig(_Strict):
     """``[sandbox.copy]``: the synced copy's bounds, excludes and disk budget (design §5)."""
 
+    _AT = ("sandbox", "copy")
+
     max_files: int = Field(default=MAX_FILES, ge=1)
     max_bytes: int = Field(default=MAX_BYTES, ge=1)
     max_depth: int = Field(default=MAX_DEPTH, ge=1, le=10_000)
@@ -193,6 +211,7 @@ class NetworkConfig(_Strict):
 
 
 class SandboxConfig(_Strict):
+    _AT = ("sandbox",)
     arm: ArmSpelling = "auto"
     shell: bool = True
     interpreter: Literal["system", "pwsh"] = "system"
@@ -230,6 +249,7 @@ class SandboxConfig(_Strict):
 
 
 class StateConfig(_Strict):
+    _AT = ("state",)
     dir: Path | None = None
     ledger: Path | None = None
     # Kept changes of finished commands (change_store.py), dropped oldest first past this.
@@ -241,8 +261,30 @@ class StateConfig(_Strict):
 
 
 class Config(_Strict):
-    """A parsed `sprawl.toml` (frozen). `load_config(path, cwd=DIR)` reads one; every key is
-    optional, and a bad one is refused with E_CONFIG_INVALID naming key, value and spellings."""
+    """A parsed `sprawl.toml` (frozen); every key is optional.
+
+    Read one with `load_config`, parse TOML data with `parse_config`, or build one directly:
+    all three refuse a bad value the same way.
+
+    Args:
+        sandbox: the ``[sandbox]`` table (a SandboxConfig or a dict of its keys).
+        state: the ``[state]`` table (a StateConfig or a dict of its keys).
+
+    Raises:
+        SprawlError: E_CONFIG_INVALID naming the key as sprawl.toml spells it, the value and
+            the accepted spellings (never pydantic's ValidationError).
+
+    Example:
+        ```python
+        from sprawl_orch import Config, SprawlError
+
+        config = Config(sandbox={"arm": "copied_tree", "window_seconds": 30})
+        try:
+            Config(sandbox={"arm": "chroot"})
+        except SprawlError as err:
+            print(err.code, err.subject)  # E_CONFIG_INVALID [sandbox] arm
+        ```
+    """
 
     sandbox: SandboxConfig = SandboxConfig()
     state: StateConfig = StateConfig()
@@ -257,41 +299,92 @@ def _key_of(loc: tuple[int | str, ...]) -> str:
     return parts[0] if parts else "(file)"
 
 
-def _explain(err: ValidationError, data: dict[str, Any], path: Path | None) -> SprawlError:
+def _explain(err: ValidationError, path: Path | None, at: tuple[str, ...] = ()) -> ConfigError:
     first = err.errors()[0]
-    key = _key_of(first["loc"])
-    found = first.get("input")
+    key = _key_of((*at, *first["loc"]))
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "literal_error":
         expected = first.get("ctx", {}).get("expected", "")
         msg = f"accepted spellings: {expected}"
     elif first["type"] == "extra_forbidden":
         msg = "unknown key"
+    return _refused(key, first.get("input"), msg, path)
+
+
+def _refused(key: str, found: object, msg: str, path: Path | str | None) -> ConfigError:
     where = f" in {path}" if path else ""
-    return SprawlError(
+    return ConfigError(
         ErrorCode.CONFIG_INVALID,
         subject=key,
         detail=f"{key} = {found!r}{where}: {msg}",
         recovery=f"fix {key}{where}, or remove it to take the default",
+        key=key,
+        value=found,
+        reason=msg,
+        path=None if path is None else str(path),
     )
 
 
-def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
-    """A Config from already-parsed TOML data; E_CONFIG_INVALID naming the first bad key."""
+def parse_config(data: dict[str, Any], path: str | Path | None = None) -> Config:
+    """A Config from already-parsed TOML data.
+
+    Args:
+        data: the TOML as a dict (``tomllib.loads``'s answer), every key optional.
+        path: where the data was read from, named in a refusal and kept as ``Config.source``.
+
+    Returns:
+        The frozen Config.
+
+    Raises:
+        SprawlError: E_CONFIG_INVALID naming the first bad key, its value and the accepted
+            spellings.
+    """
+    source = None if path is None else Path(path)
     try:
         config = Config.model_validate(data)
     except ValidationError as err:
-        raise _explain(err, data, path) from err
-    return config.model_copy(update={"source": path})
+        raise _explain(err, source) from err
+    except ConfigError as err:
+        # A section's own constructor refused it (pydantic builds nested sections through
+        # _Strict.__init__): the same refusal, now naming the file.
+        if err.key is None or err.reason is None:
+            raise
+        raise _refused(err.key, err.value, err.reason, source) from err.__cause__
+    return config.model_copy(update={"source": source})
 
 
-def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
-    """Read `path`, else `sprawl.toml` in `cwd` if present, else all defaults."""
+def load_config(path: str | Path | None = None, cwd: str | Path | None = None) -> Config:
+    """Read a sprawl.toml: `path`, else the one in `cwd`, else all defaults.
+
+    Args:
+        path: a config file, or a directory whose ``sprawl.toml`` is read if present (so
+            ``load_config(".")`` reads ./sprawl.toml, as ``sprawl-orch exec -C .`` does).
+        cwd: the directory whose ``sprawl.toml`` is read when `path` is None (default: the
+            process's current directory).
+
+    Returns:
+        The frozen Config; all defaults when no file is there.
+
+    Raises:
+        SprawlError: E_CONFIG_INVALID when the file can't be read, is not UTF-8 or not TOML,
+            or a key is unknown or its value refused.
+
+    Example:
+        ```python
+        from sprawl_orch import load_config
+
+        config = load_config(".")  # ./sprawl.toml, or the defaults
+        print(config.sandbox.window_seconds)
+        ```
+    """
+    if path is not None and Path(path).is_dir():
+        path, cwd = None, path
     if path is None:
-        candidate = (cwd or Path.cwd()) / CONFIG_NAME
+        candidate = Path(Path.cwd() if cwd is None else cwd) / CONFIG_NAME
         if not candidate.is_file():
             return Config()
         path = candidate
+    path = Path(path)
     return parse_config(read_toml(read_config_text(path), path), path)
 
 

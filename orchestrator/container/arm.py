@@ -51,7 +51,6 @@ from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.engine_offer import EngineOffer
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.engines.engine import ContainerEngine
-from sprawl_orch.runs.guardian_client import hold_after_create
 from sprawl_orch.runs.launch import Launch, Running, Watcher
 
 if TYPE_CHECKING:
@@ -364,7 +363,6 @@ class ContainerArm:
             remove_quietly(engine, name, launch)
             raise start_refusal(err.detail, command[0], err, venv) from err
         launch.watcher.created(name, container)
-        hold_after_create(name)  # SPRAWL_TEST_PAUSE_AFTER_CREATE (guardian tests); else nothing
         try:
             expected = Expected.of(
                 engine.name,

@@ -98,6 +98,7 @@ class Gate:
         os.write(self.fd, b"g\n")
 
     def close(self) -> None:
+        # The gate's write end: closing it twice (EBADF) is the only failure, and harmless.
         with contextlib.suppress(OSError):
             os.close(self.fd)
 

@@ -55,6 +55,7 @@ def stamp(path: str | os.PathLike[str] | None, *, contents: bool = True) -> list
     try:
         st = os.stat(path)
     except OSError:
+        # the stamped file is gone: no stamp, so the evidence can't match
         return None
     if not contents:
         return [st.st_dev, st.st_ino]
@@ -65,6 +66,7 @@ def boot_id() -> str:
     try:
         return BOOT_ID.read_text().strip()
     except OSError:
+        # no boot id (not Linux): evidence then never outlives this stamp's other facts
         return ""
 
 
@@ -128,6 +130,7 @@ class Evidence:
         try:
             kept = json.loads(self.path(key).read_text())
         except (OSError, ValueError):
+            # no kept evidence, or a torn one: probe again
             return None
         if not isinstance(kept, dict) or kept.get("identity") != _plain(identity):
             self.drop(key)
@@ -152,6 +155,7 @@ class Evidence:
             "admission": admission,
             "proved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        # the cache is an optimisation: unwritable means the next process probes again
         with contextlib.suppress(OSError):
             private_dirs(self.root)
             tmp = self.root / f".{key}.{os.getpid()}.tmp"
@@ -161,5 +165,6 @@ class Evidence:
             os.replace(tmp, self.path(key))
 
     def drop(self, key: str) -> None:
+        # gone already, or unwritable: the stale evidence fails its identity check anyway
         with contextlib.suppress(OSError):
             self.path(key).unlink()

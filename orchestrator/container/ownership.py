@@ -13,39 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sprawl_orch.container.userns import Userns
-from sprawl_orch.core.errors import ErrorCode, SprawlError
 
-
-def own_copy(root: Path, uid: int, gid: int) -> int:
-    """lchown every entry under `root` (itself included) to uid:gid; return how many
-    changed. Entries already owned so are left alone (a resync touches few)."""
-    changed = 0
-
-    def own(path: str, st: os.stat_result) -> None:
-        nonlocal changed
-        if st.st_uid != uid or st.st_gid != gid:
-            os.lchown(path, uid, gid)
-            changed += 1
-
-    try:
-        own(str(root), os.lstat(root))
-        stack = [str(root)]
-        while stack:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    own(entry.path, entry.stat(follow_symlinks=False))
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-    except PermissionError as err:
-        raise SprawlError(
-            ErrorCode.SANDBOX_DENIED,
-            str(root),
-            f"cannot give the copy to the container user {uid}:{gid}: {err.strerror} "
-            f"({err.filename}); this process runs as uid {os.geteuid()}",
-            "run sprawl-orch as root for a rootful engine, or set [sandbox.container] user "
-            f'= "{os.geteuid()}:{os.getegid()}"',
-        ) from err
-    return changed
+# Re-exported: the container arm's modules import it from here; it lives in core/ so that the
+# bwrap arm gives its copy away with the same code without importing the container arm.
+from sprawl_orch.core.ownership import own_copy as own_copy
 
 
 def _rootless_caller(engine: object, userns: Userns | None) -> Callable[[list[str]], None] | None:

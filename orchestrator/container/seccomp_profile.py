@@ -149,6 +149,7 @@ def ensure_file(directory: Path, engine: str, profile: dict[str, Any]) -> Path:
         if not target.is_symlink() and target.read_text(encoding="utf-8") == want:
             return target
     except OSError:
+        # absent or unreadable: written anew below (atomic rename), which says any real fault
         pass
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = directory.stat()

@@ -99,6 +99,7 @@ def subordinate(user: str, path: Path) -> list[range]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
+        # no subuid/subgid file: the account has no subordinate ranges
         return []
     found = []
     for line in lines:
@@ -114,6 +115,7 @@ def owner_of(path: Path, start: int) -> str | None:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
+        # no subuid/subgid file: no account owns the range
         return None
     for line in lines:
         parts = line.strip().split(":")

@@ -86,6 +86,7 @@ class Freezer:
             try:
                 found |= {int(x) for x in procs.read_text().split()}
             except (OSError, ValueError):
+                # a child cgroup removed while walked: it holds no pids
                 continue
         return found
 

@@ -24,7 +24,7 @@ from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind, SourceUnreada
 from sprawl_orch.copy.links import kernel_state, stays_inside
 from sprawl_orch.copy.stamps import ENTRY, SyncRecord
 from sprawl_orch.core import fs_clock
-from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.errors import CopyBoundError, ErrorCode
 
 # Links are kept as links where the copy side can make them; Windows needs a privilege for it.
 LINKS_KEPT = os.name != "nt"
@@ -155,21 +155,37 @@ class Walk(Generic[H]):
             excluded=self.excludes.patterns,
         )
 
-    def refuse(self, detail: str, key: str, recovery: str | None = None) -> SprawlError:
+    def refuse(
+        self,
+        detail: str,
+        key: str,
+        recovery: str | None = None,
+        *,
+        bound: str | None = None,
+        reached: int | None = None,
+    ) -> CopyBoundError:
+        """E_COPY_BOUND; `bound` ("files", "bytes", "depth") and the count `reached` go into
+        its fields, the limit read from this walk's bounds."""
         top = largest_entries(self.source, self.excludes)
         if top:
             detail += f"; largest top-level entries: {top}"
-        return SprawlError(
+        b = self.bounds
+        limits = {"files": b.files, "bytes": b.bytes, "depth": b.depth}
+        return CopyBoundError(
             ErrorCode.COPY_BOUND,
             self.subject,
             detail,
             recovery or RECOVERY.format(key=key.replace(" = ", " (now ") + ")"),
+            bound=bound,
+            limit=None if bound is None else limits[bound],
+            reached=reached,
         )
 
-    def refuse_depth(self, rel: str, level: int, why: str) -> SprawlError:
+    def refuse_depth(self, rel: str, level: int, why: str) -> CopyBoundError:
         rel = rel if len(rel) <= 160 else rel[:160] + "…"  # a link loop repeats itself
         key = bound_key("depth", self.bounds.depth)
-        return self.refuse(f"{why}: {rel} is at level {level} (bound {key})", key)
+        detail = f"{why}: {rel} is at level {level} (bound {key})"
+        return self.refuse(detail, key, bound="depth", reached=level)
 
     def run(self, root: H) -> None:
         """Sync the source into the open copy root; closes ``root``."""
@@ -340,18 +356,22 @@ class Walk(Generic[H]):
                 f"the tree has more than {bounds.files:,} files: {self.files:,} "
                 f"reached, with {human(self.bytes)} in them (bound {key})",
                 key,
+                bound="files",
+                reached=self.files,
             )
         if self.bytes + size > bounds.bytes:
             raise self._over_bytes(self.bytes + size)
         if self.progress is not None and self.files % PROGRESS_EVERY == 0:
             self.progress(self.files, self.bytes, False)
 
-    def _over_bytes(self, reached: int) -> SprawlError:
+    def _over_bytes(self, reached: int) -> CopyBoundError:
         bound, key = self.bounds.bytes, bound_key("bytes", self.bounds.bytes)
         return self.refuse(
             f"the tree holds more than {bound:,} bytes ({human(bound)}): "
             f"{reached:,} reached after {self.files:,} files (bound {key})",
             key,
+            bound="bytes",
+            reached=reached,
         )
 
     def _learn(self, dev: int) -> bool:

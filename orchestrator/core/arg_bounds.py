@@ -26,6 +26,7 @@ def arg_max() -> int:
     try:
         value = os.sysconf("SC_ARG_MAX")
     except (ValueError, OSError, AttributeError):
+        # no sysconf answer: Linux's default 2 MiB (below) is the bound assumed
         value = -1
     return value if value > 0 else 2 * 1024 * 1024
 

@@ -36,6 +36,7 @@ def open_dir_beneath(root_fd: int, parts: list[str], make: int | None = None) ->
             except FileNotFoundError:
                 if make is None:
                     raise
+                # made by a racing opener since our open failed: open it as ours
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, make, dir_fd=fd)
                 nxt = os.open(name, DIR_FLAGS, dir_fd=fd)

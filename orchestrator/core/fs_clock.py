@@ -28,6 +28,7 @@ def _scan_mountinfo() -> None:
         with open(_MOUNTINFO, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
+        # no mountinfo (not Linux, /proc hidden): every margin stays unknown, so bytes are compared
         return
     for line in lines:
         # "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw" (proc(5)): the

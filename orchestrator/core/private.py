@@ -67,9 +67,11 @@ def prepare_state(state: Path) -> Path:
         os.chmod(state, 0o700)
     for name in OWN_DIRS:
         sub = state / name
+        # no such directory yet: nothing to tighten
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISDIR(os.lstat(sub).st_mode):
                 _tighten(sub, 0o700)
+    # no kept-output directory yet: nothing to tighten
     with contextlib.suppress(OSError):
         for entry in os.scandir(state / "kept-output"):
             if entry.is_file(follow_symlinks=False):

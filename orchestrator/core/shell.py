@@ -94,6 +94,7 @@ def run_version(program: str) -> str | None:
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
+        # a pwsh that can't start or answer is no pwsh: the caller says Missing
         return None
     lines = done.stdout.strip().splitlines()
     return lines[0] if lines else None

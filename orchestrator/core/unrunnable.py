@@ -143,6 +143,7 @@ def shebang(path: Path) -> str | None:
         with open(path, "rb") as handle:
             head = handle.read(256)
     except OSError:
+        # unreadable here: the exec itself gives the real reason
         return None
     if not head.startswith(b"#!"):
         return None
@@ -168,6 +169,7 @@ def elf_problem(path: Path) -> str | None:
                 return "is an ELF binary for another machine (class, byte order or e_machine)"
             return _missing_loader(handle, head)
     except OSError:
+        # unreadable here: no finer diagnosis; the exec gives the reason
         return None
 
 
@@ -176,6 +178,7 @@ def _own_elf_header() -> bytes | None:
         with open(sys.executable, "rb") as handle:
             head = handle.read(64)
     except OSError:
+        # our own interpreter unreadable: skip the ELF comparison, never guess
         return None
     return head if head.startswith(b"\x7fELF") and len(head) >= 20 else None
 

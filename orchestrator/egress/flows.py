@@ -155,7 +155,7 @@ class Flow:
             self.writer.write(self.conn.send(h11.EndOfMessage()) or b"")
             await self.writer.drain()
         except (OSError, h11.LocalProtocolError):
-            pass
+            pass  # the refusal could not reach a client that already went: the flow records it
 
     async def _checked_connect(self) -> None:
         """Decide on (host, port), resolve once, check every address, connect to one."""
@@ -256,6 +256,8 @@ class Flow:
             if sink.can_write_eof():
                 sink.write_eof()
         except OSError:
+            # A reset on either side ends this direction; the other direction and the flow's
+            # byte counts still say what went through.
             sink.close()
 
     async def _forward(self, request: h11.Request) -> Egress:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
-from sprawl_orch.core.errors import ErrorCode, SprawlError, os_reason
+from sprawl_orch.core.errors import ErrorCode, SprawlError, from_os
 
 EngineName = Literal["docker", "podman"]
 # Every engine sprawl-orch drives, in the order engine = "auto" tries them. The one list:
@@ -231,10 +231,11 @@ def run_cli(
             f"install it: apt-get install {'docker.io' if engine == 'docker' else engine}",
         ) from err
     except OSError as err:
-        raise SprawlError(
+        raise from_os(
+            err,
             ErrorCode.TOOL_UNAVAILABLE,
             engine,
-            f"cannot run {argv[0]}: {os_reason(err)}",
+            f"cannot run {argv[0]}",
             f"check that {argv[0]} is an executable {engine} CLI",
         ) from err
     except subprocess.TimeoutExpired as err:

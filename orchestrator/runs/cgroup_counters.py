@@ -13,6 +13,7 @@ def read_counter(path: Path, key: str) -> int | None:
     try:
         lines = path.read_text().splitlines()
     except OSError:
+        # a cgroup removed or a counter absent: no count, which the docstring promises
         return None
     for line in lines:
         name, _, value = line.partition(" ")

@@ -39,6 +39,7 @@ def _read_pids(path: Path) -> set[int]:
     try:
         return {int(x) for x in path.read_text().split()}
     except (OSError, ValueError):
+        # the cgroup is gone (or mid-removal): it holds no pids
         return set()
 
 
@@ -77,6 +78,7 @@ class RunGroup:
         try:
             text = Path(f"/proc/{pid}/cgroup").read_text()
         except OSError:
+            # the pid exited: it is not ours to signal
             return False
         wanted = set(self.relative.values())
         return any(line.split(":", 2)[-1] in wanted for line in text.splitlines())
@@ -87,17 +89,20 @@ class RunGroup:
         is never hit."""
         unified = self.dirs.get("unified")
         if unified is not None and (unified / "cgroup.kill").exists():
+            # cgroup.kill absent or refused: the per-pid kill below does the work
             with contextlib.suppress(OSError):
                 (unified / "cgroup.kill").write_text("1")  # v2, Linux >= 5.14: atomic
         for pid in self.pids():
             try:
                 pidfd = os.pidfd_open(pid)
             except OSError:
+                # exited since listed: nothing to kill
                 continue
             try:
                 if self._still_ours(pid):
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             except OSError:
+                # exited between the check and the signal: nothing to kill
                 pass
             finally:
                 os.close(pidfd)
@@ -112,6 +117,7 @@ class RunGroup:
                 try:
                     rmdir(path)
                 except FileNotFoundError:
+                    # removed already (the guardian or a racing release): what we wanted
                     pass
                 except OSError as err:
                     stayed.append(f"{path}: {err.strerror or err}")

@@ -105,6 +105,7 @@ def _controllers(path: Path) -> set[str]:
     try:
         return set(path.read_text().split())
     except OSError:
+        # no controllers file (v1, or removed): none delegated
         return set()
 
 
@@ -287,6 +288,7 @@ class Cgroups:
 
     def _rmdir_told(self, path: Path) -> None:
         """rmdir, then take the announcement back (also when it was already gone)."""
+        # gone already: the announcement is taken back all the same
         with contextlib.suppress(FileNotFoundError):
             self._rmdir(path)
         self.watcher.cgroup_gone(path)
@@ -300,6 +302,7 @@ class Cgroups:
                 return self._create(run, asked)
             except (OSError, CgroupRefused) as err:
                 for path in reversed(self._made[made_before:]):
+                    # undoing a half-made run; the create's own error is the one reported
                     with contextlib.suppress(OSError):
                         self._rmdir_told(path)
                 del self._made[made_before:]
@@ -371,6 +374,7 @@ class Cgroups:
             if self.found.version == "v1":
                 # Another session may have made it; the last one out removes it.
                 for parent in self.found.parents.values():
+                    # EBUSY: another session still uses the shared parent (last one out removes)
                     with contextlib.suppress(OSError):
                         self._rmdir(parent / "sprawl-orch")
         return "; ".join(stayed) or None

@@ -29,7 +29,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -98,6 +97,7 @@ def _finish_connection(sock: socket.socket, wait: float | None) -> int | None:
 
 
 def _stderr_once(problem: str) -> None:
+    # stderr closed or broken: nowhere else to say it, and saying must never fail the caller
     with contextlib.suppress(OSError, ValueError):
         print(f"sprawl-orch: {problem}", file=sys.stderr, flush=True)
 
@@ -245,6 +245,7 @@ class Guardian(Watcher):
                 self._sock, self._fd = sock, sock.fileno()
                 return
         except OSError:
+            # no guardian answered (none runs, or it is leaving): start one, below
             pass
         sock.close()
         ours, theirs = socket.socketpair()
@@ -316,6 +317,7 @@ class Guardian(Watcher):
         if sock is not None:
             return _finish_connection(sock, wait)
         if fd is not None:
+            # close(2) releases the fd even when it reports an error: nothing to undo
             with contextlib.suppress(OSError):
                 os.close(fd)
         if self.process is None:
@@ -324,13 +326,6 @@ class Guardian(Watcher):
             return self.process.wait(wait)
         except subprocess.TimeoutExpired:
             return None
-
-
-# A test hook, not a feature: `SPRAWL_TEST_PAUSE_AFTER_CREATE=PATH` makes the container arm
-# stop between create and start (after announcing `created`) until PATH exists, writing
-# PATH.reached first, so a test can SIGKILL the orchestrator at exactly that point.
-PAUSE_AFTER_CREATE = "SPRAWL_TEST_PAUSE_AFTER_CREATE"
-PAUSE_LIMIT_SECONDS = 600.0
 
 
 def session_guardian(
@@ -357,14 +352,3 @@ def session_guardian(
         except OSError:
             socket_path = None  # a guardian process of our own, as before
     return Guardian(session, engines, socket_path=socket_path, environ=reach)
-
-
-def hold_after_create(name: str, environ: Mapping[str, str] | None = None) -> None:
-    gate = (os.environ if environ is None else environ).get(PAUSE_AFTER_CREATE)
-    if not gate:
-        return
-
-    Path(gate + ".reached").write_text(name)
-    deadline = time.monotonic() + PAUSE_LIMIT_SECONDS
-    while not os.path.exists(gate) and time.monotonic() < deadline:
-        time.sleep(0.01)

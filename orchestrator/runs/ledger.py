@@ -145,6 +145,7 @@ class Ledger:
             try:
                 handle = self.path.open("rb")
             except FileNotFoundError:
+                # no ledger yet: nothing to read
                 return
         with handle:
             for raw in handle:

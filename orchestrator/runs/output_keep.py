@@ -62,9 +62,11 @@ class OutputKeeping:
             with open(path, "rb") as handle:
                 head = handle.read(OUTPUT_CAP)
         except FileNotFoundError:
+            # the arm wrote no output file: the stream was empty
             return Stream("", None, 0, 0)
         # output_pipe.py wrote only the first bytes of a longer stream and counted the rest
         size = on_disk
+        # no readable .total (the stream fit): the file's own size is the total
         with contextlib.suppress(OSError, ValueError):
             size = max(on_disk, int(path.with_name(f"{path.name}.total").read_text()))
         text = head.decode("utf-8", errors="replace")
@@ -166,6 +168,7 @@ def _usage(root: Path) -> list[tuple[float, str, int]]:
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
             continue
         size = 0
+        # removed while counted (another claimant): it holds nothing toward the budget
         with contextlib.suppress(OSError):
             for name in os.listdir(entry.path):
                 st = os.lstat(os.path.join(entry.path, name))
@@ -175,11 +178,13 @@ def _usage(root: Path) -> list[tuple[float, str, int]]:
 
 
 def _drop(root: Path, handle: str, why: str) -> None:
+    # the note is a courtesy: the drop below happens without it
     with contextlib.suppress(OSError):
         (root / f"{handle}.gone").write_text(
             f"{why} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
         )
     doomed = root / f".drop-{handle}-{secrets.token_hex(4)}"
+    # gone already (another claimant dropped it): nothing to rename
     with contextlib.suppress(OSError):
         os.rename(root / handle, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
@@ -213,6 +218,7 @@ def sweep(outputs: Path, keep: Path | None = None) -> list[str]:
     try:
         sessions = list(os.scandir(outputs))
     except OSError:
+        # no outputs directory yet: nothing abandoned to sweep
         return removed
     for entry in sessions:
         path = Path(entry.path)
@@ -228,6 +234,7 @@ def sweep(outputs: Path, keep: Path | None = None) -> list[str]:
 
 def _abandoned(path: Path) -> bool:
     owners = []
+    # the session directory is gone: nothing to sweep
     with contextlib.suppress(OSError):
         owners = [n for n in os.listdir(path) if n.startswith(OWNER)]
     if not owners:
@@ -239,6 +246,7 @@ def _abandoned(path: Path) -> bool:
         try:
             fd = os.open(path / name, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
+            # the owner file went away since listed: its owner closed
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

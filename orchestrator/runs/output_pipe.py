@@ -86,6 +86,7 @@ class CappedStreams:
         with self._fds:
             dummies, self._dummies = self._dummies, []
         for fd in dummies:
+            # close(2) releases the fd even when it reports an error: nothing to undo
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._deadline = time.monotonic() + grace
@@ -98,6 +99,7 @@ class CappedStreams:
                 with contextlib.suppress(OSError):
                     os.replace(self.outputs / f"{name}.data", fifo)
             if self.seen[name] > self.written[name]:
+                # the count only feeds the cut note: without it the file's size is used
                 with contextlib.suppress(OSError):
                     (self.outputs / f"{name}.total").write_text(str(self.seen[name]))
 
@@ -113,6 +115,7 @@ class CappedStreams:
                     try:
                         chunk = os.read(fd, CHUNK)
                     except BlockingIOError:
+                        # nothing to read yet: the poll woke for another fd
                         continue
                     if not chunk:
                         if not self._dummies:  # every writer is gone, ours too
@@ -147,5 +150,6 @@ class CappedStreams:
             fds = [*self._reads, *self._dummies, *self._data.values()]
             self._reads, self._dummies, self._data = {}, [], {}
         for fd in fds:
+            # close(2) releases the fd even when it reports an error: nothing to undo
             with contextlib.suppress(OSError):
                 os.close(fd)

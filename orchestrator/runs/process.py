@@ -50,6 +50,7 @@ def can_use_pidfd() -> bool:
     try:
         fd = os.pidfd_open(os.getpid())
     except OSError:
+        # no pidfd here (old kernel, seccomp): the pid-reuse check falls back to psutil
         return False
     os.close(fd)
     return True
@@ -129,6 +130,7 @@ class HostProcess:
         self._exited = False
         self._pidfd: int | None = None
         if can_use_pidfd():
+            # exited already or no pidfd: kill verifies by psutil instead
             with contextlib.suppress(OSError):
                 self._pidfd = os.pidfd_open(self.pid)
 
@@ -141,6 +143,7 @@ class HostProcess:
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
+            # reaped by another waiter: the child is gone, which is what we ask
             info = None
             self._exited = True
         if info is not None:
@@ -191,6 +194,7 @@ class HostProcess:
         self._killed = True
         stray = self._descendants()
         if not GROUPS:
+            # exited already: nothing to kill; the strays are killed verified below
             with contextlib.suppress(OSError):
                 self._popen.kill()
             _kill_verified(stray)

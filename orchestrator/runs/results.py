@@ -44,11 +44,23 @@ class Refusal(BaseModel):
 
     @classmethod
     def of(cls, err: SprawlError) -> Refusal:
+        """The refusal a SprawlError says.
+
+        Args:
+            err: the error.
+
+        Returns:
+            Its code, subject, detail and recovery.
+        """
         return cls(code=err.code, subject=err.subject, detail=err.detail, recovery=err.recovery)
 
     def as_result(self) -> dict[str, Any]:
-        """The result of a command refused before any exec tool exists (`exec --json` of a
-        config fault): outcome "exceptional" and these four keys."""
+        """The result of a command refused before any exec tool exists.
+
+        Returns:
+            ``exec --json``'s answer to a config fault: outcome "exceptional" and these
+            four keys.
+        """
         return {"outcome": "exceptional", **self.model_dump(mode="json")}
 
 
@@ -105,6 +117,11 @@ class ExecResult(BaseModel):
     limits_hit: list[Literal["memory", "pids"]] = []
 
     def as_json_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data.
+
+        Returns:
+            Every key, as `exec --json`, serve, MCP and the ledger show it.
+        """
         return self.model_dump(mode="json")
 
     @property
@@ -129,7 +146,11 @@ class ExecResult(BaseModel):
         return "\n".join(lines)
 
     def limit_sentences(self) -> list[str]:
-        """One sentence per limit the kernel enforced on this command, with its number."""
+        """The limits the kernel enforced on this command, in words.
+
+        Returns:
+            One sentence per entry of ``limits_hit``, with its number and what to raise.
+        """
         return [self._limit_sentence(limit) for limit in self.limits_hit]
 
     def _limit_sentence(self, limit: str) -> str:

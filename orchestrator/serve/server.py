@@ -318,7 +318,7 @@ class Server:
                     request.command,
                     shell=request.shell,
                     where=request.where,
-                    timeout=request.window,
+                    window=request.window,
                     run=request.run,
                 )
             except TypeError as err:  # a str command without shell: a line, not a program

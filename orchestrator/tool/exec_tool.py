@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shlex
 import shutil
 import threading
 import time
@@ -58,6 +57,7 @@ from sprawl_orch.runs.yielding import find_program
 from sprawl_orch.selection.choice import Choice
 from sprawl_orch.selection.offerings import Offerings
 from sprawl_orch.tool.arm import ToolArm
+from sprawl_orch.tool.command import command_argv, window_of
 from sprawl_orch.tool.copies import ToolCopies
 from sprawl_orch.tool.stream import Follower
 
@@ -67,15 +67,23 @@ Where = Literal["sandbox", "host"]
 class ExecTool:
     """Runs commands confined in copies of `workdir` and says what held for each.
 
-    `config=None` reads `sprawl.toml` in `workdir` (defaults when absent), as the CLI's
-    `-C DIR` does; `workdir` may be a str. Use as a context manager: `close()` kills
-    what still runs and releases its copies (kept for the next call: copy_store).
+    Use it as a context manager: `close()` kills what still runs and releases its copies
+    (kept for the next call: copy/store.py).
+
+    Example:
+        ```python
+        from sprawl_orch import ExecTool
+
+        with ExecTool(".") as tool:  # ./sprawl.toml (or the defaults); commands run in a copy of .
+            result = tool.exec(["ls", "-a"])
+            print(result.outcome, result.exit_code, result.statement)
+        ```
     """
 
     def __init__(
         self,
-        config: Config | None,
-        workdir: Path | str,
+        config: Config | str | Path | None = None,
+        workdir: Path | str | None = None,
         *,
         offerings: Offerings | None = None,
         environ: Mapping[str, str] | None = None,
@@ -87,16 +95,39 @@ class ExecTool:
         progress: Progress | None = None,
         warm: bool | None = None,
     ) -> None:
-        """`shares`: what each run gets (cgroups.py); `backlog`: share one with other tools
-        (serve does, one tool per arm), which then own and close it. `shared_guardian`:
-        connect to the state directory's one guardian (guardian/server.py) instead of
-        spawning one for this tool -- for a process that lives for one call (the CLI); a
-        long-lived one (serve, mcp, a library user) pays its own guardian once. `progress`:
-        hears (files, bytes) during a long sync (the CLI draws it on a terminal). `warm`:
-        overrides `[sandbox.container] warm` (container/warm.py)."""
+        """An exec tool over one working directory; nothing is probed or started yet.
+
+        Args:
+            config: a Config; or a path: a sprawl.toml, or a directory whose sprawl.toml is
+                read (``load_config``); None reads `workdir`'s sprawl.toml, as the CLI's
+                ``-C DIR`` does. Absent files mean the defaults.
+            workdir: the person's tree the commands run in a copy of. Default: the directory
+                `config` names (the file's own directory), else the current directory.
+            offerings: the machine as already sampled (tests, serve); default: sampled on
+                the first command.
+            environ: the environment the child's is built from (default: os.environ).
+            session: this tool's id in names and labels (default: random).
+            record: append one ledger line per result.
+            shares: what each run gets (runs/cgroups.py).
+            backlog: share one with other tools (serve does, one tool per arm), which then
+                own and close it.
+            shared_guardian: connect to the state directory's one guardian instead of
+                spawning one for this tool -- for a process that lives for one call (the
+                CLI); a long-lived one (serve, mcp, a library user) pays its own once.
+            progress: hears (files, bytes) during a long sync (the CLI draws it).
+            warm: overrides ``[sandbox.container] warm`` (container/warm.py).
+
+        Raises:
+            SprawlError: E_CONFIG_INVALID when the config can't be read or is refused.
+        """
+        if workdir is None:
+            named = None if config is None or isinstance(config, Config) else Path(config)
+            workdir = Path.cwd() if named is None else named if named.is_dir() else named.parent
         workdir = Path(workdir)
         if config is None:
             config = load_config(cwd=workdir)
+        elif not isinstance(config, Config):
+            config = load_config(config)
         if warm is not None:
             config = with_warm(config, warm)
         self.config = config
@@ -127,16 +158,34 @@ class ExecTool:
     # -- choosing (tool_arm.py) ------------------------------------------------------
     @property
     def offerings(self) -> Offerings:
+        """The machine as sampled once for this tool: engines, mechanisms, their faults."""
         return self._arms.offerings
 
     @property
     def choice(self) -> Choice:
+        """Which arm sandboxed commands run on, and why (made on first use)."""
         return self._arms.choice
 
     def arm(self) -> Arm:
+        """The arm sandboxed commands run on, chosen and built on first use.
+
+        Returns:
+            The chosen arm (selection/arm_factory.py).
+
+        Raises:
+            SprawlError: E_SANDBOX_DENIED when no arm can give what the config asks.
+        """
         return self._arms.arm()
 
     def confinement(self, arm: Arm) -> Confinement:
+        """What `arm` holds, as every result of it carries it.
+
+        Args:
+            arm: an arm of this tool (`arm()`).
+
+        Returns:
+            Its name, its statement and each guarantee's state.
+        """
         return self._arms.confinement(arm)
 
     # -- running ------------------------------------------------------------------
@@ -146,51 +195,47 @@ class ExecTool:
         *,
         shell: bool = False,
         where: Where = "sandbox",
-        timeout: float | None = None,
+        window: float | None = None,
         run: str = "default",
         background_ok: bool = True,
         follow: tuple[BinaryIO, BinaryIO] | None = None,
+        timeout: float | None = None,
     ) -> ExecResult:
-        """Run one command. Past its window (`timeout`, else [sandbox] window_seconds) it is
-        handed to the backlog (`backgrounded`, with a handle), or killed if not background_ok.
-        `follow`: binary (stdout, stderr) sinks that get the command's bytes live, unchanged
-        (the CLI's human mode)."""
+        """Run one command confined; a refusal or failure is a result too, never a raise.
+
+        Args:
+            command: a list (program and arguments), or with ``shell=True`` one shell line
+                (str) -- or a list, quoted word for word into one line.
+            shell: run under the configured shell (``[sandbox] shell``/``interpreter``).
+            where: "sandbox" (the chosen arm) or "host" (in place, no guarantees).
+            window: seconds to wait (default ``[sandbox] window_seconds``). A command still
+                running then is NOT killed: it moves to the background (``backgrounded``,
+                with a ``handle`` for `halt`; its result comes from `harvest`), unless
+                `background_ok` is False. The CLI's ``--timeout`` is that kill.
+            run: the agent session the command belongs to (its cgroup, `release`).
+            background_ok: False kills the command at the window instead (``killed``).
+            follow: binary (stdout, stderr) sinks that get the command's bytes live.
+            timeout: the old name of `window` (it moves to the background, it does not kill
+                as ``subprocess.run``'s does); deprecated, warns.
+
+        Returns:
+            The ExecResult: ``settled`` (exit code, output, changes), ``backgrounded``
+            (a handle) or ``exceptional`` (code, subject, detail, recovery).
+
+        Raises:
+            TypeError: a str command without ``shell=True``, or a list of non-str items.
+        """
+        window = window_of(window, timeout)
         started = time.monotonic()
-        argv_in = self._command(command, shell)
+        argv_in = command_argv(command, shell, self.config.sandbox.interpreter)
         arm_name = ArmName.HOST.value if where == "host" else self.choice.arm.value
         fields: dict[str, object] = {"command": argv_in, "shell": shell, "where": where, "run": run}
         try:
-            result = self._exec(argv_in, shell, where, timeout, run, started, background_ok, follow)
+            result = self._exec(argv_in, shell, where, window, run, started, background_ok, follow)
         except SprawlError as err:
             result = exceptional(arm_name, err, **fields)
         self._record(result)
         return result
-
-    def _command(self, command: Sequence[str] | str, shell: bool) -> list[str]:
-        """The argv, or the one shell line. A str without shell=True is a TypeError: it
-        would otherwise be looked up as a program named "echo hi"."""
-        if isinstance(command, str):
-            if not shell:
-                raise TypeError(
-                    f"exec({command!r}): a str is a shell line; pass shell=True to run it "
-                    "under the shell, or a list of program and arguments "
-                    f"(e.g. {shlex.split(command)!r})"
-                )
-            return [command]
-        if isinstance(command, bytes) or not all(isinstance(a, str | os.PathLike) for a in command):
-            raise TypeError(f"exec({command!r}): the command is a list of str (or paths)")
-        argv = [os.fspath(a) for a in command]
-        if not all(isinstance(a, str) for a in argv):
-            raise TypeError(f"exec({command!r}): bytes paths are not accepted; use str")
-        if shell and len(argv) > 1:
-            if self.config.sandbox.interpreter != "system" or os.name != "posix":
-                raise TypeError(
-                    "exec(list, shell=True) quotes the list for a POSIX shell; with "
-                    f"interpreter {self.config.sandbox.interpreter!r} pass one shell line (str)"
-                )
-            # Each item stays one word, as the list said: `printf '%s|' 'a b' c`.
-            return [shlex.join(argv)]
-        return argv
 
     def _record(self, result: ExecResult) -> None:
         if self.ledger is None:
@@ -205,7 +250,7 @@ class ExecTool:
         argv_in: list[str],
         shell: bool,
         where: Where,
-        timeout: float | None,
+        window: float | None,
         run: str,
         started: float,
         background_ok: bool,
@@ -275,7 +320,8 @@ class ExecTool:
             if copy is not None:
                 self.copies.release(copy)
             raise
-        window = timeout if timeout is not None else self.config.sandbox.window_seconds
+        if window is None:
+            window = self.config.sandbox.window_seconds
         pending = Pending(
             arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window, started
         )
@@ -300,24 +346,64 @@ class ExecTool:
     def apply(
         self, handle: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
     ) -> ApplyResult:
-        """Bring kept changes of a finished command (all, or ``paths``) into the working
-        directory (apply.py); refuses conflicts, links out of the tree."""
+        """Bring kept changes of a finished command into the working directory (apply.py),
+        atomically per file.
+
+        Args:
+            handle: the result's ``changes.handle``.
+            paths: the changed paths to apply (default: all of them).
+            dry_run: write nothing; the result carries the diff.
+
+        Returns:
+            The ApplyResult: applied, skipped and refused paths (a conflict, a link on the way
+            or out of the tree is refused, never written through).
+
+        Raises:
+            SprawlError: E_UNKNOWN_HANDLE when nothing is kept under `handle`.
+        """
         return apply_changes(self.state, handle, paths, dry_run=dry_run, workdir=self.workdir)
 
     # -- the backlog ----------------------------------------------------------------
     def harvest(self) -> list[ExecResult]:
-        """Full results of background commands that have finished (each returned once)."""
+        """Results of background commands that have finished since the last call.
+
+        Returns:
+            Each finished command's full result, once.
+        """
         return [self._recorded(r) for r in self.backlog.harvest()]
 
     def halt(self, handle: str) -> ExecResult:
-        """Kill one command (its whole process group, or its container); its result."""
+        """Kill one background command: its whole process group, or its container.
+
+        Args:
+            handle: the ``handle`` of its ``backgrounded`` result.
+
+        Returns:
+            Its result (``killed``), which `harvest` then does not return again.
+
+        Raises:
+            SprawlError: E_UNKNOWN_HANDLE when no command of this tool has that handle.
+        """
         return self._recorded(self.backlog.halt(handle))
 
     def release(self, run: str) -> list[ExecResult]:
-        """Kill every command of `run` and remove its cgroup; their results."""
+        """Kill every command of `run` and remove its cgroup.
+
+        Args:
+            run: the ``run`` the commands were started with.
+
+        Returns:
+            The results of the commands it ended (none when the run had none running).
+        """
         return [self._recorded(r) for r in self.backlog.release(run)]
 
     def processes(self) -> dict[str, RunProcesses]:
+        """What each run holds now.
+
+        Returns:
+            Per run: its live pids, the commands whose descendants can't all be listed, its
+            share and its CPU affinity.
+        """
         return self.backlog.processes()
 
     def _recorded(self, result: ExecResult) -> ExecResult:
@@ -354,8 +440,13 @@ class ExecTool:
                 sweep(self.outputs_root.parent, keep=self.outputs_root)
 
     def guardian(self) -> Guardian:
-        """The session's guardian (guardian_client.session_guardian), made on the first
-        sandboxed command; one per exec tool, not per command, closed with the tool."""
+        """The session's guardian, made on the first sandboxed command; one per exec tool,
+        not per command, closed with the tool.
+
+        Returns:
+            The Watcher every container, process group, copy and cgroup is announced to
+            (runs/guardian_client.py).
+        """
         with self._lock:  # one guardian even when the first commands arrive together
             if self._guardian is None:
                 self._guardian = session_guardian(
@@ -364,8 +455,12 @@ class ExecTool:
             return self._guardian
 
     def close(self) -> str | None:
-        """Release every run (own backlog) and with them their copies (kept, see copy_store),
-        and release the arm. Never raises; says what stayed."""
+        """Kill what still runs (its own backlog) and release the copies and the arm.
+
+        Returns:
+            None when everything was cleaned up, else a sentence saying what stayed.
+        Never raises.
+        """
         stayed = [self.backlog.close() if self._owns_backlog else None]
         with self._lock:
             self._closed = True

@@ -4,7 +4,8 @@
 
 SPEC: {"session", "arm": "docker"|"podman"|"copied_tree"|"raw-docker"|"raw-podman", "workdir",
 "scratch", "state", "image" (container arms), "commands": [[argv...], ...], "run", "timeout",
-"memory_limit" (optional: each run gets a cgroup with this memory limit, cgroups.py)}.
+"memory_limit" (optional: each run gets a cgroup with this memory limit, cgroups.py), "hold"
+(optional: a gate path; see hold_after_create)}.
 
 The `raw-*` arms skip ExecTool: they announce a container through the Guardian client and
 create it with the engine CLI found on PATH (a test may put a slow wrapper first), labelled
@@ -19,9 +20,11 @@ after ExecTool.close(). Every line is flushed so the test can time its SIGKILL.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,6 +81,22 @@ def raw(spec: dict[str, object], engine: str) -> None:
     say("closed")
 
 
+def hold_after_create(gate: str) -> None:
+    """Patch the watcher so the container arm stops between create and start: after
+    announcing `created` it writes GATE.reached and waits for GATE to exist, so the test can
+    SIGKILL this process at exactly that point. (The product code has no hook for it.)"""
+    told = Guardian.created
+
+    def created(self: Guardian, name: str, container_id: str) -> None:
+        told(self, name, container_id)
+        Path(gate + ".reached").write_text(name)
+        deadline = time.monotonic() + 600
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    Guardian.created = created  # type: ignore[method-assign]
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     arm = spec["arm"]
@@ -101,6 +120,8 @@ def main() -> None:
         config, Path(spec["workdir"]), session=spec["session"], record=False, shares=shares
     )
     tool.arm().prepare(tool.workdir)
+    if spec.get("hold"):
+        hold_after_create(spec["hold"])  # after prepare: admission's probe is not held
     say("ready")
     for n, argv in enumerate(spec["commands"], 1):
         say(f"exec {n}")

@@ -33,7 +33,7 @@ from guardian_support import (
 )
 
 from sprawl_orch.guardian.reaper import group_members
-from sprawl_orch.runs.guardian_client import PAUSE_AFTER_CREATE, Guardian
+from sprawl_orch.runs.guardian_client import Guardian
 
 GRACE = 3.0  # the guardian's default
 
@@ -78,10 +78,10 @@ def test_sigkill_between_create_and_start(
 ) -> None:
     engine, image = engine_image
     gate = tmp_path / "gate"
+    # The driver patches its watcher to hold after `created` until the gate exists.
     orch = Orchestrator(
-        spec(session, engine, tmp_path, [["echo", "never"]], image=image),
+        {**spec(session, engine, tmp_path, [["echo", "never"]], image=image), "hold": str(gate)},
         tmp_path / "guardian.log",
-        env={PAUSE_AFTER_CREATE: str(gate)},
     )
     orch.wait_line("exec 1")
     assert wait_for(Path(str(gate) + ".reached").exists, 60), orch.seen

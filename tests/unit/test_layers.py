@@ -55,7 +55,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "runs.proxied",
         "runs.yielding",
     ),
-    "images": ("core", "engines", "config"),
+    # What every command-line surface shares (-C/--config, the refusal on exit 125).
+    "surface": ("core", "config"),
+    "images": ("core", "engines", "config", "surface"),
     "selection": (
         "core",
         "engines",
@@ -87,6 +89,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "selection",
         "images",
         "serve",
+        "surface",
         "tool",
     ),
 }
@@ -97,18 +100,6 @@ CROSSINGS: dict[tuple[str, str], str] = {
     ("guardian.reaper", "copy.sync"): (
         "the guardian deletes a scratch copy left behind with the copy's own link-safe "
         "delete_path; issue 28 item 3 (one tree removal) puts it below both"
-    ),
-    ("native_fallbacks.bwrap", "container.ownership"): (
-        "bwrap hands its copy to the sandbox uid with the container arm's own_copy; "
-        "issue 28 item 3 moves the ownership helpers below both arms"
-    ),
-    ("container.arm", "runs.guardian_client"): (
-        "a test hook in product code: hold_after_create (SPRAWL_TEST_PAUSE_AFTER_CREATE, for "
-        "the guardian tests); issue 28 item 2: the tests patch a watcher in instead"
-    ),
-    ("images.cli", "cli.common"): (
-        "`sprawl-orch image` takes the main CLI's -C/--config options and prints refusals "
-        "with its printer; issue 28 phase 2 gives both a surface-neutral room"
     ),
 }
 
