@@ -96,9 +96,9 @@ def _blocks(path: Path) -> int:
     total = 0
     with os.scandir(path) as listing:
         for entry in listing:
-            with suppress(OSError):
+            with suppress(OSError):  # our own temp store, nobody else writes it: never seen
                 total += entry.stat(follow_symlinks=False).st_blocks * 512
-    with suppress(OSError):
+    with suppress(OSError):  # the same: made by keep() a moment ago
         total += os.lstat(path).st_blocks * 512
     return total
 

@@ -263,8 +263,7 @@ class HostView:
                     continue  # beneath a new directory: goes with it
                 # The parent is in the baseline (the image's own, shallow); the new entry
                 # may be thousands of levels deep: removed by fd, never by path.
-                # any failure is found by the walk after: the container is then replaced
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):  # found by the walk after: replaced
                     pfd = open_dir(os.path.join(base, parent))
                     try:
                         remove_entry(os.path.basename(rel), pfd, now[rel].kind == 0o040000)
