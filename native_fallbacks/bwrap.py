@@ -43,6 +43,8 @@ from pathlib import Path
 
 from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_namespace
 from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.core.credential_places import make_guard
+from sprawl_orch.core.environment import host_side_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.core.ownership import own_copy
@@ -52,7 +54,6 @@ from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
 from sprawl_orch.native_fallbacks.sandbox_uid import grant_search, sandbox_uid
 from sprawl_orch.native_fallbacks.seccomp_filter import SeccompUnsupported, program_fd
-from sprawl_orch.native_fallbacks.view_guard import make_guard
 from sprawl_orch.runs.launch import Launch, Running
 from sprawl_orch.runs.process import HostProcess
 from sprawl_orch.runs.yielding import Yielders, yield_prefix
@@ -100,9 +101,11 @@ def bwrap_argv(
     *,
     home: str | None = None,
     seccomp_fd: int | None = None,
+    env_fd: int | None = None,
 ) -> list[str]:
     """The wrapped command. Pure: the same inputs give the same list. `copy` None: nothing
-    is mounted at `workdir` (the probe), the command still starts there."""
+    is mounted at `workdir` (the probe), the command still starts there. `env_fd`: the
+    command's environment as bwrap arguments (env_args), read by bwrap from that fd."""
     where = str(workdir)
     out = [bwrap, *NAMESPACE_FLAGS, "--dev", "/dev", "--proc", "/proc"]
     for place in PRIVATE_TMPFS:
@@ -122,8 +125,33 @@ def bwrap_argv(
     out += ["--chdir", where, "--remount-ro", "/"]
     if seccomp_fd is not None:
         out += ["--seccomp", str(seccomp_fd)]
+    if env_fd is not None:
+        out += ["--args", str(env_fd)]
     out += ["--", *argv]
     return out
+
+
+def env_args(env: Mapping[str, str]) -> bytes:
+    """The command's environment as bwrap reads it from `--args FD`: cleared, then each name
+    set. bwrap itself runs with host_side_env (issue 30: the command's LD_PRELOAD loaded into
+    bwrap on the host). Through an fd, not argv: /proc/<pid>/cmdline is readable by every
+    account on the host, a passed credential's value would be there."""
+    words = ["--clearenv"]
+    for name, value in env.items():
+        words += ["--setenv", name, value]
+    return b"".join(os.fsencode(w) + b"\0" for w in words)
+
+
+def open_env_fd(env: Mapping[str, str]) -> int:
+    """A fresh memfd holding env_args(env) at offset 0 (closed by the caller once started)."""
+    fd = os.memfd_create("sprawl-env", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, env_args(env))
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _true() -> str:
@@ -241,12 +269,20 @@ class BwrapArm(CopiedTreeArm):
         workdir: Path,
         env: Mapping[str, str],
         seccomp_fd: int | None,
+        env_fd: int | None = None,
     ) -> list[str]:
         view = command_view(env, workdir, copy, self._system, self._guard)
         if self.user is not None:
             self.give(copy, view)
         return bwrap_argv(
-            self.bwrap, view, copy, workdir, argv, home=env.get("HOME"), seccomp_fd=seccomp_fd
+            self.bwrap,
+            view,
+            copy,
+            workdir,
+            argv,
+            home=env.get("HOME"),
+            seccomp_fd=seccomp_fd,
+            env_fd=env_fd,
         )
 
     def give(self, copy: Path, view: View) -> None:
@@ -267,23 +303,28 @@ class BwrapArm(CopiedTreeArm):
                 'use a container arm, or ask for arm = "copied_tree"',
             ) from err
         hold = Hold() if launch.egress is not None else None
+        fds = [fd]
         try:
-            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd)
+            fds.append(open_env_fd(launch.env))
+            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd, fds[1])
             if hold is not None:
                 argv = argv[:1] + hold.flags() + argv[1:]
+            # The command's environment goes in through the fd; what runs on the host (the
+            # gate's sh, ionice, nice, bwrap) gets ours.
             process = HostProcess(
                 yield_prefix(self.yielders) + argv,
                 launch.cwd,
-                launch.env,
+                host_side_env(),
                 launch.outputs,
                 join=launch.join,
                 watcher=launch.watcher,
-                pass_fds=(fd, *(hold.fds() if hold else ())),
+                pass_fds=(*fds, *(hold.fds() if hold else ())),
                 user=self.user,
             )
         finally:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            for each in fds:
+                with contextlib.suppress(OSError):
+                    os.close(each)
             if hold is not None:
                 hold.close_theirs()
         if hold is None or launch.egress is None:

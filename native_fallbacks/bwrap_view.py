@@ -12,7 +12,7 @@ runtime state:
   /nix/var holds nix's daemon socket). Top-level links (merged /usr) stay links.
 - not bound: /home, /root, /var, /run, /tmp, /srv, /mnt, /media, /sys, /boot -- /tmp,
   /var/tmp, /run, /dev/shm and $HOME are fresh tmpfs (bwrap.py), /var/run a link to /run.
-- tools, each bind passed through the guard first (view_guard.py: never a home, never a
+- tools, each bind passed through the guard first (core/credential_places.py: never a home, never a
   place of credentials or state, never runtime places, judged on real paths with the
   *caller's* homes as reference -- issue 30 bound ~/.cargo, ~/.local and ~/.ssh from PATH
   and a tree's pyvenv.cfg): each absolute entry of the command's PATH outside the system
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from sprawl_orch.native_fallbacks.view_guard import Guard, make_guard
+from sprawl_orch.core.credential_places import Guard, make_guard
 from sprawl_orch.native_fallbacks.view_tools import (
     TOOL_DIR_NAMES,
     pyenv_parts,

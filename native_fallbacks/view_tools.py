@@ -1,7 +1,7 @@
 """The interpreters the native view binds beyond the system: a virtualenv's base interpreter
 and pyenv's parts. Both are named by files an attacker can write (`pyvenv.cfg`,
 `.python-version` in a cloned tree), so what they name is checked against where the
-interpreter really is and passed through the guard (view_guard.py) before it is bound.
+interpreter really is and passed through the guard (core/credential_places.py) before it is bound.
 
 - A venv's `home` must be the directory its interpreter really lives in (the realpath of
   the venv's `bin/python`): issue 30's `home = ~/.ssh` bound ~/.ssh with no interpreter in
@@ -21,8 +21,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
-from sprawl_orch.native_fallbacks.view_guard import Guard
 
 TOOL_DIR_NAMES = frozenset({"bin", "sbin", "shims"})
 PYENV_CODE: tuple[str, ...] = ("libexec", "bin", "shims", "pyenv.d", "plugins")

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "image": "sprawl_orch.images.cli:image",
     "doctor": "sprawl_orch.cli.doctor_cmd:doctor_command",
     "copies": "sprawl_orch.cli.copies_cmd:copies_command",
+    "workspace": "sprawl_orch.cli.workspace_cmd:workspace_command",
 }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from sprawl_orch.changes.apply import ApplyResult
 from sprawl_orch.cli.common import refuse
 from sprawl_orch.config import load_config
 from sprawl_orch.core.errors import SprawlError
@@ -41,7 +42,13 @@ EXIT_SOME_REFUSED = 1
 @click.option("--dry-run", is_flag=True, help="Print the diff of what would be applied.")
 @click.option("--drop", is_flag=True, help="Forget the handle's kept changes, apply nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the apply result as JSON.")
-@click.argument("handle")
+@click.option(
+    "--workspace",
+    default=None,
+    metavar="NAME",
+    help="Apply workspace NAME's changes instead of a command's (then no HANDLE: PATHs only).",
+)
+@click.argument("handle", required=False)
 @click.argument("paths", nargs=-1)
 def apply_command(
     workdir: Path | None,
@@ -49,7 +56,8 @@ def apply_command(
     dry_run: bool,
     drop: bool,
     as_json: bool,
-    handle: str,
+    workspace: str | None,
+    handle: str | None,
     paths: tuple[str, ...],
 ) -> None:
     """Apply the changes of HANDLE (all, or the PATHs named and what is beneath them)."""
@@ -59,9 +67,21 @@ def apply_command(
     from sprawl_orch.changes.store import drop_handle
     from sprawl_orch.config.state import state_dir
 
+    if workspace is None and handle is None:
+        raise click.UsageError("give the HANDLE of a command's changes, or --workspace NAME")
     try:
         config = load_config(config_path, cwd=workdir or Path("."))
         state = state_dir(config, os.environ)
+        if workspace is not None:
+            from sprawl_orch.changes.workspace import Workspace
+
+            chosen = [handle, *paths] if handle is not None else list(paths)
+            ws = Workspace(state, (workdir or Path(".")).resolve(), workspace)
+            result = ws.apply(chosen or None, dry_run=dry_run)
+            handle = f"workspace {workspace}"
+            _report(result, handle, dry_run, as_json)
+            sys.exit(EXIT_SOME_REFUSED if result.refused else 0)
+        assert handle is not None
         if drop:
             drop_handle(state, handle)
             click.echo(f"sprawl-orch: the kept changes of {handle} are dropped", err=True)
@@ -69,6 +89,11 @@ def apply_command(
         result = apply(state, handle, list(paths) or None, dry_run=dry_run, workdir=workdir)
     except SprawlError as err:
         refuse(err, as_json)
+    _report(result, handle, dry_run, as_json)
+    sys.exit(EXIT_SOME_REFUSED if result.refused else 0)
+
+
+def _report(result: ApplyResult, handle: str, dry_run: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.as_json_dict(), indent=2))
     else:
@@ -80,7 +105,12 @@ def apply_command(
         for item in result.refused:
             stamps = ""
             if item.at_sync or item.now:
-                stamps = f" (stamp at the sync: {item.at_sync}; now: {item.now})"
+                stamps = (
+                    f"\n    when the command's copy was made: {readable_stamp(item.at_sync)}"
+                    f"\n    in the working directory now:     {readable_stamp(item.now)}"
+                    "\n    to merge by hand: apply --dry-run shows the command's diff; to keep "
+                    "the command's version, apply again after moving yours aside"
+                )
             click.echo(f"sprawl-orch: refused {item.path}: {item.why}{stamps}", err=True)
         if result.skipped:
             click.echo(
@@ -92,4 +122,20 @@ def apply_command(
                 f"sprawl-orch: every change of {handle} is applied; its kept copy is removed",
                 err=True,
             )
-    sys.exit(EXIT_SOME_REFUSED if result.refused else 0)
+
+
+def readable_stamp(stamp: dict[str, int] | None) -> str:
+    """A stamp as people read it: when it was modified (local time), size and permissions."""
+    if not stamp:
+        return "absent"
+    import stat as st
+    import time
+
+    seconds, ns = divmod(stamp.get("mtime_ns", 0), 1_000_000_000)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+    zone = time.strftime("%z", time.localtime(seconds))
+    mode = stamp.get("mode", 0)
+    return (
+        f"modified {when}.{ns // 1_000_000:03d} {zone}, {stamp.get('size', 0):,} bytes, "
+        f"{st.filemode(mode) if st.S_IFMT(mode) else f'{st.S_IMODE(mode):04o}'}"
+    )

@@ -84,6 +84,11 @@ def _say(result: ExecResult) -> None:
         click.echo(
             f"sprawl-orch: left out of the copy ([sandbox.copy] exclude): {left_out}", err=True
         )
+    if result.work is not None:
+        for left in result.work.refused_links:
+            click.echo(
+                f"sprawl-orch: left out of the copy (a link out of the tree): {left}", err=True
+            )
     if result.changes is not None and result.changes.total:
         click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
 
@@ -111,6 +116,13 @@ def _say(result: ExecResult) -> None:
     help="Print the result object as JSON (output capped, with its way back).",
 )
 @click.option("--schema", is_flag=True, help="Print the JSON schema of the result and exit.")
+@click.option(
+    "--workspace",
+    default=None,
+    metavar="NAME",
+    help="Run in workspace NAME: the agent's changes last across commands until applied "
+    "(apply --workspace NAME) or discarded; the person's edits flow in before each.",
+)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def exec_command(
     workdir: Path,
@@ -120,6 +132,7 @@ def exec_command(
     timeout: float | None,
     as_json: bool,
     schema: bool,
+    workspace: str | None,
     argv: tuple[str, ...],
 ) -> None:
     """Run ARGV confined, in a synced copy of the working directory."""
@@ -144,18 +157,23 @@ def exec_command(
     # One call per process: the state directory's shared guardian, not one of our own.
     from sprawl_orch.cli.copy_progress import copy_progress
 
-    with (
-        copy_progress(as_json) as progress,
-        ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool,
-    ):
-        result = tool.exec(
-            command,
-            shell=shell,
-            where=where,  # type: ignore[arg-type]
-            window=timeout,  # the CLI kills at its --timeout: a process that exits keeps no backlog
-            background_ok=False,
-            follow=follow,
-        )
+    try:
+        with (
+            copy_progress(as_json) as progress,
+            ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool,
+        ):
+            result = tool.exec(
+                command,
+                shell=shell,
+                where=where,  # type: ignore[arg-type]
+                # the CLI kills at its --timeout: a process that exits keeps no backlog
+                window=timeout,
+                background_ok=False,
+                follow=follow,
+                workspace=workspace,
+            )
+    except SprawlError as err:  # the tool refused its place (a state directory in the tree)
+        result = exceptional("unavailable", err, command=command, shell=shell, where=where)
     _finish(result, as_json)
 
 

@@ -195,6 +195,8 @@ class NetworkConfig(_Strict):
     """``[sandbox.network]``: hosts a command may reach over HTTP(S) through sprawl-orch's
     proxy (orchestrator/egress/). Empty `allow` (the default): no network at all."""
 
+    _AT = ("sandbox", "network")
+
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     # "host": the host's CA bundle (SSL_CERT_FILE and siblings) made visible read-only inside
@@ -220,7 +222,8 @@ class SandboxConfig(_Strict):
     credentials: tuple[str, ...] = ()
     write_limit: Literal["none", "create"] = "none"
     scratch_dir: Path | None = None
-    window_seconds: float = Field(default=600.0, gt=0)
+    # inf passed pydantic's gt=0 and reached the window (issue 30): a finite number only.
+    window_seconds: float = Field(default=600.0, gt=0, allow_inf_nan=False)
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
     network: NetworkConfig = NetworkConfig()

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sprawl_orch.config import Config
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 
 def state_dir(config: Config, environ: Mapping[str, str]) -> Path:
@@ -31,6 +32,31 @@ def ledger_path(config: Config, environ: Mapping[str, str]) -> Path:
     if config.state.ledger is not None:
         return config.state.ledger.expanduser()
     return state_dir(config, environ) / "ledger.jsonl"
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def refuse_state_in_tree(workdir: Path, config: Config, environ: Mapping[str, str]) -> None:
+    """E_CONFIG_INVALID when the state directory or the ledger lies in the working directory
+    (or holds it), checked before anything of ours is written. Found by issue 30: with
+    `[state] dir` in the tree the sync refused the overlap, yet the refused command had
+    already made ledger.jsonl and copies/<key>/0/{lock,meta.json} in the person's tree --
+    and a refused command must change nothing of it. Real paths: a link in the way counts."""
+    tree = os.path.realpath(workdir)
+    state = os.path.realpath(state_dir(config, environ))
+    ledger = os.path.realpath(ledger_path(config, environ))
+    for name, path in (("state directory", state), ("ledger", ledger)):
+        if _inside(path, tree) or (name == "state directory" and _inside(tree, path)):
+            raise SprawlError(
+                ErrorCode.CONFIG_INVALID,
+                "[state] dir" if name == "state directory" else "[state] ledger",
+                f"the {name} {path} and the working directory {tree} overlap: sprawl-orch "
+                "would write its copies, ledger and output into the person's tree",
+                "set [state] dir (and ledger) or XDG_STATE_HOME to a place outside the "
+                "working directory",
+            )
 
 
 # sun_path holds 108 bytes on Linux, 104 on macOS (with the NUL).

@@ -4,8 +4,10 @@
 person left at its default is lowered to the host's limit (and the lowering is said in
 `Limits.notes`); a value the person wrote that the host cannot give is refused with
 E_CONFIG_INVALID naming both numbers. `create_argv` then lays the limits out exactly in
-the order design §3.3 lists. Env *values* never appear: `--env NAME` makes the engine CLI
-read the value from its own environment, which the caller sets to the child's.
+the order design §3.3 lists. Env *values* never appear: the arm passes `env_file`, a private
+file of ours (command.env_file) read by the engine at create; without it (the admission
+probe, which passes no values) `--env NAME` names them. Never the CLI's own environment:
+issue 30 found the command's LD_PRELOAD acting on the podman CLI on the host.
 """
 
 from __future__ import annotations
@@ -292,12 +294,14 @@ def create_argv(
     seccomp: str | None = None,
     read_only: Sequence[tuple[str, str]] = (),
     entrypoint: str | None = None,
+    env_file: Path | None = None,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
     the copy mounted at `workdir`'s path (`destination_of`); `seccomp`: the profile file
     (seccomp_profile.py) in place of the engine's default. `read_only`: (host path,
     container path) binds added read-only (the egress hold, trust = "host"'s CA bundle);
-    `entrypoint`: the image's replaced (the egress hold's static shell)."""
+    `entrypoint`: the image's replaced (the egress hold's static shell); the values in
+    `env_file`."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)
     where = destination_of(copy, workdir)
@@ -371,8 +375,11 @@ def create_argv(
         out += ["--mount", f"type=bind,src={source},dst={target},readonly"]
     if entrypoint is not None:
         out += ["--entrypoint", entrypoint]
-    for name in names:
-        out += ["--env", name]
+    if env_file is not None:
+        out += ["--env-file", str(env_file)]
+    else:
+        for name in names:
+            out += ["--env", name]
     for name, soft, hard in fitted.ulimits:
         out += ["--ulimit", f"{name}={soft}:{hard}"]
     if runtime is not None:

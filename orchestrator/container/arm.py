@@ -13,6 +13,7 @@ command tried once more only if that admission passes.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from sprawl_orch.container.command import (
     command_venv,
     remove_quietly,
     start_refusal,
+    write_env_file,
 )
 from sprawl_orch.container.egress_hold import Held, egress_gap, init_pid, proxy_at, reach
 from sprawl_orch.container.evidence import Evidence
@@ -322,6 +324,8 @@ class ContainerArm:
             self.config if init_user is None else self.config.model_copy(update={"user": init_user})
         )
         env = command_env(launch)
+        launch.outputs.mkdir(parents=True, exist_ok=True)
+        env_file = launch.outputs / f"create-{secrets.token_hex(4)}.env"
         argv = create_argv(
             engine.name,
             config,
@@ -341,6 +345,7 @@ class ContainerArm:
             seccomp=admission.seccomp,
             read_only=read_only,
             entrypoint=entrypoint,
+            env_file=env_file,
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {
@@ -357,7 +362,12 @@ class ContainerArm:
         launch.outputs.mkdir(parents=True, exist_ok=True)
         launch.watcher.expect(name)
         try:
-            container = engine.create(argv, env)
+            # The CLI runs with the engine's connection only; the values go in the file.
+            write_env_file(env, env_file)
+            try:
+                container = engine.create(argv, {})
+            finally:
+                env_file.unlink(missing_ok=True)
         except SprawlError as err:
             self.left_copy(copy)
             remove_quietly(engine, name, launch)

@@ -8,7 +8,9 @@ in arm.py the two modules imported each other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.unrunnable import host_venv, runtime_refusal
@@ -37,6 +39,27 @@ def command_env(launch: Launch) -> dict[str, str]:
     """PATH is the image's (its config's Env, else the engine's default), never the host's
     (pyenv shims, ~/.local/bin): the engine fills it in when we pass none."""
     return {k: v for k, v in launch.env.items() if k != "PATH"}
+
+
+def write_env_file(env: Mapping[str, str], path: Path) -> Path:
+    """The command's environment as an engine reads `--env-file` (NAME=VALUE a line), in a
+    new file only we can read; the caller deletes it once the create returned. A value with a
+    line break cannot be written so (docker and podman split the file on lines, dropping a
+    final CR): refused, never cut short."""
+    for name, value in env.items():
+        if "\n" in value or "\r" in value:
+            raise SprawlError(
+                ErrorCode.BAD_REQUEST,
+                name,
+                f"the value of {name} holds a line break; a container's environment is "
+                "handed over one line per variable",
+                f"pass {name} without line breaks (e.g. base64), or use another arm",
+            )
+    text = "".join(f"{name}={value}\n" for name, value in sorted(env.items()))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(path, flags, 0o600), "w", encoding="utf-8") as out:
+        out.write(text)
+    return path
 
 
 def command_venv(launch: Launch, command: Sequence[str]) -> str | None:

@@ -9,12 +9,14 @@ or stderr. warm.py decides the command's end from the container's processes, not
 from __future__ import annotations
 
 import contextlib
+import secrets
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol
 
+from sprawl_orch.container.command import write_env_file
 from sprawl_orch.container.docker import DockerEngine, close_hijacked, pump_demuxed
 from sprawl_orch.container.podman import PodmanEngine
 from sprawl_orch.engines.engine import ContainerEngine
@@ -101,22 +103,31 @@ class PodmanEntered:
         stderr: Path,
     ) -> None:
         cli = [engine.cli_argv(["exec"])[0], "exec", "--user", user, "--workdir", workdir]
-        for name in env:
-            cli += ["--env", name]  # the value comes from the CLI's own environment
-        with stdout.open("wb") as out, stderr.open("wb") as err:
-            self._proc = subprocess.Popen(
-                [*cli, container, *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=engine._cli_env(env),
-            )
+        # The values in a file of ours (as the create's, command.write_env_file), kept until
+        # the exec ended; the CLI runs with its connection only, never the command's env
+        # (issue 30: the command's LD_PRELOAD loaded into podman on the host).
+        self._env_file = stdout.parent / f"exec-{secrets.token_hex(4)}.env"
+        write_env_file(env, self._env_file)
+        cli += ["--env-file", str(self._env_file)]
+        try:
+            with stdout.open("wb") as out, stderr.open("wb") as err:
+                self._proc = subprocess.Popen(
+                    [*cli, container, *argv],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=engine._cli_env({}),
+                )
+        except BaseException:
+            self._env_file.unlink(missing_ok=True)
+            raise
 
     def ended(self, timeout: float) -> bool:
         try:
             self._proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return False
+        self._env_file.unlink(missing_ok=True)
         return True
 
     def exit_code(self) -> int | None:
@@ -131,6 +142,7 @@ class PodmanEntered:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        self._env_file.unlink(missing_ok=True)
 
 
 def enter(

@@ -33,6 +33,9 @@ _COMMON = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | O_NOFOLLOW | _COMMON
 # O_NONBLOCK: opening a fifo that raced into place of a regular file must not hang the sync.
 READ_FLAGS = os.O_RDONLY | _COMMON | getattr(os, "O_NONBLOCK", 0)
+# Setting times through the open fd (futimens) where the platform can; elsewhere (Windows)
+# copy_paths sets them by path once the file is closed.
+TIMES_BY_FD = os.utime in os.supports_fd
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | _COMMON
 
 
@@ -146,12 +149,19 @@ def copy_new(
     new file's ``fstat`` after ``finish``."""
     sfd = open_source(src_path)
     try:
-        if not stat.S_ISREG(os.fstat(sfd).st_mode):
+        sst = os.fstat(sfd)
+        if not stat.S_ISREG(sst.st_mode):
             raise OSError(f"{src_path} stopped being a regular file while syncing")
         dfd = create()
         try:
-            total = _pump(sfd, dfd, budget, src_path)
+            total = _pump(sfd, dfd, budget, src_path, sst.st_size)
             finish(dfd)
+            if TIMES_BY_FD:
+                # The source's times, nanoseconds (cp -a does the same): a .pyc or a make
+                # target compiled against the source stays valid in the copy. Taken from
+                # the stat of the open source: a write after it changes the source's ctime,
+                # so the next sync does not trust the record and compares bytes and mtime.
+                os.utime(dfd, ns=(sst.st_atime_ns, sst.st_mtime_ns))
             written = os.fstat(dfd)
         except BaseException:
             os.close(dfd)
@@ -167,11 +177,20 @@ def copy_new(
         os.close(sfd)
 
 
-def _pump(sfd: int, dfd: int, budget: int, src_path: str) -> int:
-    """Copy ``sfd`` to its end into ``dfd``; more than ``budget`` bytes raises BudgetExceeded."""
+def _pump(sfd: int, dfd: int, budget: int, src_path: str, size: int = -1) -> int:
+    """Copy ``sfd`` to its end into ``dfd``; more than ``budget`` bytes raises BudgetExceeded.
+
+    ``size``: the source's size at open. Once exactly that many bytes are copied the copy
+    stops without the read that would return end of file (one syscall of the three a small
+    file costs, first-sync time). A source that grew after its stat is then copied at its
+    stat's size, as same_bytes compares it: indistinguishable from one that grew right after
+    the sync, and its changed stamps make the next sync compare it again.
+    """
     total = 0
     use_sendfile = hasattr(os, "sendfile")  # not on Windows
     while True:
+        if total == size:
+            return total
         want = min(CHUNK, budget - total + 1)
         if use_sendfile:
             # sendfile copies in the kernel (what shutil.copyfile uses on Linux), with our own
@@ -351,6 +370,15 @@ class FdCopy:
     def set_dir_mode(self, handle: int, mode: int) -> None:
         if stat.S_IMODE(os.fstat(handle).st_mode) != mode:
             os.fchmod(handle, mode)
+
+    def set_dir_times(self, handle: int, atime_ns: int, mtime_ns: int) -> None:
+        if os.fstat(handle).st_mtime_ns != mtime_ns:
+            os.utime(handle, ns=(atime_ns, mtime_ns))
+
+    def set_link_times(self, name: str, parent: int, atime_ns: int, mtime_ns: int) -> None:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if st.st_mtime_ns != mtime_ns:
+            os.utime(name, ns=(atime_ns, mtime_ns), dir_fd=parent, follow_symlinks=False)
 
     def same_bytes(self, src_path: str, name: str, parent: int, size: int, mode: int) -> bool:
         return same_bytes(src_path, name, parent, size, mode)

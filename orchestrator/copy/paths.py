@@ -42,7 +42,14 @@ import os
 import secrets
 import stat
 
-from sprawl_orch.copy.fileops import CREATE_FLAGS, READ_FLAGS, Kind, copy_new, same_content
+from sprawl_orch.copy.fileops import (
+    CREATE_FLAGS,
+    READ_FLAGS,
+    TIMES_BY_FD,
+    Kind,
+    copy_new,
+    same_content,
+)
 
 _REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT (winnt.h); st_file_attributes is Windows'
 # Relative path length at which remove_tree hoists a directory: well under Windows' MAX_PATH
@@ -174,6 +181,17 @@ class PathCopy:
         if stat.S_IMODE(os.lstat(handle).st_mode) != mode:
             os.chmod(handle, mode)
 
+    def set_dir_times(self, handle: str, atime_ns: int, mtime_ns: int) -> None:
+        if os.lstat(handle).st_mtime_ns != mtime_ns:
+            os.utime(handle, ns=(atime_ns, mtime_ns))
+
+    def set_link_times(self, name: str, parent: str, atime_ns: int, mtime_ns: int) -> None:
+        path = os.path.join(parent, name)
+        if os.utime not in os.supports_follow_symlinks:
+            return  # Windows: a link's own times cannot be set without following it
+        if os.lstat(path).st_mtime_ns != mtime_ns:
+            os.utime(path, ns=(atime_ns, mtime_ns), follow_symlinks=False)
+
     def same_bytes(self, src_path: str, name: str, parent: str, size: int, mode: int) -> bool:
         path = os.path.join(parent, name)
         try:
@@ -207,5 +225,10 @@ class PathCopy:
         )
         if os.chmod not in os.supports_fd:
             os.chmod(path, mode)
+            written = os.lstat(path)
+        if not TIMES_BY_FD:
+            # No futimens here (Windows): the source's times by path, after the file closed.
+            sst = os.stat(src_path)
+            os.utime(path, ns=(sst.st_atime_ns, sst.st_mtime_ns))
             written = os.lstat(path)
         return total, written

@@ -43,7 +43,9 @@ from typing import NamedTuple
 
 from sprawl_orch.core import fs_clock
 
-MAGIC = b"SPRSTMP2"
+# 3: entries are only recorded for copies holding the source's mtime (issue 23); a version-2
+# record vouches for copies whose mtime was the sync's "now", so it must not load.
+MAGIC = b"SPRSTMP3"
 _U64 = struct.Struct("<Q")
 _DIGEST = 32
 ENTRY = struct.Struct("<QqqQQQqqQQQ")

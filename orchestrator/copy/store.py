@@ -40,6 +40,7 @@ from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import FileWork, delete_path, sync_with_record
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.core.private import private_dirs
 
@@ -115,11 +116,22 @@ class Lease:
         return self.slot / STAMPS
 
     def sync(
-        self, source: Path, bounds: Bounds, excludes: Excludes, progress: Progress | None = None
+        self,
+        source: Path,
+        bounds: Bounds,
+        excludes: Excludes,
+        progress: Progress | None = None,
+        guard: Guard | None = None,
     ) -> FileWork:
         """Resync the copy to ``source``; over a bound the copy and its record are deleted."""
         work, record = sync_with_record(
-            source, self.path, bounds, record=self.record_path, excludes=excludes, progress=progress
+            source,
+            self.path,
+            bounds,
+            record=self.record_path,
+            excludes=excludes,
+            progress=progress,
+            guard=guard,
         )
         self._meta(record.total_bytes)
         self.last_record = record

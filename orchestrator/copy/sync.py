@@ -10,16 +10,20 @@ copy_store, between CLI calls) and synced to the working directory as it is now 
   devices are skipped. Whatever the copy holds under a skipped name is deleted like any extra.
   A followed link to a directory that contains it is found by the loop check and refused;
 - the copy side never follows links (the previous command wrote it, see copy_fileops);
-- an item of a different kind, or a regular file whose bytes or permission bits differ, is
-  deleted and copied afresh as a new directory entry; same-kind same-length files are equal
-  when git's racy-clean rule vouches for their recorded stamps (copy_stamps), else when their
-  bytes compare equal; equal ones are left untouched (not even rewritten);
+- an item of a different kind, or a regular file whose bytes, permission bits or mtime
+  differ, is deleted and copied afresh as a new directory entry; same-kind same-length files
+  with the same mtime are equal when git's racy-clean rule vouches for their recorded stamps
+  (copy_stamps), else when their bytes compare equal; equal ones are left untouched;
 - extras in the copy, and everything under an ``[sandbox.copy] exclude`` pattern, are deleted.
 
-Permission bits are copied, ownership is not (the copy belongs to whoever syncs it). Set-uid,
-set-gid and sticky bits are dropped: a root sync would otherwise turn the person's set-uid file
-into a set-uid-root one. Directories get the source's bits plus ``u+rwx`` so a later sync can
-always work in them. The copy's root directory keeps its own mode (0700 when made here).
+Modification times are kept, in nanoseconds, as ``cp -a`` keeps them (issue 23: a ``.pyc`` or a
+make target built against the source must stay valid in the copy): each new file gets its
+source's atime and mtime, each kept link its own, and each directory its source's once its last
+entry was written or removed. Permission bits are copied, ownership is not (the copy belongs
+to whoever syncs it). Set-uid, set-gid and sticky bits are dropped: a root sync would
+otherwise turn the person's set-uid file into a set-uid-root one. Directories get the
+source's bits plus ``u+rwx`` so a later sync can always work in them. The copy's root
+directory keeps its own mode (0700 when made here).
 
 :class:`FileWork` counts, where "file" means any non-directory entry (directories are never
 counted, so a first sync of N files in D directories reports ``created = N``):
@@ -55,6 +59,7 @@ from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Exc
 from sprawl_orch.copy.fileops import FdCopy, SourceUnreadable
 from sprawl_orch.copy.paths import PathCopy
 from sprawl_orch.copy.walk import CopySide, FileWork, Progress, Walk
+from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 
 __all__ = [
@@ -131,10 +136,11 @@ def sync(
     record: Path | None = None,
     excludes: Excludes | None = None,
     progress: Progress | None = None,
+    guard: Guard | None = None,
 ) -> FileWork:
     """Make ``copy`` equal ``source`` file by file (design §5); see sync_with_record."""
     return sync_with_record(
-        source, copy, bounds, record=record, excludes=excludes, progress=progress
+        source, copy, bounds, record=record, excludes=excludes, progress=progress, guard=guard
     )[0]
 
 
@@ -146,6 +152,8 @@ def sync_with_record(
     record: Path | None = None,
     excludes: Excludes | None = None,
     progress: Progress | None = None,
+    guard: Guard | None = None,
+    touched: list[str] | None = None,
 ) -> tuple[FileWork, copy_stamps.SyncRecord]:
     """Make ``copy`` equal ``source`` file by file (design §5); see the module docstring.
     Returns what the sync did and the new stamp record (saved to ``record`` if given).
@@ -153,8 +161,12 @@ def sync_with_record(
     ``copy`` is made (0700) if missing; its parent must exist. ``record``: where the stamp
     record of this copy lives (copy_stamps; outside the copy, where no command can write it):
     read to skip byte comparisons the racy-clean rule allows, replaced once the sync succeeded.
-    ``progress`` hears (files, bytes, done) now and then, and with ``done`` at the end. On any
-    refusal or failure the copy and its record are deleted before SprawlError is raised.
+    ``guard``: what a link out of the tree may bring (core.credential_places.copy_refusal);
+    the entries it refuses are left out and named in the result's ``refused_links``.
+    ``touched``: given a list, every path the sync created, replaced or removed in the copy is
+    appended to it. ``progress`` hears (files, bytes, done) now and then, and with ``done``
+    at the end. On any refusal or failure the copy and its record are deleted before
+    SprawlError is raised.
     """
     source, copy = Path(source), Path(copy)
     excludes = excludes or Excludes()
@@ -177,7 +189,9 @@ def sync_with_record(
         )
     side = COPY_SIDE
     old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
-    walk = Walk(side, src, bounds, str(source), excludes, old, progress)
+    walk = Walk(
+        side, src, bounds, str(source), excludes, old, progress, guard=guard, touched=touched
+    )
     with os_errors(
         ErrorCode.STORAGE_FATAL,
         copy.parent,

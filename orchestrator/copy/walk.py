@@ -24,6 +24,7 @@ from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind, SourceUnreada
 from sprawl_orch.copy.links import kernel_state, stays_inside
 from sprawl_orch.copy.stamps import ENTRY, SyncRecord
 from sprawl_orch.core import fs_clock
+from sprawl_orch.core.credential_places import Guard, copy_refusal
 from sprawl_orch.core.errors import CopyBoundError, ErrorCode
 
 # Links are kept as links where the copy side can make them; Windows needs a privilege for it.
@@ -47,6 +48,9 @@ class FileWork(pydantic.BaseModel, frozen=True):
     removed: int
     walked: int
     excluded: tuple[str, ...] = ()
+    # Entries reached through a link out of the tree that were left out, each "path: why"
+    # (core.credential_places.copy_refusal: credentials, homes, runtime or state places).
+    refused_links: tuple[str, ...] = ()
 
 
 H = TypeVar("H")
@@ -66,6 +70,8 @@ class CopySide(Protocol[H]):
     def mkdir(self, name: str, parent: H) -> None: ...
     def open_dir(self, name: str, parent: H) -> H: ...
     def set_dir_mode(self, handle: H, mode: int) -> None: ...
+    def set_dir_times(self, handle: H, atime_ns: int, mtime_ns: int) -> None: ...
+    def set_link_times(self, name: str, parent: H, atime_ns: int, mtime_ns: int) -> None: ...
     def readlink(self, name: str, parent: H) -> str | None: ...
     def symlink(self, target: str, name: str, parent: H) -> None: ...
     def same_bytes(self, src_path: str, name: str, parent: H, size: int, mode: int) -> bool: ...
@@ -88,6 +94,7 @@ class _Dir(Generic[H]):
     ident: tuple[int, int]
     entries: list[os.DirEntry[str]]
     copy: dict[str, Kind]
+    times: tuple[int, int]  # the source directory's (atime_ns, mtime_ns), set once it is done
 
     def __post_init__(self) -> None:
         self.it = iter(self.entries)
@@ -111,6 +118,9 @@ class Walk(Generic[H]):
     excludes: Excludes = field(default_factory=Excludes)
     old: SyncRecord | None = None
     progress: Progress | None = None
+    # Judges what a link out of the tree leads to (None: everything, as the bare sync does;
+    # ToolCopies always gives one).
+    guard: Guard | None = None
     created: int = 0
     rewritten: int = 0
     removed: int = 0
@@ -120,6 +130,9 @@ class Walk(Generic[H]):
     # Whether the new record says anything the old one does not: a sync that changed nothing
     # and trusted every file keeps the old record (same stamps, same paths) unwritten.
     dirty: bool = False
+    # When a list: every path (os.sep-separated) the sync created, replaced or removed in the
+    # copy, directories by their own path (workspaces: the person's changes since the base).
+    touched: list[str] | None = None
 
     def __post_init__(self) -> None:
         self._ctimes: dict[str, dict[str, int]] = {}
@@ -145,6 +158,7 @@ class Walk(Generic[H]):
         self._quick_ok = old is not None and isinstance(self.side, FdCopy) and not self.excludes
         self._lstat = os.stat
         self._ancestors: set[tuple[int, int]] = set()
+        self.refused: list[str] = []
 
     def work(self) -> FileWork:
         return FileWork(
@@ -153,6 +167,7 @@ class Walk(Generic[H]):
             removed=self.removed,
             walked=self.walked,
             excluded=self.excludes.patterns,
+            refused_links=tuple(self.refused),
         )
 
     def refuse(
@@ -202,6 +217,7 @@ class Walk(Generic[H]):
                 (st.st_dev, st.st_ino),
                 list_source(self.source),
                 side.kinds(root),
+                (st.st_atime_ns, st.st_mtime_ns),
             )
             stack.append(top)
             self._ancestors.add(top.ident)
@@ -246,6 +262,7 @@ class Walk(Generic[H]):
                                 == (packed := pack(st, cst, st.st_mode & 0o777))
                                 and cst.st_mode & _KIND_AND_BITS
                                 == stat.S_IFREG | st.st_mode & 0o777
+                                and cst.st_mtime_ns == st.st_mtime_ns
                                 and max(
                                     st.st_mtime_ns, st.st_ctime_ns, cst.st_mtime_ns, cst.st_ctime_ns
                                 )
@@ -275,6 +292,10 @@ class Walk(Generic[H]):
                 for name, kind in top.copy.items():
                     self.dirty = True
                     self.removed += side.remove(name, top.handle, kind)
+                    if self.touched is not None:
+                        self.touched.append(top.rel + os.sep + name if top.rel else name)
+                # After its last entry was written or removed (each of those sets it to now).
+                side.set_dir_times(top.handle, *top.times)
                 self._ancestors.discard(top.ident)
                 side.close(stack.pop().handle)
         finally:
@@ -298,7 +319,11 @@ class Walk(Generic[H]):
                 raise SourceUnreadable(entry.path, err) from err
             where = tuple(parent.rel.split(os.sep)) if parent.rel else ()
             if stays_inside(self.source, where, target):
-                self._link(parent, entry.name, rel, target)
+                try:
+                    lst = entry.stat(follow_symlinks=False)
+                except OSError as err:
+                    raise SourceUnreadable(entry.path, err) from err
+                self._link(parent, entry.name, rel, target, (lst.st_atime_ns, lst.st_mtime_ns))
                 return None
         try:
             st = entry.stat()  # follows links: the content rule
@@ -308,6 +333,11 @@ class Walk(Generic[H]):
             raise SourceUnreadable(entry.path, err) from err
         if (is_link or not parent.real) and kernel_state(entry.path, st):
             return None  # copy.links.kernel_state: never the sync's own /proc/self/environ
+        if self.guard is not None and (is_link or not parent.real):
+            why = copy_refusal(self.guard, entry.path, st)
+            if why is not None:
+                self.refused.append(f"{rel}: {why}")
+                return None  # left out: whatever the copy held there goes as an extra
         if stat.S_ISDIR(st.st_mode):
             if (st.st_dev, st.st_ino) in self._ancestors:
                 key = bound_key("depth", self.bounds.depth)
@@ -335,6 +365,8 @@ class Walk(Generic[H]):
         if old is None:
             self.dirty = True
             side.mkdir(entry.name, parent.handle)
+            if self.touched is not None:
+                self.touched.append(rel)
         handle = side.open_dir(entry.name, parent.handle)
         try:
             side.set_dir_mode(handle, want)
@@ -344,7 +376,15 @@ class Walk(Generic[H]):
             raise
         self.new.dirs.append(rel)
         return _Dir(
-            entry.path, rel, real, handle, parent.depth + 1, (st.st_dev, st.st_ino), entries, copy
+            entry.path,
+            rel,
+            real,
+            handle,
+            parent.depth + 1,
+            (st.st_dev, st.st_ino),
+            entries,
+            copy,
+            (st.st_atime_ns, st.st_mtime_ns),
         )
 
     def _count(self, size: int) -> None:
@@ -399,12 +439,14 @@ class Walk(Generic[H]):
         fresh = True
         if old == "file":
             cst = side.lstat(name, handle)
-            # A regular file of the same size and exactly the wanted bits (set-id bits a
-            # command added make it differ).
+            # A regular file of the same size, exactly the wanted bits (set-id bits a
+            # command added make it differ) and the source's mtime (else it is copied
+            # afresh: a .pyc or make target checks the mtime, not the bytes).
             if (
                 cst is not None
                 and cst.st_size == size
                 and cst.st_mode & _KIND_AND_BITS == (stat.S_IFREG | mode)
+                and cst.st_mtime_ns == st.st_mtime_ns
             ):
                 packed = self._pack(st, cst, mode)
                 at = self._offsets.get(rel)
@@ -438,13 +480,18 @@ class Walk(Generic[H]):
         self._add_path(rel)
         self._entries += self._pack(st, cst, mode)
         self._counted(fresh)
+        if self.touched is not None:
+            self.touched.append(rel)
 
-    def _link(self, parent: _Dir[H], name: str, rel: str, target: str) -> None:
+    def _link(
+        self, parent: _Dir[H], name: str, rel: str, target: str, times: tuple[int, int]
+    ) -> None:
         self._count(0)
         side, handle = self.side, parent.handle
         old = parent.copy.pop(name, None)
         self.new.links[rel] = target
         if old == "other" and side.readlink(name, handle) == target:
+            side.set_link_times(name, handle, *times)
             return
         fresh = True
         if old == "dir":
@@ -454,7 +501,10 @@ class Walk(Generic[H]):
             fresh = False
         self.dirty = True
         side.symlink(target, name, handle)
+        side.set_link_times(name, handle, *times)
         self._counted(fresh)
+        if self.touched is not None:
+            self.touched.append(rel)
 
     def _counted(self, fresh: bool) -> None:
         self.created += fresh

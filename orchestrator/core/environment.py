@@ -19,6 +19,20 @@ FLOOR: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "TZ")
 TMPFS_HOME: frozenset[ArmName] = frozenset({ArmName.CONTAINER, ArmName.LINUX_NAMESPACES})
 
 
+# The environment of what sprawl-orch itself runs on the host around a command (bwrap, nice,
+# ionice, the cgroup gate's /bin/sh, an engine CLI): chosen here, never the command's. Issue 30:
+# with the command's env, `env_passthrough = ["LD_PRELOAD"]` loaded a library from the tree
+# into bwrap on the host before any namespace existed. Every program is named by absolute
+# path; PATH is for what those programs look up themselves (bwrap's none, podman's runtimes).
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def host_side_env(**extra: str) -> dict[str, str]:
+    """The wrappers' own environment: a fixed PATH, C messages, and `extra` (the engine's
+    connection, HOME for its config) -- no name of the caller's or the command's."""
+    return {"PATH": HOST_PATH, "LC_ALL": "C", **extra}
+
+
 def child_env(environ: Mapping[str, str], passthrough: Iterable[str] = ()) -> dict[str, str]:
     """Exactly the floor and the passthrough names that are set; unset names are
     omitted, never passed as empty strings."""

@@ -30,6 +30,7 @@ from sprawl_orch.serve.mcp_text import apply_text, doctor_text, result_text, res
 from sprawl_orch.serve.server import (
     ApplyRequest,
     ApplyResponse,
+    DiscardResponse,
     DoctorRequest,
     DoctorResponse,
     ErrorResponse,
@@ -42,6 +43,8 @@ from sprawl_orch.serve.server import (
     Response,
     ResultsResponse,
     Server,
+    WorkspaceApplyRequest,
+    WorkspaceDiscardRequest,
 )
 
 NAME = "sprawl-orch"
@@ -89,6 +92,9 @@ def to_tool_result(response: Response) -> CallToolResult:
         return _text(apply_text(response.result), response.result.as_json_dict())
     if isinstance(response, DoctorResponse):
         return _text(doctor_text(response.report), response.report.model_dump(mode="json"))
+    if isinstance(response, DiscardResponse):
+        said = f"the workspace of run {response.run!r} is discarded"
+        return _text(said, response.model_dump(mode="json"))
     raise TypeError(f"no MCP form for {type(response).__name__}")
 
 
@@ -141,6 +147,13 @@ def build(server: Server, *, describe: bool = True) -> MCPServer[Any]:
         arm: Annotated[
             ArmSpelling | None, Field(description="override the configured [sandbox] arm")
         ] = None,
+        workspace: Annotated[
+            bool,
+            Field(
+                description="run in this run's workspace: your changes last across your "
+                "commands (tests see your edits) until workspace_apply or workspace_discard"
+            ),
+        ] = False,
     ) -> Annotated[CallToolResult, ExecResult]:
         shell = isinstance(command, str)
         return await call(
@@ -153,6 +166,7 @@ def build(server: Server, *, describe: bool = True) -> MCPServer[Any]:
                 window=window,
                 run=run,
                 arm=arm,
+                workspace=workspace,
             )
         )
 
@@ -189,6 +203,27 @@ def build(server: Server, *, describe: bool = True) -> MCPServer[Any]:
             )
         )
 
+    async def workspace_apply(
+        run: Annotated[str, Field(description="the run whose workspace is applied")] = "default",
+        paths: Annotated[
+            list[str] | None,
+            Field(description="what to apply (a path chooses what is beneath it); none: all"),
+        ] = None,
+        dry_run: Annotated[bool, Field(description="only say what would change")] = False,
+    ) -> Annotated[CallToolResult, ApplyResult]:
+        return await call(
+            lambda rid: WorkspaceApplyRequest(
+                id=rid, op="workspace_apply", run=run, paths=paths or [], dry_run=dry_run
+            )
+        )
+
+    async def workspace_discard(
+        run: Annotated[str, Field(description="the run whose workspace is dropped")] = "default",
+    ) -> CallToolResult:
+        return await call(
+            lambda rid: WorkspaceDiscardRequest(id=rid, op="workspace_discard", run=run)
+        )
+
     quiet = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     app.add_tool(
         exec_,
@@ -219,6 +254,19 @@ def build(server: Server, *, describe: bool = True) -> MCPServer[Any]:
         description="Apply a command's changes (its result's changes.handle) "
         "onto the person's working tree; refuses what changed there since the sync. "
         "Use dry_run first to see the diff.",
+        annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False),
+    )
+    app.add_tool(
+        workspace_apply,
+        description="Apply the run's workspace (exec with workspace=true) onto the person's "
+        "tree under apply's rules; a path the person changed too is a conflict, held back "
+        "unless named in paths. Use dry_run first to see the diff.",
+        annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False),
+    )
+    app.add_tool(
+        workspace_discard,
+        description="Drop the run's workspace and its changes; the next workspace command "
+        "starts from the person's tree.",
         annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False),
     )
     return app

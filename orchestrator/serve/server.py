@@ -59,6 +59,11 @@ class ExecRequest(_Request):
     window: float | None = Field(default=None, gt=0, description="seconds in the foreground")
     run: str = Field(default="default", min_length=1, max_length=256)
     arm: ArmSpelling | None = Field(default=None, description="overrides [sandbox] arm")
+    workspace: bool = Field(
+        default=False,
+        description="run in the run's workspace: the agent's changes last across its "
+        "commands until workspace_apply or workspace_discard (one workspace per run)",
+    )
 
 
 class HarvestRequest(_Request):
@@ -92,6 +97,20 @@ class ApplyRequest(_Request):
     dry_run: bool = False
 
 
+class WorkspaceApplyRequest(_Request):
+    op: Literal["workspace_apply"]
+    run: str = Field(default="default", min_length=1, max_length=256)
+    paths: list[str] = Field(
+        default=[], description="what to apply (and what is beneath it); empty: every change"
+    )
+    dry_run: bool = False
+
+
+class WorkspaceDiscardRequest(_Request):
+    op: Literal["workspace_discard"]
+    run: str = Field(default="default", min_length=1, max_length=256)
+
+
 Request = Annotated[
     ExecRequest
     | HarvestRequest
@@ -99,7 +118,9 @@ Request = Annotated[
     | ReleaseRequest
     | ProcessesRequest
     | DoctorRequest
-    | ApplyRequest,
+    | ApplyRequest
+    | WorkspaceApplyRequest
+    | WorkspaceDiscardRequest,
     Field(discriminator="op"),
 ]
 REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
@@ -133,8 +154,13 @@ class DoctorResponse(_Response):
 
 
 class ApplyResponse(_Response):
-    op: Literal["apply"]
+    op: Literal["apply", "workspace_apply"]
     result: ApplyResult
+
+
+class DiscardResponse(_Response):
+    op: Literal["workspace_discard"]
+    run: str
 
 
 class ErrorResponse(_Response):
@@ -149,6 +175,7 @@ Response = (
     | ProcessesResponse
     | DoctorResponse
     | ApplyResponse
+    | DiscardResponse
     | ErrorResponse
 )
 
@@ -320,6 +347,7 @@ class Server:
                     where=request.where,
                     window=request.window,
                     run=request.run,
+                    workspace=request.run if request.workspace else None,
                 )
             except TypeError as err:  # a str command without shell: a line, not a program
                 raise SprawlError(ErrorCode.BAD_REQUEST, "command", str(err), SCHEMA_HINT) from err
@@ -347,6 +375,16 @@ class Server:
                 workdir=self.workdir,
             )
             return ApplyResponse(id=request.id, op="apply", result=applied)
+        if isinstance(request, WorkspaceApplyRequest):
+            ws = self._any_tool().workspace(request.run)
+            done = ws.apply(request.paths or None, dry_run=request.dry_run)
+            return ApplyResponse(id=request.id, op="workspace_apply", result=done)
+        if isinstance(request, WorkspaceDiscardRequest):
+            self._any_tool().discard_workspace(request.run)
+            with self._lock:
+                for tool in self._tools.values():
+                    tool.forget_workspace(request.run)
+            return DiscardResponse(id=request.id, op="workspace_discard", run=request.run)
         return DoctorResponse(id=request.id, op="doctor", report=self._doctor())
 
     def _any_tool(self) -> ExecTool:

@@ -9,27 +9,39 @@ command changed in it afterwards (change_record, changes, change_store).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sprawl_orch.changes import record as change_record
 from sprawl_orch.changes.changes import Changes
 from sprawl_orch.changes.changes import compute as compute_changes
 from sprawl_orch.changes.store import keep as keep_changes
+from sprawl_orch.changes.workspace import Refresh, Workspace
 from sprawl_orch.config import Config
+from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.store import CopyStore, Lease, copy_key
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
-from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.credential_places import copy_guard
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.runs.launch import Arm
 
 
 class ToolCopies:
     """The copy slots of one working directory and config, leased one per command."""
 
-    def __init__(self, config: Config, workdir: Path, state: Path) -> None:
+    def __init__(
+        self, config: Config, workdir: Path, state: Path, caller_home: str | None = None
+    ) -> None:
         copies = config.sandbox.copy_
+        # What a link of the tree out of it may bring into the copy (design §5): judged
+        # against the caller's homes and sprawl-orch's own places, as the native view is.
+        scratch = config.sandbox.scratch_dir
+        places = (state, *((scratch.expanduser(),) if scratch is not None else ()))
+        self.guard = copy_guard(caller_home, places)
         self.store = CopyStore(state / "copies", copies.budget_bytes)
         self.bounds = Bounds(copies.max_files, copies.max_bytes, copies.max_depth)
         self.excludes = Excludes(copies.exclude)
@@ -44,7 +56,7 @@ class ToolCopies:
         """A free slot, synced with the working directory now."""
         lease = self.store.lease(self.workdir, copy_key(self.workdir, self.config_json))
         try:
-            work = lease.sync(self.workdir, self.bounds, self.excludes, progress)
+            work = lease.sync(self.workdir, self.bounds, self.excludes, progress, self.guard)
         except BaseException:
             lease.release()  # a refused sync already deleted the half-synced copy
             raise
@@ -79,3 +91,77 @@ class ToolCopies:
                 return Changes(handle=handle, note=f"changes could not be computed: {err}")
 
         return collect
+
+
+@dataclass
+class WorkspaceLease:
+    """One command's hold on a workspace (changes/workspace.py): its tree is the copy the
+    command runs in; ``release`` marks the command ended (the person's edits may flow in)."""
+
+    workspace: Workspace
+    refresh: Refresh
+    _hold: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    @property
+    def path(self) -> Path:
+        return self.workspace.tree
+
+    def release(self) -> None:
+        self._hold.close()
+
+
+def _over_budget(ws: Workspace, budget: int) -> SprawlError | None:
+    record = copy_stamps.load(ws.dir / "base.stamps")
+    # The tree holds about what the base holds (plus the agent's additions, minus its
+    # deletions); the base's size is known from its stamp record without a walk.
+    size = 2 * record.total_bytes if record is not None else 0
+    if size <= budget:
+        return None
+    return SprawlError(
+        ErrorCode.COPY_BOUND,
+        ws.name,
+        f"workspace {ws.name!r} holds about {size:,} bytes (its copy and its base), over the "
+        f"copy budget of {budget:,} bytes ([sandbox.copy] budget_bytes); a workspace is never "
+        "evicted, so no command runs in it until it is smaller",
+        f"apply its changes (sprawl-orch apply --workspace {ws.name}) and discard it "
+        f"(sprawl-orch workspace discard {ws.name}), or raise [sandbox.copy] budget_bytes",
+    )
+
+
+def lease_workspace(copies: ToolCopies, name: str, seen: bool) -> WorkspaceLease:
+    """Hold workspace ``name`` for one command: the person's edits flow in first (unless
+    another command of it runs). ``seen``: this tool ran commands in it before, so a missing
+    one is gone (said so), not new."""
+    ws = Workspace(copies.state, copies.workdir, name, copies.bounds, copies.excludes, copies.guard)
+    hold = contextlib.ExitStack()
+    refresh = hold.enter_context(ws.command(expect=seen))
+    refused = _over_budget(ws, copies.store.budget_bytes)
+    if refused is not None:
+        hold.close()
+        raise refused
+    return WorkspaceLease(ws, refresh, hold)
+
+
+def workspace_changes(lease: WorkspaceLease) -> Callable[[str], Changes]:
+    """The result's `changes` of a command in a workspace: the workspace's whole difference
+    from the person's tree (three-way against its base), its conflicts, what flowed in."""
+    ws, refresh = lease.workspace, lease.refresh
+
+    def collect(handle: str) -> Changes:
+        try:
+            view = ws.show()
+        except (OSError, SprawlError) as err:
+            return Changes(note=f"workspace {ws.name!r}: changes could not be computed: {err}")
+        notes = [f"workspace {ws.name!r}: the agent's changes against the person's tree"]
+        if refresh.created:
+            notes.append("made now from the person's tree")
+        if refresh.flowed_in:
+            notes.append(f"the person's edits flowed in first: {', '.join(refresh.flowed_in)}")
+        if refresh.held_back and refresh.note:
+            notes.append(refresh.note)
+        if view.conflicts:
+            kept = "; ".join(f"{p} (the person's version: {w})" for p, w in view.conflicts.items())
+            notes.append(f"conflicts, changed on both sides: {kept}")
+        return Changes.of(view.changes, note="; ".join(notes))
+
+    return collect

@@ -31,8 +31,9 @@ from typing import BinaryIO, Literal
 from sprawl_orch.changes.apply import ApplyResult
 from sprawl_orch.changes.apply import apply as apply_changes
 from sprawl_orch.changes.changes import Changes
+from sprawl_orch.changes.workspace import Workspace, check_name
 from sprawl_orch.config import Config, load_config, with_warm
-from sprawl_orch.config.state import ledger_path, state_dir
+from sprawl_orch.config.state import ledger_path, refuse_state_in_tree, state_dir
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy.store import Lease
 from sprawl_orch.copy.sync import FileWork
@@ -58,7 +59,12 @@ from sprawl_orch.selection.choice import Choice
 from sprawl_orch.selection.offerings import Offerings
 from sprawl_orch.tool.arm import ToolArm
 from sprawl_orch.tool.command import command_argv, window_of
-from sprawl_orch.tool.copies import ToolCopies
+from sprawl_orch.tool.copies import (
+    ToolCopies,
+    WorkspaceLease,
+    lease_workspace,
+    workspace_changes,
+)
 from sprawl_orch.tool.stream import Follower
 
 Where = Literal["sandbox", "host"]
@@ -140,6 +146,8 @@ class ExecTool:
         self._closed = False
         self.progress = progress
         self._guardian: Guardian | None = None
+        # Before prepare_state: a refusal writes nothing into the tree (raised to the caller).
+        refuse_state_in_tree(self.workdir, config, self.environ)
         self.state = prepare_state(state_dir(config, self.environ))
         self.evidence = Evidence(self.state / "admission")
         self._arms = ToolArm(
@@ -150,7 +158,8 @@ class ExecTool:
         self.backlog.watch_with(self.guardian)
         self.outputs_root = self.state / "outputs" / self.session
         self._claim: int | None = None  # output_keep.claim's fd, taken at the first command
-        self.copies = ToolCopies(config, self.workdir, self.state)
+        self.copies = ToolCopies(config, self.workdir, self.state, self.environ.get("HOME"))
+        self._workspaces: set[str] = set()  # ran a command in: a missing one is gone
         self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
         # The first ledger failure; never fails a command. (No surface prints it yet.)
         self.ledger_problem: str | None = None
@@ -200,6 +209,7 @@ class ExecTool:
         background_ok: bool = True,
         follow: tuple[BinaryIO, BinaryIO] | None = None,
         timeout: float | None = None,
+        workspace: str | None = None,
     ) -> ExecResult:
         """Run one command confined; a refusal or failure is a result too, never a raise.
 
@@ -217,6 +227,9 @@ class ExecTool:
             follow: binary (stdout, stderr) sinks that get the command's bytes live.
             timeout: the old name of `window` (it moves to the background, it does not kill
                 as ``subprocess.run``'s does); deprecated, warns.
+            workspace: run it in that workspace (changes/workspace.py) -- the agent's
+                earlier changes are there, the person's edits flowed in -- instead of a copy
+                reset to the working directory.
 
         Returns:
             The ExecResult: ``settled`` (exit code, output, changes), ``backgrounded``
@@ -224,6 +237,7 @@ class ExecTool:
 
         Raises:
             TypeError: a str command without ``shell=True``, or a list of non-str items.
+            (A bad workspace name or ``where="host"`` with a workspace is a refusal result.)
         """
         window = window_of(window, timeout)
         started = time.monotonic()
@@ -231,7 +245,18 @@ class ExecTool:
         arm_name = ArmName.HOST.value if where == "host" else self.choice.arm.value
         fields: dict[str, object] = {"command": argv_in, "shell": shell, "where": where, "run": run}
         try:
-            result = self._exec(argv_in, shell, where, window, run, started, background_ok, follow)
+            if workspace is not None:
+                check_name(workspace)
+                if where == "host":
+                    raise SprawlError(
+                        ErrorCode.BAD_REQUEST,
+                        "where",
+                        "a workspace is a copy; --where host runs in the working directory",
+                        "drop --where host, or drop --workspace",
+                    )
+            result = self._exec(
+                argv_in, shell, where, window, run, started, background_ok, follow, workspace
+            )
         except SprawlError as err:
             result = exceptional(arm_name, err, **fields)
         self._record(result)
@@ -255,6 +280,7 @@ class ExecTool:
         started: float,
         background_ok: bool,
         follow: tuple[BinaryIO, BinaryIO] | None = None,
+        workspace: str | None = None,
     ) -> ExecResult:
         if not argv_in or not argv_in[0]:
             raise SprawlError(
@@ -277,9 +303,18 @@ class ExecTool:
         cwd = self.workdir
         arm.prepare(self.workdir)
         watcher: Watcher = NullWatcher()
-        copy: Lease | None = None
+        copy: Lease | WorkspaceLease | None = None
         changes: Callable[[str], Changes] | None = None
-        if arm.name is not ArmName.HOST:
+        if arm.name is not ArmName.HOST and workspace is not None:
+            watcher = self.guardian()
+            copy = lease_workspace(self.copies, workspace, workspace in self._workspaces)
+            self._workspaces.add(workspace)
+            cwd = copy.path
+            ready = getattr(arm, "ready_copy", None)
+            if ready is not None:
+                ready(copy.path)
+            changes = workspace_changes(copy)
+        elif arm.name is not ArmName.HOST:
             watcher = self.guardian()
             copy, work = self.copies.lease(self.progress)
             cwd = copy.path
@@ -317,7 +352,9 @@ class ExecTool:
             if streams is not None:
                 streams.started()
         except BaseException:
-            if copy is not None:
+            if isinstance(copy, WorkspaceLease):
+                copy.release()
+            elif copy is not None:
                 self.copies.release(copy)
             raise
         if window is None:
@@ -325,7 +362,12 @@ class ExecTool:
         pending = Pending(
             arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window, started
         )
-        release_copy = None if copy is None else (lambda: self.copies.release(copy))
+        release_copy: Callable[[], None] | None = None
+        if isinstance(copy, WorkspaceLease):
+            release_copy = copy.release
+        elif copy is not None:
+            lease = copy
+            release_copy = lambda: self.copies.release(lease)  # noqa: E731
         drain: Callable[[], None] | None = None
         if follow is not None:
             # With pipes the pump shows every byte itself (the file holds only the cap);
@@ -362,6 +404,74 @@ class ExecTool:
             SprawlError: E_UNKNOWN_HANDLE when nothing is kept under `handle`.
         """
         return apply_changes(self.state, handle, paths, dry_run=dry_run, workdir=self.workdir)
+
+    def workspace(self, name: str) -> Workspace:
+        """Workspace ``name`` of this working directory (changes/workspace.py).
+
+        Args:
+            name: the workspace's name (no ``/``, ``..``, control characters or leading dot).
+
+        Returns:
+            The Workspace: show, changes, apply, take, discard.
+
+        Raises:
+            SprawlError: E_CONFIG_INVALID for a bad name.
+        """
+        return Workspace(
+            self.state,
+            self.workdir,
+            name,
+            self.copies.bounds,
+            self.copies.excludes,
+            self.copies.guard,
+        )
+
+    def discard_workspace(self, name: str) -> None:
+        """Drop workspace ``name``; this tool's next command in it starts afresh (it is not
+        reported as gone: it was discarded on purpose).
+
+        Args:
+            name: the workspace to drop with everything the agent changed in it.
+
+        Returns:
+            None.
+
+        Raises:
+            SprawlError: E_CONFIG_INVALID for a bad name.
+        """
+        self.workspace(name).discard()
+        self.forget_workspace(name)
+
+    def forget_workspace(self, name: str) -> None:
+        """Forget that this tool used workspace ``name`` (a discard made elsewhere, e.g. by
+        serve's `workspace_discard`), so its next command is not reported as "gone".
+
+        Args:
+            name: the workspace's name.
+
+        Returns:
+            None.
+        """
+        self._workspaces.discard(name)
+
+    def apply_workspace(
+        self, name: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
+    ) -> ApplyResult:
+        """Bring a workspace's changes (all, or ``paths``) into the working directory under
+        apply's rules; a named conflict only when chosen by name.
+
+        Args:
+            name: the workspace.
+            paths: the paths to apply (default: every change that is not a conflict).
+            dry_run: only say what would be written, with the diff.
+
+        Returns:
+            The ApplyResult: what was applied and what was refused, each with why.
+
+        Raises:
+            SprawlError: E_CONFIG_INVALID for a bad name.
+        """
+        return self.workspace(name).apply(paths, dry_run=dry_run)
 
     # -- the backlog ----------------------------------------------------------------
     def harvest(self) -> list[ExecResult]:

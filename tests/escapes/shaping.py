@@ -42,9 +42,13 @@ class Scene:
     out: Path  # world-writable, outside every sandbox's view: planted programs write here
     images: dict[str, str]
     env: dict[str, str] = field(default_factory=dict)  # the orchestrator's environment
+    # what ExecTool is given as its environ (beside os.environ), the test process keeps none of
+    # it: a process that inherits the orchestrator's own environment is not judged
+    tool_env: dict[str, str] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)  # the config, changed by the case
     chdir: bool = False  # the orchestrator runs with the tree as its cwd (as `exec` does)
     before: frozenset[str] = frozenset()  # the tree's paths once planted
+    cleanup: list[Callable[[], None]] = field(default_factory=list)  # run once judged
 
     @property
     def secret(self) -> str:
@@ -75,7 +79,7 @@ class Case:
 
 
 def run_sh(scene: Scene, text: str, **kw: Any) -> str:
-    env = {**os.environ, **scene.env}
+    env = kw.pop("env", None) or {**os.environ, **scene.env}
     done = subprocess.run(
         ["sh", "-c", text],
         cwd=scene.tree,
@@ -286,3 +290,74 @@ def control_volume(engine: str) -> Control:
         return run_sh(scene, " ".join([*argv, "--user", "0", image, "sh", "-c", f"'{sh}'"]))
 
     return control
+
+
+# -- [sandbox] env_passthrough = ["LD_PRELOAD"]: a library loaded by every host process -----
+PRELOAD_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) {
+    char comm[64] = {0}, path[512];
+    int f = open("/proc/self/comm", O_RDONLY);
+    if (f >= 0) { if (read(f, comm, sizeof comm - 1) < 0) comm[0] = 0; close(f); }
+    comm[strcspn(comm, "\n/")] = 0;
+    snprintf(path, sizeof path, "%s/preloaded-%s-%d", OUT, comm, (int)getpid());
+    f = open(path, O_WRONLY | O_CREAT, 0666);
+    if (f >= 0) close(f);
+}
+"""
+
+
+def plant_preload(scene: Scene) -> None:
+    """A shared object that leaves `preloaded-<comm>-<pid>` in scene.out when any process
+    loads it; in scene.out (world-readable, under /tmp): a root caller's bwrap runs as the
+    sandbox uid, which cannot read the 0700 test directory the tree is in. Inside bwrap /tmp
+    is a private tmpfs and a container's image is static busybox: only a host process that
+    sprawl-orch ran can leave the marker."""
+    cc = host_which("cc") or host_which("gcc")
+    if cc is None:
+        missing("no C compiler (apt-get install gcc): the preload library cannot be built")
+    src = scene.tmp / "preload.c"
+    src.write_text(PRELOAD_C.replace("OUT", json.dumps(str(scene.out))))
+    lib = scene.out / "preload.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    lib.chmod(0o755)
+    scene.tool_env["LD_PRELOAD"] = str(lib)
+    if scene.data:
+        scene.data["sandbox"]["env_passthrough"] = ["LD_PRELOAD"]
+
+
+def control_preload(scene: Scene) -> str:
+    return run_sh(scene, "true", env={**os.environ, **scene.tool_env})
+
+
+def preloaded_on_host(scene: Scene, out: str) -> str | None:
+    ran = sorted(p.name for p in scene.out.glob("preloaded-*"))
+    return f"the command's LD_PRELOAD loaded into host processes: {ran}" if ran else None
+
+
+# -- a link in the tree out of it, to the caller's credentials or root's /etc/shadow -----------
+def credential_dir(scene: Scene) -> Path:
+    # ~/.config: one of the credential places every home has (core.credential_places.SECRETS)
+    return Path.home() / ".config" / f"sprawl-shaping-{scene.tok}"
+
+
+def plant_link_to_credentials(scene: Scene) -> None:
+    where = credential_dir(scene)
+    where.mkdir(mode=0o700, parents=True)
+    scene.cleanup.append(lambda: shutil.rmtree(where, ignore_errors=True))
+    key = where / "credentials"
+    key.write_text(f"{scene.secret}\n")
+    key.chmod(0o600)
+    (scene.tree / "k").symlink_to(key)
+
+
+def plant_link_to_shadow(scene: Scene) -> None:
+    (scene.tree / "k").symlink_to("/etc/shadow")
+
+
+def shadow_out(scene: Scene, out: str) -> str | None:
+    first = Path("/etc/shadow").read_text().splitlines()[0]
+    return "root's /etc/shadow is in the command's output" if first in out else None

@@ -10,6 +10,7 @@ from tests.escapes.shaping import (
     SOCKET_SEEN,
     Case,
     control_in_place,
+    control_preload,
     control_programs,
     control_setuid,
     control_volume,
@@ -23,6 +24,9 @@ from tests.escapes.shaping import (
     plant_link_climbing_to_environ,
     plant_link_environ,
     plant_link_proc_dir,
+    plant_link_to_credentials,
+    plant_link_to_shadow,
+    plant_preload,
     plant_programs,
     plant_setuid,
     plant_socket_links,
@@ -30,10 +34,12 @@ from tests.escapes.shaping import (
     plant_user_root,
     plant_volume_image,
     plant_xdg_state_in_tree,
+    preloaded_on_host,
     ran_planted,
     run_sh,
     said_esc,
     secret_out,
+    shadow_out,
     snapshot_after,
     tree_changed,
 )
@@ -147,6 +153,23 @@ CASES: tuple[Case, ...] = (
         cli=True,
     ),
     Case(
+        "tree-link-to-a-credential-file",
+        ("copied_tree", *SANDBOXES),
+        plant_link_to_credentials,
+        "cat k",
+        secret_out,
+        lambda s: run_sh(s, "cat k"),
+    ),
+    Case(
+        "tree-link-to-etc-shadow",
+        ("copied_tree", *SANDBOXES),
+        plant_link_to_shadow,
+        "cat k",
+        shadow_out,
+        lambda s: run_sh(s, "cat k"),
+        root_only=True,
+    ),
+    Case(
         "tree-links-to-the-engine-socket",
         SANDBOXES,
         plant_socket_links,
@@ -171,6 +194,14 @@ CASES: tuple[Case, ...] = (
         marker_in_tree,
         control_in_place,
         refusal_ok=True,
+    ),
+    Case(
+        "env-passthrough-ld-preload-on-host-wrappers",
+        SANDBOXES,
+        plant_preload,
+        "echo ran",
+        preloaded_on_host,
+        control_preload,
     ),
     Case(
         "tree-setuid-root-program",
@@ -200,7 +231,8 @@ CASES: tuple[Case, ...] = (
     ),
 )
 
-# Known breaks, reported for the lead to assign (test_shaping.py marks them xfail, strict).
+# A refused command changes nothing of the tree (issue 30: it wrote the ledger and a copy's
+# lock and meta.json into it).
 REFUSED_LEAVES_TREE = Case(
     "refused-command-leaves-the-tree-unchanged",
     ("linux_namespaces",),

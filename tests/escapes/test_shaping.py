@@ -28,7 +28,7 @@ import pytest
 import tomlkit
 
 from sprawl_orch.config import parse_config
-from sprawl_orch.core.errors import ErrorCode
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes.runner import config_data
 from tests.escapes.shaping import CONTAINERS, TIMEOUT_S, Case, Scene, shm_file
@@ -98,6 +98,8 @@ def scene_for(case: Case, row: str, tmp: Path, request: pytest.FixtureRequest) -
         case.plant(scene)
         yield scene
     finally:
+        for undo in scene.cleanup:
+            undo()
         shutil.rmtree(out, ignore_errors=True)
         shm_file(scene).unlink(missing_ok=True)
 
@@ -122,8 +124,12 @@ def run_row(scene: Scene, case: Case, row: str, monkeypatch: pytest.MonkeyPatch)
 
 
 def exec_api(scene: Scene, text: str) -> dict[str, Any]:
-    with ExecTool(parse_config(scene.data), scene.tree) as tool:
-        result = tool.exec(["sh", "-c", text], timeout=TIMEOUT_S, background_ok=False)
+    try:
+        environ = {**os.environ, **scene.tool_env}
+        with ExecTool(parse_config(scene.data), scene.tree, environ=environ) as tool:
+            result = tool.exec(["sh", "-c", text], timeout=TIMEOUT_S, background_ok=False)
+    except SprawlError as err:  # the tool refused its place: the API's refusal
+        return {"outcome": "exceptional", "code": err.code.value, "detail": err.detail}
     return result.as_json_dict()
 
 
@@ -182,12 +188,6 @@ def test_refusal_control(tmp_path: Path, request: pytest.FixtureRequest) -> None
     judge(REFUSED_LEAVES_TREE, "control", tmp_path, request)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="[state] dir inside the working directory: the command is refused (E_CONFIG_INVALID, "
-    "copy and working directory overlap), yet the refusal writes .sprawl-state/ledger.jsonl, "
-    "copies/<key>/0/lock and meta.json into the person's tree",
-)
 def test_refused_command_leaves_the_tree_unchanged(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

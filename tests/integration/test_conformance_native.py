@@ -97,7 +97,7 @@ def caller_secret(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A 0600 file of ours outside the copy, in a directory the sandbox does show (a tool
     directory on PATH is bound read-only): only its owner may read it. In the caller's
     home, not under tmp_path: the view never binds /tmp or /var/tmp, whatever PATH says
-    (view_guard.py); the caller removes it (the tools directory's parent)."""
+    (core/credential_places.py); the caller removes it (the tools directory's parent)."""
     tools = Path(tempfile.mkdtemp(prefix=".sprawl-conform-", dir=Path.home())) / "bin"
     tools.mkdir()
     secret = tools / "ours-only.txt"

@@ -31,7 +31,16 @@ from tests.integration.conftest import in_ci
 from tests.integration.test_serve_load import bwrap_raced
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = {"exec", "harvest", "halt", "release", "doctor", "apply"}
+TOOLS = {
+    "exec",
+    "harvest",
+    "halt",
+    "release",
+    "doctor",
+    "apply",
+    "workspace_apply",
+    "workspace_discard",
+}
 
 
 def write_config(tmp: Path, engine: str, image: str) -> Path:

@@ -16,6 +16,7 @@ from sprawl_orch.native_fallbacks.bwrap import (
     PROBE_ATTEMPTS,
     BwrapArm,
     bwrap_argv,
+    env_args,
     probe_argv,
     user_namespace_works,
 )
@@ -251,3 +252,14 @@ def test_a_real_refusal_is_not_retried(tmp_path: Path) -> None:
     deny.touch()
     assert user_namespace_works(str(script))[0] is False
     assert len(log.read_text().splitlines()) == 1
+
+
+def test_the_command_env_goes_through_args_fd_not_argv() -> None:
+    # issue 30: bwrap ran on the host with the command's env (LD_PRELOAD loaded into it); the
+    # values go in through --args FD, never on argv (/proc/<pid>/cmdline is everyone's)
+    argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["true"], env_fd=7)
+    assert argv[argv.index("--args") + 1] == "7"
+    assert argv.index("--args") < argv.index("--")
+    words = env_args({"A": "1 2", "LD_PRELOAD": "/x.so"}).split(b"\0")
+    assert words[0] == b"--clearenv" and words[-1] == b""
+    assert words[1:-1] == [b"--setenv", b"A", b"1 2", b"--setenv", b"LD_PRELOAD", b"/x.so"]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sprawl_orch.core.credential_places import Guard, make_guard
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, path_tools, system_view
-from sprawl_orch.native_fallbacks.view_guard import Guard, make_guard
 
 BASE = View(binds=("/usr", "/etc"), links=())
 

@@ -51,6 +51,8 @@ BAD: list[tuple[str, str, str]] = [
         "fixed image ID",
     ),
     ("[sandbox]\nwindow_seconds = -1\n", "[sandbox] window_seconds", "-1"),
+    ("[sandbox]\nwindow_seconds = inf\n", "[sandbox] window_seconds", "inf"),
+    ("[sandbox]\nwindow_seconds = nan\n", "[sandbox] window_seconds", "nan"),
     (
         '[sandbox.container]\ndocker_host = "/run/docker.sock"\n',
         "[sandbox.container] docker_host",

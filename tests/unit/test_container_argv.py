@@ -16,6 +16,7 @@ from sprawl_orch.container.argv import (
     parse_meminfo_total,
     parse_proc_limits,
 )
+from sprawl_orch.container.command import write_env_file
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 IMAGE = "sha256:" + "ab" * 32
@@ -279,3 +280,15 @@ def test_host_facts_parse() -> None:
 def test_the_command_is_passed_verbatim_after_the_image(command: list[str]) -> None:
     argv = argv_of(command=tuple(command))
     assert list(argv[argv.index(IMAGE) + 1 :]) == command
+
+
+def test_the_values_go_in_an_env_file_of_ours(tmp_path: Path) -> None:
+    # issue 30: `--env NAME` made the engine CLI read values from its own process env, so the
+    # command's LD_PRELOAD loaded into podman on the host; the arm writes them to a file
+    path = write_env_file({"B": "x =y", "A": "1"}, tmp_path / "e.env")
+    assert path.read_text() == "A=1\nB=x =y\n"
+    assert path.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(SprawlError) as err:
+        write_env_file({"K": "a\nb"}, tmp_path / "f.env")
+    assert err.value.code is ErrorCode.BAD_REQUEST and "K" in err.value.detail
+    assert not (tmp_path / "f.env").exists()

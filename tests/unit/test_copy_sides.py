@@ -97,6 +97,11 @@ def sync_with(side: CopySide[Any], src: Path, copy: Path) -> FileWork:
 
 
 @pytest.mark.skipif(not dir_fds_work(), reason="compares with the dir-fd side, which needs them")
+def untimed(seen: dict[str, Any]) -> dict[str, Any]:
+    """The view without its mtimes (the last field of file, directory and link entries)."""
+    return {k: v[:-1] if v[0] in ("file", "dir", "link") else v for k, v in seen.items()}
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(first=roots, second=roots, planted=plants)
 def test_both_sides_give_identical_work_and_trees(
@@ -117,7 +122,8 @@ def test_both_sides_give_identical_work_and_trees(
         for where, what in planted:
             plant(by_fd, where, what, outside)
             plant(by_path, where, what, outside)
-        assert view(by_fd, follow=False) == view(by_path, follow=False)
+        # What a command planted has its own times on each side: compare all but those.
+        assert untimed(view(by_fd, follow=False)) == untimed(view(by_path, follow=False))
         shutil.rmtree(src)
         write(src, second, outside)
         assert sync_with(fd_side, src, by_fd) == sync_with(path_side, src, by_path)

@@ -48,7 +48,16 @@ def test_exec_text_and_structured_result(
         ],
     )[:4]
     tools = {t.name: t for t in listed.tools}
-    assert set(tools) == {"exec", "harvest", "halt", "release", "doctor", "apply"}
+    assert set(tools) == {
+        "exec",
+        "harvest",
+        "halt",
+        "release",
+        "doctor",
+        "apply",
+        "workspace_apply",
+        "workspace_discard",
+    }
     assert "Runs under copied_tree" in (tools["exec"].description or "")
     assert "outcome" in (tools["exec"].output_schema or {}).get("properties", {})
     assert argv.structured_content["stdout"] == "readme\n" and not argv.is_error

@@ -1,4 +1,6 @@
-"""What the native view may never bind, whatever PATH, the tree or the command say (issue 30).
+"""The places whose content no command may get, whatever PATH, the tree or the command say
+(issue 30): what the native view never binds, and what the copy never follows a link of the
+tree into (copy_refusal). In core/ so both native_fallbacks/ and copy/ judge by one table.
 
 The view's tool part is derived from inputs an attacker holds: the caller's PATH (an agent
 sets it), the tree's `pyvenv.cfg` and `.python-version` (a cloned repository carries them).
@@ -193,3 +195,42 @@ def make_guard(
         never += [home / s for s in SECRETS]
     never += [_real(p) for p in places]
     return Guard(tuple(sorted(own)), tuple(sorted(others)), tuple(dict.fromkeys(never)), grants)
+
+
+# Where a system's programs and libraries live: accounts whose home is one of them (Debian's
+# `bin` has /bin, `daemon` /usr/sbin, `games` /usr/games) do not make them another's home.
+SYSTEM_DIRS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+@lru_cache(maxsize=16)
+def copy_guard(caller_home: str | None, places: tuple[Path, ...]) -> Guard:
+    """The guard of the synced copy: the caller's homes, the accounts' homes, the runtime
+    places and sprawl-orch's `places` (state and scratch directories). `grants` off: the
+    copy gives no search to anyone; copy_refusal asks for readable-by-everyone itself."""
+    return make_guard(caller_home, places, SYSTEM_DIRS, grants=False)
+
+
+def copy_refusal(guard: Guard, path: str, st: os.stat_result) -> str | None:
+    """Why the content reached by following `path` (a link of the tree out of it, or an entry
+    below one; `st` what it leads to) may not be copied, or None. Issue 30: a cloned tree's
+    `k -> /root/.ssh/id_ed25519` put the caller's key into the copy the command reads -- as
+    the sandbox uid or a container's user, which could never have read it. So, judged on the
+    real path: never a place the view guard refuses (credentials, homes or above, runtime
+    places, sprawl-orch's own); never inside another account's home; and outside the
+    caller's own homes only what everyone may read (/etc/shadow is root's: a root caller's
+    sync reads it, the sandbox uid may not). `.venv/bin/python -> /usr/bin/python3.11` and
+    pyenv's versions in the caller's home pass."""
+    real = Path(os.path.realpath(path))
+    why = _by_name(guard, real)
+    if why is not None:
+        return why
+    where = str(real)
+    for home in guard.other_homes:
+        if _under(where, str(home)):
+            return f"{where} is in another account's home ({home})"
+    if any(_under(where, str(h)) for h in guard.own_homes):
+        return None
+    need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+    if st.st_mode & need != need or not _public_way(real.parent):
+        return f"{where} is not readable by everyone (mode {stat.S_IMODE(st.st_mode):o})"
+    return None

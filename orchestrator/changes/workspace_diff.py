@@ -1,0 +1,235 @@
+"""Two trees of a workspace compared path by path, and one path of one made equal to the other.
+
+A workspace (workspace.py) keeps three trees in its state directory: ``tree`` (the agent's),
+``base`` (the person's tree as of the last flow-in, a synced copy) and the saved versions of
+conflicting and changed paths. Both trees are ours (made by syncs and by this module), but
+the agent's commands wrote ``tree``: nothing in it is followed -- entries are read with
+``lstat``, files opened ``O_NOFOLLOW``, and a path is only written after every directory on
+the way was seen to be a real directory (``_real_parent``).
+
+Equality is exact: kind, permission bits, a link's target, a file's bytes (compared in full
+when the sizes match). Bytes are only skipped by the racy-clean rule (copy/stamps.py), on
+both files' full stamps (inode, device, size, mtime, ctime, mode): :class:`Clean` records the
+stamps of two files found equal and a line taken from the filesystem's clock after them; any
+later write, chmod, utime or rename sets a ctime at or past that line, which no command can
+set back. The workspace records only while none of its commands runs, so nothing writes
+either tree between the stamps and the line. Modification times are carried by
+:func:`replace_path` but are not changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from sprawl_orch.changes.changes import ChangeEntry
+from sprawl_orch.changes.record import fs_now_ns, kind_of, norm_mode
+from sprawl_orch.copy.fileops import CHUNK
+from sprawl_orch.copy.sync import delete_path
+from sprawl_orch.core import fs_clock
+
+Listing = dict[str, os.stat_result]
+
+
+def scan(root: Path) -> Listing:
+    """lstat of every entry under ``root`` by "/"-separated relative path (unordered)."""
+    out: Listing = {}
+    stack = [("", str(root))]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        prefix = rel_dir + "/" if rel_dir else ""
+        try:
+            it = os.scandir(abs_dir)
+        except FileNotFoundError:
+            # removed since it was listed: nothing under it to compare
+            continue
+        with it:
+            for entry in it:
+                st = entry.stat(follow_symlinks=False)
+                out[prefix + entry.name] = st
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((prefix + entry.name, entry.path))
+    return out
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fa = os.open(a, flags)
+    except OSError:
+        # unreadable counts as different: compared again, never trusted
+        return False
+    try:
+        fb = os.open(b, flags)
+    except OSError:
+        # unreadable counts as different: compared again, never trusted
+        os.close(fa)
+        return False
+    try:
+        while True:
+            x, y = os.read(fa, CHUNK), os.read(fb, CHUNK)
+            if x != y:
+                return False
+            if not x:
+                return True
+    finally:
+        os.close(fa)
+        os.close(fb)
+
+
+def same_entry(a_root: Path, a: os.stat_result, b_root: Path, b: os.stat_result, rel: str) -> bool:
+    """Whether entry ``rel`` is the same in both trees (kind, bits, target, bytes)."""
+    if norm_mode(a.st_mode) != norm_mode(b.st_mode):
+        return False
+    if stat.S_ISLNK(a.st_mode):
+        return os.readlink(a_root / rel) == os.readlink(b_root / rel)
+    if stat.S_ISREG(a.st_mode):
+        return a.st_size == b.st_size and _same_bytes(a_root / rel, b_root / rel)
+    return True  # directories (their entries are compared one by one), or other kinds
+
+
+def _mode(st: os.stat_result) -> str:
+    return f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def _stamp(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
+
+
+class Clean:
+    """Pairs of equal files by their stamps, trusted below ``line`` (see the docstring)."""
+
+    def __init__(self, pairs: dict[str, list[int]] | None = None, line: int = 0) -> None:
+        self.pairs = pairs or {}
+        self.line = line
+
+    def vouches(self, rel: str, a: os.stat_result, b: os.stat_result) -> bool:
+        was = self.pairs.get(rel)
+        return (
+            was is not None
+            and max(a.st_ctime_ns, b.st_ctime_ns) < self.line
+            and was == _stamp(a) + _stamp(b)
+        )
+
+    def dump(self) -> str:
+        return json.dumps({"line": self.line, "pairs": self.pairs})
+
+    @classmethod
+    def load(cls, text: str) -> Clean:
+        try:
+            data = json.loads(text)
+            return cls({str(k): list(v) for k, v in data["pairs"].items()}, int(data["line"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return cls()
+
+
+def diff(
+    new_root: Path, old_root: Path, clean: Clean | None = None, learn: Clean | None = None
+) -> list[ChangeEntry]:
+    """What ``new_root`` changed relative to ``old_root``, as `changes` lists it. ``clean``
+    vouches for equal files by stamp; ``learn``, when given, gets every regular file pair
+    found equal now, and its line (call only while nothing writes either tree)."""
+    new, old = scan(new_root), scan(old_root)
+    out: list[ChangeEntry] = []
+    clean = clean or Clean()
+    for rel in sorted(new.keys() | old.keys()):
+        a, b = new.get(rel), old.get(rel)
+        if a is not None and b is not None:
+            if stat.S_ISREG(a.st_mode) and clean.vouches(rel, a, b):
+                if learn is not None:
+                    learn.pairs[rel] = _stamp(a) + _stamp(b)
+                continue
+            if same_entry(new_root, a, old_root, b, rel):
+                if learn is not None and stat.S_ISREG(a.st_mode):
+                    learn.pairs[rel] = _stamp(a) + _stamp(b)
+                continue
+        kind = kind_of(a.st_mode) if a is not None else None
+        was = kind_of(b.st_mode) if b is not None else None
+        if a is None:
+            assert b is not None
+            change = "deleted"
+        elif b is None:
+            change = "created"
+        elif kind != was:
+            change = "kind_changed"
+        elif stat.S_IMODE(a.st_mode) != stat.S_IMODE(b.st_mode) and (
+            kind != "file" or _same_bytes(new_root / rel, old_root / rel)
+        ):
+            change = "mode_changed"
+        else:
+            change = "modified"
+        out.append(
+            ChangeEntry(
+                path=rel,
+                change=change,  # type: ignore[arg-type]
+                kind=kind,
+                was_kind=was,
+                mode=_mode(a) if a is not None else None,
+                was_mode=_mode(b) if b is not None else None,
+                size=a.st_size if a is not None and kind == "file" else None,
+                was_size=b.st_size if b is not None and was == "file" else None,
+                target=os.readlink(new_root / rel) if kind == "link" else None,
+            )
+        )
+    if learn is not None:
+        # Taken after every stamp above; 0 (trust nothing) where fs_clock does not know the
+        # filesystem: there a write need not move the ctime.
+        dev = os.stat(new_root).st_dev
+        known = fs_clock.granularity_ns(dev) is not None
+        learn.line = fs_now_ns(new_root.parent) if known else 0
+    return out
+
+
+def overlaps(path: str, others: set[str]) -> bool:
+    """Whether ``path`` is one of ``others``, inside one, or holds one."""
+    if path in others:
+        return True
+    parts = path.split("/")
+    if any("/".join(parts[:i]) in others for i in range(1, len(parts))):
+        return True
+    return any(o.startswith(path + "/") for o in others)
+
+
+def _real_parent(root: Path, rel: str) -> Path:
+    """The directory that holds ``rel`` under ``root``, made where missing, every step a real
+    directory (a link on the way is refused: a command may have planted one)."""
+    here = root
+    for part in rel.split("/")[:-1]:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            # missing directory on the way: made here
+            os.mkdir(here, 0o700)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotADirectoryError(f"{here} is not a directory (a link or file on the way)")
+    return here
+
+
+def replace_path(src_root: Path, dst_root: Path, rel: str) -> None:
+    """Make ``rel`` in ``dst_root`` what it is in ``src_root`` (absent included): the old
+    entry is deleted without following links, the new one copied with bits and times."""
+    parent = _real_parent(dst_root, rel)
+    dst = parent / rel.split("/")[-1]
+    delete_path(dst)
+    src = src_root / rel
+    try:
+        st = os.lstat(src)
+    except FileNotFoundError:
+        # the source went away: nothing to keep
+        return
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(src), dst)
+    elif stat.S_ISDIR(st.st_mode):
+        shutil.copytree(src, dst, symlinks=True)
+    elif stat.S_ISREG(st.st_mode):
+        shutil.copy2(src, dst, follow_symlinks=False)
+    else:
+        return  # fifos, sockets, devices: the syncs skip them too
+    if not stat.S_ISLNK(st.st_mode):
+        os.chmod(dst, stat.S_IMODE(st.st_mode) & 0o777 | (0o700 if stat.S_ISDIR(st.st_mode) else 0))
+        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))

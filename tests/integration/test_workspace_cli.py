@@ -1,0 +1,116 @@
+"""Workspaces through the real CLI on docker, podman and linux_namespaces (issue 23): on a small
+generated Python project, the agent edits and its next command sees the edit; the person edits
+another file and the next command sees that; both edit one file and the conflict is named
+with both versions kept; apply brings exactly the agent's work beside the person's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import missing
+
+ARMS = ["docker", "podman", "linux_namespaces"]
+
+
+def files(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+@pytest.fixture(params=ARMS)
+def setup(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, Path, str]:
+    arm = request.param
+    proj = tmp_path / "proj"
+    (proj / "pkg").mkdir(parents=True)
+    (proj / "pkg" / "__init__.py").write_text("")
+    (proj / "pkg" / "more.py").write_text("def one():\n    return 1\n")
+    (proj / "tests").mkdir()
+    (proj / "tests" / "test_more.py").write_text("from pkg.more import one\n")
+    (proj / "README").write_text("readme\n")
+    lines = ["[sandbox]", f'scratch_dir = "{tmp_path / "scratch"}"']
+    if arm in ("docker", "podman"):
+        image = str(request.getfixturevalue(f"{arm}_image"))
+        lines += ['arm = "container"', "[sandbox.container]", f'engine = "{arm}"']
+        lines += ["[sandbox.container.images]", f'{arm} = "{image}"']
+    else:
+        lines += ['arm = "native"']
+    lines += ["[state]", f'dir = "{tmp_path / "state"}"']
+    (tmp_path / "scratch").mkdir()
+    config = tmp_path / "sprawl.toml"
+    config.write_text("\n".join(lines) + "\n")
+    return proj, config, arm
+
+
+def cli(proj: Path, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    cut = 2 if args[0] == "workspace" else 1  # -C and --config belong to the subcommand
+    first, rest = args[:cut], args[cut:]
+    return subprocess.run(
+        ["sprawl-orch", *first, "-C", str(proj), "--config", str(config), *rest],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def run(proj: Path, config: Path, line: str, arm: str) -> dict[str, object]:
+    done = cli(proj, config, "exec", "--json", "--workspace", "fix", "--shell", "--", line)
+    assert done.stdout, done.stderr
+    result = json.loads(done.stdout)
+    arm_used = result.get("arm")
+    want = "container" if arm in ("docker", "podman") else arm
+    if arm_used not in (want, None):
+        missing(f"the {arm} arm is not available here (ran on {arm_used})")
+    assert result["exit_code"] == 0, result
+    return dict(result)
+
+
+def test_the_flow_through_the_cli(setup: tuple[Path, Path, str]) -> None:
+    proj, config, arm = setup
+    before = files(proj)
+    run(proj, config, "sed -i 's/return 1/return 11/' pkg/more.py; echo agent > tests/t2.py", arm)
+    assert files(proj) == before  # the person's tree is untouched
+    seen = run(proj, config, "grep -q 'return 11' pkg/more.py && cat tests/t2.py", arm)
+    assert seen["stdout"] == "agent\n"
+    (proj / "README").write_text("the person's readme\n")
+    seen = run(proj, config, "cat README", arm)
+    assert seen["stdout"] == "the person's readme\n"
+    (proj / "pkg" / "more.py").write_text("def one():\n    return 1.0\n")
+    both = run(proj, config, "true", arm)
+    changes = both["changes"]
+    assert isinstance(changes, dict)
+    assert "conflicts" in str(changes["note"]) and "pkg/more.py" in str(changes["note"])
+    shown = json.loads(cli(proj, config, "workspace", "show", "--json", "fix").stdout)
+    theirs = Path(shown["conflicts"]["pkg/more.py"])
+    assert theirs.read_text() == "def one():\n    return 1.0\n"
+    dry = cli(proj, config, "apply", "--workspace", "fix", "--dry-run")
+    assert "+    return 11" in dry.stdout, dry.stdout + dry.stderr
+    applied = cli(proj, config, "apply", "--workspace", "fix")
+    assert applied.returncode == 1 and "refused pkg/more.py" in applied.stderr, applied.stderr
+    assert files(proj) == {
+        **before,
+        "README": "the person's readme\n",
+        "pkg/more.py": "def one():\n    return 1.0\n",
+        "tests/t2.py": "agent\n",
+    }
+    # The agent's version of the conflict is still in the workspace until taken or discarded.
+    assert cli(proj, config, "workspace", "take", "fix", "pkg/more.py").returncode == 0
+    assert cli(proj, config, "workspace", "discard", "fix").returncode == 0
+    assert "no workspaces" in cli(proj, config, "workspace", "list").stdout
+
+
+def test_bad_name_is_config_invalid(setup: tuple[Path, Path, str]) -> None:
+    proj, config, _ = setup
+    done = cli(proj, config, "exec", "--json", "--workspace", "../x", "true")
+    result = json.loads(done.stdout)
+    assert result["code"] == "E_CONFIG_INVALID" and "workspace name" in result["detail"], result
