@@ -36,11 +36,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
+from sprawl_orch.changes import apply_protect as guarded
 from sprawl_orch.changes.apply_check import Verdict, check_all, shared_inode
+from sprawl_orch.changes.apply_protect import executable
 from sprawl_orch.changes.changes import ChangeEntry, shown
 from sprawl_orch.changes.store import Kept, finish_if_done, load, record_applied
 from sprawl_orch.core.beneath import NotBeneath, open_dir_beneath, parts_of
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.protected import protection_for, unmatched_globs
 
 TEMP_PREFIX = ".sprawl-apply-"
 
@@ -50,6 +53,8 @@ class ApplyItem(BaseModel):
     path: str
     change: str
     why: str | None = None
+    protected: bool = False  # a protected path (protected.py): held unless a person named it
+    executable: bool = False  # a new executable file, or an execute bit added
     at_sync: dict[str, int] | None = None  # a conflict's source stamp when the sync read it
     now: dict[str, int] | None = None  # ... and in the working directory now
 
@@ -66,7 +71,12 @@ class ApplyResult(BaseModel):
     applied: list[ApplyItem] = []  # dry run: what would be applied
     skipped: list[ApplyItem] = []
     refused: list[ApplyItem] = []
-    diff: str | None = None  # dry run: unified diff (text) / summary (binary)
+    # protected paths not applied: not named by a person, or under .git (never)
+    held: list[ApplyItem] = []
+    # what a person runs at a terminal to apply the held paths (None: nothing to name)
+    command: str | None = None
+    warnings: list[str] = []  # e.g. an [apply] protected glob that matches nothing
+    diff: str | None = None  # dry run: protected paths first, then unified diff / summary
     finished: bool = False  # every change of the handle is now applied; its store is gone
 
     def as_json_dict(self) -> dict[str, object]:
@@ -105,9 +115,19 @@ def apply(
     *,
     dry_run: bool = False,
     workdir: Path | None = None,
+    protected: Sequence[str] = (),
+    protected_globs: Sequence[str] = (),
+    unprotect: Sequence[str] = (),
+    config_path: Path | None = None,
 ) -> ApplyResult:
     """Apply kept changes of ``handle`` (all, or ``paths``) to the working directory they were
-    made from. ``workdir``, when given, must be that directory (a harness's guard)."""
+    made from. ``workdir``, when given, must be that directory (a harness's guard).
+
+    Protected paths (core/protected.py, plus ``protected_globs`` and less ``unprotect`` --
+    `[apply]` of the config -- and the person's git config pointers) are held unless named
+    in ``protected`` -- a parameter of its own, so that no
+    list of paths chosen for other reasons releases one. ``.git`` is never applied.
+    ``config_path`` goes into the command the answer gives for what was held."""
     kept = load(state, handle)
     root = kept.workdir
     if workdir is not None and Path(workdir).resolve() != root:
@@ -127,15 +147,28 @@ def apply(
     try:
         with open(kept.dir / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return _apply_locked(kept, root_fd, paths, dry_run)
+            rules = (tuple(protected_globs), tuple(unprotect))
+            return _apply_locked(kept, root_fd, paths, dry_run, protected, rules, config_path)
     finally:
         os.close(root_fd)
 
 
 def _apply_locked(
-    kept: Kept, root_fd: int, paths: Sequence[str] | None, dry_run: bool
+    kept: Kept,
+    root_fd: int,
+    paths: Sequence[str] | None,
+    dry_run: bool,
+    protected: Sequence[str],
+    rules: tuple[tuple[str, ...], tuple[str, ...]],
+    config_path: Path | None,
 ) -> ApplyResult:
     kept = load(kept.dir.parent.parent, kept.handle)  # re-read under the lock
+    guard = protection_for(*rules, kept.workdir)
+    reason = guarded.reasons(kept.entries, guard)
+    named = guarded.normalize(protected)
+    guarded.check_named(named, kept.entries, reason)
+    if paths and named:
+        paths = [*paths, *named]  # naming a protected path chooses it too
     chosen, unknown = _selected(kept.entries, paths)
     chosen_paths = {e.path for e in chosen}
     skipped = [
@@ -152,7 +185,12 @@ def _apply_locked(
         ApplyItem(path=p, change="none", why="not among the changes of this handle")
         for p in unknown
     ]
-    todo = [e for e in chosen if e.path not in kept.applied]
+    parts = guarded.split([e for e in chosen if e.path not in kept.applied], named, reason)
+    todo = parts.todo
+    held = [
+        ApplyItem(path=e.path, change=e.change, why=why, protected=True, executable=executable(e))
+        for e, why in parts.held
+    ]
     verdicts = check_all(kept, root_fd, todo)
     # Written by an earlier apply that was interrupted before it could record them.
     already = [e for e in todo if (v := verdicts[e.path]) is not None and v.already]
@@ -165,14 +203,24 @@ def _apply_locked(
         "workdir": str(kept.workdir),
         "dry_run": dry_run,
         "skipped": skipped,
+        "held": held,
+        "command": guarded.command_for(kept.handle, kept.workdir, parts.held, config_path),
+        "warnings": [
+            f"[apply] protected glob {g!r} matches no default row and nothing in the tree"
+            for g in unmatched_globs(guard, kept.workdir, [e.path for e in kept.entries])
+        ],
     }
+    item = partial(_item, {e.path for e in parts.shown_first})
     if dry_run:
         from sprawl_orch.changes.apply_diff import diff_of
 
+        first = parts.shown_first
+        rest = [e for e in ok if e not in first]
+        news = [e for e in [*ok, *(h for h, _ in parts.held)] if executable(e)]
         return ApplyResult(
-            applied=[ApplyItem(path=e.path, change=e.change) for e in ok],
+            applied=[item(e) for e in ok],
             refused=refused,
-            diff=diff_of(kept, ok),
+            diff=guarded.banner(diff_of(kept, first), news) + diff_of(kept, rest),
             **base,
         )
     _clear_journal(kept, root_fd)
@@ -204,12 +252,18 @@ def _apply_locked(
         if e.path in failed:
             refused.append(ApplyItem(path=e.path, change=e.change, why=failed[e.path]))
         else:
-            done.append(ApplyItem(path=e.path, change=e.change))
+            done.append(item(e))
     # Not only when this call wrote something: a SIGKILL between the last record_applied()
     # and drop() leaves every path "applied before", and only this call can finish the store
     # (the 50-kill chaos test met it once in about 20 runs).
     finished = finish_if_done(kept)
     return ApplyResult(applied=done, refused=refused, finished=finished, **base)
+
+
+def _item(protected: set[str], e: ChangeEntry) -> ApplyItem:
+    return ApplyItem(
+        path=e.path, change=e.change, protected=e.path in protected, executable=executable(e)
+    )
 
 
 def _refusal(e: ChangeEntry, v: Verdict | None) -> ApplyItem:

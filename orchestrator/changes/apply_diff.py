@@ -10,9 +10,11 @@ from __future__ import annotations
 import difflib
 import os
 
-from sprawl_orch.changes.changes import ChangeEntry, shown
+from sprawl_orch.changes.changes import ChangeEntry
 from sprawl_orch.changes.store import Kept
 from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
+from sprawl_orch.core.protected import under_git
+from sprawl_orch.core.terminal import line_safe, safe
 
 _SNIFF = 8192
 
@@ -37,15 +39,18 @@ def _read_beneath(root: str, rel: str) -> bytes:
 
 
 def _one(kept: Kept, e: ChangeEntry) -> list[str]:
-    a, b = f"a/{shown(e.path)}", f"b/{shown(e.path)}"
+    a, b = f"a/{safe(e.path)}", f"b/{safe(e.path)}"
     head = [f"diff --sprawl {a} {b}\n"]
+    if under_git(e.path):
+        mode = f" mode {e.mode}" if e.mode else ""
+        return [*head, f"{e.change} {e.kind or e.was_kind}{mode} under .git: never applied\n"]
     if e.change == "mode_changed":
         return [*head, f"old mode {e.was_mode}\n", f"new mode {e.mode}\n"]
     if e.kind == "dir" or (e.change == "deleted" and e.was_kind == "dir"):
         verb = "deleted" if e.change == "deleted" else "new"
         return [*head, f"{verb} directory mode {e.mode or e.was_mode}\n"]
     if e.kind == "link":
-        return [*head, f"{e.change} symbolic link -> {shown(e.target)}\n"]
+        return [*head, f"{e.change} symbolic link -> {safe(e.target or '')}\n"]
     old = b""
     if e.was_kind == "file" and e.change in ("modified", "deleted", "kind_changed"):
         try:
@@ -70,7 +75,8 @@ def _one(kept: Kept, e: ChangeEntry) -> list[str]:
         )
     )
     return head + [
-        ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines
+        line_safe(ln) if ln.endswith("\n") else line_safe(ln) + "\n\\ No newline at end of file\n"
+        for ln in lines
     ]
 
 

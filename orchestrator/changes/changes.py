@@ -58,6 +58,8 @@ class ChangeEntry(BaseModel):
     was_size: int | None = None
     target: str | None = None  # a link's target
     verified: bool = True  # False: the stamp changed and the bytes could not be compared
+    # Why the path is protected (protected.py): apply holds it until a person names it
+    protected: str | None = None
 
     @field_serializer("path", "target", when_used="json")
     def _shown(self, name: str | None) -> str | None:
@@ -91,6 +93,10 @@ class Changes(BaseModel):
     kept: bool = False  # the changed files are kept for `apply`
     note: str | None = None  # why not kept, or which older changes were dropped
     dropped: list[str] = []  # handles whose kept changes were dropped for this one
+    protected: int = 0  # paths marked protected (held by apply until a person names them)
+    # changes under a `.git` that are repository state (objects, refs, index, logs): counted
+    # here, not listed, never applied
+    vcs_state: int = 0
 
     @field_serializer("note", when_used="json")
     def _shown(self, note: str | None) -> str | None:
@@ -108,6 +114,7 @@ class Changes(BaseModel):
                 old += e.was_size or 0
         return cls.model_validate(
             {
+                "protected": sum(1 for e in entries if e.protected),
                 **counts,
                 "bytes_new": new,
                 "bytes_old": old,

@@ -38,6 +38,7 @@ from sprawl_orch.changes.record import SyncRecord
 from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs, private_file
+from sprawl_orch.core.protected import Protection, under_git, vcs_state
 
 BUDGET = 1024 * 1024 * 1024
 # Bytes of the host's disk one kept entry costs besides its content, counted against the
@@ -179,11 +180,21 @@ def keep(
     record: SyncRecord,
     entries: list[ChangeEntry],
     budget: int = BUDGET,
+    protection: Protection | None = None,
 ) -> Changes:
-    """Store ``entries`` under ``handle``; the result's `changes` value."""
+    """Store ``entries`` under ``handle``; the result's `changes` value. Repository state
+    under a `.git` is counted, not kept; every other entry is marked with why it is
+    protected, if it is (``protection``; the table alone when None)."""
     _check_handle(handle)
     root = changes_root(state)
-    fields: dict[str, Any] = {"handle": handle}
+    protection = protection or Protection()
+    vcs = sum(1 for e in entries if vcs_state(e.path))
+    entries = [
+        e.model_copy(update={"protected": protection.reason(e.path)})
+        for e in entries
+        if not vcs_state(e.path)
+    ]
+    fields: dict[str, Any] = {"handle": handle, "vcs_state": vcs}
     if not entries:
         return Changes.of(entries, **fields)
     private_dirs(root)
@@ -200,8 +211,8 @@ def keep(
         for i, e in enumerate(entries):
             if stored > budget:
                 break
-            if e.kind != "file" or e.change == "mode_changed" or e.change == "deleted":
-                continue
+            if e.kind != "file" or e.change in ("mode_changed", "deleted") or under_git(e.path):
+                continue  # a `.git` entry is never applied: its bytes are not kept
             try:
                 stored += _copy_blob(copy_fd, e.path, tmp / "blobs" / str(i), budget - stored)
                 blobs[e.path] = str(i)
@@ -344,7 +355,7 @@ def record_applied(kept: Kept, paths: list[str]) -> None:
 
 def finish_if_done(kept: Kept) -> bool:
     """When every change is applied the store is removed (True)."""
-    if all(e.path in kept.applied for e in kept.entries):
+    if all(e.path in kept.applied or under_git(e.path) for e in kept.entries):
         drop(kept.dir.parent, kept.handle, "every change of it was applied")
         return True
     return False

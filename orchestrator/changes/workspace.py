@@ -400,9 +400,19 @@ class Workspace:
         view = self.show()
         return Changes.of(view.changes, handle=None)
 
-    def apply(self, paths: Sequence[str] | None = None, *, dry_run: bool = False) -> ApplyResult:
+    def apply(
+        self,
+        paths: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        protected: Sequence[str] = (),
+        protected_globs: Sequence[str] = (),
+        unprotect: Sequence[str] = (),
+    ) -> ApplyResult:
         """Bring the agent's changes (all, or ``paths``) into the person's tree through the
-        normal apply. A named conflict is held back unless its path is chosen by name."""
+        normal apply, under its rules: a named conflict is held back unless its path is
+        chosen by name, and a protected path (core/protected.py) unless a person names it in
+        ``protected`` (serve and mcp never pass it: an agent can't consent for the person)."""
         if not self.workdir.is_dir():
             raise self._refused_workdir()
         with self._lock():
@@ -426,7 +436,15 @@ class Workspace:
             if not kept.kept:
                 result = ApplyResult(handle=handle, workdir=str(self.workdir), dry_run=dry_run)
             else:
-                result = apply_kept(self.state, handle, list(chosen) or None, dry_run=dry_run)
+                result = apply_kept(
+                    self.state,
+                    handle,
+                    list(chosen) or None,
+                    dry_run=dry_run,
+                    protected=protected,
+                    protected_globs=protected_globs,
+                    unprotect=unprotect,
+                )
                 # an applied handle left behind is swept by the store's budget
                 with contextlib.suppress(SprawlError, OSError):
                     drop_handle(self.state, handle)

@@ -1,11 +1,15 @@
-"""`sprawl-orch apply HANDLE [PATH...]`: bring kept changes of a finished command into the
-working directory (orchestrator/changes/apply.py says what makes it safe).
+"""`sprawl-orch apply HANDLE [PATH...]` / `apply --workspace NAME [PATH...]`: bring kept
+changes of a finished command, or a workspace's, into the working directory
+(orchestrator/changes/apply.py says what makes it safe).
 
 ``--dry-run`` prints the unified diff (text) or a one-line summary (binary) of what would be
-applied and writes nothing. ``--drop`` forgets the handle's kept changes without applying.
+applied and writes nothing; protected paths come first, under a banner, then new executables.
+A protected path (orchestrator/core/protected.py) is applied only when named with ``--protected
+PATH`` (repeatable; a file, or a directory for everything beneath it; never `.git`).
+``--drop`` forgets the handle's kept changes without applying.
 Exit status: 0 when nothing chosen was refused, 1 when something was (each refusal is named on
-stderr with its reason and, for a conflict, both stamps), 125 when the handle or the
-directory is wrong.
+stderr with its reason and, for a conflict, both stamps as people read them), 125 when the
+handle or the directory is wrong.
 """
 
 from __future__ import annotations
@@ -13,13 +17,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from sprawl_orch.changes.apply import ApplyResult
 from sprawl_orch.cli.common import refuse
 from sprawl_orch.config import load_config
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import json_safe, safe
+
+if TYPE_CHECKING:
+    from sprawl_orch.changes.apply import ApplyResult
 
 EXIT_SOME_REFUSED = 1
 
@@ -48,6 +56,14 @@ EXIT_SOME_REFUSED = 1
     metavar="NAME",
     help="Apply workspace NAME's changes instead of a command's (then no HANDLE: PATHs only).",
 )
+@click.option(
+    "--protected",
+    "protected",
+    multiple=True,
+    metavar="PATH",
+    help="Apply this protected path too (a file, or a directory: everything beneath it; "
+    "repeatable; never a glob, never .git). Without it protected paths are held.",
+)
 @click.argument("handle", required=False)
 @click.argument("paths", nargs=-1)
 def apply_command(
@@ -57,6 +73,7 @@ def apply_command(
     drop: bool,
     as_json: bool,
     workspace: str | None,
+    protected: tuple[str, ...],
     handle: str | None,
     paths: tuple[str, ...],
 ) -> None:
@@ -77,51 +94,91 @@ def apply_command(
 
             chosen = [handle, *paths] if handle is not None else list(paths)
             ws = Workspace(state, (workdir or Path(".")).resolve(), workspace)
-            result = ws.apply(chosen or None, dry_run=dry_run)
-            handle = f"workspace {workspace}"
-            _report(result, handle, dry_run, as_json)
-            sys.exit(EXIT_SOME_REFUSED if result.refused else 0)
+            result = ws.apply(
+                chosen or None,
+                dry_run=dry_run,
+                protected=protected,
+                protected_globs=config.apply.protected,
+                unprotect=config.apply.unprotect,
+            )
+            if result.command:
+                # The handle the workspace applied through is gone once applied: the person
+                # names the workspace instead (same -C, --config and --protected words).
+                from sprawl_orch.changes.apply_protect import quote
+
+                tail = " " + quote(result.handle)
+                if result.command.endswith(tail):
+                    command = result.command[: -len(tail)] + " --workspace " + quote(workspace)
+                    result = result.model_copy(update={"command": command})
+            _report(result, dry_run, as_json)
         assert handle is not None
         if drop:
             drop_handle(state, handle)
-            click.echo(f"sprawl-orch: the kept changes of {handle} are dropped", err=True)
+            click.echo(f"sprawl-orch: the kept changes of {safe(handle)} are dropped", err=True)
             sys.exit(0)
-        result = apply(state, handle, list(paths) or None, dry_run=dry_run, workdir=workdir)
+        result = apply(
+            state,
+            handle,
+            list(paths) or None,
+            dry_run=dry_run,
+            workdir=workdir,
+            protected=protected,
+            protected_globs=config.apply.protected,
+            unprotect=config.apply.unprotect,
+            config_path=config.source,
+        )
     except SprawlError as err:
         refuse(err, as_json)
-    _report(result, handle, dry_run, as_json)
+    _report(result, dry_run, as_json)
+
+
+def _report(result: ApplyResult, dry_run: bool, as_json: bool) -> None:
+    if as_json:
+        click.echo(json_safe(json.dumps(result.as_json_dict(), indent=2)))
+    else:
+        _say(result, dry_run)
     sys.exit(EXIT_SOME_REFUSED if result.refused else 0)
 
 
-def _report(result: ApplyResult, handle: str, dry_run: bool, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(result.as_json_dict(), indent=2))
-    else:
-        if result.diff:
-            sys.stdout.write(result.diff)
-        verb = "would apply" if dry_run else "applied"
-        for item in result.applied:
-            click.echo(f"sprawl-orch: {verb} {item.change} {item.path}", err=True)
-        for item in result.refused:
-            stamps = ""
-            if item.at_sync or item.now:
-                stamps = (
-                    f"\n    when the command's copy was made: {readable_stamp(item.at_sync)}"
-                    f"\n    in the working directory now:     {readable_stamp(item.now)}"
-                    "\n    to merge by hand: apply --dry-run shows the command's diff; to keep "
-                    "the command's version, apply again after moving yours aside"
-                )
-            click.echo(f"sprawl-orch: refused {item.path}: {item.why}{stamps}", err=True)
-        if result.skipped:
-            click.echo(
-                f"sprawl-orch: skipped {len(result.skipped)} path(s) not chosen or applied before",
-                err=True,
+def _say(result: ApplyResult, dry_run: bool) -> None:
+    """The human lines; every name and reason through terminal.safe (a file name may carry
+    escape sequences). The diff is made safe where it is made (apply_diff.py)."""
+    if result.diff:
+        sys.stdout.write(result.diff)
+    verb = "would apply" if dry_run else "applied"
+    for warning in result.warnings:
+        click.echo(f"sprawl-orch: warning: {safe(warning)}", err=True)
+    for item in result.applied:
+        mark = " (protected, named)" if item.protected else ""
+        mark += " (new executable)" if item.executable else ""
+        click.echo(f"sprawl-orch: {verb} {item.change} {safe(item.path)}{mark}", err=True)
+    for item in result.held:
+        click.echo(f"sprawl-orch: held {safe(item.path)}: {safe(item.why or '')}", err=True)
+    if result.command:
+        click.echo(f"sprawl-orch: to apply what was held, run: {result.command}", err=True)
+    for item in result.refused:
+        stamps = ""
+        if item.at_sync or item.now:
+            stamps = (
+                f"\n    when the command's copy was made: {readable_stamp(item.at_sync)}"
+                f"\n    in the working directory now:     {readable_stamp(item.now)}"
+                "\n    to merge by hand: apply --dry-run shows the command's diff; to keep "
+                "the command's version, apply again after moving yours aside"
             )
-        if result.finished:
-            click.echo(
-                f"sprawl-orch: every change of {handle} is applied; its kept copy is removed",
-                err=True,
-            )
+        click.echo(
+            f"sprawl-orch: refused {safe(item.path)}: {safe(item.why or '')}{stamps}", err=True
+        )
+    if result.skipped:
+        click.echo(
+            f"sprawl-orch: skipped {len(result.skipped)} path(s) not chosen or applied before",
+            err=True,
+        )
+    if result.finished:
+        click.echo(
+            f"sprawl-orch: every change of {safe(result.handle)} is applied; its kept copy is "
+            "removed",
+            err=True,
+        )
 
 
 def readable_stamp(stamp: dict[str, int] | None) -> str:

@@ -21,6 +21,7 @@ import click
 
 from sprawl_orch.config import Config, with_warm
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import safe
 from sprawl_orch.runs.results import Refusal
 
 # Re-exported (the `as` says so to mypy): every subcommand imports them from here;
@@ -69,5 +70,9 @@ def server_config(workdir: Path, config_path: Path | None, warm: bool | None) ->
 
 
 def say_refusal(refusal: Refusal) -> None:
-    click.echo(f"sprawl-orch: {refusal.code.value}: {refusal.subject}: {refusal.detail}", err=True)
-    click.echo(f"sprawl-orch: what you can do: {refusal.recovery}", err=True)
+    # subject and detail may carry a file name or a value a command chose (core/terminal.py)
+    click.echo(
+        f"sprawl-orch: {refusal.code.value}: {safe(refusal.subject)}: {safe(refusal.detail)}",
+        err=True,
+    )
+    click.echo(f"sprawl-orch: what you can do: {safe(refusal.recovery)}", err=True)

@@ -26,6 +26,7 @@ from sprawl_orch.cli.common import (
     say_refusal,
 )
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import json_safe, safe
 from sprawl_orch.runs.results import ExecResult, Refusal, exceptional
 
 
@@ -53,12 +54,19 @@ def changes_line(c: Changes) -> str:
         if n
     )
     line = f"the command changed {c.total} path(s) in its copy ({counts})"
+    if c.protected:
+        line += (
+            f"; {c.protected} of them PROTECTED (they would make this machine run something: "
+            "held by apply until you name them)"
+        )
+    if c.vcs_state:
+        line += f"; and {c.vcs_state} under .git (repository state: never applied)"
     if c.kept:
         return (
             f"{line}; review: sprawl-orch apply --dry-run {c.handle}; keep: "
             f"sprawl-orch apply {c.handle}"
         )
-    return f"{line}; {c.note}" if c.note else line
+    return safe(f"{line}; {c.note}" if c.note else line)
 
 
 def _say(result: ExecResult) -> None:
@@ -74,13 +82,13 @@ def _say(result: ExecResult) -> None:
         )
         return
     for line in result.statement.splitlines():
-        click.echo(f"sprawl-orch: {line}", err=True)
+        click.echo(f"sprawl-orch: {safe(line)}", err=True)
     for entry in (result.network or {}).get("egress", []):
         if not entry["allowed"]:
             said = f"{entry['kind']} {entry['host']}:{entry['port']}: {entry['reason']}"
-            click.echo(f"sprawl-orch: egress refused: {said}", err=True)
+            click.echo(f"sprawl-orch: egress refused: {safe(said)}", err=True)
     if result.work is not None and result.work.excluded:
-        left_out = ", ".join(result.work.excluded)
+        left_out = safe(", ".join(result.work.excluded))
         click.echo(
             f"sprawl-orch: left out of the copy ([sandbox.copy] exclude): {left_out}", err=True
         )
@@ -179,7 +187,7 @@ def exec_command(
 
 def _finish(result: ExecResult, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(result.as_json_dict(), indent=2))
+        click.echo(json_safe(json.dumps(result.as_json_dict(), indent=2)))
     else:
         _say(result)
     sys.exit(exit_status(result))

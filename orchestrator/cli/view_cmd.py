@@ -15,6 +15,7 @@ import click
 from sprawl_orch.cli.common import config_options, find_config, refuse
 from sprawl_orch.config.state import ledger_path
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import json_safe
 from sprawl_orch.runs.ledger import Ledger
 from sprawl_orch.runs.outcome import FailureClass, ShellTally
 
@@ -55,7 +56,7 @@ def view_command(
         refuse(err, as_json)
     if as_json:
         for row in tally.sorted_rows():
-            click.echo(json.dumps(row.as_dict(), ensure_ascii=False))
+            click.echo(json_safe(json.dumps(row.as_dict(), ensure_ascii=False)))
     else:
         _table(tally, ledger_file)
     if ledger.skipped:

@@ -263,6 +263,40 @@ class StateConfig(_Strict):
     output_budget_bytes: int = Field(default=BUDGET_BYTES, ge=0)
 
 
+class ApplyConfig(_Strict):
+    """``[apply]``: what `apply` holds back besides the protected-path table (protected.py)."""
+
+    # gitignore-style globs protected on top of the table
+    protected: tuple[str, ...] = ()
+    # default rows removed, each by its name in the table (`.git` never)
+    unprotect: tuple[str, ...] = ()
+
+    @field_validator("protected")
+    @classmethod
+    def _globs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value:
+            compile_excludes(value)
+        return value
+
+    @field_validator("unprotect")
+    @classmethod
+    def _rows(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from sprawl_orch.core.protected import GIT_DIR, ROWS, unknown_rows
+
+        if GIT_DIR in value:
+            raise ValueError(
+                "`.git` is never applied (its hooks and config run on the next git command); "
+                "it cannot be unprotected"
+            )
+        unknown = unknown_rows(value)
+        if unknown:
+            raise ValueError(
+                f"{', '.join(map(repr, unknown))}: no such row of the protected-path table; "
+                f"names: {', '.join(n for n in ROWS if n != GIT_DIR)}"
+            )
+        return value
+
+
 class Config(_Strict):
     """A parsed `sprawl.toml` (frozen); every key is optional.
 
@@ -291,6 +325,7 @@ class Config(_Strict):
 
     sandbox: SandboxConfig = SandboxConfig()
     state: StateConfig = StateConfig()
+    apply: ApplyConfig = ApplyConfig()
     # Where the file was read from (None: defaults). Not a TOML key.
     source: Path | None = Field(default=None, exclude=True)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,11 +97,24 @@ class Offerings:
 
 
 def _scratch(config: Config) -> tuple[Path | None, str | None]:
-    root = config.sandbox.scratch_dir or Path(tempfile.gettempdir()) / "sprawl-orch"
-    try:
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as err:
-        return None, f"{root}: {err.strerror}"
+    """Where copies are made: `[sandbox] scratch_dir`, else the state directory's `copies`
+    (copy_store.py), both this user's own. Not a machine-wide /tmp/sprawl-orch: whichever
+    account made that first (0700) held it against every other, root included (issue 22)."""
+    from sprawl_orch.config.state import private_dir, state_dir
+    from sprawl_orch.core.errors import SprawlError
+    from sprawl_orch.core.private import prepare_state
+
+    root = config.sandbox.scratch_dir
+    if root is None:
+        state = state_dir(config, os.environ)
+        try:
+            prepare_state(state)  # 0700 and ours, or refused (core/private.py)
+        except SprawlError as err:
+            return None, err.detail
+        root = state / "copies"
+    problem = private_dir(root, parents=True)
+    if problem is not None:
+        return None, problem
     if not os.access(root, os.W_OK | os.X_OK):
         return None, f"{root}: not writable"
     return root, None

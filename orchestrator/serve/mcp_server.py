@@ -253,6 +253,8 @@ def build(server: Server, *, describe: bool = True) -> MCPServer[Any]:
         apply,
         description="Apply a command's changes (its result's changes.handle) "
         "onto the person's working tree; refuses what changed there since the sync. "
+        "Protected paths (git hooks/config, editor tasks, CI, shell start-up) are never "
+        "applied here: the answer lists them as held, with the command the person runs. "
         "Use dry_run first to see the diff.",
         annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False),
     )

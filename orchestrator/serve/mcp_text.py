@@ -10,6 +10,7 @@ full text on disk ("the way back"), so nothing here cuts again.
 from __future__ import annotations
 
 from sprawl_orch.changes.apply import ApplyItem, ApplyResult
+from sprawl_orch.core.terminal import safe
 from sprawl_orch.runs.results import ExecResult
 from sprawl_orch.selection.doctor import DoctorReport
 
@@ -23,9 +24,10 @@ def _stream(name: str, text: str) -> list[str]:
 def result_text(result: ExecResult) -> str:
     lines: list[str] = []
     if result.outcome == "exceptional":
-        lines.append(f"refused: {result.code}: {result.subject}: {result.detail}")
+        said = f"{result.code}: {result.subject}: {result.detail}"
+        lines.append(f"refused: {safe(said)}")
         if result.recovery:
-            lines.append(f"what you can do: {result.recovery}")
+            lines.append(f"what you can do: {safe(result.recovery)}")
     elif result.outcome == "backgrounded":
         lines.append(
             f"backgrounded: still running after its window, handle {result.handle}. "
@@ -39,11 +41,18 @@ def result_text(result: ExecResult) -> str:
             lines.append(f"detail: {result.detail}")
     lines.append(f"arm: {result.arm} (where: {result.where}, run: {result.run})")
     if result.confinement is not None:
-        lines.append(f"confinement: {result.confinement.statement}")
+        lines.append(f"confinement: {safe(result.confinement.statement)}")
     lines += [f"limit: {sentence}" for sentence in result.limit_sentences()]
     ceiling = result.memory_ceiling
     if ceiling and ceiling.get("state") == "hit":
         lines.append(f"memory ceiling: hit ({ceiling.get('detail', '')})")
+    c = result.changes
+    if c is not None and (c.total or c.vcs_state):
+        lines.append(
+            f"changes: {c.total} path(s) in the copy, handle {c.handle}"
+            + (f"; {c.protected} PROTECTED (never applied through MCP)" if c.protected else "")
+            + (f"; {c.vcs_state} under .git (never applied)" if c.vcs_state else "")
+        )
     if result.outcome == "settled":
         lines += _stream("stdout", result.stdout)
         lines += _stream("stderr", result.stderr)
@@ -79,7 +88,9 @@ def doctor_text(report: DoctorReport) -> str:
 
 
 def _items(verb: str, items: list[ApplyItem]) -> list[str]:
-    return [f"{verb}: {i.change} {i.path}" + (f" ({i.why})" if i.why else "") for i in items]
+    return [
+        f"{verb}: {i.change} {safe(i.path)}" + (f" ({safe(i.why)})" if i.why else "") for i in items
+    ]
 
 
 def apply_text(result: ApplyResult) -> str:
@@ -91,6 +102,13 @@ def apply_text(result: ApplyResult) -> str:
     ]
     lines += _items("would apply" if result.dry_run else "applied", result.applied)
     lines += _items("skipped", result.skipped) + _items("refused", result.refused)
+    lines += _items("held (protected)", result.held)
+    if result.command:
+        lines.append(
+            "protected paths are never applied through MCP (an agent cannot consent for the "
+            f"person); ask the person to review the dry run and run: {result.command}"
+        )
+    lines += [f"warning: {w}" for w in result.warnings]
     if result.diff:
         lines += ["diff:", result.diff.rstrip("\n")]
     return "\n".join(lines)

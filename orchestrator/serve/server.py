@@ -26,12 +26,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from sprawl_orch.changes.apply import ApplyResult, apply
 from sprawl_orch.config import ArmSpelling, Config
 from sprawl_orch.config.state import state_dir
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.terminal import json_safe
 from sprawl_orch.runs.backlog import Backlog, RunProcesses
 from sprawl_orch.runs.cgroups import Delegation
 from sprawl_orch.runs.output_keep import keeping
@@ -95,6 +96,17 @@ class ApplyRequest(_Request):
         default=[], description="what to apply (and what is beneath it); empty: every change"
     )
     dry_run: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_consent(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "protected" in data:
+            raise ValueError(
+                "protected paths are never applied through serve or MCP: an agent cannot "
+                "consent for the person; the answer's `held` and `command` say what a person "
+                "runs at a terminal to apply them"
+            )
+        return data
 
 
 class WorkspaceApplyRequest(_Request):
@@ -328,7 +340,8 @@ class Server:
     def _write(self, response: BaseModel) -> None:
         if self._out is None:  # answers go through dispatch() (mcp_server.py)
             return
-        text = response.model_dump_json() + "\n"
+        # C1 controls and bidi marks a command put in a name, escaped (terminal.py)
+        text = json_safe(response.model_dump_json()) + "\n"
         with self._out_lock:
             try:
                 self._out.write(text)
@@ -367,12 +380,17 @@ class Server:
                 id=request.id, op="processes", runs=self._any_tool().processes()
             )
         if isinstance(request, ApplyRequest):
+            # Never a protected path: the one asking is an agent, which cannot consent for the
+            # person; the answer names what was held and the command the person runs.
             applied = apply(
                 state_dir(self.config, os.environ),
                 request.handle,
                 request.paths or None,
                 dry_run=request.dry_run,
                 workdir=self.workdir,
+                protected_globs=self.config.apply.protected,
+                unprotect=self.config.apply.unprotect,
+                config_path=self.config.source,
             )
             return ApplyResponse(id=request.id, op="apply", result=applied)
         if isinstance(request, WorkspaceApplyRequest):

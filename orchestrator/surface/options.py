@@ -12,6 +12,7 @@ import click
 
 from sprawl_orch.config import Config, load_config
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.terminal import json_safe, safe
 
 EXIT_REFUSED = 125
 
@@ -47,8 +48,10 @@ def refuse(err: SprawlError, as_json: bool = False) -> NoReturn:
     """Say the refusal and exit 125: its four keys as JSON on stdout with --json (the shape
     of runs/results.py's Refusal.as_result), else on stderr."""
     if as_json:
-        click.echo(json.dumps({"outcome": "exceptional", **err.as_dict()}))
+        click.echo(json_safe(json.dumps({"outcome": "exceptional", **err.as_dict()})))
     else:
-        click.echo(f"sprawl-orch: {err.code.value}: {err.subject}: {err.detail}", err=True)
-        click.echo(f"sprawl-orch: what you can do: {err.recovery}", err=True)
+        # subject and detail may carry a file name or a value a command chose (issue 22)
+        said = f"{err.code.value}: {err.subject}: {err.detail}"
+        click.echo(f"sprawl-orch: {safe(said)}", err=True)
+        click.echo(f"sprawl-orch: what you can do: {safe(err.recovery)}", err=True)
     sys.exit(EXIT_REFUSED)

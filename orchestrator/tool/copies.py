@@ -27,6 +27,7 @@ from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
 from sprawl_orch.core.credential_places import copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.protected import protection_for
 from sprawl_orch.runs.launch import Arm
 
 
@@ -49,6 +50,7 @@ class ToolCopies:
         self.state = state
         self.config_json = config.sandbox.model_dump_json(by_alias=True)
         self.changes_budget = config.state.changes_budget_bytes
+        self.protect = (config.apply.protected, config.apply.unprotect)
         # The first eviction failure; never fails a command. (No surface prints it yet.)
         self.problem: str | None = None
 
@@ -84,8 +86,18 @@ class ToolCopies:
         def collect(handle: str) -> Changes:
             try:
                 found = compute_changes(record, self.workdir, copy)
+                guard = None
+                if found:  # the person's git config, read now: what it points at is protected
+                    guard = protection_for(self.protect[0], self.protect[1], self.workdir)
                 return keep_changes(
-                    self.state, handle, self.workdir, copy, record, found, self.changes_budget
+                    self.state,
+                    handle,
+                    self.workdir,
+                    copy,
+                    record,
+                    found,
+                    self.changes_budget,
+                    guard,
                 )
             except (OSError, SprawlError) as err:
                 return Changes(handle=handle, note=f"changes could not be computed: {err}")

@@ -386,7 +386,12 @@ class ExecTool:
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
     def apply(
-        self, handle: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
+        self,
+        handle: str,
+        paths: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        protected: Sequence[str] = (),
     ) -> ApplyResult:
         """Bring kept changes of a finished command into the working directory (apply.py),
         atomically per file.
@@ -395,15 +400,30 @@ class ExecTool:
             handle: the result's ``changes.handle``.
             paths: the changed paths to apply (default: all of them).
             dry_run: write nothing; the result carries the diff.
+            protected: protected paths (core/protected.py) a person chose to apply; held
+                otherwise. Pass only what a person named -- never an agent's choice;
+                anything under `.git` is never applied.
 
         Returns:
-            The ApplyResult: applied, skipped and refused paths (a conflict, a link on the way
-            or out of the tree is refused, never written through).
+            The ApplyResult: applied, skipped, held (protected) and refused paths (a
+            conflict, a link on the way or out of the tree is refused, never written
+            through), and the CLI command that applies what was held.
 
         Raises:
-            SprawlError: E_UNKNOWN_HANDLE when nothing is kept under `handle`.
+            SprawlError: E_UNKNOWN_HANDLE when nothing is kept under `handle`; E_BAD_REQUEST
+            for a `protected` name under .git, not among the changes, or not protected.
         """
-        return apply_changes(self.state, handle, paths, dry_run=dry_run, workdir=self.workdir)
+        return apply_changes(
+            self.state,
+            handle,
+            paths,
+            dry_run=dry_run,
+            workdir=self.workdir,
+            protected=protected,
+            protected_globs=self.config.apply.protected,
+            unprotect=self.config.apply.unprotect,
+            config_path=self.config.source,
+        )
 
     def workspace(self, name: str) -> Workspace:
         """Workspace ``name`` of this working directory (changes/workspace.py).
