@@ -107,8 +107,20 @@ def _linked_prefixes(bin_dir: Path, guard: Guard, covered: tuple[str, ...]) -> I
             prefix = _prefix_of(target)
             if target.parent == bin_dir or _covered(str(prefix), covered):
                 continue  # /usr/bin's links into /usr: nothing to judge or bind
-            if guard.allows(prefix):
+            if not _prefix_root(prefix, guard):
+                prefix = target.parent
+            if guard.allows(prefix) and _prefix_root(prefix, guard):
                 yield prefix
+
+
+def _prefix_root(root: Path, guard: Guard) -> bool:
+    """May `root` be bound whole as a tool's install prefix? Not when it sits directly in a
+    home (~/.pulumi for ~/.pulumi/bin holds credentials.json, ~/.fly its config.yml with the
+    token) unless it is laid out as an install prefix, with lib/ or libexec/ beside bin/
+    (~/miniconda3: its python needs lib/); a tool dir there (bin, shims) is always fine."""
+    if root.name in TOOL_DIR_NAMES or not guard.home_child(root):
+        return True
+    return (root / "lib").is_dir() or (root / "libexec").is_dir()
 
 
 @dataclass(frozen=True)
@@ -132,15 +144,15 @@ def path_tools(path_env: str, guard: Guard, covered: tuple[str, ...] = ()) -> Pa
         if not entry.startswith("/") or not os.path.isdir(entry):
             continue
         real = Path(os.path.realpath(entry))
-        if not guard.allows(real):
-            continue
+        if not guard.allows(real) or (guard.home_child(real) and real.name not in TOOL_DIR_NAMES):
+            continue  # ~/.kaggle on PATH is no tool's directory; ~/bin is
         pyenv = pyenv_root(real)
         if pyenv is not None:
             out.append(real)
             roots.append(pyenv)
             continue
         root = real.parent if real.name in TOOL_DIR_NAMES else real
-        if root != real and not guard.allows(root):
+        if root != real and not (guard.allows(root) and _prefix_root(root, guard)):
             root = real
         out.append(root)
         if root == real:

@@ -18,6 +18,7 @@ interpreter really is and passed through the guard (core/credential_places.py) b
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -28,6 +29,8 @@ TOOL_DIR_NAMES = frozenset({"bin", "sbin", "shims"})
 PYENV_CODE: tuple[str, ...] = ("libexec", "bin", "shims", "pyenv.d", "plugins")
 VERSION_NAMES_MAX = 8
 VERSION_FILE_BYTES = 4096
+# What a venv's bin/python really is: python3.12, python3.13t, pypy3.10, graalpy
+INTERPRETER = re.compile(r"(python|pypy|graalpy)[0-9.]*[a-z]?")
 
 
 def _real(p: str | Path) -> Path:
@@ -61,6 +64,20 @@ def _interpreter(venv: Path) -> Path | None:
     return None
 
 
+def _interpreter_or_refuse(venv: Path, link: Path, real: Path) -> None:
+    if not INTERPRETER.fullmatch(real.name) or not os.access(real, os.X_OK):
+        # `home` agreeing with the link proves nothing when the link may name any file: a
+        # tree's bin/python3 -> ~/.kaggle/kaggle.json with home = ~/.kaggle bound ~/.kaggle
+        raise SprawlError(
+            ErrorCode.SANDBOX_DENIED,
+            str(link),
+            f"the virtualenv {venv}'s interpreter {link} is {real}, which is not a Python "
+            "interpreter (an executable named python*, pypy* or graalpy*): its directory "
+            "would be bound into the sandbox",
+            f"recreate the virtualenv (python -m venv --clear {venv.name})",
+        )
+
+
 def venv_base(
     venv: Path, guard: Guard, covered: Callable[[str], bool] | None = None
 ) -> Path | None:
@@ -91,6 +108,7 @@ def venv_base(
     prefix = home_real.parent if home_real.name in TOOL_DIR_NAMES else home_real
     for candidate in (prefix, home_real):
         if guard.allows(candidate):
+            _interpreter_or_refuse(venv, link, real)
             return candidate
     raise SprawlError(
         ErrorCode.SANDBOX_DENIED,

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from sprawl_orch.core.environment import split_loader_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
@@ -204,7 +205,7 @@ class PodmanEngine:
         return self.cli
 
     def _cli_env(self, child: Mapping[str, str] | None = None) -> dict[str, str]:
-        env = dict(child or {})
+        env = split_loader_env(child or {})[0]  # never the loader's names on the host
         for key, value in self._conn.items():
             # the child's PATH/HOME win (they are what --env passes); the rest is podman's
             if key in ("PATH", "HOME") and key in env:

@@ -45,6 +45,19 @@ def check_arguments(argv: Sequence[str], env: Mapping[str, str]) -> None:
                 "pass large input through a file in the working directory, or stdin, not "
                 "the command line",
             )
+    for name, value in env.items():
+        size = len(os.fsencode(f"{name}={value}")) + 1
+        if size > MAX_ARG_STRLEN:
+            # attack3: only argv was measured; a passed-through variable of 200 kB raised
+            # a bare OSError(E2BIG) from ionice out of ExecTool.exec. Named, never shown.
+            raise SprawlError(
+                ErrorCode.BAD_REQUEST,
+                "environment",
+                f"the environment variable {name} is {size} bytes; the kernel refuses any "
+                f"single environment entry over {MAX_ARG_STRLEN} bytes (MAX_ARG_STRLEN, E2BIG)",
+                f"pass what {name} holds through a file in the working directory, or drop it "
+                "from [sandbox] env_passthrough",
+            )
     total = sum(len(os.fsencode(s)) + 1 + POINTER for s in strings)
     limit = arg_max() - WRAPPER_ROOM
     if total > limit:

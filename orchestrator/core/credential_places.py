@@ -122,6 +122,12 @@ class Guard:
     def allows(self, path: Path) -> bool:
         return self.refusal(path) is None
 
+    def home_child(self, path: Path) -> bool:
+        """`path` sits directly in a home (~/.pulumi, ~/.kaggle): where tools keep their
+        credentials beside their bin (pulumi's credentials.json, flyctl's config.yml), under
+        names no list of SECRETS can keep up with (attack3 bound both from PATH)."""
+        return path.parent in self.own_homes or path.parent in self.other_homes
+
 
 @lru_cache(maxsize=4096)
 def _by_name(guard: Guard, where: Path) -> str | None:

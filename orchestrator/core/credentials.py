@@ -62,6 +62,26 @@ CREDENTIAL_TABLE: tuple[tuple[str, str], ...] = (
     ("DOCKER_HOST", "reaches a docker daemon: root on its machine"),
     ("CONTAINER_HOST", "reaches a podman service: the same as DOCKER_HOST"),
     ("*ASKPASS*", "GIT_ASKPASS, SSH_ASKPASS, SUDO_ASKPASS: a program asked for a password"),
+    # attack3: the siblings of those rows, still accepted after issue 30.
+    ("DOCKER_CERT_PATH", "the docker daemon's TLS client key: what DOCKER_HOST needs to be root"),
+    ("CONTAINER_SSHKEY", "the ssh key podman's remote client (CONTAINER_HOST) logs in with"),
+    ("GIT_SSH*", "GIT_SSH, GIT_SSH_COMMAND: a program git runs for ssh, its -i naming a key"),
+    (
+        "GIT_CONFIG_*",
+        "GIT_CONFIG_PARAMETERS/_COUNT/_KEY_n/_VALUE_n/_GLOBAL set any git config:"
+        " http.extraHeader carries Authorization, credential.helper runs a program",
+    ),
+    ("*IPC_HANDLE*", "VSCODE_GIT_IPC_HANDLE: the editor's socket answering git's password asks"),
+    ("GNUPGHOME", "gpg's directory of private keys"),
+    ("CLOUDSDK_CONFIG", "gcloud's directory of credentials"),
+    ("AZURE_CONFIG_DIR", "az's directory of tokens"),
+    ("GH_CONFIG_DIR", "gh's directory: hosts.yml holds the token"),
+    ("AWS_CONFIG_FILE", "aws profiles: credential_process runs a program, sso caches tokens"),
+    ("BOTO_CONFIG", "boto's file of keys"),
+    ("RCLONE_CONFIG", "rclone's remotes and their tokens"),
+    ("TF_CLI_CONFIG_FILE", "terraform's credentials blocks"),
+    ("NPM_CONFIG_USERCONFIG", "an .npmrc: _authToken"),
+    ("*INDEX_URL*", "package index URLs carry user:password@: PIP_INDEX_URL, UV_INDEX_URL"),
 )
 
 

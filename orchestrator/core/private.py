@@ -53,6 +53,7 @@ def prepare_state(state: Path) -> Path:
     """The state directory made 0700, or -- found -- tightened to 0700 when it is ours, and
     refused when it is not a directory of ours (another account's directory, or a shared
     one like /tmp, would hand our copies and output to whoever owns it)."""
+    _way_is_ours(state)
     if not os.path.lexists(state):
         return private_dirs(state)
     try:
@@ -79,6 +80,28 @@ def prepare_state(state: Path) -> Path:
             elif entry.is_dir(follow_symlinks=False):
                 _tighten(Path(entry.path), 0o700)
     return state
+
+
+def _way_is_ours(state: Path) -> None:
+    """Nobody else can swap the state directory, or the link to it, for one of theirs after
+    it was checked (attack3: a link in /tmp owned by another account passed, being followed
+    to a directory of ours -- and its owner may replace it at any time): a link on the way
+    must be ours or root's, and no directory holding the state directory or its link may be
+    writable by others unless sticky (then only its owner may rename what is in it)."""
+    me = os.geteuid()
+    for place in (state, Path(os.path.realpath(state))):
+        with contextlib.suppress(FileNotFoundError):  # not made yet: no link to judge
+            st = os.lstat(place)
+            if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
+                raise _refuse(state, f"is a link owned by uid {st.st_uid}, who can repoint it")
+        with contextlib.suppress(FileNotFoundError):  # private_dirs makes it 0700, ours
+            up = os.stat(place.parent)
+            if up.st_mode & 0o022 and not up.st_mode & stat.S_ISVTX and up.st_uid != me:
+                raise _refuse(
+                    state,
+                    f"sits in {place.parent}, which others may write (mode "
+                    f"{stat.S_IMODE(up.st_mode):o}, not sticky): they could put theirs there",
+                )
 
 
 def _refuse(state: Path, why: str) -> SprawlError:

@@ -248,6 +248,9 @@ def parse(line: str) -> Request | ErrorResponse:
         raw = json.loads(line)
     except json.JSONDecodeError as err:
         return _bad(None, "request", f"not a JSON value: {err}")
+    except RecursionError:
+        # attack3: '[' * 300000 (600 kB, inside the size bound) took the whole server down
+        return _bad(None, "request", "the JSON value is nested too deeply to read")
     rid = raw.get("id") if isinstance(raw, dict) else None
     rid = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
     try:

@@ -86,6 +86,9 @@ class ViewBait:
             "kept": self.secret(self.state / "kept-output" / f"other-{self.tok}.out", "kept"),
             "tmp": self.secret(self.tmpd / "bin" / "secret", "tmp"),
             "rel": self.secret(self.root / f"view-rel-{self.tok}" / "secret", "rel"),
+            # not in the guard's list of secret places: a tool's root and a token file
+            "pulumi": self.secret(h / ".pulumi" / "credentials.json", "pulumi"),
+            "kaggle": self.secret(h / ".kaggle" / "kaggle.json", "kaggle"),
         }
         if os.geteuid() == 0:
             # a closed directory that is no account's home: only an ACL entry would open it
@@ -94,8 +97,10 @@ class ViewBait:
             self.made.append(self.closed)
             self.m["closed"] = self.secret(self.closed / "tools" / "secret", "closed")
             (self.closed / "tools" / "bin").mkdir()
-        for d in (".cargo/bin", ".local/bin"):
+        for d in (".cargo/bin", ".local/bin", ".pulumi/bin"):
             (h / d).mkdir(parents=True, exist_ok=True)
+        (h / ".pulumi/bin/pulumi").write_text("#!/bin/sh\n")
+        (h / ".pulumi/bin/pulumi").chmod(0o755)
         planted = h / ".ssh" / "python3"  # an "interpreter" where the view never reaches
         planted.write_text("#!/bin/sh\n")
         planted.chmod(0o755)
@@ -218,6 +223,33 @@ def scenarios(b: ViewBait) -> list[Scenario]:
             (str(b.state / "kept-output" / f"other-{tok}.out"),),
             (m["kept"],),
             path=(str(b.state / "kept-output"),),
+        ),
+        # attack3: what the guard's list of secret places does not name
+        Scenario(
+            # pulumi's installer puts ~/.pulumi/bin on PATH; ~/.pulumi holds credentials.json
+            "path-tool-root-holds-credentials",
+            (str(h / ".pulumi/credentials.json"),),
+            (m["pulumi"],),
+            path=(str(h / ".pulumi/bin"),),
+        ),
+        Scenario(
+            "path-home-child-dir",
+            (str(h / ".kaggle/kaggle.json"),),
+            (m["kaggle"],),
+            path=(str(h / ".kaggle"),),
+        ),
+        Scenario(
+            # home agrees with the realpath of the "interpreter": any file the tree links to
+            "venv-python-links-any-file",
+            (str(h / ".kaggle/kaggle.json"),),
+            (m["kaggle"],),
+            _venv(".venv", str(h / ".kaggle"), str(h / ".kaggle/kaggle.json")),
+        ),
+        Scenario(
+            "venv-python-links-tool-root",
+            (str(h / ".pulumi/credentials.json"),),
+            (m["pulumi"],),
+            _venv(".venv", str(h / ".pulumi/bin"), str(h / ".pulumi/bin/pulumi")),
         ),
         # names of the environment: none of them shapes the view
         Scenario(

@@ -47,6 +47,7 @@ def make_home(tmp_path: Path) -> Path:
     (home / ".pyenv" / "version").write_text("3.11\n")
     for v in ("3.11", "3.12"):
         (home / ".pyenv" / "versions" / v / "bin" / "python3").write_text("")
+        (home / ".pyenv" / "versions" / v / "bin" / "python3").chmod(0o755)
     (home / ".cargo" / "credentials.toml").write_text("token")
     (home / ".ssh" / "id_ed25519").write_text("key")
     (home / ".local" / "bin" / "tool").symlink_to(home / ".local/pipx/venvs/tool/bin/tool")
@@ -129,6 +130,10 @@ def test_another_accounts_closed_home_is_never_opened_to_the_sandbox_uid(tmp_pat
         assert binds(entry, home, others=(other,)) == set()  # root caller: ACL would open it
         why = guard_for(home, others=(other,)).refusal(other / "tools")
         assert why is not None and "not open to everyone" in why
+        # a non-root caller reaches it anyway: bound, but a home's child only by its bin
+        # unless laid out as a prefix (attack3: ~/.pulumi/bin bound ~/.pulumi's credentials)
+        assert str(other / "tools" / "bin") in binds(entry, home, others=(other,), grants=False)
+        (other / "tools" / "lib").mkdir()
         assert str(other / "tools") in binds(entry, home, others=(other,), grants=False)
         # the caller's own home is closed too (0700 /root), and its tools still bound
         assert str(home / ".nvm/versions/node/v20") in binds(
@@ -239,3 +244,33 @@ def test_the_state_directory_is_never_bound_whatever_path_says(tmp_path: Path) -
     guard = make_guard("/nonexistent", [state], runtime=(), accounts=[])
     assert path_tools(str(state / "bin"), guard).binds == ()
     assert path_tools(str(state.parent), guard).binds == ()  # holds it
+
+
+def test_a_tools_root_directly_in_a_home_is_bound_by_its_bin_only(tmp_path: Path) -> None:
+    """attack3: ~/.pulumi/bin on PATH bound ~/.pulumi (credentials.json); ~/.kaggle on PATH
+    bound kaggle.json -- names the guard's SECRETS list does not hold."""
+    home = make_home(tmp_path)
+    for d in (".pulumi/bin", ".kaggle", "miniconda3/bin", "miniconda3/lib", "bin"):
+        (home / d).mkdir(parents=True, exist_ok=True)
+    (home / ".pulumi" / "credentials.json").write_text("token")
+    (home / ".local" / "bin" / "pulumi").symlink_to(home / ".pulumi/bin/pulumi")
+    assert binds(str(home / ".pulumi/bin"), home) == {str(home / ".pulumi/bin")}
+    assert binds(str(home / ".kaggle"), home) == set()
+    assert str(home / ".pulumi") not in binds(str(home / ".local/bin"), home)
+    assert binds(str(home / "miniconda3/bin"), home) == {str(home / "miniconda3")}
+    assert binds(str(home / "bin"), home) == {str(home / "bin")}
+
+
+def test_a_venv_whose_python_is_no_interpreter_is_refused(tmp_path: Path) -> None:
+    """attack3: bin/python3 -> ~/.kaggle/kaggle.json with home = ~/.kaggle agreed with
+    itself and bound ~/.kaggle."""
+    home = make_home(tmp_path)
+    (home / ".kaggle").mkdir()
+    (home / ".kaggle" / "kaggle.json").write_text("token")
+    tree = tmp_path / "tree"
+    (tree / ".venv" / "bin").mkdir(parents=True)
+    (tree / ".venv" / "pyvenv.cfg").write_text(f"home = {home / '.kaggle'}\n")
+    (tree / ".venv" / "bin" / "python3").symlink_to(home / ".kaggle" / "kaggle.json")
+    with pytest.raises(SprawlError) as err:
+        command_view({"PATH": ""}, tree, tmp_path / "copy", BASE, guard_for(home))
+    assert "not a Python interpreter" in str(err.value)

@@ -55,6 +55,29 @@ ISSUE_30 = (
     "SUDO_ASKPASS",
     "KRB5_KTNAME",
 )
+# attack3: the same kinds, still accepted after issue 30 (and a mixed-case spelling).
+ATTACK3 = (
+    "Docker_Host",
+    "DOCKER_CERT_PATH",
+    "CONTAINER_SSHKEY",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_VALUE_0",
+    "GIT_CONFIG_GLOBAL",
+    "VSCODE_GIT_IPC_HANDLE",
+    "GNUPGHOME",
+    "CLOUDSDK_CONFIG",
+    "AZURE_CONFIG_DIR",
+    "GH_CONFIG_DIR",
+    "AWS_CONFIG_FILE",
+    "BOTO_CONFIG",
+    "RCLONE_CONFIG",
+    "TF_CLI_CONFIG_FILE",
+    "NPM_CONFIG_USERCONFIG",
+    "PIP_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+)
 # Everyday names that must stay passable.
 HARMLESS = (
     "HOME",
@@ -70,11 +93,13 @@ HARMLESS = (
     "TERM",
     "VIRTUAL_ENV",
     "CARGO_HOME",
+    "LD_LIBRARY_PATH",  # the command's own: host-side programs never get it (attack3)
+    "PIP_NO_CACHE_DIR",
 )
 SECRET = "s3cret-value-never-in-a-result"
 
 
-@pytest.mark.parametrize("name", LEAKED_BEFORE + MORE + ISSUE_30)
+@pytest.mark.parametrize("name", LEAKED_BEFORE + MORE + ISSUE_30 + ATTACK3)
 def test_passthrough_refuses_credentials_and_says_how_to_mean_it(name: str) -> None:
     with pytest.raises(SprawlError) as err:
         parse_config({"sandbox": {"env_passthrough": ["HOME", name]}})

@@ -88,3 +88,47 @@ def test_e2big_is_a_bad_request_not_internal(
     for result in (shell, listed):
         assert result.outcome == "exceptional" and result.code is not None
         assert result.code.value == "E_BAD_REQUEST", result.detail
+
+
+@pytest.mark.parametrize(
+    ("arm", "where"),
+    [("copied_tree", "sandbox"), ("copied_tree", "host"), ("native", "sandbox")],
+)
+def test_one_environment_entry_over_the_kernels_bound_is_a_bad_request(
+    tmp_path: Path, tree: Path, arm: str, where: str
+) -> None:
+    """attack3: only argv's strings were measured against MAX_ARG_STRLEN; a passed-through
+    variable of 200 kB raised a bare OSError(E2BIG) from ionice out of ExecTool.exec."""
+    if arm == "native" and shutil.which("bwrap") is None:
+        missing("bwrap is not installed (apt-get install bubblewrap)")
+    token = secrets.token_hex(8)
+    config = make_config(tmp_path, arm=arm, env_passthrough=["BIGVAR"])
+    environ = {**os.environ, "BIGVAR": token * (MAX_ARG_STRLEN // 16 + 1)}
+    with ExecTool(config, tree, environ=environ) as tool:
+        result = tool.exec(["true"], where=where)  # type: ignore[arg-type]
+    assert result.outcome == "exceptional" and result.code is not None
+    assert result.code.value == "E_BAD_REQUEST", result.detail
+    assert "BIGVAR" in result.detail and "MAX_ARG_STRLEN" in result.detail
+    assert token not in result.detail
+
+
+def test_serve_answers_a_deeply_nested_line_and_keeps_serving(tmp_path: Path) -> None:
+    """attack3: '[' * 300000 -- 600 kB, inside the size bound -- raised RecursionError out
+    of json.loads and took the whole server down; the next request was never answered."""
+    (tmp_path / "sprawl.toml").write_text(
+        f'[sandbox]\narm = "copied_tree"\n[state]\ndir = "{tmp_path / "state"}"\n'
+    )
+    nested = "[" * 300_000 + "]" * 300_000
+    after = json.dumps({"op": "exec", "id": 2, "command": ["echo", "still-serving"]})
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("sprawl-orch")), "serve", "-C", str(tmp_path)],
+        input=f"{nested}\n{after}\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, *rest = (json.loads(line) for line in done.stdout.splitlines())
+    assert first["error"]["code"] == "E_BAD_REQUEST" and "nested" in first["error"]["detail"]
+    assert any(r.get("id") == 2 and "still-serving" in json.dumps(r) for r in rest), rest

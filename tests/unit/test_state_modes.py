@@ -77,3 +77,30 @@ def test_a_state_directory_of_another_account_is_refused(tmp_path: Path) -> None
     (tmp_path / "file").write_text("")
     with pytest.raises(SprawlError):
         prepare_state(tmp_path / "file")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a link to another uid")
+def test_a_state_link_another_account_owns_is_refused(tmp_path: Path) -> None:
+    """attack3: `[state] dir = /tmp/x` where /tmp/x is another account's link to a directory
+    of ours passed (stat follows the link); its owner can repoint it at any time."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    os.lchown(link, 65534, 65534)
+    with pytest.raises(SprawlError) as err:
+        prepare_state(link)
+    assert "link owned by uid 65534" in err.value.detail
+
+
+def test_a_state_directory_in_a_directory_others_may_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    if os.geteuid() == 0:
+        os.chown(shared, 65534, 65534)
+    with pytest.raises(SprawlError) as err:
+        prepare_state(shared / "state")
+    assert "others may write" in err.value.detail
+    shared.chmod(0o1777)  # sticky: only the state directory's owner may rename it
+    assert prepare_state(shared / "state") == shared / "state"
