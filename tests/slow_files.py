@@ -26,4 +26,5 @@ SLOW_FILES: dict[str, str] = {
     "tests/integration/test_rootless.py": "a rootless user's engines set up and used",
     "tests/integration/test_benchmarks_run.py": "runs the benchmarks",
     "tests/integration/test_images_python.py": "debootstrap images (also marked in the file)",
+    "tests/integration/test_release.py": "builds the sdist and wheel, installs into a fresh venv",
 }

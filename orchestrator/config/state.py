@@ -119,6 +119,7 @@ def private_dir(path: Path, *, parents: bool = False, mode_mask: int = 0o022) ->
             private_dirs(path.parent)  # every directory made 0700, not only the leaf
         os.mkdir(path, 0o700)
     except FileExistsError:
+        # made by a racing call of ours: checked just below like any found one
         pass
     except OSError as err:
         return f"{path}: {err.strerror or err}"

@@ -163,6 +163,7 @@ def _account_homes() -> list[str]:
     try:
         return [e.pw_dir for e in pwd.getpwall()]
     except OSError:
+        # no readable account database: only the caller's homes are known
         return []
 
 
@@ -170,6 +171,7 @@ def _own_account_home() -> str | None:
     try:
         return pwd.getpwuid(os.geteuid()).pw_dir
     except (KeyError, OSError):
+        # no passwd entry for our uid: $HOME is the only home known
         return None
 
 

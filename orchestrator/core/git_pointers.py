@@ -101,6 +101,7 @@ def _config_list(workdir: Path) -> list[tuple[str, str, str]]:
             check=False,
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
+        # no git, or a hung one: no config pointers to protect beyond the table
         return []
     fields = out.split(b"\0")
     entries = []

@@ -115,13 +115,15 @@ def test_one_environment_entry_over_the_kernels_bound_is_a_bad_request(
 def test_serve_answers_a_deeply_nested_line_and_keeps_serving(tmp_path: Path) -> None:
     """attack3: '[' * 300000 -- 600 kB, inside the size bound -- raised RecursionError out
     of json.loads and took the whole server down; the next request was never answered."""
-    (tmp_path / "sprawl.toml").write_text(
+    work = tmp_path / "work"  # the state directory outside the tree (a refusal otherwise)
+    work.mkdir()
+    (work / "sprawl.toml").write_text(
         f'[sandbox]\narm = "copied_tree"\n[state]\ndir = "{tmp_path / "state"}"\n'
     )
     nested = "[" * 300_000 + "]" * 300_000
     after = json.dumps({"op": "exec", "id": 2, "command": ["echo", "still-serving"]})
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("sprawl-orch")), "serve", "-C", str(tmp_path)],
+        [str(Path(sys.executable).with_name("sprawl-orch")), "serve", "-C", str(work)],
         input=f"{nested}\n{after}\n",
         capture_output=True,
         text=True,
