@@ -96,28 +96,28 @@ def test_the_engines_log_never_holds_the_flood(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ledger.jsonl is never pruned: each result line holds the first 64 KiB of stdout "
-    "and of stderr and the whole argv (up to the kernel's ARG_MAX), so N commands add "
-    "N x (128 KiB + argv) to the host's disk whatever output_budget_bytes says (measured: "
-    "233 KB per command printing 200 KB on each stream with a 100 KB argument)",
-)
 def test_the_ledger_stays_within_the_output_budget(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """attack2: ledger.jsonl was never pruned -- each line holds the first 64 KiB of stdout
+    and of stderr and the whole argv, so N commands added N x (128 KiB + argv) to the host's
+    disk (233 KB a command measured). Now the ledger and its one rotated file stay within
+    [state] ledger_budget_bytes."""
     # The ledger is written by this process for every arm alike: one row is enough.
     budget = 2 * MIB
     data = data_for(
         "copied_tree", tmp_path, request, output_keep_bytes=MIB // 4, output_budget_bytes=budget
     )
+    data["state"]["ledger_budget_bytes"] = budget
     line = "head -c 262144 /dev/zero | tr '\\0' a; head -c 262144 /dev/zero | tr '\\0' b >&2"
     ledger = tmp_path / "state" / "ledger.jsonl"
     with ExecTool(parse_config(data), tree(tmp_path)) as tool:
         for _ in range(24):
             result = tool.exec(["sh", "-c", line, "x" * 65536], timeout=300)
             assert result.outcome == "settled", (result.code, result.detail)
-    held = ledger.stat().st_blocks * 512
+    rotated = ledger.with_name(ledger.name + ".1")
+    assert rotated.exists(), "24 commands of 233 KB past a 2 MiB budget rotate the ledger"
+    held = (ledger.stat().st_blocks + rotated.stat().st_blocks) * 512
     print(f"24 commands of 256 KiB per stream: the ledger holds {held} bytes (budget {budget})")
     assert held <= budget, f"the ledger holds {held} bytes, past the output budget {budget}"
 
