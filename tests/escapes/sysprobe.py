@@ -28,21 +28,33 @@ def supported(machine: str | None = None) -> bool:
     return (machine or platform.machine()).lower() in ("x86_64", "amd64")
 
 
-def program(nr: int, *args: int) -> bytes:
-    """An ELF executable making syscall `nr(*args)` and exiting as the docstring says."""
+def _call(nr: int, args: tuple[int, ...]) -> bytes:
     if len(args) > 4:
         raise ValueError("at most four arguments")
     code = bytearray()
-    code += b"\x48\x81\xec" + struct.pack("<I", 1024)  # sub rsp, 1024
-    code += b"\x48\x89\xe7\x31\xc0\xb9" + struct.pack("<I", 1024) + b"\xf3\xaa"
-    # ^ mov rdi, rsp; xor eax, eax; mov ecx, 1024; rep stosb: the pointed-to memory is zero
     for i, value in enumerate(args):
         if value == PTR:
             code += _LEA_RSP[i] + struct.pack("<I", 256 * i)
         else:
             code += _MOV_IMM[i] + struct.pack("<I", value & 0xFFFFFFFF)
     code += b"\xb8" + struct.pack("<I", nr & 0xFFFFFFFF)  # mov eax, nr
-    code += b"\x0f\x05"  # syscall
+    return bytes(code + b"\x0f\x05")  # syscall
+
+
+def program(nr: int, *args: int, before: tuple[tuple[int, tuple[int, ...]], ...] = ()) -> bytes:
+    """An ELF executable making syscall `nr(*args)` and exiting as the docstring says.
+    `before`: calls made first, each of which must succeed (a failed one exits with its
+    errno) -- e.g. unshare(CLONE_NEWUSER | CLONE_NEWNET) to hold capabilities in a network
+    namespace of the command's own before the socket call."""
+    code = bytearray()
+    code += b"\x48\x81\xec" + struct.pack("<I", 1024)  # sub rsp, 1024
+    code += b"\x48\x89\xe7\x31\xc0\xb9" + struct.pack("<I", 1024) + b"\xf3\xaa"
+    # ^ mov rdi, rsp; xor eax, eax; mov ecx, 1024; rep stosb: the pointed-to memory is zero
+    for call_nr, call_args in before:
+        code += _call(call_nr, call_args)
+        # test rax, rax; jns +11; neg eax; mov edi, eax; mov eax, 60 (exit); syscall
+        code += b"\x48\x85\xc0\x79\x0b\xf7\xd8\x89\xc7\xb8\x3c\x00\x00\x00\x0f\x05"
+    code += _call(nr, args)
     code += b"\x48\x85\xc0\x78\x02\x31\xc0\xf7\xd8"  # test rax,rax; js +2; xor eax,eax; neg eax
     code += b"\x89\xc7\xb8\x3c\x00\x00\x00\x0f\x05"  # mov edi, eax; mov eax, 60 (exit); syscall
     code += b"\xcc"  # int3: exit itself was refused: SIGTRAP, never a fall into garbage
