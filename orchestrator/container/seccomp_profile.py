@@ -127,7 +127,12 @@ def harden(base: dict[str, Any], allow_unix: bool = True) -> dict[str, Any]:
         if names:
             rules.append({**{k: v for k, v in rule.items() if k != "name"}, "names": names})
     arches = [{**a, "subArchitectures": None} for a in base.get("archMap") or []]
-    return {**base, "archMap": arches, "syscalls": [*rules, *policy_rules(allow_unix)]}
+    # The other spelling, `architectures` (a flat list, accepted by podman and docker in
+    # place of archMap), is dropped whole: without it the runtime filters the native ABI
+    # only. Measured (attack7): a containers.conf seccomp_profile in that spelling, listing
+    # SCMP_ARCH_X86, let an i386 socketcall(SYS_SOCKET, AF_VSOCK) make a vsock socket.
+    kept = {k: v for k, v in base.items() if k != "architectures"}
+    return {**kept, "archMap": arches, "syscalls": [*rules, *policy_rules(allow_unix)]}
 
 
 def podman_base(path: str) -> dict[str, Any]:

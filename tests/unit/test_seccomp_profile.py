@@ -225,3 +225,13 @@ def test_no_profile_asked_no_profile_checked(tmp_path: Path) -> None:
     _expected, inspect = _created(tmp_path)
     plain = Expected.of("docker", ContainerConfig(), HOST, IMAGE, tmp_path / "copy", "runc")
     assert plain.seccomp == "" and "seccomp" not in fields(plain, inspect)
+
+
+def test_a_flat_architectures_list_is_dropped_with_the_compat_abis() -> None:
+    """podman and docker take `architectures` in place of `archMap`; a base in that spelling
+    (containers.conf seccomp_profile is the caller's) must not bring the i386 ABI back."""
+    base = {k: v for k, v in moby_profile.profile().items() if k != "archMap"}
+    base["architectures"] = ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]
+    hardened = harden(base)
+    assert "architectures" not in hardened
+    assert all(not a.get("subArchitectures") for a in hardened["archMap"])
