@@ -52,6 +52,7 @@ CALLS: dict[str, tuple[int, tuple[int, ...]]] = {
     "vsock-dgram": (SOCKET, (40, 2, 0)),
     "vsock-x32": (X32 | SOCKET, (40, 1, 0)),  # the x32 ABI's number for the same call
     "vsock-high-bits": (SOCKET, (0x1_0000_0028, 1, 0)),  # the kernel reads int family
+    "vsock-high-proto": (SOCKET, (40, 1, 0x1_0000_0000)),
     "packet": (SOCKET, (17, 3, 0)),
     "packet-dgram": (SOCKET, (17, 2, 0)),
     "xdp": (SOCKET, (44, 3, 0)),
@@ -88,6 +89,9 @@ CALLS_USERNS: dict[str, tuple[int, tuple[int, ...]]] = {
     "userns-packet": (SOCKET, (17, 3, 0x300)),
     "userns-netlink-uevent": (SOCKET, (16, 3, 15)),
     "userns-vsock": (SOCKET, (40, 1, 0)),
+    "userns-io-uring-setup": (IO_URING_SETUP, (1, PTR)),
+    # type with upper bits (the kernel reads int type): a masked compare must still see 10
+    "userns-inet-sock-packet-high-type": (SOCKET, (2, 0x1_0000_000A, 0x300)),
 }
 
 

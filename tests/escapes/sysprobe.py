@@ -19,6 +19,9 @@ import struct
 # x86_64: argument registers of the syscall ABI, as (mov r32, imm32) and (lea r64, [rsp+d32]).
 _MOV_IMM = (b"\xbf", b"\xbe", b"\xba", b"\x41\xba")  # edi, esi, edx, r10d
 _LEA_RSP = (b"\x48\x8d\xbc\x24", b"\x48\x8d\xb4\x24", b"\x48\x8d\x94\x24", b"\x4c\x8d\x94\x24")
+# (movabs r64, imm64) for values with upper bits: the kernel reads `int family`, a filter
+# may compare all 64 bits -- the probe must put them in the register, not drop them.
+_MOVABS = (b"\x48\xbf", b"\x48\xbe", b"\x48\xba", b"\x49\xba")  # rdi, rsi, rdx, r10
 PTR = -1  # an argument that is a pointer to 256 zeroed bytes
 BASE = 0x400000
 _HEADERS = 64 + 56
@@ -35,6 +38,8 @@ def _call(nr: int, args: tuple[int, ...]) -> bytes:
     for i, value in enumerate(args):
         if value == PTR:
             code += _LEA_RSP[i] + struct.pack("<I", 256 * i)
+        elif value > 0xFFFFFFFF:  # movabs: a 32-bit mov would zero the upper half
+            code += _MOVABS[i] + struct.pack("<Q", value)
         else:
             code += _MOV_IMM[i] + struct.pack("<I", value & 0xFFFFFFFF)
     code += b"\xb8" + struct.pack("<I", nr & 0xFFFFFFFF)  # mov eax, nr
