@@ -30,6 +30,11 @@ What the program refuses, and the bypass each line closes:
   socket without any `socket()` syscall for seccomp to see (the bypass filed against many
   seccomp-based sandboxes, e.g. BaseIntelligence/bounty-challenge#19309). ENOSYS makes
   libraries (libuv, tokio) fall back to epoll.
+- `add_key`, `request_key`, `keyctl` -> EPERM: kernel keyrings are not namespaced, and a
+  process *possesses* every key of the session keyring it inherited whatever its uid -- so
+  under bwrap (which starts no new session keyring) a command could search and read the
+  caller's session keys (a credential store for kerberos, ecryptfs, some CLIs; attack7 saw
+  KEYCTL_GET_KEYRING_ID answer). docker's default profile refuses the same three.
 - a foreign syscall ABI -> ENOSYS: 32-bit `int 0x80` syscalls arrive with AUDIT_ARCH_I386
   and a different numbering (socketcall(2) multiplexes socket()); x32 syscalls arrive as
   AUDIT_ARCH_X86_64 with bit 30 set. Both are refused whole: checked before any number.
@@ -80,11 +85,12 @@ class Abi:
     socket: int
     socketpair: int
     io_uring: tuple[int, int, int]  # setup, enter, register
+    keyring: tuple[int, int, int]  # add_key, request_key, keyctl
 
 
 ABIS: dict[str, Abi] = {
-    "x86_64": Abi(0xC000003E, 41, 53, (425, 426, 427)),
-    "aarch64": Abi(0xC00000B7, 198, 199, (425, 426, 427)),
+    "x86_64": Abi(0xC000003E, 41, 53, (425, 426, 427), (248, 249, 250)),
+    "aarch64": Abi(0xC00000B7, 198, 199, (425, 426, 427), (217, 218, 219)),
 }
 ABIS["amd64"] = ABIS["x86_64"]
 ABIS["arm64"] = ABIS["aarch64"]
@@ -135,6 +141,7 @@ def build(abi: Abi) -> bytes:
             _op(_JEQ_K, setup, "enosys"),
             _op(_JEQ_K, enter, "enosys"),
             _op(_JEQ_K, register, "enosys"),
+            *(_op(_JEQ_K, nr, "eperm") for nr in abi.keyring),
             _op(_RET_K, RET_ALLOW),
             "socket",
             _op(_LD_W_ABS, _ARG0_LO),

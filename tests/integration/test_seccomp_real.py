@@ -221,3 +221,46 @@ def test_inet_sock_packet_refused_by_the_filter_itself() -> None:
         absent("CAP_NET_RAW", f"socket(AF_INET, SOCK_PACKET) unconfined: {got['unconfined']}")
     assert got["filtered"] == "EPERM" and got["filtered_nonblock"] == "EPERM", got
     assert got["inet_stream"] == "allowed", got
+
+
+KEYRING = r"""
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def session():
+    # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, create=0), x86_64's number 250
+    r = libc.syscall(ctypes.c_long(250), ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))
+    return "allowed" if r >= 0 else errno.errorcode.get(ctypes.get_errno())
+print("unconfined", session())
+prog = os.read(int(sys.argv[1]), 1 << 16)
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+fp = Fprog(len(prog) // 8, prog)
+assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()  # SECCOMP_MODE_FILTER
+print("filtered", session())
+"""
+
+
+def test_the_callers_keyring_is_out_of_reach_under_the_filter() -> None:
+    """attack7: keyctl answered under bwrap -- keyrings are not namespaced and the command
+    possessed the caller's session keyring. The filter refuses add_key/request_key/keyctl."""
+    if platform.machine() != "x86_64":
+        absent("x86_64", "the probe calls keyctl by its x86_64 number")
+    fd = program_fd()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", KEYRING, str(fd)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            pass_fds=(fd,),
+            check=False,
+        )
+    finally:
+        os.close(fd)
+    assert done.returncode == 0, done.stderr
+    got = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    # The control: unconfined, the same call reaches the session keyring.
+    assert got["unconfined"] == "allowed", got
+    assert got["filtered"] == "EPERM", got
