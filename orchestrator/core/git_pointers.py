@@ -140,6 +140,50 @@ def _inside(workdir: Path, base: Path, word: str) -> str | None:
     return None
 
 
+def _git_out(workdir: Path, *args: str) -> str | None:
+    git = shutil.which("git")
+    if git is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+    try:
+        done = subprocess.run(
+            [git, "-c", "safe.directory=*", *args],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no git, or a hung one: the table still holds
+    return os.fsdecode(done.stdout).rstrip("\n") if done.returncode == 0 else None
+
+
+def hook_links_into(workdir: Path) -> dict[str, str]:
+    """In-tree path -> why, for each hook of the repository's hooks directory that is a
+    symlink resolving into ``workdir`` -- the usual way to share hooks (`ln -s
+    ../../scripts/pre-commit .git/hooks/pre-commit`): the in-tree script is the hook, as with
+    core.hooksPath (attack5: an agent rewrote scripts/pre-commit and `git commit` ran it)."""
+    hooks = _git_out(workdir, "rev-parse", "--path-format=absolute", "--git-path", "hooks")
+    if not hooks:
+        return {}
+    found: dict[str, str] = {}
+    try:
+        names = os.listdir(hooks)
+    except OSError:
+        return {}
+    for name in names:
+        link = os.path.join(hooks, name)
+        if not os.path.islink(link):
+            continue
+        rel = _inside(workdir, workdir, os.path.realpath(link))
+        if rel:
+            found.setdefault(rel, f"the git hook {name} is a symlink to it")
+    return found
+
+
 def pointers_into(workdir: Path) -> dict[str, str]:
     """In-tree path (relative, `/`-separated) -> why, for every executing key of the effective
     config whose value names a path inside ``workdir``."""
@@ -156,4 +200,6 @@ def pointers_into(workdir: Path) -> dict[str, str]:
             rel = _inside(workdir, where, word)
             if rel:
                 found.setdefault(rel, f"git config {key} ({kind[1]}) points here")
+    for rel, why in hook_links_into(workdir).items():
+        found.setdefault(rel, why)
     return found

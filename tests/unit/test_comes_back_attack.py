@@ -1,0 +1,128 @@
+"""Attacks on issue 22's claim -- after `apply` of a handle a hostile command made, the
+person's next command runs nothing the agent planted -- for what the table's names alone miss:
+sprawl-orch's own config in the tree (the next command's sandbox), a git hook that is a symlink
+into the tree, a bare repository planted in a subdirectory (git finds it from there), and a
+virtual environment kept in the tree. Each is judged on the host after a real apply: what the
+person's next git/python runs, or what the next command's config says."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sprawl_orch.config import load_config
+from sprawl_orch.selection.offerings import Offerings
+from sprawl_orch.tool.exec_tool import ExecTool
+from tests.unit.conftest import make_config
+
+GIT_ENV = {
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "HOME": "/nonexistent",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CEILING_DIRECTORIES": "/",
+}
+
+
+def _git(repo: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-c", "user.name=p", "-c", "user.email=p@q", *args],
+        cwd=cwd or repo,
+        env=GIT_ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def repo(tree: Path) -> Path:
+    _git(tree, "init", "-q", str(tree), cwd=tree)
+    return tree
+
+
+def _apply_all(tmp_path: Path, repo: Path, offerings: Offerings, line: str) -> set[str]:
+    """Run ``line`` confined, apply everything as an agent would (no --protected): held paths."""
+    tool = ExecTool(make_config(tmp_path, arm="copied_tree"), repo, offerings=offerings)
+    with tool:
+        result = tool.exec(line, shell=True)
+        assert result.exit_code == 0, result.stderr
+        assert result.changes is not None and result.changes.handle is not None
+        applied = tool.apply(result.changes.handle)
+    return {i.path for i in applied.held}
+
+
+def test_sprawl_toml_cannot_widen_the_next_commands_sandbox(
+    tmp_path: Path, repo: Path, offerings: Offerings
+) -> None:
+    """sprawl.toml in the tree is the next command's config (`load_config` reads ./sprawl.toml):
+    an applied one would choose `arm = "none"`, pass secrets through, unprotect `.envrc`."""
+    line = (
+        'printf \'[sandbox]\\narm = "none"\\n[apply]\\nunprotect = [".envrc"]\\n\''
+        " > sprawl.toml && echo ok > plain.txt"
+    )
+    held = _apply_all(tmp_path, repo, offerings, line)
+    assert "sprawl.toml" in held
+    assert (repo / "plain.txt").exists()
+    assert load_config(None, cwd=repo).sandbox.arm != "none"
+
+
+def test_a_hook_symlinked_into_the_tree_is_held(
+    tmp_path: Path, repo: Path, offerings: Offerings
+) -> None:
+    """A common setup: `.git/hooks/pre-commit -> ../../scripts/pre-commit`. The agent rewrites
+    the in-tree script; the person's next `git commit` runs it, as with core.hooksPath."""
+    (repo / "scripts").mkdir()
+    (repo / "scripts" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    (repo / "scripts" / "pre-commit").chmod(0o755)
+    (repo / ".git" / "hooks").mkdir(exist_ok=True)
+    (repo / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit")
+    mark = tmp_path / "hook-ran"
+    line = f"printf '#!/bin/sh\\necho x > {mark}\\n' > scripts/pre-commit"
+    held = _apply_all(tmp_path, repo, offerings, line)
+    assert "scripts/pre-commit" in held
+    (repo / "f").write_text("x")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-qm", "x")
+    assert not mark.exists()
+
+
+def test_a_bare_repository_planted_in_a_subdirectory_runs_nothing(
+    tmp_path: Path, repo: Path, offerings: Offerings
+) -> None:
+    """git, started in `evil/`, takes `evil/` itself for a git directory when it holds HEAD,
+    objects/ and refs/ (safe.bareRepository defaults to `all`), and a git-aware shell prompt
+    or editor runs git there on entering it. No `.git` is anywhere in its paths, so nothing is
+    held -- the claim holds because git 2.39 refuses a work tree for a bare directory it found
+    implicitly ("must be run in a work tree"): core.fsmonitor never runs on status/diff.
+    A git that honoured it would break this test."""
+    mark = tmp_path / "fsmonitor-ran"
+    line = (
+        "mkdir -p evil/objects evil/refs && echo 'ref: refs/heads/main' > evil/HEAD"
+        f" && printf '[core]\\nbare = false\\nworktree = .\\nfsmonitor = \"echo x > {mark}\"\\n'"
+        " > evil/config"
+    )
+    _apply_all(tmp_path, repo, offerings, line)
+    _git(repo, "status", cwd=repo / "evil")
+    _git(repo, "diff", cwd=repo / "evil")
+    assert not mark.exists()
+
+
+def test_a_virtual_environment_in_the_tree_runs_nothing_planted(
+    tmp_path: Path, repo: Path, offerings: Offerings
+) -> None:
+    """`.venv` inside the tree (the usual layout, this project's own): a `.pth` file the agent
+    adds to its site-packages runs on every start of that interpreter -- the person's next
+    `.venv/bin/pytest`, their editor's language server -- before any project code is chosen."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    site = next((repo / ".venv" / "lib").glob("python3*/site-packages"))
+    rel = site.relative_to(repo)
+    mark = tmp_path / "pth-ran"
+    line = f'echo \'import os; open("{mark}", "w")\' > {rel}/evil.pth'
+    _apply_all(tmp_path, repo, offerings, line)
+    subprocess.run([str(repo / ".venv" / "bin" / "python"), "-c", "pass"], check=True)
+    assert not mark.exists()
