@@ -126,3 +126,32 @@ def test_a_virtual_environment_in_the_tree_runs_nothing_planted(
     _apply_all(tmp_path, repo, offerings, line)
     subprocess.run([str(repo / ".venv" / "bin" / "python"), "-c", "pass"], check=True)
     assert not mark.exists()
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        # a link the command makes to .git, written through: the copy records the real path
+        "ln -s .git x && mkdir -p x/hooks && {plant} x/hooks/pre-commit && chmod +x x/hooks/*",
+        # a file made elsewhere, then renamed into .git/hooks
+        "{plant} hook && chmod +x hook && mkdir -p .git/hooks && mv hook .git/hooks/pre-commit",
+        # a hard link from a plain name to the hook: its plain name is applied, not the hook
+        "mkdir -p .git/hooks && {plant} .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"
+        " && ln .git/hooks/pre-commit plain",
+        # a case-folded spelling: on this case-sensitive disk a second directory, held anyway
+        "mkdir -p .GIT/hooks && {plant} .GIT/hooks/pre-commit && chmod +x .GIT/hooks/*",
+    ],
+)
+def test_hooks_reached_sideways_run_nothing(
+    tmp_path: Path, repo: Path, offerings: Offerings, how: str
+) -> None:
+    mark = tmp_path / "hook-ran"
+    plant = f"printf '#!/bin/sh\\necho x > {mark}\\n' >"
+    _apply_all(tmp_path, repo, offerings, how.format(plant=plant))
+    (repo / "f").write_text("x")
+    _git(repo, "add", "f")
+    done = _git(repo, "commit", "-qm", "x")
+    _git(repo, "status")
+    assert done.returncode == 0, done.stderr
+    assert not mark.exists()
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
