@@ -155,3 +155,43 @@ def test_hooks_reached_sideways_run_nothing(
     assert done.returncode == 0, done.stderr
     assert not mark.exists()
     assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "--config=/tmp/evil.toml/.envrc",  # an option of its own, if unquoted or unconsumed
+        "-C/.envrc",
+        "--dry-run/.envrc",
+        "$(touch {mark})/.envrc",  # command substitution, if double-quoted
+        "`touch {mark}`/.envrc",
+        "a\x1b]52;c;aGk=\x07b/.envrc",  # OSC 52: a clipboard write, if printed raw
+        "x\n--drop/.envrc",  # a new line: a second command, if pasted raw
+        "a'b\\c/.envrc",
+    ],
+)
+def test_the_printed_command_pastes_back_to_exactly_the_held_path(
+    tmp_path: Path, name: str
+) -> None:
+    """The command `apply` prints for held paths, pasted into bash as a person would: it runs
+    nothing else, carries no control character to the terminal, and click reads back exactly
+    the held path as `--protected` and the handle as the handle."""
+    from sprawl_orch.changes.apply_protect import command_for
+    from sprawl_orch.changes.changes import ChangeEntry
+    from sprawl_orch.cli.apply_cmd import apply_command
+
+    mark = tmp_path / "pasted-ran"
+    name = name.format(mark=mark)
+    entry = ChangeEntry.model_construct(path=name, change="created", kind="file")
+    cmd = command_for("H123", tmp_path, [(entry, "held")], None)
+    assert cmd is not None
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in cmd), repr(cmd)
+    echo = 'sprawl-orch(){ for a in "$@"; do printf \'%s\\0\' "$a"; done; }; '
+    out = subprocess.run(["bash", "-c", echo + cmd], capture_output=True, check=True).stdout
+    words = [w.decode() for w in out.split(b"\0")[:-1]]
+    assert words[0] == "apply"
+    ctx = apply_command.make_context("apply", words[1:], resilient_parsing=True)
+    assert ctx.params["protected"] == (name,)
+    assert ctx.params["handle"] == "H123"
+    assert not ctx.params["dry_run"] and not ctx.params["drop"]
+    assert not mark.exists()
