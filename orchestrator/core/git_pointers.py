@@ -23,6 +23,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from sprawl_orch.core.protected import under_git
+
 # (key pattern over the lower-cased key, how its value names something to run)
 #   path: the whole value is a path; command: a command line (its words with a "/" are paths)
 EXECUTING_KEYS: tuple[tuple[str, str, str], ...] = (
@@ -184,6 +186,20 @@ def hook_links_into(workdir: Path) -> dict[str, str]:
     return found
 
 
+def git_dirs_into(workdir: Path) -> dict[str, str]:
+    """The repository's own git directory and common directory, when they lie inside the
+    tree under a name that is not `.git` -- the `.bare` layout (`gitdir: ./.bare`, worktrees
+    beside it): its config and hooks run on the next git command as `.git`'s do (attack5
+    planted core.fsmonitor in `.bare/config` and the next `git status` ran it)."""
+    found: dict[str, str] = {}
+    for flag in ("--absolute-git-dir", "--git-common-dir"):
+        where = _git_out(workdir, "rev-parse", "--path-format=absolute", flag)
+        rel = _inside(workdir, workdir, where) if where else None
+        if rel and not under_git(rel):  # `.git` itself is the table's, never applied
+            found.setdefault(rel, "the repository's git directory (hooks, config, state)")
+    return found
+
+
 def pointers_into(workdir: Path) -> dict[str, str]:
     """In-tree path (relative, `/`-separated) -> why, for every executing key of the effective
     config whose value names a path inside ``workdir``."""
@@ -200,6 +216,6 @@ def pointers_into(workdir: Path) -> dict[str, str]:
             rel = _inside(workdir, where, word)
             if rel:
                 found.setdefault(rel, f"git config {key} ({kind[1]}) points here")
-    for rel, why in hook_links_into(workdir).items():
+    for rel, why in {**git_dirs_into(workdir), **hook_links_into(workdir)}.items():
         found.setdefault(rel, why)
     return found

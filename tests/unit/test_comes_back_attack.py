@@ -195,3 +195,21 @@ def test_the_printed_command_pastes_back_to_exactly_the_held_path(
     assert ctx.params["handle"] == "H123"
     assert not ctx.params["dry_run"] and not ctx.params["drop"]
     assert not mark.exists()
+
+
+def test_a_git_directory_kept_in_the_tree_under_another_name_is_held(
+    tmp_path: Path, tree: Path, offerings: Offerings
+) -> None:
+    """The `.bare` layout (`git init --separate-git-dir=.bare`, or `git clone --bare . .bare`
+    with a `.git` file saying `gitdir: ./.bare`, worktrees beside it): the repository's config
+    and hooks live in the tree under a name no table row knows. A planted core.fsmonitor there
+    runs on the person's next `git status`."""
+    _git(tree, "init", "-q", "--separate-git-dir", str(tree / ".bare"), str(tree), cwd=tree)
+    mark = tmp_path / "fsmonitor-ran"
+    line = f"printf '[core]\\n\\tfsmonitor = \"echo x > {mark}\"\\n' >> .bare/config"
+    held = _apply_all(tmp_path, tree, offerings, line)
+    assert ".bare/config" in held
+    (tree / "f").write_text("x")
+    _git(tree, "add", "f")
+    _git(tree, "status")
+    assert not mark.exists()
