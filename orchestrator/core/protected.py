@@ -148,6 +148,33 @@ PROTECTED_TABLE: tuple[Row, ...] = (
     Row("lefthook.yml", ("*lefthook*.yml",), "lefthook's hooks, run on commit/push"),
     Row("lefthook.yaml", ("*lefthook*.yaml",), "lefthook's hooks, run on commit/push"),
     Row(".overcommit.yml", (".overcommit.yml",), "overcommit's hooks"),
+    Row(
+        ".config/git",
+        (".config", "git"),
+        "git's XDG global config, attributes and hooks when the tree is a home directory: "
+        "core.fsmonitor there runs on every `git status` (attack5)",
+    ),
+    Row(
+        ".ssh",
+        (".ssh",),
+        "ssh config (ProxyCommand, LocalCommand run on the next ssh/git push) and "
+        "authorized_keys, when the tree is a home directory",
+    ),
+    Row(
+        ".config/systemd",
+        (".config", "systemd"),
+        "user units started at login, when the tree is a home directory",
+    ),
+    Row(
+        ".config/autostart",
+        (".config", "autostart"),
+        "desktop autostart entries run at login, when the tree is a home directory",
+    ),
+    Row(
+        ".config/fish",
+        (".config", "fish"),
+        "fish start-up (config.fish, conf.d), when the tree is a home directory",
+    ),
     Row(".bashrc", (".bashrc",), "shell start-up (sandbox-runtime denies it)"),
     Row(".bash_profile", (".bash_profile",), "shell start-up"),
     Row(".bash_login", (".bash_login",), "shell start-up"),

@@ -213,3 +213,22 @@ def test_a_git_directory_kept_in_the_tree_under_another_name_is_held(
     _git(tree, "add", "f")
     _git(tree, "status")
     assert not mark.exists()
+
+
+def test_a_home_directory_trees_xdg_git_config_is_held(
+    tmp_path: Path, repo: Path, offerings: Offerings
+) -> None:
+    """The table holds `.gitconfig` and the shell rc files for a tree that is a home
+    directory; git reads `$XDG_CONFIG_HOME/git/config` (`~/.config/git/config`) as the global
+    config just the same: a core.fsmonitor there runs on every `git status`."""
+    mark = tmp_path / "xdg-ran"
+    line = (
+        "mkdir -p .config/git && printf '[core]\\n\\tfsmonitor = \"echo x > "
+        f"{mark}\"\\n' > .config/git/config && mkdir -p .ssh"
+        f" && printf 'Host *\\n  ProxyCommand sh -c \"echo x > {mark}\"\\n' > .ssh/config"
+    )
+    held = _apply_all(tmp_path, repo, offerings, line)
+    assert {".config/git/config", ".ssh/config"} <= held
+    home = {**GIT_ENV, "HOME": str(repo)}
+    subprocess.run(["git", "status"], cwd=repo, env=home, capture_output=True, check=False)
+    assert not mark.exists()
