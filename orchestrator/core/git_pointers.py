@@ -204,14 +204,20 @@ def pointers_into(workdir: Path) -> dict[str, str]:
     """In-tree path (relative, `/`-separated) -> why, for every executing key of the effective
     config whose value names a path inside ``workdir``."""
     found: dict[str, str] = {}
+    # git runs hooks, filters and drivers from the top of the work tree, so a relative value
+    # is read from there -- not from a working directory in a subdirectory of it (attack5:
+    # core.hooksPath = sub/hooks, sprawl-orch run in sub/, hooks/pre-commit applied and run)
+    shown_top = _git_out(workdir, "rev-parse", "--show-toplevel")
+    top = Path(shown_top) if shown_top else workdir
     for origin, key, value in _config_list(workdir):
         kind = kind_of_key(key)
         if kind is None:
             continue
-        where = workdir
+        where = top
         if kind[0] == "path" and origin.startswith("file:") and "include" in key.lower():
-            # relative to the including file (git names one under the repository relatively)
-            where = (workdir / origin[len("file:") :]).parent
+            # relative to the including file (git names one under the repository relatively,
+            # from the top of the work tree even when run in a subdirectory)
+            where = (top / origin[len("file:") :]).parent
         for word in _candidates(kind[0], value):
             rel = _inside(workdir, where, word)
             if rel:

@@ -257,3 +257,24 @@ def test_the_dry_run_a_person_reviews_carries_no_control_sequence(
     assert not bad, [hex(ord(c)) for c in bad]
     assert "\u202e" not in dry.diff
     assert dry.command is not None and "\x1b" not in dry.command
+
+
+def test_hooks_path_is_read_from_the_top_of_the_work_tree_not_the_working_directory(
+    tmp_path: Path, offerings: Offerings
+) -> None:
+    """sprawl-orch run in a subdirectory of the repository (`-C sub`): git resolves a relative
+    core.hooksPath (and filter scripts) from the top of the work tree, so `sub/hooks` is the
+    working directory's `hooks/` -- which the agent fills."""
+    top = tmp_path / "top"
+    sub = top / "sub"
+    sub.mkdir(parents=True)
+    _git(top, "init", "-q", str(top), cwd=top)
+    _git(top, "config", "core.hooksPath", "sub/hooks")
+    mark = tmp_path / "hook-ran"
+    line = f"mkdir -p hooks && printf '#!/bin/sh\\necho x > {mark}\\n' > hooks/pre-commit"
+    held = _apply_all(tmp_path, sub, offerings, line + " && chmod +x hooks/pre-commit")
+    assert "hooks/pre-commit" in held
+    (top / "f").write_text("x")
+    _git(top, "add", "f")
+    _git(top, "commit", "-qm", "x")
+    assert not mark.exists()
