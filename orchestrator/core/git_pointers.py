@@ -23,6 +23,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from sprawl_orch.core.protected import under_git
+
 # (key pattern over the lower-cased key, how its value names something to run)
 #   path: the whole value is a path; command: a command line (its words with a "/" are paths)
 EXECUTING_KEYS: tuple[tuple[str, str, str], ...] = (
@@ -140,20 +142,86 @@ def _inside(workdir: Path, base: Path, word: str) -> str | None:
     return None
 
 
+def _git_out(workdir: Path, *args: str) -> str | None:
+    git = shutil.which("git")
+    if git is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+    try:
+        done = subprocess.run(
+            [git, "-c", "safe.directory=*", *args],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no git, or a hung one: the table still holds
+    return os.fsdecode(done.stdout).rstrip("\n") if done.returncode == 0 else None
+
+
+def hook_links_into(workdir: Path) -> dict[str, str]:
+    """In-tree path -> why, for each hook of the repository's hooks directory that is a
+    symlink resolving into ``workdir`` -- the usual way to share hooks (`ln -s
+    ../../scripts/pre-commit .git/hooks/pre-commit`): the in-tree script is the hook, as with
+    core.hooksPath (attack5: an agent rewrote scripts/pre-commit and `git commit` ran it)."""
+    hooks = _git_out(workdir, "rev-parse", "--path-format=absolute", "--git-path", "hooks")
+    if not hooks:
+        return {}
+    found: dict[str, str] = {}
+    try:
+        names = os.listdir(hooks)
+    except OSError:
+        return {}
+    for name in names:
+        link = os.path.join(hooks, name)
+        if not os.path.islink(link):
+            continue
+        rel = _inside(workdir, workdir, os.path.realpath(link))
+        if rel:
+            found.setdefault(rel, f"the git hook {name} is a symlink to it")
+    return found
+
+
+def git_dirs_into(workdir: Path) -> dict[str, str]:
+    """The repository's own git directory and common directory, when they lie inside the
+    tree under a name that is not `.git` -- the `.bare` layout (`gitdir: ./.bare`, worktrees
+    beside it): its config and hooks run on the next git command as `.git`'s do (attack5
+    planted core.fsmonitor in `.bare/config` and the next `git status` ran it)."""
+    found: dict[str, str] = {}
+    for flag in ("--absolute-git-dir", "--git-common-dir"):
+        where = _git_out(workdir, "rev-parse", "--path-format=absolute", flag)
+        rel = _inside(workdir, workdir, where) if where else None
+        if rel and not under_git(rel):  # `.git` itself is the table's, never applied
+            found.setdefault(rel, "the repository's git directory (hooks, config, state)")
+    return found
+
+
 def pointers_into(workdir: Path) -> dict[str, str]:
     """In-tree path (relative, `/`-separated) -> why, for every executing key of the effective
     config whose value names a path inside ``workdir``."""
     found: dict[str, str] = {}
+    # git runs hooks, filters and drivers from the top of the work tree, so a relative value
+    # is read from there -- not from a working directory in a subdirectory of it (attack5:
+    # core.hooksPath = sub/hooks, sprawl-orch run in sub/, hooks/pre-commit applied and run)
+    shown_top = _git_out(workdir, "rev-parse", "--show-toplevel")
+    top = Path(shown_top) if shown_top else workdir
     for origin, key, value in _config_list(workdir):
         kind = kind_of_key(key)
         if kind is None:
             continue
-        where = workdir
+        where = top
         if kind[0] == "path" and origin.startswith("file:") and "include" in key.lower():
-            # relative to the including file (git names one under the repository relatively)
-            where = (workdir / origin[len("file:") :]).parent
+            # relative to the including file (git names one under the repository relatively,
+            # from the top of the work tree even when run in a subdirectory)
+            where = (top / origin[len("file:") :]).parent
         for word in _candidates(kind[0], value):
             rel = _inside(workdir, where, word)
             if rel:
                 found.setdefault(rel, f"git config {key} ({kind[1]}) points here")
+    for rel, why in {**git_dirs_into(workdir), **hook_links_into(workdir)}.items():
+        found.setdefault(rel, why)
     return found

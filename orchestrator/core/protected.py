@@ -24,7 +24,9 @@ other surfaces that bring changes back (workspaces) call ``Protection.reason``.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -52,6 +54,13 @@ PROTECTED_TABLE: tuple[Row, ...] = (
         "repositories, submodules): hooks run on commit/checkout/merge, config keys run "
         "commands on the next `git status` (core.fsmonitor) -- never applied",
         never=True,
+    ),
+    Row(
+        "sprawl.toml",
+        ("sprawl.toml",),
+        "sprawl-orch's own config, read from the working directory by the next command: an "
+        "applied one would choose its arm (`none`), env_passthrough, credentials and `[apply] "
+        'unprotect` -- an agent widening its own sandbox (attack5 applied `arm = "none"`)',
     ),
     Row(
         ".gitmodules",
@@ -139,6 +148,33 @@ PROTECTED_TABLE: tuple[Row, ...] = (
     Row("lefthook.yml", ("*lefthook*.yml",), "lefthook's hooks, run on commit/push"),
     Row("lefthook.yaml", ("*lefthook*.yaml",), "lefthook's hooks, run on commit/push"),
     Row(".overcommit.yml", (".overcommit.yml",), "overcommit's hooks"),
+    Row(
+        ".config/git",
+        (".config", "git"),
+        "git's XDG global config, attributes and hooks when the tree is a home directory: "
+        "core.fsmonitor there runs on every `git status` (attack5)",
+    ),
+    Row(
+        ".ssh",
+        (".ssh",),
+        "ssh config (ProxyCommand, LocalCommand run on the next ssh/git push) and "
+        "authorized_keys, when the tree is a home directory",
+    ),
+    Row(
+        ".config/systemd",
+        (".config", "systemd"),
+        "user units started at login, when the tree is a home directory",
+    ),
+    Row(
+        ".config/autostart",
+        (".config", "autostart"),
+        "desktop autostart entries run at login, when the tree is a home directory",
+    ),
+    Row(
+        ".config/fish",
+        (".config", "fish"),
+        "fish start-up (config.fish, conf.d), when the tree is a home directory",
+    ),
     Row(".bashrc", (".bashrc",), "shell start-up (sandbox-runtime denies it)"),
     Row(".bash_profile", (".bash_profile",), "shell start-up"),
     Row(".bash_login", (".bash_login",), "shell start-up"),
@@ -165,6 +201,10 @@ PROTECTED_TABLE: tuple[Row, ...] = (
 )
 
 ROWS = {row.name: row for row in PROTECTED_TABLE}
+VENV = (
+    "a Python virtual environment (its directory holds pyvenv.cfg): site-packages .pth files "
+    "and bin/ scripts run on the next start of its interpreter"
+)
 # Under a `.git`, what is repository state (counted in one line by `changes`), not a setting
 # that runs something (config, hooks, info/attributes: listed one by one).
 _VCS_DIRS = frozenset({"objects", "refs", "logs", "rr-cache", "lfs", "reftable"})
@@ -233,6 +273,12 @@ class Protection:
     rows: tuple[Row, ...] = PROTECTED_TABLE
     globs: tuple[str, ...] = ()
     pointers: dict[str, str] = field(default_factory=dict)
+    # The working directory, when known: a path inside a Python virtual environment kept in
+    # it (a directory holding pyvenv.cfg, `.venv` by any name) is protected -- a `.pth` file
+    # in its site-packages or a rewritten bin/ script runs on the next start of that
+    # interpreter (the person's `.venv/bin/pytest`, their editor's language server), before
+    # any project code is chosen (attack5's planted evil.pth ran).
+    root: Path | None = None
 
     def reason(self, path: str) -> str | None:
         """Why ``path`` (relative, `/`-separated) is protected -- the row's name, or what
@@ -255,7 +301,28 @@ class Protection:
         spec = self._spec
         if spec is not None and (spec.match_file(path) or spec.match_file("/".join(parts))):
             return "[apply] protected"
+        if self.root is not None:
+            raw = [p for p in path.split("/") if p not in ("", ".")]
+            for i in range(1, len(raw)):
+                if self._venv("/".join(raw[:i])):
+                    return VENV
         return None
+
+    def _venv(self, rel: str) -> bool:
+        """Whether ``rel`` (a directory of the tree) holds a pyvenv.cfg, read without
+        following a link (a link named pyvenv.cfg is the agent's, not a venv's)."""
+        cache = self._venvs
+        if rel not in cache:
+            assert self.root is not None
+            try:
+                cache[rel] = stat.S_ISREG(os.lstat(self.root / rel / "pyvenv.cfg").st_mode)
+            except OSError:
+                cache[rel] = False
+        return cache[rel]
+
+    @cached_property
+    def _venvs(self) -> dict[str, bool]:
+        return {}
 
     def never(self, path: str) -> bool:
         return under_git(path)
@@ -304,7 +371,7 @@ def protection_for(
         from sprawl_orch.core.git_pointers import pointers_into
 
         pointers = {"/".join(components(k)): v for k, v in pointers_into(workdir).items()}
-    return Protection(rows, globs, pointers)
+    return Protection(rows, globs, pointers, workdir)
 
 
 def unmatched_globs(protection: Protection, workdir: Path, paths: list[str]) -> list[str]:

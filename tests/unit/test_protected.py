@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
         (".git./config", ".git"),  # NTFS drops trailing dots
         ("GIT~1/config", ".git"),  # NTFS short name
         (".gitmodules", ".gitmodules"),
+        ("sprawl.toml", "sprawl.toml"),  # the next command's own config (its arm)
+        ("sub/SPRAWL.TOML", "sprawl.toml"),  # `exec -C sub` reads it there
         ("sub/.gitattributes", ".gitattributes"),
         (".envrc", ".envrc"),
         (".vscode/tasks.json", ".vscode"),
