@@ -23,6 +23,8 @@ SMALL: dict[str, tuple[list[str], str]] = {
     "container_steps.py": (["--reps", "1"], "docker create: CLI (our argv)"),
     "guardian.py": (["--runs", "1"], "fastest raw removal"),
     "warm_exec.py": (["--reps", "2"], "ratio warm / exec"),
+    "egress_proxy.py": (["--reps", "2", "--mb", "1"], "listener inside a bwrap namespace"),
+    "workspace_exec.py": (["--files", "100", "--reps", "1"], "workspace command"),
 }
 
 
