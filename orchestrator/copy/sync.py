@@ -23,7 +23,8 @@ entry was written or removed. Permission bits are copied, ownership is not (the 
 to whoever syncs it). Set-uid, set-gid and sticky bits are dropped: a root sync would
 otherwise turn the person's set-uid file into a set-uid-root one. Directories get the
 source's bits plus ``u+rwx`` so a later sync can always work in them. The copy's root
-directory keeps its own mode (0700 when made here).
+directory is 0700, made so and restored by every sync (a command's ``chmod 000 .`` must not
+break the copy for good, issue 27).
 
 :class:`FileWork` counts, where "file" means any non-directory entry (directories are never
 counted, so a first sync of N files in D directories reports ``created = N``):

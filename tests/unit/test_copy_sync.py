@@ -603,3 +603,14 @@ def test_a_venv_is_counted_once(tmp_path: Path) -> None:
         assert (copy / ".venv" / "bin" / name).read_bytes() == b"\x7fELF interpreter"
         assert not (copy / ".venv" / "bin" / name).is_symlink()
     assert (copy / ".venv" / "lib64" / "python3.11" / "site-packages" / "m0.py").exists()
+
+
+def test_the_copy_root_mode_a_command_changed_is_restored(tmp_path: Path, src: Path) -> None:
+    # Issue 27: `chmod 000 .` in the copy broke every later command; every directory but the
+    # root was restored. Both sides, and a mode that adds bits (0777) as well as one that drops.
+    copy = tmp_path / "copy"
+    sync(src, copy)
+    for mode in (0o000, 0o777):
+        copy.chmod(mode)
+        sync(src, copy)
+        assert stat.S_IMODE(copy.stat().st_mode) == 0o700
