@@ -23,6 +23,7 @@ CONFIG_NAME = "sprawl.toml"
 # Defaults of [state] output_keep_bytes / output_budget_bytes (runs/output_keep.py).
 KEEP_BYTES = 16 * 1024 * 1024
 BUDGET_BYTES = 256 * 1024 * 1024
+LEDGER_BUDGET_BYTES = 64 * 1024 * 1024
 
 ArmSpelling = Literal["auto", "container", "native", "copied_tree", "none", "python"]
 ARM_SPELLINGS: tuple[str, ...] = ("auto", "container", "native", "copied_tree", "none", "python")
@@ -274,6 +275,9 @@ class StateConfig(_Strict):
     # bytes per stream of a command, and this much in kept-output/, oldest dropped first.
     output_keep_bytes: int = Field(default=KEEP_BYTES, ge=0)
     output_budget_bytes: int = Field(default=BUDGET_BYTES, ge=0)
+    # The ledger (runs/ledger.py) and its one rotated file together: a line holds up to
+    # 64 KiB of each stream, so it grew without end before (issue 30, host disk).
+    ledger_budget_bytes: int = Field(default=LEDGER_BUDGET_BYTES, ge=1024 * 1024)
 
 
 class ApplyConfig(_Strict):

@@ -331,6 +331,12 @@ def create_argv(
         # still said "shareable" (tests/escapes/test_shaping.py); the flag overrides the file
         "--ipc",
         "private",
+        # the engine keeps no log of its own: docker's json-file and podman's k8s-file
+        # stored every byte printed on the host's disk, outside the state directory, for the
+        # container's life (40 MiB of stdout: ~40 MiB in each; issue 30 break 4 attacked
+        # again); output comes from the attach stream, capped by runs/output_pipe.py
+        "--log-driver",
+        "none",
         # an engine that drops them (rootless podman on cgroup v1: "Resource limits are
         # not supported and ignored") is not asked: the result says resources = no
         *(

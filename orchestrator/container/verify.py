@@ -262,6 +262,9 @@ def mismatches(expected: Expected, inspect: Mapping[str, Any]) -> list[Mismatch]
     same("pids_limit", "HostConfig.PidsLimit", expected.pids_limit, hc.get("PidsLimit"))
     same("cpu_shares", "HostConfig.CpuShares", expected.cpu_shares, hc.get("CpuShares"))
     same("network_mode", "HostConfig.NetworkMode", "none", hc.get("NetworkMode"))
+    # no engine-kept log: it would hold every byte printed on the host's disk (argv.py)
+    log = (hc.get("LogConfig") or {}).get("Type")
+    same("log_driver", "HostConfig.LogConfig.Type", "none", log)
     same("user", "Config.User", expected.user, config.get("User"))
     same(
         "workdir",

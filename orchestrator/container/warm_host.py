@@ -250,7 +250,8 @@ class HostView:
         return subdirs
 
     def reset_writable(self) -> list[str]:
-        """Delete what a command added; returns baseline entries it changed or removed."""
+        """Delete what a command added; returns baseline entries it changed or removed, and
+        what could not be deleted (either gets the container replaced)."""
         changed: list[str] = []
         for mount in self.writable:
             base = f"/proc/{self.init}/root{mount}"
@@ -262,13 +263,18 @@ class HostView:
                     continue  # beneath a new directory: goes with it
                 # The parent is in the baseline (the image's own, shallow); the new entry
                 # may be thousands of levels deep: removed by fd, never by path.
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(OSError):  # found by the walk after: replaced
                     pfd = open_dir(os.path.join(base, parent))
                     try:
                         remove_entry(os.path.basename(rel), pfd, now[rel].kind == 0o040000)
                     finally:
                         os.close(pfd)
             changed += [f"{mount}/{rel}" for rel, entry in before.items() if now.get(rel) != entry]
+            try:
+                left = sorted(set(self._walk(mount)) - set(before))
+            except OSError as err:  # moved while read: something still runs there
+                left = [f"(not readable after the reset: {err.strerror or err})"]
+            changed += [f"{mount}/{rel} (could not be deleted)" for rel in left[:1]]
         return changed
 
     def reset_ipc(self) -> str | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 
+import psutil
+
 from sprawl_orch.egress.rules import IpAddress
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -62,18 +64,39 @@ def embedded_v4(address: IpAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
-def refused(address: IpAddress, listed: frozenset[IpAddress] = frozenset()) -> str | None:
+def host_addresses() -> frozenset[IpAddress]:
+    """Every address on one of this host's own interfaces, read afresh (interfaces come and go).
+    The proxy runs in the host's namespace: a connection to one of these reaches the host's
+    own services bound to 0.0.0.0 — on the project's machines eth0 is 192.0.2.2, a range
+    REFUSED does not cover (a documentation range, like the package index's address)."""
+    found: set[IpAddress] = set()
+    for entries in psutil.net_if_addrs().values():
+        for entry in entries:
+            try:
+                found.add(ipaddress.ip_address(entry.address.partition("%")[0]))
+            except ValueError:
+                continue  # a link-layer (MAC) address: not an IP the proxy could reach
+    return frozenset(found)
+
+
+def refused(
+    address: IpAddress,
+    listed: frozenset[IpAddress] = frozenset(),
+    own: frozenset[IpAddress] = frozenset(),
+) -> str | None:
     """Why the proxy must not connect to `address`, or None. An address the allow list names
-    exactly is allowed whatever its range."""
+    exactly is allowed whatever its range; `own` are the host's interface addresses."""
     if address in listed:
         return None
     inner = embedded_v4(address)
     if inner is not None:
-        why = refused(inner, listed)
+        why = refused(inner, listed, own)
         return None if why is None else f"{address} carries {inner}: {why}"
     if address in _METADATA:
         return f"{address} is a cloud metadata address"
     for network, why in _NETWORKS:
         if address in network:
             return f"{address} is {why} ({network})"
+    if address in own:
+        return f"{address} is an address of this host itself (its own services listen there)"
     return None

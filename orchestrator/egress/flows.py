@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import h11
 
-from sprawl_orch.egress.addresses import refused
+from sprawl_orch.egress.addresses import host_addresses, refused
 from sprawl_orch.egress.hello import RECORD_HEADER, NotTls, parse_hello, record_length
 from sprawl_orch.egress.record import Egress
 from sprawl_orch.egress.rules import IpAddress, Rules, literal, normal_host
@@ -51,7 +51,9 @@ async def system_resolve(host: str, port: int) -> list[IpAddress]:
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as err:
+    except (OSError, UnicodeError) as err:
+        # UnicodeError: the idna codec refuses a name with an empty label ('a..example.org'
+        # passes a wildcard's suffix test); uncaught, it ended the flow with no record.
         raise Refused(f"{host} does not resolve on the host: {err}", 502) from err
     seen: list[IpAddress] = []
     for info in infos:
@@ -111,7 +113,7 @@ class Flow:
             try:
                 request = await asyncio.wait_for(self._head(), HEAD_TIMEOUT)
             except (h11.RemoteProtocolError, TimeoutError) as err:
-                why = err or "no head in time"
+                why = str(err) or "no head in time"  # TimeoutError says nothing itself
                 raise Refused(f"not an HTTP proxy request: {why}", 400) from err
             if request.method == b"CONNECT":
                 self.kind = "connect"
@@ -123,6 +125,11 @@ class Flow:
         finally:
             if self.upstream is not None:
                 self.upstream[1].close()
+
+    async def refuse(self, reason: str, status: int) -> Egress:
+        """Answer `status` without reading the request (the proxy's own limits)."""
+        await self._answer(Refused(reason, status))
+        return self.ended(reason, allowed=False)
 
     async def _head(self) -> h11.Request:
         while True:
@@ -162,7 +169,8 @@ class Flow:
         why = self.proxy.rules.decide(self.host, self.port)
         if why is not None:
             raise Refused(f"{self.host}:{self.port} {why}")
-        listed = self.proxy.rules.listed_addresses()
+        listed = self.proxy.rules.listed_addresses(self.port)
+        own = host_addresses()
         address = literal(self.host)
         addresses = (
             [address] if address is not None else await self.proxy.resolve(self.host, self.port)
@@ -170,7 +178,9 @@ class Flow:
         if not addresses:
             raise Refused(f"{self.host} resolves to no address", 502)
         for candidate in addresses:
-            bad = refused(candidate, listed)
+            bad = self.proxy.rules.denied_address(candidate, self.port) or refused(
+                candidate, listed, own
+            )
             if bad is not None:
                 raise Refused(f"{self.host} resolves to {bad}")
         errors: list[str] = []
@@ -265,6 +275,12 @@ class Flow:
         `connection: close`; the response is carried back byte for byte."""
         target = request.target.decode("ascii", "replace")
         headers = [(k.lower(), v) for k, v in request.headers]
+        names = {k for k, _ in headers}
+        if b"transfer-encoding" in names and b"content-length" in names:
+            # h11 frames the body by Transfer-Encoding and keeps Content-Length; forwarded as
+            # both, an upstream that reads by Content-Length takes the rest of the body as a
+            # second request the proxy never checked (request smuggling, RFC 9112 §6.3).
+            raise Refused("a request with both Transfer-Encoding and Content-Length", 400)
         host_header = next((v.decode("ascii", "replace") for k, v in headers if k == b"host"), "")
         try:
             by_header = urlsplit("//" + host_header)
@@ -289,6 +305,10 @@ class Flow:
         up_reader, up_writer = self.upstream
         client = h11.Connection(h11.CLIENT)
         kept = [(k, v) for k, v in headers if k not in _HOP] + [(b"connection", b"close")]
+        if not host_header:
+            # An HTTP/1.0 request may come without Host; the 1.1 request sent upstream needs
+            # one (h11 raised, and the flow ended unrecorded): the checked URL's own.
+            kept.append((b"host", f"{host}:{port}".encode("ascii", "replace")))
         head = client.send(h11.Request(method=request.method, target=path, headers=kept))
         await self._send_up(up_writer, head or b"")
         while True:

@@ -29,6 +29,11 @@ from sprawl_orch.egress import flows
 from sprawl_orch.egress.record import Egress
 from sprawl_orch.egress.rules import IpAddress, Rules
 
+# Connections open at once through one proxy. Each holds two of the orchestrator's descriptors
+# and a task; without a cap a command could open connections until the host process ran out
+# of descriptors (its other runs, its ledger and its engines with it). Past it: 503, recorded.
+MAX_CONNECTIONS = 256
+
 Resolver = Callable[[str, int], Awaitable[list[IpAddress]]]
 Observer = Callable[[Egress], None]
 
@@ -43,7 +48,9 @@ class EgressProxy:
         resolve: Resolver | None = None,
         observe: Observer | None = None,
         connect_timeout: float = 15.0,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
+        self.max_connections = max_connections
         self.rules = rules
         self._resolve = resolve
         self._observe = observe
@@ -129,9 +136,18 @@ class EgressProxy:
         started = time.monotonic()
         flow = flows.Flow(self, reader, writer, started)
         try:
-            record = await flow.run()
+            if len(self._tasks) > self.max_connections:
+                record = await flow.refuse(
+                    f"more than {self.max_connections} connections open through the proxy", 503
+                )
+            else:
+                record = await flow.run()
         except asyncio.CancelledError:
             record = flow.ended("the proxy closed (the run ended)")
+        except Exception as err:
+            # Every connection is recorded, whatever broke in its flow (an unexpected parser
+            # or codec error went to asyncio's log and left the attempt unnamed).
+            record = flow.ended(f"the proxy failed on this connection: {err!r}", allowed=False)
         finally:
             writer.close()
             self._tasks.discard(task)

@@ -147,10 +147,26 @@ class Rules:
             return "an IP literal not in the allow list"
         return "not in the allow list"
 
-    def listed_addresses(self) -> frozenset[IpAddress]:
-        """IP literals the allow list names (and the deny list does not): the only way a
-        refused range (loopback, private, metadata, ...) becomes reachable."""
-        denied = {e.address for e in self.deny if e.address is not None}
+    def denied_address(self, address: IpAddress, port: int) -> str | None:
+        """Why a *resolved* address is denied, or None: a denied IP literal wins over the
+        allowed name that resolved to it, as deny wins everywhere else."""
+        for entry in self.deny:
+            if entry.address is not None and entry.matches(str(address), port):
+                return f"denied by {entry.text!r}"
+        return None
+
+    def listed_addresses(self, port: int | None = None) -> frozenset[IpAddress]:
+        """IP literals the allow list names (and the deny list does not) for `port`: the only
+        way a refused range (loopback, private, metadata, ...) becomes reachable. An entry's
+        port scope holds here too: '127.0.0.1:8080' lists loopback for port 8080 only, never
+        for a name resolving to 127.0.0.1 on another port (port None: any port's listing)."""
+
+        def scoped(entry: Entry) -> bool:
+            return port is None or entry.port is None or entry.port == port
+
+        denied = {e.address for e in self.deny if e.address is not None and scoped(e)}
         return frozenset(
-            e.address for e in self.allow if e.address is not None and e.address not in denied
+            e.address
+            for e in self.allow
+            if e.address is not None and scoped(e) and e.address not in denied
         )

@@ -16,6 +16,13 @@ died mid-line) is skipped and counted, like any line that isn't a JSON object.
 
 Values of environment variables never enter the ledger (design §8): a result whose
 `env` is not a list of names, or that carries `env_values` anywhere, is refused.
+
+Bounded (issue 30, host disk): each line holds up to 64 KiB of each stream and the whole argv
+(233 KB a command measured), and the ledger was never pruned. Past half of `[state]
+ledger_budget_bytes` the file is renamed to `<ledger>.1` (replacing the older one) under the
+lock, and the line goes to a new file: the two together stay within the budget. A writer that
+was waiting on the lock of a file that got renamed meanwhile sees that its descriptor no longer
+names the ledger's path, and opens it again. Readers read `<ledger>.1` first, then the ledger.
 """
 
 from __future__ import annotations
@@ -81,8 +88,9 @@ else:  # pragma: no cover - exercised on Windows only
 class Ledger:
     """Append results as JSON lines; read them back, skipping torn lines."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, budget_bytes: int | None = None) -> None:
         self.path = path
+        self.budget_bytes = budget_bytes  # None: unbounded (a reader, or a file named by hand)
         # Lines the last read() skipped: torn, not JSON, or not an object.
         self.skipped = 0
 
@@ -109,41 +117,69 @@ class Ledger:
         with os_errors(
             ErrorCode.STORAGE_FATAL,
             self.path,
-            "cannot open the ledger for appending",
-            "check the [state] dir / [state] ledger setting and the directory's permissions",
+            f"cannot append {len(data)} bytes to the ledger",
+            "free space on the ledger's file system, or point [state] ledger elsewhere",
         ):
             private_dirs(self.path.parent)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            with os_errors(
-                ErrorCode.STORAGE_FATAL,
-                self.path,
-                f"cannot append {len(data)} bytes to the ledger",
-                "free space on the ledger's file system, or point [state] ledger elsewhere",
-            ):
-                _lock(fd)
+            while True:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
-                    written = os.write(fd, data)
-                    # A regular-file write is whole unless the disk fills or a signal lands
-                    # mid-copy; the lock is still held, so finishing it keeps the line whole.
-                    while written < len(data):
-                        written += os.write(fd, data[written:])
+                    _lock(fd)
+                    try:
+                        if not self._names_path(fd):
+                            continue  # rotated while we waited: the lock was on the old file
+                        if self._rotate(fd, len(data)):
+                            continue  # this file is now <ledger>.1: the line goes to a new one
+                        written = os.write(fd, data)
+                        # A regular-file write is whole unless the disk fills or a signal
+                        # lands mid-copy; the lock is still held, so finishing it keeps the
+                        # line whole.
+                        while written < len(data):
+                            written += os.write(fd, data[written:])
+                        return
+                    finally:
+                        _unlock(fd)
                 finally:
-                    _unlock(fd)
-        finally:
-            os.close(fd)
+                    os.close(fd)
+
+    def _names_path(self, fd: int) -> bool:
+        try:
+            here = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        st = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
+
+    def _rotate(self, fd: int, adding: int) -> bool:
+        """Under the lock: rename a full ledger to `<ledger>.1`; True when it was."""
+        if self.budget_bytes is None:
+            return False
+        size = os.fstat(fd).st_size
+        if size == 0 or size + adding <= self.budget_bytes // 2:
+            return False
+        os.replace(self.path, self.rotated)
+        return True
+
+    @property
+    def rotated(self) -> Path:
+        return self.path.with_name(self.path.name + ".1")
 
     def read(self) -> Iterator[dict[str, Any]]:
-        """Yield every whole record; `skipped` counts the lines that weren't."""
+        """Yield every whole record, the rotated file's first; `skipped` counts the lines
+        that weren't."""
         self.skipped = 0
+        for path in (self.rotated, self.path):
+            yield from self._read(path)
+
+    def _read(self, path: Path) -> Iterator[dict[str, Any]]:
         with os_errors(
             ErrorCode.STORAGE_FATAL,
-            self.path,
+            path,
             "cannot read the ledger",
             "check the file's permissions, or pass another file with --ledger",
         ):
             try:
-                handle = self.path.open("rb")
+                handle = path.open("rb")
             except FileNotFoundError:
                 # no ledger yet: nothing to read
                 return

@@ -160,7 +160,11 @@ class ExecTool:
         self._claim: int | None = None  # output_keep.claim's fd, taken at the first command
         self.copies = ToolCopies(config, self.workdir, self.state, self.environ.get("HOME"))
         self._workspaces: set[str] = set()  # ran a command in: a missing one is gone
-        self.ledger = Ledger(ledger_path(config, self.environ)) if record else None
+        self.ledger = (
+            Ledger(ledger_path(config, self.environ), config.state.ledger_budget_bytes)
+            if record
+            else None
+        )
         # The first ledger failure; never fails a command. (No surface prints it yet.)
         self.ledger_problem: str | None = None
 

@@ -90,6 +90,7 @@ def inspect_from_argv(argv: Sequence[str], runtime_default: str) -> dict[str, An
             "PidsLimit": int(flags.get("--pids-limit", ["0"])[0]),
             "CpuShares": int(flags.get("--cpu-shares", ["0"])[0]),
             "NetworkMode": flags["--network"][0],
+            "LogConfig": {"Type": flags["--log-driver"][0], "Config": {}},
             "ReadonlyRootfs": "--read-only" in flags,
             "Privileged": False,
             "PidMode": "",

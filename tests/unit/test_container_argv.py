@@ -68,6 +68,8 @@ def test_the_whole_argv_in_spec_order() -> None:
         "none",
         "--ipc",
         "private",
+        "--log-driver",
+        "none",
         "--memory",
         "536870912",
         "--memory-swap",

@@ -63,6 +63,12 @@ CASES: list[tuple[str, str, Mutation, str]] = [
         hc("NetworkMode", "host"),
         "expected 'none', found 'host'",
     ),
+    (
+        "log_driver",
+        "HostConfig.LogConfig.Type",
+        hc("LogConfig", {"Type": "json-file", "Config": {}}),
+        "expected 'none', found 'json-file'",
+    ),
     ("user", "Config.User", lambda d: d["Config"].__setitem__("User", ""), "found ''"),
     (
         "read_only",
