@@ -30,7 +30,7 @@ from tomlkit.exceptions import TOMLKitError
 
 from sprawl_orch.config import Config, load_config, parse_config, read_config_text, read_toml
 from sprawl_orch.core.errors import ErrorCode, SprawlError
-from sprawl_orch.engines.engine import ENGINES
+from sprawl_orch.engines.engine import ENGINES, IMAGE_ID
 from sprawl_orch.images.engines import BUILD_FIRST, LocalImage, engine
 
 Resolver = Callable[[str, str], str | None]  # (engine, ref) -> fixed ID, or None if not local
@@ -141,6 +141,12 @@ def _apply(
                     removed[_key(name)] = str(images[name])
                     del images[name]
             continue
+        shared = container.get("image")
+        if isinstance(shared, str) and not IMAGE_ID.match(shared):
+            # A tag there is refused whatever else holds (issue 27: the refusal of
+            # `image = "busybox:latest"` says to pin it, and the pin must then fix the file).
+            removed[_key(None)] = shared
+            del container["image"]
         if "images" not in container:
             if inline:
                 container["images"] = tomlkit.inline_table()
@@ -169,6 +175,8 @@ def _expected(data: dict[str, Any], pins: dict[str | None, str]) -> dict[str, An
             for name in ENGINES:
                 images.pop(name, None)
         else:
+            if isinstance(container.get("image"), str) and not IMAGE_ID.match(container["image"]):
+                del container["image"]  # as _apply: a tag there is replaced by the pin
             container.setdefault("images", {})[engine_name] = image_id
     return out
 

@@ -4,7 +4,8 @@ A thin layer over copy_store. `list` shows every slot (the working directory it 
 bytes its last sync copied, when it was last released, whether a command holds it now);
 `drop` deletes idle ones: named (`KEY/SLOT` as listed, or a key for all its slots), those of
 the `-C` working directory (`--here`), or `--all`. A held copy is never dropped: it is named as
-still in use and the exit status is 1.
+still in use and the exit status is 1. `drop --here` works under an invalid config too
+(saying so, and which state directory it took).
 """
 
 from __future__ import annotations
@@ -18,16 +19,42 @@ from pathlib import Path
 import click
 
 from sprawl_orch.cli.common import config_options, find_config, refuse
+from sprawl_orch.config import CONFIG_NAME, Config, parse_config, read_config_text, read_toml
 from sprawl_orch.config.state import state_dir
 from sprawl_orch.copy.bounds import human
 from sprawl_orch.copy.store import CopyInfo, CopyStore
-from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.terminal import safe
 
 
 def _store(workdir: Path, config_path: Path | None) -> CopyStore:
     config = find_config(workdir, config_path)
     root = state_dir(config, os.environ) / "copies"
     return CopyStore(root, config.sandbox.copy_.budget_bytes)
+
+
+def _store_despite(workdir: Path, config_path: Path | None, err: SprawlError) -> CopyStore:
+    """For `drop --here` under an invalid config (issue 27: it refused exactly when a person
+    most wants to clean up): the config's `[state]` table alone if that holds, else every
+    default, says which it took on stderr. Safe to go on: --here picks copies by their
+    working directory alone, whatever config made them."""
+    path = config_path or workdir / CONFIG_NAME
+    try:
+        data = read_toml(read_config_text(path), path)
+        state = data.get("state", {})
+        config = parse_config({"state": state} if isinstance(state, dict) else {}, path)
+        took = f"its [state] table ({path})" if state else "the default state directory"
+    except SprawlError:
+        config, took = Config(), "the default state directory"
+    store = CopyStore(state_dir(config, os.environ) / "copies", 0)
+    said = f"{err.code.value}: {err.subject}: {err.detail}"
+    click.echo(f"sprawl-orch: the config is invalid ({safe(said)})", err=True)
+    click.echo(
+        f"sprawl-orch: dropping every copy of {safe(os.path.realpath(workdir))}, whatever config "
+        f"made it, from {safe(str(store.root))} ({took})",
+        err=True,
+    )
+    return store
 
 
 def _as_dict(info: CopyInfo) -> dict[str, object]:
@@ -97,7 +124,12 @@ def drop_command(
     if not (names or here or drop_all):
         raise click.UsageError("name the copies to drop, or give --here or --all")
     try:
-        store = _store(workdir, config_path)
+        try:
+            store = _store(workdir, config_path)
+        except SprawlError as err:
+            if not (here and err.code == ErrorCode.CONFIG_INVALID) or names or drop_all:
+                raise
+            store = _store_despite(workdir, config_path, err)
         infos = store.info()
     except SprawlError as err:
         refuse(err, as_json)

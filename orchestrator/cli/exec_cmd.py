@@ -95,8 +95,11 @@ def _say(result: ExecResult) -> None:
     if result.work is not None:
         for left in result.work.refused_links:
             click.echo(
-                f"sprawl-orch: left out of the copy (a link out of the tree): {left}", err=True
+                f"sprawl-orch: left out of the copy (a link out of the tree): {safe(left)}",
+                err=True,
             )
+        for left in result.work.skipped:
+            click.echo(f"sprawl-orch: not in the copy: {safe(left)}", err=True)
     if result.changes is not None and result.changes.total:
         click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
 

@@ -34,12 +34,25 @@ DEFAULT_BUDGET = 2 * 1024**3  # 8 copies at MAX_BYTES; each call's own copy is n
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+_TAKE_DEFAULT = "or remove it to take the default"
+
+
+class _Refusal(ValueError):
+    """A refused value whose fix is not "remove it to take the default" (_refused)."""
+
+    def __init__(self, msg: str, recovery: str) -> None:
+        super().__init__(msg)
+        self.recovery = recovery
+
+
 def _image_id(value: str | None) -> str | None:
     if value is not None and not IMAGE_ID.match(value):
-        raise ValueError(
+        # Issue 27: the recovery said "remove it to take the default", and there is no
+        # default image; the command that fixes it was only in the detail.
+        raise _Refusal(
             f"{value!r} is not a fixed image ID (sha256:<64 hex>); tags and short IDs are "
-            "refused because a tag can move. Resolve it locally: sprawl-orch image pin "
-            f"{value}"
+            "refused because a tag can move",
+            f"resolve it locally and write its ID in its place: sprawl-orch image pin {value}",
         )
     return value
 
@@ -350,16 +363,20 @@ def _explain(err: ValidationError, path: Path | None, at: tuple[str, ...] = ()) 
         msg = f"accepted spellings: {expected}"
     elif first["type"] == "extra_forbidden":
         msg = "unknown key"
-    return _refused(key, first.get("input"), msg, path)
+    cause = first.get("ctx", {}).get("error")
+    recovery = cause.recovery if isinstance(cause, _Refusal) else None
+    return _refused(key, first.get("input"), msg, path, recovery)
 
 
-def _refused(key: str, found: object, msg: str, path: Path | str | None) -> ConfigError:
+def _refused(
+    key: str, found: object, msg: str, path: Path | str | None, recovery: str | None = None
+) -> ConfigError:
     where = f" in {path}" if path else ""
     return ConfigError(
         ErrorCode.CONFIG_INVALID,
         subject=key,
         detail=f"{key} = {found!r}{where}: {msg}",
-        recovery=f"fix {key}{where}, or remove it to take the default",
+        recovery=recovery or f"fix {key}{where}, {_TAKE_DEFAULT}",
         key=key,
         value=found,
         reason=msg,
@@ -391,7 +408,8 @@ def parse_config(data: dict[str, Any], path: str | Path | None = None) -> Config
         # _Strict.__init__): the same refusal, now naming the file.
         if err.key is None or err.reason is None:
             raise
-        raise _refused(err.key, err.value, err.reason, source) from err.__cause__
+        own = None if err.recovery.endswith(_TAKE_DEFAULT) else err.recovery  # _Refusal's
+        raise _refused(err.key, err.value, err.reason, source, own) from err.__cause__
     return config.model_copy(update={"source": source})
 
 

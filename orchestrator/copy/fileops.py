@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 CHUNK = 1024 * 1024
+# The copy root's mode, made so and restored by every sync: its owner only, as the copy holds
+# the person's files (a command may chmod it; the next sync undoes that).
+ROOT_MODE = 0o700
 """Compare and copy in 1 MiB pieces: large enough to amortise the syscalls, small enough to
 keep two buffers cheap."""
 
@@ -316,7 +319,12 @@ class FdCopy:
             os.unlink(name, dir_fd=parent)
             st = None
         if st is None:
-            os.mkdir(name, 0o700, dir_fd=parent)
+            os.mkdir(name, ROOT_MODE, dir_fd=parent)
+        elif stat.S_IMODE(st.st_mode) != ROOT_MODE:
+            # Before opening it: a command's `chmod 000 .` in the copy would otherwise make
+            # every later sync (as a non-root owner) and command fail here for good (issue 27).
+            # By name: the lstat above saw a directory, and only the sync writes the parent.
+            os.chmod(name, ROOT_MODE, dir_fd=parent)
         return open_dir(name, parent)
 
     def close(self, handle: int) -> None:

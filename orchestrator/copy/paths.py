@@ -45,6 +45,7 @@ import stat
 from sprawl_orch.copy.fileops import (
     CREATE_FLAGS,
     READ_FLAGS,
+    ROOT_MODE,
     TIMES_BY_FD,
     Kind,
     copy_new,
@@ -131,6 +132,8 @@ class PathCopy:
             kind = None
         if kind is None:
             self.mkdir(name, parent)
+        else:  # a command's `chmod 000 .` must not break the copy (copy_fileops.open_root)
+            self.set_dir_mode(os.path.join(parent, name), ROOT_MODE)
         return self.open_dir(name, parent)
 
     def close(self, handle: str) -> None:

@@ -151,10 +151,40 @@ class Lease:
         """Give the slot back (idempotent); the copy stays for the next call."""
         if self._fd is None:
             return
-        with contextlib.suppress(OSError):
-            self._meta()
-        os.close(self._fd)
-        self._fd = None
+        # A refused or failed sync deleted the copy (copy_sync: the half-synced copy goes):
+        # its lock and meta.json alone showed in `copies list` as a 0 B copy (issue 27).
+        empty = not os.path.lexists(self.path)
+        try:
+            if empty:
+                with contextlib.suppress(OSError):
+                    _unlink_bookkeeping(self.slot)
+            else:
+                with contextlib.suppress(OSError):
+                    self._meta()
+        finally:
+            os.close(self._fd)
+            self._fd = None
+        if empty:
+            _remove_slot_dirs(self.slot)
+
+
+def _unlink_bookkeeping(slot: Path) -> None:
+    """Delete a slot's files but its copy, the lock last (held by the caller)."""
+    copy_stamps.forget(slot / STAMPS)
+    for name in (META, META + ".tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            (slot / name).unlink()
+    if sys.platform != "win32":  # Windows cannot unlink a file we hold open
+        (slot / LOCK).unlink()
+
+
+def _remove_slot_dirs(slot: Path) -> None:
+    """After the lock was closed: the slot and, if it was the last, its key's directory."""
+    with contextlib.suppress(OSError):
+        if sys.platform == "win32":
+            (slot / LOCK).unlink()
+        slot.rmdir()  # a lease racing us may have made a new lock here: then it stays
+        slot.parent.rmdir()  # the last slot of its key
 
 
 def _read_meta(slot: Path) -> dict[str, object]:
@@ -247,20 +277,11 @@ class CopyStore:
         if fd is None:
             return False
         try:
-            copy_stamps.forget(slot / STAMPS)
             delete_path(slot / TREE)
-            for name in (META, META + ".tmp"):
-                with contextlib.suppress(FileNotFoundError):
-                    (slot / name).unlink()
-            if sys.platform != "win32":  # Windows cannot unlink a file we hold open
-                (slot / LOCK).unlink()
+            _unlink_bookkeeping(slot)
         finally:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            if sys.platform == "win32":
-                (slot / LOCK).unlink()
-            slot.rmdir()  # a lease racing us may have made a new lock here: then it stays
-            slot.parent.rmdir()  # the last slot of its key
+        _remove_slot_dirs(slot)
         return True
 
     def evict(self, keep: Path | None = None) -> list[CopyInfo]:

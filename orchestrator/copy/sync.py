@@ -7,7 +7,8 @@ copy_store, between CLI calls) and synced to the working directory as it is now 
   same link (copy_links); any other link is followed on the source side: a link out of the
   tree brings the content it points at, never a link back into the person's tree. A dangling
   link (or one that points at itself) of that kind is copied as nothing; fifos, sockets and
-  devices are skipped. Whatever the copy holds under a skipped name is deleted like any extra.
+  devices are skipped, each named with why in the result's ``skipped``. Whatever the copy
+  holds under a skipped name is deleted like any extra.
   A followed link to a directory that contains it is found by the loop check and refused;
 - the copy side never follows links (the previous command wrote it, see copy_fileops);
 - an item of a different kind, or a regular file whose bytes, permission bits or mtime
@@ -23,7 +24,8 @@ entry was written or removed. Permission bits are copied, ownership is not (the 
 to whoever syncs it). Set-uid, set-gid and sticky bits are dropped: a root sync would
 otherwise turn the person's set-uid file into a set-uid-root one. Directories get the
 source's bits plus ``u+rwx`` so a later sync can always work in them. The copy's root
-directory keeps its own mode (0700 when made here).
+directory is 0700, made so and restored by every sync (a command's ``chmod 000 .`` must not
+break the copy for good, issue 27).
 
 :class:`FileWork` counts, where "file" means any non-directory entry (directories are never
 counted, so a first sync of N files in D directories reports ``created = N``):

@@ -34,6 +34,7 @@ _UNRESOLVED = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
 _KIND_AND_BITS = stat.S_IFMT(0o177777) | 0o7777
 ENTRY_SIZE = ENTRY.size
 PROGRESS_EVERY = 512  # files between two progress reports
+SKIPPED_NAMED = 100  # a tree of many fifos must not make every result that long
 Progress = Callable[[int, int, bool], None]
 """Told (files, bytes, done) counted so far: every PROGRESS_EVERY files of a sync with
 ``done=False``, and once with ``done=True`` when the sync ends, however it ends."""
@@ -51,6 +52,10 @@ class FileWork(pydantic.BaseModel, frozen=True):
     # Entries reached through a link out of the tree that were left out, each "path: why"
     # (core.credential_places.copy_refusal: credentials, homes, runtime or state places).
     refused_links: tuple[str, ...] = ()
+    # Entries the copy does not hold, each "path: why": fifos, sockets, devices and links that
+    # lead nowhere (issue 27: a fifo used to be skipped without a word). At most SKIPPED_NAMED,
+    # then one "… and N more".
+    skipped: tuple[str, ...] = ()
 
 
 H = TypeVar("H")
@@ -159,8 +164,17 @@ class Walk(Generic[H]):
         self._lstat = os.stat
         self._ancestors: set[tuple[int, int]] = set()
         self.refused: list[str] = []
+        self.skipped: list[str] = []
+        self.skipped_more = 0
+
+    def skip(self, rel: str, why: str) -> None:
+        if len(self.skipped) < SKIPPED_NAMED:
+            self.skipped.append(f"{rel}: {why}")
+        else:
+            self.skipped_more += 1
 
     def work(self) -> FileWork:
+        more = (f"… and {self.skipped_more} more",) if self.skipped_more else ()
         return FileWork(
             created=self.created,
             rewritten=self.rewritten,
@@ -168,6 +182,7 @@ class Walk(Generic[H]):
             walked=self.walked,
             excluded=self.excludes.patterns,
             refused_links=tuple(self.refused),
+            skipped=(*self.skipped, *more),
         )
 
     def refuse(
@@ -329,10 +344,14 @@ class Walk(Generic[H]):
             st = entry.stat()  # follows links: the content rule
         except OSError as err:
             if err.errno in _UNRESOLVED and (is_link or err.errno == errno.ENOENT):
+                if is_link:
+                    self.skip(rel, f"a symbolic link that leads nowhere ({os.strerror(err.errno)})")
                 return None  # dangling or self-referencing link, or gone since listed
             raise SourceUnreadable(entry.path, err) from err
         if (is_link or not parent.real) and kernel_state(entry.path, st):
-            return None  # copy.links.kernel_state: never the sync's own /proc/self/environ
+            # copy.links.kernel_state: never the sync's own /proc/self/environ
+            self.skip(rel, "leads to kernel state of the process that syncs (/proc)")
+            return None
         if self.guard is not None and (is_link or not parent.real):
             why = copy_refusal(self.guard, entry.path, st)
             if why is not None:
@@ -350,6 +369,8 @@ class Walk(Generic[H]):
             return self._dir(parent, entry, st, rel, parent.real and not is_link)
         if stat.S_ISREG(st.st_mode):
             self._file(parent, entry, st, rel)
+        else:
+            self.skip(rel, _special(st.st_mode))
         return None
 
     def _dir(
@@ -509,3 +530,18 @@ class Walk(Generic[H]):
     def _counted(self, fresh: bool) -> None:
         self.created += fresh
         self.rewritten += not fresh
+
+
+def _special(mode: int) -> str:
+    """Why an entry that is neither a file nor a directory is not copied."""
+    what = (
+        "a fifo (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+        if stat.S_ISBLK(mode) or stat.S_ISCHR(mode)
+        else "not a file, directory or link"
+    )
+    # Its content exists only while a process serves it: there is nothing to copy.
+    return f"{what}: only files, directories and links are copied"

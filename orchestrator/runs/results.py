@@ -133,8 +133,8 @@ class ExecResult(BaseModel):
                 f"{self.code.value if self.code else 'refused'}: {self.subject}: "
                 f"{self.detail} (what you can do: {self.recovery})"
             )
-        lines = [self.confinement.statement if self.confinement else f"Ran on {self.arm}."]
-        lines += self.limit_sentences()
+        first = self.confinement.statement if self.confinement else f"Ran on {self.arm}."
+        lines = [first, *(s for s in self.limit_sentences() if s not in first)]
         if self.network and self.network.get("summary"):
             lines.append(str(self.network["summary"]))
         if self.network and self.network.get("proxy_failure"):
@@ -240,7 +240,7 @@ def settled(
         hit.append("memory")
     if finished.pids_hit:
         hit.append("pids")
-    return ExecResult(
+    result = ExecResult(
         outcome="settled",
         stdout=stdout[0],
         stderr=stderr[0],
@@ -259,6 +259,13 @@ def settled(
         limits_hit=hit,
         **started.fields(),
     )
+    if not hit:
+        return result
+    # The JSON result's statement (`confinement.statement`) says a limit that was hit as the
+    # human line does (issue 27: only `limits_hit` said it); `statement` does not repeat it.
+    said = "\n".join([started.confinement.statement, *result.limit_sentences()])
+    confinement = started.confinement.model_copy(update={"statement": said})
+    return result.model_copy(update={"confinement": confinement})
 
 
 def never_ran(started: Started, err: SprawlError, container: dict[str, Any] | None) -> ExecResult:

@@ -42,7 +42,9 @@ def result_text(result: ExecResult) -> str:
     lines.append(f"arm: {result.arm} (where: {result.where}, run: {result.run})")
     if result.confinement is not None:
         lines.append(f"confinement: {safe(result.confinement.statement)}")
-    lines += [f"limit: {sentence}" for sentence in result.limit_sentences()]
+    said = result.confinement.statement if result.confinement else ""
+    # A settled result's confinement statement already says its limits (runs.results.settled).
+    lines += [f"limit: {s}" for s in result.limit_sentences() if s not in said]
     ceiling = result.memory_ceiling
     if ceiling and ceiling.get("state") == "hit":
         lines.append(f"memory ceiling: hit ({ceiling.get('detail', '')})")

@@ -147,7 +147,7 @@ def test_tag_is_refused_at_parse() -> None:
     with pytest.raises(SprawlError) as err:
         parse_config({"sandbox": {"container": {"image": "busybox:latest"}}})
     assert err.value.code is ErrorCode.CONFIG_INVALID
-    assert "sprawl-orch image pin" in err.value.detail
+    assert "sprawl-orch image pin busybox:latest" in err.value.recovery  # not the detail
 
 
 def test_missing_image_refused_without_pull(tmp_path: Path, engine_image: tuple[str, str]) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from sprawl_orch.config import Config, parse_config
 from sprawl_orch.container.admission import clear_cache
+from sprawl_orch.runs.results import ExecResult
 from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conftest import busybox_rootfs_tar, missing, remove_image
 from tests.unit.test_unrunnable import make_venv, unrunnable_tree
@@ -158,6 +159,13 @@ def test_path_is_the_images_not_the_hosts(
     assert result.container is not None and result.container["path"] == "/bin:/image/own/bin"
 
 
+def _said_in_the_json(result: ExecResult, words: str) -> None:
+    # Issue 27: the JSON result's statement (confinement.statement) never said the limit.
+    data = result.as_json_dict()
+    assert words in data["confinement"]["statement"], data["confinement"]
+    assert result.statement.count(words) == 1  # the human line does not repeat it
+
+
 def test_oom_is_reported_on_both_engines(
     engine: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -169,6 +177,7 @@ def test_oom_is_reported_on_both_engines(
         calm = tool.exec(["true"])
     assert result.limits_hit == ["memory"], result
     assert "Out of memory" in result.statement and "67108864 bytes" in result.statement
+    _said_in_the_json(result, "Out of memory")
     assert calm.limits_hit == [] and "Out of memory" not in calm.statement
 
 
@@ -186,6 +195,7 @@ def test_the_pids_limit_is_reported_on_both_engines(
     assert "can't fork" in result.stderr
     assert result.limits_hit == ["pids"], result
     assert "pids limit of 8" in result.statement
+    _said_in_the_json(result, "pids limit of 8")
     assert calm.limits_hit == []
 
 

@@ -365,3 +365,32 @@ def test_debian_build_with_debootstrap_into_both(
             check=True,
         )
         assert out.stdout.split() == ["bookworm", "nobody", "/work"]
+
+
+def test_a_tag_in_the_config_is_fixed_by_the_pin_its_refusal_names(
+    busybox_pair: dict[str, str], tmp_path: Path
+) -> None:
+    # Issue 27: the refusal said "remove it to take the default" (there is none), and the
+    # pin it should have named wrote per-engine pins beside the tag, still refused.
+    config = tmp_path / "sprawl.toml"
+    config.write_text(
+        CONFIG.format(state=tmp_path / "state").replace(
+            'engine = "auto"', f'engine = "auto"\nimage = "{TAG}"'
+        )
+    )
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    refused = cli("exec", "-C", str(workdir), "--config", str(config), "--", "/bin/busybox", "true")
+    assert refused.exit_code == 125, refused.output
+    assert (
+        f"what you can do: resolve it locally and write its ID in its place: "
+        f"sprawl-orch image pin {TAG}" in refused.stderr
+    )
+    assert "default" not in refused.stderr
+    pinned = cli("image", "pin", TAG, "--config", str(config))
+    assert pinned.exit_code == 0, pinned.output
+    loaded = load_config(config).sandbox.container
+    assert loaded.image is None
+    assert {e: loaded.image_for(e) for e in ENGINES} == busybox_pair
+    ran = cli("exec", "-C", str(workdir), "--config", str(config), "--", "/bin/busybox", "true")
+    assert ran.exit_code == 0, ran.output

@@ -36,7 +36,7 @@ BAD: list[tuple[str, str, str]] = [
     (
         '[sandbox.container]\nimage = "busybox:latest"\n',
         "[sandbox.container] image",
-        "sprawl-orch image pin busybox:latest",
+        "a tag can move",
     ),
     ('[sandbox.container]\nimage = "sha256:abc"\n', "[sandbox.container] image", "sha256:<64 hex>"),
     ('[sandbox.container]\nengine = "lxc"\n', "[sandbox.container] engine", "'podman'"),
@@ -90,6 +90,25 @@ def test_bad_config_is_refused_naming_key_and_value(
     assert key in err.detail and str(path) in err.detail
     assert fragment in err.detail
     assert err.recovery
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[sandbox.container]\nimage = "busybox:latest"\n',
+        '[sandbox.container.images]\ndocker = "busybox:latest"\n',
+        '[sandbox.container]\nimages = {podman = "busybox:latest"}\n',
+    ],
+)
+def test_a_tag_s_recovery_is_the_pin_not_a_default(tmp_path: Path, text: str) -> None:
+    # Issue 27: it said "remove it to take the default" -- there is no default image.
+    path = tmp_path / "sprawl.toml"
+    path.write_text(text)
+    with pytest.raises(SprawlError) as caught:
+        load_config(path)
+    recovery = caught.value.recovery
+    assert "sprawl-orch image pin busybox:latest" in recovery
+    assert "default" not in recovery
 
 
 def test_toml_syntax_error_names_the_file(tmp_path: Path) -> None:

@@ -112,3 +112,34 @@ def test_progress_is_drawn_only_on_a_terminal_after_the_delay(
     assert calls[-1] == (2000, 2000, True) and (512, 511, False) in calls
     assert "copying the working directory" in seen.getvalue()
     assert calls.count((2000, 2000, True)) == 1
+
+
+@pytest.mark.parametrize("broken", ['arm = "nope"\n', "[sandbox\n"])
+def test_drop_here_works_under_an_invalid_config(tmp_path: Path, broken: str) -> None:
+    # Issue 27: it refused (E_CONFIG_INVALID) exactly when a person most wants to clean up.
+    one, two = _workdir(tmp_path, "one"), _workdir(tmp_path, "two")
+    store = _keep(tmp_path, one)
+    _keep(tmp_path, two)
+    toml = one / "sprawl.toml"
+    toml.write_text(toml.read_text() + "[sandbox]\n" + broken)
+    if broken.startswith("["):  # not TOML at all: the state directory is the default one
+        home = tmp_path / "home"
+        state = home / ".local" / "state" / "sprawl-orch"
+        state.mkdir(parents=True)
+        (state / "copies").symlink_to(tmp_path / "state" / "copies")
+        env = {"HOME": str(home), "XDG_STATE_HOME": ""}
+    else:
+        env = {}
+    runner = CliRunner()
+    here = runner.invoke(main, ["copies", "drop", "--here", "-C", str(one)], env=env)
+    assert here.exit_code == 0, here.output
+    assert "the config is invalid (E_CONFIG_INVALID" in here.stderr
+    assert f"dropping every copy of {one}" in here.stderr
+    took = "the default state directory" if env else f"its [state] table ({toml})"
+    assert took in here.stderr
+    assert f"dropped {copy_key(one, '{}')}/0" in here.stdout
+    assert [i.workdir for i in store.info()] == [str(two)]
+    # Anything but --here still refuses: it would act on copies of other directories.
+    every = runner.invoke(main, ["copies", "drop", "--all", "-C", str(one)], env=env)
+    assert every.exit_code == 125 and "E_CONFIG_INVALID" in every.stderr
+    assert [i.workdir for i in store.info()] == [str(two)]

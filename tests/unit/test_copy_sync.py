@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sprawl_orch.copy import sync as copy_sync
+from sprawl_orch.copy import walk as copy_walk
 from sprawl_orch.copy.fileops import FdCopy
 from sprawl_orch.copy.links import stays_inside
 from sprawl_orch.copy.paths import PathCopy
@@ -118,8 +119,17 @@ def assert_equal_trees(source: Path, copy: Path) -> None:
     assert copy.stat().st_mtime_ns == source.stat().st_mtime_ns
 
 
-def work(created: int = 0, rewritten: int = 0, removed: int = 0, *, walked: int) -> FileWork:
-    return FileWork(created=created, rewritten=rewritten, removed=removed, walked=walked)
+def work(
+    created: int = 0,
+    rewritten: int = 0,
+    removed: int = 0,
+    *,
+    walked: int,
+    skipped: tuple[str, ...] = (),
+) -> FileWork:
+    return FileWork(
+        created=created, rewritten=rewritten, removed=removed, walked=walked, skipped=skipped
+    )
 
 
 @pytest.fixture
@@ -227,7 +237,14 @@ def test_link_out_of_the_tree_brings_content_not_a_door(tmp_path: Path, src: Pat
     before = snapshot(elsewhere)
     copy = tmp_path / "copy"
     n = entries(src)
-    assert sync(src, copy) == work(created=10 + 3 + 1, walked=n + entries(elsewhere))
+    done = sync(src, copy)
+    assert done.model_copy(update={"skipped": ()}) == work(
+        created=10 + 3 + 1, walked=n + entries(elsewhere)
+    )
+    assert sorted(done.skipped) == [  # named, not skipped silently (issue 27)
+        "dangling: a symbolic link that leads nowhere (No such file or directory)",
+        "fifo: a fifo (named pipe): only files, directories and links are copied",
+    ]
     assert_equal_trees(src, copy)
     assert (copy / "door").is_dir() and not (copy / "door").is_symlink()
     assert os.readlink(copy / "self") == "self"
@@ -285,14 +302,15 @@ def test_one_step_loop_is_a_link_not_forty_levels(tmp_path: Path, src: Path) -> 
     (src / "d2" / "out").symlink_to("../../elsewhere")  # climbs out: content rule (dangles)
     copy = tmp_path / "copy"
     n = entries(src)
-    assert sync(src, copy) == work(created=10 + 2, walked=n)
+    dead = ("d2/out: a symbolic link that leads nowhere (No such file or directory)",)
+    assert sync(src, copy) == work(created=10 + 2, walked=n, skipped=dead)
     assert os.readlink(copy / "a") == "." and os.readlink(copy / "d0" / "up") == ".."
     assert not os.path.lexists(copy / "d2" / "out")
     assert_equal_trees(src, copy)
-    assert sync(src, copy) == work(walked=n)
+    assert sync(src, copy) == work(walked=n, skipped=dead)
     (src / "a").unlink()
     (src / "a").symlink_to("d0")  # retargeted: rewritten
-    assert sync(src, copy) == work(rewritten=1, walked=n)
+    assert sync(src, copy) == work(rewritten=1, walked=n, skipped=dead)
     assert os.readlink(copy / "a") == "d0"
 
 
@@ -603,3 +621,32 @@ def test_a_venv_is_counted_once(tmp_path: Path) -> None:
         assert (copy / ".venv" / "bin" / name).read_bytes() == b"\x7fELF interpreter"
         assert not (copy / ".venv" / "bin" / name).is_symlink()
     assert (copy / ".venv" / "lib64" / "python3.11" / "site-packages" / "m0.py").exists()
+
+
+def test_the_copy_root_mode_a_command_changed_is_restored(tmp_path: Path, src: Path) -> None:
+    # Issue 27: `chmod 000 .` in the copy broke every later command; every directory but the
+    # root was restored. Both sides, and a mode that adds bits (0777) as well as one that drops.
+    copy = tmp_path / "copy"
+    sync(src, copy)
+    for mode in (0o000, 0o777):
+        copy.chmod(mode)
+        sync(src, copy)
+        assert stat.S_IMODE(copy.stat().st_mode) == 0o700
+
+
+def test_skipped_entries_are_named_up_to_a_bound(
+    tmp_path: Path, src: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(copy_walk, "SKIPPED_NAMED", 2)
+    for i in range(3):
+        os.mkfifo(src / f"p{i}")
+    work = sync(src, tmp_path / "copy")
+    assert len(work.skipped) == 3 and work.skipped[-1] == "… and 1 more"
+    assert all("a fifo (named pipe)" in s for s in work.skipped[:2])
+    # A device, reached through a link out of the tree (the bare sync has no guard; the
+    # tool's guard refuses /dev and names it in refused_links instead).
+    shutil.rmtree(src)
+    src.mkdir()
+    (src / "null").symlink_to("/dev/null")
+    work = sync(src, tmp_path / "copy")
+    assert work.skipped == ("null: a device: only files, directories and links are copied",)

@@ -4,6 +4,8 @@ are 125 with code, detail and what to do; --json prints the result object."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,29 @@ def test_excludes_and_bounds_a_person_can_see_and_change(workdir: Path) -> None:
     assert "left out of the copy ([sandbox.copy] exclude): big/" in err
     code, out, _ = run("exec", "-C", str(workdir), "--json", "--", "true")
     assert json.loads(out)["work"]["excluded"] == ["big/"]
+
+
+def test_fifos_sockets_devices_and_dead_links_are_named_not_skipped_silently(
+    workdir: Path,
+) -> None:
+    # Issue 27: a fifo in the tree was left out with `work.excluded == []` and nothing on stderr.
+    os.mkfifo(workdir / "pipe")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(workdir / "sock"))
+        (workdir / "dead").symlink_to("/nonexistent-sprawl-target")
+        code, _, err = run("exec", "-C", str(workdir), "--", "ls")
+        assert code == 0, err
+        for name, why in (
+            ("pipe", "a fifo (named pipe)"),
+            ("sock", "a socket"),
+            ("dead", "a symbolic link that leads nowhere"),
+        ):
+            assert f"sprawl-orch: not in the copy: {name}: {why}" in err, err
+        code, out, _ = run("exec", "-C", str(workdir), "--json", "--", "ls")
+    data = json.loads(out)
+    assert sorted(s.split(":")[0] for s in data["work"]["skipped"]) == [
+        "dead",
+        "pipe",
+        "sock",
+    ]
+    assert "a.txt" in data["stdout"].split() and "pipe" not in data["stdout"].split()

@@ -389,3 +389,22 @@ def test_local_bases_pass_the_check(tmp_path: Path) -> None:
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text("FROM sprawl/busybox:latest AS a\nFROM scratch\nCOPY --from=a / /\n")
     FakeStore("podman").check_bases(dockerfile)  # no error, no engine run
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[sandbox.container]\nimage = "t:1"\n',
+        'sandbox.container.image = "t:1"\n',
+        '[sandbox]\ncontainer = {image = "t:1", engine = "docker"}\n',
+    ],
+)
+def test_a_per_engine_pin_replaces_the_tag_its_refusal_named(tmp_path: Path, text: str) -> None:
+    # Issue 27: `image = "t:1"` is refused with "sprawl-orch image pin t:1"; a pin found in
+    # one engine only wrote images.docker beside the tag, and the result was refused too.
+    config = tmp_path / "sprawl.toml"
+    config.write_text(text)
+    result = pin("t:1", config, resolver=resolver_for({("docker", "t:1"): D1}))
+    assert result.removed == {"[sandbox.container] image": "t:1"}
+    loaded = load_config(config).sandbox.container
+    assert (loaded.image, loaded.image_for("docker")) == (None, D1)

@@ -50,3 +50,21 @@ def test_a_refused_sync_leaves_no_busy_slot(tmp_path: Path, tree: Path) -> None:
         copies.lease()
     assert refused.value.code == ErrorCode.COPY_BOUND and "max_files = 1" in refused.value.detail
     assert all(not info.busy for info in copies.store.info())
+
+
+def test_a_refused_sync_leaves_no_bookkeeping(tmp_path: Path, tree: Path) -> None:
+    # Issue 27: the slot's lock and meta.json stayed, and `copies list` showed a 0 B copy.
+    state = tmp_path / "state"
+    kept = ToolCopies(make_config(tmp_path), tree, state)
+    lease, _ = kept.lease()
+    kept.release(lease)
+    assert len(kept.store.info()) == 1
+    config = make_config(tmp_path, copy={"max_files": 1})
+    copies = ToolCopies(config, tree, state)
+    with pytest.raises(SprawlError):
+        copies.lease()
+    assert copies.store.info() == kept.store.info()  # the other key's copy is untouched
+    assert sorted(p.name for p in copies.store.root.iterdir()) == [lease.slot.parent.name]
+    empty = copies.store.lease(tree, "k")  # a lease released without a copy: nothing stays
+    empty.release()
+    assert not (copies.store.root / "k").exists()
