@@ -34,13 +34,13 @@ never evicted for the copy budget; a workspace over it refuses the next command.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import fcntl
 import hashlib
 import json
 import os
 import secrets
 import time
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +51,15 @@ from sprawl_orch.changes.apply import apply as apply_kept
 from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.store import drop_handle
 from sprawl_orch.changes.store import keep as keep_changes
-from sprawl_orch.changes.workspace_diff import Clean, diff, overlaps, replace_path, same_entry, scan
+from sprawl_orch.changes.workspace_diff import (
+    Clean,
+    conflict_diff,
+    diff,
+    overlaps,
+    replace_path,
+    same_entry,
+    scan,
+)
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
@@ -70,6 +78,8 @@ TREE, BASE, STAMPS, BASES, THEIRS, META, LOCK, RUNNING = (
     "running",
 )
 MAX_NAME = 64
+NAME_MAX = 255  # bytes of one path component on Linux filesystems
+_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def check_name(name: str) -> str:
@@ -83,8 +93,13 @@ def check_name(name: str) -> str:
         why = "holds a path separator"
     elif name in (".", "..") or ".." in name:
         why = "holds '..'"
-    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
-        why = "holds a control character"
+    elif any(unicodedata.category(c) in _UNSEEN for c in name):
+        # C1 controls, bidi overrides, zero-width and line separators display as something
+        # else (or as nothing); a lone surrogate can't be encoded as a file name at all.
+        why = "holds a control, format or separator character"
+    elif len(name.encode("utf-8")) > NAME_MAX:
+        # 64 four-byte characters are 256 bytes: mkdir would fail with ENAMETOOLONG
+        why = f"is {len(name.encode('utf-8'))} bytes long in UTF-8 (at most {NAME_MAX})"
     elif name.startswith("."):
         why = "starts with '.'"
     if why is not None:
@@ -460,7 +475,7 @@ class Workspace:
             if dry_run and held:
                 # A person merging by hand needs the agent's side of each held conflict.
                 shown_held = [p for p in held if not paths or overlaps(p, chosen)]
-                extra = "".join(_conflict_diff(self.workdir, self.tree, p) for p in shown_held)
+                extra = "".join(conflict_diff(self.workdir, self.tree, p) for p in shown_held)
                 update["diff"] = (result.diff or "") + extra or None
             result = result.model_copy(update=update)
             if not dry_run and not self.running():
@@ -532,24 +547,6 @@ def scan_one(root: Path, rel: str) -> os.stat_result | None:
     except (FileNotFoundError, NotADirectoryError):
         # absent on this side: None is the answer
         return None
-
-
-def _conflict_diff(workdir: Path, tree: Path, rel: str) -> str:
-    """Unified diff from the person's file now to the agent's (text), or a one-line note."""
-    try:
-        mine = (workdir / rel).read_bytes() if (workdir / rel).is_file() else b""
-        agent = (tree / rel).read_bytes() if (tree / rel).is_file() else b""
-        a, b = mine.decode(), agent.decode()
-    except (OSError, UnicodeDecodeError):
-        # unreadable: the message says to compare by hand
-        return f"conflict {rel}: binary or unreadable on one side; compare by hand\n"
-    lines = difflib.unified_diff(
-        a.splitlines(keepends=True),
-        b.splitlines(keepends=True),
-        f"a/{rel} (the person's, now)",
-        f"b/{rel} (the agent's, in the workspace)",
-    )
-    return "".join(lines)
 
 
 def _held(path: str, theirs: Path) -> ApplyItem:
