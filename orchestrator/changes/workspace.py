@@ -48,6 +48,7 @@ from pathlib import Path
 from sprawl_orch.changes import record as change_record
 from sprawl_orch.changes.apply import ApplyItem, ApplyResult
 from sprawl_orch.changes.apply import apply as apply_kept
+from sprawl_orch.changes.apply_protect import quote
 from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.store import drop_handle
 from sprawl_orch.changes.store import keep as keep_changes
@@ -472,6 +473,14 @@ class Workspace:
                 ),
             ]
             update: dict[str, object] = {"refused": refused}
+            if result.command:
+                # The handle applied through is dropped just above: the person names the
+                # workspace instead (same -C, --config and --protected words), on every surface.
+                tail = " " + quote(handle)
+                if result.command.endswith(tail):
+                    update["command"] = (
+                        result.command[: -len(tail)] + " --workspace " + quote(self.name)
+                    )
             if dry_run and held:
                 # A person merging by hand needs the agent's side of each held conflict.
                 shown_held = [p for p in held if not paths or overlaps(p, chosen)]
