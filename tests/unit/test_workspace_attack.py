@@ -272,3 +272,56 @@ def test_workdir_moved_is_refused_and_the_workspace_kept(project: tuple[Path, Pa
     with pytest.raises(SprawlError):
         ws.apply()
     assert (ws.tree / "agent.txt").read_text() == "agent\n"
+
+
+def test_person_changes_between_dry_run_and_apply_are_not_overwritten(
+    project: tuple[Path, Path],
+) -> None:
+    """The person edits the file the dry-run showed, before `apply`: apply flows the edit in
+    first, so it is a conflict held back, never overwritten with what the dry-run showed."""
+    tree, state = project
+    ws = Workspace(state, tree, "w")
+    with ws.command():
+        (ws.tree / "README").write_text("agent\n")
+    dry = ws.apply(dry_run=True)
+    assert [i.path for i in dry.applied] == ["README"]
+    (tree / "README").write_text("person, after the dry run\n")
+    done = ws.apply()
+    assert done.applied == [] and [i.change for i in done.refused] == ["conflict"]
+    assert (tree / "README").read_text() == "person, after the dry run\n"
+    assert (ws.tree / "README").read_text() == "agent\n"
+
+
+def test_discard_while_a_command_runs_leaves_the_person_tree_and_a_clean_restart(
+    project: tuple[Path, Path],
+) -> None:
+    tree, state = project
+    ws = Workspace(state, tree, "w")
+    before = (tree / "README").read_bytes()
+    with ws.command():
+        (ws.tree / "README").write_text("agent\n")
+        Workspace(state, tree, "w").discard()  # another process's discard, mid-command
+        assert not ws.exists()
+    assert (tree / "README").read_bytes() == before
+    with ws.command() as again:
+        assert again.created and not again.held_back
+        assert (ws.tree / "README").read_bytes() == before
+    assert ws.running() == 0
+
+
+def test_a_command_of_one_workspace_holds_back_flow_in_for_another_process(
+    project: tuple[Path, Path],
+) -> None:
+    """A second holder (another CLI process: another Workspace object) starting while the
+    first command runs: the person's edit is held back, not flowed in under the first."""
+    tree, state = project
+    ws = Workspace(state, tree, "w")
+    with ws.command():
+        pass
+    with ws.command():
+        (tree / "README").write_text("person\n")
+        with Workspace(state, tree, "w").command() as second:
+            assert second.held_back and second.flowed_in == []
+            assert (ws.tree / "README").read_text() == "readme\n"
+    with ws.command() as alone:
+        assert alone.flowed_in == ["README"]
