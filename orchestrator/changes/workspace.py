@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 import time
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -520,9 +521,19 @@ class Workspace:
                     f"not a conflict of workspace {self.name!r}",
                     f"see them with: sprawl-orch workspace show {self.name}",
                 )
+            # The agent may have made a directory on the way a link or a file: the person's
+            # version needs the directory, so the person's whole entry there is taken (a
+            # link is never written through; replace_path would refuse it).
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                on_way = "/".join(parts[:i])
+                st = scan_one(self.tree, on_way)
+                if st is not None and not stat.S_ISDIR(st.st_mode):
+                    rel = on_way
+                    break
             replace_path(self.base, self.tree, rel)
             delete_path(self.dir / THEIRS / rel)
-            self._save([c for c in self.conflicts() if c != rel])
+            self._save([c for c in self.conflicts() if not overlaps(c, {rel})])
 
     def discard(self) -> None:
         """Drop the workspace: the next command in it starts from the person's tree."""

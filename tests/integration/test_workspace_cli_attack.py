@@ -85,7 +85,7 @@ def test_two_cli_processes_in_one_workspace_at_once_keep_both(
     ]
     (proj / "README").write_text("person\n")  # flows in before one of them, or the next
     for p in procs:
-        out, err = p.communicate(timeout=300)
+        _out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
     ex(proj, config, "true")
     shown = subprocess.run(

@@ -325,3 +325,28 @@ def test_a_command_of_one_workspace_holds_back_flow_in_for_another_process(
             assert (ws.tree / "README").read_text() == "readme\n"
     with ws.command() as alone:
         assert alone.flowed_in == ["README"]
+
+
+def test_take_through_a_directory_the_agent_made_a_link(
+    project: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The agent turns pkg into a link to a host directory; the person edits pkg/more.py:
+    taking the person's version must work (it raised a bare NotADirectoryError), bring the
+    person's directory back, and never write through the link."""
+    tree, state = project
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "more.py").write_text("HOST\n")
+    ws = Workspace(state, tree, "w")
+    with ws.command():
+        (ws.tree / "pkg" / "more.py").unlink()
+        (ws.tree / "pkg").rmdir()
+        os.symlink(host, ws.tree / "pkg")
+    (tree / "pkg" / "more.py").write_text("person\n")
+    with ws.command() as r:
+        assert r.conflicts == ["pkg/more.py"]
+    ws.take("pkg/more.py")
+    assert (host / "more.py").read_text() == "HOST\n"
+    assert not (ws.tree / "pkg").is_symlink()
+    assert (ws.tree / "pkg" / "more.py").read_text() == "person\n"
+    assert ws.conflicts() == [] and ws.show().changes == []
