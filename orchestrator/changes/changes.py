@@ -158,13 +158,15 @@ class _Compare:
             now.st_dev,
         ) != src or now.st_size != size:
             return None
-        return _equal_files(str(source), path)
+        return equal_files(str(source), path)
 
 
-def _equal_files(a: str, b: str) -> bool | None:
+def equal_files(a: str, b: str, follow_a: bool = True) -> bool | None:
+    """Whether files `a` and `b` hold the same bytes; None when either can't be opened.
+    `b` is never followed through a link (a copy side); `a` is unless `follow_a` is off."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fa = os.open(a, flags)
+        fa = os.open(a, flags if follow_a else flags | os.O_NOFOLLOW)
     except OSError:
         return None
     try:

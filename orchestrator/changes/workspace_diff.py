@@ -26,9 +26,8 @@ import shutil
 import stat
 from pathlib import Path
 
-from sprawl_orch.changes.changes import ChangeEntry
+from sprawl_orch.changes.changes import ChangeEntry, equal_files
 from sprawl_orch.changes.record import fs_now_ns, kind_of, norm_mode
-from sprawl_orch.copy.fileops import CHUNK
 from sprawl_orch.copy.sync import delete_path
 from sprawl_orch.core import fs_clock
 
@@ -57,28 +56,8 @@ def scan(root: Path) -> Listing:
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fa = os.open(a, flags)
-    except OSError:
-        # unreadable counts as different: compared again, never trusted
-        return False
-    try:
-        fb = os.open(b, flags)
-    except OSError:
-        # unreadable counts as different: compared again, never trusted
-        os.close(fa)
-        return False
-    try:
-        while True:
-            x, y = os.read(fa, CHUNK), os.read(fb, CHUNK)
-            if x != y:
-                return False
-            if not x:
-                return True
-    finally:
-        os.close(fa)
-        os.close(fb)
+    # unreadable (None) counts as different: compared again, never trusted
+    return equal_files(str(a), str(b), follow_a=False) is True
 
 
 def same_entry(a_root: Path, a: os.stat_result, b_root: Path, b: os.stat_result, rel: str) -> bool:
