@@ -5,13 +5,16 @@ and names a workspace may not take. Each test states the claim it tries to break
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from sprawl_orch.changes.workspace import Workspace, check_name
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from tests.integration.conftest import missing
 
 
 @pytest.fixture
@@ -350,3 +353,50 @@ def test_take_through_a_directory_the_agent_made_a_link(
     assert not (ws.tree / "pkg").is_symlink()
     assert (ws.tree / "pkg" / "more.py").read_text() == "person\n"
     assert ws.conflicts() == [] and ws.show().changes == []
+
+
+def test_link_retargeted_on_both_sides_is_a_conflict_on_one_flows_in(
+    project: tuple[Path, Path],
+) -> None:
+    tree, state = project
+    os.symlink("README", tree / "a")
+    os.symlink("README", tree / "b")
+    ws = Workspace(state, tree, "w")
+    with ws.command():
+        (ws.tree / "a").unlink()
+        os.symlink("pkg", ws.tree / "a")
+    for name in ("a", "b"):  # links inside the tree are copied as links (copy/links.py)
+        (tree / name).unlink()
+        os.symlink("pkg/more.py", tree / name)
+    with ws.command() as r:
+        assert r.conflicts == ["a"] and r.flowed_in == ["b"]
+    assert os.readlink(ws.tree / "a") == "pkg" and os.readlink(ws.tree / "b") == "pkg/more.py"
+    assert os.readlink(Path(ws.show().conflicts["a"])) == "pkg/more.py"
+
+
+def test_racy_agent_rewrite_on_another_filesystem_is_seen(tmp_path: Path) -> None:
+    """The state directory on another filesystem than the tree (tmpfs under /dev/shm): an
+    agent's same-length rewrite right after the stamps were learned, its mtime set back, is
+    still a change (the clean record trusts stamps only below a line from that filesystem)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        missing("no /dev/shm on another filesystem here")  # fails under CI=true
+    state = Path(tempfile.mkdtemp(dir=shm, prefix="ws-attack-"))
+    try:
+        tree = tmp_path / "proj"
+        tree.mkdir()
+        (tree / "f").write_text("aaaa\n")
+        ws = Workspace(state, tree, "w")
+        for i in range(20):  # many tries at landing within the same clock tick
+            with ws.command():
+                f = ws.tree / "f"
+                before = f.stat()
+                f.write_text(f"{i:04d}\n")
+                os.utime(f, ns=(before.st_atime_ns, before.st_mtime_ns))
+            assert [e.path for e in ws.show().changes] == ["f"]
+            with ws.command():
+                (ws.tree / "f").write_text("aaaa\n")
+                os.utime(ws.tree / "f", ns=(before.st_atime_ns, before.st_mtime_ns))
+            assert ws.show().changes == []
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
