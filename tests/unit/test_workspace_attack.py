@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.changes.workspace import Workspace, check_name
+from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from tests.integration.conftest import missing
 
@@ -400,3 +401,32 @@ def test_racy_agent_rewrite_on_another_filesystem_is_seen(tmp_path: Path) -> Non
             assert ws.show().changes == []
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+def test_apply_never_writes_through_the_persons_link_out_of_the_tree(tmp_path: Path) -> None:
+    """The person's `cfg` is a link to a file outside the tree: the copy holds its content
+    (copy/links.py), the agent edits it there; apply refuses rather than writing the file the
+    link points at (outside the tree)."""
+    # A guard with no places: the test's tree lives under /tmp (a runtime place, never copied
+    # through a link by the real guard); what is judged here is apply, not the guard.
+    out = tmp_path / "outside"
+    out.mkdir(mode=0o755)
+    # the copy follows a link only to what everyone may read, every directory on the way
+    ways = [(p, stat.S_IMODE(p.stat().st_mode)) for p in (tmp_path, tmp_path.parent)]
+    try:
+        for p, _ in ways:
+            p.chmod(0o755)
+        (out / "cfg").write_text("host cfg\n")
+        tree = tmp_path / "proj"
+        tree.mkdir()
+        os.symlink(out / "cfg", tree / "cfg")
+        ws = Workspace(tmp_path / "state", tree, "w", guard=Guard((), (), (), grants=False))
+        with ws.command():
+            assert (ws.tree / "cfg").read_text() == "host cfg\n"
+            (ws.tree / "cfg").write_text("agent\n")
+        done = ws.apply()
+        assert done.applied == [] and [i.path for i in done.refused] == ["cfg"]
+        assert (out / "cfg").read_text() == "host cfg\n" and (tree / "cfg").is_symlink()
+    finally:
+        for p, mode in ways:
+            p.chmod(mode)
