@@ -100,3 +100,30 @@ def test_two_cli_processes_in_one_workspace_at_once_keep_both(
     assert view["conflicts"] == {} and view["running"] == 0
     tree = Path(view["path"])
     assert (tree / "README").read_text() == "person\n"
+
+
+def test_a_huge_file_flowing_in_refuses_the_next_command_and_keeps_the_work(
+    setup: tuple[Path, Path],
+) -> None:
+    """A workspace is never evicted: past the copy budget the next command is refused (coded,
+    naming the workspace), and the agent's work and the person's file are both still there."""
+    proj, config = setup
+    config.write_text(config.read_text() + "[sandbox.copy]\nbudget_bytes = 4000000\n")
+    assert ex(proj, config, "echo agent > a")["exit_code"] == 0
+    (proj / "big").write_bytes(os.urandom(3_000_000))
+    argv = _argv(proj, config, "exec", "--json", "--workspace", "w", "--shell", "--", "true")
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode != 0
+    answer = json.loads(done.stdout or done.stderr)
+    assert answer["code"] == "E_COPY_BOUND" and "'w'" in str(answer), answer
+    shown = subprocess.run(
+        _argv(proj, config, "workspace", "show", "--json", "w"),
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    view = json.loads(shown.stdout)
+    assert [c["path"] for c in view["changes"]] == ["a"], view
+    assert (Path(view["path"]) / "a").read_text() == "agent\n"
+    assert (proj / "big").stat().st_size == 3_000_000
