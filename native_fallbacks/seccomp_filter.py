@@ -16,6 +16,10 @@ What the program refuses, and the bypass each line closes:
   Only the low 32 bits of the family and protocol are compared: the kernel reads `int
   family`, so comparing all 64 bits (libseccomp's plain `SCMP_CMP_EQ` on a 64-bit arch)
   would let a refusal miss `socket(0x100000001, ...)` -- an AF_UNIX socket.
+- `socket(AF_INET or AF_INET6, type)` -> EPERM unless the type (flags masked off) is
+  stream, dgram, raw or seqpacket: the kernel turns (PF_INET, SOCK_PACKET) into an
+  AF_PACKET socket, which a command holding CAP_NET_RAW in a user namespace of its own
+  could make (it did under podman's default profile, attack7).
 - `socketpair(AF_UNIX, SOCK_DGRAM | SOCK_RAW, ...)` -> EPERM; SOCK_STREAM and SOCK_SEQPACKET
   pairs stay allowed (pipes between the command's own processes). A datagram socket from a
   pair can still `sendto()`/`connect()` a pathname address (trpc-agent-go#2426 found this
@@ -134,10 +138,15 @@ def build(abi: Abi) -> bytes:
             _op(_RET_K, RET_ALLOW),
             "socket",
             _op(_LD_W_ABS, _ARG0_LO),
-            *(_op(_JEQ_K, family, "allow") for family in policy.INET_FAMILIES),
+            *(_op(_JEQ_K, family, "inet") for family in policy.INET_FAMILIES),
             _op(_JEQ_K, policy.AF_NETLINK, None, "eperm"),
             _op(_LD_W_ABS, _ARG2_LO),
             _op(_JEQ_K, policy.NETLINK_ROUTE, "allow", "eperm"),
+            "inet",  # by type: socket(AF_INET, SOCK_PACKET) is an AF_PACKET socket
+            _op(_LD_W_ABS, _ARG1_LO),
+            _op(_AND_K, SOCK_TYPE_MASK),
+            *(_op(_JEQ_K, t, "allow") for t in policy.INET_TYPES),
+            _op(_RET_K, RET_ERRNO | errno.EPERM),
             "socketpair",
             _op(_LD_W_ABS, _ARG0_LO),
             _op(_JEQ_K, AF_UNIX, None, "allow"),

@@ -54,15 +54,39 @@ def _arg(index: int, value: int) -> dict[str, Any]:
     return {"index": index, "value": value, "op": "SCMP_CMP_EQ"}
 
 
+def _type(sock_type: int) -> dict[str, Any]:
+    """The socket type without its flags (SOCK_NONBLOCK, SOCK_CLOEXEC sit above the mask)."""
+    return {
+        "index": 1,
+        "value": policy.SOCK_TYPE_MASK,
+        "valueTwo": sock_type,
+        "op": "SCMP_CMP_MASKED_EQ",
+    }
+
+
 def policy_rules(allow_unix: bool = True) -> list[dict[str, Any]]:
     """The socket policy as OCI rules. Several allow rules for one syscall are alternatives
     (libseccomp ORs them); the arguments of one rule must all hold. Every comparison is
     EQ on the whole 64-bit register: a family with stray upper bits does not match and is
     refused by the default action -- the allowlist fails closed."""
-    families = [*policy.INET_FAMILIES, *((policy.AF_UNIX,) if allow_unix else ())]
+    # inet and inet6 only by the types they have: the kernel turns socket(AF_INET,
+    # SOCK_PACKET, ...) into an AF_PACKET socket (net/socket.c, "obsolete PF_INET,
+    # SOCK_PACKET"), and a command that made a user and network namespace of its own holds
+    # CAP_NET_RAW there -- measured under podman's default profile: unshare(CLONE_NEWUSER |
+    # CLONE_NEWNET) then socket(AF_INET, SOCK_PACKET, ETH_P_ALL) made a packet socket.
     rules: list[dict[str, Any]] = [
-        {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [_arg(0, f)]} for f in families
+        {
+            "names": ["socket"],
+            "action": "SCMP_ACT_ALLOW",
+            "args": [_arg(0, f), _type(t)],
+        }
+        for f in policy.INET_FAMILIES
+        for t in policy.INET_TYPES
     ]
+    if allow_unix:
+        rules.append(
+            {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [_arg(0, policy.AF_UNIX)]}
+        )
     rules.append(
         {
             "names": ["socket"],
@@ -103,7 +127,12 @@ def harden(base: dict[str, Any], allow_unix: bool = True) -> dict[str, Any]:
         if names:
             rules.append({**{k: v for k, v in rule.items() if k != "name"}, "names": names})
     arches = [{**a, "subArchitectures": None} for a in base.get("archMap") or []]
-    return {**base, "archMap": arches, "syscalls": [*rules, *policy_rules(allow_unix)]}
+    # The other spelling, `architectures` (a flat list, accepted by podman and docker in
+    # place of archMap), is dropped whole: without it the runtime filters the native ABI
+    # only. Measured (attack7): a containers.conf seccomp_profile in that spelling, listing
+    # SCMP_ARCH_X86, let an i386 socketcall(SYS_SOCKET, AF_VSOCK) make a vsock socket.
+    kept = {k: v for k, v in base.items() if k != "architectures"}
+    return {**kept, "archMap": arches, "syscalls": [*rules, *policy_rules(allow_unix)]}
 
 
 def podman_base(path: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ namespaced -- on a machine that is itself a VM it reaches the hypervisor's servi
 io_uring (open in docker 20.10's default profile) makes sockets without a `socket()`
 call seccomp could see (IORING_OP_SOCKET, Linux 5.19). So the policy is an allowlist:
 
-- AF_INET, AF_INET6: the namespace's own loopback (test servers, local IPC over TCP);
+- AF_INET, AF_INET6: the namespace's own loopback (test servers, local IPC over TCP),
+  with the types INET_TYPES only -- never SOCK_PACKET, which the kernel makes AF_PACKET;
 - AF_NETLINK with protocol NETLINK_ROUTE only: glibc's getaddrinfo (AI_ADDRCONFIG) and
   `ip` read interfaces and routes over it; every other netlink protocol (uevent, audit,
   sock_diag, xfrm, netfilter, generic) is refused;
@@ -29,6 +30,10 @@ AF_INET = 2
 AF_INET6 = 10
 AF_NETLINK = 16
 NETLINK_ROUTE = 0
+SOCK_TYPE_MASK = 0xF
+# The types inet and inet6 are opened with: stream, dgram, raw, seqpacket (SCTP). Not
+# SOCK_PACKET (10): socket(AF_INET, SOCK_PACKET, ...) is an AF_PACKET socket in the kernel.
+INET_TYPES: tuple[int, ...] = (1, 2, 3, 5)
 # Families any command may open (AF_NETLINK only with NETLINK_ROUTE).
 INET_FAMILIES: tuple[int, ...] = (AF_INET, AF_INET6)
 IO_URING: tuple[str, ...] = ("io_uring_setup", "io_uring_enter", "io_uring_register")

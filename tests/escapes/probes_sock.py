@@ -52,6 +52,7 @@ CALLS: dict[str, tuple[int, tuple[int, ...]]] = {
     "vsock-dgram": (SOCKET, (40, 2, 0)),
     "vsock-x32": (X32 | SOCKET, (40, 1, 0)),  # the x32 ABI's number for the same call
     "vsock-high-bits": (SOCKET, (0x1_0000_0028, 1, 0)),  # the kernel reads int family
+    "vsock-high-proto": (SOCKET, (40, 1, 0x1_0000_0000)),
     "packet": (SOCKET, (17, 3, 0)),
     "packet-dgram": (SOCKET, (17, 2, 0)),
     "xdp": (SOCKET, (44, 3, 0)),
@@ -73,6 +74,24 @@ CALLS: dict[str, tuple[int, tuple[int, ...]]] = {
     "qipcrtr": (SOCKET, (42, 2, 0)),
     "llc": (SOCKET, (26, 2, 0)),
     "io-uring-setup": (IO_URING_SETUP, (1, PTR)),
+    # AF_INET by number, AF_PACKET in the kernel (net/socket.c turns PF_INET SOCK_PACKET
+    # into PF_PACKET); needs CAP_NET_RAW where the socket is made -- see CALLS_USERNS
+    "inet-sock-packet": (SOCKET, (2, 10, 0x300)),
+}
+# The same after unshare(CLONE_NEWUSER | CLONE_NEWNET): the command's own user namespace
+# gives it CAP_NET_RAW over a network namespace of its own. Measured (attack7): podman's
+# default profile lets the unshare through, and socket(AF_INET, SOCK_PACKET, ETH_P_ALL)
+# made a packet socket under the policy that allowed AF_INET whatever its type.
+UNSHARE, CLONE_NEWUSER_NET = 272, 0x10000000 | 0x40000000
+CALLS_USERNS: dict[str, tuple[int, tuple[int, ...]]] = {
+    "userns-inet-sock-packet": (SOCKET, (2, 10, 0x300)),
+    "userns-inet-sock-packet-nonblock": (SOCKET, (2, 10 | 0o4000, 0x300)),
+    "userns-packet": (SOCKET, (17, 3, 0x300)),
+    "userns-netlink-uevent": (SOCKET, (16, 3, 15)),
+    "userns-vsock": (SOCKET, (40, 1, 0)),
+    "userns-io-uring-setup": (IO_URING_SETUP, (1, PTR)),
+    # type with upper bits (the kernel reads int type): a masked compare must still see 10
+    "userns-inet-sock-packet-high-type": (SOCKET, (2, 0x1_0000_000A, 0x300)),
 }
 
 
@@ -94,6 +113,9 @@ I386_CONTROL = "SOCK_I386_CONTROL"
 
 def programs() -> dict[str, bytes]:
     out = {name: program(nr, *args) for name, (nr, args) in CALLS.items()}
+    userns = ((UNSHARE, (CLONE_NEWUSER_NET,)),)
+    for name, (nr, args) in CALLS_USERNS.items():
+        out[name] = program(nr, *args, before=userns)
     for name, (nr, args, packed) in CALLS32.items():
         out[name] = program32(nr, *args, packed=packed)
     return out
@@ -135,9 +157,11 @@ echo "@{key}@" | $b base64 -d > "${var}" && $b chmod 700 "${var}"
 
 
 def _probe(name: str) -> Probe:
-    if name in CALLS:
-        nr, args = CALLS[name]
+    if name in CALLS or name in CALLS_USERNS:
+        nr, args = CALLS[name] if name in CALLS else CALLS_USERNS[name]
         call = f"syscall {nr:#x}{tuple(a for a in args if a != PTR)}"
+        if name in CALLS_USERNS:
+            call = f"unshare(NEWUSER|NEWNET) then {call}"
     else:
         nr, args, packed = CALLS32[name]
         call = f"i386 syscall {nr}{tuple(a for a in args if a != PTR)} args {packed}"
@@ -162,4 +186,4 @@ else echo "ESC $id the probe program did not run (exit $r): it proves nothing"; 
 
 
 def probes() -> list[Probe]:
-    return [_probe(name) for name in (*CALLS, *CALLS32)]
+    return [_probe(name) for name in (*CALLS, *CALLS_USERNS, *CALLS32)]

@@ -19,6 +19,9 @@ import struct
 # x86_64: argument registers of the syscall ABI, as (mov r32, imm32) and (lea r64, [rsp+d32]).
 _MOV_IMM = (b"\xbf", b"\xbe", b"\xba", b"\x41\xba")  # edi, esi, edx, r10d
 _LEA_RSP = (b"\x48\x8d\xbc\x24", b"\x48\x8d\xb4\x24", b"\x48\x8d\x94\x24", b"\x4c\x8d\x94\x24")
+# (movabs r64, imm64) for values with upper bits: the kernel reads `int family`, a filter
+# may compare all 64 bits -- the probe must put them in the register, not drop them.
+_MOVABS = (b"\x48\xbf", b"\x48\xbe", b"\x48\xba", b"\x49\xba")  # rdi, rsi, rdx, r10
 PTR = -1  # an argument that is a pointer to 256 zeroed bytes
 BASE = 0x400000
 _HEADERS = 64 + 56
@@ -28,21 +31,35 @@ def supported(machine: str | None = None) -> bool:
     return (machine or platform.machine()).lower() in ("x86_64", "amd64")
 
 
-def program(nr: int, *args: int) -> bytes:
-    """An ELF executable making syscall `nr(*args)` and exiting as the docstring says."""
+def _call(nr: int, args: tuple[int, ...]) -> bytes:
     if len(args) > 4:
         raise ValueError("at most four arguments")
+    code = bytearray()
+    for i, value in enumerate(args):
+        if value == PTR:
+            code += _LEA_RSP[i] + struct.pack("<I", 256 * i)
+        elif value > 0xFFFFFFFF:  # movabs: a 32-bit mov would zero the upper half
+            code += _MOVABS[i] + struct.pack("<Q", value)
+        else:
+            code += _MOV_IMM[i] + struct.pack("<I", value & 0xFFFFFFFF)
+    code += b"\xb8" + struct.pack("<I", nr & 0xFFFFFFFF)  # mov eax, nr
+    return bytes(code + b"\x0f\x05")  # syscall
+
+
+def program(nr: int, *args: int, before: tuple[tuple[int, tuple[int, ...]], ...] = ()) -> bytes:
+    """An ELF executable making syscall `nr(*args)` and exiting as the docstring says.
+    `before`: calls made first, each of which must succeed (a failed one exits with its
+    errno) -- e.g. unshare(CLONE_NEWUSER | CLONE_NEWNET) to hold capabilities in a network
+    namespace of the command's own before the socket call."""
     code = bytearray()
     code += b"\x48\x81\xec" + struct.pack("<I", 1024)  # sub rsp, 1024
     code += b"\x48\x89\xe7\x31\xc0\xb9" + struct.pack("<I", 1024) + b"\xf3\xaa"
     # ^ mov rdi, rsp; xor eax, eax; mov ecx, 1024; rep stosb: the pointed-to memory is zero
-    for i, value in enumerate(args):
-        if value == PTR:
-            code += _LEA_RSP[i] + struct.pack("<I", 256 * i)
-        else:
-            code += _MOV_IMM[i] + struct.pack("<I", value & 0xFFFFFFFF)
-    code += b"\xb8" + struct.pack("<I", nr & 0xFFFFFFFF)  # mov eax, nr
-    code += b"\x0f\x05"  # syscall
+    for call_nr, call_args in before:
+        code += _call(call_nr, call_args)
+        # test rax, rax; jns +11; neg eax; mov edi, eax; mov eax, 60 (exit); syscall
+        code += b"\x48\x85\xc0\x79\x0b\xf7\xd8\x89\xc7\xb8\x3c\x00\x00\x00\x0f\x05"
+    code += _call(nr, args)
     code += b"\x48\x85\xc0\x78\x02\x31\xc0\xf7\xd8"  # test rax,rax; js +2; xor eax,eax; neg eax
     code += b"\x89\xc7\xb8\x3c\x00\x00\x00\x0f\x05"  # mov edi, eax; mov eax, 60 (exit); syscall
     code += b"\xcc"  # int3: exit itself was refused: SIGTRAP, never a fall into garbage

@@ -173,3 +173,51 @@ def test_still_allowed(ran: dict[str, str], name: str) -> None:
 
 def test_the_program_is_built_once_per_process() -> None:
     assert program() is program()
+
+
+# The filter loaded straight into a child (no bwrap): run by root, the kernel itself would
+# make the socket (CAP_NET_RAW), so an EPERM is the filter's word. (PF_INET, SOCK_PACKET)
+# is an AF_PACKET socket in the kernel (net/socket.c); a command with CAP_NET_RAW in a user
+# namespace of its own could make it under a policy that allowed AF_INET of any type.
+LOADED = r"""
+import ctypes, errno, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def packet(flags=0):
+    r = libc.syscall(ctypes.c_long(41), ctypes.c_long(2), ctypes.c_long(10 | flags),
+                     ctypes.c_long(0x300))
+    return "allowed" if r >= 0 else errno.errorcode.get(ctypes.get_errno())
+print("unconfined", packet())
+prog = os.read(int(sys.argv[1]), 1 << 16)
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+fp = Fprog(len(prog) // 8, prog)
+assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()  # SECCOMP_MODE_FILTER
+print("filtered", packet())
+print("filtered_nonblock", packet(0o4000))
+print("inet_stream", "allowed" if socket.socket(socket.AF_INET) else "no")
+"""
+
+
+def test_inet_sock_packet_refused_by_the_filter_itself() -> None:
+    if platform.machine() != "x86_64":
+        absent("x86_64", "the probe calls socket by its x86_64 number")
+    fd = program_fd()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", LOADED, str(fd)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            pass_fds=(fd,),
+            check=False,
+        )
+    finally:
+        os.close(fd)
+    assert done.returncode == 0, done.stderr
+    got = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    if got["unconfined"] != "allowed":
+        absent("CAP_NET_RAW", f"socket(AF_INET, SOCK_PACKET) unconfined: {got['unconfined']}")
+    assert got["filtered"] == "EPERM" and got["filtered_nonblock"] == "EPERM", got
+    assert got["inet_stream"] == "allowed", got

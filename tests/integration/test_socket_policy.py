@@ -10,6 +10,7 @@ kernel without the family proves nothing). No socket is ever connected: vsock le
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,21 @@ from typing import Any
 import pytest
 
 from sprawl_orch.config import parse_config
+from sprawl_orch.container import admission
 from sprawl_orch.container.gvisor import runsc_path
+from sprawl_orch.container.seccomp_profile import PODMAN_DEFAULT
 from sprawl_orch.runs.results import ExecResult
 from sprawl_orch.tool.exec_tool import ExecTool
 from tests.escapes.probes_sock import CALLS, _run_unconfined
-from tests.escapes.sysprobe import PTR, program, supported
+from tests.escapes.sysprobe import (
+    I386_GETPID,
+    I386_SOCKETCALL,
+    PTR,
+    SYS_SOCKET,
+    program,
+    program32,
+    supported,
+)
 from tests.integration.conftest import missing
 
 SOCKET, SOCKETPAIR = 41, 53
@@ -148,3 +159,41 @@ git -c user.email=a@b -c user.name=a commit -qm one && echo "GIT ok" """
     found = [ln for ln in out.splitlines() if ln.startswith("GAI-ADDRCONFIG ")]
     assert found and int(found[0].split()[1]) > 0, out + result.stderr  # one per socket type
     assert "PIP 0" in out and "GIT ok" in out, out + result.stderr
+
+
+def test_podman_base_in_the_flat_architectures_spelling_keeps_i386_refused(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """containers.conf's seccomp_profile is the caller's: podman's own default rewritten
+    with `architectures` (SCMP_ARCH_X86 listed) in place of `archMap`. Measured before the
+    fix (attack7): i386 socketcall(SYS_SOCKET, AF_VSOCK) made a vsock socket with network
+    claimed yes."""
+    if not supported():
+        missing("the probe programs are built for x86_64 only (tests/escapes/sysprobe.py)")
+    control = program32(I386_GETPID)
+    vsock = program32(I386_SOCKETCALL, SYS_SOCKET, PTR, packed=(40, 1, 0))
+    if _run_unconfined(control) != 0 or _run_unconfined(vsock) != 0:
+        missing("this kernel runs no i386 program or has no AF_VSOCK: nothing to prove")
+    base = json.loads(Path(PODMAN_DEFAULT).read_text(encoding="utf-8"))
+    base.pop("archMap", None)
+    base["architectures"] = ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]
+    (tmp_path / "prof.json").write_text(json.dumps(base), encoding="utf-8")
+    conf = tmp_path / "containers.conf"
+    conf.write_text(f'[containers]\nseccomp_profile = "{tmp_path / "prof.json"}"\n')
+    monkeypatch.setenv("CONTAINERS_CONF", str(conf))
+    admission.clear_cache()
+    request.addfinalizer(admission.clear_cache)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name, elf in (("control", control), ("vsock", vsock)):
+        (tree / name).write_bytes(elf)
+        (tree / name).chmod(0o755)
+    with ExecTool(parse_config(_config("podman", tmp_path, request)), tree) as tool:
+        result = _exec(tool, './control; echo "CONTROL $?"; ./vsock; echo "VSOCK $?"')
+    got = dict(
+        ln.split() for ln in result.stdout.splitlines() if ln.split()[0] in ("CONTROL", "VSOCK")
+    )
+    assert set(got) == {"CONTROL", "VSOCK"}, result.stdout + result.stderr
+    # the i386 ABI is refused whole (SIGSYS: 159), or at least the socket is
+    assert got["VSOCK"] != "0", got
+    assert got["CONTROL"] == "159", got

@@ -66,14 +66,22 @@ def test_socket_is_allowed_for_exactly_the_policys_families() -> None:
     socket_rules = rules_for(harden(moby_profile.profile()), "socket")
     assert all(r["action"] == "SCMP_ACT_ALLOW" for r in socket_rules)
     allowed = sorted(
-        tuple((a["index"], a["value"], a["op"]) for a in r["args"]) for r in socket_rules
+        tuple((a["index"], a["value"], a.get("valueTwo", 0), a["op"]) for a in r["args"])
+        for r in socket_rules
     )
-    assert allowed == [
-        ((0, 1, "SCMP_CMP_EQ"),),  # AF_UNIX: the container's own namespace
-        ((0, 2, "SCMP_CMP_EQ"),),
-        ((0, 10, "SCMP_CMP_EQ"),),
-        ((0, 16, "SCMP_CMP_EQ"), (2, 0, "SCMP_CMP_EQ")),  # netlink: NETLINK_ROUTE only
+    # inet and inet6 by type, SOCK_PACKET (10) never: the kernel makes it AF_PACKET
+    inet = [
+        ((0, family, 0, "SCMP_CMP_EQ"), (1, 0xF, t, "SCMP_CMP_MASKED_EQ"))
+        for family in (2, 10)
+        for t in (1, 2, 3, 5)
     ]
+    assert allowed == sorted(
+        [
+            ((0, 1, 0, "SCMP_CMP_EQ"),),  # AF_UNIX: the container's own namespace
+            *inet,
+            ((0, 16, 0, "SCMP_CMP_EQ"), (2, 0, 0, "SCMP_CMP_EQ")),  # NETLINK_ROUTE only
+        ]
+    )
     (pair,) = rules_for(harden(moby_profile.profile()), "socketpair")
     assert pair["args"] == [{"index": 0, "value": 1, "op": "SCMP_CMP_EQ"}]
     no_unix = rules_for(harden(moby_profile.profile(), allow_unix=False), "socket")
@@ -217,3 +225,13 @@ def test_no_profile_asked_no_profile_checked(tmp_path: Path) -> None:
     _expected, inspect = _created(tmp_path)
     plain = Expected.of("docker", ContainerConfig(), HOST, IMAGE, tmp_path / "copy", "runc")
     assert plain.seccomp == "" and "seccomp" not in fields(plain, inspect)
+
+
+def test_a_flat_architectures_list_is_dropped_with_the_compat_abis() -> None:
+    """podman and docker take `architectures` in place of `archMap`; a base in that spelling
+    (containers.conf seccomp_profile is the caller's) must not bring the i386 ABI back."""
+    base = {k: v for k, v in moby_profile.profile().items() if k != "archMap"}
+    base["architectures"] = ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]
+    hardened = harden(base)
+    assert "architectures" not in hardened
+    assert all(not a.get("subArchitectures") for a in hardened["archMap"])
