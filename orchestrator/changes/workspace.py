@@ -34,13 +34,14 @@ never evicted for the copy budget; a workspace over it refuses the next command.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import fcntl
 import hashlib
 import json
 import os
 import secrets
+import stat
 import time
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,10 +49,19 @@ from pathlib import Path
 from sprawl_orch.changes import record as change_record
 from sprawl_orch.changes.apply import ApplyItem, ApplyResult
 from sprawl_orch.changes.apply import apply as apply_kept
+from sprawl_orch.changes.apply_protect import quote
 from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.store import drop_handle
 from sprawl_orch.changes.store import keep as keep_changes
-from sprawl_orch.changes.workspace_diff import Clean, diff, overlaps, replace_path, same_entry, scan
+from sprawl_orch.changes.workspace_diff import (
+    Clean,
+    conflict_diff,
+    diff,
+    overlaps,
+    replace_path,
+    same_entry,
+    scan,
+)
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
@@ -70,6 +80,8 @@ TREE, BASE, STAMPS, BASES, THEIRS, META, LOCK, RUNNING = (
     "running",
 )
 MAX_NAME = 64
+NAME_MAX = 255  # bytes of one path component on Linux filesystems
+_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def check_name(name: str) -> str:
@@ -83,8 +95,13 @@ def check_name(name: str) -> str:
         why = "holds a path separator"
     elif name in (".", "..") or ".." in name:
         why = "holds '..'"
-    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
-        why = "holds a control character"
+    elif any(unicodedata.category(c) in _UNSEEN for c in name):
+        # C1 controls, bidi overrides, zero-width and line separators display as something
+        # else (or as nothing); a lone surrogate can't be encoded as a file name at all.
+        why = "holds a control, format or separator character"
+    elif len(name.encode("utf-8")) > NAME_MAX:
+        # 64 four-byte characters are 256 bytes: mkdir would fail with ENAMETOOLONG
+        why = f"is {len(name.encode('utf-8'))} bytes long in UTF-8 (at most {NAME_MAX})"
     elif name.startswith("."):
         why = "starts with '.'"
     if why is not None:
@@ -457,10 +474,18 @@ class Workspace:
                 ),
             ]
             update: dict[str, object] = {"refused": refused}
+            if result.command:
+                # The handle applied through is dropped just above: the person names the
+                # workspace instead (same -C, --config and --protected words), on every surface.
+                tail = " " + quote(handle)
+                if result.command.endswith(tail):
+                    update["command"] = (
+                        result.command[: -len(tail)] + " --workspace " + quote(self.name)
+                    )
             if dry_run and held:
                 # A person merging by hand needs the agent's side of each held conflict.
                 shown_held = [p for p in held if not paths or overlaps(p, chosen)]
-                extra = "".join(_conflict_diff(self.workdir, self.tree, p) for p in shown_held)
+                extra = "".join(conflict_diff(self.workdir, self.tree, p) for p in shown_held)
                 update["diff"] = (result.diff or "") + extra or None
             result = result.model_copy(update=update)
             if not dry_run and not self.running():
@@ -496,9 +521,19 @@ class Workspace:
                     f"not a conflict of workspace {self.name!r}",
                     f"see them with: sprawl-orch workspace show {self.name}",
                 )
+            # The agent may have made a directory on the way a link or a file: the person's
+            # version needs the directory, so the person's whole entry there is taken (a
+            # link is never written through; replace_path would refuse it).
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                on_way = "/".join(parts[:i])
+                st = scan_one(self.tree, on_way)
+                if st is not None and not stat.S_ISDIR(st.st_mode):
+                    rel = on_way
+                    break
             replace_path(self.base, self.tree, rel)
             delete_path(self.dir / THEIRS / rel)
-            self._save([c for c in self.conflicts() if c != rel])
+            self._save([c for c in self.conflicts() if not overlaps(c, {rel})])
 
     def discard(self) -> None:
         """Drop the workspace: the next command in it starts from the person's tree."""
@@ -532,24 +567,6 @@ def scan_one(root: Path, rel: str) -> os.stat_result | None:
     except (FileNotFoundError, NotADirectoryError):
         # absent on this side: None is the answer
         return None
-
-
-def _conflict_diff(workdir: Path, tree: Path, rel: str) -> str:
-    """Unified diff from the person's file now to the agent's (text), or a one-line note."""
-    try:
-        mine = (workdir / rel).read_bytes() if (workdir / rel).is_file() else b""
-        agent = (tree / rel).read_bytes() if (tree / rel).is_file() else b""
-        a, b = mine.decode(), agent.decode()
-    except (OSError, UnicodeDecodeError):
-        # unreadable: the message says to compare by hand
-        return f"conflict {rel}: binary or unreadable on one side; compare by hand\n"
-    lines = difflib.unified_diff(
-        a.splitlines(keepends=True),
-        b.splitlines(keepends=True),
-        f"a/{rel} (the person's, now)",
-        f"b/{rel} (the agent's, in the workspace)",
-    )
-    return "".join(lines)
 
 
 def _held(path: str, theirs: Path) -> ApplyItem:

@@ -19,6 +19,7 @@ either tree between the stamps and the line. Modification times are carried by
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shutil
@@ -212,3 +213,54 @@ def replace_path(src_root: Path, dst_root: Path, rel: str) -> None:
     if not stat.S_ISLNK(st.st_mode):
         os.chmod(dst, stat.S_IMODE(st.st_mode) & 0o777 | (0o700 if stat.S_ISDIR(st.st_mode) else 0))
         os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _agent_side(tree: Path, rel: str) -> bytes | str:
+    """The bytes of the agent's ``rel`` read without following a link anywhere under ``tree``
+    (the agent's commands wrote it: a link to a host secret must not bring the secret into a
+    diff an MCP agent can ask for), or a note saying what stands there instead."""
+    here = tree
+    for part in rel.split("/")[:-1]:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except (FileNotFoundError, NotADirectoryError):
+            # a missing directory on the way: the agent's side is absent
+            return b""
+        if stat.S_ISLNK(st.st_mode):
+            return f"{here.relative_to(tree)} is a link to {os.readlink(here)!r} in the workspace"
+        if not stat.S_ISDIR(st.st_mode):
+            return b""
+    path = here / rel.split("/")[-1]
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        # absent in the workspace: the agent deleted it
+        return b""
+    if stat.S_ISLNK(st.st_mode):
+        return f"a link to {os.readlink(path)!r} in the workspace"
+    if not stat.S_ISREG(st.st_mode):
+        return b""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def conflict_diff(workdir: Path, tree: Path, rel: str) -> str:
+    """Unified diff from the person's file now to the agent's (text), or a one-line note."""
+    try:
+        mine = (workdir / rel).read_bytes() if (workdir / rel).is_file() else b""
+        agent = _agent_side(tree, rel)
+        if isinstance(agent, str):
+            return f"conflict {rel}: the agent's side is {agent}; compare by hand\n"
+        a, b = mine.decode(), agent.decode()
+    except (OSError, UnicodeDecodeError):
+        # unreadable: the message says to compare by hand
+        return f"conflict {rel}: binary or unreadable on one side; compare by hand\n"
+    lines = difflib.unified_diff(
+        a.splitlines(keepends=True),
+        b.splitlines(keepends=True),
+        f"a/{rel} (the person's, now)",
+        f"b/{rel} (the agent's, in the workspace)",
+    )
+    return "".join(lines)

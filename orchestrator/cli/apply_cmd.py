@@ -101,15 +101,6 @@ def apply_command(
                 protected_globs=config.apply.protected,
                 unprotect=config.apply.unprotect,
             )
-            if result.command:
-                # The handle the workspace applied through is gone once applied: the person
-                # names the workspace instead (same -C, --config and --protected words).
-                from sprawl_orch.changes.apply_protect import quote
-
-                tail = " " + quote(result.handle)
-                if result.command.endswith(tail):
-                    command = result.command[: -len(tail)] + " --workspace " + quote(workspace)
-                    result = result.model_copy(update={"command": command})
             _report(result, dry_run, as_json)
         assert handle is not None
         if drop:

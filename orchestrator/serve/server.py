@@ -398,7 +398,14 @@ class Server:
             return ApplyResponse(id=request.id, op="apply", result=applied)
         if isinstance(request, WorkspaceApplyRequest):
             ws = self._any_tool().workspace(request.run)
-            done = ws.apply(request.paths or None, dry_run=request.dry_run)
+            # The person's [apply] globs hold here as on `apply` above (never `protected`:
+            # an agent cannot consent for the person).
+            done = ws.apply(
+                request.paths or None,
+                dry_run=request.dry_run,
+                protected_globs=self.config.apply.protected,
+                unprotect=self.config.apply.unprotect,
+            )
             return ApplyResponse(id=request.id, op="workspace_apply", result=done)
         if isinstance(request, WorkspaceDiscardRequest):
             self._any_tool().discard_workspace(request.run)
