@@ -125,7 +125,7 @@ def main() -> None:
         re_stat: list[float] = []
         no_change = (
             f"created=0 rewritten=0 removed=0 walked={args.files + len(os.listdir(src))} "
-            "excluded=() refused_links=()"
+            "excluded=() refused_links=() skipped=()"
         )
         work: list[FileWork] = []
         for _ in range(args.reps):

@@ -425,11 +425,14 @@ class Workspace:
         protected: Sequence[str] = (),
         protected_globs: Sequence[str] = (),
         unprotect: Sequence[str] = (),
+        conflicts_by_name: bool = True,
     ) -> ApplyResult:
         """Bring the agent's changes (all, or ``paths``) into the person's tree through the
         normal apply, under its rules: a named conflict is held back unless its path is
-        chosen by name, and a protected path (core/protected.py) unless a person names it in
-        ``protected`` (serve and mcp never pass it: an agent can't consent for the person)."""
+        chosen by name (and ``conflicts_by_name``), and a protected path (core/protected.py)
+        unless a person names it in ``protected``. serve and mcp pass neither: an agent can't
+        consent for the person -- naming a conflict there wrote the agent's version over the
+        person's edit, and a discard then removed the person's only other copy (attack6)."""
         if not self.workdir.is_dir():
             raise self._refused_workdir()
         with self._lock():
@@ -442,7 +445,8 @@ class Workspace:
             held = [
                 e.path
                 for e in entries
-                if overlaps(e.path, set(self.conflicts())) and e.path not in chosen
+                if overlaps(e.path, set(self.conflicts()))
+                and (e.path not in chosen or not conflicts_by_name)
             ]
             todo = [e for e in entries if e.path not in held]
             record = self._change_record()

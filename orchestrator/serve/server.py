@@ -398,13 +398,14 @@ class Server:
             return ApplyResponse(id=request.id, op="apply", result=applied)
         if isinstance(request, WorkspaceApplyRequest):
             ws = self._any_tool().workspace(request.run)
-            # The person's [apply] globs hold here as on `apply` above (never `protected`:
-            # an agent cannot consent for the person).
+            # The person's [apply] globs hold here as on `apply` above (never `protected`,
+            # and never a conflict by name: an agent cannot consent for the person).
             done = ws.apply(
                 request.paths or None,
                 dry_run=request.dry_run,
                 protected_globs=self.config.apply.protected,
                 unprotect=self.config.apply.unprotect,
+                conflicts_by_name=False,
             )
             return ApplyResponse(id=request.id, op="workspace_apply", result=done)
         if isinstance(request, WorkspaceDiscardRequest):

@@ -107,4 +107,5 @@ def test_apply_through_the_cli(tmp_path: Path) -> None:
         [*CLI, "apply", "--config", str(config), handle], capture_output=True, text=True
     )
     assert refused.returncode == 1 and "conflict" in refused.stderr
-    assert "when the command's copy was made" in refused.stderr and (tree / "a.txt").read_text() == "mine\n"
+    assert "when the command's copy was made" in refused.stderr
+    assert (tree / "a.txt").read_text() == "mine\n"

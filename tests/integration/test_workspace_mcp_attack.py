@@ -78,17 +78,12 @@ def test_workspace_apply_holds_the_configs_protected_globs(config: Path, tmp_pat
     assert (tree / "secrets" / "token").read_text() == "agent\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workspace_apply through mcp/serve applies a named conflict by its path: the agent "
-    "chooses the conflicting path and overwrites the person's edit in the person's tree, then "
-    "workspace_discard deletes theirs/, the only other copy of the person's version -- the "
-    "person's bytes are lost by the agent's two calls alone (Workspace.apply takes a named "
-    "conflict as consent, which an agent cannot give, like a protected path)",
-)
 def test_an_agent_cannot_resolve_a_conflict_over_the_persons_edit(
     config: Path, tmp_path: Path
 ) -> None:
+    """attack6: through MCP an agent named the conflicting path in workspace_apply, wrote its
+    version over the person's edit, then workspace_discard removed theirs/ -- the person's
+    only other copy. serve/mcp now hold every conflict, named or not."""
     tree = tmp_path / "tree"
     run = f"ws-{secrets.token_hex(3)}"
 

@@ -212,9 +212,12 @@ def test_writers_that_waited_on_a_rotated_file_write_to_the_new_one(tmp_path: Pa
     ledger = Ledger(path)
     records = list(ledger.read())
     assert ledger.skipped == 0
+    assert records, "nothing read back"
     for w in ("a", "b"):
+        # A writer that finished first may have been rotated out whole (2 x 4 MB through a
+        # 1 MiB budget); whatever is left of it is its last records, none missing between.
         ns = [r["n"] for r in records if r["w"] == w]
-        assert ns and ns == list(range(ns[0], 200)), (w, ns[:5], ns[-5:])
+        assert ns == list(range(200 - len(ns), 200)), (w, ns[:5], ns[-5:])
 
 
 def _write_rotating(path: Path, w: str) -> None:
