@@ -156,9 +156,11 @@ class Lease:
         empty = not os.path.lexists(self.path)
         try:
             if empty:
+                # half-removed bookkeeping of an empty slot is swept by the next release
                 with contextlib.suppress(OSError):
                     _unlink_bookkeeping(self.slot)
             else:
+                # meta.json is bookkeeping only: a copy without it is still found by its stamps
                 with contextlib.suppress(OSError):
                     self._meta()
         finally:
@@ -172,6 +174,7 @@ def _unlink_bookkeeping(slot: Path) -> None:
     """Delete a slot's files but its copy, the lock last (held by the caller)."""
     copy_stamps.forget(slot / STAMPS)
     for name in (META, META + ".tmp"):
+        # already gone: forgetting a slot twice is the same as once
         with contextlib.suppress(FileNotFoundError):
             (slot / name).unlink()
     if sys.platform != "win32":  # Windows cannot unlink a file we hold open
@@ -180,6 +183,7 @@ def _unlink_bookkeeping(slot: Path) -> None:
 
 def _remove_slot_dirs(slot: Path) -> None:
     """After the lock was closed: the slot and, if it was the last, its key's directory."""
+    # the slot or key directory still holds another's entries: left for its owner
     with contextlib.suppress(OSError):
         if sys.platform == "win32":
             (slot / LOCK).unlink()

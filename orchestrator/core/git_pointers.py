@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sprawl_orch.core.protected import under_git
+from sprawl_orch.core.git_names import under_git
 
 # (key pattern over the lower-cased key, how its value names something to run)
 #   path: the whole value is a path; command: a command line (its words with a "/" are paths)

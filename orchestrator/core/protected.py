@@ -32,6 +32,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# Re-exported: the table's users read `.git`'s name and test from here (git_names.py is the
+# leaf both this module and git_pointers.py stand on).
+from sprawl_orch.core.git_names import GIT_DIR as GIT_DIR
+from sprawl_orch.core.git_names import component as component
+from sprawl_orch.core.git_names import components as components
+from sprawl_orch.core.git_names import under_git as under_git
+
 if TYPE_CHECKING:
     import pathspec
 
@@ -43,8 +50,6 @@ class Row:
     why: str
     never: bool = False  # no flag applies it (`.git`)
 
-
-GIT_DIR = ".git"
 
 PROTECTED_TABLE: tuple[Row, ...] = (
     Row(
@@ -231,27 +236,9 @@ _VCS_FILES = frozenset(
 )
 
 
-def component(name: str) -> str:
-    """A component as a case-insensitive or NTFS filesystem may read it: `.GIT`, `.git.`,
-    `.git ` and the short name `GIT~1` all reach `.git` there."""
-    folded = name.casefold().rstrip(" .")
-    if folded == "git~1":
-        return GIT_DIR
-    return folded or name
-
-
-def components(path: str) -> list[str]:
-    return [component(p) for p in path.split("/") if p not in ("", ".")]
-
-
 def _component_re(pattern: str) -> str:
     """A component pattern of the table (`*` and `?` only) as a regex within one component."""
     return "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in pattern)
-
-
-def under_git(path: str) -> bool:
-    """Whether a path is `.git` (a directory or a gitdir: file) or beneath one, at any depth."""
-    return GIT_DIR in components(path)
 
 
 def vcs_state(path: str) -> bool:
@@ -317,6 +304,7 @@ class Protection:
             try:
                 cache[rel] = stat.S_ISREG(os.lstat(self.root / rel / "pyvenv.cfg").st_mode)
             except OSError:
+                # unreadable or absent pyvenv.cfg: not a venv (nothing marks it)
                 cache[rel] = False
         return cache[rel]
 

@@ -146,6 +146,7 @@ class Ledger:
         try:
             here = os.stat(self.path)
         except FileNotFoundError:
+            # between a rotation's rename and the new file: the caller opens it again
             return False
         st = os.fstat(fd)
         return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
