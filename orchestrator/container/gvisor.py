@@ -30,11 +30,10 @@ command meets first. See docs/MACHINES.md "gVisor".
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from sprawl_orch.core.host_which import host_which
+from sprawl_orch.core.private import ensure_private_file
 
 RUNSC = "runsc"
 WRAPPER_NAME = "runsc-nonet"
@@ -83,32 +82,9 @@ def wrapper_text(runsc: str) -> str:
 def ensure_wrapper(state: Path, runsc: str) -> Path:
     """The wrapper in `state` exec'ing `runsc` with RUNTIME_ARGS; (re)written when absent
     or different, mode 0755, by atomic rename."""
-    target = state / WRAPPER_NAME
-    want = wrapper_text(runsc)
-    try:
-        if target.read_text() == want and os.access(target, os.X_OK) and not target.is_symlink():
-            return target
-    except OSError:
-        pass
     # podman execs the wrapper as its caller (root here): a directory anyone else may
     # write would let them swap what runs as the container's runtime
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = state.stat()
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise PermissionError(
-            f"{state} is not this user's private directory (owner {st.st_uid}, mode "
-            f"{st.st_mode & 0o777:o}): a runtime wrapper there could be replaced by another user"
-        )
-    fd, tmp = tempfile.mkstemp(prefix=f".{WRAPPER_NAME}-", dir=state)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(want)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return ensure_private_file(state, WRAPPER_NAME, wrapper_text(runsc), 0o755, "a runtime wrapper")
 
 
 def gvisor_note() -> str:

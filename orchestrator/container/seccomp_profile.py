@@ -29,13 +29,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from sprawl_orch.container import moby_profile
 from sprawl_orch.core import socket_policy as policy
+from sprawl_orch.core.private import ensure_private_file
 from sprawl_orch.engines.engine import EngineFacts
 
 PODMAN_DEFAULT = "/usr/share/containers/seccomp.json"
@@ -172,31 +172,10 @@ def ensure_file(directory: Path, engine: str, profile: dict[str, Any]) -> Path:
     """The profile in `directory` (the state dir's `runtimes/`, private like the runsc
     wrapper: the engine loads whatever the file holds), rewritten by atomic rename when
     absent or different."""
-    want = text(profile)
-    target = directory / f"{FILE_PREFIX}{engine}.json"
-    try:
-        if not target.is_symlink() and target.read_text(encoding="utf-8") == want:
-            return target
-    except OSError:
-        # absent or unreadable: written anew below (atomic rename), which says any real fault
-        pass
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = directory.stat()
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise PermissionError(
-            f"{directory} is not this user's private directory (owner {st.st_uid}, mode "
-            f"{st.st_mode & 0o777:o}): a seccomp profile there could be replaced"
-        )
-    fd, tmp = tempfile.mkstemp(prefix=f".{FILE_PREFIX}", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(want)
-        os.chmod(tmp, 0o644)  # podman's conmon/runtime and docker's CLI read it
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    # 0644: podman's conmon/runtime and docker's CLI read it
+    return ensure_private_file(
+        directory, f"{FILE_PREFIX}{engine}.json", text(profile), 0o644, "a seccomp profile"
+    )
 
 
 def seccomp_problem(engine: str, facts: EngineFacts, machine: str | None = None) -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
@@ -113,3 +114,39 @@ def _refuse(state: Path, why: str) -> SprawlError:
         "set [state] dir to a directory of your own (it is made 0700 if missing), or "
         f"chown it to uid {os.geteuid()}",
     )
+
+
+def ensure_private_file(directory: Path, name: str, want: str, mode: int, what: str) -> Path:
+    """`directory/name` holding `want` with `mode`, written by atomic rename when absent,
+    different or a link; `directory` must be this user's and writable by no one else, since
+    an engine loads or runs what the file holds as its caller (the runsc wrapper, the seccomp
+    profile). `what` names the file in the refusal."""
+    target = directory / name
+    try:
+        st = target.lstat()
+        if (
+            stat.S_ISREG(st.st_mode)
+            and stat.S_IMODE(st.st_mode) == mode
+            and target.read_text(encoding="utf-8") == want
+        ):
+            return target
+    except OSError:
+        # absent or unreadable: written anew below (atomic rename), which says any real fault
+        pass
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = directory.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise PermissionError(
+            f"{directory} is not this user's private directory (owner {st.st_uid}, mode "
+            f"{st.st_mode & 0o777:o}): {what} there could be replaced by another user"
+        )
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(want)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
