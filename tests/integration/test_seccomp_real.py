@@ -200,13 +200,13 @@ print("inet_stream", "allowed" if socket.socket(socket.AF_INET) else "no")
 """
 
 
-def test_inet_sock_packet_refused_by_the_filter_itself() -> None:
-    if platform.machine() != "x86_64":
-        absent("x86_64", "the probe calls socket by its x86_64 number")
+def _under_the_filter(script: str) -> dict[str, str]:
+    """Run `script` in a child that loads the bwrap arm's filter itself (fd in argv[1]);
+    its "name value" lines as a dict."""
     fd = program_fd()
     try:
         done = subprocess.run(
-            [sys.executable, "-c", LOADED, str(fd)],
+            [sys.executable, "-c", script, str(fd)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -216,7 +216,13 @@ def test_inet_sock_packet_refused_by_the_filter_itself() -> None:
     finally:
         os.close(fd)
     assert done.returncode == 0, done.stderr
-    got = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
+def test_inet_sock_packet_refused_by_the_filter_itself() -> None:
+    if platform.machine() != "x86_64":
+        absent("x86_64", "the probe calls socket by its x86_64 number")
+    got = _under_the_filter(LOADED)
     if got["unconfined"] != "allowed":
         absent("CAP_NET_RAW", f"socket(AF_INET, SOCK_PACKET) unconfined: {got['unconfined']}")
     assert got["filtered"] == "EPERM" and got["filtered_nonblock"] == "EPERM", got
@@ -247,20 +253,7 @@ def test_the_callers_keyring_is_out_of_reach_under_the_filter() -> None:
     possessed the caller's session keyring. The filter refuses add_key/request_key/keyctl."""
     if platform.machine() != "x86_64":
         absent("x86_64", "the probe calls keyctl by its x86_64 number")
-    fd = program_fd()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", KEYRING, str(fd)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            pass_fds=(fd,),
-            check=False,
-        )
-    finally:
-        os.close(fd)
-    assert done.returncode == 0, done.stderr
-    got = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    got = _under_the_filter(KEYRING)
     # The control: unconfined, the same call reaches the session keyring.
     assert got["unconfined"] == "allowed", got
     assert got["filtered"] == "EPERM", got
