@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.admission import (
-    Admission,
     admit,
     admit_each,
     engine_for,
     preferred,
 )
+from sprawl_orch.container.admitted import Admission
 from sprawl_orch.container.argv import (
     HostLimits,
     fit_limits,

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sprawl_orch.container.admission import Admission
+from sprawl_orch.container.admitted import Admission
 from sprawl_orch.container.argv import Limits, container_name, create_argv, fit_limits
 from sprawl_orch.container.command import (
     command_env,

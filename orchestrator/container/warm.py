@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sprawl_orch.config import ContainerConfig
-from sprawl_orch.container.admission import Admission
+from sprawl_orch.container.admitted import Admission
 from sprawl_orch.container.argv import HostLimits, fit_limits
 from sprawl_orch.container.command import command_env, command_venv, remove_quietly
 from sprawl_orch.container.ownership import given_away, own_copy
