@@ -25,7 +25,7 @@ from sprawl_orch.container import runtimes
 from sprawl_orch.container.admission_words import explain, userns_failure
 from sprawl_orch.container.admitted import KEPT, Admission, refused
 from sprawl_orch.container.argv import HostLimits, fit_limits
-from sprawl_orch.container.evidence import Evidence, boot_id, stamp
+from sprawl_orch.container.evidence import Evidence, boot_id
 from sprawl_orch.container.gvisor import ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime, probe
 from sprawl_orch.container.seccomp_profile import ProfileUnusable, file_holds, write_for
@@ -33,7 +33,7 @@ from sprawl_orch.container.stale_probes import sweep_stale_probes
 from sprawl_orch.container.userns import SUBGID, SUBUID, Userns, plan
 from sprawl_orch.core import arms
 from sprawl_orch.core.errors import ErrorCode, SprawlError
-from sprawl_orch.engines.engine import ENGINES, ContainerEngine
+from sprawl_orch.engines.engine import ENGINES, ContainerEngine, stamp
 from sprawl_orch.runs.launch import NullWatcher, Watcher
 
 
@@ -296,11 +296,11 @@ def clear_cache() -> None:
 def engine_for(name: str, docker_host: str | None = None) -> ContainerEngine:
     """`docker_host`: [sandbox.container] docker_host (None: $DOCKER_HOST)."""
     if name == "docker":
-        from sprawl_orch.container.docker import DockerEngine
+        from sprawl_orch.engines.docker import DockerEngine
 
         return DockerEngine(docker_host)
     if name == "podman":
-        from sprawl_orch.container.podman import PodmanEngine
+        from sprawl_orch.engines.podman import PodmanEngine
 
         return PodmanEngine()
     raise ValueError(f"unknown engine {name!r}; expected one of {ENGINES}")

@@ -23,9 +23,9 @@ import pytest
 
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
-from sprawl_orch.container.docker import DockerEngine
 from sprawl_orch.core.arms import container_assurances
 from sprawl_orch.core.assurances import Guarantee, Kept
+from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.engines.engine import Attached, ContainerEngine
 from tests.integration.conformance import (
     MiB,

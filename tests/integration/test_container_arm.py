@@ -23,9 +23,9 @@ from sprawl_orch.config import parse_config
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.container.arm import ContainerArm
-from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.podman import PodmanEngine
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.docker import DockerEngine
+from sprawl_orch.engines.podman import PodmanEngine
 from tests.integration.container_support import (
     Case,
     config_for,

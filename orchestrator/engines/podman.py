@@ -230,7 +230,7 @@ class PodmanEngine:
     def identity(self) -> dict[str, Any]:
         """Which podman, runtimes, configuration and store -- read from file stamps, not
         `podman info` (~200 ms): see container/evidence.py. ~0.1 ms."""
-        from sprawl_orch.container.evidence import stamp
+        from sprawl_orch.engines.engine import stamp
 
         configs = self._config_files()
         return {
