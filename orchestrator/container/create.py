@@ -121,7 +121,7 @@ def create_verified(
         # The CLI runs with the engine's connection only; the values go in the file.
         write_env_file(env, env_file)
         try:
-            container = engine.create(argv, {})
+            container = engine.create(argv)
         finally:
             env_file.unlink(missing_ok=True)
     except SprawlError as err:

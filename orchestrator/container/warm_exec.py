@@ -117,7 +117,7 @@ class PodmanEntered:
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
-                    env=engine._cli_env({}),
+                    env=engine.cli_env(),
                 )
         except BaseException:
             self._env_file.unlink(missing_ok=True)

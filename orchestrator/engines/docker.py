@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sprawl_orch.core.environment import split_loader_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.docker_attach import API_TIMEOUT, DockerAttached
@@ -165,11 +164,13 @@ class DockerEngine:
             one_pool(self._streams)
         return self._streams
 
-    def _cli_env(self, child: Mapping[str, str]) -> dict[str, str]:
-        # never the loader's names on the host (the command gets its env by --env-file)
-        env = split_loader_env(child)[0]
-        env.update(self._conn)  # which daemon to talk to is ours, never the child's
-        if "HOME" not in env and self._home:
+    def cli_env(self) -> dict[str, str]:
+        """The docker CLI's whole environment: which daemon (ours, never the command's), HOME
+        and our own empty CLI config. Nothing else of the host's environment: the command's
+        values go by --env-file, and a host-side program run with the tree's LD_PRELOAD or
+        LD_LIBRARY_PATH loads the tree's code on the host (issue 30, attack3)."""
+        env = dict(self._conn)
+        if self._home:
             env["HOME"] = self._home  # the CLI reads its config from $HOME/.docker
         return {**env, **cli_config(self._conn, self._home)}
 
@@ -233,8 +234,8 @@ class DockerEngine:
             )
         return (self.cli, *argv)
 
-    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
-        done = run_cli("docker", self.cli_argv(argv), self._cli_env(env))
+    def create(self, argv: Sequence[str]) -> str:
+        done = run_cli("docker", self.cli_argv(argv), self.cli_env())
         return done.stdout.strip().splitlines()[-1]
 
     def inspect(self, container: str) -> dict[str, Any]:

@@ -148,9 +148,10 @@ class ContainerEngine(Protocol):
         """The full argv that runs `argv` through the engine's CLI (what is recorded)."""
         ...
 
-    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
-        """Run `<cli> create …` with the child's env (values of --env NAME come from it);
-        return the container ID. Raises SprawlError with the engine's words."""
+    def create(self, argv: Sequence[str]) -> str:
+        """Run `<cli> create …` with the CLI's own fixed environment (the command's values
+        go by the argv's --env-file); return the container ID. Raises SprawlError with the
+        engine's words."""
         ...
 
     def inspect(self, container: str) -> dict[str, Any]: ...
