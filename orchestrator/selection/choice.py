@@ -24,9 +24,13 @@ class Choice:
     missing: tuple[Missing, ...] = ()
     engine: str | None = None
 
-    def reason(self) -> str:
+    def reason(self, *, recovery: bool = True) -> str:
+        """Why this arm. `recovery=False` leaves each step's fix out, for a refusal that
+        carries the fixes in its own field (the CLI, serve and MCP print both: an outsider saw
+        every fix twice, issue 27 item 7)."""
         if self.arm is ArmName.UNAVAILABLE:
-            return f"{self.asked} is unavailable: " + "; ".join(m.text() for m in self.missing)
+            said = (m.text() if recovery else m.phrase for m in self.missing)
+            return f"{self.asked} is unavailable: " + "; ".join(said)
         if not self.missing:
             return f"{self.asked} resolves to {self.arm.value}" + (
                 f" ({self.engine})" if self.engine else ""
@@ -73,7 +77,14 @@ def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, l
         if not any(r.startswith(f"{o.engine}: ") and o.image_missing is not None for o in offers)
     ]
     if others:
-        image_faults.append(arms.container_runtime("; ".join(others)))
+        # Each engine that answered says its own fix (a socket to point at, a group to join);
+        # one not installed at all has nothing to say, and installing is the advice only then.
+        fixes = [
+            f"{o.engine}: {o.recovery}"
+            for o in offers
+            if o.recovery and not o.admitted and o.image_missing is None
+        ]
+        image_faults.append(arms.container_runtime("; ".join(others), "; ".join(fixes)))
     return None, image_faults
 
 
