@@ -5,6 +5,7 @@ error -- once, not "the daemon is not running … apt-get install docker.io" wit
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -48,3 +49,28 @@ def test_a_socket_nobody_listens_on(tmp_path: Path) -> None:
     assert done.returncode == 125, done.stderr
     assert f"nothing answers at unix://{dead} (from DOCKER_HOST)" in done.stderr
     assert "Connection refused" in done.stderr  # the engine's (SDK's) own words
+
+
+def test_auto_names_the_engine_it_stepped_past(tmp_path: Path, podman_image: str) -> None:
+    # An outsider's case (issue 27, item 9): docker dead, userns off, auto ran podman and the
+    # statement never said why not docker.
+    (tmp_path / "sprawl.toml").write_text(
+        '[sandbox.container]\nuserns = "off"\n\n'
+        f'[sandbox.container.images]\npodman = "{podman_image}"\n'
+    )
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/gone.sock")
+    done = subprocess.run(
+        [*CLI, "exec", "--json", "-C", str(tmp_path), "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["arm"] == "container"
+    statement = result["confinement"]["statement"]
+    assert (
+        f"Stepped down: docker passed over for podman: no docker socket at {tmp_path}/gone.sock"
+        in statement
+    )
