@@ -18,6 +18,7 @@ from sprawl_orch.core.credentials import credential_pattern, why
 from sprawl_orch.core.errors import ConfigError, ErrorCode, SprawlError, os_errors
 from sprawl_orch.egress.rules import parse_entry
 from sprawl_orch.engines.engine import IMAGE_ID, EngineName
+from sprawl_orch.secrets.config import NOT_SHOWN, SecretConfig, check_secrets
 
 CONFIG_NAME = "sprawl.toml"
 # Defaults of [state] output_keep_bytes / output_budget_bytes (runs/output_keep.py).
@@ -241,6 +242,15 @@ class SandboxConfig(_Strict):
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
     network: NetworkConfig = NetworkConfig()
+    # [sandbox.secrets.NAME]: a placeholder inside, the value put in by the proxy for its
+    # hosts only (orchestrator/secrets/, docs/secrets.md).
+    secrets: dict[str, SecretConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _secrets(self) -> SandboxConfig:
+        net = self.network
+        check_secrets(self.secrets, net.allow, net.deny, (*self.env_passthrough, *self.credentials))
+        return self
 
     @field_validator("env_passthrough", "credentials")
     @classmethod
@@ -364,8 +374,11 @@ def _explain(err: ValidationError, path: Path | None, at: tuple[str, ...] = ()) 
     elif first["type"] == "extra_forbidden":
         msg = "unknown key"
     cause = first.get("ctx", {}).get("error")
+    found = first.get("input")
+    if "secrets" in (*at, *first["loc"]):
+        found = NOT_SHOWN  # someone may have written the value itself into that table
     recovery = cause.recovery if isinstance(cause, _Refusal) else None
-    return _refused(key, first.get("input"), msg, path, recovery)
+    return _refused(key, found, msg, path, recovery)
 
 
 def _refused(
