@@ -63,8 +63,8 @@ class Session:
             self.up.start_next_cycle()
 
     async def _one(self, request: h11.Request) -> None:
-        host = self.flow.host
-        bound = self.run.bound_to(host, self.flow.port)
+        bound = self.run.bound_to(self.flow.host, self.flow.port)
+        host = f"{self.flow.host}:{self.flow.port}"  # how the result names where it went
         target = bytes(request.target)
         self.run.check_plain(host, "url", target, bound)
         raw = [(k, v) for k, v in request.headers if k.lower() not in _HOP]
@@ -144,7 +144,7 @@ class Session:
             else:
                 raise Cut("the upstream closed in the middle of its response")
         if scrub.found:
-            self.run.echoed(self.flow.host)
+            self.run.echoed(f"{self.flow.host}:{self.flow.port}")
 
 
 async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
