@@ -13,12 +13,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sprawl_orch.config.secrets import NOT_SHOWN, SecretConfig, check_secrets
 from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.core.credentials import credential_pattern, why
 from sprawl_orch.core.errors import ConfigError, ErrorCode, SprawlError, os_errors
 from sprawl_orch.egress.rules import parse_entry
 from sprawl_orch.engines.engine import IMAGE_ID, EngineName
-from sprawl_orch.secrets.config import NOT_SHOWN, SecretConfig, check_secrets
 
 CONFIG_NAME = "sprawl.toml"
 # Defaults of [state] output_keep_bytes / output_budget_bytes (runs/output_keep.py).

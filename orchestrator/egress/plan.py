@@ -15,7 +15,7 @@ from sprawl_orch.egress.netns import PROXY_PORT
 from sprawl_orch.egress.rules import Rules
 
 if TYPE_CHECKING:
-    from sprawl_orch.secrets.run import SecretRun
+    from sprawl_orch.egress.interceptor import Interceptor
 
 # Variables that name a CA bundle, as the host sets them (SSL_CERT_FILE is OpenSSL's; the
 # others are what requests, pip, curl, git and node read instead of it).
@@ -46,7 +46,7 @@ class EgressPlan:
     # Issue 25, per command (secrets/plan.py): where the bundle is seen inside when not at its
     # host path, and the run whose secrets the proxy puts in.
     bundle_at: str | None = None
-    secrets: SecretRun | None = None
+    secrets: Interceptor | None = None
 
     @property
     def url(self) -> str:

@@ -31,7 +31,7 @@ from sprawl_orch.egress.record import Egress
 from sprawl_orch.egress.rules import IpAddress, Rules
 
 if TYPE_CHECKING:
-    from sprawl_orch.secrets.run import SecretRun
+    from sprawl_orch.egress.interceptor import Interceptor
 
 # Connections open at once through one proxy. Each holds two of the orchestrator's descriptors
 # and a task; without a cap a command could open connections until the host process ran out
@@ -53,7 +53,7 @@ class EgressProxy:
         observe: Observer | None = None,
         connect_timeout: float = 15.0,
         max_connections: int = MAX_CONNECTIONS,
-        secrets: SecretRun | None = None,
+        secrets: Interceptor | None = None,
     ) -> None:
         self.secrets = secrets  # issue 25: hosts bound to a secret are intercepted
         self.max_connections = max_connections

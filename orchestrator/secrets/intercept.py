@@ -12,16 +12,16 @@ the command. Responses to a request that carried a value are asked uncompressed
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import h11
 
+from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.swap import Scanner, holds, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.flows import Flow
-    from sprawl_orch.secrets.run import SecretRun
 
 # Request headers the proxy does not pass on (hop-by-hop; RFC 9110 §7.6.1).
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade"})
@@ -176,3 +176,33 @@ async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
     finally:
         flow.up += upstream.raw_out
         flow.down += client.raw_out
+
+
+class Interception:
+    """The proxy's Interceptor (egress/interceptor.py) for one run."""
+
+    def __init__(self, run: SecretRun) -> None:
+        self.run = run
+
+    def wants(self, host: str, port: int) -> bool:
+        return self.run.wants(host, port)
+
+    async def relay(self, flow: Flow, first: bytes) -> None:
+        from sprawl_orch.egress.flows import Refused
+
+        try:
+            await intercept(self.run, flow, first)
+        except Cut as cut:
+            raise Refused(f"interception: {cut}") from None
+        except (OSError, ssl.SSLError) as err:
+            # Only the type and errno: an error's text could quote a header it choked on.
+            raise Refused(f"interception: {type(err).__name__} {err.errno}") from None
+
+    def plain_request(self, host: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        self.run.plain_request(host, target, headers)
+
+    def report(self) -> dict[str, Any]:
+        return self.run.report()
+
+    def sentence(self) -> str:
+        return self.run.sentence()

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sprawl_orch.config import SandboxConfig
+from sprawl_orch.config.secrets import read_values
 from sprawl_orch.egress.plan import EgressPlan, host_bundle
 from sprawl_orch.egress.rules import Rules
-from sprawl_orch.secrets.config import read_values
 from sprawl_orch.secrets.spec import BUNDLE_INSIDE, Spec, phrase
 
 
@@ -45,7 +45,9 @@ def with_secrets(
     replaces the command's trust store (SSL_CERT_FILE and its siblings replace, not add), so
     it holds the host's CAs (the hosts the command reaches without interception must still
     verify) and the run's CA."""
-    from sprawl_orch.secrets.run import SecretRun  # cryptography: paid only with secrets
+    # cryptography and the interception: paid only by a command with secrets
+    from sprawl_orch.secrets.intercept import Interception
+    from sprawl_orch.secrets.run import SecretRun
 
     host = host_bundle(environ)
     run = SecretRun(specs, upstream_cafile=str(host) if host is not None else None)
@@ -58,5 +60,7 @@ def with_secrets(
     with os.fdopen(fd, "wb") as out:
         out.write(base.rstrip(b"\n") + b"\n" + run.ca.pem)
     os.chmod(bundle, 0o644)
-    new = dataclasses.replace(plan, bundle=bundle, bundle_at=BUNDLE_INSIDE, secrets=run)
+    new = dataclasses.replace(
+        plan, bundle=bundle, bundle_at=BUNDLE_INSIDE, secrets=Interception(run)
+    )
     return new, run.env()

@@ -6,14 +6,11 @@ from __future__ import annotations
 import ssl
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sprawl_orch.secrets.ca import RunCA
 from sprawl_orch.secrets.spec import Spec, placeholder
 from sprawl_orch.secrets.swap import Bound, holds
-
-if TYPE_CHECKING:
-    from sprawl_orch.egress.flows import Flow
 
 
 @dataclass
@@ -63,18 +60,6 @@ class SecretRun:
             ctx.set_alpn_protocols(["http/1.1"])
             self._upstream = ctx
         return self._upstream
-
-    async def relay(self, flow: Flow, first: bytes) -> None:
-        from sprawl_orch.egress.flows import Refused
-        from sprawl_orch.secrets.intercept import Cut, intercept
-
-        try:
-            await intercept(self, flow, first)
-        except Cut as cut:
-            raise Refused(f"interception: {cut}") from None
-        except (OSError, ssl.SSLError) as err:
-            # Only the type and errno: an error's text could quote a header it choked on.
-            raise Refused(f"interception: {type(err).__name__} {err.errno}") from None
 
     def check_plain(self, host: str, where: str, data: bytes, bound: tuple[Bound, ...]) -> None:
         """Count a placeholder seen where it is never swapped (a URL, a plain request)."""

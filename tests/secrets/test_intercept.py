@@ -19,6 +19,7 @@ import trustme
 
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
+from sprawl_orch.secrets.intercept import Interception
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.spec import Spec
 from tests.secrets.echo import Echo, echo_upstream
@@ -49,7 +50,7 @@ def _proxy(
         upstream_cafile=str(bound.ca_file(tmp_path)),
     )
     rules = Rules.parse((f"localhost:{bound.port}", f"localhost:{other.port}", "127.0.0.1"))
-    proxy = EgressProxy(rules, secrets=run)
+    proxy = EgressProxy(rules, secrets=Interception(run))
     proxy.start()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
