@@ -45,7 +45,7 @@ class SecretConfig(BaseModel):
             for key in _VALUE_KEYS:
                 if key in data:
                     raise ValueError(
-                        f"`{key}` holds a secret's value in the config; the value comes from "
+                        f"`{key}`: a secret's value never goes in sprawl.toml; it comes from "
                         "the caller's environment (`env = \"VAR\"`, default: the secret's "
                         'name) or a file (`file = "/path"`) — remove it, and rotate that '
                         "credential if the file was ever shared"
@@ -88,6 +88,8 @@ class SecretConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_way(self) -> SecretConfig:
+        if not self.hosts:  # `hosts` left out (a default is not validated by _hosts)
+            raise ValueError("a secret with no hosts reaches nowhere; list the hosts it is for")
         if self.header is not None and self.basic_user is not None:
             raise ValueError("`header` and `basic_user` both set: choose one way to send it")
         if self.env is not None and self.file is not None:

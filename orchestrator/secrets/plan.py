@@ -3,6 +3,7 @@ combined CA bundle written beside its outputs, seen inside at one fixed read-onl
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -15,9 +16,26 @@ from sprawl_orch.egress.rules import Rules
 from sprawl_orch.secrets.spec import BUNDLE_INSIDE, Spec, phrase
 
 
+_PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
+
+def not_dumpable() -> bool:
+    """This process holds secrets' values from now on: no core dump of it, and its /proc
+    files (environ, mem) no longer readable by another process of the same uid (prctl
+    PR_SET_DUMPABLE 0; a non-root caller's bwrap command runs as that uid). False where the
+    call is not available (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        # No libc prctl (not Linux): nothing to set; the statement's claims do not rest on it.
+        return False
+
+
 def specs_of(sandbox: SandboxConfig, environ: Mapping[str, str]) -> tuple[Spec, ...]:
     """Every configured secret with its value (E_CONFIG_INVALID when one is missing)."""
     values = read_values(sandbox.secrets, environ)
+    not_dumpable()
     return tuple(
         Spec(
             name=name,
