@@ -15,7 +15,6 @@ from sprawl_orch.egress.plan import EgressPlan, host_bundle
 from sprawl_orch.egress.rules import Rules
 from sprawl_orch.secrets.spec import BUNDLE_INSIDE, Spec, phrase
 
-
 _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
 
