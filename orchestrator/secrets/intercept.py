@@ -47,6 +47,9 @@ class Session:
             event = conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
+            # About to wait for a peer: what is queued for either side goes out first.
+            await self.client.flush()
+            await self.upstream.flush()
             conn.receive_data(await end.read())
 
     async def serve(self) -> None:
@@ -170,6 +173,8 @@ async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
         session = Session(run, flow, client, upstream)
         try:
             await session.serve()
+            await upstream.flush()
+            await client.flush()
         except h11.ProtocolError as err:
             raise Cut(f"HTTP/1.1 through the interception failed: {type(err).__name__}") from err
         await client.close()
