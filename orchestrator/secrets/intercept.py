@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import ssl
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import h11
 
+from sprawl_orch.egress.rules import normal_host
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.swap import Scanner, holds, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
@@ -69,6 +71,7 @@ class Session:
         bound = self.run.bound_to(self.flow.host, self.flow.port)
         host = f"{self.flow.host}:{self.flow.port}"  # how the result names where it went
         target = bytes(request.target)
+        self._same_host(request)
         self.run.check_plain(host, "url", target, bound)
         raw = [(k, v) for k, v in request.headers if k.lower() not in _HOP]
         echoes: dict[bytes, bytes] = {}
@@ -105,6 +108,31 @@ class Session:
             if secret.placeholder in body.found:
                 self.run.leak(secret.name, host, "request body (never swapped)")
         await self._answer(request.method, used, echoes)
+
+    def _same_host(self, request: h11.Request) -> None:
+        """The request must be for the host the tunnel was checked for. A CDN routes by Host:
+        `CONNECT api.bound.example` then `Host: attacker.example` (on the same CDN) would
+        carry the value to the attacker's origin (domain fronting, one layer up from SNI)."""
+        names = {k.lower(): v for k, v in request.headers}
+        if b"transfer-encoding" in names and b"content-length" in names:
+            # The same smuggling refusal as the plain path (flows.py): an upstream that frames
+            # by Content-Length would read the rest as a request never checked here.
+            raise Cut("a request with both Transfer-Encoding and Content-Length")
+        said = [names.get(b"host", b"").decode("latin-1")]
+        target = bytes(request.target).decode("latin-1")
+        if not target.startswith("/") and target != "*":
+            said.append(urlsplit(target).netloc)
+        for authority in said:
+            try:
+                parts = urlsplit("//" + authority)
+                name, port = normal_host(parts.hostname or ""), parts.port or self.flow.port
+            except ValueError:
+                name, port = "", 0
+            if (name, port) != (self.flow.host, self.flow.port):
+                raise Cut(
+                    f"a request for {authority!r} inside the tunnel to "
+                    f"{self.flow.host}:{self.flow.port} (Host must name the tunnel's host)"
+                )
 
     async def _answer(self, method: bytes, used: set[str], echoes: dict[bytes, bytes]) -> None:
         forms = {f: s.placeholder for s in self.run.secrets for f in s.forms()}

@@ -177,3 +177,40 @@ def test_unverifiable_upstream_is_cut(ups: tuple[Echo, Echo], tmp_path: Path) ->
     assert done.returncode != 0
     assert bound.seen == []
     assert "failed TLS verification" in proxy.records()[0].reason
+
+
+def test_a_host_header_naming_another_host_is_refused(
+    ups: tuple[Echo, Echo], tmp_path: Path
+) -> None:
+    """Domain fronting one layer above SNI: CONNECT to the bound host, then a request whose
+    Host names another (a CDN would route the value there). Refused; nothing reaches it."""
+    bound, other = ups
+    proxy, run, bundle = _proxy(bound, other, tmp_path)
+    ph = run.env()["GH_PAT"]
+    curl = shutil.which("curl")
+    assert curl is not None
+    try:
+        done = subprocess.run(
+            [
+                curl,
+                "-sS",
+                "--proxy",
+                f"http://127.0.0.1:{proxy.port}",
+                "--cacert",
+                str(bundle),  # type: ignore[attr-defined]
+                "-H",
+                f"Authorization: Bearer {ph}",
+                "-H",
+                "Host: evil.example.org",
+                f"https://localhost:{bound.port}/",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        proxy.close()
+    assert done.returncode != 0
+    assert bound.seen == []
+    assert "Host must name the tunnel's host" in proxy.records()[0].reason
+    assert not proxy.records()[0].allowed
