@@ -15,10 +15,10 @@ from sprawl_orch.secrets.swap import Bound, holds
 
 @dataclass
 class SecretRun:
-    specs: tuple[Spec, ...]
+    specs: tuple[Spec, ...] = field(repr=False)
     upstream_cafile: str | None = None
     ca: RunCA = field(default_factory=RunCA)
-    secrets: tuple[Bound, ...] = ()
+    secrets: tuple[Bound, ...] = field(default=(), repr=False)
     _counts: dict[tuple[str, str], int] = field(default_factory=dict)
     _leaks: list[dict[str, str]] = field(default_factory=list)
     _echoes: dict[str, int] = field(default_factory=dict)

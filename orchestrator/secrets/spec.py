@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets as random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sprawl_orch.egress.rules import Rules
 
@@ -21,7 +21,7 @@ class Spec:
     name: str
     hosts: Rules
     host_list: tuple[str, ...]
-    value: str
+    value: str = field(repr=False)  # never in a repr, a log line or a traceback's locals
     header: str | None = None
     format: str = "{value}"
     basic_user: str | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Bound:
 
     name: str
     placeholder: bytes
-    value: bytes
+    value: bytes = field(repr=False)  # never in a repr, a log line or a traceback's locals
     header: bytes | None = None  # set outright on every request to a bound host
     format: str = "{value}"
     basic_user: bytes | None = None

@@ -62,3 +62,14 @@ def test_a_needle_cut_anywhere_is_found_and_replaced(
     assert VAL in scanner.found
     assert VAL not in out
     assert out == (before + VAL + after).replace(VAL, PH) or VAL in before + after
+
+
+def test_no_repr_holds_a_value() -> None:
+    """A repr lands in logs, tracebacks and `{err!r}` reasons: none may carry the value."""
+    from sprawl_orch.egress.rules import Rules
+    from sprawl_orch.secrets.run import SecretRun
+    from sprawl_orch.secrets.spec import Spec
+
+    run = SecretRun((Spec("A", Rules.parse(("a.example.org",)), ("a.example.org",), "VALUE123"),))
+    assert "VALUE123" not in repr(run) + repr(run.secrets) + repr(run.specs) + repr(SECRET)
+    assert VAL.decode() not in repr(SECRET)
