@@ -145,12 +145,21 @@ def test_secrets_on_containers(
     _judge(tmp_path, ups, result, curl=False)
 
 
-def test_git_clone_with_basic_auth_on_bwrap(tmp_path: Path) -> None:
-    """`git clone https://user:$GH_PAT@host/repo.git` inside bwrap: git sends the placeholder
-    in Basic credentials after the server's 401, the proxy swaps it inside the base64, the
-    server (which demands the real value) serves the clone."""
-    if shutil.which("bwrap") is None or shutil.which("git") is None:
-        missing("bwrap and git are needed (run .ci/setup-engines)")
+@pytest.mark.parametrize("arm", ["native", "docker", "podman"])
+def test_git_clone_with_basic_auth(
+    tmp_path: Path, request: pytest.FixtureRequest, arm: str
+) -> None:
+    """`git clone https://user:$GH_PAT@host/repo.git` inside the sandbox (git's libcurl): git
+    sends the placeholder in Basic credentials after the server's 401, the proxy swaps it
+    inside the base64, the server (which demands the real value) serves the clone."""
+    if shutil.which("git") is None:
+        missing("git is needed on the host (the test's server runs git http-backend)")
+    sandbox: dict[str, object] = {"arm": "native"}
+    if arm == "native" and shutil.which("bwrap") is None:
+        missing("bwrap is not installed (run .ci/setup-engines)")
+    if arm != "native":
+        ids = request.getfixturevalue("python_ids")
+        sandbox = {"arm": "container", "container": {"engine": arm, "images": {arm: ids[arm]}}}
     ca = trustme.CA()
     served = tmp_path / "served"
     served.mkdir()
@@ -160,7 +169,7 @@ def test_git_clone_with_basic_auth_on_bwrap(tmp_path: Path) -> None:
         config = parse_config(
             {
                 "sandbox": {
-                    "arm": "native",
+                    **sandbox,
                     "scratch_dir": str(tmp_path / "scratch"),
                     "network": {"allow": [f"localhost:{git.port}", "127.0.0.1", "::1"]},
                     "secrets": {"GH_PAT": {"hosts": [f"localhost:{git.port}"]}},
