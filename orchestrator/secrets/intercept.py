@@ -11,6 +11,7 @@ the command. Responses to a request that carried a value are asked uncompressed
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -190,14 +191,20 @@ async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
         up_reader, up_writer, run.upstream_context(), server_side=False, hostname=flow.host
     )
     try:
-        try:
-            await client.handshake()
-        except (ssl.SSLError, OSError, TimeoutError) as err:
-            raise Cut(f"the command's TLS did not accept the run's CA: {err}") from err
-        try:
-            await upstream.handshake()
-        except (ssl.SSLError, OSError, TimeoutError) as err:
-            raise Cut(f"the real {flow.host} failed TLS verification or handshake: {err}") from err
+        # Both handshakes at once: nothing is sent upstream before a request is read, and
+        # one after the other they added a second handshake's round trips to every new
+        # connection (benchmarks/secrets_proxy.py).
+        theirs, ours = await asyncio.gather(
+            client.handshake(), upstream.handshake(), return_exceptions=True
+        )
+        failed = (ssl.SSLError, OSError, TimeoutError)
+        if isinstance(ours, failed):
+            raise Cut(f"the real {flow.host} failed TLS verification or handshake: {ours}")
+        if isinstance(theirs, failed):
+            raise Cut(f"the command's TLS did not accept the run's CA: {theirs}")
+        for other in (theirs, ours):
+            if isinstance(other, BaseException):
+                raise other
         session = Session(run, flow, client, upstream)
         try:
             await session.serve()
