@@ -20,6 +20,27 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an HTTP header name (RFC 9110 token)
 _VALUE_KEYS = ("value", "secret", "token", "password")
 NOT_SHOWN = "(not shown: a secret's table)"
+# Names sprawl-orch itself sets in the command's environment (egress/plan.py: the proxy and the
+# CA bundle; HOME, PATH): a secret named so would be overwritten, or would redirect them.
+RESERVED = frozenset(
+    {
+        *(
+            n
+            for base in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+            for n in (base, base.upper())
+        ),
+        "npm_config_proxy",
+        "npm_config_https_proxy",
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "PIP_CERT",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "NODE_EXTRA_CA_CERTS",
+        "HOME",
+        "PATH",
+    }
+)
 
 
 class SecretConfig(BaseModel):
@@ -124,6 +145,14 @@ def check_secrets(
     for name, secret in secrets.items():
         if not _NAME.match(name):
             raise _refuse(name, "(name)", name, "not an environment variable name", "rename it")
+        if name in RESERVED:
+            raise _refuse(
+                name,
+                "(name)",
+                name,
+                "sprawl-orch sets this variable itself (the proxy, the CA bundle, HOME, PATH)",
+                "name the secret after the variable the tool reads its token from",
+            )
         for source in {name, secret.env or name}:
             if source in passed:
                 raise _refuse(

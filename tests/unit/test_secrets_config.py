@@ -63,6 +63,21 @@ def test_bad_tables_are_refused(
     assert PLANTED not in text
 
 
+@pytest.mark.parametrize("name", ["HTTPS_PROXY", "SSL_CERT_FILE", "HOME"])
+def test_a_name_sprawl_orch_sets_itself_is_refused(name: str) -> None:
+    with pytest.raises(SprawlError) as caught:
+        parse_config(
+            {
+                "sandbox": {
+                    "network": {"allow": ["api.example.org"]},
+                    "secrets": {name: {"hosts": ["api.example.org"]}},
+                }
+            }
+        )
+    assert caught.value.code is ErrorCode.CONFIG_INVALID
+    assert "sets this variable itself" in caught.value.detail
+
+
 def test_a_good_table_parses() -> None:
     _config(
         {
