@@ -214,3 +214,52 @@ def test_a_host_header_naming_another_host_is_refused(
     assert bound.seen == []
     assert "Host must name the tunnel's host" in proxy.records()[0].reason
     assert not proxy.records()[0].allowed
+
+
+def test_a_placeholder_in_plain_http_is_counted_not_swapped() -> None:
+    from tests.egress.upstream import upstream
+
+    with upstream(tls=False) as plain:
+        run = SecretRun(
+            (
+                Spec(
+                    name="GH_PAT",
+                    hosts=Rules.parse((f"localhost:{plain.port}",)),
+                    host_list=(f"localhost:{plain.port}",),
+                    value=VALUE,
+                ),
+            ),
+        )
+        proxy = EgressProxy(
+            Rules.parse((f"localhost:{plain.port}", "127.0.0.1")), secrets=Interception(run)
+        )
+        proxy.start()
+        listener = socket.create_server(("127.0.0.1", 0))
+        proxy.serve(listener)
+        ph = run.env()["GH_PAT"]
+        curl = shutil.which("curl")
+        assert curl is not None
+        try:
+            done = subprocess.run(
+                [
+                    curl,
+                    "-sS",
+                    "--proxy",
+                    f"http://127.0.0.1:{listener.getsockname()[1]}",
+                    "-H",
+                    f"Authorization: Bearer {ph}",
+                    f"http://localhost:{plain.port}/?t={ph}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            proxy.close()
+    assert done.returncode == 0, done.stderr
+    wheres = sorted(leak["where"] for leak in run.report()["attempted_leaks"])
+    assert wheres == [
+        "plain HTTP header authorization (never swapped)",
+        "plain HTTP url (never swapped)",
+    ]
+    assert run.report()["injected"] == []
