@@ -226,6 +226,16 @@ class NetworkConfig(_Strict):
         return entries
 
 
+class NativeConfig(_Strict):
+    """``[sandbox.native]``: which Linux mechanism the native arm uses. "auto": bwrap where
+    an unprivileged user namespace can be made, else Landlock + seccomp where the kernel's
+    ABI carries it (native_fallbacks/landlock.py); a name: that one or refused."""
+
+    _AT = ("sandbox", "native")
+
+    mechanism: Literal["auto", "bwrap", "landlock"] = "auto"
+
+
 class SandboxConfig(_Strict):
     _AT = ("sandbox",)
     arm: ArmSpelling = "auto"
@@ -241,6 +251,7 @@ class SandboxConfig(_Strict):
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
     network: NetworkConfig = NetworkConfig()
+    native: NativeConfig = NativeConfig()
 
     @field_validator("env_passthrough", "credentials")
     @classmethod
