@@ -77,14 +77,21 @@ def tree(tmp_path: Path) -> Path:
 
 
 def conform(
-    tool: ExecTool, tree: Path, scratch: Path, dialect: Dialect, where: str = "sandbox"
+    tool: ExecTool,
+    tree: Path,
+    scratch: Path,
+    dialect: Dialect,
+    where: str = "sandbox",
+    abs_refused: bool = False,
 ) -> None:
     arm = tool.arm() if where == "sandbox" else None
     claimed: Assurances = arm.assurances() if arm is not None else ASSURANCES[ArmName.HOST]
     name = arm.name.value if arm is not None else "host"
     run = exec_runner(tool, where=where)
     copy = (lambda: the_copy(tool.state)) if where == "sandbox" else (lambda: None)
-    observed = observe_all(run, dialect, workdir=tree, copy=copy, limit_bytes=LIMIT)
+    observed = observe_all(
+        run, dialect, workdir=tree, copy=copy, limit_bytes=LIMIT, abs_refused=abs_refused
+    )
     print(table(name, observed))
     # The result's own statement says the same as the arm's claim.
     stated = tool.exec(list(PythonDialect().write("stated")), where=where)  # type: ignore[arg-type]
@@ -169,6 +176,30 @@ def test_bwrap_conforms(tmp_path: Path, tree: Path, dialect: Dialect) -> None:
     assert kept == (os.getuid() == 0)
     if kept:
         assert "Permission denied" in str(seen["read_said"])
+
+
+@pytest.mark.skipif(not LINUX, reason="Landlock is Linux's")
+@pytest.mark.parametrize("dialect", dialects())
+def test_landlock_conforms(tmp_path: Path, tree: Path, dialect: Dialect) -> None:
+    """The landlock mechanism, forced by `[sandbox.native] mechanism` (never by a machine-wide
+    sysctl other suites depend on). No mount namespace: the write by the tree's absolute
+    path must be refused, not land. As root the command runs as sprawl-orch's own uid (the
+    user axis, with ABI 6 scoping); the non-root row is test_bwrap_nonroot.py's."""
+    secret, environ = caller_secret(tmp_path)
+    data = config(tmp_path, "native").model_dump(by_alias=True, exclude={"source"})
+    data["sandbox"]["native"] = {"mechanism": "landlock"}
+    try:
+        with ExecTool(parse_config(data), tree, environ=environ) as tool:
+            if tool.choice.arm is not ArmName.LANDLOCK:
+                absent("the landlock mechanism", tool.choice.reason())
+            conform(tool, tree, tmp_path / "scratch", dialect, abs_refused=True)
+            seen = host_side_user(tool, secret)
+            kept = tool.arm().assurances().kept(Guarantee.USER)
+    finally:
+        shutil.rmtree(secret.parent.parent, ignore_errors=True)
+    print(f"landlock as uid {os.getuid()}: user={'yes' if kept else 'no'}; host side: {seen}")
+    independent = not seen["ours"] and seen["account"] is None and not seen["read_secret"]
+    assert kept == independent, seen
 
 
 @pytest.mark.parametrize("dialect", dialects())
