@@ -195,7 +195,9 @@ class LandlockArm(CopiedTreeArm):
     def prepare(self, workdir: Path) -> None:
         problem = landlock_too_old(self.abi)
         if problem is not None:
-            raise SprawlError(ErrorCode.SANDBOX_DENIED, "landlock", problem.phrase, problem.recovery)
+            raise SprawlError(
+                ErrorCode.SANDBOX_DENIED, "landlock", problem.phrase, problem.recovery
+            )
         if not self._proved:
             ok, why = self._probe()
             if not ok:
@@ -258,5 +260,6 @@ class LandlockArm(CopiedTreeArm):
             )
         finally:
             for fd in fds:
+                # EBADF only if already closed: the child holds its own copies
                 with contextlib.suppress(OSError):
                     os.close(fd)

@@ -100,9 +100,7 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def restrict(
-    abi: int, rules: list[tuple[str, int]], net: bool, scoped: int
-) -> None:
+def restrict(abi: int, rules: list[tuple[str, int]], net: bool, scoped: int) -> None:
     """Create the ruleset, add one path-beneath rule per (path, rights), restrict self.
     `net`: handle TCP bind/connect (ABI >= 4) with no rule, so none is allowed."""
     libc = _libc()
@@ -126,8 +124,8 @@ def restrict(
         for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue  # a place that does not exist here grants nothing
+            except OSError:  # a place that does not exist here grants nothing
+                continue
             try:
                 if not os.path.isdir(f"/proc/self/fd/{fd}"):
                     rights &= FILE_RIGHTS
@@ -147,7 +145,9 @@ def restrict(
                 os.close(fd)
         _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
         _check(
-            libc.syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+            libc.syscall(
+                ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)
+            ),
             "landlock_restrict_self",
         )
     finally:
@@ -174,13 +174,13 @@ def _children() -> list[int]:
     out: list[int] = []
     try:
         tasks = os.listdir("/proc/self/task")
-    except OSError:
+    except OSError:  # no /proc: nothing to find; waitpid still reaps what ends
         return out
     for tid in tasks:
         try:
             with open(f"/proc/self/task/{tid}/children") as f:
                 out += [int(p) for p in f.read().split()]
-        except OSError:
+        except OSError:  # the thread ended meanwhile: it has no children to list
             continue
     return out
 
@@ -196,7 +196,7 @@ def _descendants() -> list[int]:
         try:
             with open(f"/proc/{pid}/task/{pid}/children") as f:
                 todo += [int(p) for p in f.read().split()]
-        except OSError:
+        except OSError:  # gone meanwhile: its children are ours now, found next round
             continue
     return seen
 
@@ -208,13 +208,13 @@ def reap_all() -> None:
         for pid in _descendants():
             try:
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
+            except OSError:  # already gone (ESRCH): nothing left to kill
                 continue
         try:
             os.waitpid(-1, 0)
-        except ChildProcessError:
+        except ChildProcessError:  # ECHILD: nothing is left below us, which is the goal
             return
-        except InterruptedError:
+        except InterruptedError:  # a signal arrived: wait again
             continue
 
 
@@ -263,7 +263,7 @@ def main(fd: int) -> int:
         try:
             _, code = os.waitpid(pid, 0)
             break
-        except InterruptedError:
+        except InterruptedError:  # a signal arrived: wait again
             continue
     reap_all()
     return _status(code)
