@@ -1,5 +1,6 @@
 """The "bwrap as non-root" conformance row (and landlock's): test_conformance_native's bwrap
-and landlock tests, run by an account of their own (CI runs as root, where the same tests are the "bwrap as root" row).
+and landlock tests, run by an account of their own (CI runs as root, where the same tests
+are the "bwrap as root" row).
 
 The account (`sprawl-bwrap-caller`, a nologin system account made here if missing) gets
 search -- only -- on the way to this checkout and to the interpreter running the tests

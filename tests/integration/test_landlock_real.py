@@ -7,6 +7,7 @@ holding the process tree; the ABI refusal."""
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import socket
 import subprocess
@@ -274,3 +275,30 @@ def test_an_abi_too_old_is_refused_naming_both(tmp_path: Path) -> None:
         arm.prepare(tmp_path)
     assert err.value.code.value == "E_SANDBOX_DENIED"
     assert "ABI 2" in err.value.detail and "ABI 3" in err.value.detail
+
+
+def test_python_pip_git_and_a_shell_still_work_under_landlock(tmp_path: Path) -> None:
+    """The host's own tools under the ruleset and filter: an interpreter (the venv's, from
+    PATH), pip, git (HOME is private and writable), a shell writing /dev/null,
+    TMPDIR, make-style rename across directories in the copy (REFER)."""
+    need_landlock()
+    if shutil.which("git") is None:
+        missing("git is needed (apt-get install git)")
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    (tree / "a" / "x.txt").write_text("x\n")
+    (tmp_path / "scratch").mkdir()
+    python = os.path.realpath(sys.executable)
+    line = (
+        f"{python} -c 'import ssl, json, sqlite3; print(\"py ok\")' && "
+        f"{python} -m pip --version >/dev/null && echo pip ok && "
+        "git init -q . && git -c user.name=t -c user.email=t@t add -A && "
+        "git -c user.name=t -c user.email=t@t commit -qm one && echo git ok && "
+        'echo to-stderr >&2 && echo n >/dev/null && t=$(mktemp) && echo hi > "$t" && echo tmp ok && '
+        "mkdir b && mv a/x.txt b/ && echo rename ok"
+    )
+    with ExecTool(parse_config(landlock_config(tmp_path)), tree) as tool:
+        done = tool.exec(["sh", "-c", line], background_ok=False)
+    for said in ("py ok", "pip ok", "git ok", "tmp ok", "rename ok"):
+        assert said in done.stdout, done.stdout + done.stderr
+    assert "to-stderr" in done.stderr
