@@ -31,7 +31,7 @@ axis is then not claimed (landlock_assurances).
 from __future__ import annotations
 
 import contextlib
-import json
+import marshal
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -67,12 +67,9 @@ DEVICE_RW = kernel.FS_READ_FILE | kernel.FS_WRITE_FILE | kernel.FS_IOCTL_DEV
 DEVICES_RW = ("/dev/null", "/dev/zero", "/dev/full")
 DEVICES_R = ("/dev/random", "/dev/urandom")
 STREAM_RIGHTS = kernel.FS_WRITE_FILE | kernel.FS_READ_FILE | kernel.FS_TRUNCATE
-# What the helper runs as: the source is handed over an fd, so the helper needs no path
-# of ours (a root caller's sandbox uid could not reach a venv under /root) and no site.
-BOOT = (
-    "import sys; fd = int(sys.argv[1]); "
-    "exec(compile(open(fd, closefd=True).read(), 'landlock_helper', 'exec'))"
-)
+# What the helper runs as: its compiled code is handed over an fd, so the helper needs no
+# path of ours (a root caller's sandbox uid could not reach a venv under /root) and no site.
+BOOT = "import marshal, sys; exec(marshal.loads(open(int(sys.argv[1]), 'rb').read()))"
 
 
 @cache
@@ -103,7 +100,7 @@ def spec(
     argv: Sequence[str], env: Mapping[str, str], found: int, ruleset: list[tuple[str, int]]
 ) -> bytes:
     """What the helper reads from SPEC_FD."""
-    return json.dumps(
+    return marshal.dumps(
         {
             "argv": list(argv),
             "env": dict(env),
@@ -111,9 +108,9 @@ def spec(
             "rules": ruleset,
             "net": found >= NETWORK_ABI,
             "scoped": kernel.SCOPE_ABSTRACT_UNIX_SOCKET | kernel.SCOPE_SIGNAL,
-            "seccomp": program().hex(),
+            "seccomp": program(),
         }
-    ).encode()
+    )
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -129,7 +126,10 @@ def _memfd(name: str, data: bytes) -> int:
 
 @cache
 def _helper_source() -> bytes:
-    return Path(kernel.__file__).read_bytes()
+    """The helper compiled once per process (the interpreter that runs it is this one, so
+    marshal's format matches)."""
+    code = compile(Path(kernel.__file__).read_bytes(), "landlock_helper", "exec")
+    return marshal.dumps(code)
 
 
 def python() -> str:
