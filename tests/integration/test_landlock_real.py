@@ -7,8 +7,8 @@ holding the process tree; the ABI refusal."""
 from __future__ import annotations
 
 import json
-import shutil
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -305,7 +305,8 @@ def test_python_pip_git_and_a_shell_still_work_under_landlock(tmp_path: Path) ->
         f"{python} -m pip --version >/dev/null && echo pip ok && "
         "git init -q . && git -c user.name=t -c user.email=t@t add -A && "
         "git -c user.name=t -c user.email=t@t commit -qm one && echo git ok && "
-        'echo to-stderr >&2 && echo n >/dev/null && t=$(mktemp) && echo hi > "$t" && echo tmp ok && '
+        "echo to-stderr >&2 && echo n >/dev/null && "
+        't=$(mktemp) && echo hi > "$t" && echo tmp ok && '
         "mkdir b && mv a/x.txt b/ && echo rename ok"
     )
     with ExecTool(parse_config(landlock_config(tmp_path)), tree) as tool:
