@@ -204,3 +204,17 @@ def test_the_program_refuses_what_no_namespace_stops(machine: str) -> None:
 def test_a_foreign_abi_is_refused_whole() -> None:
     program = build(ABIS["x86_64"])
     assert run_bpf(program, 0, (), arch=0x40000003) == ENOSYS
+
+
+def test_landlock_named_on_a_kernel_without_it_is_refused_with_both_abis() -> None:
+    """What exec says (build_arm): E_SANDBOX_DENIED, naming the ABI found and the one needed."""
+    from sprawl_orch.config import Config
+    from sprawl_orch.selection.arm_factory import build_arm
+
+    offerings = linux(landlock_abi=2)
+    choice = choose("native", offerings, mechanism="landlock")
+    with pytest.raises(SprawlError) as err:
+        build_arm(choice, offerings, Config())
+    assert err.value.code.value == "E_SANDBOX_DENIED"
+    assert "ABI 2" in err.value.detail and "ABI 3" in err.value.detail
+    assert "bwrap" in err.value.recovery
