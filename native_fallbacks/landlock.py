@@ -183,7 +183,10 @@ class LandlockArm(CopiedTreeArm):
         if self.abi < NETWORK_ABI:
             parts.append(f"TCP is not governed before Landlock ABI {NETWORK_ABI}.")
         if self.user is not None:
-            parts.append(f"The command runs as uid {self.user}, which no account holds.")
+            parts.append(
+                f"The command runs as uid {self.user}, which no account holds, as every "
+                "landlock command of a root caller does, with no namespace between them."
+            )
         else:
             parts.append(
                 "The command runs as your uid: Landlock does not govern chmod, chown, utime "

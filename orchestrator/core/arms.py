@@ -54,15 +54,15 @@ def landlock_assurances(abi: int, own_principal: bool) -> Assurances:
     a uid of its own -- Landlock does not govern chmod/chown/utime/xattrs, so a command with
     the caller's uid changes those of the caller's files outside the copy; network from ABI 4
     (TCP rules; seccomp refuses every other protocol); process_tree from the helper and
-    seccomp (one process group, a subreaper); user for a root caller's own uid with ABI 6
-    (without signal scoping one command could signal another's processes of that uid)."""
+    seccomp (one process group, a subreaper). User never: a root caller's commands all run
+    as the one sandbox uid with no namespace between them, so one command can chmod or
+    utime another's copy by its path and read its command line in /proc (the conformance
+    row does the chmod); a non-root caller's command is the caller's uid."""
     axes = [Guarantee.PROCESS_TREE] if abi >= 3 else []
     if abi >= 3 and own_principal:
         axes.append(Guarantee.FILESYSTEM)
     if abi >= 4:
         axes.append(Guarantee.NETWORK)
-    if abi >= 6 and own_principal:
-        axes.append(Guarantee.USER)
     return Assurances.of(*axes)
 
 

@@ -97,7 +97,7 @@ def test_a_misspelled_mechanism_is_refused_listing_the_spellings() -> None:
         (3, True, {"filesystem", "process_tree"}),
         (3, False, {"process_tree"}),
         (4, True, {"filesystem", "process_tree", "network"}),
-        (6, True, {"filesystem", "process_tree", "network", "user"}),
+        (6, True, {"filesystem", "process_tree", "network"}),
         (7, False, {"process_tree", "network"}),
     ],
 )
