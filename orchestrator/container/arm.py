@@ -232,7 +232,8 @@ class ContainerArm:
 
     def _start(self, launch: Launch) -> Running:
         command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
-        if self.config.warm:
+        if self.config.warm and launch.given is None:
+            # -i/-t run cold: a warm exec has no stdin or terminal of its own yet (issue 26)
             return self.warm_pool().start(launch, command)
         engine = self.engine
         venv = command_venv(launch, command)
@@ -251,7 +252,9 @@ class ContainerArm:
         proxy = None
         if held.plan is not None and held.gate is None:  # podman: init, bind, then start
             proxy = self._egress(engine, container, launch, name, held.plan)
-        attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
+        attached = engine.start(
+            container, launch.outputs / "stdout", launch.outputs / "stderr", launch.given
+        )
         if attached.start_error is not None:
             held.close(proxy)
             attached.collect()
@@ -346,6 +349,10 @@ class ContainerArm:
             read_only=read_only,
             entrypoint=entrypoint,
             env_file=env_file,
+            # -t alone too: the terminal is the command's stdin on every arm (docker's own
+            # -t without -i leaves it /dev/null, and `stty` fails)
+            stdin_open=launch.given is not None,
+            tty=launch.given is not None and launch.given.tty,
         )
         name = container_name(launch.tag)
         record: dict[str, object] = {

@@ -38,6 +38,7 @@ from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
 from sprawl_orch.core.arg_bounds import check_arguments
 from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.command_input import CommandInput
 from sprawl_orch.core.environment import child_env, with_home
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import prepare_state
@@ -214,6 +215,7 @@ class ExecTool(ChangesApi, BacklogApi):
         follow: tuple[BinaryIO, BinaryIO] | None = None,
         timeout: float | None = None,
         workspace: str | None = None,
+        given: CommandInput | None = None,
     ) -> ExecResult:
         """Run one command confined; a refusal or failure is a result too, never a raise.
 
@@ -234,6 +236,9 @@ class ExecTool(ChangesApi, BacklogApi):
             workspace: run it in that workspace (changes/workspace.py) -- the agent's
                 earlier changes are there, the person's edits flowed in -- instead of a copy
                 reset to the working directory.
+            given: what the command reads (core/command_input.py: ``-i`` a pipe from a
+                descriptor of yours, ``-t`` a new terminal); default: /dev/null. The tool
+                feeds it while the command runs and closes it at the end.
 
         Returns:
             The ExecResult: ``settled`` (exit code, output, changes), ``backgrounded``
@@ -259,9 +264,11 @@ class ExecTool(ChangesApi, BacklogApi):
                         "drop --where host, or drop --workspace",
                     )
             result = self._exec(
-                argv_in, shell, where, window, run, started, background_ok, follow, workspace
+                argv_in, shell, where, window, run, started, background_ok, follow, workspace, given
             )
         except SprawlError as err:
+            if given is not None:
+                given.close()
             result = exceptional(arm_name, err, **fields)
         self._record(result)
         return result
@@ -285,6 +292,7 @@ class ExecTool(ChangesApi, BacklogApi):
         background_ok: bool,
         follow: tuple[BinaryIO, BinaryIO] | None = None,
         workspace: str | None = None,
+        given: CommandInput | None = None,
     ) -> ExecResult:
         if not argv_in or not argv_in[0]:
             raise SprawlError(
@@ -345,14 +353,21 @@ class ExecTool(ChangesApi, BacklogApi):
                 join=join,
                 workdir=self.workdir,
                 egress=egress,
+                given=given,
             )
             streams = self._streams(outputs, follow)
             try:
+                if given is not None:
+                    given.into(outputs / "stdout")  # a writer before the pump counts them
                 running = arm.start(launch)
             except BaseException:
+                if given is not None:
+                    given.close()
                 if streams is not None:
                     streams.stop(0.0)
                 raise
+            if given is not None:
+                given.start()
             if streams is not None:
                 streams.started()
         except BaseException:
@@ -385,7 +400,7 @@ class ExecTool(ChangesApi, BacklogApi):
             release_copy,
             changes,
             drain,
-            streams_done=None if streams is None else streams.stop,
+            streams_done=self._streams_done(streams, given),
         )
         return self.backlog.settle(entry, running.wait(window), background_ok)
 
@@ -409,6 +424,22 @@ class ExecTool(ChangesApi, BacklogApi):
             return None
         cap = max(self.config.state.output_keep_bytes, OUTPUT_CAP)
         return CappedStreams(outputs, cap, follow)
+
+    @staticmethod
+    def _streams_done(
+        streams: CappedStreams | None, given: CommandInput | None
+    ) -> Callable[[], None] | None:
+        """At the command's end: its terminal drained into the stream first (-t), then the
+        stream's pump ends (it waits for every writer, the terminal's reader too)."""
+        if given is None:
+            return None if streams is None else streams.stop
+
+        def done() -> None:
+            given.finish()
+            if streams is not None:
+                streams.stop()
+
+        return done
 
     def _claim_outputs(self) -> None:
         """Mark outputs/<session>/ as this live process's, and remove those of dead ones
