@@ -55,6 +55,8 @@ def serve(path: Path, idle: float) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # another server won the start: its socket is the one clients reach
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())  # `sprawl-orch server status|stop` read it
     preload()
     # a dead server's socket, or none (we hold the lock: no live one serves it)
     with contextlib.suppress(FileNotFoundError):

@@ -217,3 +217,17 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_server_status_and_stop(tree: Path, env: dict[str, str]) -> None:
+    assert program(["exec", "-C", str(tree), "--", "true"], env).returncode == 0
+    listed = program(["server", "status"], env)
+    assert listed.returncode == 0 and b" running" in listed.stdout, listed
+    pid = int(listed.stdout.split(b"pid ")[1].split()[0])
+    stopped = program(["server", "stop"], env)
+    assert f"(pid {pid})".encode() in stopped.stdout
+    deadline = time.monotonic() + 30
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the server outlived its stop"
+        time.sleep(0.02)
+    assert b"no exec server" in program(["server", "status"], env).stdout
