@@ -119,12 +119,11 @@ def serve(path: Path, idle: float) -> int:
 
 
 def _answer(conn: socket.socket, status: int) -> None:
+    """A call that ended by a signal can't say so itself: the server says it. (An exit status
+    the call sent already; the client reads the first line only.)"""
     if os.WIFSIGNALED(status):
-        line = f"signal {os.WTERMSIG(status)}\n"
-    else:
-        line = f"exit {os.waitstatus_to_exitcode(status)}\n"
-    with contextlib.suppress(OSError):  # the caller is gone: no one to tell
-        conn.sendall(line.encode())
+        with contextlib.suppress(OSError):  # the caller is gone: no one to tell
+            conn.sendall(f"signal {os.WTERMSIG(status)}\n".encode())
     conn.close()
 
 
@@ -155,6 +154,9 @@ def _call(conn: socket.socket) -> None:
         with contextlib.suppress(OSError):  # the caller's stderr is gone: no one to tell
             os.write(2, f"sprawl-orch: E_INTERNAL: exec server call: {err!r}\n".encode())
     _flush()
+    # Said by the call itself, so that a server that died meanwhile loses no status.
+    with contextlib.suppress(OSError):  # the caller is gone: no one to tell
+        conn.sendall(f"exit {code}\n".encode())
     os._exit(code)
 
 

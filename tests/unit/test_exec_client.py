@@ -231,3 +231,33 @@ def test_server_status_and_stop(tree: Path, env: dict[str, str]) -> None:
         assert time.monotonic() < deadline, "the server outlived its stop"
         time.sleep(0.02)
     assert b"no exec server" in program(["server", "status"], env).stdout
+
+
+def test_a_call_outlives_a_killed_server_and_says_its_status(
+    tree: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Each call is a process of its own: the server's end (SIGKILL) changes nothing for it."""
+    gate = tmp_path / "gate"
+    client = subprocess.Popen(
+        [
+            PROGRAM,
+            "exec",
+            "-C",
+            str(tree),
+            "--",
+            "sh",
+            "-c",
+            f"echo started; while [ ! -e {gate} ]; do sleep 0.02; done; echo done; exit 4",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert client.stdout is not None
+    assert client.stdout.readline() == b"started\n"
+    listed = program(["server", "status"], env)
+    server = int(listed.stdout.split(b"pid ")[1].split()[0])
+    os.kill(server, signal.SIGKILL)
+    gate.touch()
+    out, err = client.communicate(timeout=60)
+    assert (client.returncode, out) == (4, b"done\n"), err
