@@ -226,7 +226,8 @@ def test_verify_reports_a_pin_the_engine_does_not_have(
     absent = "sha256:" + "0" * 64
     config = tmp_path / "sprawl.toml"
     config.write_text(f'[sandbox.container]\nengine = "docker"\nimage = "{absent}"\n')
-    verified = cli("image", "verify", "--config", str(config))
+    # -C: the suggested recipe follows the tree (a Python project's is `python`).
+    verified = cli("image", "verify", "-C", str(tmp_path), "--config", str(config))
     assert verified.exit_code == 1
     assert re.search(rf"^docker\s+missing\s+{absent}", verified.stdout, re.MULTILINE)
     assert "sprawl-orch image build busybox --engine docker" in verified.stdout
