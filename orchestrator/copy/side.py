@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 
 import pydantic
 
-from sprawl_orch.copy.fileops import Kind, SourceUnreadable
+from sprawl_orch.copy.fileops import Kind, Source
 
 # Links are kept as links where the copy side can make them; Windows needs a privilege for it.
 LINKS_KEPT = os.name != "nt"
@@ -60,18 +60,10 @@ class CopySide(Protocol[H]):
     def set_link_times(self, name: str, parent: H, atime_ns: int, mtime_ns: int) -> None: ...
     def readlink(self, name: str, parent: H) -> str | None: ...
     def symlink(self, target: str, name: str, parent: H) -> None: ...
-    def same_bytes(self, src_path: str, name: str, parent: H, size: int, mode: int) -> bool: ...
+    def same_bytes(self, src: Source, name: str, parent: H, size: int, mode: int) -> bool: ...
     def copy_file(
-        self, src_path: str, name: str, parent: H, mode: int, budget: int
+        self, src: Source, name: str, parent: H, mode: int, budget: int
     ) -> tuple[int, os.stat_result]: ...
-
-
-def list_source(src: str) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(src) as it:
-            return list(it)
-    except OSError as err:
-        raise SourceUnreadable(src, err) from err
 
 
 def special_why(mode: int) -> str:

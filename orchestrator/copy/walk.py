@@ -8,10 +8,12 @@ the new record, which the caller saves once the whole pass succeeded.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 
+from sprawl_orch.copy import source
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import bound_key
 from sprawl_orch.copy.fileops import BudgetExceeded, SourceUnreadable
@@ -22,9 +24,9 @@ from sprawl_orch.copy.side import (
     CopySide,
     FileWork,
     Progress,
-    list_source,
     special_why,
 )
+from sprawl_orch.copy.source import Reached, SourceChanged, SourceFile
 from sprawl_orch.copy.walk_state import ENTRY_SIZE, KIND_AND_BITS, H, SyncDir, WalkState
 from sprawl_orch.core.credential_places import copy_refusal
 
@@ -32,6 +34,7 @@ __all__ = ["CopySide", "FileWork", "Progress", "Walk"]
 
 # A link that cannot be resolved: ENOENT dangling, ELOOP pointing at itself, ENOTDIR through a file.
 _UNRESOLVED = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+JUDGE_TRIES = 3  # a source entry that changed while it was judged: judged this often
 SKIPPED_NAMED = 100  # a tree of many fifos must not make every result that long
 
 
@@ -49,23 +52,31 @@ class Walk(WalkState[H]):
         side = self.side
         stack: list[SyncDir[H]] = []
         try:
-            st = os.stat(self.source)
-            top = SyncDir(
-                self.source,
-                "",
-                True,
-                root,
-                0,
-                (st.st_dev, st.st_ino),
-                list_source(self.source),
-                side.kinds(root),
-                (st.st_atime_ns, st.st_mtime_ns),
+            src_fd, st = source.open_top(self.source)
+            stack.append(
+                SyncDir(
+                    self.source,
+                    "",
+                    True,
+                    root,
+                    0,
+                    (st.st_dev, st.st_ino),
+                    [],
+                    {},
+                    (st.st_atime_ns, st.st_mtime_ns),
+                    src_fd,
+                )
             )
-            stack.append(top)
+            top = stack[-1]
+            top.entries = source.listing(src_fd, self.source)
+            top.it = iter(top.entries)
+            top.copy = side.kinds(root)
             self._ancestors.add(top.ident)
             self._ctimes[""] = top.ctimes
         except BaseException:
             side.close(root)
+            for frame in stack:
+                source.close(frame.src_fd)
             raise
         # The fast path's lookups, hoisted out of the loop (it runs once per file).
         offsets, old_entries = self._offsets, self._old_entries
@@ -138,10 +149,13 @@ class Walk(WalkState[H]):
                 # After its last entry was written or removed (each of those sets it to now).
                 side.set_dir_times(top.handle, *top.times)
                 self._ancestors.discard(top.ident)
-                side.close(stack.pop().handle)
+                done = stack.pop()
+                side.close(done.handle)
+                source.close(done.src_fd)
         finally:
             for frame in stack:
                 side.close(frame.handle)
+                source.close(frame.src_fd)
 
     def _entry(self, parent: SyncDir[H], entry: os.DirEntry[str]) -> SyncDir[H] | None:
         rel = parent.rel + os.sep + entry.name if parent.rel else entry.name
@@ -152,92 +166,156 @@ class Walk(WalkState[H]):
             raise self.refuse_depth(
                 rel, level, f"the tree is deeper than {self.bounds.depth} levels"
             )
-        is_link = entry.is_symlink()
+        # A source entry that changed between being judged and being opened (copy/source.py)
+        # is judged afresh: an editor's save by rename is no attack. One that keeps changing
+        # is left out and named.
+        for _ in range(JUDGE_TRIES - 1):
+            with contextlib.suppress(SourceChanged):
+                return self._judge(parent, entry, rel)
+        try:
+            return self._judge(parent, entry, rel)
+        except SourceChanged as err:
+            self.refused.append(f"{rel}: {err.why}")
+            return None
+
+    def _judge(self, parent: SyncDir[H], entry: os.DirEntry[str], rel: str) -> SyncDir[H] | None:
+        name, path, fd = entry.name, os.path.join(parent.src, entry.name), parent.src_fd
+        try:
+            # Not followed, relative to the held directory (copy/source.py); an entry swapped
+            # for a link since it was listed is judged as the link it now is.
+            lst = source.lstat(fd, name, path)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                return None  # gone since listed
+            raise SourceUnreadable(path, err) from err
+        is_link = stat.S_ISLNK(lst.st_mode)
         if is_link and parent.real and LINKS_KEPT:
             try:
-                target = os.readlink(entry.path)
+                target = source.readlink(fd, name, path)
             except OSError as err:
-                raise SourceUnreadable(entry.path, err) from err
+                if err.errno in (errno.EINVAL, errno.ENOENT):  # no longer a link, or gone
+                    raise SourceChanged(path, "it was no longer a link") from None
+                raise SourceUnreadable(path, err) from err
             where = tuple(parent.rel.split(os.sep)) if parent.rel else ()
             if stays_inside(self.source, where, target):
-                try:
-                    lst = entry.stat(follow_symlinks=False)
-                except OSError as err:
-                    raise SourceUnreadable(entry.path, err) from err
-                self._link(parent, entry.name, rel, target, (lst.st_atime_ns, lst.st_mtime_ns))
+                self._link(parent, name, rel, target, (lst.st_atime_ns, lst.st_mtime_ns))
                 return None
+        reached = None
         try:
-            st = entry.stat()  # follows links: the content rule
+            if is_link or not parent.real:
+                reached = self._reach(parent, name, path, rel, is_link)
+                if reached is None:
+                    return None
+                st = reached.st
+            else:
+                st = lst
+            if stat.S_ISDIR(st.st_mode):
+                if (st.st_dev, st.st_ino) in self._ancestors:
+                    key = bound_key("depth", self.bounds.depth)
+                    raise self.refuse(
+                        f"{rel} is a symbolic link to a directory that contains it (found by "
+                        "the loop check): copying what it points at would never end",
+                        key,
+                        f"add {rel!r} to [sandbox.copy] exclude, or remove the link",
+                    )
+                return self._dir(parent, name, path, st, rel, reached)
+            if stat.S_ISREG(st.st_mode):
+                self._file(parent, SourceFile(path, st, fd, name, reached), rel)
+            else:
+                self.skip(rel, special_why(st.st_mode))
+        finally:
+            if reached is not None:
+                reached.close()
+        return None
+
+    def _reach(
+        self, parent: SyncDir[H], name: str, path: str, rel: str, is_link: bool
+    ) -> Reached | None:
+        """Follow a link (or an entry below a followed one) and judge what it reached, held
+        open (copy/source.py); None when it is left out, named."""
+        try:
+            reached = source.follow(parent.src_fd, name, path)
         except OSError as err:
             if err.errno in _UNRESOLVED and (is_link or err.errno == errno.ENOENT):
                 if is_link:
                     self.skip(rel, f"a symbolic link that leads nowhere ({os.strerror(err.errno)})")
                 return None  # dangling or self-referencing link, or gone since listed
-            raise SourceUnreadable(entry.path, err) from err
-        if (is_link or not parent.real) and kernel_state(entry.path, st):
-            # copy.links.kernel_state: never the sync's own /proc/self/environ
-            self.skip(rel, "leads to kernel state of the process that syncs (/proc)")
-            return None
-        if self.guard is not None and (is_link or not parent.real):
-            why = copy_refusal(self.guard, entry.path, st)
-            if why is not None:
-                self.refused.append(f"{rel}: {why}")
-                return None  # left out: whatever the copy held there goes as an extra
-        if stat.S_ISDIR(st.st_mode):
-            if (st.st_dev, st.st_ino) in self._ancestors:
-                key = bound_key("depth", self.bounds.depth)
-                raise self.refuse(
-                    f"{rel} is a symbolic link to a directory that contains it (found by the "
-                    "loop check): copying what it points at would never end",
-                    key,
-                    f"add {rel!r} to [sandbox.copy] exclude, or remove the link",
-                )
-            return self._dir(parent, entry, st, rel, parent.real and not is_link)
-        if stat.S_ISREG(st.st_mode):
-            self._file(parent, entry, st, rel)
-        else:
-            self.skip(rel, special_why(st.st_mode))
-        return None
+            raise SourceUnreadable(path, err) from err
+        try:
+            if kernel_state(reached.real, reached.st):
+                # copy.links.kernel_state: never the sync's own /proc/self/environ
+                self.skip(rel, "leads to kernel state of the process that syncs (/proc)")
+                reached.close()
+                return None
+            if self.guard is not None:
+                why = copy_refusal(self.guard, reached.real, reached.st, resolved=True)
+                if why is not None:
+                    self.refused.append(f"{rel}: {why}")
+                    reached.close()
+                    return None  # left out: whatever the copy held there goes as an extra
+        except BaseException:
+            reached.close()
+            raise
+        return reached
 
     def _dir(
-        self, parent: SyncDir[H], entry: os.DirEntry[str], st: os.stat_result, rel: str, real: bool
+        self,
+        parent: SyncDir[H],
+        name: str,
+        path: str,
+        st: os.stat_result,
+        rel: str,
+        reached: Reached | None,
     ) -> SyncDir[H]:
         side = self.side
         want = stat.S_IMODE(st.st_mode) & 0o777 | 0o700
-        entries = list_source(entry.path)
-        old = parent.copy.pop(entry.name, None)
-        if old is not None and old != "dir":
-            self.removed += side.remove(entry.name, parent.handle, old)
-            old = None
-        if old is None:
-            self.dirty = True
-            side.mkdir(entry.name, parent.handle)
-            if self.touched is not None:
-                self.touched.append(rel)
-        handle = side.open_dir(entry.name, parent.handle)
+        # The source directory opened (and checked to be the one judged) before the copy
+        # is touched: a swap leaves the copy's old entry to go as an extra.
+        if reached is not None:
+            src_fd = reached.reopen(source.DIR_FLAGS)
+        elif parent.src_fd >= 0:
+            src_fd = source.open_in(parent.src_fd, name, path, st, source.DIR_FLAGS)
+        else:
+            src_fd = -1
+        try:
+            entries = source.listing(src_fd, path)
+            old = parent.copy.pop(name, None)
+            if old is not None and old != "dir":
+                self.removed += side.remove(name, parent.handle, old)
+                old = None
+            if old is None:
+                self.dirty = True
+                side.mkdir(name, parent.handle)
+                if self.touched is not None:
+                    self.touched.append(rel)
+            handle = side.open_dir(name, parent.handle)
+        except BaseException:
+            source.close(src_fd)
+            raise
         try:
             side.set_dir_mode(handle, want)
             copy = side.kinds(handle) if old is not None else {}
         except BaseException:
             side.close(handle)
+            source.close(src_fd)
             raise
         self.new.dirs.append(rel)
         return SyncDir(
-            entry.path,
+            path,
             rel,
-            real,
+            parent.real and reached is None,
             handle,
             parent.depth + 1,
             (st.st_dev, st.st_ino),
             entries,
             copy,
             (st.st_atime_ns, st.st_mtime_ns),
+            src_fd,
         )
 
-    def _file(
-        self, parent: SyncDir[H], entry: os.DirEntry[str], st: os.stat_result, rel: str
-    ) -> None:
+    def _file(self, parent: SyncDir[H], src: SourceFile, rel: str) -> None:
         # The hot path of a resync: bounds, then the racy-clean rule (copy_stamps) inlined.
+        st = src.st
         size = st.st_size
         self.files += 1
         if self.files > self.bounds.files or self.bytes + size > self.bounds.bytes:
@@ -246,7 +324,7 @@ class Walk(WalkState[H]):
         if self.progress is not None and self.files % PROGRESS_EVERY == 0:
             self.progress(self.files, self.bytes, False)
         mode = st.st_mode & 0o777
-        name, side, handle = entry.name, self.side, parent.handle
+        name, side, handle = os.path.basename(src.path), self.side, parent.handle
         if st.st_ctime_ns >= self._line:
             self.new.recent.append(rel)
         old = parent.copy.pop(name, None)
@@ -272,7 +350,13 @@ class Walk(WalkState[H]):
                     and (cst.st_dev in self._timed or self._learn(cst.st_dev))
                 )
                 self.dirty |= not vouched  # a new stamp to record, with this sync's start
-                if vouched or side.same_bytes(entry.path, name, handle, size, mode):
+                try:
+                    same = vouched or side.same_bytes(src, name, handle, size, mode)
+                except SourceChanged:
+                    parent.copy[name] = old  # untouched: judged afresh (_entry)
+                    self._uncount(rel)
+                    raise
+                if same:
                     parent.ctimes[name] = cst.st_ctime_ns
                     self._add_path(rel)
                     self._entries += packed
@@ -286,36 +370,16 @@ class Walk(WalkState[H]):
             fresh = False
         try:
             budget = self.bounds.bytes - self.bytes
-            size, cst = side.copy_file(entry.path, name, handle, mode, budget)
+            size, cst = side.copy_file(src, name, handle, mode, budget)
         except BudgetExceeded:
             raise self._over_bytes(self.bounds.bytes + 1) from None
+        except SourceChanged:
+            self._uncount(rel)  # nothing was created: judged afresh (_entry)
+            raise
         self.bytes += size
         parent.ctimes[name] = cst.st_ctime_ns
         self._add_path(rel)
         self._entries += self._pack(st, cst, mode)
-        self._counted(fresh)
-        if self.touched is not None:
-            self.touched.append(rel)
-
-    def _link(
-        self, parent: SyncDir[H], name: str, rel: str, target: str, times: tuple[int, int]
-    ) -> None:
-        self._count(0)
-        side, handle = self.side, parent.handle
-        old = parent.copy.pop(name, None)
-        self.new.links[rel] = target
-        if old == "other" and side.readlink(name, handle) == target:
-            side.set_link_times(name, handle, *times)
-            return
-        fresh = True
-        if old == "dir":
-            self.removed += side.remove(name, handle, old)
-        elif old is not None:
-            side.remove(name, handle, old)
-            fresh = False
-        self.dirty = True
-        side.symlink(target, name, handle)
-        side.set_link_times(name, handle, *times)
         self._counted(fresh)
         if self.touched is not None:
             self.touched.append(rel)

@@ -41,6 +41,9 @@ class SyncDir(Generic[H]):
     entries: list[os.DirEntry[str]]
     copy: dict[str, Kind]
     times: tuple[int, int]  # the source directory's (atime_ns, mtime_ns), set once it is done
+    # The source directory held open (copy/source.py: its entries are opened relative to it,
+    # never through a path a rename could redirect); -1 where there are no directory fds.
+    src_fd: int = -1
 
     def __post_init__(self) -> None:
         self.it = iter(self.entries)
@@ -164,3 +167,31 @@ class WalkState(Generic[H]):
     def _counted(self, fresh: bool) -> None:
         self.created += fresh
         self.rewritten += not fresh
+
+    def _uncount(self, rel: str) -> None:
+        self.files -= 1
+        if self.new.recent and self.new.recent[-1] == rel:
+            self.new.recent.pop()
+
+    def _link(
+        self, parent: SyncDir[H], name: str, rel: str, target: str, times: tuple[int, int]
+    ) -> None:
+        self._count(0)
+        side, handle = self.side, parent.handle
+        old = parent.copy.pop(name, None)
+        self.new.links[rel] = target
+        if old == "other" and side.readlink(name, handle) == target:
+            side.set_link_times(name, handle, *times)
+            return
+        fresh = True
+        if old == "dir":
+            self.removed += side.remove(name, handle, old)
+        elif old is not None:
+            side.remove(name, handle, old)
+            fresh = False
+        self.dirty = True
+        side.symlink(target, name, handle)
+        side.set_link_times(name, handle, *times)
+        self._counted(fresh)
+        if self.touched is not None:
+            self.touched.append(rel)
