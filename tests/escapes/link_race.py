@@ -47,6 +47,7 @@ def link(to):
         pass
     os.symlink(to, tmp)
     os.replace(tmp, k)
+first = True
 while True:
     if mode in ("link", "dirlink"):
         link(allowed)
@@ -64,6 +65,9 @@ while True:
         os.rename(stash, k)
         os.rename(k, stash)
         os.symlink(secret, k)
+    if first:  # one whole flip done: the race is on
+        first = False
+        print("flipping", flush=True)
 """
 
 
@@ -114,12 +118,20 @@ def make_tree(tree: Path, mode: str, secret_dir: Path) -> tuple[str, str, str]:
 def flipping(tree: Path, mode: str, secret_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
     allowed, secret, stash = make_tree(tree, mode, secret_dir)
     argv = [sys.executable, "-c", FLIP, mode, str(tree / "k"), allowed, secret, stash]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     try:
+        assert proc.stdout is not None
+        started = proc.stdout.readline()
+        if started != b"flipping\n":
+            raise RuntimeError(f"the flipper did not start: {started!r}, exit {proc.poll()}")
         yield proc
+        if proc.poll() is not None:  # it died midway: what ran after proves nothing
+            raise RuntimeError(f"the flipper ended early with {proc.returncode}")
     finally:
         proc.kill()  # the flipper this context started, by its own handle
         proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def leaked(root: Path, token: str) -> list[str]:
