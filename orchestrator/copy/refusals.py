@@ -54,6 +54,16 @@ def files_detail(files: int, size: int, bounds: Bounds) -> tuple[str, str]:
     return detail, key
 
 
+def counted_detail(files: int, bounds: Bounds) -> tuple[str, str]:
+    """(detail, key) of a file-count refusal from the count before copying (bounds.count_files)."""
+    key = bound_key("files", bounds.files)
+    detail = (
+        f"the tree has more than {bounds.files:,} files: {files:,} reached by counting, "
+        f"before anything was copied (bound {key})"
+    )
+    return detail, key
+
+
 def bytes_detail(reached: int, files: int, bounds: Bounds) -> tuple[str, str]:
     """(detail, key) of a byte refusal: `reached` bytes after `files` files."""
     bound, key = bounds.bytes, bound_key("bytes", bounds.bytes)
