@@ -232,7 +232,7 @@ def test_a_failure_after_a_fresh_probe_is_not_retried(tmp_path: Path) -> None:
 
 
 def test_podman_identity_follows_its_config_store_and_binaries(tmp_path: Path) -> None:
-    from sprawl_orch.container.podman import PodmanEngine
+    from sprawl_orch.engines.podman import PodmanEngine
 
     conf = tmp_path / "storage.conf"
     store = tmp_path / "store"
