@@ -61,7 +61,9 @@ class Source(Protocol):
 
     path: str
 
-    def open(self) -> int: ...
+    def open(self) -> tuple[int, os.stat_result]:
+        """A read fd and its fstat (taken once: a copied file costs no second fstat)."""
+        ...
 
 
 def _read_source(fd: int, size: int, path: str) -> bytes:
@@ -103,7 +105,7 @@ def same_bytes(src: Source, name: str, dst_fd: int, size: int, mode: int) -> boo
 
 def same_content(src: Source, dfd: int, size: int) -> bool:
     """True when the first ``size`` bytes of the source equal those of the open copy file."""
-    sfd = src.open()
+    sfd, _ = src.open()
     src_path = src.path
     try:
         left = size
@@ -153,10 +155,9 @@ def copy_new(
     ``discard`` removes the new entry when copying fails. Returns the bytes copied and the
     new file's ``fstat`` after ``finish``. The source is opened before anything is created:
     ``src.open`` checks it is the very file judged (copy/source.py: a flipped link)."""
-    sfd = src.open()
+    sfd, sst = src.open()
     src_path = src.path
     try:
-        sst = os.fstat(sfd)
         if not stat.S_ISREG(sst.st_mode):
             raise OSError(f"{src_path} stopped being a regular file while syncing")
         dfd = create()

@@ -123,8 +123,9 @@ class Reached:
         close(self.fd)
         self.fd = -1
 
-    def reopen(self, flags: int) -> int:
-        """An fd of the reached inode opened with ``flags``; SourceChanged if it is another."""
+    def reopen(self, flags: int) -> tuple[int, os.stat_result]:
+        """An fd of the reached inode opened with ``flags`` and its fstat; SourceChanged if
+        it is another."""
         try:
             if self.fd >= 0:
                 fd = os.open(f"/proc/self/fd/{self.fd}", flags | _O_CLOEXEC)
@@ -158,9 +159,9 @@ def follow(parent: int, name: str, path: str) -> Reached:
     return Reached(path, st, real)
 
 
-def checked(fd: int, judged: os.stat_result, path: str, what: str) -> int:
-    """``fd`` if its file is the ``judged`` one (device and inode), else closed and
-    SourceChanged saying ``what``."""
+def checked(fd: int, judged: os.stat_result, path: str, what: str) -> tuple[int, os.stat_result]:
+    """``fd`` and its fstat if its file is the ``judged`` one (device and inode), else
+    closed and SourceChanged saying ``what``."""
     try:
         now = os.fstat(fd)
     except BaseException:
@@ -169,10 +170,12 @@ def checked(fd: int, judged: os.stat_result, path: str, what: str) -> int:
     if not same_inode(now, judged) or stat.S_IFMT(now.st_mode) != stat.S_IFMT(judged.st_mode):
         os.close(fd)
         raise SourceChanged(path, what)
-    return fd
+    return fd, now
 
 
-def open_in(parent: int, name: str, path: str, judged: os.stat_result, flags: int) -> int:
+def open_in(
+    parent: int, name: str, path: str, judged: os.stat_result, flags: int
+) -> tuple[int, os.stat_result]:
     """Open entry ``name`` of the held ``parent`` without following it and check it is the
     ``judged`` (lstat'd) file: an ordinary entry swapped for a link fails here (ELOOP)
     instead of being followed."""
@@ -198,7 +201,7 @@ class SourceFile:
     name: str = ""
     reached: Reached | None = None
 
-    def open(self) -> int:
+    def open(self) -> tuple[int, os.stat_result]:
         if self.reached is not None:
             return self.reached.reopen(READ_FLAGS)
         return open_in(self.parent, self.name, self.path, self.st, READ_FLAGS)

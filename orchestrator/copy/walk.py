@@ -272,9 +272,9 @@ class Walk(WalkState[H]):
         # The source directory opened (and checked to be the one judged) before the copy
         # is touched: a swap leaves the copy's old entry to go as an extra.
         if reached is not None:
-            src_fd = reached.reopen(source.DIR_FLAGS)
+            src_fd = reached.reopen(source.DIR_FLAGS)[0]
         elif parent.src_fd >= 0:
-            src_fd = source.open_in(parent.src_fd, name, path, st, source.DIR_FLAGS)
+            src_fd = source.open_in(parent.src_fd, name, path, st, source.DIR_FLAGS)[0]
         else:
             src_fd = -1
         try:
