@@ -117,7 +117,13 @@ def test_cli_commands_never_print_the_secret(
                     timeout=120,
                     check=False,
                 )
-                said = json.loads(done.stdout)
+                try:
+                    said = json.loads(done.stdout)
+                except ValueError:
+                    pytest.fail(
+                        f"command {i}: no JSON result (exit {done.returncode}): "
+                        f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
+                    )
                 if said.get("arm") not in (None, arm):
                     missing(f"the {arm} arm is not offered here: it ran on {said['arm']}")
                 ran += said.get("outcome") == "settled"
