@@ -18,7 +18,7 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 CHUNK = 1024 * 1024
 # The copy root's mode, made so and restored by every sync: its owner only, as the copy holds
@@ -55,12 +55,15 @@ class SourceUnreadable(Exception):
         self.reason = err.strerror or str(err)
 
 
-def open_source(path: str) -> int:
-    """Open a source file read-only, following links (the source side always does)."""
-    try:
-        return os.open(path, READ_FLAGS)
-    except OSError as err:
-        raise SourceUnreadable(path, err) from err
+class Source(Protocol):
+    """A judged source file (copy/source.py's SourceFile): ``open`` gives a read fd of
+    exactly the file judged, or raises (copy.source.SourceChanged, SourceUnreadable)."""
+
+    path: str
+
+    def open(self) -> tuple[int, os.stat_result]:
+        """A read fd and its fstat (taken once: a copied file costs no second fstat)."""
+        ...
 
 
 def _read_source(fd: int, size: int, path: str) -> bytes:
@@ -75,7 +78,7 @@ def open_dir(name: str, dir_fd: int | None = None) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
-def same_bytes(src_path: str, name: str, dst_fd: int, size: int, mode: int) -> bool:
+def same_bytes(src: Source, name: str, dst_fd: int, size: int, mode: int) -> bool:
     """True when copy entry ``name`` is a regular file with ``mode`` holding the source bytes.
 
     ``size`` is the source size from its stat. Bytes are compared in full (no mtime shortcut,
@@ -95,14 +98,15 @@ def same_bytes(src_path: str, name: str, dst_fd: int, size: int, mode: int) -> b
             or stat.S_IMODE(dst.st_mode) != mode
         ):
             return False
-        return same_content(src_path, dfd, size)
+        return same_content(src, dfd, size)
     finally:
         os.close(dfd)
 
 
-def same_content(src_path: str, dfd: int, size: int) -> bool:
+def same_content(src: Source, dfd: int, size: int) -> bool:
     """True when the first ``size`` bytes of the source equal those of the open copy file."""
-    sfd = open_source(src_path)
+    sfd, _ = src.open()
+    src_path = src.path
     try:
         left = size
         while left > 0:
@@ -121,7 +125,7 @@ def same_content(src_path: str, dfd: int, size: int) -> bool:
 
 
 def copy_file(
-    src_path: str, name: str, dst_fd: int, mode: int, budget: int
+    src: Source, name: str, dst_fd: int, mode: int, budget: int
 ) -> tuple[int, os.stat_result]:
     """Copy the source file into a NEW entry ``name`` of ``dst_fd``; return the bytes copied
     and the new file's stat once it is written (its stamp for the record, copy_stamps).
@@ -132,7 +136,7 @@ def copy_file(
     the process umask does not change them.
     """
     return copy_new(
-        src_path,
+        src,
         lambda: os.open(name, CREATE_FLAGS, 0o600, dir_fd=dst_fd),
         lambda dfd: os.fchmod(dfd, mode),
         lambda: os.unlink(name, dir_fd=dst_fd),
@@ -141,7 +145,7 @@ def copy_file(
 
 
 def copy_new(
-    src_path: str,
+    src: Source,
     create: Callable[[], int],
     finish: Callable[[int], None],
     discard: Callable[[], None],
@@ -149,10 +153,11 @@ def copy_new(
 ) -> tuple[int, os.stat_result]:
     """Copy the source into the fd ``create`` opens; ``finish`` runs on it before it is closed,
     ``discard`` removes the new entry when copying fails. Returns the bytes copied and the
-    new file's ``fstat`` after ``finish``."""
-    sfd = open_source(src_path)
+    new file's ``fstat`` after ``finish``. The source is opened before anything is created:
+    ``src.open`` checks it is the very file judged (copy/source.py: a flipped link)."""
+    sfd, sst = src.open()
+    src_path = src.path
     try:
-        sst = os.fstat(sfd)
         if not stat.S_ISREG(sst.st_mode):
             raise OSError(f"{src_path} stopped being a regular file while syncing")
         dfd = create()
@@ -388,10 +393,10 @@ class FdCopy:
         if st.st_mtime_ns != mtime_ns:
             os.utime(name, ns=(atime_ns, mtime_ns), dir_fd=parent, follow_symlinks=False)
 
-    def same_bytes(self, src_path: str, name: str, parent: int, size: int, mode: int) -> bool:
-        return same_bytes(src_path, name, parent, size, mode)
+    def same_bytes(self, src: Source, name: str, parent: int, size: int, mode: int) -> bool:
+        return same_bytes(src, name, parent, size, mode)
 
     def copy_file(
-        self, src_path: str, name: str, parent: int, mode: int, budget: int
+        self, src: Source, name: str, parent: int, mode: int, budget: int
     ) -> tuple[int, os.stat_result]:
-        return copy_file(src_path, name, parent, mode, budget)
+        return copy_file(src, name, parent, mode, budget)

@@ -48,6 +48,7 @@ from sprawl_orch.copy.fileops import (
     ROOT_MODE,
     TIMES_BY_FD,
     Kind,
+    Source,
     copy_new,
     same_content,
 )
@@ -195,7 +196,7 @@ class PathCopy:
         if os.lstat(path).st_mtime_ns != mtime_ns:
             os.utime(path, ns=(atime_ns, mtime_ns), follow_symlinks=False)
 
-    def same_bytes(self, src_path: str, name: str, parent: str, size: int, mode: int) -> bool:
+    def same_bytes(self, src: Source, name: str, parent: str, size: int, mode: int) -> bool:
         path = os.path.join(parent, name)
         try:
             st = os.lstat(path)
@@ -211,16 +212,16 @@ class PathCopy:
                 st.st_ino,
             ):
                 return False  # replaced since the lstat: it differs and will be replaced
-            return same_content(src_path, dfd, size)
+            return same_content(src, dfd, size)
         finally:
             os.close(dfd)
 
     def copy_file(
-        self, src_path: str, name: str, parent: str, mode: int, budget: int
+        self, src: Source, name: str, parent: str, mode: int, budget: int
     ) -> tuple[int, os.stat_result]:
         path = os.path.join(parent, name)
         total, written = copy_new(
-            src_path,
+            src,
             lambda: os.open(path, CREATE_FLAGS, 0o600),
             lambda fd: _set_mode(path, fd, mode),
             lambda: _unlink(path, "file"),
@@ -231,7 +232,7 @@ class PathCopy:
             written = os.lstat(path)
         if not TIMES_BY_FD:
             # No futimens here (Windows): the source's times by path, after the file closed.
-            sst = os.stat(src_path)
+            sst = os.stat(src.path)
             os.utime(path, ns=(sst.st_atime_ns, sst.st_mtime_ns))
             written = os.lstat(path)
         return total, written

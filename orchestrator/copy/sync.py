@@ -39,7 +39,9 @@ counted, so a first sync of N files in D directories reports ``created = N``):
 
 A no-change resync reports ``created = rewritten = removed = 0``.
 
-Bounds (copy_bounds) are counted on the source side while syncing; over one -- or on any
+Bounds (copy_bounds) are counted on the source side while syncing, and the file bound also
+before a sync that has no kept copy to compare against (copy_bounds.count_files: a listing
+only, so a tree over it is refused before anything is copied); over one -- or on any
 failure to read the source (E_STORAGE_FATAL) -- the half-synced copy and its record are
 deleted. The source is never written.
 
@@ -56,8 +58,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sprawl_orch.copy import refusals
 from sprawl_orch.copy import stamps as copy_stamps
-from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Excludes
+from sprawl_orch.copy.bounds import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_FILES,
+    Bounds,
+    Excludes,
+    count_files,
+)
 from sprawl_orch.copy.fileops import FdCopy, SourceUnreadable
 from sprawl_orch.copy.paths import PathCopy
 from sprawl_orch.copy.walk import CopySide, FileWork, Progress, Walk
@@ -191,6 +201,16 @@ def sync_with_record(
         )
     side = COPY_SIDE
     old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
+    if old is None:
+        # No kept copy to compare against: every file would be copied. Refuse a tree over the
+        # file bound within the cost of listing it, not after copying bound + 1 files.
+        counted = count_files(src, excludes, bounds.files)
+        if counted > bounds.files:
+            detail, key = refusals.counted_detail(counted, bounds)
+            refusal = refusals.refusal(
+                src, str(source), excludes, bounds, detail, key, bound="files", reached=counted
+            )
+            raise _discarding(refusal, copy, record)
     walk = Walk(
         side, src, bounds, str(source), excludes, old, progress, guard=guard, touched=touched
     )
