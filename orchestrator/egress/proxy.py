@@ -49,8 +49,11 @@ class EgressProxy:
         observe: Observer | None = None,
         connect_timeout: float = 15.0,
         max_connections: int = MAX_CONNECTIONS,
+        splice: bool = True,
     ) -> None:
         self.max_connections = max_connections
+        # False: tunnels copied through asyncio streams (the benchmark's side-by-side row).
+        self.splice = splice
         self.rules = rules
         self._resolve = resolve
         self._observe = observe
