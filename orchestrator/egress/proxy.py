@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 
 from sprawl_orch.egress import flows
-from sprawl_orch.egress.record import Egress
+from sprawl_orch.egress.record import Egress, Tally
 from sprawl_orch.egress.rules import IpAddress, Rules
 
 # Connections open at once through one proxy. Each holds two of the orchestrator's descriptors
@@ -58,7 +58,7 @@ class EgressProxy:
         self._resolve = resolve
         self._observe = observe
         self.connect_timeout = connect_timeout
-        self._records: list[Egress] = []
+        self._tally = Tally()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -106,8 +106,22 @@ class EgressProxy:
         self._call(begin())
 
     def records(self) -> tuple[Egress, ...]:
+        """The records kept (record.MAX_RECORDS, MAX_RECORD_BYTES); `tally()` counts all."""
         with self._lock:
-            return tuple(self._records)
+            return tuple(self._tally.kept)
+
+    def tally(self) -> Tally:
+        with self._lock:
+            return Tally(
+                kept=list(self._tally.kept),
+                kept_bytes=self._tally.kept_bytes,
+                dropped=self._tally.dropped,
+                allowed=self._tally.allowed,
+                refused=self._tally.refused,
+                up=self._tally.up,
+                down=self._tally.down,
+                hosts=set(self._tally.hosts),
+            )
 
     def close(self) -> None:
         if self._loop is None or self._thread is None:
@@ -128,7 +142,7 @@ class EgressProxy:
 
     def _note(self, record: Egress) -> None:
         with self._lock:
-            self._records.append(record)
+            self._tally.add(record)
         if self._observe is not None:
             self._observe(record)
 

@@ -34,8 +34,8 @@ if __name__ == "__main__":
     ctx = ssl.create_default_context(cafile=ca)
     out: dict[str, list[float]] = {
         key: []
-        for key in ("big", "big_proxy", "big_copy", "small", "small_proxy")
-        + ("body", "body_proxy", "body_copy")
+        for key in ("big", "big_proxy", "big_copy", "small", "small_proxy", "body")
+        + ("body_proxy", "body_copy")
     }
     for _ in range(reps):
         for key, path, via in (

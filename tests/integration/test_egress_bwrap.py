@@ -50,6 +50,7 @@ def test_pip_download_through_the_proxy(bwrap: str, tmp_path: Path) -> None:
     assert listed.exit_code == 0, listed.stderr
     assert "Saved" in listed.stdout
     assert listed.network is not None
+    assert listed.network["possible"] == "allow-list" and listed.network["egress_dropped"] == 0
     seen = {(e["host"], e["allowed"]) for e in listed.network["egress"]}
     assert seen == {(h, True) for h in hosts}
     assert all(e["bytes_down"] > 0 for e in listed.network["egress"])
@@ -66,6 +67,19 @@ def test_pip_download_through_the_proxy(bwrap: str, tmp_path: Path) -> None:
     assert refused and {e["host"] for e in refused} <= set(hosts)
     assert all("not in the allow list" in e["reason"] for e in refused)
     assert "0 connection(s) allowed" in unlisted.statement
+
+
+def test_the_result_says_what_was_possible_without_an_allow_list(
+    bwrap: str, tmp_path: Path
+) -> None:
+    config = parse_config({"sandbox": {"arm": "native"}, "state": {"dir": str(tmp_path / "state")}})
+    work = tmp_path / "work"
+    work.mkdir()
+    with ExecTool(config, work) as tool:
+        confined = tool.exec(["true"])
+        on_host = tool.exec(["true"], where="host")
+    assert confined.exit_code == 0 and confined.network == {"possible": "none"}
+    assert on_host.exit_code == 0 and on_host.network == {"possible": "any"}
 
 
 @pytest.fixture
