@@ -32,11 +32,8 @@ def get(ctx: ssl.SSLContext, port: int, path: str, proxy: int | None) -> tuple[i
 if __name__ == "__main__":
     ca, port, proxy, copying, reps, size = sys.argv[1], *map(int, sys.argv[2:])
     ctx = ssl.create_default_context(cafile=ca)
-    out: dict[str, list[float]] = {
-        key: []
-        for key in ("big", "big_proxy", "big_copy", "small", "small_proxy", "body")
-        + ("body_proxy", "body_copy")
-    }
+    kinds = ("big", "big_proxy", "big_copy", "small", "small_proxy")
+    out: dict[str, list[float]] = {k: [] for k in (*kinds, "body", "body_proxy", "body_copy")}
     for _ in range(reps):
         for key, path, via in (
             ("big", f"/bytes/{size}", None),
