@@ -113,3 +113,41 @@ def test_copied_tree_refuses_an_allow_list(tmp_path: Path) -> None:
     assert result.outcome == "exceptional"
     assert result.code is not None and result.code.value == "E_SANDBOX_DENIED"
     assert result.detail is not None and "no network namespace" in result.detail
+
+
+def test_auto_steps_down_past_a_container_that_cannot_carry_the_list(
+    podman_image: str, tmp_path: Path, plain_up: Upstream
+) -> None:
+    """arm = "auto" (issue 24, bad input): a container that can't carry the allow-list (here
+    gVisor) is stepped past to the first arm that can — bwrap — and the statement says what
+    was stepped past and why; the listed upstream is reached through the proxy."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "auto",
+                "scratch_dir": str(tmp_path),
+                "container": {
+                    "engine": "podman",
+                    "images": {"podman": podman_image},
+                    "runtime": "runsc",
+                },
+                "network": {"allow": [f"localhost:{plain_up.port}", "127.0.0.1", "::1"]},
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
+    fetch = (
+        f"import urllib.request as u; print(u.urlopen('http://localhost:{plain_up.port}/').read())"
+    )
+    with ExecTool(config, tree, record=False) as tool:
+        result = tool.exec(["python3", "-c", fetch], window=300)
+    assert result.exit_code == 0, result.as_json_dict()
+    assert result.arm == "linux_namespaces"
+    assert BODY.decode().strip() in result.stdout
+    said = result.statement
+    assert "Stepped down: the container arm (podman) cannot carry [sandbox.network] allow" in said
+    assert "gVisor" in said and "through sprawl-orch's proxy" in said
+    assert result.network is not None and result.network["possible"] == "allow-list"
+    assert [(e["host"], e["allowed"]) for e in result.network["egress"]] == [("localhost", True)]
