@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -70,3 +71,33 @@ def test_listener_made_at_once_is_reached_every_time(bwrap: str) -> None:
     assert os.stat("/proc/thread-self/ns/net").st_ino == home
     probe = socket.create_server(("127.0.0.1", 0))  # still the host's loopback
     probe.close()
+
+
+CHANGES = """
+import ipaddress, subprocess
+from sprawl_orch.egress.addresses import _OwnAddresses
+own = _OwnAddresses()
+new = ipaddress.ip_address("198.51.100.77")
+before = own.get()
+assert own.get() is before  # nothing changed: the same set, not read again
+subprocess.run(["ip", "addr", "add", "198.51.100.77/32", "dev", "lo"], check=True)
+assert new in own.get() and new not in before
+subprocess.run(["ip", "addr", "del", "198.51.100.77/32", "dev", "lo"], check=True)
+assert new not in own.get()
+print("ok")
+"""
+
+
+def test_own_addresses_follow_a_change_at_once() -> None:
+    """The host's addresses are read again right after the kernel reports a change (an
+    address added, then removed), in a network namespace of the test's own (unshare -rn)."""
+    for tool in ("unshare", "ip"):
+        if shutil.which(tool) is None:
+            missing(f"{tool} is not installed")
+    done = subprocess.run(
+        ["unshare", "-rn", sys.executable, "-c", CHANGES],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
