@@ -120,10 +120,6 @@ def egress_gap(admission: Admission, engine: str, warm: bool) -> str | None:
         )
     if warm:
         return "a warm container starts once, before any command: not wired yet"
-    if admission.userns is not None and admission.userns.mode == "rootless":
-        return "rootless podman (joining its user namespace first) is not proved yet"
-    if admission.userns is not None and admission.userns.mode == "docker-remap":
-        return "docker with userns-remap is not proved yet"
     return None
 
 

@@ -151,3 +151,33 @@ def test_auto_steps_down_past_a_container_that_cannot_carry_the_list(
     assert "gVisor" in said and "through sprawl-orch's proxy" in said
     assert result.network is not None and result.network["possible"] == "allow-list"
     assert [(e["host"], e["allowed"]) for e in result.network["egress"]] == [("localhost", True)]
+
+
+def test_userns_remap_docker_reaches_only_what_is_listed(
+    tmp_path: Path,
+    plain_up: Upstream,
+    docker_userns: tuple[dict[str, str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docker with userns-remap: the container's root is a subordinate host uid, the gate's
+    FIFO and the busybox are readable to it, the listener is made by root's thread."""
+    env, image = docker_userns
+    monkeypatch.setenv("DOCKER_HOST", env["DOCKER_HOST"])
+    url = f"http://localhost:{plain_up.port}/"
+    line = (
+        f"wget -q -O- {url}; echo wget=$?; wget -q -O- http://evil.example.org/; echo unlisted=$?"
+    )
+    result = _run(
+        tmp_path,
+        "docker",
+        image,
+        [f"localhost:{plain_up.port}", "127.0.0.1", "::1"],
+        ["sh", "-c", line],
+    )
+    assert result.exit_code == 0, result.as_json_dict()
+    assert BODY.decode() in result.stdout and "wget=0" in result.stdout
+    assert "unlisted=1" in result.stdout
+    assert result.container is not None and result.container["userns"] == "docker-remap"
+    assert result.network is not None
+    kinds = [(e["host"], e["allowed"]) for e in result.network["egress"]]
+    assert kinds == [("localhost", True), ("evil.example.org", False)]
