@@ -41,7 +41,14 @@ from sprawl_orch.container.command import (
     start_refusal,
     write_env_file,
 )
-from sprawl_orch.container.egress_hold import Held, egress_gap, init_pid, proxy_at, reach
+from sprawl_orch.container.egress_hold import (
+    Held,
+    egress_gap,
+    init_pid,
+    proxy_at,
+    reach,
+    warm_start,
+)
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, given_away, take_back
@@ -173,7 +180,7 @@ class ContainerArm:
 
     @property
     def egress_reach(self) -> str | None:
-        return reach(self.engine.name) if self.egress_gap is None else None
+        return reach(self.engine.name, self.config.warm) if self.egress_gap is None else None
 
     def prepare(self, workdir: Path) -> None:
         admission = self.admission()
@@ -233,7 +240,7 @@ class ContainerArm:
     def _start(self, launch: Launch) -> Running:
         command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
         if self.config.warm:
-            return self.warm_pool().start(launch, command)
+            return warm_start(self.warm_pool(), launch, command)
         engine = self.engine
         venv = command_venv(launch, command)
         held = Held.of(launch, engine.name, self.egress_gap)

@@ -58,6 +58,10 @@ class EgressPlan:
                 out[name] = str(self.bundle)
         return out
 
+    def bundle_binds(self) -> tuple[tuple[str, str], ...]:
+        """The host's CA bundle, read-only at its own path (trust = "host"), for a container."""
+        return () if self.bundle is None else ((str(self.bundle), str(self.bundle)),)
+
     def phrase(self) -> str:
         """The network axis's phrase in the statement (issue 24's exact words)."""
         hosts = ", ".join(self.allow)

@@ -181,3 +181,46 @@ def test_userns_remap_docker_reaches_only_what_is_listed(
     assert result.network is not None
     kinds = [(e["host"], e["allowed"]) for e in result.network["egress"]]
     assert kinds == [("localhost", True), ("evil.example.org", False)]
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_warm_container_carries_the_list_per_command(
+    request: pytest.FixtureRequest, tmp_path: Path, plain_up: Upstream, engine: str
+) -> None:
+    """warm = true: each command exec'd into the kept container gets its own listener and
+    proxy (made before the exec, closed after its processes are killed): both commands reach
+    the listed upstream, each result names only its own connections, and the second runs
+    in the same container as the first."""
+    image = request.getfixturevalue(f"{engine}_image")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "container",
+                "scratch_dir": str(tmp_path),
+                "container": {"engine": engine, "images": {engine: image}, "warm": True},
+                "network": {"allow": [f"localhost:{plain_up.port}", "127.0.0.1", "::1"]},
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
+    url = f"http://localhost:{plain_up.port}/"
+    with ExecTool(config, tree, record=False) as tool:
+        first = tool.exec(["sh", "-c", f"wget -q -O- {url}; echo wget=$?"], window=300)
+        second = tool.exec(
+            ["sh", "-c", f"wget -q -O- {url}?2; wget -q -O- http://evil.example.org/; echo $?"],
+            window=300,
+        )
+    for result in (first, second):
+        assert result.exit_code == 0, result.as_json_dict()
+        assert BODY.decode() in result.stdout
+        assert result.container is not None and result.container["warm"]
+        assert "through sprawl-orch's proxy" in result.statement
+    assert second.container is not None and second.container["reused"]
+    assert first.network is not None and second.network is not None
+    assert [(e["host"], e["allowed"]) for e in first.network["egress"]] == [("localhost", True)]
+    assert [(e["host"], e["allowed"]) for e in second.network["egress"]] == [
+        ("localhost", True),
+        ("evil.example.org", False),
+    ]
