@@ -114,6 +114,7 @@ class _OwnAddresses:
                 if not self._events.recv(65536):
                     return True
             except BlockingIOError:
+                # Nothing queued: no address changed since the last read.
                 return changed
             except OSError:
                 return True  # ENOBUFS: events were lost, so anything may have changed

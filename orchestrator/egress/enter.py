@@ -87,6 +87,7 @@ def _bind_when_up(listener: socket.socket, port: int, wait: float) -> None:
             try:
                 events.recv(65536)
             except TimeoutError:
+                # The deadline passed without an event: the next turn raises it ourselves.
                 continue
 
 
