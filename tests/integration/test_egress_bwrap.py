@@ -120,3 +120,35 @@ def test_attacks_from_inside_are_refused(bwrap: str, tmp_path: Path, tls_up: Ups
     ]
     assert any(k == "connect" and h == "localhost" and "loopback" in r for k, h, r in said)
     assert any(k == "http" and "Host header 'evil.example.org'" in r for k, h, r in said)
+
+
+def test_cli_names_refused_attempts_on_stderr(bwrap: str, tmp_path: Path, tls_up: Upstream) -> None:
+    """Human mode (issue 24 item 4): a refused attempt is named on stderr, with its reason,
+    after the statement's summary line."""
+    import subprocess
+    import sys
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    config = tmp_path / "sprawl.toml"
+    config.write_text(
+        '[sandbox]\narm = "native"\n[sandbox.network]\nallow = ["example.invalid"]\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+    )
+    fetch = (
+        "import urllib.request as u\n"
+        f"try: u.urlopen('http://localhost:{tls_up.port}/', timeout=30)\n"
+        "except Exception as err: print('refused:', err)\n"
+    )
+    cli = [sys.executable, "-c", "from sprawl_orch.cli import main; main()"]
+    done = subprocess.run(
+        [*cli, "exec", "-C", str(tree), "--config", str(config), "python3", "-c", fetch],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused: HTTP Error 403" in done.stdout
+    assert "0 connection(s) allowed, 1 refused" in done.stderr
+    said = f"sprawl-orch: egress refused: http localhost:{tls_up.port}: localhost:{tls_up.port} "
+    assert said + "not in the allow list" in done.stderr, done.stderr

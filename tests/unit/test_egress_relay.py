@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import os
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Callable
@@ -93,17 +94,25 @@ def test_twenty_megabytes_each_way_unchanged() -> None:
     seen: dict[str, str] = {}
 
     def body(client: socket.socket, upstream: socket.socket) -> None:
-        def send_down() -> None:
-            upstream.sendall(data)
-            upstream.shutdown(socket.SHUT_WR)
+        # Each side sends and reads at once: a side that sent all before reading would wait
+        # on buffers the other side's unread bytes fill (the test's own deadlock).
+        def send(sock: socket.socket) -> None:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
 
-        sender = threading.Thread(target=send_down)
-        sender.start()
-        client.sendall(data)
-        client.shutdown(socket.SHUT_WR)
-        seen["up"] = hashlib.sha256(_all(upstream)).hexdigest()
-        sender.join()
-        seen["down"] = hashlib.sha256(_all(client)).hexdigest()
+        def read(sock: socket.socket, key: str) -> None:
+            seen[key] = hashlib.sha256(_all(sock)).hexdigest()
+
+        workers = [
+            threading.Thread(target=send, args=(client,)),
+            threading.Thread(target=send, args=(upstream,)),
+            threading.Thread(target=read, args=(upstream, "up")),
+            threading.Thread(target=read, args=(client, "down")),
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
 
     spliced, up, down = _tunnel(body)
     assert spliced and seen == {"up": want, "down": want}
@@ -128,3 +137,33 @@ def test_a_reset_upstream_ends_both_directions() -> None:
     assert spliced and seen["upstream"] == b"request" and up == len(b"request")
     # The client's side ended too (EOF or reset), rather than hanging on a dead tunnel.
     assert seen["client"] in (b"", "reset")
+
+
+def test_closing_the_proxy_ends_an_open_spliced_tunnel() -> None:
+    """The proxy's end is the command's network's end (issue 24, bad input): a tunnel open
+    and idle in the splice relay is cut when the proxy closes, and its record says why."""
+    from sprawl_orch.egress.proxy import EgressProxy
+    from sprawl_orch.egress.rules import Rules
+    from tests.egress.upstream import connect_through, upstream
+
+    with upstream(tls=True) as up:
+        proxy = EgressProxy(Rules.parse((f"localhost:{up.port}", "127.0.0.1", "::1")))
+        proxy.start()
+        listener = socket.create_server(("127.0.0.1", 0))
+        address = listener.getsockname()
+        proxy.serve(listener)
+        status, sock = connect_through(address, f"localhost:{up.port}")
+        assert status == 200
+        # The handshake done, the tunnel idles in the relay (keep-alive: no request yet).
+        tls = up.client_context().wrap_socket(sock, server_hostname="localhost")
+        proxy.close()
+        tls.settimeout(30)
+        try:
+            ended = tls.recv(100) == b""
+        except (ssl.SSLError, ConnectionResetError):
+            ended = True  # a cut without close_notify: also the end
+        tls.close()
+    assert ended
+    (record,) = proxy.records()
+    assert record.allowed and record.reason == "the proxy closed (the run ended)"
+    assert record.bytes_up > 0 and record.bytes_down > 0  # the handshake went through
