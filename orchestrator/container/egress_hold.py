@@ -153,6 +153,16 @@ def warm_start(pool: Pool, launch: Launch, command: Sequence[str]) -> Running:
     plan = launch.egress
     if plan is None:
         return pool.start(launch, command)
+    if plan.secrets is not None:
+        # Issue 25's CA bundle is made per command (secrets/plan.py, in its outputs); a warm
+        # container's binds were fixed when it was created, before this command.
+        raise SprawlError(
+            ErrorCode.SANDBOX_DENIED,
+            "[sandbox.secrets] in a warm container",
+            "each command's interception CA bundle is made with the command, and a warm "
+            "container's read-only mounts were fixed when it was created, before it",
+            "set [sandbox.container] warm = false for commands that use secrets",
+        )
     made: list[EgressProxy] = []
 
     def ready(pid: int) -> None:

@@ -55,6 +55,7 @@ from sprawl_orch.runs.output_pipe import available as pipes_available
 from sprawl_orch.runs.results import Confinement, ExecResult, exceptional
 from sprawl_orch.runs.shares import UNSET, Shares
 from sprawl_orch.runs.yielding import find_program
+from sprawl_orch.secrets.plan import with_secrets
 from sprawl_orch.selection.choice import Choice
 from sprawl_orch.selection.offerings import Offerings
 from sprawl_orch.tool.arm import ToolArm
@@ -330,6 +331,11 @@ class ExecTool:
             outputs = self.outputs_root / str(n)
             if arm.name is not ArmName.HOST or "HOME" not in env:
                 env = with_home(env, arm.name, outputs)
+            if egress is not None and self._arms.secrets:
+                egress, placeholders = with_secrets(
+                    egress, self._arms.secrets, outputs, self.environ
+                )
+                env = {**env, **placeholders}
             if egress is not None:
                 env = {**env, **egress.env()}
             launch = Launch(
