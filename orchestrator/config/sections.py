@@ -213,6 +213,16 @@ class NetworkConfig(_Strict):
         return entries
 
 
+class NativeConfig(_Strict):
+    """``[sandbox.native]``: which Linux mechanism the native arm uses. "auto": bwrap where
+    an unprivileged user namespace can be made, else Landlock + seccomp where the kernel's
+    ABI carries it (native_fallbacks/landlock.py); a name: that one or refused."""
+
+    _AT = ("sandbox", "native")
+
+    mechanism: Literal["auto", "bwrap", "landlock"] = "auto"
+
+
 class SandboxConfig(_Strict):
     _AT = ("sandbox",)
     arm: ArmSpelling = "auto"
@@ -228,6 +238,7 @@ class SandboxConfig(_Strict):
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
     network: NetworkConfig = NetworkConfig()
+    native: NativeConfig = NativeConfig()
     # [sandbox.secrets.NAME]: a placeholder inside, the value put in by the proxy for its
     # hosts only (orchestrator/secrets/, docs/secrets.md).
     secrets: dict[str, SecretConfig] = Field(default_factory=dict)

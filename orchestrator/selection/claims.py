@@ -12,6 +12,7 @@ from sprawl_orch.core.arms import (
     ASSURANCES,
     ArmName,
     container_assurances,
+    landlock_assurances,
     linux_namespaces_assurances,
 )
 from sprawl_orch.core.assurances import Assurances, Guarantee
@@ -42,6 +43,16 @@ ROWS: tuple[tuple[str, str, Assurances], ...] = (
         "linux_namespaces",
         "bwrap, non-root caller (the command is your uid)",
         linux_namespaces_assurances(own_principal=False),
+    ),
+    (
+        "landlock",
+        "Landlock ABI ≥ 4 + seccomp, root caller (no user namespace needed)",
+        landlock_assurances(abi=4, own_principal=True),
+    ),
+    (
+        "landlock",
+        "Landlock ABI ≥ 4 + seccomp, non-root caller",
+        landlock_assurances(abi=4, own_principal=False),
     ),
     ("macos_seatbelt", "sandbox-exec profile", ASSURANCES[ArmName.MACOS_SEATBELT]),
     ("windows_job", "Job Object + AppContainer", ASSURANCES[ArmName.WINDOWS_JOB]),

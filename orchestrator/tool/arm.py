@@ -75,7 +75,10 @@ class ToolArm:
         with self._lock:
             if self._choice is None:
                 self._choice = choose(
-                    self.config.sandbox.arm, self.offerings, self.config.sandbox.container.engine
+                    self.config.sandbox.arm,
+                    self.offerings,
+                    self.config.sandbox.container.engine,
+                    self.config.sandbox.native.mechanism,
                 )
             return self._choice
 
