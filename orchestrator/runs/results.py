@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from sprawl_orch.changes.changes import Changes
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.egress.record import POSSIBLE_ANY, POSSIBLE_NONE
 from sprawl_orch.runs.launch import Finished
 from sprawl_orch.runs.output_keep import OUTPUT_CAP, OutputKeeping
 
@@ -106,9 +107,12 @@ class ExecResult(BaseModel):
     # outputs dropped to stay within the budget, and why none was kept if so.
     kept_output: dict[str, Any] | None = None
     container: dict[str, Any] | None = None
-    # With `[sandbox.network] allow`: "egress", one entry per connection asked of the proxy
-    # (egress/record.py: host, port, allowed, reason, bytes up/down, duration), "summary"
-    # (the statement's sentence), "proxy_failure" when the proxy itself stopped.
+    # "possible": what the command could reach — "none" (the network axis kept),
+    # "allow-list" (through the proxy), "any" (an arm that does not keep the axis).
+    # With `[sandbox.network] allow` also: "egress", one entry per connection asked of the
+    # proxy (egress/record.py: host, port, allowed, reason, bytes up/down, duration; the
+    # first 1000 / 512 KiB), "egress_dropped" (records past that), "summary" (the
+    # statement's sentence, every connection counted), "proxy_failure" if the proxy stopped.
     network: dict[str, Any] | None = None
     run: str = "default"
     duration_ms: float | None = None
@@ -240,6 +244,9 @@ def settled(
         hit.append("memory")
     if finished.pids_hit:
         hit.append("pids")
+    if network is None:
+        kept = started.confinement.assurances.get("network") == "yes"
+        network = {"possible": POSSIBLE_NONE if kept else POSSIBLE_ANY}
     result = ExecResult(
         outcome="settled",
         stdout=stdout[0],
