@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.copy.sync import delete_path
+from sprawl_orch.core.removal import delete_path
 from sprawl_orch.guardian.cgroup_reap import remove_cgroups
 from sprawl_orch.guardian.engines import EngineError, Found, ReaperEngine
 from sprawl_orch.guardian.watchlist import Watchlist
@@ -120,7 +120,7 @@ def kill_groups(groups: dict[int, float], log: Log) -> list[int]:
 
 
 def delete_scratch(path: Path) -> str | None:
-    """Delete one scratch copy without following any link in it (copy_sync.delete_path:
+    """Delete one scratch copy without following any link in it (core.removal.delete_path:
     directory fds + O_NOFOLLOW, or lstat-checked paths where there are no dir fds);
     None on success or if it is already gone."""
     if not path.name.startswith(SCRATCH_PREFIX):

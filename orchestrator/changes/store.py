@@ -24,7 +24,6 @@ import fcntl
 import json
 import os
 import secrets
-import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -39,6 +38,7 @@ from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs, private_file
 from sprawl_orch.core.protected import Protection, under_git, vcs_state
+from sprawl_orch.core.removal import delete_quietly
 
 BUDGET = 1024 * 1024 * 1024
 # Bytes of the host's disk one kept entry costs besides its content, counted against the
@@ -157,7 +157,7 @@ def drop(root: Path, handle: str, why: str) -> None:
     doomed = root / f".drop-{handle}-{secrets.token_hex(4)}"
     with suppress(FileNotFoundError):
         os.rename(root / handle, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    delete_quietly(doomed)
 
 
 def _sweep(root: Path) -> None:
@@ -169,7 +169,7 @@ def _sweep(root: Path) -> None:
             continue
         with suppress(OSError):
             if entry.name.startswith(".drop-") or entry.stat().st_mtime < stale:
-                shutil.rmtree(entry.path, ignore_errors=True)
+                delete_quietly(entry.path)
 
 
 def keep(
@@ -249,7 +249,7 @@ def keep(
     dropped: list[str] = []
     with locked(root):
         if stored > budget:
-            shutil.rmtree(tmp, ignore_errors=True)
+            delete_quietly(tmp)
             notes.append(
                 "not kept for apply: the changed files exceed the changes budget of "
                 f"{budget} bytes ([state] changes_budget_bytes)"
@@ -261,7 +261,7 @@ def keep(
         others = sum(u[2] for u in usage if u[3] != str(workdir))
         if others + stored > budget:
             # Room only by dropping other working directories' unapplied changes: never.
-            shutil.rmtree(tmp, ignore_errors=True)
+            delete_quietly(tmp)
             notes.append(
                 f"not kept for apply: {stored} bytes of changed files do not fit the changes "
                 f"budget of {budget} bytes ([state] changes_budget_bytes) beside the "

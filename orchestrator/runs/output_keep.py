@@ -32,6 +32,7 @@ from typing import Any
 
 from sprawl_orch.config import BUDGET_BYTES, KEEP_BYTES, Config
 from sprawl_orch.core.private import private_dirs
+from sprawl_orch.core.removal import delete_quietly
 
 __all__ = ["BUDGET_BYTES", "KEEP_BYTES"]
 
@@ -187,7 +188,7 @@ def _drop(root: Path, handle: str, why: str) -> None:
     # gone already (another claimant dropped it): nothing to rename
     with contextlib.suppress(OSError):
         os.rename(root / handle, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    delete_quietly(doomed)
 
 
 def keeping(config: Config, state: Path) -> OutputKeeping:
@@ -227,7 +228,7 @@ def sweep(outputs: Path, keep: Path | None = None) -> list[str]:
         if not entry.is_dir(follow_symlinks=False):
             continue
         if _abandoned(path):
-            shutil.rmtree(path, ignore_errors=True)
+            delete_quietly(path)
             removed.append(entry.name)
     return removed
 
