@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
+from sprawl_orch.engines.backends import backend
 from sprawl_orch.engines.docker import DockerEngine
-from sprawl_orch.engines.podman import PodmanEngine
 from sprawl_orch.engines.sweep import SWEEP_TIMEOUT, Found, Sweep
 
 
@@ -28,18 +28,13 @@ class ReaperEngine(Protocol):
 
 def open_engine(name: str, docker_via: str = "cli") -> ReaperEngine | None:
     """The sweep for `name`, or None when its CLI is not installed here."""
-    if name == "podman":
-        podman = PodmanEngine()
-        return Sweep(podman) if podman.cli else None
-    if name == "docker":
-        if docker_via == "sdk":
-            docker = DockerEngine(api_timeout=SWEEP_TIMEOUT)
-            try:
-                # asks the daemon's API version now, so an unreachable one falls back to the CLI
-                docker.api()
-                return Sweep(docker, sdk=True)
-            except Exception:
-                pass  # no SDK or no reachable daemon: the CLI can still say why
-        docker = DockerEngine()
-        return Sweep(docker) if docker.cli else None
-    raise ValueError(f"unknown engine {name!r} (docker, podman)")
+    if name == "docker" and docker_via == "sdk":
+        docker = DockerEngine(api_timeout=SWEEP_TIMEOUT)
+        try:
+            # asks the daemon's API version now, so an unreachable one falls back to the CLI
+            docker.api()
+            return Sweep(docker, sdk=True)
+        except Exception:
+            pass  # no SDK or no reachable daemon: the CLI can still say why
+    found = backend(name)
+    return Sweep(found) if found.cli else None

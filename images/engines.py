@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.engines.backends import backend
 from sprawl_orch.engines.engine import (
     ENGINES,
     IMAGE_ID,
@@ -96,7 +97,9 @@ class ImageEngine:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def _argv(self, args: Sequence[str]) -> list[str]:
-        return [self.binary or self.name, *args]
+        # The binary the arm and the guardian run (engines/backends.py); its bare name when
+        # none is installed, so the runner says so.
+        return [self.binary or backend(self.name).cli or self.name, *args]
 
     def _unreachable(self, what: str, detail: str) -> SprawlError:
         return SprawlError(
@@ -111,6 +114,9 @@ class ImageEngine:
     ) -> subprocess.CompletedProcess[str]:
         """Run the CLI (container.engine.run_cli, no time limit: an import or a build takes
         what it takes); a CLI that can't be run is TOOL_UNAVAILABLE, the exit is not judged."""
+        # The admin's own environment, unlike the arm's fixed one (engines' cli_env): a person
+        # at their terminal builds with their proxies and registries config (podman build
+        # passes HTTP_PROXY to RUN steps), and no attacker's tree shapes this process.
         return run_cli(
             self.name,
             self._argv(args),

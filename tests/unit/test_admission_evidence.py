@@ -200,10 +200,10 @@ def test_a_transient_engine_error_is_proved_again_and_the_command_retried(
     engine.create_error = "transient"
     original = engine.create
 
-    def once(argv: object, env: object) -> str:
+    def once(argv: object) -> str:
         engine.create = original  # type: ignore[method-assign]
         try:
-            return original(argv, env)  # type: ignore[arg-type]
+            return original(argv)  # type: ignore[arg-type]
         finally:
             engine.create_error = None
 
