@@ -33,7 +33,8 @@ from pathlib import Path
 import psutil
 
 from sprawl_orch.container.warm_freeze import Freezer
-from sprawl_orch.core.removal import open_dir, remove_entry
+from sprawl_orch.core.beneath import open_dir
+from sprawl_orch.core.removal import remove_entry
 from sprawl_orch.runs.cgroup_counters import read_counter
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

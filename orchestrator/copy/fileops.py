@@ -18,9 +18,11 @@ import os
 import stat
 from collections.abc import Callable
 
+from sprawl_orch.core.beneath import open_dir
+
 # The one tree removal, and what it calls an entry (the copy's walk reads Kind from here).
 from sprawl_orch.core.removal import Kind as Kind
-from sprawl_orch.core.removal import open_dir, remove_entry
+from sprawl_orch.core.removal import remove_entry
 
 CHUNK = 1024 * 1024
 # The copy root's mode, made so and restored by every sync: its owner only, as the copy holds

@@ -23,18 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sprawl_orch.core.beneath import DIR_FLAGS, open_dir
+
 Kind = Literal["dir", "file", "other"]
 """An entry seen without following it: a directory, a regular file, or anything else (a link,
 fifo, socket or device: never entered, never opened, only deleted)."""
 
 # getattr: Windows has none of these, and this module must import there (the path walk).
-_DIR_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_DIRECTORY", 0)
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_BINARY", 0)
-)
 _PARENT_FLAGS = (
     os.O_RDONLY
     | getattr(os, "O_DIRECTORY", 0)
@@ -62,11 +57,6 @@ def dir_fds_work() -> bool:
 
 
 DIR_FDS = dir_fds_work()
-
-
-def open_dir(name: str, dir_fd: int | None = None) -> int:
-    """Open a directory without following a link in its last component."""
-    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
 # -- through directory fds ------------------------------------------------------------------
@@ -123,7 +113,7 @@ def remove_tree(name: str, parent_fd: int) -> int:
             stack.pop()
             if not stack:
                 break
-            old, fd = fd, os.open("..", _DIR_FLAGS, dir_fd=fd)
+            old, fd = fd, os.open("..", DIR_FLAGS, dir_fd=fd)
             os.close(old)
             if _ident(fd) != stack[-1].ident:
                 raise OSError(f"a directory inside {name!r} was moved while it was being deleted")

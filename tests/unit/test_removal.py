@@ -106,3 +106,23 @@ def test_delete_quietly_says_nothing_where_delete_path_says_why(tmp_path: Path) 
         delete_path(tmp_path / "file" / "x")
     delete_quietly(tmp_path / "file" / "x")  # the clean-up callers' rmtree(ignore_errors=True)
     assert (tmp_path / "file").read_text() == "x"
+
+
+def test_the_one_open_beneath_follows_no_link_and_waits_on_no_fifo(tmp_path: Path) -> None:
+    from sprawl_orch.core.beneath import open_dir, open_file
+
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "to-dir").symlink_to(tmp_path / "dir")
+    (tmp_path / "to-file").symlink_to(tmp_path / "file")
+    os.mkfifo(tmp_path / "fifo")
+    parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.close(open_dir("dir", parent))
+        os.close(open_file("file", parent))
+        os.close(open_file(tmp_path / "fifo"))  # no writer, and still no wait
+        for name, opener in (("to-dir", open_dir), ("to-file", open_file)):
+            with pytest.raises(OSError):  # ELOOP (or ENOTDIR): the link is never followed
+                os.close(opener(name, parent))
+    finally:
+        os.close(parent)
