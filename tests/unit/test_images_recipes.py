@@ -23,7 +23,7 @@ tag = "me/make:{suite}"
 
 [rootfs]
 suite = "bookworm"
-mirror = "http://deb.debian.org/debian"
+mirror = "http://mirror.example.org/debian"
 include = ["make", "g++"]
 dirs = { "/work" = "0755", "/tmp" = "1777" }
 """
@@ -89,10 +89,10 @@ Step 1/4 : FROM sprawl/python:bookworm
  ---> 1a2b3c
 Step 2/4 : RUN apt-get update && apt-get install -y python3-pytest
  ---> Running in 9f8e7d
-Err:1 http://deb.debian.org/debian bookworm InRelease
-  Temporary failure resolving 'deb.debian.org'
+Err:1 http://mirror.example.org/debian bookworm InRelease
+  Temporary failure resolving 'mirror.example.org'
 Reading package lists...
-W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Temporary failure resolving 'deb.debian.org'
+W: Failed to fetch http://mirror.example.org/debian/dists/bookworm/InRelease  Temporary failure resolving 'mirror.example.org'
 W: Some index files failed to download. They have been ignored, or old ones used instead.
 Reading package lists...
 Building dependency tree...
@@ -111,7 +111,7 @@ def test_the_failing_step_and_its_own_error_lines_docker() -> None:
     why = failure(DOCKER_LOG)
     assert why.step == "step 2/4: RUN apt-get update && apt-get install -y python3-pytest"
     assert "E: Unable to locate package python3-pytest" in why.lines
-    assert any("Temporary failure resolving 'deb.debian.org'" in line for line in why.lines)
+    assert any("Temporary failure resolving 'mirror.example.org'" in line for line in why.lines)
     assert "Reading package lists..." not in why.lines
     assert why.network
 
@@ -121,6 +121,34 @@ def test_the_failing_step_and_its_own_error_lines_podman() -> None:
     assert why.step == "step 2/3: RUN ls /absent"
     assert why.lines[0] == "ls: /absent: No such file or directory"
     assert not why.network
+
+
+PIP_TLS_LOG = (
+    """\
+Step 2/2 : RUN pip install pytest
+ ---> Running in 5d6c7b
+"""
+    + "".join(
+        f"  WARNING: Retrying (Retry(total={n}, connect=None, read=None, redirect=None, status=None)) "
+        "after connection broken by 'SSLError(SSLCertVerificationError(1, '[SSL: "
+        "CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in "
+        "certificate chain (_ssl.c:992)'))': /simple/pytest/\n"
+        for n in range(4, -1, -1)
+    )
+    + """\
+ERROR: Could not find a version that satisfies the requirement pytest (from versions: none)
+ERROR: No matching distribution found for pytest
+The command '/bin/sh -c pip install pytest' returned a non-zero code: 1
+"""
+)
+
+
+def test_a_certificate_failure_said_only_in_warnings_is_the_first_line() -> None:
+    # issue 27, item 13: the cause was one line away from the summary.
+    why = failure(PIP_TLS_LOG)
+    assert why.tls and not why.network
+    assert "CERTIFICATE_VERIFY_FAILED" in why.lines[0]
+    assert "ERROR: No matching distribution found for pytest" in why.lines
 
 
 def test_a_failure_before_any_step_keeps_the_last_lines() -> None:
