@@ -22,7 +22,6 @@ from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.admission import (
     admit,
     admit_each,
-    engine_for,
     preferred,
 )
 from sprawl_orch.container.admitted import Admission
@@ -53,6 +52,7 @@ from sprawl_orch.core.arms import ArmName, container_assurances
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.engine_offer import EngineOffer
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.backends import backend
 from sprawl_orch.engines.engine import ContainerEngine
 from sprawl_orch.runs.launch import Launch, Running, Watcher
 
@@ -99,7 +99,7 @@ class ContainerArm:
         watcher: Watcher | None = None,
     ) -> ContainerArm:
         return cls(
-            config, engine_for(offer.engine, config.docker_host), evidence=evidence, watcher=watcher
+            config, backend(offer.engine, config.docker_host), evidence=evidence, watcher=watcher
         )
 
     @property

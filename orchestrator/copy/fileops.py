@@ -17,8 +17,13 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
+
+from sprawl_orch.core.beneath import open_dir
+
+# The one tree removal, and what it calls an entry (the copy's walk reads Kind from here).
+from sprawl_orch.core.removal import Kind as Kind
+from sprawl_orch.core.removal import remove_entry
 
 CHUNK = 1024 * 1024
 # The copy root's mode, made so and restored by every sync: its owner only, as the copy holds
@@ -33,7 +38,6 @@ keep two buffers cheap."""
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
 # O_BINARY: without it os.open on Windows opens in text mode (CRLF translated, ^Z ends reads).
 _COMMON = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | O_NOFOLLOW | _COMMON
 # O_NONBLOCK: opening a fifo that raced into place of a regular file must not hang the sync.
 READ_FLAGS = os.O_RDONLY | _COMMON | getattr(os, "O_NONBLOCK", 0)
 # Setting times through the open fd (futimens) where the platform can; elsewhere (Windows)
@@ -71,11 +75,6 @@ def _read_source(fd: int, size: int, path: str) -> bytes:
         return os.read(fd, size)
     except OSError as err:
         raise SourceUnreadable(path, err) from err
-
-
-def open_dir(name: str, dir_fd: int | None = None) -> int:
-    """Open a directory without following a link in its last component."""
-    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
 def same_bytes(src: Source, name: str, dst_fd: int, size: int, mode: int) -> bool:
@@ -223,82 +222,6 @@ def _pump(sfd: int, dfd: int, budget: int, src_path: str, size: int = -1) -> int
         total += sent
         if total > budget:
             raise BudgetExceeded(src_path)
-
-
-@dataclass
-class _Frame:
-    name: str  # this directory's name in its parent
-    pending: list[str]  # subdirectories still to empty
-    ident: tuple[int, int]  # (st_dev, st_ino), to check the climb back through ".."
-
-
-def _empty_out(fd: int) -> tuple[list[str], int]:
-    """Unlink every non-directory entry of ``fd``; return its subdirectory names and the count."""
-    subdirs: list[str] = []
-    removed = 0
-    with os.scandir(fd) as it:
-        for entry in it:
-            if entry.is_dir(follow_symlinks=False):
-                subdirs.append(entry.name)
-            else:
-                os.unlink(entry.name, dir_fd=fd)
-                removed += 1
-    return subdirs, removed
-
-
-def _ident(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino
-
-
-def remove_tree(name: str, parent_fd: int) -> int:
-    """Delete directory ``name`` of ``parent_fd`` and everything in it; return the files removed.
-
-    "Files" are all non-directory entries (regular files, links, fifos, ...). Links are removed,
-    never followed. The walk holds one directory fd at a time and climbs back through ``..``
-    (checked against the device and inode it came from), so a tree a command nested thousands
-    of levels deep in the copy exhausts neither fds nor Python's recursion limit (shutil.rmtree
-    in 3.11 keeps one fd and one stack frame per level).
-    """
-    fd = open_dir(name, parent_fd)
-    try:
-        subdirs, removed = _empty_out(fd)
-        stack = [_Frame(name, subdirs, _ident(fd))]
-        while True:
-            top = stack[-1]
-            if top.pending:
-                sub = top.pending.pop()
-                old, fd = fd, open_dir(sub, fd)
-                os.close(old)
-                subdirs, count = _empty_out(fd)
-                removed += count
-                stack.append(_Frame(sub, subdirs, _ident(fd)))
-                continue
-            stack.pop()
-            if not stack:
-                break
-            old, fd = fd, os.open("..", _DIR_FLAGS, dir_fd=fd)
-            os.close(old)
-            if _ident(fd) != stack[-1].ident:
-                raise OSError(f"a directory inside {name!r} was moved while it was being deleted")
-            os.rmdir(top.name, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
-    return removed
-
-
-def remove_entry(name: str, parent_fd: int, is_dir: bool) -> int:
-    """Delete one copy entry (a whole tree if ``is_dir``); return the files removed."""
-    if is_dir:
-        return remove_tree(name, parent_fd)
-    os.unlink(name, dir_fd=parent_fd)
-    return 1
-
-
-Kind = Literal["dir", "file", "other"]
-"""A copy entry seen without following it: a directory, a regular file, or anything else
-(a link, fifo, socket or device: never entered, never opened, only deleted)."""
 
 
 def _kind(entry: os.DirEntry[str]) -> Kind:

@@ -73,6 +73,7 @@ from sprawl_orch.copy.paths import PathCopy
 from sprawl_orch.copy.walk import CopySide, FileWork, Progress, Walk
 from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.removal import delete_path, dir_fds_work
 
 __all__ = [
     "MAX_BYTES",
@@ -89,39 +90,11 @@ __all__ = [
 ]
 
 
-def dir_fds_work() -> bool:
-    """Whether FdCopy can run here: every dir_fd call it makes, O_DIRECTORY and O_NOFOLLOW."""
-    dir_fd_calls = (os.open, os.stat, os.mkdir, os.unlink, os.rmdir, os.readlink, os.symlink)
-    return (
-        hasattr(os, "O_DIRECTORY")
-        and hasattr(os, "O_NOFOLLOW")
-        and hasattr(os, "fchmod")
-        and os.scandir in os.supports_fd
-        and all(f in os.supports_dir_fd for f in dir_fd_calls)
-        and os.stat in os.supports_follow_symlinks
-    )
-
-
 COPY_SIDE: CopySide[Any] = FdCopy() if dir_fds_work() else PathCopy()
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def delete_path(path: Path) -> None:
-    """Delete ``path`` (a copy) without following links in it; no error if it is already gone."""
-    side = COPY_SIDE
-    try:
-        parent = side.open_parent(str(path.parent))
-    except FileNotFoundError:
-        return
-    try:
-        kind = side.lookup(path.name, parent)
-        if kind is not None:
-            side.remove(path.name, parent, kind)
-    finally:
-        side.close(parent)
 
 
 def _discarding(err: SprawlError, copy: Path, record: Path | None) -> SprawlError:
