@@ -226,6 +226,24 @@ class NetworkConfig(_Strict):
         return entries
 
 
+class PythonConfig(_Strict):
+    """``[sandbox.python]``: the limits of the python arm's WebAssembly guest (issue 31);
+    each a whole number > 0 (strict: 1.5, "10" and true are refused, never rounded)."""
+
+    _AT = ("sandbox", "python")
+
+    # wasmtime charges one unit of fuel per WebAssembly operator; on this project's 2-core
+    # machine CPython's guest burned ~7.5e9 a second (benchmarks/python_arm.py prints the
+    # rate here): the default is about a minute of CPU.
+    fuel: int = Field(default=400_000_000_000, gt=0, strict=True)
+    # The guest's linear memory; CPython needs ~10 MiB to start, wasm32 stops at 4 GiB.
+    memory_bytes: int = Field(
+        default=512 * 1024 * 1024, ge=16 * 1024 * 1024, le=4 * 1024**3, strict=True
+    )
+    # Epoch interruption: the guest traps this long after it started, whatever it runs.
+    wall_seconds: int = Field(default=600, gt=0, le=7 * 24 * 3600, strict=True)
+
+
 class SandboxConfig(_Strict):
     _AT = ("sandbox",)
     arm: ArmSpelling = "auto"
@@ -241,6 +259,7 @@ class SandboxConfig(_Strict):
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
     network: NetworkConfig = NetworkConfig()
+    python: PythonConfig = PythonConfig()
 
     @field_validator("env_passthrough", "credentials")
     @classmethod

@@ -125,7 +125,10 @@ def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
             ),
         )
     if name == "python":
-        return Choice(ArmName.UNAVAILABLE, name, (arms.not_built("python"),))
+        if offerings.python_missing is not None:
+            missing = arms.python_runtime(offerings.python_missing)
+            return Choice(ArmName.UNAVAILABLE, name, (missing,))
+        return Choice(ArmName.PYTHON, name)
     if name != "auto":
         raise ValueError(f"unknown arm spelling {name!r}; config parsing should have refused it")
     said: list[Missing] = []

@@ -170,6 +170,15 @@ def arm_rows(offerings: Offerings) -> list[ArmRow]:
         rows.append(_row(native.value, native, assurances, choice, detail=detail))
     rows.append(
         _row(
+            "python",
+            ArmName.PYTHON,
+            ASSURANCES[ArmName.PYTHON],
+            choose("python", offerings),
+            detail="CPython 3.12 (wasm32-wasip1) under wasmtime; runs python -c CODE or a script",
+        )
+    )
+    rows.append(
+        _row(
             "copied_tree",
             ArmName.COPIED_TREE,
             ASSURANCES[ArmName.COPIED_TREE],
