@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.native_fallbacks.wasi_module import Compiled, make_engine, open_verified
 
 LIMIT_EXIT = 137
@@ -113,8 +114,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
-    sys.stdout.flush()
-    report = run(spec)
+    try:
+        report = run(spec)
+    except SprawlError as err:
+        # The guest never ran (the cache failed its check): the result is this refusal.
+        refused = {k: str(getattr(err, k)) for k in ("code", "subject", "detail", "recovery")}
+        report = {"exit_code": 125, "refused": refused}
     Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
     return int(report["exit_code"])
 

@@ -186,7 +186,17 @@ class GuestRun:
         if not report and not done.killed:
             info["runtime_failed"] = f"the wasmtime runtime ended with status {done.exit_code}"
         shutil.rmtree(self._guest, ignore_errors=True)
+        refused = report.get("refused")
+        refusal = None
+        if isinstance(refused, dict):
+            refusal = SprawlError(
+                ErrorCode(refused["code"]),
+                refused["subject"],
+                refused["detail"],
+                refused["recovery"],
+            )
         return Finished(
+            refusal=refusal,
             exit_code=done.exit_code,
             stdout_path=done.stdout_path,
             stderr_path=done.stderr_path,
