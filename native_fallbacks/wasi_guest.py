@@ -94,10 +94,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         report["exit_code"] = err.code
     except wasmtime.Trap as err:
         code = err.trap_code
-        limit = {
-            wasmtime.TrapCode.OUT_OF_FUEL: "fuel",
-            wasmtime.TrapCode.INTERRUPT: "time",
-        }.get(code) if code is not None else None
+        limit = (
+            {
+                wasmtime.TrapCode.OUT_OF_FUEL: "fuel",
+                wasmtime.TrapCode.INTERRUPT: "time",
+            }.get(code)
+            if code is not None
+            else None
+        )
         report["trap"] = err.message.split("\n\nCaused by:\n")[-1].strip()
         report["limit"] = limit
         report["exit_code"] = LIMIT_EXIT if limit else TRAP_EXIT
@@ -107,7 +111,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     assert isinstance(memory, wasmtime.Memory)
     report["memory_bytes_at_end"] = memory.data_len(store)
     report["fuel_used"] = spec["fuel"] - store.get_fuel()
-    if report["limit"] is None and report["memory_bytes_at_end"] + MEMORY_MARK > spec["memory_bytes"]:
+    if (
+        report["limit"] is None
+        and report["memory_bytes_at_end"] + MEMORY_MARK > spec["memory_bytes"]
+    ):
         report["limit"] = "memory"
     return report
 

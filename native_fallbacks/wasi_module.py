@@ -151,7 +151,7 @@ def compiled(state: Path, binary: Path | None = None) -> Compiled:
     return Compiled(module, digest)
 
 
-def _write_private(target: Path, data: bytes) -> None:
+def _write_private(target: Path, data: bytes | bytearray) -> None:
     # Atomic rename: a concurrent command of another tool reads the old entry or the new one.
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
     try:

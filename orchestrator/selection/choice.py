@@ -126,8 +126,8 @@ def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
         )
     if name == "python":
         if offerings.python_missing is not None:
-            missing = arms.python_runtime(offerings.python_missing)
-            return Choice(ArmName.UNAVAILABLE, name, (missing,))
+            runtime = arms.python_runtime(offerings.python_missing)
+            return Choice(ArmName.UNAVAILABLE, name, (runtime,))
         return Choice(ArmName.PYTHON, name)
     if name != "auto":
         raise ValueError(f"unknown arm spelling {name!r}; config parsing should have refused it")

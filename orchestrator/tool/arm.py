@@ -96,7 +96,7 @@ class ToolArm:
                 raise SprawlError(
                     ErrorCode.SANDBOX_DENIED,
                     'where = "host"',
-                    'the python arm has no host form: a host interpreter is the program arm\'s '
+                    "the python arm has no host form: a host interpreter is the program arm's "
                     "(design §2)",
                     'drop where = "host" to run it in the WebAssembly guest, or set [sandbox] '
                     'arm = "auto" and run python on the host by name',

@@ -101,8 +101,7 @@ def probes(tree: Path, outside: Path, state: Path, ports: dict[str, int]) -> dic
             "    except OSError:\n        pass\n"
         ),
         "fs: a link the guest makes out": (
-            "import os\nos.symlink('/etc', 'etc-link')\n"
-            "print('ESC', os.listdir('etc-link'))"
+            "import os\nos.symlink('/etc', 'etc-link')\nprint('ESC', os.listdir('etc-link'))"
         ),
         "fs: the orchestrator's environment": (
             "print('ESC', open('/proc/self/environ').read()[:20])"
@@ -174,7 +173,11 @@ def test_every_probe_escapes_raw_and_none_from_the_guest(
     ("limits", "code", "hit"),
     [
         ({"fuel": 200_000_000}, "while True: pass", "fuel"),
-        ({"memory_bytes": 32 * 1024 * 1024}, "b = bytearray()\nwhile True: b += b'x' * 2**20", "memory"),
+        (
+            {"memory_bytes": 32 * 1024 * 1024},
+            "b = bytearray()\nwhile True: b += b'x' * 2**20",
+            "memory",
+        ),
         ({"wall_seconds": 1}, "import time\nwhile True: time.sleep(0)", "time"),
     ],
 )
@@ -190,9 +193,7 @@ def test_bombs_end_at_their_limit(
 
 def test_huge_output_is_cut_and_bounded(tmp_path: Path, state: Path) -> None:
     keep = 1024 * 1024
-    config = Config(
-        sandbox={"arm": "python"}, state={"dir": str(state), "output_keep_bytes": keep}
-    )
+    config = Config(sandbox={"arm": "python"}, state={"dir": str(state), "output_keep_bytes": keep})
     code = "import sys\nfor _ in range(40): sys.stdout.write('y' * 2**20)"
     with ExecTool(config, tmp_path) as tool:
         result = tool.exec(["python", "-c", code])

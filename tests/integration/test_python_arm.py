@@ -18,9 +18,8 @@ import pytest
 
 from sprawl_orch import Config, ExecTool, SprawlError
 from sprawl_orch.core.errors import ErrorCode
-from tests.integration.conftest import missing
-
 from sprawl_orch.native_fallbacks import wasi_module
+from tests.integration.conftest import missing
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +125,7 @@ def test_a_link_made_inside_pointing_out_is_not_followed(tool: ExecTool, tree: P
         "        print('no', read)\n"
     )
     result = tool.exec(["python", "-c", code])
-    assert result.stdout.split() == ["no", "out", "no", "up/etc/passwd", "no", "tmp"], (
-        result.stderr
-    )
+    assert result.stdout.split() == ["no", "out", "no", "up/etc/passwd", "no", "tmp"], result.stderr
 
 
 def test_a_link_in_the_tree_pointing_out_reaches_nothing(tool: ExecTool, tree: Path) -> None:
