@@ -31,28 +31,47 @@ TRAP_EXIT = 134
 MEMORY_MARK = 8 * 1024 * 1024
 
 # Runs first in the guest: WASI preview 1 has no working directory (wasi-libc starts at "/",
-# and ignores PWD), so the bootstrap changes into the preopened working directory, then runs
-# the script as __main__ or the -c code as `python -c` would (sys.argv as CPython sets them).
+# and ignores PWD), so the bootstrap changes into the preopened working directory, puts the
+# tree's virtualenv site-packages on the path (pure-Python packages import; a C extension is
+# refused by the finder appended last, saying why, where CPython would only say "No module
+# named ..."), then runs the script as __main__ or the -c code as `python -c` would.
 _BOOT = """\
 import os as _o, sys as _s
 _o.chdir(_s.argv.pop(1))
+_s.path.extend(p for p in _s.argv.pop(1).split("\\n") if p)
+class _NativeRefused:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        leaf = name.rpartition(".")[2]
+        for d in path or _s.path:
+            try:
+                names = _o.listdir(d or ".")
+            except OSError:
+                continue
+            if any(n.startswith(leaf + ".") and n.endswith((".so", ".pyd")) for n in names):
+                raise ImportError(
+                    f"{name} is a C extension ({d}): the python arm's WebAssembly CPython "
+                    "cannot load native code; run it on the native or container arm",
+                    name=name,
+                )
+        return None
+_s.meta_path.append(_NativeRefused)
 if _s.argv[1] == "-c":
     _c = _s.argv[2]
     _s.argv = ["-c", *_s.argv[3:]]
-    del _o, _s
     exec(compile(_c, "<string>", "exec"))
 else:
     import runpy as _r
     _s.argv = _s.argv[1:]
     _s.path[0] = _o.path.dirname(_o.path.abspath(_s.argv[0]))
-    del _o
     _r.run_path(_s.argv[0], run_name="__main__")
 """
 
 
-def guest_argv(workdir: str, argv: list[str]) -> list[str]:
-    """`python -c CODE ARGS` or `python SCRIPT ARGS` as the guest interpreter's argv."""
-    return ["python", "-c", _BOOT, workdir, *argv[1:]]
+def guest_argv(workdir: str, argv: list[str], sites: list[str] | None = None) -> list[str]:
+    """`python -c CODE ARGS` or `python SCRIPT ARGS` as the guest interpreter's argv; `sites`:
+    guest paths of the tree's virtualenv site-packages."""
+    return ["python", "-c", _BOOT, workdir, "\n".join(sites or ()), *argv[1:]]
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +93,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     timer = threading.Timer(spec["wall_seconds"], engine.increment_epoch)
     timer.daemon = True
     wasi = wasmtime.WasiConfig()
-    wasi.argv = guest_argv(spec["workdir"], spec["argv"])
+    wasi.argv = guest_argv(spec["workdir"], spec["argv"], spec.get("sites"))
     wasi.env = [(k, v) for k, v in spec["env"].items()]
     wasi.preopen_dir(spec["copy"], spec["workdir"])
     wasi.preopen_dir(spec["tmp"], "/tmp")

@@ -75,6 +75,19 @@ def check_command(argv: Sequence[str], workdir: Path) -> None:
         )
 
 
+def venv_sites(copy: Path, workdir: Path) -> list[str]:
+    """The guest paths of the tree's virtualenvs' site-packages (`.venv`, `venv`), found in
+    the copy: their pure-Python packages import in the guest."""
+    found: list[str] = []
+    for venv in (".venv", "venv"):
+        for site in sorted(copy.glob(f"{venv}/lib/python3*/site-packages")):
+            if site.is_dir() and not site.is_symlink():
+                found.append(
+                    (PurePosixPath(workdir.as_posix()) / site.relative_to(copy)).as_posix()
+                )
+    return found
+
+
 class WasiPythonArm:
     name: ArmName = ArmName.PYTHON
 
@@ -128,6 +141,7 @@ class WasiPythonArm:
             "env": {**dict(launch.env), "HOME": "/tmp"},
             "copy": str(launch.cwd),
             "workdir": workdir.as_posix(),
+            "sites": venv_sites(launch.cwd, workdir),
             "tmp": str(tmp),
             "fuel": self.config.fuel,
             "memory_bytes": self.config.memory_bytes,

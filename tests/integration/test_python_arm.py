@@ -176,6 +176,21 @@ def test_script_and_arguments(tool: ExecTool) -> None:
     assert "pkg/show.py" in result.stdout
 
 
+def test_the_trees_venv_pure_python_imports_and_c_extensions_say_why(
+    tool: ExecTool, tree: Path
+) -> None:
+    site = tree / ".venv" / "lib" / "python3.11" / "site-packages"
+    (site / "purepkg").mkdir(parents=True)
+    (site / "purepkg" / "__init__.py").write_text("VALUE = 42\n")
+    (site / "fastpkg.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    ok = tool.exec(["python", "-c", "import purepkg; print(purepkg.VALUE)"])
+    assert ok.stdout.strip() == "42", ok.stderr
+    refused = tool.exec(["python", "-c", "import fastpkg"])
+    assert refused.exit_code == 1
+    assert "fastpkg is a C extension" in refused.stderr
+    assert "cannot load native code" in refused.stderr
+
+
 def test_fuel_ends_a_loop_as_a_limit(tree: Path, state: Path) -> None:
     with tool_for(tree, state, {"fuel": 300_000_000}) as tool:
         result = tool.exec(["python", "-c", "while True: pass"])

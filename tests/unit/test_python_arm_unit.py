@@ -79,5 +79,5 @@ def test_everything_else_is_refused_naming_it(
 
 
 def test_the_guest_argv_keeps_the_command_after_the_bootstrap() -> None:
-    argv = guest_argv("/w", ["python", "-c", "print(1)", "a"])
-    assert argv[:2] == ["python", "-c"] and argv[3:] == ["/w", "-c", "print(1)", "a"]
+    argv = guest_argv("/w", ["python", "-c", "print(1)", "a"], ["/w/.venv/s"])
+    assert argv[:2] == ["python", "-c"] and argv[3:] == ["/w", "/w/.venv/s", "-c", "print(1)", "a"]
