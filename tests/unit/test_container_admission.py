@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import ContainerConfig, EngineImages
-from sprawl_orch.container import docker as docker_backend
-from sprawl_orch.container import podman as podman_backend
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.admission_words import explain
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines import docker as docker_backend
+from sprawl_orch.engines import podman as podman_backend
 from tests.unit.container_fake import FIXTURES, FakeEngine, facts, fixture_json
 
 IMAGE = "sha256:" + "cd" * 32
