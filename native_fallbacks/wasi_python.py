@@ -28,7 +28,7 @@ from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.assurances import Assurances, Guarantee
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs
-from sprawl_orch.native_fallbacks import wasi_module
+from sprawl_orch.native_fallbacks import wasi_guest, wasi_module
 from sprawl_orch.runs.launch import Finished, Launch, Running
 from sprawl_orch.runs.process import HostProcess
 
@@ -150,7 +150,10 @@ class WasiPythonArm:
         }
         spec_path = guest / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        host = [sys.executable, "-I", "-m", "sprawl_orch.native_fallbacks.wasi_guest"]
+        # By path: no sprawl_orch import in the child. -I keeps the script's own directory
+        # (native_fallbacks/, whose module names could shadow others) off its sys.path and
+        # the PYTHON* variables out.
+        host = [sys.executable, "-I", wasi_guest.__file__]
         # The runtime's own environment is empty: the guest's is in the spec, and nothing of
         # ours (PYTHONPATH, WASMTIME_*) shapes the runtime.
         process = HostProcess(
@@ -161,7 +164,7 @@ class WasiPythonArm:
             join=launch.join,
             watcher=launch.watcher,
         )
-        return GuestRun(process, guest, self.config)
+        return GuestRun(process, guest, self.config, self._entry.path)
 
     def close(self) -> None:
         return None
@@ -170,7 +173,10 @@ class WasiPythonArm:
 class GuestRun:
     """The child's `Running`, whose finish reads what ended the guest from its report."""
 
-    def __init__(self, process: HostProcess, guest: Path, config: PythonConfig) -> None:
+    def __init__(
+        self, process: HostProcess, guest: Path, config: PythonConfig, module: Path
+    ) -> None:
+        self._module = module
         self._process = process
         self._guest = guest
         self._config = config
@@ -202,13 +208,8 @@ class GuestRun:
         shutil.rmtree(self._guest, ignore_errors=True)
         refused = report.get("refused")
         refusal = None
-        if isinstance(refused, dict):
-            refusal = SprawlError(
-                ErrorCode(refused["code"]),
-                refused["subject"],
-                refused["detail"],
-                refused["recovery"],
-            )
+        if isinstance(refused, str):
+            refusal = wasi_module.refusal(self._module, refused)
         return Finished(
             refusal=refusal,
             exit_code=done.exit_code,

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE_PARTS = ("orchestrator", "guardian", "native_fallbacks", "images", ".github")
 SOURCE_FILES = ("pyproject.toml", "README.md", "action.yml", "LICENSE")
 
+
 @dataclass
 class Runner:
     """One fake runner: the account's RUNNER_TEMP, output files and a checkout of the example."""
