@@ -130,15 +130,13 @@ def guest_argv(workdir: str, argv: list[str], sites: list[str] | None = None) ->
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import wasmtime
 
-    entry = Compiled(Path(spec["module"]), spec["module_sha256"])
     engine = make_engine()
     assert isinstance(engine, wasmtime.Engine)
-    fd = open_verified(entry)
-    try:
-        # Mapped through the checked fd: the bytes hashed are the bytes loaded.
-        module = wasmtime.Module.deserialize_file(engine, f"/proc/self/fd/{fd}")
-    finally:
-        os.close(fd)
+    # The fd sprawl-orch verified (wasi_module.VerifiedModule), inherited: the bytes hashed
+    # are the bytes mapped. /dev/fd/N opens that same file (Linux and macOS).
+    fd = int(spec["module_fd"])
+    module = wasmtime.Module.deserialize_file(engine, f"/dev/fd/{fd}")
+    os.close(fd)
     store = wasmtime.Store(engine)
     store.set_fuel(spec["fuel"])
     store.set_limits(memory_size=spec["memory_bytes"])
@@ -193,11 +191,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
-    try:
-        report = run(spec)
-    except CacheRefused as err:
-        # The guest never ran: the result is this refusal (wasi_python.py words it).
-        report = {"exit_code": 125, "refused": str(err)}
+    report = run(spec)
     Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
     return int(report["exit_code"])
 

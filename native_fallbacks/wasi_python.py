@@ -95,6 +95,7 @@ class WasiPythonArm:
         self.config = config
         self.state = state
         self._entry: wasi_module.Compiled | None = None
+        self._module: wasi_module.VerifiedModule | None = None
 
     def assurances(self) -> Assurances:
         return python_assurances()
@@ -119,6 +120,9 @@ class WasiPythonArm:
                     wasi_module.INSTALL,
                 )
             self._entry = wasi_module.compiled(self.state)
+            self._module = wasi_module.VerifiedModule(self._entry)
+        assert self._module is not None
+        self._module.fd()  # checked before any copy is made; a failed check refuses here
 
     def check_command(self, argv: Sequence[str], workdir: Path) -> None:
         check_command(argv, workdir)
@@ -127,15 +131,15 @@ class WasiPythonArm:
         workdir = launch.workdir or launch.cwd
         check_command(launch.argv, workdir)
         self.prepare(workdir)
-        assert self._entry is not None
+        assert self._entry is not None and self._module is not None
+        module_fd = self._module.fd()
         guest = private_dirs(launch.outputs / "guest")
         tmp = private_dirs(guest / "tmp")
         argv = list(launch.argv)
         if argv[1] != "-c":
             argv[1] = str(PurePosixPath(workdir.as_posix()) / argv[1])
         spec = {
-            "module": str(self._entry.path),
-            "module_sha256": self._entry.sha256,
+            "module_fd": module_fd,
             "argv": argv,
             # HOME is the guest's /tmp: the host path the other arms give names nothing here.
             "env": {**dict(launch.env), "HOME": "/tmp"},
@@ -163,20 +167,19 @@ class WasiPythonArm:
             launch.outputs,
             join=launch.join,
             watcher=launch.watcher,
+            pass_fds=(module_fd,),
         )
-        return GuestRun(process, guest, self.config, self._entry.path)
+        return GuestRun(process, guest, self.config)
 
     def close(self) -> None:
-        return None
+        if self._module is not None:
+            self._module.close()
 
 
 class GuestRun:
     """The child's `Running`, whose finish reads what ended the guest from its report."""
 
-    def __init__(
-        self, process: HostProcess, guest: Path, config: PythonConfig, module: Path
-    ) -> None:
-        self._module = module
+    def __init__(self, process: HostProcess, guest: Path, config: PythonConfig) -> None:
         self._process = process
         self._guest = guest
         self._config = config
@@ -206,12 +209,7 @@ class GuestRun:
         if not report and not done.killed:
             info["runtime_failed"] = f"the wasmtime runtime ended with status {done.exit_code}"
         shutil.rmtree(self._guest, ignore_errors=True)
-        refused = report.get("refused")
-        refusal = None
-        if isinstance(refused, str):
-            refusal = wasi_module.refusal(self._module, refused)
         return Finished(
-            refusal=refusal,
             exit_code=done.exit_code,
             stdout_path=done.stdout_path,
             stderr_path=done.stderr_path,

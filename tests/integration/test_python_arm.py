@@ -276,18 +276,23 @@ def test_a_tampered_cache_is_refused(
     shutil.copytree(state / "wasm-cache", own / "wasm-cache")
     (entry,) = (own / "wasm-cache").iterdir()
     module = entry / "module.cwasm"
-    data = bytearray(module.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    module.write_bytes(bytes(data))
+    with tool_for(tree, own) as other:
+        # verified once by this tool's arm, then changed in place under it: checked again
+        assert other.exec(["python", "-c", "print('ran')"]).stdout.strip() == "ran"
+        with module.open("r+b") as f:
+            f.seek(module.stat().st_size // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        result = other.exec(["python", "-c", "print('ran')"])
+    assert result.code is ErrorCode.SANDBOX_DENIED, result.stderr
+    assert "failed its check" in (result.detail or "")
+    assert "ran" not in (result.stdout or "")
     with pytest.raises(SprawlError) as err:
         wasi_module.open_verified(
             wasi_module.Compiled(module, (entry / "module.sha256").read_text().strip())
         )
     assert err.value.code is ErrorCode.SANDBOX_DENIED
-    with tool_for(tree, own) as other:
-        result = other.exec(["python", "-c", "print('ran')"])
-    assert result.code is ErrorCode.SANDBOX_DENIED, result.stderr
-    assert "failed its check" in (result.detail or "")
 
 
 def test_a_binary_with_another_hash_is_refused(tmp_path: Path) -> None:
