@@ -104,7 +104,7 @@ def refused(
         code=code,
         reason=reason,
         recovery=recovery,
-        missing=missing or arms.container_runtime(f"{engine}: {reason}"),
+        missing=missing or arms.container_runtime(f"{engine}: {reason}", f"{engine}: {recovery}"),
     )
 
 

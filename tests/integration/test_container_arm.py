@@ -195,9 +195,10 @@ def test_docker_daemon_down_is_refused_with_recovery(tmp_path: Path) -> None:
     admission = admit(engine, config_for("docker", "sha256:" + "1" * 64))
     assert not admission.admitted
     assert admission.code is ErrorCode.TOOL_UNAVAILABLE
-    assert "not running (socket refused)" in admission.reason
+    # The address, the error and the fix for that error (issue 27, item 7).
+    assert f"nothing answers at unix://{dead}" in admission.reason
     assert "Connection refused" in admission.reason  # the engine's (SDK's) own words
-    assert "start it" in admission.recovery
+    assert f"start the daemon that should listen at unix://{dead}" in admission.recovery
     arm = ContainerArm(config_for("docker", "sha256:" + "1" * 64), engine)
     with pytest.raises(SprawlError) as err:
         arm.prepare(tmp_path)
