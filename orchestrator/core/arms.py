@@ -160,14 +160,6 @@ def seatbelt(why: str) -> Missing:
     )
 
 
-def not_built(arm: str) -> Missing:
-    return Missing(
-        "not_built",
-        f"the {arm} arm is not available in this version",
-        'choose arm = "auto", "container", "native" or "copied_tree"',
-    )
-
-
 def python_runtime(why: str) -> Missing:
     return Missing(
         "python_runtime",
