@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from sprawl_orch.config import PythonConfig
-from sprawl_orch.core.arms import ArmName
-from sprawl_orch.core.assurances import Assurances, Guarantee
+from sprawl_orch.core.arms import ASSURANCES, ArmName
+from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs
 from sprawl_orch.native_fallbacks import wasi_guest, wasi_module
@@ -34,12 +34,6 @@ from sprawl_orch.runs.process import HostProcess
 
 PROGRAMS = ("python", "python3", "python3.12")
 FORMS = "`python -c CODE [ARGS]` or `python SCRIPT [ARGS]` (a script inside the tree)"
-
-
-def python_assurances() -> Assurances:
-    return Assurances.of(
-        Guarantee.FILESYSTEM, Guarantee.NETWORK, Guarantee.PROCESS_TREE, Guarantee.RESOURCES
-    )
 
 
 def _other_arm(what: str) -> SprawlError:
@@ -98,7 +92,7 @@ class WasiPythonArm:
         self._module: wasi_module.VerifiedModule | None = None
 
     def assurances(self) -> Assurances:
-        return python_assurances()
+        return ASSURANCES[self.name]
 
     def note(self) -> str | None:
         return (
