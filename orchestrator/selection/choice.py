@@ -182,7 +182,10 @@ def choose(
             ),
         )
     if name == "python":
-        return Choice(ArmName.UNAVAILABLE, name, (arms.not_built("python"),))
+        if offerings.python_missing is not None:
+            runtime = arms.python_runtime(offerings.python_missing)
+            return Choice(ArmName.UNAVAILABLE, name, (runtime,))
+        return Choice(ArmName.PYTHON, name)
     if name != "auto":
         raise ValueError(f"unknown arm spelling {name!r}; config parsing should have refused it")
     said: list[Missing] = []

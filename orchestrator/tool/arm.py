@@ -132,6 +132,15 @@ class ToolArm:
     def for_where(self, where: str) -> Arm:
         """The chosen arm, or for `where = "host"` the host itself (no confinement)."""
         if where == "host":
+            if self.config.sandbox.arm == "python":
+                raise SprawlError(
+                    ErrorCode.SANDBOX_DENIED,
+                    'where = "host"',
+                    "the python arm has no host form: a host interpreter is the program arm's "
+                    "(design §2)",
+                    'drop where = "host" to run it in the WebAssembly guest, or set [sandbox] '
+                    'arm = "auto" and run python on the host by name',
+                )
             if self.config.sandbox.write_limit == "create":
                 raise SprawlError(
                     ErrorCode.SANDBOX_DENIED,
