@@ -29,24 +29,19 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sprawl_orch.changes.apply import ApplyResult
 from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.workspace_apply import apply_entries
-from sprawl_orch.changes.workspace_diff import (
-    Clean,
-    diff,
-    overlaps,
-    replace_path,
-    same_entry,
-    scan,
-)
+from sprawl_orch.changes.workspace_diff import overlaps, replace_path, scan
+from sprawl_orch.changes.workspace_flow import Flow, same
 from sprawl_orch.changes.workspace_state import (
     BASE,
     BASES,
     CLEAN,
+    FLOWING,
     LOCK,
     META,
     RUNNING,
@@ -64,6 +59,7 @@ from sprawl_orch.changes.workspace_state import (
     workdir_key,
     workspaces_root,
 )
+from sprawl_orch.changes.workspace_walk import diff_walk, new_clean, record_of
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
@@ -98,9 +94,11 @@ class Workspace:
         self.place = Place(self.state, self.workdir, self.name, self.dir)
         self.bounds = bounds or Bounds()
         self.excludes = excludes or Excludes()
-        # The last Clean read or recorded by this object (a command's refresh, then its
-        # changes): read from disk once per object.
-        self._clean: Clean | None = None
+        # The clean pairs (workspace_walk.py) and the base's stamp record last read or made
+        # by this object (a command's refresh, then its changes): from disk once per object.
+        self._clean: copy_stamps.SyncRecord | None = None
+        self._base: copy_stamps.SyncRecord | None = None
+        self.last_mark = ""  # the running/ mark of the command this object started last
 
     @property
     def tree(self) -> Path:
@@ -140,11 +138,13 @@ class Workspace:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
-    def running(self) -> int:
-        """How many commands of this workspace run now (their lock files are held)."""
+    def running(self, ended: str = "") -> int:
+        """How many commands of this workspace run now (their lock files are held), but for
+        the one whose mark is ``ended`` (it has ended; its lease is not released yet)."""
         # no running/ directory: no command has started here
         with contextlib.suppress(FileNotFoundError):
-            return sum(locked_by_other(p) for p in (self.dir / RUNNING).iterdir())
+            marks = (self.dir / RUNNING).iterdir()
+            return sum(locked_by_other(p) for p in marks if p.name != ended)
         return 0
 
     @contextlib.contextmanager
@@ -158,6 +158,7 @@ class Workspace:
             mark = self.dir / RUNNING / secrets.token_hex(8)
             fd = os.open(mark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self.last_mark = mark.name
         try:
             yield refresh
         finally:
@@ -186,22 +187,22 @@ class Workspace:
             )
         return self._flow_in()
 
-    def _sync_base(self, touched: list[str] | None) -> copy_stamps.SyncRecord:
-        _, record = sync_with_record(
+    def _sync_base(self, before: Callable[[str, bool], None] | None) -> None:
+        _, self._base = sync_with_record(
             self.workdir,
             self.base,
             self.bounds,
             record=self.dir / STAMPS,
             excludes=self.excludes,
-            touched=touched,
             guard=self.guard,
+            before=before,
         )
-        return record
 
     def _create(self) -> Refresh:
-        for sub in (TREE, BASE, BASES, THEIRS, RUNNING, CLEAN):
+        for sub in (TREE, BASE, BASES, THEIRS, RUNNING, CLEAN, FLOWING):
             delete_path(self.dir / sub)
         self._clean = None
+        (self.dir / FLOWING).touch()  # base and its record agree once the sync ends
         self._sync_base(None)
         # From base, not the working directory: an edit between the two syncs would
         # otherwise look like the agent's.
@@ -209,93 +210,72 @@ class Workspace:
         (self.dir / BASES).mkdir(mode=0o700)
         (self.dir / THEIRS).mkdir(mode=0o700)
         self._save([])
+        (self.dir / FLOWING).unlink()
         self._diff(learn=True)
         return Refresh(created=True)
 
     def _flow_in(self) -> Refresh:
-        # Learned here (no command runs: _refresh_locked checked) and again after the flow
-        # only if the flow wrote anything.
-        agent = {e.path for e in self._diff(learn=True)}
-        for rel in agent:  # the base version of each changed path, before base moves on
-            kept = self.dir / BASES / rel
-            if not os.path.lexists(kept) and not os.path.lexists(str(kept) + ".absent"):
-                replace_path(self.base, self.dir / BASES, rel)  # absent: makes the parents
-                if not os.path.lexists(self.base / rel):
-                    Path(str(kept) + ".absent").touch()
-        touched: list[str] = []
-        self._sync_base(touched)
-        person = sorted({p.replace(os.sep, "/") for p in touched})
+        """The person's edits since the last flow-in (workspace_flow.py); no command of the
+        workspace runs (the callers checked)."""
+        flow = Flow(self.dir)
+        # Stays if this is killed midway: base then no longer matches its old record, and
+        # _diff walks base instead of trusting the record until a flow-in completes.
+        (self.dir / FLOWING).touch()
+        self._sync_base(flow.before)
         conflicts = set(self.conflicts())
-        new: list[str] = []
-        flowed: list[str] = []
-        done: list[str] = []
-        for rel in person:
-            if any(rel.startswith(d + "/") for d in done):
-                continue  # inside a directory replaced whole
-            if overlaps(rel, agent):
-                if self._same(rel):
-                    continue
-                if rel not in conflicts:
-                    new.append(rel)
-                conflicts.add(rel)
-                replace_path(self.base, self.dir / THEIRS, rel)
-                continue
-            replace_path(self.base, self.tree, rel)
-            flowed.append(rel)
-            done.append(rel)
+        flowed, new = flow.finish(conflicts)
         # A conflict ends once both sides hold the same again.
         conflicts = {c for c in conflicts if not self._same(c)}
         self._save(sorted(conflicts))
-        if touched:
-            self._diff(learn=True)  # stamps after the flow, for the next comparison
+        (self.dir / FLOWING).unlink()
         return Refresh(flowed_in=flowed, conflicts=sorted(conflicts), new_conflicts=new)
 
+    def _base_record(self) -> copy_stamps.SyncRecord:
+        if os.path.lexists(self.dir / FLOWING):
+            return record_of(self.base)  # a flow-in was cut short: the record may be stale
+        if self._base is None:
+            self._base = copy_stamps.load(self.dir / STAMPS)
+        return self._base if self._base is not None else record_of(self.base)
+
     def _diff(self, learn: bool) -> list[ChangeEntry]:
-        """tree against base, bytes skipped where the last recorded stamps vouch; ``learn``
-        (only with no command of the workspace running): record this comparison's."""
+        """tree against base in one walk of tree (workspace_walk.py), bytes skipped where the
+        clean pairs vouch; ``learn`` (only with no command of the workspace running): record
+        this comparison's pairs."""
         path = self.dir / CLEAN
-        clean = self._clean
-        if clean is None:
-            try:
-                clean = Clean.load(path.read_text())
-            except OSError:
-                # no clean record: every path is compared by bytes
-                clean = Clean()
+        if self._clean is None:
+            self._clean = copy_stamps.load(path)  # None: every path compared by bytes
+        base = self._base_record()
         if not learn:
-            self._clean = clean
-            return diff(self.tree, self.base, clean)
-        fresh = Clean()
-        found = diff(self.tree, self.base, clean, fresh)
-        tmp = path.with_name(CLEAN + ".tmp")
-        tmp.write_text(fresh.dump())
-        os.replace(tmp, path)
+            return diff_walk(self.tree, self.base, base, self._clean)
+        fresh = new_clean()
+        found = diff_walk(self.tree, self.base, base, self._clean, fresh)
+        copy_stamps.save(fresh, path)
         self._clean = fresh
         return found
 
     def _same(self, rel: str) -> bool:
-        a = scan_one(self.tree, rel)
-        b = scan_one(self.base, rel)
-        if a is None or b is None:
-            return a is None and b is None
-        if not same_entry(self.tree, a, self.base, b, rel):
-            return False
-        if os.path.isdir(self.tree / rel) and not os.path.islink(self.tree / rel):
-            return not diff(self.tree / rel, self.base / rel)
-        return True
+        return same(self.tree, self.base, rel)
 
     # --- what the agent did, and what to do with it ---------------------------------------
 
-    def show(self) -> WorkspaceView:
+    def show(self, ended: str = "") -> WorkspaceView:
+        """The agent's changes and the conflicts. ``ended``: the mark (``last_mark``) of a
+        command that has ended but whose lease is not yet released (the backlog computes a
+        result's changes first): with no OTHER command running, this comparison's clean
+        pairs are recorded for the next."""
         if not self.exists():
             raise self.gone()
-        conflicts = self.conflicts()
+        with self._lock():
+            running = self.running(ended)
+            entries = self._diff(learn=not running)
+            conflicts = self.conflicts()
         return WorkspaceView(
             self.name,
             str(self.workdir),
             str(self.tree),
-            self._diff(learn=False),
+            entries,
             {c: str(self.dir / THEIRS / c) for c in conflicts},
-            self.running(),
+            running,
         )
 
     def gone(self) -> SprawlError:
@@ -379,7 +359,8 @@ class Workspace:
             for sub in (TREE, BASE, BASES, THEIRS, RUNNING):
                 delete_path(self.dir / sub)
             copy_stamps.forget(self.dir / STAMPS)
-            for name in (META, META + ".tmp", CLEAN, CLEAN + ".tmp"):
+            copy_stamps.forget(self.dir / CLEAN)
+            for name in (META, META + ".tmp", FLOWING, "clean.json", "clean.json.tmp"):
                 # already gone: discard is idempotent
                 with contextlib.suppress(FileNotFoundError):
                     (self.dir / name).unlink()

@@ -9,7 +9,9 @@
                    applied or discarded; absent there = the path did not exist)
     theirs/        the person's version of every conflicting path
     meta.json      working directory, name, conflicts
-    clean.json     workspace_diff.Clean: equal file pairs of tree and base, by stamp
+    clean.stamps   workspace_walk.py: equal file pairs of tree and base, by stamp
+    flowing        present while a flow-in (the base sync) runs; one left behind says the
+                   base's record may be stale (then base is walked)
     lock           flock(2)ed while the workspace's state changes
     running/       one flock(2)ed file per command running in it
 """
@@ -29,7 +31,8 @@ from pathlib import Path
 from sprawl_orch.changes.changes import ChangeEntry
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 
-CLEAN = "clean.json"  # workspace_diff.Clean: equal file pairs of tree and base, by stamp
+CLEAN = "clean.stamps"  # workspace_walk.py: equal file pairs of tree and base, by stamp
+FLOWING = "flowing"  # present while a flow-in runs: one cut short left base unrecorded
 TREE, BASE, STAMPS, BASES, THEIRS, META, LOCK, RUNNING = (
     "tree",
     "base",

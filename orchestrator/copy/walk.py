@@ -138,6 +138,11 @@ class Walk(Generic[H]):
     # When a list: every path (os.sep-separated) the sync created, replaced or removed in the
     # copy, directories by their own path (workspaces: the person's changes since the base).
     touched: list[str] | None = None
+    # When given: called with a path (os.sep-separated) just BEFORE the sync creates,
+    # replaces or removes it in the copy (False), or changes only an existing directory's
+    # permission bits (True) -- while the copy still holds the old entry, which a workspace
+    # compares with the agent's (changes/workspace.py) instead of diffing whole trees.
+    before: Callable[[str, bool], None] | None = None
 
     def __post_init__(self) -> None:
         self._ctimes: dict[str, dict[str, int]] = {}
@@ -306,6 +311,8 @@ class Walk(Generic[H]):
                     continue
                 for name, kind in top.copy.items():
                     self.dirty = True
+                    if self.before is not None:
+                        self.before(top.rel + os.sep + name if top.rel else name, False)
                     self.removed += side.remove(name, top.handle, kind)
                     if self.touched is not None:
                         self.touched.append(top.rel + os.sep + name if top.rel else name)
@@ -380,6 +387,8 @@ class Walk(Generic[H]):
         want = stat.S_IMODE(st.st_mode) & 0o777 | 0o700
         entries = list_source(entry.path)
         old = parent.copy.pop(entry.name, None)
+        if old != "dir" and self.before is not None:
+            self.before(rel, False)
         if old is not None and old != "dir":
             self.removed += side.remove(entry.name, parent.handle, old)
             old = None
@@ -390,6 +399,11 @@ class Walk(Generic[H]):
                 self.touched.append(rel)
         handle = side.open_dir(entry.name, parent.handle)
         try:
+            if old is not None and self.before is not None:
+                # int: FdCopy's directory fd; str: PathCopy's lstat-checked path
+                now = os.fstat(handle) if isinstance(handle, int) else os.lstat(str(handle))
+                if stat.S_IMODE(now.st_mode) != want:
+                    self.before(rel, True)
             side.set_dir_mode(handle, want)
             copy = side.kinds(handle) if old is not None else {}
         except BaseException:
@@ -486,6 +500,8 @@ class Walk(Generic[H]):
                     self.bytes += size
                     return
         self.dirty = True
+        if self.before is not None:
+            self.before(rel, False)
         if old == "dir":
             self.removed += side.remove(name, handle, old)
         elif old is not None:
@@ -515,6 +531,8 @@ class Walk(Generic[H]):
             side.set_link_times(name, handle, *times)
             return
         fresh = True
+        if self.before is not None:
+            self.before(rel, False)
         if old == "dir":
             self.removed += side.remove(name, handle, old)
         elif old is not None:

@@ -158,10 +158,11 @@ def workspace_changes(lease: WorkspaceLease) -> Callable[[str], Changes]:
     """The result's `changes` of a command in a workspace: the workspace's whole difference
     from the person's tree (three-way against its base), its conflicts, what flowed in."""
     ws, refresh = lease.workspace, lease.refresh
+    mark = ws.last_mark
 
     def collect(handle: str) -> Changes:
         try:
-            view = ws.show()
+            view = ws.show(ended=mark)
         except (OSError, SprawlError) as err:
             return Changes(note=f"workspace {ws.name!r}: changes could not be computed: {err}")
         notes = [f"workspace {ws.name!r}: the agent's changes against the person's tree"]
