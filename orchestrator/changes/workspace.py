@@ -59,7 +59,7 @@ from sprawl_orch.changes.workspace_state import (
     workdir_key,
     workspaces_root,
 )
-from sprawl_orch.changes.workspace_walk import diff_walk, new_clean, record_of
+from sprawl_orch.changes.workspace_walk import Clean, diff_walk, record_of
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
@@ -96,7 +96,7 @@ class Workspace:
         self.excludes = excludes or Excludes()
         # The clean pairs (workspace_walk.py) and the base's stamp record last read or made
         # by this object (a command's refresh, then its changes): from disk once per object.
-        self._clean: copy_stamps.SyncRecord | None = None
+        self._clean: Clean | None = None
         self._base: copy_stamps.SyncRecord | None = None
         self.last_mark = ""  # the running/ mark of the command this object started last
 
@@ -224,6 +224,9 @@ class Workspace:
         self._sync_base(flow.before)
         conflicts = set(self.conflicts())
         flowed, new = flow.finish(conflicts)
+        clean = self._clean_pairs() if os.path.lexists(self.dir / CLEAN) else Clean()
+        if clean.forget((*flow.judged, *flow.modes)):  # base moved on under those pairs
+            clean.save(self.dir / CLEAN)
         # A conflict ends once both sides hold the same again.
         conflicts = {c for c in conflicts if not self._same(c)}
         self._save(sorted(conflicts))
@@ -237,21 +240,34 @@ class Workspace:
             self._base = copy_stamps.load(self.dir / STAMPS)
         return self._base if self._base is not None else record_of(self.base)
 
+    def base_bytes(self) -> int:
+        """The bytes in the base's files, from its stamp record (the refresh's, in memory)."""
+        if self._base is None:
+            self._base = copy_stamps.load(self.dir / STAMPS)
+        return self._base.total_bytes if self._base is not None else 0
+
     def _diff(self, learn: bool) -> list[ChangeEntry]:
         """tree against base in one walk of tree (workspace_walk.py), bytes skipped where the
         clean pairs vouch; ``learn`` (only with no command of the workspace running): record
         this comparison's pairs."""
-        path = self.dir / CLEAN
-        if self._clean is None:
-            self._clean = copy_stamps.load(path)  # None: every path compared by bytes
         base = self._base_record()
+        clean = self._clean_pairs()
         if not learn:
-            return diff_walk(self.tree, self.base, base, self._clean)
-        fresh = new_clean()
-        found = diff_walk(self.tree, self.base, base, self._clean, fresh)
-        copy_stamps.save(fresh, path)
+            return diff_walk(self.tree, self.base, base, clean)
+        fresh = Clean()
+        found = diff_walk(self.tree, self.base, base, clean, fresh)
+        if fresh.dirty:
+            fresh.save(self.dir / CLEAN)
         self._clean = fresh
         return found
+
+    def _clean_pairs(self) -> Clean:
+        if os.path.lexists(self.dir / FLOWING):
+            return Clean()  # a flow-in was cut short: base moved under some pairs
+        if self._clean is None:
+            self._clean = Clean.load(self.dir / CLEAN)
+            self._clean.dirty = False
+        return self._clean
 
     def _same(self, rel: str) -> bool:
         return same(self.tree, self.base, rel)
