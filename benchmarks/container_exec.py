@@ -40,9 +40,9 @@ from sprawl_orch.config import ContainerConfig, EngineImages
 from sprawl_orch.container.admission import admit
 from sprawl_orch.container.argv import HostLimits, create_argv
 from sprawl_orch.container.arm import ContainerArm
-from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.engines.podman import PodmanEngine
 from sprawl_orch.images.build import build_busybox
 from sprawl_orch.runs.launch import Launch
 

@@ -1,5 +1,5 @@
 """Which call is fastest for each step of a container run — the numbers behind the choices
-in orchestrator/container/docker.py and podman.py.
+in orchestrator/engines/docker.py and podman.py.
 
     . .ci/env && python benchmarks/container_steps.py [--reps N]
 
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits, create_argv
-from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.engines.docker import DockerEngine
+from sprawl_orch.engines.podman import PodmanEngine
 from sprawl_orch.images.build import build_busybox
 
 Times = dict[str, list[float]]

@@ -31,11 +31,23 @@ _NETWORK = re.compile(
 )
 
 
+# A server's certificate the build could not verify: pip says it only in its retry WARNINGs
+# ("SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] …"), then ends on
+# "No matching distribution found", and an outsider's summary showed only the engine's
+# "returned a non-zero code: 1" (issue 27, item 13).
+_TLS = re.compile(
+    r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|SSLCertVerificationError|"
+    r"server certificate verification failed|self[- ]signed certificate",
+    re.IGNORECASE,
+)
+
+
 @dataclass(frozen=True)
 class Failure:
     step: str  # "step 2/3: RUN apt-get update", or "" when no step header was printed
     lines: tuple[str, ...]  # the failing step's error lines (or its last lines)
     network: bool  # the output says a name didn't resolve / the network is unreachable
+    tls: bool = False  # the output says a server's TLS certificate could not be verified
 
 
 def failure(text: str, keep: int = 8) -> Failure:
@@ -51,7 +63,12 @@ def failure(text: str, keep: int = 8) -> Failure:
     own = lines[start:]
     errors = [line.strip() for line in own if _ERROR.match(line.strip())]
     chosen = errors[-keep:] if errors else [line.strip() for line in own[-keep:]]
-    return Failure(step, tuple(chosen), bool(_NETWORK.search("\n".join(own))))
+    # The cause goes first when only a warning said it (pip's retries): the first such line.
+    cause = next((line.strip() for line in own if _TLS.search(line)), None)
+    if cause is not None and cause not in chosen:
+        chosen = [cause, *chosen[-(keep - 1) :]]
+    text = "\n".join(own)
+    return Failure(step, tuple(chosen), bool(_NETWORK.search(text)), bool(_TLS.search(text)))
 
 
 def log_dir() -> Path:

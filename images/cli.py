@@ -281,19 +281,28 @@ def verify_command(workdir: Path, config_path: Path | None, as_json: bool) -> No
     Exit 1 when no usable engine has its pin, or a usable engine's pin is missing."""
     from sprawl_orch.images.verify import verify
 
-    result = verify(find_config(workdir, config_path))
+    result = verify(find_config(workdir, config_path), workdir=workdir)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
         click.echo(f"config: {result.config}")
         for check in result.checks:
-            used = "" if check.used else "  (not used: [sandbox.container] engine)"
+            used = (
+                ""
+                if check.used
+                else f"  (not used: [sandbox] arm = {result.arm})"
+                if not result.uses_images
+                else "  (not used: [sandbox.container] engine)"
+            )
             click.echo(f"{check.engine:<7} {check.status:<11} {check.pinned or '-'}{used}")
             click.echo(f"        {check.detail}")
             if check.image is not None:
                 click.echo(f"        {check.image.facts()}")
-            if check.recovery and check.status != "present":
+            if check.recovery and check.status != "present" and check.used:
                 click.echo(f"        recovery: {check.recovery}")
-        click.echo("ok" if result.ok else "NOT OK: see the rows above")
+        if not result.uses_images:
+            click.echo(f"ok: [sandbox] arm = {result.arm} runs no image")
+        else:
+            click.echo("ok" if result.ok else "NOT OK: see the rows above")
     if not result.ok:
         sys.exit(1)

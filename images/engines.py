@@ -315,7 +315,13 @@ class ImageEngine:
         why = buildlog.failure(log_path.read_text(encoding="utf-8", errors="replace"))
         step = why.step or "before any step"
         recovery = f"read the whole log, {log_path}; fix {step.split(':')[0]} of {dockerfile}"
-        if why.network and network == "none":
+        if why.tls:
+            recovery = (
+                "a server's TLS certificate could not be verified (a proxy that re-signs TLS, "
+                "or a private index or mirror): give the image that CA (COPY it in and point "
+                f"SSL_CERT_FILE / PIP_CERT at it) or use a mirror the image trusts; log: {log_path}"
+            )
+        elif why.network and network == "none":
             recovery = (
                 f"the step wanted the network and RUN steps had none (--network none): build "
                 f"again with --network host (e.g. to reach the package mirror); log: {log_path}"

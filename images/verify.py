@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from sprawl_orch.config import Config
@@ -76,11 +77,19 @@ class PinCheck:
 class Verification:
     config: str  # the file read, or "(defaults)"
     checks: tuple[PinCheck, ...]
+    arm: str = "auto"  # [sandbox] arm: native and copied_tree use no image at all
+
+    @property
+    def uses_images(self) -> bool:
+        return self.arm in ("auto", "container")
 
     @property
     def ok(self) -> bool:
         """At least one usable engine has its pinned image, and no usable engine's pin is
-        missing from it."""
+        missing from it; or the configured arm uses no image (an outsider's native config
+        got NOT OK and advice to build busybox: issue 27, item 12)."""
+        if not self.uses_images:
+            return True
         used = [c for c in self.checks if c.used]
         return any(c.status == "present" for c in used) and not any(
             c.status == "missing" for c in used
@@ -89,14 +98,27 @@ class Verification:
     def as_dict(self) -> dict[str, Any]:
         return {
             "config": self.config,
+            "arm": self.arm,
             "ok": self.ok,
             "engines": [c.as_dict() for c in self.checks],
         }
 
 
-def _check(config: Config, name: str, factory: EngineFactory) -> PinCheck:
+def suggested_recipe(workdir: Path | None) -> str:
+    """The recipe to suggest building: `python` for a tree that looks like a Python project
+    (busybox has no interpreter for its tests), else the tiny `busybox`."""
+    if workdir is not None and any((workdir / m).exists() for m in _PYTHON_MARKERS):
+        return "python"
+    return "busybox"
+
+
+_PYTHON_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "tox.ini")
+
+
+def _check(config: Config, name: str, factory: EngineFactory, recipe: str) -> PinCheck:
     container = config.sandbox.container
-    used = container.engine in ("auto", name)
+    build_first = BUILD_FIRST.replace("image build busybox", f"image build {recipe}")
+    used = container.engine in ("auto", name) and config.sandbox.arm in ("auto", "container")
     pinned = container.image_for(name)
     own = getattr(container.images, name, None)
     key = (
@@ -114,7 +136,7 @@ def _check(config: Config, name: str, factory: EngineFactory) -> PinCheck:
             None,
             "unpinned",
             f"the config pins no image for {name} (there is no default image)",
-            f"{BUILD_FIRST} --engine {name}, then sprawl-orch image pin <ID> --engine {name}",
+            f"{build_first} --engine {name}, then sprawl-orch image pin <ID> --engine {name}",
         )
     try:
         handle = factory(name)
@@ -131,7 +153,7 @@ def _check(config: Config, name: str, factory: EngineFactory) -> PinCheck:
             pinned,
             "missing",
             f"{pinned} ({key}) is not in {name}'s local images; sprawl-orch never pulls",
-            f"{BUILD_FIRST} --engine {name}, then sprawl-orch image pin <ID> --engine {name}",
+            f"{build_first} --engine {name}, then sprawl-orch image pin <ID> --engine {name}",
         )
     image = next(iter(handle.inspect([pinned])), None)
     recipe = image.labels.get("sprawl.recipe", "no sprawl.recipe label") if image else ""
@@ -141,7 +163,12 @@ def _check(config: Config, name: str, factory: EngineFactory) -> PinCheck:
 
 
 def verify(
-    config: Config, engines: Sequence[str] = ENGINES, factory: EngineFactory = engine
+    config: Config,
+    engines: Sequence[str] = ENGINES,
+    factory: EngineFactory = engine,
+    workdir: Path | None = None,
 ) -> Verification:
     source = str(config.source) if config.source else "(defaults)"
-    return Verification(source, tuple(_check(config, name, factory) for name in engines))
+    recipe = suggested_recipe(workdir)
+    checks = tuple(_check(config, name, factory, recipe) for name in engines)
+    return Verification(source, checks, config.sandbox.arm)

@@ -27,4 +27,5 @@ SLOW_FILES: dict[str, str] = {
     "tests/integration/test_benchmarks_run.py": "runs the benchmarks",
     "tests/integration/test_images_python.py": "debootstrap images (also marked in the file)",
     "tests/integration/test_release.py": "builds the sdist and wheel, installs into a fresh venv",
+    "tests/integration/test_action.py": "installs the GitHub Action as a runner account, runs it",
 }

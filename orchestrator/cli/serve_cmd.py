@@ -72,9 +72,10 @@ def serve_command(
     from sprawl_orch.runs.cgroups import delegation
     from sprawl_orch.runs.shares import Shares
     from sprawl_orch.serve import server as serve
+    from sprawl_orch.serve import wire
 
     if schema:
-        click.echo(json.dumps(serve.schema(), indent=2))
+        click.echo(json.dumps(wire.schema(), indent=2))
         return
     if (shares == "cpu_and_memory") != (run_memory_bytes is not None):
         raise click.UsageError("--run-memory-bytes goes with --shares cpu_and_memory, and only")
@@ -85,7 +86,7 @@ def serve_command(
     signal.signal(signal.SIGTERM, _stop_on)
     signal.signal(signal.SIGINT, _stop_on)
     try:
-        lines = serve.bounded_lines(sys.stdin.buffer, max_request_bytes)
+        lines = wire.bounded_lines(sys.stdin.buffer, max_request_bytes)
         server.serve(lines, max_request_bytes)
     except _Stop as stop:
         server.close()

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from sprawl_orch.config import Config
 from sprawl_orch.core.errors import ErrorCode, SprawlError
-from sprawl_orch.core.private import private_dirs
+from sprawl_orch.core.private import private_tmp
 
 
 def state_dir(config: Config, environ: Mapping[str, str]) -> Path:
@@ -96,46 +94,3 @@ def guardian_socket(state: Path, environ: Mapping[str, str], code: Path) -> Path
         return candidate
     digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
     return private_tmp() / f"guardian-{digest}-{flavour}.sock"
-
-
-def private_tmp() -> Path:
-    """A private directory of this user under the temp dir (made 0700; refused when another
-    account holds it, it is open to others, or it is a link)."""
-    private = Path(tempfile.gettempdir()) / f"sprawl-orch-{os.geteuid()}"
-    problem = private_dir(private, mode_mask=0o077)
-    if problem is not None:
-        raise OSError(problem)
-    return private
-
-
-def private_dir(path: Path, *, parents: bool = False, mode_mask: int = 0o022) -> str | None:
-    """Make ``path`` a directory of this user that no other account can write (0700 when
-    made), or say why it is not one. Never followed through a link: its last component is
-    lstat-ed, so a link or a directory another account planted there first is refused,
-    not used (issue 22: a machine-wide /tmp/sprawl-orch one account could hold against
-    every other, root included)."""
-    try:
-        if parents:
-            private_dirs(path.parent)  # every directory made 0700, not only the leaf
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        # made by a racing call of ours: checked just below like any found one
-        pass
-    except OSError as err:
-        return f"{path}: {err.strerror or err}"
-    try:
-        st = os.lstat(path)
-    except OSError as err:
-        return f"{path}: {err.strerror or err}"
-    if stat.S_ISLNK(st.st_mode):
-        return f"{path} is a symbolic link (never followed: another account may have planted it)"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a directory"
-    if st.st_uid != os.geteuid():
-        return (
-            f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
-            "another account made it first"
-        )
-    if st.st_mode & mode_mask:
-        return f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: other accounts can write it"
-    return None

@@ -16,117 +16,25 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from sprawl_orch.config import Config, ContainerConfig
 from sprawl_orch.container import runtimes
 from sprawl_orch.container.admission_words import explain, userns_failure
+from sprawl_orch.container.admitted import KEPT, Admission, refused
 from sprawl_orch.container.argv import HostLimits, fit_limits
-from sprawl_orch.container.evidence import Evidence, boot_id, stamp
-from sprawl_orch.container.gvisor import KERNEL_NOTE, ensure_wrapper, runsc_path
+from sprawl_orch.container.evidence import Evidence, boot_id
+from sprawl_orch.container.gvisor import ensure_wrapper, runsc_path
 from sprawl_orch.container.probe_container import Runtime, probe
 from sprawl_orch.container.seccomp_profile import ProfileUnusable, file_holds, write_for
 from sprawl_orch.container.stale_probes import sweep_stale_probes
 from sprawl_orch.container.userns import SUBGID, SUBUID, Userns, plan
 from sprawl_orch.core import arms
-from sprawl_orch.core.arms import Missing
 from sprawl_orch.core.errors import ErrorCode, SprawlError
-from sprawl_orch.engines.engine import ENGINES, ContainerEngine, EngineFacts
+from sprawl_orch.engines.engine import ENGINES, ContainerEngine, stamp
 from sprawl_orch.runs.launch import NullWatcher, Watcher
-
-
-@dataclass(frozen=True)
-class Admission:
-    engine: str
-    admitted: bool
-    # admitted
-    facts: EngineFacts | None = None
-    image: str | None = None
-    runtime: str | None = None  # passed as --runtime; None = the engine's default
-    runtime_used: str | None = None  # what inspect reports the containers ran under
-    gvisor: bool = False  # runsc: the command runs on gVisor's kernel
-    uids_namespaced: bool = False
-    userns_why: str = ""
-    notes: tuple[str, ...] = ()
-    userns: Userns | None = None  # the user namespace every container is put in
-    limits_enforced: bool = True  # False: the probe saw the engine drop the limits
-    limits_why: str = ""
-    seccomp: str | None = None  # the profile file every container is created with
-    # refused
-    code: ErrorCode | None = None
-    reason: str = ""
-    recovery: str = ""
-    missing: Missing | None = None
-    # When the kept evidence this admission was read from was proved (None: probed now).
-    proved_at: str | None = None
-
-    def summary(self) -> str:
-        if not self.admitted:
-            return f"{self.engine}: refused — {self.reason}"
-        assert self.facts is not None
-        user = (
-            f"user namespace: {self.userns_why}"
-            if self.uids_namespaced
-            else f"no user namespace: {self.userns_why}"
-        )
-        if not self.limits_enforced:
-            user += f"; no resource limits: {self.limits_why}"
-        runs = f"runs under {self.runtime_used}"
-        if self.gvisor:
-            runs += f" ({KERNEL_NOTE[:1].lower()}{KERNEL_NOTE[1:]})"
-        return f"{self.facts.summary()}; {runs}; {user}" + (
-            "; " + "; ".join(self.notes) if self.notes else ""
-        )
-
-    def error(self) -> SprawlError:
-        return SprawlError(
-            self.code or ErrorCode.TOOL_UNAVAILABLE,
-            f"container engine {self.engine}",
-            self.reason,
-            self.recovery,
-        )
-
-    def as_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {"engine": self.engine, "admitted": self.admitted}
-        if self.admitted and self.facts is not None:
-            out |= {
-                "server_version": self.facts.server_version,
-                "cgroup_version": self.facts.cgroup_version,
-                "cgroup_driver": self.facts.cgroup_driver,
-                "runtime": self.runtime_used,
-                "kernel": "gvisor" if self.gvisor else "host",
-                "image": self.image,
-                "uids_namespaced": self.uids_namespaced,
-                "userns_why": self.userns_why,
-                "userns": self.userns.as_dict() if self.userns else None,
-                "limits_enforced": self.limits_enforced,
-                "limits_why": self.limits_why,
-                "seccomp": self.seccomp,
-                "notes": list(self.notes),
-                "proved_at": self.proved_at,
-            }
-        else:
-            out |= {
-                "code": self.code.value if self.code else None,
-                "reason": self.reason,
-                "recovery": self.recovery,
-            }
-        return out
-
-
-def refused(
-    engine: str, code: ErrorCode, reason: str, recovery: str, missing: Missing | None = None
-) -> Admission:
-    return Admission(
-        engine,
-        False,
-        code=code,
-        reason=reason,
-        recovery=recovery,
-        missing=missing or arms.container_runtime(f"{engine}: {reason}"),
-    )
 
 
 def _admit(
@@ -287,23 +195,6 @@ def _limits_dropped(words: str) -> bool:
 
 _cache: dict[tuple[str, str, str], Admission] = {}
 _lock = threading.Lock()
-# The fields of an admitted Admission that are kept on disk (container/evidence.py).
-_KEPT = (
-    "engine",
-    "admitted",
-    "facts",
-    "image",
-    "runtime",
-    "runtime_used",
-    "gvisor",
-    "uids_namespaced",
-    "userns_why",
-    "notes",
-    "userns",
-    "limits_enforced",
-    "limits_why",
-    "seccomp",
-)
 
 
 def wrappers_dir(evidence: Evidence | None) -> Path:
@@ -392,7 +283,7 @@ def admit(
             if evidence is not None and found.admitted and identity is not None:
                 fields = asdict(replace(found, userns=None))
                 fields["userns"] = found.userns.to_json() if found.userns else None
-                evidence.save(kept_key, identity, {k: fields[k] for k in _KEPT})
+                evidence.save(kept_key, identity, {k: fields[k] for k in KEPT})
         _cache[key] = found
         return found
 
@@ -405,11 +296,11 @@ def clear_cache() -> None:
 def engine_for(name: str, docker_host: str | None = None) -> ContainerEngine:
     """`docker_host`: [sandbox.container] docker_host (None: $DOCKER_HOST)."""
     if name == "docker":
-        from sprawl_orch.container.docker import DockerEngine
+        from sprawl_orch.engines.docker import DockerEngine
 
         return DockerEngine(docker_host)
     if name == "podman":
-        from sprawl_orch.container.podman import PodmanEngine
+        from sprawl_orch.engines.podman import PodmanEngine
 
         return PodmanEngine()
     raise ValueError(f"unknown engine {name!r}; expected one of {ENGINES}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.container.endpoint_words import denied, no_socket
 from sprawl_orch.engines.engine import daemon_refused, socket_denied
 
 # runsc 0.0~20221219 under podman 4.3 --userns=auto or docker 20.10 userns-remap: the same
@@ -49,17 +50,10 @@ def explain(
             'docker: the plain daemon), or runtime = "auto" to keep the user namespace '
             "under the default runtime",
         )
-    if daemon_refused(words):
-        return (
-            f"the {engine} daemon is not running (socket refused): {words}",
-            f"start it (systemctl start {engine}, or dockerd --host …) or point DOCKER_HOST "
-            "at a running daemon",
-        )
     if socket_denied(words):
-        return (
-            f"this user may not use the {engine} socket: {words}",
-            f"add the user to the {engine} group, or use a rootless engine",
-        )
+        return denied(engine, words, config)
+    if daemon_refused(words):
+        return no_socket(engine, words, config)
     return (
         f"{engine} failed the probe container: {words}",
         f"see `{engine} info` and `sprawl-orch doctor`",

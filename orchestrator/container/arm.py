@@ -13,41 +13,35 @@ command tried once more only if that admission passes.
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.admission import (
-    Admission,
     admit,
     admit_each,
     engine_for,
     preferred,
 )
+from sprawl_orch.container.admitted import Admission
 from sprawl_orch.container.argv import (
     HostLimits,
-    Limits,
-    container_name,
-    create_argv,
     fit_limits,
 )
 from sprawl_orch.container.command import (
-    command_env,
     command_venv,
     remove_quietly,
     start_refusal,
-    write_env_file,
 )
+from sprawl_orch.container.create import create_verified
 from sprawl_orch.container.egress_hold import Held, egress_gap, init_pid, proxy_at, reach
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, given_away, take_back
-from sprawl_orch.container.run import ContainerRun, image_path
-from sprawl_orch.container.userns import Userns, host_owner, principal_problem
-from sprawl_orch.container.verify import Expected, as_command_user, verify
+from sprawl_orch.container.run import ContainerRun
+from sprawl_orch.container.userns import Userns, host_owner
 from sprawl_orch.core.arms import ArmName, container_assurances
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.engine_offer import EngineOffer
@@ -61,11 +55,6 @@ if TYPE_CHECKING:
     from sprawl_orch.egress.proxy import EgressProxy
 
 SHELL = "/bin/sh"  # a shell line runs under the image's own shell
-
-
-def _limits(limits: Limits) -> dict[str, object]:
-    """The numbers a result's statement names when the kernel enforced one of them."""
-    return {"memory_bytes": limits.memory_bytes, "pids": limits.pids, "cpus": limits.cpus}
 
 
 class ContainerArm:
@@ -310,111 +299,17 @@ class ContainerArm:
         read_only: tuple[tuple[str, str], ...] = (),
         entrypoint: str | None = None,
     ) -> tuple[str, str, dict[str, object]]:
-        """Create the container for `launch` running `command`, inspect and verify it (a
-        mismatch: removed, refused), give the copy to the command's host uid. Returns (id,
-        name, record). `init_user`: the container's own user when it is not the command's
-        (a warm container's idle init, warm.py); each exec then names the command's user."""
-        admission = self.admission()
-        if not admission.admitted:
-            raise admission.error()
-        assert admission.image is not None and admission.runtime_used is not None
-        engine = self.engine
-        copy = launch.cwd.resolve()
-        config = (
-            self.config if init_user is None else self.config.model_copy(update={"user": init_user})
-        )
-        env = command_env(launch)
-        launch.outputs.mkdir(parents=True, exist_ok=True)
-        env_file = launch.outputs / f"create-{secrets.token_hex(4)}.env"
-        argv = create_argv(
-            engine.name,
-            config,
-            admission.image,
-            copy,
+        """Create the container for `launch` running `command`, verified, the copy given to
+        the command's host uid: (id, name, record). container/create.py says how."""
+        return create_verified(
+            self,
+            launch,
             command,
-            env.keys(),
-            launch.tag,
-            launch.session,
-            launch.run,
-            admission.runtime,
-            host=self.host,
-            userns=self._userns_flags(admission, copy),  # counts this container in
-            workdir=launch.workdir,
-            limits=admission.limits_enforced,
-            gvisor=admission.gvisor,
-            seccomp=admission.seccomp,
+            init_user=init_user,
+            venv=venv,
             read_only=read_only,
             entrypoint=entrypoint,
-            env_file=env_file,
         )
-        name = container_name(launch.tag)
-        record: dict[str, object] = {
-            "engine": engine.name,
-            "image": admission.image,
-            "argv": list(engine.cli_argv(argv)),
-            "verified": False,
-            "removed": False,
-            "runtime": admission.runtime_used,
-            "name": name,
-            "limits": _limits(fit_limits(self.config, self.host)),
-            "kernel": "gvisor" if admission.gvisor else "host",
-        }
-        launch.outputs.mkdir(parents=True, exist_ok=True)
-        launch.watcher.expect(name)
-        try:
-            # The CLI runs with the engine's connection only; the values go in the file.
-            write_env_file(env, env_file)
-            try:
-                container = engine.create(argv, {})
-            finally:
-                env_file.unlink(missing_ok=True)
-        except SprawlError as err:
-            self.left_copy(copy)
-            remove_quietly(engine, name, launch)
-            raise start_refusal(err.detail, command[0], err, venv) from err
-        launch.watcher.created(name, container)
-        try:
-            expected = Expected.of(
-                engine.name,
-                self.config,
-                self.host,
-                admission.image,
-                copy,
-                admission.runtime_used,
-                admission.userns,
-                workdir=launch.workdir,
-                enforced=admission.limits_enforced,
-                gvisor=admission.gvisor,
-                seccomp=admission.seccomp,
-                read_only=read_only,
-            )
-            inspect = engine.inspect(container)
-            if init_user is not None:
-                inspect = as_command_user(inspect, init_user, expected.user)
-            verify(expected, inspect)
-            # the copy goes to the host uid the command's uid is: with podman's
-            # --userns=auto that is known only now, from the container's own map
-            owner = self._owner(admission, inspect)
-            give_copy(
-                engine, admission.userns, copy, owner, fit_limits(self.config, self.host).uid_gid
-            )
-        except SprawlError as err:
-            self.left_copy(copy)
-            left = remove_quietly(engine, container, launch, name)
-            if left:
-                raise SprawlError(
-                    err.code, err.subject, f"{err.detail}; {left}", err.recovery
-                ) from err
-            raise
-        record |= {
-            "verified": True,
-            "id": container,
-            "host_owner": f"{owner[0]}:{owner[1]}",
-            "path": image_path(inspect),
-        }
-        if admission.userns is not None:
-            record["userns"] = admission.userns.mode
-        return container, name, record
 
     def warm_pool(self) -> WarmPool:
         if self._warm is None:
@@ -423,7 +318,7 @@ class ContainerArm:
             self._warm = WarmPool(self)
         return self._warm
 
-    def _userns_flags(self, admission: Admission, copy: Path) -> tuple[str, ...]:
+    def userns_flags(self, admission: Admission, copy: Path) -> tuple[str, ...]:
         """The userns flags of a new container on `copy`, which is counted in (left_copy
         counts it out). The copy's owner range is named explicitly only while another
         container of this arm holds it: once that one is gone, podman may give the range
@@ -448,28 +343,6 @@ class ContainerArm:
                 self._on_copy[copy] = left
             else:
                 self._on_copy.pop(copy, None)
-
-    def _owner(self, admission: Admission, inspect: dict[str, Any]) -> tuple[int, int]:
-        """The host uid:gid of the command; refused when the user axis is claimed and the
-        map puts the command on a host principal (root, the caller, a passwd account)."""
-        uid, gid = fit_limits(self.config, self.host).uid_gid
-        if admission.userns is None:
-            return uid, gid
-        try:
-            owner = host_owner(admission.userns, uid, gid, inspect)
-        except ValueError as err:
-            owner, problem = (uid, gid), str(err)
-        else:
-            problem = principal_problem(owner[0]) or ""
-        if problem:
-            raise SprawlError(
-                ErrorCode.SANDBOX_DENIED,
-                "userns",
-                f"{problem}; the user axis would not hold, so it was removed without starting",
-                "check the subordinate ranges in /etc/subuid and /etc/subgid "
-                "(`sprawl-orch doctor` shows the map)",
-            )
-        return owner
 
     def close(self) -> None:
         if self._warm is not None:

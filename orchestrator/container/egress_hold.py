@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sprawl_orch.container.admission import Admission
+from sprawl_orch.container.admitted import Admission
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.egress.plan import EgressPlan
 from sprawl_orch.engines.engine import ContainerEngine

@@ -38,28 +38,13 @@ from typing import Any
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.core.private import private_dirs
-from sprawl_orch.engines.engine import EngineFacts
+from sprawl_orch.engines.engine import EngineFacts, stamp
 
 FORMAT = 1
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 # The arm's own folder and the engine interface it drives (engines/, moved out of container/ by
 # the renovation of issue 28): admission's checks live in both.
 _SOURCES = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / "engines")
-
-
-def stamp(path: str | os.PathLike[str] | None, *, contents: bool = True) -> list[int] | None:
-    """(device, inode[, size, mtime_ns]) of a file, None when it is absent. `contents`
-    False: only which file it is (a directory whose entries come and go)."""
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        # the stamped file is gone: no stamp, so the evidence can't match
-        return None
-    if not contents:
-        return [st.st_dev, st.st_ino]
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 def boot_id() -> str:

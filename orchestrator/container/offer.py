@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from sprawl_orch.config import Config
-from sprawl_orch.container.admission import Admission, admit_each
+from sprawl_orch.container.admission import admit_each
+from sprawl_orch.container.admitted import Admission
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.core.engine_offer import EngineOffer
 from sprawl_orch.runs.launch import Watcher

@@ -171,7 +171,7 @@ def _run_probe(
     watcher.expect(name)
     try:
         try:
-            container = engine.create(argv, {})
+            container = engine.create(argv)
         except SprawlError:
             _remove_probe(engine, name, name, watcher)  # a create that failed late may exist
             raise

@@ -160,7 +160,7 @@ class Userns:
         allocation avoids it while in use), so two commands in one copy at once are one
         principal and the second one's chown does not take the copy from the first
         mid-run. Never for a copy nothing runs in: podman may have given its old range to
-        another copy's command since (container/arm.py _userns_flags)."""
+        another copy's command since (container/arm.py userns_flags)."""
         if self.flag is None:
             return ()
         if owner is not None:

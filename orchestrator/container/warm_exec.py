@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from sprawl_orch.container.command import write_env_file
-from sprawl_orch.container.docker import DockerEngine, close_hijacked, pump_demuxed
-from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.engines.docker import DockerEngine
+from sprawl_orch.engines.docker_attach import close_hijacked, pump_demuxed
 from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.engines.podman import PodmanEngine
 
 
 class Entered(Protocol):
@@ -116,7 +117,7 @@ class PodmanEntered:
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
-                    env=engine._cli_env({}),
+                    env=engine.cli_env(),
                 )
         except BaseException:
             self._env_file.unlink(missing_ok=True)

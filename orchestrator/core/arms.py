@@ -109,12 +109,19 @@ def config_invalid(subject: str, detail: str, recovery: str) -> Missing:
     return Missing("config_invalid", f"{subject}: {detail}", recovery, subject)
 
 
-def container_runtime(why: str) -> Missing:
+INSTALL_ENGINE = (
+    "install and start one: apt-get install docker.io (then start dockerd) or "
+    "apt-get install podman runc; see `sprawl-orch doctor`"
+)
+
+
+def container_runtime(why: str, recovery: str = "") -> Missing:
+    """No engine admitted. `recovery` is the engines' own fixes (a socket to name, a group to
+    join) where they answered at all; installing one is the advice only when none did."""
     return Missing(
         "container_runtime",
         f"no container engine passed admission — {why}",
-        "install and start one: apt-get install docker.io (then start dockerd) or "
-        "apt-get install podman runc; see `sprawl-orch doctor`",
+        recovery or INSTALL_ENGINE,
     )
 
 

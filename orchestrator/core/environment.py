@@ -56,38 +56,3 @@ def with_home(env: Mapping[str, str], arm: ArmName, outputs: Path) -> dict[str, 
         private_dirs(private)
         home = str(private)
     return {**env, "HOME": home}
-
-
-# What glibc's loader and libc read from the environment (its unsecvars.h list: the names it
-# drops for setuid programs). sprawl-orch's host-side programs -- the native arm's ionice,
-# nice and bwrap, the engine CLIs -- run on the host, often in the tree or its copy, before
-# any namespace exists: attack3's tree shipped libpcre2-8.so.0 and a passed LD_LIBRARY_PATH
-# ending in ':' (the working directory) ran it in bwrap as the sandbox uid and in podman as
-# root. These names reach the command only through the sandbox (bwrap --setenv, --env N=V).
-LOADER_NAMES = frozenset(
-    {
-        "GCONV_PATH",
-        "GETCONF_DIR",
-        "GLIBC_TUNABLES",
-        "HOSTALIASES",
-        "LOCALDOMAIN",
-        "LOCPATH",
-        "MALLOC_TRACE",
-        "NIS_PATH",
-        "NLSPATH",
-        "RESOLV_HOST_CONF",
-        "RES_OPTIONS",
-        "TMPDIR",
-        "TZDIR",
-    }
-)
-
-
-def loader_name(name: str) -> bool:
-    return name.startswith("LD_") or name in LOADER_NAMES
-
-
-def split_loader_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(what a host-side program may run with, what only the sandbox may set)."""
-    inner = {k: v for k, v in env.items() if loader_name(k)}
-    return {k: v for k, v in env.items() if k not in inner}, inner

@@ -150,3 +150,46 @@ def ensure_private_file(directory: Path, name: str, want: str, mode: int, what: 
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def private_tmp() -> Path:
+    """A private directory of this user under the temp dir (made 0700; refused when another
+    account holds it, it is open to others, or it is a link)."""
+    private = Path(tempfile.gettempdir()) / f"sprawl-orch-{os.geteuid()}"
+    problem = private_dir(private, mode_mask=0o077)
+    if problem is not None:
+        raise OSError(problem)
+    return private
+
+
+def private_dir(path: Path, *, parents: bool = False, mode_mask: int = 0o022) -> str | None:
+    """Make ``path`` a directory of this user that no other account can write (0700 when
+    made), or say why it is not one. Never followed through a link: its last component is
+    lstat-ed, so a link or a directory another account planted there first is refused,
+    not used (issue 22: a machine-wide /tmp/sprawl-orch one account could hold against
+    every other, root included)."""
+    try:
+        if parents:
+            private_dirs(path.parent)  # every directory made 0700, not only the leaf
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        # made by a racing call of ours: checked just below like any found one
+        pass
+    except OSError as err:
+        return f"{path}: {err.strerror or err}"
+    try:
+        st = os.lstat(path)
+    except OSError as err:
+        return f"{path}: {err.strerror or err}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link (never followed: another account may have planted it)"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != os.geteuid():
+        return (
+            f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
+            "another account made it first"
+        )
+    if st.st_mode & mode_mask:
+        return f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: other accounts can write it"
+    return None

@@ -11,6 +11,7 @@ measured fastest per engine (benchmarks/container_steps.py).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -147,9 +148,10 @@ class ContainerEngine(Protocol):
         """The full argv that runs `argv` through the engine's CLI (what is recorded)."""
         ...
 
-    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
-        """Run `<cli> create …` with the child's env (values of --env NAME come from it);
-        return the container ID. Raises SprawlError with the engine's words."""
+    def create(self, argv: Sequence[str]) -> str:
+        """Run `<cli> create …` with the CLI's own fixed environment (the command's values
+        go by the argv's --env-file); return the container ID. Raises SprawlError with the
+        engine's words."""
         ...
 
     def inspect(self, container: str) -> dict[str, Any]: ...
@@ -262,3 +264,18 @@ def run_cli(
 def _text(raw: bytes) -> str:
     # what text=True gave (universal newlines), without its strict decoding
     return raw.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def stamp(path: str | os.PathLike[str] | None, *, contents: bool = True) -> list[int] | None:
+    """(device, inode[, size, mtime_ns]) of a file, None when it is absent. `contents`
+    False: only which file it is (a directory whose entries come and go)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        # the stamped file is gone: no stamp, so the evidence can't match
+        return None
+    if not contents:
+        return [st.st_dev, st.st_ino]
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]

@@ -16,18 +16,12 @@ from __future__ import annotations
 import itertools
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
 
 from sprawl_orch.changes.changes import Changes
-from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.core.arms import ArmName
-from sprawl_orch.core.environment import env_names
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.runs.affinity import (
     Absent,
@@ -37,6 +31,13 @@ from sprawl_orch.runs.affinity import (
     Unrequested,
     affinity_of,
     enter_job,
+)
+from sprawl_orch.runs.backlog_entry import (
+    Entry,
+    Pending,
+    RunProcesses,
+    background_result,
+    started_of,
 )
 from sprawl_orch.runs.ceiling import (
     CeilingMark,
@@ -52,62 +53,13 @@ from sprawl_orch.runs.cgroups import CgroupRefused, Cgroups, Delegation, Platfor
 from sprawl_orch.runs.launch import Launch, Running, Watcher
 from sprawl_orch.runs.output_keep import OutputKeeping
 from sprawl_orch.runs.results import (
-    Confinement,
     ExecResult,
-    Started,
-    backgrounded,
     never_ran,
     settled,
 )
 from sprawl_orch.runs.shares import UNSET, Shares
 
-
-class RunProcesses(BaseModel):
-    """One run as `processes()` reports it."""
-
-    model_config = ConfigDict(frozen=True)
-    pids: list[int]
-    unfollowed: int  # live commands whose descendants can't all be listed (not in a cgroup)
-    share: Shares  # what the run actually holds, not what was asked
-    affinity: int | Literal["os"]
-
-
-@dataclass(frozen=True)
-class Pending:
-    """What a command's result needs besides its Finished record, fixed at start."""
-
-    arm: ArmName
-    command: list[str]
-    interpreter: str | None
-    confinement: Confinement
-    work: FileWork | None
-    window: float
-    started: float  # time.monotonic()
-
-
-@dataclass
-class Entry:
-    handle: str
-    run: str
-    running: Running
-    launch: Launch
-    pending: Pending
-    mark: CeilingMark
-    followed: bool
-    # Called once when the entry is collected: gives its copy back to the exec tool.
-    release_copy: Callable[[], None] | None = None
-    # Called once when the command has ended, before the copy goes back: its `changes`.
-    changes: Callable[[str], Changes] | None = None
-    # Set when the output is followed live (stream.Follower): called once the streams are
-    # complete; the result then keeps no way back (the person already has every byte).
-    drain: Callable[[], None] | None = None
-    # Called once the command has finished, first: the streams' pipes read to their end
-    # (output_pipe.py), before anything reads the output files.
-    streams_done: Callable[[], None] | None = None
-    background: bool = False
-    claimed: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
-    result: ExecResult | None = None
+__all__ = ["Backlog", "Entry", "Pending", "RunProcesses"]
 
 
 @dataclass
@@ -279,7 +231,7 @@ class Backlog:
             with self._lock:
                 if not entry.claimed:
                     entry.background = True
-                    return self._backgrounded(entry)
+                    return background_result(entry)
         if self._claim(entry):
             detail = None
             if not in_time:
@@ -363,30 +315,6 @@ class Backlog:
         return self._cgroups.close() if self._cgroups is not None else None
 
     # -- results --------------------------------------------------------------------------
-    def _backgrounded(self, entry: Entry) -> ExecResult:
-        known = entry.mark if not isinstance(entry.mark, Watching) else NotAsked()
-        return backgrounded(
-            self._started(entry),
-            entry.handle,
-            entry.pending.window,
-            ceiling_at(known, None).as_result(),
-        )
-
-    def _started(self, entry: Entry) -> Started:
-        p = entry.pending
-        return Started(
-            arm=p.arm.value,
-            where="host" if p.arm is ArmName.HOST else "sandbox",
-            command=p.command,
-            shell=entry.launch.shell_line is not None,
-            env=env_names(entry.launch.env),
-            interpreter=p.interpreter,
-            confinement=p.confinement,
-            work=p.work,
-            run=entry.run,
-            duration_ms=round((time.monotonic() - p.started) * 1000, 1),
-        )
-
     def _collect(
         self, entry: Entry, *, kill: bool, detail: str | None, group: RunGroup | None = None
     ) -> ExecResult:
@@ -415,11 +343,11 @@ class Backlog:
             container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
             if finished.refusal is not None:
                 # Started, but the program never ran: a refusal like any other arm's.
-                entry.result = never_ran(self._started(entry), finished.refusal, container or None)
+                entry.result = never_ran(started_of(entry), finished.refusal, container or None)
                 return entry.result
             changes = entry.changes(entry.handle) if entry.changes is not None else None
             entry.result = settled(
-                self._started(entry),
+                started_of(entry),
                 finished,
                 stdout=stdout,
                 stderr=stderr,

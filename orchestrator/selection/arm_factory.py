@@ -90,6 +90,6 @@ def build_arm(
     raise SprawlError(
         ErrorCode.SANDBOX_DENIED,
         subject=f"[sandbox] arm = {choice.asked!r}",
-        detail=choice.reason(),
+        detail=choice.reason(recovery=False),
         recovery="; ".join(m.recovery for m in choice.missing) or "see sprawl-orch doctor",
     )

@@ -24,9 +24,13 @@ class Choice:
     missing: tuple[Missing, ...] = ()
     engine: str | None = None
 
-    def reason(self) -> str:
+    def reason(self, *, recovery: bool = True) -> str:
+        """Why this arm. `recovery=False` leaves each step's fix out, for a refusal that
+        carries the fixes in its own field (the CLI, serve and MCP print both: an outsider saw
+        every fix twice, issue 27 item 7)."""
         if self.arm is ArmName.UNAVAILABLE:
-            return f"{self.asked} is unavailable: " + "; ".join(m.text() for m in self.missing)
+            said = (m.text() if recovery else m.phrase for m in self.missing)
+            return f"{self.asked} is unavailable: " + "; ".join(said)
         if not self.missing:
             return f"{self.asked} resolves to {self.arm.value}" + (
                 f" ({self.engine})" if self.engine else ""
@@ -52,7 +56,8 @@ def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, l
     # an engine that keeps the user axis first (admission ran on past a plain one)
     keeps_user = next((o for o in admitted if o.uids_namespaced), None)
     if keeps_user is not None or admitted:
-        return keeps_user or admitted[0], []
+        chosen = keeps_user or admitted[0]
+        return chosen, _passed_over(offerings, names, chosen)
     for name in names:
         offer = offerings.engine(name)
         if offer is None:
@@ -73,8 +78,38 @@ def _container(offerings: Offerings, engine: str) -> tuple[EngineOffer | None, l
         if not any(r.startswith(f"{o.engine}: ") and o.image_missing is not None for o in offers)
     ]
     if others:
-        image_faults.append(arms.container_runtime("; ".join(others)))
+        # Each engine that answered says its own fix (a socket to point at, a group to join);
+        # one not installed at all has nothing to say, and installing is the advice only then.
+        fixes = [
+            f"{o.engine}: {o.recovery}"
+            for o in offers
+            if o.recovery and not o.admitted and o.image_missing is None
+        ]
+        image_faults.append(arms.container_runtime("; ".join(others), "; ".join(fixes)))
     return None, image_faults
+
+
+def _passed_over(
+    offerings: Offerings, names: tuple[str, ...], chosen: EngineOffer
+) -> list[Missing]:
+    """The engines tried before `chosen`, each with why it was not taken: an outsider saw
+    podman run with docker dead and nothing saying why not docker (issue 27, item 9)."""
+    passed: list[Missing] = []
+    for name in names[: names.index(chosen.engine)] if chosen.engine in names else ():
+        offer = offerings.engine(name)
+        if offer is None:
+            continue  # not asked: an earlier engine was taken (auto stops at the first)
+        why = (
+            f"it does not keep the user axis here and {chosen.engine} does"
+            if offer.admitted
+            else offer.detail
+        )
+        passed.append(
+            Missing(
+                "engine_passed", f"{name} passed over for {chosen.engine}: {why}", offer.recovery
+            )
+        )
+    return passed
 
 
 def _native(offerings: Offerings) -> tuple[ArmName | None, list[Missing]]:
@@ -104,7 +139,7 @@ def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
         offer, missing = _container(offerings, engine)
         if offer is None:
             return Choice(ArmName.UNAVAILABLE, name, tuple(missing))
-        return Choice(ArmName.CONTAINER, name, engine=offer.engine)
+        return Choice(ArmName.CONTAINER, name, tuple(missing), engine=offer.engine)
     if name == "native":
         native, missing = _native(offerings)
         if native is None:
@@ -131,7 +166,7 @@ def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
     said: list[Missing] = []
     offer, missing = _container(offerings, engine)
     if offer is not None:
-        return Choice(ArmName.CONTAINER, name, engine=offer.engine)
+        return Choice(ArmName.CONTAINER, name, tuple(missing), engine=offer.engine)
     if any(m.kind == "config_invalid" for m in missing):
         # Never a silent step-down to an arm without limits because a limit was mistyped.
         return Choice(ArmName.UNAVAILABLE, name, tuple(missing))

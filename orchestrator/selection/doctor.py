@@ -133,7 +133,10 @@ def _row(
     )
 
 
-def arm_rows(offerings: Offerings) -> list[ArmRow]:
+def arm_rows(offerings: Offerings, configured: str = "auto") -> list[ArmRow]:
+    """Every arm's row. `configured` is `[sandbox.container] engine`: the other engine is not
+    examined then, and its row says so instead of advising to install what runs (an outsider's
+    doctor said "install docker.io" beside a running docker: issue 27, item 12)."""
     rows: list[ArmRow] = []
     for engine in ENGINES:
         offer = offerings.engine(engine)
@@ -141,6 +144,19 @@ def arm_rows(offerings: Offerings) -> list[ArmRow]:
             offer.uids_namespaced if offer else False, offer.limits_enforced if offer else True
         )
         choice = choose("container", offerings, engine=engine)
+        if offer is None and configured not in ("auto", engine):
+            choice = Choice(
+                ArmName.UNAVAILABLE,
+                "container",
+                (
+                    Missing(
+                        "not_examined",
+                        f"not examined: the config names [sandbox.container] engine = "
+                        f'"{configured}"',
+                        f'set engine = "auto" (or "{engine}") to have doctor examine {engine}',
+                    ),
+                ),
+            )
         detail = offer.detail if offer is not None and offer.admitted else ""
         rows.append(
             _row(
@@ -238,7 +254,7 @@ def doctor_report(
         scratch=str(offerings.scratch) if offerings.scratch else None,
         scratch_problem=offerings.scratch_problem,
         yielding=_yielding(offerings),
-        arms=arm_rows(offerings),
+        arms=arm_rows(offerings, engine),
         auto=resolution("auto", offerings, engine),
         configured=resolution(sandbox.arm, offerings, engine),
         shell=shell_row(sandbox.interpreter, resolve(sandbox.shell, sandbox.interpreter, environ)),

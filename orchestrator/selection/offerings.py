@@ -100,9 +100,9 @@ def _scratch(config: Config) -> tuple[Path | None, str | None]:
     """Where copies are made: `[sandbox] scratch_dir`, else the state directory's `copies`
     (copy_store.py), both this user's own. Not a machine-wide /tmp/sprawl-orch: whichever
     account made that first (0700) held it against every other, root included (issue 22)."""
-    from sprawl_orch.config.state import private_dir, state_dir
+    from sprawl_orch.config.state import state_dir
     from sprawl_orch.core.errors import SprawlError
-    from sprawl_orch.core.private import prepare_state
+    from sprawl_orch.core.private import prepare_state, private_dir
 
     root = config.sandbox.scratch_dir
     if root is None:

@@ -27,7 +27,8 @@ from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.runs.results import ExecResult
 from sprawl_orch.selection.doctor import DoctorReport
 from sprawl_orch.serve.mcp_text import apply_text, doctor_text, result_text, results_text
-from sprawl_orch.serve.server import (
+from sprawl_orch.serve.server import Server
+from sprawl_orch.serve.wire import (
     ApplyRequest,
     ApplyResponse,
     DiscardResponse,
@@ -42,7 +43,6 @@ from sprawl_orch.serve.server import (
     Request,
     Response,
     ResultsResponse,
-    Server,
     WorkspaceApplyRequest,
     WorkspaceDiscardRequest,
 )

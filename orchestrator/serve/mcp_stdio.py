@@ -22,7 +22,7 @@ import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from sprawl_orch.serve.server import bounded_lines
+from sprawl_orch.serve.wire import bounded_lines
 
 
 class BoundedStdin:

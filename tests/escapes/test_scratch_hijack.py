@@ -108,7 +108,7 @@ def test_root_cannot_hold_it_against_another_account(area: Path, shared_tmp: Pat
 
 
 def test_a_planted_link_or_foreign_directory_is_refused_not_followed(tmp_path: Path) -> None:
-    from sprawl_orch.config.state import private_dir
+    from sprawl_orch.core.private import private_dir
 
     target = tmp_path / "elsewhere"
     target.mkdir(mode=0o700)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from sprawl_orch.config import ContainerConfig, EngineImages
 from sprawl_orch.container.arm import ContainerArm
-from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.podman import PodmanEngine
+from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.engines.engine import ContainerEngine
+from sprawl_orch.engines.podman import PodmanEngine
 from sprawl_orch.runs.launch import Finished, Launch
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ import pytest
 
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.arm import ContainerArm
-from sprawl_orch.container.docker import DockerEngine
 from sprawl_orch.core.arms import container_assurances
 from sprawl_orch.core.assurances import Guarantee, Kept
+from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.engines.engine import Attached, ContainerEngine
 from tests.integration.conformance import (
     MiB,
@@ -71,8 +71,8 @@ class Planting:
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._real, attr)
 
-    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
-        return self._real.create(argv, env)
+    def create(self, argv: Sequence[str]) -> str:
+        return self._real.create(argv)
 
     def start(self, container: str, stdout: Path, stderr: Path) -> Attached:
         while self.pending:

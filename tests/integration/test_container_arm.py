@@ -23,9 +23,9 @@ from sprawl_orch.config import parse_config
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.container.arm import ContainerArm
-from sprawl_orch.container.docker import DockerEngine
-from sprawl_orch.container.podman import PodmanEngine
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.docker import DockerEngine
+from sprawl_orch.engines.podman import PodmanEngine
 from tests.integration.container_support import (
     Case,
     config_for,
@@ -177,7 +177,7 @@ def test_missing_image_refused_without_pull(tmp_path: Path, engine_image: tuple[
         host=HostLimits.this_host(),
     )
     with pytest.raises(SprawlError) as err:
-        engine.create(argv, {})
+        engine.create(argv)
     words = err.value.detail.lower()
     assert "no such image" in words or "image not known" in words or "not found" in words
     for pulling in ("trying to pull", "pulling", "registry", "dial tcp", "lookup "):
@@ -195,9 +195,10 @@ def test_docker_daemon_down_is_refused_with_recovery(tmp_path: Path) -> None:
     admission = admit(engine, config_for("docker", "sha256:" + "1" * 64))
     assert not admission.admitted
     assert admission.code is ErrorCode.TOOL_UNAVAILABLE
-    assert "not running (socket refused)" in admission.reason
+    # The address, the error and the fix for that error (issue 27, item 7).
+    assert f"nothing answers at unix://{dead}" in admission.reason
     assert "Connection refused" in admission.reason  # the engine's (SDK's) own words
-    assert "start it" in admission.recovery
+    assert f"start the daemon that should listen at unix://{dead}" in admission.recovery
     arm = ContainerArm(config_for("docker", "sha256:" + "1" * 64), engine)
     with pytest.raises(SprawlError) as err:
         arm.prepare(tmp_path)
@@ -259,7 +260,7 @@ class DroppingMemory:
     def endpoint(self) -> str:
         return "dropping-memory:" + self.inner.endpoint()
 
-    def create(self, argv: list[str], env: dict[str, str]) -> str:
+    def create(self, argv: list[str]) -> str:
         out: list[str] = []
         skip = False
         for part in argv:
@@ -270,7 +271,7 @@ class DroppingMemory:
                 skip = True
                 continue
             out.append(part)
-        return str(self.inner.create(out, env))
+        return str(self.inner.create(out))
 
 
 def test_inspect_mismatch_is_refused_and_removed(case: Case, engine_image: tuple[str, str]) -> None:

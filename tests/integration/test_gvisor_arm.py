@@ -91,10 +91,10 @@ class OtherRuntime:
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.inner, attr)
 
-    def create(self, argv: list[str], env: dict[str, str]) -> str:
+    def create(self, argv: list[str]) -> str:
         out = list(argv)
         out[out.index("--runtime") + 1] = "runc"
-        return str(self.inner.create(out, env))
+        return str(self.inner.create(out))
 
 
 def test_a_container_under_another_runtime_is_refused(

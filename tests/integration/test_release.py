@@ -18,6 +18,8 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
@@ -28,7 +30,10 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-def test_the_wheel_installs_in_a_fresh_venv_and_runs_readme_command_1(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel `python -m build` makes from the tracked files, checked for its contents."""
+    tmp_path = tmp_path_factory.mktemp("release")
     # Build from a copy holding only the tracked files: what a clean clone has, not this
     # worktree's .venv, caches or build/ leftovers (which setuptools would otherwise reuse).
     src = tmp_path / "src"
@@ -54,7 +59,12 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_readme_command_1(tmp_path: 
     assert not any(n.startswith("tests/") for n in names)
     assert "Classifier: Typing :: Typed" in metadata
     assert f"Version: {VERSION}" in metadata
+    return wheels[0]
 
+
+def test_the_wheel_installs_in_a_fresh_venv_and_runs_readme_command_1(
+    wheel: Path, tmp_path: Path
+) -> None:
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     bindir = env_dir / "bin"
@@ -62,9 +72,32 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_readme_command_1(tmp_path: 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
     pip = [str(bindir / "python"), "-m", "pip", "install", "-q", "--retries", "10"]
-    _run([*pip, str(wheels[0])], tmp_path, env)
+    _run([*pip, str(wheel)], tmp_path, env)
+    _readme_command_1(bindir / "sprawl-orch", tmp_path, env)
 
-    out = _run([str(bindir / "sprawl-orch"), "--version"], tmp_path, env)
+
+def test_pipx_installs_the_wheel_as_a_command(wheel: Path, tmp_path: Path) -> None:
+    # pipx's own homes under tmp_path: nothing of the machine's pipx (or ~/.local/bin) is used
+    # or changed.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env |= {
+        "PIPX_HOME": str(tmp_path / "pipx-home"),
+        "PIPX_BIN_DIR": str(tmp_path / "pipx-bin"),
+        "PIPX_MAN_DIR": str(tmp_path / "pipx-man"),
+    }
+    env["PATH"] = f"{tmp_path / 'pipx-bin'}{os.pathsep}{env.get('PATH', '')}"
+    _run(
+        [sys.executable, "-m", "pipx", "install", "--python", sys.executable, str(wheel)],
+        tmp_path,
+        env,
+    )
+    exe = tmp_path / "pipx-bin" / "sprawl-orch"
+    assert exe.is_file(), sorted(p.name for p in (tmp_path / "pipx-bin").iterdir())
+    _readme_command_1(exe, tmp_path, env)
+
+
+def _readme_command_1(exe: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    out = _run([str(exe), "--version"], tmp_path, env)
     assert VERSION in out, out
 
     # README command 1's exec, from a directory that is not the repository: `-C docs` on a copy
@@ -73,7 +106,7 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_readme_command_1(tmp_path: 
     shutil.copytree(ROOT / "docs", docs)
     before = sorted(p.name for p in docs.iterdir())
     done = subprocess.run(
-        [str(bindir / "sprawl-orch"), "exec", "-C", "docs", "--", "sh", "-c",
+        [str(exe), "exec", "-C", "docs", "--", "sh", "-c",
          "echo hi > out.txt; ls"],
         cwd=docs.parent, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip

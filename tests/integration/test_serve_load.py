@@ -363,7 +363,7 @@ def test_two_hundred_commands_leave_nothing_behind(load: tuple[list[str], Path])
     grown = {fd: what for fd, what in second_fds.items() if first_fds.get(fd) != what}
     assert other2 <= other1, grown
     # Sockets are the container arm's docker SDK connections, pooled per client
-    # (orchestrator/container/docker.py). The pool grows to the peak concurrency seen (8
+    # (orchestrator/engines/docker.py). The pool grows to the peak concurrency seen (8
     # execs, each holding a wait and an attach connection, over 2 clients), never with the
     # count of commands: before pooling it leaked ~3.6 per container command (~180 here).
     bound = 2 * (8 + 1) + 2

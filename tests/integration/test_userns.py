@@ -88,11 +88,11 @@ class DroppingUserns:
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._real, attr)
 
-    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
+    def create(self, argv: Sequence[str]) -> str:
         out = list(argv)
         at = out.index("--userns")
         del out[at : at + 2]
-        return self._real.create(out, env)
+        return self._real.create(out)
 
 
 def test_a_container_without_the_map_is_refused(case: Case, podman_image: str) -> None:

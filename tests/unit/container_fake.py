@@ -188,7 +188,7 @@ class FakeEngine:
     def cli_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
         return ("/usr/bin/docker", *argv)
 
-    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
+    def create(self, argv: Sequence[str]) -> str:
         self.calls.append(("create", tuple(argv)))
         if self.create_error:
             raise SprawlError(

@@ -200,10 +200,10 @@ def test_a_transient_engine_error_is_proved_again_and_the_command_retried(
     engine.create_error = "transient"
     original = engine.create
 
-    def once(argv: object, env: object) -> str:
+    def once(argv: object) -> str:
         engine.create = original  # type: ignore[method-assign]
         try:
-            return original(argv, env)  # type: ignore[arg-type]
+            return original(argv)  # type: ignore[arg-type]
         finally:
             engine.create_error = None
 
@@ -232,7 +232,7 @@ def test_a_failure_after_a_fresh_probe_is_not_retried(tmp_path: Path) -> None:
 
 
 def test_podman_identity_follows_its_config_store_and_binaries(tmp_path: Path) -> None:
-    from sprawl_orch.container.podman import PodmanEngine
+    from sprawl_orch.engines.podman import PodmanEngine
 
     conf = tmp_path / "storage.conf"
     store = tmp_path / "store"

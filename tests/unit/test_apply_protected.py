@@ -12,7 +12,8 @@ import pytest
 
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.selection.offerings import Offerings
-from sprawl_orch.serve.server import ErrorResponse, Server, parse
+from sprawl_orch.serve.server import Server
+from sprawl_orch.serve.wire import ErrorResponse, parse
 from sprawl_orch.tool.exec_tool import ExecTool
 from tests.unit.conftest import make_config
 

@@ -50,6 +50,20 @@ def test_auto_takes_an_admitted_engine() -> None:
 def test_auto_takes_the_next_engine_when_the_first_is_refused() -> None:
     choice = choose("auto", linux(engines=(DOCKER_REFUSED, PODMAN_OK)))
     assert (choice.arm, choice.engine) == (ArmName.CONTAINER, "podman")
+    # ... and says what it stepped past (issue 27, item 9), for `container` too.
+    assert [m.phrase for m in choice.missing] == ["docker passed over for podman: socket refused"]
+    named = choose("container", linux(engines=(DOCKER_REFUSED, PODMAN_OK)))
+    assert named.missing == choice.missing
+    assert "because docker passed over for podman" in choice.reason()
+
+
+def test_an_engine_passed_for_the_user_axis_is_named() -> None:
+    keeps = EngineOffer("podman", admitted=True, detail="podman 4.3", uids_namespaced=True)
+    choice = choose("auto", linux(engines=(DOCKER_OK, keeps)))
+    assert choice.engine == "podman"
+    assert (
+        "docker passed over for podman: it does not keep the user axis" in choice.missing[0].phrase
+    )
 
 
 def test_auto_steps_down_to_bwrap_and_says_why() -> None:

@@ -137,7 +137,7 @@ def test_config_time_and_exec_time_refusals_have_the_same_keys(workdir: Path) ->
 
 
 def test_the_schema_is_printable_and_is_serves(workdir: Path) -> None:
-    from sprawl_orch.serve.server import schema
+    from sprawl_orch.serve.wire import schema
 
     done = cli("exec", "--schema")
     printed = json.loads(done.stdout)

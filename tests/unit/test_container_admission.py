@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.config import ContainerConfig, EngineImages
-from sprawl_orch.container import docker as docker_backend
-from sprawl_orch.container import podman as podman_backend
 from sprawl_orch.container.admission import admit, clear_cache
 from sprawl_orch.container.admission_words import explain
 from sprawl_orch.container.argv import HostLimits
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines import docker as docker_backend
+from sprawl_orch.engines import podman as podman_backend
 from tests.unit.container_fake import FIXTURES, FakeEngine, facts, fixture_json
 
 IMAGE = "sha256:" + "cd" * 32
@@ -142,22 +142,56 @@ def test_rlimits_above_the_hard_limit_are_explained(recorded: str) -> None:
         "'No such file or directory'))",
     ],
 )
-def test_a_daemon_that_is_not_running_is_explained(recorded: str) -> None:
+def test_a_daemon_that_is_not_running_is_explained(
+    recorded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
     reason, recovery = explain("docker", "", recorded, CONFIG, HOST)
-    assert reason.startswith("the docker daemon is not running (socket refused)")
-    assert "start it" in recovery and "DOCKER_HOST" in recovery
+    # Which address, where it came from, and the fix for that error (issue 27, item 7).
+    assert "docker's default" in reason, reason
+    assert "start the docker daemon" in recovery or "start the daemon" in recovery
+    assert "DOCKER_HOST" in recovery and "apt-get install" not in recovery
+    # Nothing came from the environment: a server an MCP client started may lack it.
+    assert "MCP client" in recovery
 
 
-def test_socket_permission_and_unknown_words() -> None:
-    reason, recovery = explain(
-        "docker",
-        "",
-        "permission denied while trying to connect to the Docker daemon socket "
-        "at unix:///var/run/docker.sock",
-        CONFIG,
-        HOST,
+def test_a_dead_docker_host_names_the_variable_and_a_socket_that_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/gone.sock")
+    words = (
+        f"cannot reach the daemon at unix://{tmp_path}/gone.sock: Error while fetching server "
+        "API version: ('Connection aborted.', FileNotFoundError(2, 'No such file or directory'))"
     )
-    assert "may not use the docker socket" in reason and "group" in recovery
+    reason, recovery = explain("docker", "", words, CONFIG, HOST)
+    assert f"no docker socket at {tmp_path}/gone.sock" in reason
+    assert "comes from DOCKER_HOST" in reason and "MCP" not in recovery
+    config = CONFIG.model_copy(update={"docker_host": f"unix://{tmp_path}/gone.sock"})
+    reason, recovery = explain("docker", "", words, config, HOST)
+    assert "[sandbox.container] docker_host" in reason
+    assert "change [sandbox.container] docker_host" in recovery
+
+
+def test_socket_permission_names_owner_group_and_mode(tmp_path: Path) -> None:
+    import socket as socketlib
+
+    path = tmp_path / "docker.sock"
+    server = socketlib.socket(socketlib.AF_UNIX)
+    server.bind(str(path))
+    path.chmod(0o660)
+    try:
+        reason, recovery = explain(
+            "docker",
+            "",
+            "permission denied while trying to connect to the Docker daemon socket "
+            f"at unix://{path}",
+            CONFIG.model_copy(update={"docker_host": f"unix://{path}"}),
+            HOST,
+        )
+    finally:
+        server.close()
+    assert f"may not use the docker socket {path}" in reason
+    assert "mode 0660" in reason and "usermod -aG" in recovery
     reason, _ = explain("docker", "runc", "something new", CONFIG, HOST)
     assert reason == "docker failed the probe container: something new"
 
@@ -235,7 +269,7 @@ def test_connect_failure_and_unsupported_limits_refuse_before_any_container() ->
     )
     admission = admit(down, CONFIG, HOST)  # type: ignore[arg-type]
     assert not admission.admitted and admission.code is ErrorCode.TOOL_UNAVAILABLE
-    assert "not running (socket refused)" in admission.reason
+    assert "no docker socket at" in admission.reason or "nothing answers at" in admission.reason
     assert not [c for c in down.calls if c[0] == "create"]
     weak = FakeEngine(facts(pids_limit=False), [IMAGE])
     admission = admit(weak, CONFIG, HOST)  # type: ignore[arg-type]

@@ -240,3 +240,16 @@ def test_cli_refuses_a_bad_config(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["doctor", "--config", str(config)])
     assert result.exit_code == 125
     assert "E_CONFIG_INVALID" in result.output
+
+
+def test_an_engine_the_config_does_not_name_is_not_examined_and_not_install_advice() -> None:
+    # engine = "podman": docker is not sampled; its row said "install docker.io" beside a
+    # running docker (issue 27, item 12).
+    podman = EngineOffer("podman", admitted=True, detail="podman 4.3", image="sha256:" + "b" * 64)
+    result = report(linux(engines=(podman,)), container={"engine": "podman"})
+    docker = next(r for r in result.arms if r.label == "container (docker)")
+    assert not docker.available
+    assert [m.phrase for m in docker.missing] == [
+        'not examined: the config names [sandbox.container] engine = "podman"'
+    ]
+    assert "apt-get install" not in json.dumps([m.recovery for m in docker.missing])

@@ -123,6 +123,34 @@ def test_the_failing_step_and_its_own_error_lines_podman() -> None:
     assert not why.network
 
 
+PIP_TLS_LOG = (
+    """\
+Step 2/2 : RUN pip install pytest
+ ---> Running in 5d6c7b
+"""
+    + "".join(
+        f"  WARNING: Retrying (Retry(total={n}, connect=None, read=None, redirect=None, status=None)) "
+        "after connection broken by 'SSLError(SSLCertVerificationError(1, '[SSL: "
+        "CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in "
+        "certificate chain (_ssl.c:992)'))': /simple/pytest/\n"
+        for n in range(4, -1, -1)
+    )
+    + """\
+ERROR: Could not find a version that satisfies the requirement pytest (from versions: none)
+ERROR: No matching distribution found for pytest
+The command '/bin/sh -c pip install pytest' returned a non-zero code: 1
+"""
+)
+
+
+def test_a_certificate_failure_said_only_in_warnings_is_the_first_line() -> None:
+    # issue 27, item 13: the cause was one line away from the summary.
+    why = failure(PIP_TLS_LOG)
+    assert why.tls and not why.network
+    assert "CERTIFICATE_VERIFY_FAILED" in why.lines[0]
+    assert "ERROR: No matching distribution found for pytest" in why.lines
+
+
 def test_a_failure_before_any_step_keeps_the_last_lines() -> None:
     why = failure("Error: no context directory\n")
     assert (why.step, why.lines) == ("", ("Error: no context directory",))

@@ -164,3 +164,16 @@ def test_verify_unpinned_and_unreachable(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [c.status for c in result.checks] == ["unreachable", "missing"]
     assert result.checks[0].detail == "not running"
     assert not result.ok
+
+
+def test_verify_an_arm_without_images_is_ok_and_says_why(tmp_path: Path) -> None:
+    # An outsider's native config got NOT OK (exit 1) and advice to build busybox for a Python
+    # project (issue 27, item 12).
+    for arm in ("native", "copied_tree"):
+        result = verify(parse_config({"sandbox": {"arm": arm}}), factory=FakeEngine)
+        assert result.ok and not result.uses_images
+        assert not any(c.used for c in result.checks)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    result = verify(parse_config({}), factory=FakeEngine, workdir=tmp_path)
+    assert not result.ok
+    assert "sprawl-orch image build python --engine docker" in result.checks[0].recovery

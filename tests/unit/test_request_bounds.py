@@ -18,7 +18,7 @@ import pytest
 
 from sprawl_orch.core.arg_bounds import MAX_ARG_STRLEN, arg_max, check_arguments
 from sprawl_orch.core.errors import SprawlError
-from sprawl_orch.serve.server import bounded_lines, parse
+from sprawl_orch.serve.wire import bounded_lines, parse
 from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conftest import missing
 from tests.unit.conftest import make_config

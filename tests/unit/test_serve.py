@@ -13,7 +13,8 @@ from sprawl_orch.runs.backlog import Backlog
 from sprawl_orch.runs.cgroups import delegation
 from sprawl_orch.runs.shares import Shares
 from sprawl_orch.selection.offerings import Offerings
-from sprawl_orch.serve.server import ErrorResponse, ExecRequest, Server, parse, schema
+from sprawl_orch.serve.server import Server
+from sprawl_orch.serve.wire import ErrorResponse, ExecRequest, parse, schema
 from tests.unit.conftest import make_config
 
 

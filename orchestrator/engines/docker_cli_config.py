@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from sprawl_orch.config.state import private_tmp
+from sprawl_orch.core.private import private_tmp
 
 
 def cli_config(conn: Mapping[str, str], home: str) -> dict[str, str]:

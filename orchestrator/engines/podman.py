@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from sprawl_orch.core.environment import split_loader_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
@@ -204,17 +203,16 @@ class PodmanEngine:
             )
         return self.cli
 
-    def _cli_env(self, child: Mapping[str, str] | None = None) -> dict[str, str]:
-        env = split_loader_env(child or {})[0]  # never the loader's names on the host
-        for key, value in self._conn.items():
-            # the child's PATH/HOME win (they are what --env passes); the rest is podman's
-            if key in ("PATH", "HOME") and key in env:
-                continue
-            env[key] = value
-        return env
+    def cli_env(self) -> dict[str, str]:
+        """The podman CLI's whole environment: where podman finds its configuration and store
+        (CONNECTION_VARS, the XDG homes pinned). Nothing else of the host's environment: the
+        command's values go by --env-file, and a host-side program run with the tree's
+        LD_PRELOAD or LD_LIBRARY_PATH loads the tree's code on the host, here as root
+        (issue 30, attack3)."""
+        return dict(self._conn)
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return run_cli("podman", [self._bin(), *args], self._cli_env(), check=check)
+        return run_cli("podman", [self._bin(), *args], self.cli_env(), check=check)
 
     def facts(self) -> EngineFacts:
         done = self._run("info", "--format", "json")
@@ -230,7 +228,7 @@ class PodmanEngine:
     def identity(self) -> dict[str, Any]:
         """Which podman, runtimes, configuration and store -- read from file stamps, not
         `podman info` (~200 ms): see container/evidence.py. ~0.1 ms."""
-        from sprawl_orch.container.evidence import stamp
+        from sprawl_orch.engines.engine import stamp
 
         configs = self._config_files()
         return {
@@ -290,8 +288,8 @@ class PodmanEngine:
     def cli_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
         return (self._bin(), *argv)
 
-    def create(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
-        done = run_cli("podman", self.cli_argv(argv), self._cli_env(env))
+    def create(self, argv: Sequence[str]) -> str:
+        done = run_cli("podman", self.cli_argv(argv), self.cli_env())
         return done.stdout.strip().splitlines()[-1]
 
     def inspect(self, container: str) -> dict[str, Any]:
@@ -309,7 +307,7 @@ class PodmanEngine:
         bundle = self._bundles.get(container)
         if bundle is None:  # normally known from the verification inspect
             bundle = str(self.inspect(container).get("StaticDir") or "") or None
-        return PodmanAttached(self._bin(), container, self._cli_env(), stdout, stderr, bundle)
+        return PodmanAttached(self._bin(), container, self.cli_env(), stdout, stderr, bundle)
 
     def init_pid(self, container: str) -> int:
         """`podman init`: the container's namespaces exist, its program has not started (OCI
@@ -318,7 +316,7 @@ class PodmanEngine:
         bundle = self._bundles.get(container)
         done = subprocess.run(
             [self._bin(), "init", container],
-            env=self._cli_env(),
+            env=self.cli_env(),
             cwd=bundle,
             capture_output=True,
             text=True,
