@@ -55,14 +55,17 @@ def apply_entries(
     todo = [e for e in entries if e.path not in held]
     record = _change_record(place)
     handle = f"ws-{place.name}-{secrets.token_hex(4)}"
+    # A chosen path held as a conflict is answered once, as the conflict below (apply would
+    # add "not among the changes" for it); choosing only held paths applies nothing.
+    asked = [p for p in chosen if p not in held]
     kept = keep_changes(place.state, handle, place.workdir, tree, record, todo, budget=1 << 62)
-    if not kept.kept:
+    if not kept.kept or (chosen and not asked):
         result = ApplyResult(handle=handle, workdir=str(place.workdir), dry_run=dry_run)
     else:
         result = apply_kept(
             place.state,
             handle,
-            list(chosen) or None,
+            asked or None,
             dry_run=dry_run,
             protected=protected,
             protected_globs=protected_globs,
