@@ -8,7 +8,9 @@ Each repetition runs `true` four ways, interleaved so all see the same machine s
   prefix, bwrap, wait, result), against raw bwrap with the same arguments on the same copy:
   the same explicit view, tmpfs mounts, copy at the working directory's path, a fresh fd
   with the same seccomp program, and, for a root caller, started as the same sandbox uid;
-- sprawl-orch's copied tree: `ExecTool.exec(["true"])`, against a plain `subprocess.run(["true"])`.
+- sprawl-orch's copied tree: `ExecTool.exec(["true"])`, against a plain `subprocess.run(["true"])`;
+- the landlock mechanism (`[sandbox.native] mechanism = "landlock"`): `ExecTool.exec(["true"])`
+  against the bwrap arm's, the same command through the same tool (issue 32: <= 1.2).
 
 Also reported, to explain the difference: the arm alone (`BwrapArm.start` -> wait -> finish
 on the synced copy: view, seccomp fd, uid drop, yielding prefix, bwrap; no probe, no sync,
@@ -88,13 +90,14 @@ def probe_once(bwrap: str, tree: Path, user: int | None) -> None:
         os.close(fd)
 
 
-def tool_for(tmp: Path, tree: Path, arm: str) -> ExecTool:
-    scratch = tmp / f"scratch-{arm}"
+def tool_for(tmp: Path, tree: Path, arm: str, mechanism: str = "auto") -> ExecTool:
+    scratch = tmp / f"scratch-{arm}-{mechanism}"
     scratch.mkdir()
+    sandbox = {"arm": arm, "scratch_dir": str(scratch), "shell": False}
     config = parse_config(
         {
-            "sandbox": {"arm": arm, "scratch_dir": str(scratch), "shell": False},
-            "state": {"dir": str(tmp / f"state-{arm}")},
+            "sandbox": {**sandbox, "native": {"mechanism": mechanism}},
+            "state": {"dir": str(tmp / f"state-{arm}-{mechanism}")},
         }
     )
     return ExecTool(config, tree)
@@ -125,10 +128,14 @@ def main() -> None:
         ns, ct = tool_for(tmp, tree, "native"), tool_for(tmp, tree, "copied_tree")
         if ns.choice.arm.value != "linux_namespaces":
             sys.exit(f"the native arm is not bwrap here: {ns.choice.reason()}")
+        ll = tool_for(tmp, tree, "native", "landlock")
+        if ll.choice.arm.value != "landlock":
+            sys.exit(f"the landlock mechanism is not offered here: {ll.choice.reason()}")
         settled(ns)  # warm-up: the arm, the copy and the page cache
         settled(ct)
+        settled(ll)
         # The persistent copy the bwrap tool synced (copy_store: copies/<key>/<slot>/tree).
-        copy = next((tmp / "state-native" / "copies").glob("*/*/tree"))
+        copy = next((tmp / "state-native-auto" / "copies").glob("*/*/tree"))
         arm = ns.arm()
         assert isinstance(arm, BwrapArm)
         user = drop_uid()
@@ -144,6 +151,7 @@ def main() -> None:
             k: []
             for k in (
                 "ours_bwrap",
+                "ours_landlock",
                 "raw_bwrap",
                 "arm",
                 "ours_copied",
@@ -154,6 +162,7 @@ def main() -> None:
         }
         for _ in range(args.reps):
             samples["ours_bwrap"].append(timed(lambda: settled(ns)))
+            samples["ours_landlock"].append(timed(lambda: settled(ll)))
             samples["raw_bwrap"].append(timed(lambda: raw_bwrap(raw_argv, user)))
             samples["arm"].append(timed(lambda: arm_alone(arm, copy, tree, env, tmp / "out", true)))
             samples["ours_copied"].append(timed(lambda: settled(ct)))
@@ -162,6 +171,7 @@ def main() -> None:
             samples["resync"].append(timed(lambda: sync(tree, resync_dest)))
         ns.close()
         ct.close()
+        ll.close()
 
     med = {k: statistics.median(v) for k, v in samples.items()}
     rows = [
@@ -171,6 +181,13 @@ def main() -> None:
             med["ours_bwrap"],
             "bwrap <same args> true",
             med["raw_bwrap"],
+        ),
+        (
+            "landlock arm, per command",
+            "ExecTool.exec(true)",
+            med["ours_landlock"],
+            "the bwrap arm's",
+            med["ours_bwrap"],
         ),
         (
             "copied tree, per command",

@@ -16,7 +16,7 @@ from typing import Protocol
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.engines.engine import ENGINES
-from sprawl_orch.images import rootfs
+from sprawl_orch.images import apt_sources, rootfs
 from sprawl_orch.images.engines import (
     LABEL_DATE,
     LABEL_RECIPE,
@@ -161,6 +161,17 @@ def build_recipe(
     spec = spec.model_copy(update={"include": packages})
     suite = suite or spec.suite
     mirror = mirror or spec.mirror
+    if mirror == "apt":
+        found = apt_sources.debian_mirror(suite)
+        if found is None:
+            raise SprawlError(
+                ErrorCode.BAD_REQUEST,
+                subject=f'recipe {recipe.name}: mirror = "apt"',
+                detail=f"apt's sources ({apt_sources.APT}/sources.list, sources.list.d) name no "
+                f"enabled deb source serving {suite!r} and no Debian archive",
+                recovery="name the mirror: sprawl-orch image build … --mirror URL",
+            )
+        mirror = found
     image_tag = tag or recipe.tag_for(suite=suite)
     with_packages = f" --include={','.join(packages)}" if packages else ""
     source = f"debootstrap --variant={spec.variant}{with_packages} {suite} {mirror}"

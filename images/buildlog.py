@@ -1,7 +1,7 @@
 """A Dockerfile build's output: kept whole on disk, and read for the step that failed.
 
 A failed build used to surface a 6-line tail, which for `apt-get` is its summary, not the
-"Temporary failure resolving 'deb.debian.org'" that caused it. The whole output goes to a
+"Temporary failure resolving '<the mirror>'" that caused it. The whole output goes to a
 file that outlives the build (its path is in the error), and the message carries the failing
 step's header and its own error lines.
 

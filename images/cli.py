@@ -118,7 +118,11 @@ def image() -> None:
 )
 @click.option("--tag", help="Tag the result (default: the recipe's, e.g. sprawl/busybox:latest).")
 @click.option("--suite", help="debian: the suite to debootstrap (default: the recipe's).")
-@click.option("--mirror", help="debian: the Debian mirror URL (default: the recipe's).")
+@click.option(
+    "--mirror",
+    help="debian: the Debian mirror URL (default: the recipe's; the built-in recipes take "
+    "the one this machine's apt uses for the suite).",
+)
 @click.option(
     "--engine",
     "engine_name",

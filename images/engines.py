@@ -46,6 +46,10 @@ _UNREACHABLE_RECOVERY = {
 }
 
 
+# A reference that is an image ID (full, with or without its algorithm, or a short prefix).
+_IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{12,64}")
+
+
 def fixed_id(raw: str) -> str:
     """Podman prints IDs without the `sha256:` prefix docker uses; configs hold the prefix."""
     raw = raw.strip()
@@ -142,7 +146,9 @@ class ImageEngine:
 
     def resolve(self, ref: str) -> str | None:
         """The fixed ID `ref` (tag, short or full ID) names in the local store, or None.
-        `image inspect` never pulls."""
+        `image inspect` never pulls. Podman's names are matched exactly (see _exactly)."""
+        if self.name == "podman" and "@" not in ref and not _IMAGE_ID.fullmatch(ref):
+            return self._exactly(ref)
         done = self.run(["image", "inspect", "--format", "{{.Id}}", ref])
         if done.returncode == 0:
             lines = done.stdout.split()
@@ -158,6 +164,57 @@ class ImageEngine:
             detail=f"exit {done.returncode}: {_last(err)}",
             recovery="check the reference spelling (repository:tag or sha256:<hex>)",
         )
+
+    def _exactly(self, ref: str) -> str | None:
+        """Podman resolves a short name against every local name ending in it: an outsider's
+        `image pin busybox:latest` pinned `localhost/sprawl/busybox:latest` while another
+        `localhost/…/busybox:latest` existed (issue 27, item 15). Only the name given, or what
+        docker would also call it (docker.io/library/, localhost/), counts; a short-name match
+        alone or two images under the spellings of one name are refused, naming each."""
+        listed = self._listing()
+        tagged = ref if ":" in ref.rsplit("/", 1)[-1] else f"{ref}:latest"
+        spellings = {tagged, f"localhost/{tagged}", f"docker.io/{tagged}"}
+        spellings.add(f"docker.io/library/{tagged}")
+        exact: dict[str, set[str]] = {}
+        short: dict[str, set[str]] = {}
+        for line in listed.splitlines():
+            parts = line.split()
+            if len(parts) != 2:
+                continue
+            image_id, name = fixed_id(parts[0]), parts[1]
+            if name in spellings:
+                exact.setdefault(image_id, set()).add(name)
+            elif name.endswith(f"/{tagged}"):
+                short.setdefault(image_id, set()).add(name)
+        if len(exact) == 1:
+            return next(iter(exact))
+        named = exact or short
+        if not named:
+            return None
+        every = "; ".join(f"{', '.join(sorted(n))} ({i})" for i, n in sorted(named.items()))
+        raise SprawlError(
+            ErrorCode.IMAGE_INVALID,
+            subject=f"podman {ref}",
+            detail=(
+                f"{ref} names more than one local image in podman: {every}"
+                if exact
+                else f"{ref} is no local image's name in podman; podman would match it by "
+                f"short name to {every}"
+            ),
+            recovery="pin the full name (e.g. localhost/…) or the ID of the one you mean",
+        )
+
+    def _listing(self) -> str:
+        # podman 4.3's `images` fails whole when another process removes an image while it
+        # lists ("checking if image … is dangling: … image not known"): list again.
+        args = ["images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"]
+        for _ in range(3):
+            done = self.run(args)
+            if done.returncode == 0:
+                return done.stdout
+            if "image not known" not in done.stderr:
+                break
+        return self._ok(args, what="images")
 
     def inspect(self, refs: Sequence[str]) -> list[LocalImage]:
         if not refs:

@@ -48,6 +48,7 @@ from sprawl_orch.core.environment import host_side_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.core.ownership import own_copy
+from sprawl_orch.egress.plan import EgressPlan
 from sprawl_orch.native_fallbacks.bwrap_hold import Hold
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
@@ -140,6 +141,23 @@ def env_args(env: Mapping[str, str]) -> bytes:
     for name, value in env.items():
         words += ["--setenv", name, value]
     return b"".join(os.fsencode(w) + b"\0" for w in words)
+
+
+def bundle_data(argv: list[str], plan: EgressPlan) -> tuple[list[str], int]:
+    """Issue 25: the run's combined CA bundle as a read-only file at `plan.bundle_at` inside
+    (bwrap copies it from a memfd into its private /run: no host path to bind, nothing the
+    command can write). Placed before --chdir: after the --tmpfs /run it lands in."""
+    assert plan.bundle is not None and plan.bundle_at is not None
+    fd = os.memfd_create("sprawl-bundle", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, plan.bundle.read_bytes())
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    at = argv.index("--chdir")
+    flags = ["--perms", "0444", "--ro-bind-data", str(fd), plan.bundle_at]
+    return [*argv[:at], *flags, *argv[at:]], fd
 
 
 def open_env_fd(env: Mapping[str, str]) -> int:
@@ -307,6 +325,9 @@ class BwrapArm(CopiedTreeArm):
         try:
             fds.append(open_env_fd(launch.env))
             argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd, fds[1])
+            if launch.egress is not None and launch.egress.bundle_at is not None:
+                argv, bundle_fd = bundle_data(argv, launch.egress)
+                fds.append(bundle_fd)
             if hold is not None:
                 argv = argv[:1] + hold.flags() + argv[1:]
             # The command's environment goes in through the fd; what runs on the host (the
@@ -320,6 +341,7 @@ class BwrapArm(CopiedTreeArm):
                 watcher=launch.watcher,
                 pass_fds=(*fds, *(hold.fds() if hold else ())),
                 user=self.user,
+                given=launch.given,
             )
         finally:
             for each in fds:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sprawl_orch.config.secrets import NOT_SHOWN
 from sprawl_orch.core.errors import ConfigError, ErrorCode, SprawlError, os_errors
 
 TAKE_DEFAULT = "or remove it to take the default"
@@ -44,7 +45,10 @@ def explain(err: ValidationError, path: Path | None, at: tuple[str, ...] = ()) -
         msg = "unknown key"
     cause = first.get("ctx", {}).get("error")
     recovery = cause.recovery if isinstance(cause, Refusal) else None
-    return refused(key, first.get("input"), msg, path, recovery)
+    found = first.get("input")
+    if "secrets" in (*at, *first["loc"]):
+        found = NOT_SHOWN  # someone may have written the value itself into that table
+    return refused(key, found, msg, path, recovery)
 
 
 def refused(

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sprawl_orch.config.refusal import Refusal, explain
+from sprawl_orch.config.secrets import SecretConfig, check_secrets
 from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, compile_excludes
 from sprawl_orch.core.credentials import credential_pattern, why
 from sprawl_orch.egress.rules import parse_entry
@@ -212,6 +213,16 @@ class NetworkConfig(_Strict):
         return entries
 
 
+class NativeConfig(_Strict):
+    """``[sandbox.native]``: which Linux mechanism the native arm uses. "auto": bwrap where
+    an unprivileged user namespace can be made, else Landlock + seccomp where the kernel's
+    ABI carries it (native_fallbacks/landlock.py); a name: that one or refused."""
+
+    _AT = ("sandbox", "native")
+
+    mechanism: Literal["auto", "bwrap", "landlock"] = "auto"
+
+
 class SandboxConfig(_Strict):
     _AT = ("sandbox",)
     arm: ArmSpelling = "auto"
@@ -227,6 +238,16 @@ class SandboxConfig(_Strict):
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
     network: NetworkConfig = NetworkConfig()
+    native: NativeConfig = NativeConfig()
+    # [sandbox.secrets.NAME]: a placeholder inside, the value put in by the proxy for its
+    # hosts only (orchestrator/secrets/, docs/secrets.md).
+    secrets: dict[str, SecretConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _secrets(self) -> SandboxConfig:
+        net = self.network
+        check_secrets(self.secrets, net.allow, net.deny, (*self.env_passthrough, *self.credentials))
+        return self
 
     @field_validator("env_passthrough", "credentials")
     @classmethod

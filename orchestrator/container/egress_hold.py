@@ -177,7 +177,7 @@ class Held:
         refuse_if(gap)
         read_only: tuple[tuple[str, str], ...] = ()
         if plan.bundle is not None:
-            read_only += ((str(plan.bundle), str(plan.bundle)),)
+            read_only += ((str(plan.bundle), plan.bundle_at or str(plan.bundle)),)
         gate = None
         if engine == "docker":
             busybox = static_busybox()

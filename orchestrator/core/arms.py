@@ -15,6 +15,7 @@ from sprawl_orch.core.assurances import Assurances, Guarantee
 class ArmName(StrEnum):
     CONTAINER = "container"
     LINUX_NAMESPACES = "linux_namespaces"
+    LANDLOCK = "landlock"
     WINDOWS_JOB = "windows_job"
     MACOS_SEATBELT = "macos_seatbelt"
     COPIED_TREE = "copied_tree"
@@ -47,10 +48,31 @@ def linux_namespaces_assurances(own_principal: bool) -> Assurances:
     return Assurances.of(*axes)
 
 
+def landlock_assurances(abi: int, own_principal: bool) -> Assurances:
+    """Landlock + seccomp without a namespace (native_fallbacks/landlock.py), each axis as the
+    kernel's ABI allows: filesystem from ABI 3 (truncate governed), and only for a command of
+    a uid of its own -- Landlock does not govern chmod/chown/utime/xattrs, so a command with
+    the caller's uid changes those of the caller's files outside the copy; network from ABI 4
+    (TCP rules; seccomp refuses every other protocol); process_tree from the helper and
+    seccomp (one process group, a subreaper). User never: a root caller's commands all run
+    as the one sandbox uid with no namespace between them, so one command can chmod or
+    utime another's copy by its path and read its command line in /proc (the conformance
+    row does the chmod); a non-root caller's command is the caller's uid."""
+    axes = [Guarantee.PROCESS_TREE] if abi >= 3 else []
+    if abi >= 3 and own_principal:
+        axes.append(Guarantee.FILESYSTEM)
+    if abi >= 4:
+        axes.append(Guarantee.NETWORK)
+    return Assurances.of(*axes)
+
+
 ASSURANCES: dict[ArmName, Assurances] = {
     ArmName.CONTAINER: container_assurances(uids_namespaced=False),
     # The non-root caller's answer; BwrapArm.assurances() gives the one in force.
     ArmName.LINUX_NAMESPACES: linux_namespaces_assurances(own_principal=False),
+    # The non-root caller's answer at the newest ABI; LandlockArm.assurances() gives the one
+    # in force (the kernel's ABI, the caller).
+    ArmName.LANDLOCK: landlock_assurances(7, own_principal=False),
     ArmName.WINDOWS_JOB: Assurances.of(*Guarantee),
     ArmName.MACOS_SEATBELT: Assurances.of(Guarantee.FILESYSTEM, Guarantee.NETWORK),
     # No namespace: the copy cannot sit at the working directory's path, so a write by that
@@ -100,6 +122,26 @@ def user_namespace(why: str) -> Missing:
         "use a host that allows them (sysctl kernel.unprivileged_userns_clone=1, or "
         "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04), or ask for "
         'where = "host"',
+    )
+
+
+# The lowest Landlock ABI the landlock mechanism runs on: before ABI 3, truncate() of a file
+# the command may write by DAC (the person's tree, for a non-root caller) is not governed.
+LANDLOCK_MIN_ABI = 3
+
+
+def landlock_too_old(found: int) -> Missing | None:
+    """Why this kernel's Landlock can't carry the native arm (naming the ABI found and the
+    one needed), or None."""
+    if found >= LANDLOCK_MIN_ABI:
+        return None
+    have = "no Landlock (off at boot, or a kernel before 5.13)" if found <= 0 else f"ABI {found}"
+    return Missing(
+        "landlock",
+        f"the kernel offers {have}; the landlock mechanism needs Landlock ABI "
+        f"{LANDLOCK_MIN_ABI} or later",
+        "use a kernel with Landlock ABI 3 or later (Linux 6.2+, with landlock in its lsm= "
+        'list), or [sandbox.native] mechanism = "bwrap" where user namespaces work',
     )
 
 

@@ -73,6 +73,8 @@ class Hub(Protocol):
 
     async def relay(self, flow: Flow, first: bytes) -> None: ...
 
+    def plain(self, host: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None: ...
+
 
 class Flow:
     def __init__(
@@ -309,6 +311,7 @@ class Flow:
             # An HTTP/1.0 request may come without Host; the 1.1 request sent upstream needs
             # one (h11 raised, and the flow ended unrecorded): the checked URL's own.
             kept.append((b"host", f"{host}:{port}".encode("ascii", "replace")))
+        self.proxy.plain(self.host, request.target, kept)
         head = client.send(h11.Request(method=request.method, target=path, headers=kept))
         await self._send_up(up_writer, head or b"")
         while True:

@@ -10,6 +10,9 @@ GAPS: dict[ArmName, str] = {
     ArmName.COPIED_TREE: "the copied tree has no network namespace: nothing keeps a command "
     "from going around a proxy",
     ArmName.HOST: "where = host has the host's whole network",
+    ArmName.LANDLOCK: "Landlock refuses every TCP connect and seccomp every other protocol; "
+    "no network namespace holds a listener for the proxy, and a port rule would open that "
+    "port on every host address",
 }
 
 

@@ -9,9 +9,13 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sprawl_orch.egress.netns import PROXY_PORT
 from sprawl_orch.egress.rules import Rules
+
+if TYPE_CHECKING:
+    from sprawl_orch.egress.interceptor import Interceptor
 
 # Variables that name a CA bundle, as the host sets them (SSL_CERT_FILE is OpenSSL's; the
 # others are what requests, pip, curl, git and node read instead of it).
@@ -39,6 +43,10 @@ class EgressPlan:
     allow: tuple[str, ...]
     rules: Rules
     bundle: Path | None = None  # set when trust = "host"
+    # Issue 25, per command (secrets/plan.py): where the bundle is seen inside when not at its
+    # host path, and the run whose secrets the proxy puts in.
+    bundle_at: str | None = None
+    secrets: Interceptor | None = None
 
     @property
     def url(self) -> str:
@@ -55,7 +63,7 @@ class EgressPlan:
         out["npm_config_proxy"] = out["npm_config_https_proxy"] = self.url
         if self.bundle is not None:
             for name in BUNDLE_VARIABLES:
-                out[name] = str(self.bundle)
+                out[name] = self.bundle_at or str(self.bundle)
         return out
 
     def phrase(self) -> str:

@@ -24,10 +24,14 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from sprawl_orch.egress import flows
 from sprawl_orch.egress.record import Egress
 from sprawl_orch.egress.rules import IpAddress, Rules
+
+if TYPE_CHECKING:
+    from sprawl_orch.egress.interceptor import Interceptor
 
 # Connections open at once through one proxy. Each holds two of the orchestrator's descriptors
 # and a task; without a cap a command could open connections until the host process ran out
@@ -49,7 +53,9 @@ class EgressProxy:
         observe: Observer | None = None,
         connect_timeout: float = 15.0,
         max_connections: int = MAX_CONNECTIONS,
+        secrets: Interceptor | None = None,
     ) -> None:
+        self.secrets = secrets  # issue 25: hosts bound to a secret are intercepted
         self.max_connections = max_connections
         self.rules = rules
         self._resolve = resolve
@@ -161,4 +167,12 @@ class EgressProxy:
     async def relay(self, flow: flows.Flow, first: bytes) -> None:
         """Carry bytes both ways once a tunnel is checked (issue 25 decides here, per host,
         whether to intercept instead)."""
+        if self.secrets is not None and self.secrets.wants(flow.host, flow.port):
+            await self.secrets.relay(flow, first)
+            return
         await flow.pipe(first)
+
+    def plain(self, host: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """A plain-HTTP request about to go out (issue 25 counts a placeholder in it)."""
+        if self.secrets is not None:
+            self.secrets.plain_request(host, target, headers)

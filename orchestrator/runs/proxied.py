@@ -17,7 +17,7 @@ def proxy_for(
 ) -> EgressProxy:
     """A started proxy serving a listener inside `pid`'s network namespace; closed again (and
     the SprawlError raised) when the listener cannot be made."""
-    proxy = EgressProxy(plan.rules, observe=observe)
+    proxy = EgressProxy(plan.rules, observe=observe, secrets=plan.secrets)
     proxy.start()
     try:
         proxy.serve(listener_in(pid))
@@ -57,6 +57,9 @@ class ProxiedRunning:
             "egress": [r.as_dict() for r in records],
             "summary": summary(records),
         }
+        if self.proxy.secrets is not None:
+            network["secrets"] = self.proxy.secrets.report()
+            network["summary"] = f"{network['summary']} {self.proxy.secrets.sentence()}"
         if self.proxy.failure:
             network["proxy_failure"] = self.proxy.failure
         extra = dict(finished.extra)

@@ -64,6 +64,15 @@ def build_arm(
             places=own_places(config, environ),
             caller_home=(environ or {}).get("HOME"),
         )
+    if choice.arm is ArmName.LANDLOCK:
+        from sprawl_orch.native_fallbacks.landlock import LandlockArm
+
+        return LandlockArm(
+            yielders,
+            places=own_places(config, environ),
+            caller_home=(environ or {}).get("HOME"),
+            found=offerings.landlock_abi,
+        )
     if choice.arm is ArmName.MACOS_SEATBELT:
         from sprawl_orch.native_fallbacks.seatbelt import SeatbeltArm
 

@@ -112,14 +112,33 @@ def _passed_over(
     return passed
 
 
-def _native(offerings: Offerings) -> tuple[ArmName | None, list[Missing]]:
+def _bwrap(offerings: Offerings) -> list[Missing]:
+    if offerings.bwrap is None:
+        return [arms.namespace_wrapper()]
+    if offerings.user_namespace is False:
+        return [arms.user_namespace(offerings.user_namespace_why)]
+    return []
+
+
+def _linux(offerings: Offerings, mechanism: str) -> tuple[ArmName | None, list[Missing]]:
+    """bwrap where a user namespace can be made, else Landlock where the ABI carries it
+    (`mechanism` "auto"); a named mechanism: that one or nothing. With a found arm the list
+    says what was stepped past (bwrap's refusal, when Landlock was taken)."""
+    said = [] if mechanism == "landlock" else _bwrap(offerings)
+    if mechanism != "landlock" and not said:
+        return ArmName.LINUX_NAMESPACES, []
+    if mechanism == "bwrap":
+        return None, said
+    too_old = arms.landlock_too_old(offerings.landlock_abi)
+    if too_old is None:
+        return ArmName.LANDLOCK, said
+    return None, [*said, too_old]
+
+
+def _native(offerings: Offerings, mechanism: str = "auto") -> tuple[ArmName | None, list[Missing]]:
     name = _native_name(offerings.platform)
     if name is ArmName.LINUX_NAMESPACES:
-        if offerings.bwrap is None:
-            return None, [arms.namespace_wrapper()]
-        if offerings.user_namespace is False:
-            return None, [arms.user_namespace(offerings.user_namespace_why)]
-        return name, []
+        return _linux(offerings, mechanism)
     if name is ArmName.MACOS_SEATBELT:
         if offerings.sandbox_exec is None:
             return None, [arms.seatbelt("sandbox-exec not found")]
@@ -131,7 +150,10 @@ def _native(offerings: Offerings) -> tuple[ArmName | None, list[Missing]]:
     return None, [arms.not_this_platform("native", offerings.platform)]
 
 
-def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
+def choose(
+    name: str, offerings: Offerings, engine: str = "auto", mechanism: str = "auto"
+) -> Choice:
+    """`mechanism`: `[sandbox.native] mechanism` (Linux: auto | bwrap | landlock)."""
     if offerings.scratch is None and name != "none":
         why = offerings.scratch_problem or "unknown"
         return Choice(ArmName.UNAVAILABLE, name, (arms.scratch_directory("scratch", why),))
@@ -141,10 +163,10 @@ def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
             return Choice(ArmName.UNAVAILABLE, name, tuple(missing))
         return Choice(ArmName.CONTAINER, name, tuple(missing), engine=offer.engine)
     if name == "native":
-        native, missing = _native(offerings)
+        native, missing = _native(offerings, mechanism)
         if native is None:
             return Choice(ArmName.UNAVAILABLE, name, tuple(missing))
-        return Choice(native, name)
+        return Choice(native, name, tuple(missing))
     if name == "copied_tree":
         return Choice(ArmName.COPIED_TREE, name)
     if name == "none":
@@ -171,8 +193,8 @@ def choose(name: str, offerings: Offerings, engine: str = "auto") -> Choice:
         # Never a silent step-down to an arm without limits because a limit was mistyped.
         return Choice(ArmName.UNAVAILABLE, name, tuple(missing))
     said += missing
-    native, missing = _native(offerings)
+    native, missing = _native(offerings, mechanism)
     if native is not None:
-        return Choice(native, name, tuple(said))
+        return Choice(native, name, tuple(said + missing))
     said += missing
     return Choice(ArmName.COPIED_TREE, name, tuple(said))

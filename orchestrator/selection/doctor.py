@@ -22,6 +22,7 @@ from sprawl_orch.core.arms import (
     ArmName,
     Missing,
     container_assurances,
+    landlock_assurances,
     linux_namespaces_assurances,
 )
 from sprawl_orch.core.assurances import Assurances, statement
@@ -133,6 +134,15 @@ def _row(
     )
 
 
+def _landlock_row(offerings: Offerings) -> ArmRow:
+    """Linux's second native mechanism, shown beside bwrap whichever `native` takes."""
+    choice = choose("native", offerings, mechanism="landlock")
+    found = offerings.landlock_abi
+    detail = f"Landlock ABI {found}" if found else "no Landlock in this kernel"
+    assurances = landlock_assurances(found, own_principal=_root_caller())
+    return _row("landlock", ArmName.LANDLOCK, assurances, choice, detail=detail)
+
+
 def arm_rows(offerings: Offerings, configured: str = "auto") -> list[ArmRow]:
     """Every arm's row. `configured` is `[sandbox.container] engine`: the other engine is not
     examined then, and its row says so instead of advising to install what runs (an outsider's
@@ -169,7 +179,7 @@ def arm_rows(offerings: Offerings, configured: str = "auto") -> list[ArmRow]:
             )
         )
     native = native_arm(offerings.platform)
-    choice = choose("native", offerings)
+    choice = choose("native", offerings, mechanism="bwrap")
     if native is None:
         rows.append(_row("native", ArmName.UNAVAILABLE, ASSURANCES[ArmName.UNAVAILABLE], choice))
     else:
@@ -184,6 +194,8 @@ def arm_rows(offerings: Offerings, configured: str = "auto") -> list[ArmRow]:
         if native is ArmName.LINUX_NAMESPACES:
             assurances = linux_namespaces_assurances(own_principal=_root_caller())
         rows.append(_row(native.value, native, assurances, choice, detail=detail))
+        if native is ArmName.LINUX_NAMESPACES:
+            rows.append(_landlock_row(offerings))
     rows.append(
         _row(
             "copied_tree",
@@ -195,8 +207,10 @@ def arm_rows(offerings: Offerings, configured: str = "auto") -> list[ArmRow]:
     return rows
 
 
-def resolution(asked: str, offerings: Offerings, engine: str) -> Resolution:
-    choice = choose(asked, offerings, engine)
+def resolution(
+    asked: str, offerings: Offerings, engine: str, mechanism: str = "auto"
+) -> Resolution:
+    choice = choose(asked, offerings, engine, mechanism)
     return Resolution(
         asked=asked,
         arm=choice.arm.value,
@@ -255,8 +269,8 @@ def doctor_report(
         scratch_problem=offerings.scratch_problem,
         yielding=_yielding(offerings),
         arms=arm_rows(offerings, engine),
-        auto=resolution("auto", offerings, engine),
-        configured=resolution(sandbox.arm, offerings, engine),
+        auto=resolution("auto", offerings, engine, sandbox.native.mechanism),
+        configured=resolution(sandbox.arm, offerings, engine, sandbox.native.mechanism),
         shell=shell_row(sandbox.interpreter, resolve(sandbox.shell, sandbox.interpreter, environ)),
         pwsh=shell_row("pwsh", resolve(True, "pwsh", environ)),
         cgroup=cgroup_row(delegation),

@@ -31,6 +31,8 @@ class Offerings:
     # None: not probed (no bwrap, or not Linux); otherwise the probe's answer.
     user_namespace: bool | None = None
     user_namespace_why: str = ""
+    # The kernel's Landlock ABI (0: none, or not Linux): native_fallbacks/landlock.py.
+    landlock_abi: int = 0
     engines: tuple[EngineOffer, ...] = ()
     sandbox_exec: str | None = None
     windows_job: bool = False
@@ -68,12 +70,19 @@ class Offerings:
         bwrap = host_which("bwrap") if sys.platform.startswith("linux") else None
         userns, why = (None, "bwrap not installed")
         probe = with_native or (with_native is None and not any(e.admitted for e in engines))
+        if config.sandbox.native.mechanism == "landlock":
+            probe = False
         if bwrap and not probe:
             why = "not probed: the arm asked cannot be bwrap"
         elif bwrap:
             from sprawl_orch.native_fallbacks.bwrap import user_namespace_works
 
             userns, why = user_namespace_works(bwrap)
+        landlock_abi = 0
+        if sys.platform.startswith("linux"):
+            from sprawl_orch.native_fallbacks.landlock import abi
+
+            landlock_abi = abi()  # one syscall, asked once per process
         job, job_why = (False, "not Windows")
         if sys.platform == "win32":
             from sprawl_orch.native_fallbacks.job_object import job_available
@@ -86,6 +95,7 @@ class Offerings:
             bwrap=bwrap,
             user_namespace=userns,
             user_namespace_why=why,
+            landlock_abi=landlock_abi,
             engines=engines,
             sandbox_exec=host_which("sandbox-exec") if sys.platform == "darwin" else None,
             windows_job=job,

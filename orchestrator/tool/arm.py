@@ -21,6 +21,7 @@ from sprawl_orch.egress.offer import arm_egress_gap, egress_reach
 from sprawl_orch.egress.plan import EgressPlan, plan_of
 from sprawl_orch.runs.launch import Arm, Watcher
 from sprawl_orch.runs.results import Confinement
+from sprawl_orch.secrets.plan import specs_of, statement_phrase
 from sprawl_orch.selection.arm_factory import build_arm, yielders_of
 from sprawl_orch.selection.choice import Choice, choose
 from sprawl_orch.selection.offerings import Offerings
@@ -48,6 +49,8 @@ class ToolArm:
         self._arm: Arm | None = None
         net = config.sandbox.network
         self.egress_plan = plan_of(net.allow, net.deny, net.trust, environ)
+        # Issue 25: the values read once, here (a missing one refuses the tool at its start).
+        self.secrets = specs_of(config.sandbox, environ) if config.sandbox.secrets else ()
 
     @property
     def offerings(self) -> Offerings:
@@ -72,7 +75,10 @@ class ToolArm:
         with self._lock:
             if self._choice is None:
                 self._choice = choose(
-                    self.config.sandbox.arm, self.offerings, self.config.sandbox.container.engine
+                    self.config.sandbox.arm,
+                    self.offerings,
+                    self.config.sandbox.container.engine,
+                    self.config.sandbox.native.mechanism,
                 )
             return self._choice
 
@@ -135,6 +141,7 @@ class ToolArm:
             # The command can send data to the listed hosts: the axis is not kept.
             assurances = assurances.model_copy(update={"network": Kept.NO})
             notes.insert(0, plan.trust_note() or "")
+            notes.insert(0, statement_phrase(self.secrets) or "")
         return Confinement(
             arm=arm.name.value,
             statement=statement(

@@ -124,7 +124,7 @@ class Bait:
         self.closed = threading.Event()
         # Each daemon probe sleeps a number of seconds no other process uses: the host finds
         # survivors by that argument.
-        for name in ("D_SETSID", "D_NOHUP", "D_SSD", "D_PY", "D_TRAP", "D_SYSTEMD", "D_BG"):
+        for name in ("D_SETSID", "D_NOHUP", "D_SSD", "D_PY", "D_TRAP", "D_SYSTEMD", "D_BG", "D_DF"):
             self.values[name] = str(7_000_000 + secrets.randbelow(2_000_000))
         # a first command's daemon, looked for by the next one: that one's script holds only
         # the half, so its own command line never matches
@@ -192,6 +192,11 @@ class Bait:
             target = Path(base) / name
             target.write_text("untouched\n")
             target.chmod(0o666)
+        # next to the tree, on its filesystem: hardlink-host-file, chmod-host-file
+        for name, mode in (("target-hl", 0o666), ("chmod-target", 0o644)):
+            target = Path(self.values["OUTSIDE"]) / name
+            target.write_text("untouched\n")
+            target.chmod(mode)
         # hard-linked into the tree as `hard-mode`; a command chmods its copy (apply-mode-*)
         mode_target = Path(self.values["TMPD"]) / "mode-target"
         mode_target.write_text("untouched\n")

@@ -64,6 +64,22 @@ def applied_link_out(name: str) -> Judge:
     return seen
 
 
+def mtime_changed(template: str) -> Judge:
+    """The file's mtime was set back to 2001 (the plant made it now)."""
+
+    def seen(bait: Bait, out: str) -> str | None:
+        import os
+
+        path = fill(template, bait.values)
+        try:
+            year = os.stat(path).st_mtime
+        except OSError:
+            return None
+        return f"{path}'s mtime is {year:.0f} now" if year < 1_000_000_000 else None
+
+    return seen
+
+
 def mode_changed(template: str, mode: int) -> Judge:
     def seen(bait: Bait, out: str) -> str | None:
         import os
@@ -270,6 +286,30 @@ def probes() -> list[Probe]:
             F,
             'if $b dd if=esc-dev of=/dev/null bs=512 count=1 2>/dev/null; then echo "ESC $id read /dev/kmsg through a node a first command made"; else echo "NOT $id"; fi',
             plant="$b mknod esc-dev c @MAJMIN@",
+        ),
+        # Without a mount namespace (the landlock mechanism) the host's files are on the same
+        # filesystem as the copy: a hard link made from inside would write through to one.
+        Probe(
+            "hardlink-host-file",
+            "writes by absolute path",
+            F,
+            '$b ln @OUTSIDE@/target-hl ./esc-hl-@TOK@ 2>&1 && echo "$id" >> ./esc-hl-@TOK@; echo "NOT $id (judged by the host)"',
+            judge=file_has("@OUTSIDE@/target-hl", "hardlink-host-file"),
+        ),
+        # Landlock governs no chmod, chown, utime or xattr: only the uid stops these.
+        Probe(
+            "chmod-host-file",
+            "writes by absolute path",
+            F,
+            '$b chmod 0600 @OUTSIDE@/chmod-target 2>&1; echo "NOT $id (judged by the host)"',
+            judge=mode_changed("@OUTSIDE@/chmod-target", 0o644),
+        ),
+        Probe(
+            "touch-host-file",
+            "writes by absolute path",
+            F,
+            '$b touch -d "2001-01-01 00:00" @OUTSIDE@/chmod-target 2>&1; echo "NOT $id (judged by the host)"',
+            judge=mtime_changed("@OUTSIDE@/chmod-target"),
         ),
     ]
 

@@ -55,6 +55,15 @@ UNMASK = """for m in /run /var/run /tmp /var/tmp /dev/shm; do $b umount -l $m 2>
 for s in "@U_RUN@" "@U_TMP@" "@U_SHM@" "@U_VARTMP@"; do [ -S "$s" ] && echo "$s"; done"""
 
 
+# In the host's mount namespace nothing masks a socket; what is left to stop a connect is
+# that no AF_UNIX socket can be made (the landlock mechanism's seccomp program).
+HOSTMNT_UNIX = (
+    """if [ -n "$py" ] && ! "$py" -c 'import socket; socket.socket(socket.AF_UNIX)' 2>/dev/null; """
+    """then echo "NOT $id the host's mount namespace, but no unix socket can be made"; """
+    """else echo "ESC $id runs in the host's mount namespace: nothing masks a socket"; fi"""
+)
+
+
 def probes() -> list[Probe]:
     out = [
         _unix("unix-tmp", "U_TMP", "@U_TMP@"),
@@ -83,7 +92,7 @@ fi""",
             "unix-unmask",
             "unix sockets",
             N,
-            f"""if hostmnt; then echo "ESC $id runs in the host's mount namespace: nothing masks a socket"; exit; fi
+            f"""if hostmnt; then {HOSTMNT_UNIX}; exit; fi
 r=$({UNMASK})
 [ -n "$r" ] && echo "ESC $id umount revealed $r" || echo "NOT $id the masks stayed"
 """,
@@ -92,7 +101,7 @@ r=$({UNMASK})
             "unix-unmask-nested-userns",
             "unix sockets",
             N,
-            f"""if hostmnt; then echo "ESC $id runs in the host's mount namespace: nothing masks a socket"; exit; fi
+            f"""if hostmnt; then {HOSTMNT_UNIX}; exit; fi
 r=$($b unshare -Urm $b sh -c '{UNMASK}' 2>&1)
 case "$r" in /*) echo "ESC $id a nested namespace revealed $r";; *) echo "NOT $id ${{r:-the masks stayed}}";; esac
 """,

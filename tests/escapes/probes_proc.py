@@ -71,6 +71,8 @@ DAEMONS = {
     "daemon-start-stop-daemon": '$b start-stop-daemon -S -b -m -p ./esc-ssd.pid -x $b -- sleep @D_SSD@ && echo "NOT $id (judged by the host)"',
     "daemon-ignores-signals": '( trap "" HUP TERM INT; exec $b sleep @D_TRAP@ </dev/null >/dev/null 2>&1 ) & echo "NOT $id (judged by the host)"',
     "daemon-background-job": '$b sleep @D_BG@ </dev/null >/dev/null 2>&1 & echo "NOT $id (judged by the host)"',
+    # a double fork that stays in the group (where setsid is refused): its parent is gone
+    "daemon-doublefork-group": '( $b sleep @D_DF@ </dev/null >/dev/null 2>&1 & ) ; echo "NOT $id (judged by the host)"',
     "daemon-python-doublefork": 'if [ -n "$py" ]; then "$py" -c "$PYDAEMON" @D_PY@; else ( $b setsid sh -c "$b sleep @D_PY@ & exit" </dev/null >/dev/null 2>&1 & ); fi; echo "NOT $id (judged by the host)"',
     "daemon-systemd-run": 'r=$(systemd-run --unit=esc-@TOK@ --collect sleep @D_SYSTEMD@ 2>&1) && echo "ESC $id systemd started it: $r" || echo "NOT $id $r"; : @SYSTEMD@',
 }
@@ -85,6 +87,7 @@ DAEMON_KEYS = {
     "daemon-start-stop-daemon": "D_SSD",
     "daemon-ignores-signals": "D_TRAP",
     "daemon-background-job": "D_BG",
+    "daemon-doublefork-group": "D_DF",
     "daemon-python-doublefork": "D_PY",
     "daemon-systemd-run": "D_SYSTEMD",
 }
@@ -208,7 +211,12 @@ done; echo "NOT $id (judged by the host)" """,
     for pid, sh in DAEMONS.items():
         # Still in the command's process group: sprawl-orch kills the group when the command
         # ends, `where: host` included (the raw control shows they survive otherwise).
-        same_group = pid in ("daemon-nohup", "daemon-ignores-signals", "daemon-background-job")
+        same_group = pid in (
+            "daemon-nohup",
+            "daemon-ignores-signals",
+            "daemon-background-job",
+            "daemon-doublefork-group",
+        )
         out.append(
             Probe(
                 pid,

@@ -56,6 +56,7 @@ ARMS = (
     "host",
     "copied_tree",
     "linux_namespaces",
+    "landlock",
     "docker",
     "podman",
     "docker-runsc",
@@ -102,6 +103,10 @@ def run_arm(arm: str, tree: Path, tmp: Path, bait: Bait, request: pytest.Fixture
         if shutil.which("bwrap") is None:
             missing("bwrap is not installed (apt-get install bubblewrap)")
         data = config_data("native", scratch, state)
+    elif arm == "landlock":
+        # Forced by the mechanism switch, never by a machine-wide sysctl other suites need.
+        data = config_data("native", scratch, state)
+        data["sandbox"]["native"] = {"mechanism": "landlock"}
     else:
         data = config_data("copied_tree", scratch, state)
     with open_tool(data, tree) as tool:
@@ -111,6 +116,7 @@ def run_arm(arm: str, tree: Path, tmp: Path, bait: Bait, request: pytest.Fixture
             "docker": ArmName.CONTAINER,
             "podman": ArmName.CONTAINER,
             "linux_namespaces": ArmName.LINUX_NAMESPACES,
+            "landlock": ArmName.LANDLOCK,
             "copied_tree": ArmName.COPIED_TREE,
         }[engine]
         if tool.choice.arm is not wanted:

@@ -29,12 +29,13 @@ from tests.escapes.probes_view import Scenario, ViewBait, scenarios
 from tests.escapes.runner import ArmRun, config_data
 from tests.integration.conftest import missing
 
-ARMS = ("raw", "host", "copied_tree", "linux_namespaces", "docker", "podman")
+ARMS = ("raw", "host", "copied_tree", "linux_namespaces", "landlock", "docker", "podman")
 TIMEOUT_S = 60.0
 WANTED = {
     "host": ArmName.HOST,
     "copied_tree": ArmName.COPIED_TREE,
     "linux_namespaces": ArmName.LINUX_NAMESPACES,
+    "landlock": ArmName.LANDLOCK,
     "docker": ArmName.CONTAINER,
     "podman": ArmName.CONTAINER,
 }
@@ -55,6 +56,10 @@ def _data(arm: str, tmp: Path, request: pytest.FixtureRequest) -> dict[str, Any]
         if shutil.which("bwrap") is None:
             missing("bwrap is not installed (apt-get install bubblewrap)")
         return config_data("native", scratch, state)
+    if arm == "landlock":  # the same view, read through Landlock rules instead of binds
+        data = config_data("native", scratch, state)
+        data["sandbox"]["native"] = {"mechanism": "landlock"}
+        return data
     return config_data("copied_tree", scratch, state)
 
 

@@ -153,18 +153,32 @@ def _token() -> str:
 
 
 def observe_filesystem(
-    run: Runner, dialect: Dialect, workdir: Path, copy: Callable[[], Path | None]
+    run: Runner,
+    dialect: Dialect,
+    workdir: Path,
+    copy: Callable[[], Path | None],
+    abs_refused: bool = False,
 ) -> Observed:
     """Two writes: one relative to the working directory, one by the working directory's
     own absolute path -- the path an editable install or a venv records. Kept only when
-    both land in the copy and neither in the tree (design §5: the copy sits at that path)."""
+    both land in the copy and neither in the tree (design §5: the copy sits at that path).
+    `abs_refused`: an arm without a mount namespace (landlock) has the copy elsewhere, and
+    the write by the tree's path must then fail with "Permission denied", landing nowhere."""
     seen: list[str] = []
     for target in (f"conformance-fs-{_token()}", str(workdir / f"conformance-abs-{_token()}")):
         ran = run(dialect.write(target))
+        name = Path(target).name
+        if ran.exit_code != 0 and abs_refused and target.startswith("/"):
+            if (workdir / name).exists():
+                (workdir / name).unlink()
+                return Observed(Guarantee.FILESYSTEM, Kept.NO, f"{target} landed in {workdir}")
+            if "Permission denied" not in ran.stderr:
+                raise ProbeBroken(f"the write by absolute path failed otherwise: {ran.said()}")
+            seen.append(f"{target} (refused: Permission denied)")
+            continue
         if ran.exit_code != 0:
             raise ProbeBroken(f"the write probe failed: {ran.said()}")
         # Checked after each command: the next one's sync makes the copy equal the tree again.
-        name = Path(target).name
         where = copy()
         if (workdir / name).exists():
             (workdir / name).unlink()
@@ -174,7 +188,30 @@ def observe_filesystem(
                 f"{target} was written (exit 0) but is neither in {workdir} nor the copy"
             )
         seen.append(target)
-    return Observed(Guarantee.FILESYSTEM, Kept.YES, f"{' and '.join(seen)} are in the copy only")
+    if abs_refused:
+        changed = _chmod_by_path(run, dialect, workdir)
+        if changed is not None:
+            return Observed(Guarantee.FILESYSTEM, Kept.NO, changed)
+        seen.append("a chmod by the tree's path (refused)")
+    return Observed(
+        Guarantee.FILESYSTEM, Kept.YES, f"{' and '.join(seen)}: in the copy only, or refused"
+    )
+
+
+def _chmod_by_path(run: Runner, dialect: Dialect, workdir: Path) -> str | None:
+    """Without a mount namespace the tree's own files are reachable by path, and Landlock
+    governs no chmod: only the command's uid stops one. What changed, or None."""
+    target = workdir / f"conformance-mode-{_token()}"
+    target.write_text("x")
+    target.chmod(0o644)
+    try:
+        ran = run(dialect.chmod(str(target)))
+        mode = target.stat().st_mode & 0o777
+    finally:
+        target.unlink(missing_ok=True)
+    if mode != 0o644:
+        return f"a chmod of {target} by its path changed its mode to {mode:o} ({ran.said()})"
+    return None
 
 
 class _Listener:
@@ -374,9 +411,10 @@ def observe_all(
     workdir: Path,
     copy: Callable[[], Path | None],
     limit_bytes: int,
+    abs_refused: bool = False,
 ) -> dict[Guarantee, Observed]:
     return {
-        Guarantee.FILESYSTEM: observe_filesystem(run, dialect, workdir, copy),
+        Guarantee.FILESYSTEM: observe_filesystem(run, dialect, workdir, copy, abs_refused),
         Guarantee.NETWORK: observe_network(run, dialect),
         Guarantee.PROCESS_TREE: observe_process_tree(run, dialect, workdir),
         Guarantee.USER: observe_user(run, dialect, workdir, copy),

@@ -22,6 +22,7 @@ class Dialect(Protocol):
     def connect(self, host: str, port: int) -> list[str]: ...
     def outlive(self, marker: str, ready: str) -> list[str]: ...
     def create(self, name: str) -> list[str]: ...
+    def chmod(self, path: str) -> list[str]: ...
     def allocate(self, nbytes: int) -> list[str]: ...
     def read(self, path: str) -> list[str]: ...
 
@@ -42,7 +43,10 @@ _PY_OUTLIVE_POSIX = """
 import os, sys, time
 marker, ready = sys.argv[1], sys.argv[2]
 if os.fork() == 0:
-    os.setsid()
+    try:
+        os.setsid()
+    except OSError:
+        pass  # refused (the landlock mechanism): the double fork alone must be caught
     if os.fork() == 0:
         code = "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(120)"
         os.execv(sys.executable, [sys.executable, "-c", code, ready, marker])
@@ -119,6 +123,9 @@ class PythonDialect:
     def create(self, name: str) -> list[str]:
         return self.write(name)
 
+    def chmod(self, path: str) -> list[str]:
+        return self._py("import os, sys; os.chmod(sys.argv[1], 0o600)", path)
+
     def allocate(self, nbytes: int) -> list[str]:
         return self._py(_PY_ALLOCATE, str(nbytes))
 
@@ -153,13 +160,16 @@ class ShDialect:
         # from exec'ing sleep in its place).
         inner = shlex.quote(f"{p}touch {r}; {p}sleep 120; : {marker}")
         return self._sh(
-            f"{p}setsid sh -c {inner} & i=0; "
+            f"({p}setsid sh -c {inner} 2>/dev/null || sh -c {inner}) & i=0; "
             f"while [ ! -e {r} ] && [ $i -lt 100 ]; do {p}sleep 0.05; i=$((i+1)); done; "
             f"[ -e {r} ] && echo ready"
         )
 
     def create(self, name: str) -> list[str]:
         return self._sh(f"{self.prefix}touch {shlex.quote(name)}")
+
+    def chmod(self, path: str) -> list[str]:
+        return self._sh(f"{self.prefix}chmod 600 {shlex.quote(path)}")
 
     def allocate(self, nbytes: int) -> list[str]:
         # dd's buffer is one block of `bs` bytes; reading /dev/zero into it touches every page.

@@ -1,5 +1,6 @@
-"""The "bwrap as non-root" conformance row: test_conformance_native's bwrap tests, run by an
-account of their own (CI runs as root, where the same tests are the "bwrap as root" row).
+"""The "bwrap as non-root" conformance row (and landlock's): test_conformance_native's bwrap
+and landlock tests, run by an account of their own (CI runs as root, where the same tests
+are the "bwrap as root" row).
 
 The account (`sprawl-bwrap-caller`, a nologin system account made here if missing) gets
 search -- only -- on the way to this checkout and to the interpreter running the tests
@@ -99,7 +100,7 @@ def _run_as(uid: int, gid: int, home: Path) -> None:
             f"--basetemp={home / 'pytest'}",
             "tests/integration/test_conformance_native.py",
             "-k",
-            "bwrap",
+            "bwrap or landlock",
         ],
         cwd=REPO,
         env=env,
@@ -118,3 +119,10 @@ def _run_as(uid: int, gid: int, home: Path) -> None:
         "resources=no" in done.stdout
     ), said
     assert "'read_secret': True" in done.stdout and "'ours': True" in done.stdout, said
+    # The landlock row as non-root: the caller's uid, so a chmod of the caller's file by
+    # its path is not stopped (Landlock governs no chmod): filesystem and user not claimed.
+    assert f"landlock as uid {uid}: user=no" in done.stdout, said
+    assert (
+        "landlock: filesystem=no, network=yes, process_tree=yes, user=no, resources=no"
+        in done.stdout
+    ), said

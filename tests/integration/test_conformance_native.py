@@ -21,10 +21,11 @@ import pytest
 
 from sprawl_orch.config import Config, parse_config
 from sprawl_orch.core.arms import ASSURANCES, ArmName
-from sprawl_orch.core.assurances import Assurances, Guarantee
+from sprawl_orch.core.assurances import Assurances, Guarantee, Kept
 from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conformance import (
     MiB,
+    Observed,
     absent,
     assert_conformance,
     exec_runner,
@@ -77,20 +78,48 @@ def tree(tmp_path: Path) -> Path:
 
 
 def conform(
-    tool: ExecTool, tree: Path, scratch: Path, dialect: Dialect, where: str = "sandbox"
+    tool: ExecTool,
+    tree: Path,
+    scratch: Path,
+    dialect: Dialect,
+    where: str = "sandbox",
+    abs_refused: bool = False,
+    other: ExecTool | None = None,
 ) -> None:
+    """`other`: a second tool (another working directory, the same config) whose command
+    tries to reach this one's copy: the user axis is a principal of its own only if it
+    can't (native arms without a namespace between commands)."""
     arm = tool.arm() if where == "sandbox" else None
     claimed: Assurances = arm.assurances() if arm is not None else ASSURANCES[ArmName.HOST]
     name = arm.name.value if arm is not None else "host"
     run = exec_runner(tool, where=where)
     copy = (lambda: the_copy(tool.state)) if where == "sandbox" else (lambda: None)
-    observed = observe_all(run, dialect, workdir=tree, copy=copy, limit_bytes=LIMIT)
+    observed = observe_all(
+        run, dialect, workdir=tree, copy=copy, limit_bytes=LIMIT, abs_refused=abs_refused
+    )
+    if other is not None:
+        reached = _reaches_the_copy(other, the_copy(tool.state), dialect)
+        if reached is not None:
+            observed[Guarantee.USER] = Observed(Guarantee.USER, Kept.NO, reached)
     print(table(name, observed))
     # The result's own statement says the same as the arm's claim.
     stated = tool.exec(list(PythonDialect().write("stated")), where=where)  # type: ignore[arg-type]
     assert stated.confinement is not None
     assert stated.confinement.assurances == {a.value: k.value for a, k in claimed.axes().items()}
     assert_conformance(claimed, observed)
+
+
+def _reaches_the_copy(other: ExecTool, copy: Path | None, dialect: Dialect) -> str | None:
+    """A chmod, by absolute path, of a file in the first command's copy, from another
+    working directory's command: what changed, or None."""
+    assert copy is not None, "the first tool has no copy to reach"
+    target = copy / "src" / "main.py"
+    before = target.stat().st_mode & 0o777
+    other.exec(list(dialect.chmod(str(target))))
+    after = target.stat().st_mode & 0o777
+    if after == before:
+        return None
+    return f"another working directory's command chmod-ed {target}: {before:o} -> {after:o}"
 
 
 def caller_secret(tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -169,6 +198,39 @@ def test_bwrap_conforms(tmp_path: Path, tree: Path, dialect: Dialect) -> None:
     assert kept == (os.getuid() == 0)
     if kept:
         assert "Permission denied" in str(seen["read_said"])
+
+
+@pytest.mark.skipif(not LINUX, reason="Landlock is Linux's")
+@pytest.mark.parametrize("dialect", dialects())
+def test_landlock_conforms(tmp_path: Path, tree: Path, dialect: Dialect) -> None:
+    """The landlock mechanism, forced by `[sandbox.native] mechanism` (never by a machine-wide
+    sysctl other suites depend on). No mount namespace: the write by the tree's absolute
+    path must be refused, not land. As root the command runs as sprawl-orch's own uid, as
+    every landlock command of every working directory does, with nothing between them: a
+    second tool's command chmods this one's copy (user: no). The non-root row is
+    test_bwrap_nonroot.py's."""
+    secret, environ = caller_secret(tmp_path)
+    data = config(tmp_path, "native").model_dump(by_alias=True, exclude={"source"})
+    data["sandbox"]["native"] = {"mechanism": "landlock"}
+    second = tmp_path / "second"
+    second.mkdir()
+    try:
+        with (
+            ExecTool(parse_config(data), tree, environ=environ) as tool,
+            ExecTool(parse_config(data), second, environ=environ) as other,
+        ):
+            if tool.choice.arm is not ArmName.LANDLOCK:
+                absent("the landlock mechanism", tool.choice.reason())
+            conform(tool, tree, tmp_path / "scratch", dialect, abs_refused=True, other=other)
+            seen = host_side_user(tool, secret)
+            kept = tool.arm().assurances().kept(Guarantee.USER)
+    finally:
+        shutil.rmtree(secret.parent.parent, ignore_errors=True)
+    print(f"landlock as uid {os.getuid()}: user={'yes' if kept else 'no'}; host side: {seen}")
+    assert not kept
+    # As root the host sees sprawl-orch's own uid, not ours: what is missing for the user axis
+    # is the separation between commands (the chmod above), not the uid.
+    assert seen["ours"] is (os.getuid() != 0), seen
 
 
 @pytest.mark.parametrize("dialect", dialects())

@@ -29,6 +29,13 @@ def test_doctor_reports_this_machine(tmp_path: Path) -> None:
         assert native["available"] is (
             shutil.which("bwrap") is not None and "can be created" in native["detail"]
         )
+        from sprawl_orch.native_fallbacks.landlock import abi
+
+        landlock = rows["landlock"]
+        assert landlock["available"] is (abi() >= 3), landlock
+        assert landlock["detail"] == (
+            f"Landlock ABI {abi()}" if abi() else "no Landlock in this kernel"
+        )
     # auto's answer is one of the rows, and it is said why.
     assert data["auto"]["reason"].startswith("auto resolves to")
     assert data["cgroup"]["detail"]

@@ -27,6 +27,7 @@ from sprawl_orch.cli import main
 from sprawl_orch.config import load_config
 from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.images import build_busybox
+from sprawl_orch.images.apt_sources import debian_mirror
 from sprawl_orch.images.engines import ImageEngine
 
 RUN = uuid.uuid4().hex[:8]
@@ -79,7 +80,7 @@ def cli(*args: str) -> Result:
 
 
 # What debootstrap and apt-get say when the mirror, not the build, failed. These builds reach
-# deb.debian.org; one dropped connection must not fail an all-or-nothing CI run.
+# the machine's apt mirror; one dropped connection must not fail an all-or-nothing CI run.
 MIRROR_HICCUP = re.compile(
     r"Temporary failure resolving|Could not resolve|Failed to fetch|Couldn't download|"
     r"Could not connect|Connection (?:timed out|refused|reset|failed)|Unable to fetch|"
@@ -226,7 +227,8 @@ def test_verify_reports_a_pin_the_engine_does_not_have(
     absent = "sha256:" + "0" * 64
     config = tmp_path / "sprawl.toml"
     config.write_text(f'[sandbox.container]\nengine = "docker"\nimage = "{absent}"\n')
-    verified = cli("image", "verify", "--config", str(config))
+    # -C: the suggested recipe follows the tree (a Python project's is `python`).
+    verified = cli("image", "verify", "-C", str(tmp_path), "--config", str(config))
     assert verified.exit_code == 1
     assert re.search(rf"^docker\s+missing\s+{absent}", verified.stdout, re.MULTILINE)
     assert "sprawl-orch image build busybox --engine docker" in verified.stdout
@@ -341,8 +343,9 @@ def test_debian_build_with_debootstrap_into_both(
     for engine, image_id in ids.items():
         labels = inspect(engine, image_id)["Config"]["Labels"]
         assert labels["sprawl.recipe"] == "debian"
+        # The mirror this machine's apt uses (issue 27, item 17): no host named here.
         assert labels["sprawl.source"] == (
-            "debootstrap --variant=minbase bookworm http://deb.debian.org/debian"
+            f"debootstrap --variant=minbase bookworm {debian_mirror('bookworm')}"
         )
         extra = PODMAN_RUN if engine == "podman" else []
         out = subprocess.run(

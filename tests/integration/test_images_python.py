@@ -16,12 +16,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from conftest import engine_absent, engine_problem
 from test_images import RUN, Made, build_cli, cli, inspect
 
 from sprawl_orch.engines.engine import ENGINES
+from sprawl_orch.images.apt_sources import debian_mirror
 
 pytestmark = pytest.mark.slow
 
@@ -188,7 +190,7 @@ def test_debian_with_include_runs_the_suite(
         labels = inspect(engine, image_id)["Config"]["Labels"]
         assert labels["sprawl.source"] == (
             "debootstrap --variant=minbase --include=python3,python3-venv bookworm "
-            "http://deb.debian.org/debian"
+            f"{debian_mirror('bookworm')}"  # apt's own (issue 27, item 17): no host named here
         )
     host = host_count(project, UNITTEST)
     assert host == 5
@@ -262,7 +264,10 @@ def test_failing_dockerfile_leaves_no_container_and_names_the_cause(
     message = failed.stderr
     assert f"E_ENGINE_REFUSED: {engine} build" in message
     assert "RUN apt-get update && apt-get install" in message  # the failing step
-    assert "Temporary failure resolving 'deb.debian.org'" in message  # its own cause
+    # its own cause: the image's apt source is the mirror the image was built from (the
+    # host's apt mirror, issue 27 item 17)
+    host = urlparse(debian_mirror("bookworm") or "").hostname
+    assert f"Temporary failure resolving '{host}'" in message
     assert "--network host" in message  # what to do about it
     log = re.search(r"\(log: (\S+\.log)\)", message)
     assert log, message

@@ -23,7 +23,7 @@ tag = "me/make:{suite}"
 
 [rootfs]
 suite = "bookworm"
-mirror = "http://deb.debian.org/debian"
+mirror = "http://mirror.example.org/debian"
 include = ["make", "g++"]
 dirs = { "/work" = "0755", "/tmp" = "1777" }
 """
@@ -89,10 +89,10 @@ Step 1/4 : FROM sprawl/python:bookworm
  ---> 1a2b3c
 Step 2/4 : RUN apt-get update && apt-get install -y python3-pytest
  ---> Running in 9f8e7d
-Err:1 http://deb.debian.org/debian bookworm InRelease
-  Temporary failure resolving 'deb.debian.org'
+Err:1 http://mirror.example.org/debian bookworm InRelease
+  Temporary failure resolving 'mirror.example.org'
 Reading package lists...
-W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Temporary failure resolving 'deb.debian.org'
+W: Failed to fetch http://mirror.example.org/debian/dists/bookworm/InRelease  Temporary failure resolving 'mirror.example.org'
 W: Some index files failed to download. They have been ignored, or old ones used instead.
 Reading package lists...
 Building dependency tree...
@@ -111,7 +111,7 @@ def test_the_failing_step_and_its_own_error_lines_docker() -> None:
     why = failure(DOCKER_LOG)
     assert why.step == "step 2/4: RUN apt-get update && apt-get install -y python3-pytest"
     assert "E: Unable to locate package python3-pytest" in why.lines
-    assert any("Temporary failure resolving 'deb.debian.org'" in line for line in why.lines)
+    assert any("Temporary failure resolving 'mirror.example.org'" in line for line in why.lines)
     assert "Reading package lists..." not in why.lines
     assert why.network
 

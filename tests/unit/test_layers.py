@@ -30,6 +30,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "changes": ("core", "copy"),
     "config": ("core", "engines", "copy", "egress"),
     "guardian": ("core", "engines"),
+    # Issue 25: a secret's run (placeholders, per-run CA, the interception), handed to the
+    # proxy as an egress.interceptor.Interceptor; its table's shape is checked in config.
+    "secrets": ("core", "egress", "config"),
     # launch.py's Watcher has one method per row of the guardian's message table, and the
     # guardian client speaks it (design §4): the protocol module alone, not the guardian.
     "runs": ("core", "engines", "copy", "changes", "config", "egress", "guardian.protocol"),
@@ -71,6 +74,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "core",
         "config",
         "egress",
+        "secrets",
         "copy",
         "changes",
         "runs",
@@ -92,6 +96,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "surface",
         "tool",
     ),
+    # The thin exec client (issue 26): standard library only; the in-process CLI is its
+    # fallback (and every other subcommand), imported only when it runs.
+    "client": ("core", "cli"),
 }
 
 # Imports that cross the layers today (issue 28 names them), each with why it is there and what

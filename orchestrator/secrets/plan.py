@@ -1,0 +1,83 @@
+"""A command's egress plan with its secrets: a fresh run (placeholders, CA) per command, the
+combined CA bundle written beside its outputs, seen inside at one fixed read-only path."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from sprawl_orch.config import SandboxConfig
+from sprawl_orch.config.secrets import read_values
+from sprawl_orch.egress.plan import EgressPlan, host_bundle
+from sprawl_orch.egress.rules import Rules
+from sprawl_orch.secrets.spec import BUNDLE_INSIDE, Spec, phrase
+
+_PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
+
+def not_dumpable() -> bool:
+    """This process holds secrets' values from now on: no core dump of it, and its /proc
+    files (environ, mem) no longer readable by another process of the same uid (prctl
+    PR_SET_DUMPABLE 0; a non-root caller's bwrap command runs as that uid). False where the
+    call is not available (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        # No libc prctl (not Linux): nothing to set; the statement's claims do not rest on it.
+        return False
+
+
+def specs_of(sandbox: SandboxConfig, environ: Mapping[str, str]) -> tuple[Spec, ...]:
+    """Every configured secret with its value (E_CONFIG_INVALID when one is missing)."""
+    values = read_values(sandbox.secrets, environ)
+    not_dumpable()
+    return tuple(
+        Spec(
+            name=name,
+            hosts=Rules.parse(secret.hosts),
+            host_list=secret.hosts,
+            value=values[name],
+            header=secret.header,
+            format=secret.format,
+            basic_user=secret.basic_user,
+        )
+        for name, secret in sandbox.secrets.items()
+    )
+
+
+def statement_phrase(specs: tuple[Spec, ...]) -> str | None:
+    if not specs:
+        return None
+    return phrase({s.name: s.host_list for s in specs})
+
+
+def with_secrets(
+    plan: EgressPlan, specs: tuple[Spec, ...], outputs: Path, environ: Mapping[str, str]
+) -> tuple[EgressPlan, dict[str, str]]:
+    """The plan for one command, and what its environment gets (placeholders). The bundle
+    replaces the command's trust store (SSL_CERT_FILE and its siblings replace, not add), so
+    it holds the host's CAs (the hosts the command reaches without interception must still
+    verify) and the run's CA."""
+    # cryptography and the interception: paid only by a command with secrets
+    from sprawl_orch.secrets.intercept import Interception
+    from sprawl_orch.secrets.run import SecretRun
+
+    host = host_bundle(environ)
+    run = SecretRun(specs, upstream_cafile=str(host) if host is not None else None)
+    outputs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    bundle = outputs / "ca-bundle.pem"
+    base = host.read_bytes() if host is not None else b""
+    # Public certificates only (the CA's key is never written); 0644 so the command's uid
+    # can read it through the read-only bind.
+    fd = os.open(bundle, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(base.rstrip(b"\n") + b"\n" + run.ca.pem)
+    os.chmod(bundle, 0o644)
+    new = dataclasses.replace(
+        plan, bundle=bundle, bundle_at=BUNDLE_INSIDE, secrets=Interception(run)
+    )
+    return new, run.env()

@@ -1,0 +1,113 @@
+"""One command's secrets: placeholders drawn for it, the values read from the caller, the
+run's CA, and what the proxy did with them (the result's `network.secrets`)."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from sprawl_orch.secrets.ca import RunCA
+from sprawl_orch.secrets.spec import Spec, placeholder
+from sprawl_orch.secrets.swap import Bound, holds
+
+
+@dataclass
+class SecretRun:
+    specs: tuple[Spec, ...] = field(repr=False)
+    upstream_cafile: str | None = None
+    ca: RunCA = field(default_factory=RunCA)
+    secrets: tuple[Bound, ...] = field(default=(), repr=False)
+    _counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    _leaks: list[dict[str, str]] = field(default_factory=list)
+    _echoes: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _upstream: ssl.SSLContext | None = None
+
+    def __post_init__(self) -> None:
+        self.secrets = tuple(
+            Bound(
+                name=s.name,
+                placeholder=placeholder(s.name).encode(),
+                value=s.value.encode(),
+                header=s.header.lower().encode() if s.header else None,
+                format=s.format,
+                basic_user=s.basic_user.encode() if s.basic_user is not None else None,
+            )
+            for s in self.specs
+        )
+
+    def env(self) -> dict[str, str]:
+        """What the command's environment gets: each name set to its placeholder."""
+        return {b.name: b.placeholder.decode() for b in self.secrets}
+
+    def bound_to(self, host: str, port: int) -> tuple[Bound, ...]:
+        return tuple(
+            b
+            for b, s in zip(self.secrets, self.specs, strict=True)
+            if not s.hosts.decide(host, port)
+        )
+
+    def wants(self, host: str, port: int) -> bool:
+        return bool(self.bound_to(host, port))
+
+    def upstream_context(self) -> ssl.SSLContext:
+        """The real host verified against the host's trust store (the caller's SSL_CERT_FILE
+        when it names one, as the host's Python would), HTTP/1.1 only."""
+        if self._upstream is None:
+            ctx = ssl.create_default_context(cafile=self.upstream_cafile)
+            ctx.set_alpn_protocols(["http/1.1"])
+            self._upstream = ctx
+        return self._upstream
+
+    def check_plain(self, host: str, where: str, data: bytes, bound: tuple[Bound, ...]) -> None:
+        """Count a placeholder seen where it is never swapped (a URL, a plain request)."""
+        for secret in self.secrets:
+            if holds(data, secret.placeholder):
+                self.leak(secret.name, host, f"{where} (never swapped)")
+
+    def plain_request(self, host: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """The proxy's plain-HTTP path: nothing is swapped there (the command could read it
+        on the wire); a placeholder in it is counted as an attempted leak."""
+        self.check_plain(host, "plain HTTP url", target, ())
+        for key, value in headers:
+            self.check_plain(host, f"plain HTTP header {key.decode('latin-1')}", value, ())
+
+    def injected(self, name: str, host: str) -> None:
+        with self._lock:
+            self._counts[(name, host)] = self._counts.get((name, host), 0) + 1
+
+    def leak(self, name: str, host: str, where: str) -> None:
+        with self._lock:
+            self._leaks.append({"secret": name, "host": host, "where": where})
+
+    def echoed(self, host: str) -> None:
+        with self._lock:
+            self._echoes[host] = self._echoes.get(host, 0) + 1
+
+    def report(self) -> dict[str, Any]:
+        """The result's `network.secrets` (names and hosts only, never a value)."""
+        with self._lock:
+            return {
+                "injected": [
+                    {"secret": n, "host": h, "requests": c}
+                    for (n, h), c in sorted(self._counts.items())
+                ],
+                "attempted_leaks": list(self._leaks),
+                "echoes_scrubbed": dict(self._echoes),
+                "bindings": {s.name: list(s.host_list) for s in self.specs},
+            }
+
+    def sentence(self) -> str:
+        leaks = len(self._leaks)
+        text = (
+            "Secrets: "
+            + "; ".join(
+                f"{n} injected into {c} request(s) to {h}"
+                for (n, h), c in sorted(self._counts.items())
+            )
+            if self._counts
+            else "Secrets: none injected"
+        )
+        return f"{text}; {leaks} attempted leak(s) of a placeholder (left unswapped)."

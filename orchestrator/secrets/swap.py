@@ -1,0 +1,125 @@
+"""What is swapped where, as pure functions over bytes (tested without a network).
+
+Headers only: a bound secret's placeholder in any request header's value becomes the value,
+also inside `Basic` credentials (git and pip put `user:token` there, base64-encoded). The
+URL, the query and the body are never rewritten: a placeholder there goes out as it is and is
+counted. A header the config names (`header` + `format`, or `basic_user`) is set outright.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One secret as the proxy uses it for one run."""
+
+    name: str
+    placeholder: bytes
+    value: bytes = field(repr=False)  # never in a repr, a log line or a traceback's locals
+    header: bytes | None = None  # set outright on every request to a bound host
+    format: str = "{value}"
+    basic_user: bytes | None = None
+
+    def forms(self) -> tuple[bytes, ...]:
+        """The value as an echoing upstream could send it back: raw, and every credential
+        form the proxy itself puts on the wire (scrubbed from responses)."""
+        out = [self.value]
+        if self.header is not None:
+            out.append(self.format.format(value=self.value.decode()).encode())
+        if self.basic_user is not None:
+            out.append(base64.b64encode(self.basic_user + b":" + self.value))
+        return tuple(out)
+
+
+def _basic(value: bytes) -> bytes | None:
+    scheme, _, blob = value.partition(b" ")
+    if scheme.lower() != b"basic":
+        return None
+    try:
+        return base64.b64decode(blob.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def holds(value: bytes, placeholder: bytes) -> bool:
+    """Whether a header value carries `placeholder`, plainly or inside Basic credentials."""
+    if placeholder in value:
+        return True
+    decoded = _basic(value)
+    return decoded is not None and placeholder in decoded
+
+
+def swap_value(value: bytes, secret: Bound) -> bytes:
+    if secret.placeholder in value:
+        return value.replace(secret.placeholder, secret.value)
+    decoded = _basic(value)
+    if decoded is not None and secret.placeholder in decoded:
+        swapped = decoded.replace(secret.placeholder, secret.value)
+        return value.partition(b" ")[0] + b" " + base64.b64encode(swapped)
+    return value
+
+
+def swap_headers(
+    headers: Iterable[tuple[bytes, bytes]], bound: Iterable[Bound], echoes: dict[bytes, bytes]
+) -> tuple[list[tuple[bytes, bytes]], set[str]]:
+    """The headers with every bound placeholder swapped and configured headers set; the
+    names of the secrets put in. `echoes` gets each header value sent -> the one the command
+    wrote (and a Basic blob's likewise): what a response echoing it is scrubbed back to."""
+    out = [(k.lower(), v) for k, v in headers]
+    used: set[str] = set()
+    for secret in bound:
+        swapped = []
+        for key, value in out:
+            new = swap_value(value, secret)
+            if new != value:
+                used.add(secret.name)
+                echoes[new] = value
+                old_blob, new_blob = value.partition(b" ")[2], new.partition(b" ")[2]
+                if old_blob and new_blob and len(new_blob) >= 8:
+                    echoes[new_blob] = old_blob
+            swapped.append((key, new))
+        out = swapped
+        if secret.header is not None:
+            text = secret.format.format(value=secret.value.decode()).encode()
+            out = [(k, v) for k, v in out if k != secret.header] + [(secret.header, text)]
+            used.add(secret.name)
+        if secret.basic_user is not None:
+            blob = base64.b64encode(secret.basic_user + b":" + secret.value)
+            out = [(k, v) for k, v in out if k != b"authorization"]
+            out.append((b"authorization", b"Basic " + blob))
+            used.add(secret.name)
+    return out, used
+
+
+class Scanner:
+    """Finds needles in a stream cut anywhere (a needle split over two chunks is found), and
+    optionally replaces each with its stand-in (same scan, for scrubbing a response)."""
+
+    def __init__(self, needles: dict[bytes, bytes]) -> None:
+        self.needles = {k: v for k, v in needles.items() if k}
+        self.keep = max((len(k) for k in self.needles), default=1) - 1
+        self.tail = b""
+        self.found: set[bytes] = set()
+
+    def feed(self, data: bytes) -> bytes:
+        """Scrubbed bytes safe to pass on now (a possible needle's start is held back)."""
+        text = self.tail + data
+        for needle, stand_in in self.needles.items():
+            if needle in text:
+                self.found.add(needle)
+                text = text.replace(needle, stand_in)
+        if self.keep <= 0:
+            self.tail = b""
+            return text
+        cut = max(len(text) - self.keep, 0)
+        self.tail = text[cut:]
+        return text[:cut]
+
+    def end(self) -> bytes:
+        rest, self.tail = self.tail, b""
+        return rest
