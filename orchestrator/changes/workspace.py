@@ -220,13 +220,17 @@ class Workspace:
         flow = Flow(self.dir)
         # Stays if this is killed midway: base then no longer matches its old record, and
         # _diff walks base instead of trusting the record until a flow-in completes.
+        if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: pairs unsure
+            copy_stamps.forget(self.dir / CLEAN)
+            self._clean = None
         (self.dir / FLOWING).touch()
         self._sync_base(flow.before)
         conflicts = set(self.conflicts())
         flowed, new = flow.finish(conflicts)
-        clean = self._clean_pairs() if os.path.lexists(self.dir / CLEAN) else Clean()
+        clean = self._clean if self._clean is not None else Clean.load(self.dir / CLEAN)
         if clean.forget((*flow.judged, *flow.modes)):  # base moved on under those pairs
             clean.save(self.dir / CLEAN)
+        self._clean = clean
         # A conflict ends once both sides hold the same again.
         conflicts = {c for c in conflicts if not self._same(c)}
         self._save(sorted(conflicts))
