@@ -217,16 +217,22 @@ class Workspace:
     def _flow_in(self) -> Refresh:
         """The person's edits since the last flow-in (workspace_flow.py); no command of the
         workspace runs (the callers checked)."""
-        flow = Flow(self.dir)
-        # Stays if this is killed midway: base then no longer matches its old record, and
-        # _diff walks base instead of trusting the record until a flow-in completes.
-        if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: pairs unsure
-            copy_stamps.forget(self.dir / CLEAN)
-            self._clean = None
-        (self.dir / FLOWING).touch()
-        self._sync_base(flow.before)
         conflicts = set(self.conflicts())
-        flowed, new = flow.finish(conflicts)
+        flowed: list[str] = []
+        new: list[str] = []
+        if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: finish it
+            copy_stamps.forget(self.dir / CLEAN)  # its pairs may vouch where base moved
+            self._clean = None
+            flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts)
+        # The journal (workspace_flow.py); while it stands, _diff walks base instead of
+        # trusting its record.
+        (self.dir / FLOWING).write_bytes(b"")
+        flow = Flow(self.dir, self.dir / FLOWING)
+        try:
+            self._sync_base(flow.before)
+        finally:
+            flow.close()
+        flowed, new = (a + b for a, b in zip((flowed, new), flow.finish(conflicts), strict=True))
         clean = self._clean if self._clean is not None else Clean.load(self.dir / CLEAN)
         if clean.forget((*flow.judged, *flow.modes)):  # base moved on under those pairs
             clean.save(self.dir / CLEAN)

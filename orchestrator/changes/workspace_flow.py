@@ -15,6 +15,7 @@ agent changed that directory's bits as well (then it is a conflict like any othe
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -40,14 +41,44 @@ class Flow:
     """One flow-in of a workspace (its directory ``ws``): filled by the base sync's
     ``before`` calls, then :meth:`finish`."""
 
-    def __init__(self, ws: Path) -> None:
+    def __init__(self, ws: Path, journal: Path | None = None) -> None:
         self.tree, self.base = ws / TREE, ws / BASE
         self.bases, self.theirs = ws / BASES, ws / THEIRS
         self.judged: dict[str, bool] = {}  # path the person changed -> the agent changed it too
         self.modes: dict[str, bool] = {}  # directory whose bits alone the person changed -> same
+        # Each judgement is written down before the sync overwrites base there: a flow cut
+        # short after the sync would otherwise leave the person's edit in base only, where
+        # `changes` shows it as the agent's undoing and apply writes that over the person's.
+        self._journal = (  # closed by close(), after the sync that feeds it
+            open(journal, "a", encoding="utf-8") if journal is not None else None  # noqa: SIM115
+        )
+
+    @classmethod
+    def resume(cls, ws: Path, journal: Path) -> Flow:
+        """The judgements a flow cut short wrote down (finish them before a new flow)."""
+        flow = cls(ws)
+        with open(journal, encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    rel, mode_only, changed = json.loads(line)
+                except ValueError:
+                    continue  # the line the kill tore: its path is judged again by the sync
+                (flow.modes if mode_only else flow.judged)[str(rel)] = bool(changed)
+        return flow
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
 
     def before(self, rel: str, mode_only: bool) -> None:
         rel = rel.replace(os.sep, "/")
+        self._judge(rel, mode_only)
+        if self._journal is not None:
+            done = self.modes[rel] if mode_only else self.judged[rel]
+            self._journal.write(json.dumps([rel, mode_only, done]) + "\n")
+            self._journal.flush()  # in the kernel before base changes: a kill loses none
+
+    def _judge(self, rel: str, mode_only: bool) -> None:
         if mode_only:
             self.modes[rel] = self._agent_bits(rel)
             return

@@ -90,8 +90,8 @@ def test_flow_in_cut_short_walks_the_base(
     project: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A flow-in killed after the base sync wrote the person's edit (its record and clean
-    pairs no longer describe base): the mark it leaves makes the next comparison walk the
-    base and ignore the pairs, so the diff says what the trees hold."""
+    pairs no longer describe base): the journal it leaves makes the next comparison walk the
+    base and ignore the pairs, and the next flow-in finish the judged paths first."""
     tree, state = project
     ws = Workspace(state, tree, "w")
     with ws.command():
@@ -110,3 +110,10 @@ def test_flow_in_cut_short_walks_the_base(
     fresh = Workspace(state, tree, "w")
     # base holds the person's edit, the tree not: shown as a difference, never hidden
     assert [e.path for e in fresh.show().changes] == ["docs/a.md"]
+    # The next flow-in finishes what the journal says was judged: the edit reaches the
+    # tree, and nothing is left for an apply to write over the person's file.
+    with fresh.command() as r:
+        assert r.flowed_in == ["docs/a.md"]
+    assert (fresh.tree / "docs" / "a.md").read_text() == "person\n"
+    assert fresh.show().changes == [] and not (ws.dir / FLOWING).exists()
+    assert not fresh.apply().applied and (tree / "docs" / "a.md").read_text() == "person\n"
