@@ -12,10 +12,9 @@ the command. Responses to a request that carried a value are asked uncompressed
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
-
 import h11
 
 from sprawl_orch.egress.rules import normal_host
@@ -25,6 +24,11 @@ from sprawl_orch.secrets.tls import TlsEnd
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.flows import Flow
+
+# What a Host header or an absolute-form target's authority may be: a name or an IP literal and
+# an optional port (RFC 9110 §7.2 has no userinfo there).
+_AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
+_ABSOLUTE = re.compile(r"(?i)https?://([^/?#]*)(?:[/?#].*)?", re.DOTALL)
 
 # Request headers the proxy does not pass on (hop-by-hop; RFC 9110 §7.6.1).
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade"})
@@ -122,14 +126,17 @@ class Session:
         said = [names.get(b"host", b"").decode("latin-1")]
         target = bytes(request.target).decode("latin-1")
         if not target.startswith("/") and target != "*":
-            said.append(urlsplit(target).netloc)
+            absolute = _ABSOLUTE.match(target)
+            said.append(absolute.group(1) if absolute else "")
         for authority in said:
-            try:
-                parts = urlsplit("//" + authority)
-                name, port = normal_host(parts.hostname or ""), parts.port or self.flow.port
-            except ValueError:
-                name, port = "", 0
-            if (name, port) != (self.flow.host, self.flow.port):
+            # Only `name[:port]` or `[v6][:port]`, nothing else: urlsplit reads past '@', '\\',
+            # '/', '#' and '?' to a hostname, while a front end may route by the part before
+            # them (`Host: evil.example@bound` passed the check and reached the upstream as
+            # it was written; tests/secrets/test_attacks.py).
+            shape = _AUTHORITY.fullmatch(authority)
+            name = normal_host(shape.group(1).strip("[]")) if shape else ""
+            port = int(shape.group(2)) if shape and shape.group(2) else self.flow.port
+            if (name, port) != (self.flow.host.strip("[]"), self.flow.port):
                 raise Cut(
                     f"a request for {authority!r} inside the tunnel to "
                     f"{self.flow.host}:{self.flow.port} (Host must name the tunnel's host)"
