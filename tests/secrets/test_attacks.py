@@ -4,7 +4,6 @@ test is one way the value could reach another origin or come back to the command
 
 from __future__ import annotations
 
-import base64
 import gzip
 import socket
 from collections.abc import Iterator
@@ -89,7 +88,11 @@ def gzip_or(text: bytes) -> bytes:
 
 def _hosts_received(rig: Rig) -> list[list[bytes]]:
     return [
-        [line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")[1:] if line.lower().startswith(b"host:")]
+        [
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")[1:]
+            if line.lower().startswith(b"host:")
+        ]
         for head in rig.up.heads
     ]
 
@@ -110,7 +113,9 @@ def test_only_the_tunnels_host_ever_reaches_upstream(rig: Rig, host_lines: str) 
     """Whatever the Host lines say, a request carrying the value reaches the upstream only
     with exactly one Host, naming the tunnel's host (a front end that reads another form —
     the first of two, the part before '@' or after '/' — would route the value elsewhere)."""
-    rig.send(f"GET / HTTP/1.1\r\n{host_lines}\r\nAuthorization: Bearer PH\r\nConnection: close\r\n\r\n")
+    rig.send(
+        f"GET / HTTP/1.1\r\n{host_lines}\r\nAuthorization: Bearer PH\r\nConnection: close\r\n\r\n"
+    )
     want = f"localhost:{rig.up.port}".encode()
     for hosts in _hosts_received(rig):
         assert hosts in ([want], [b"localhost"]), hosts
@@ -184,7 +189,10 @@ def _in_reason(head: bytes, earlier: list[bytes]) -> bytes:
 
 
 def _in_header_name(head: bytes, earlier: list[bytes]) -> bytes:
-    return _reply(b"no", b"x-" + _auth_of(head).replace(b"/", b"").replace(b"+", b"").replace(b"=", b"") + b": 1")
+    return _reply(
+        b"no",
+        b"x-" + _auth_of(head).replace(b"/", b"").replace(b"+", b"").replace(b"=", b"") + b": 1",
+    )
 
 
 @pytest.mark.parametrize("rig", [_in_reason], indirect=True)
@@ -203,9 +211,10 @@ def _encoded(head: bytes, earlier: list[bytes]) -> bytes:
     from urllib.parse import quote
 
     token = _auth_of(head).decode()
-    body = ('{"token": "%s"}' % token.replace("/", "\\/")).encode()
+    body = b'{"token": "' + token.replace("/", "\\/").encode() + b'"}'
     return _reply(
-        body, f"location: https://localhost/login?next=x&token={quote(token, safe='')}".encode(),
+        body,
+        f"location: https://localhost/login?next=x&token={quote(token, safe='')}".encode(),
         status=b"302 Found",
     )
 
@@ -227,7 +236,11 @@ def _range(head: bytes, earlier: list[bytes]) -> bytes:
         if line.lower().startswith(b"range: bytes="):
             a, b = line.split(b"=", 1)[1].split(b"-")
             part = head[int(a) : int(b) + 1]
-            return _reply(part, b"content-range: bytes %s-%s/%d" % (a, b, len(head)), status=b"206 Partial Content")
+            return _reply(
+                part,
+                b"content-range: bytes %s-%s/%d" % (a, b, len(head)),
+                status=b"206 Partial Content",
+            )
     return _reply(head)
 
 
