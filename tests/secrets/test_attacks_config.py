@@ -1,0 +1,82 @@
+"""Attacks through a secret's source: a value the command can read without the proxy — a
+variable every command's environment gets anyway (the floor: PATH, LANG, LC_ALL, TZ), a file
+in the tree the commands run in a copy of (the copy carries it inside), or a file reached
+through a link in the tree (the command retargets the link: the next tool reads and sends to
+the bound host whatever file of the person's the command chose)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sprawl_orch import ExecTool
+from sprawl_orch.config import parse_config
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+
+VALUE = "ghp_atk_config_" + "5" * 20
+
+
+@pytest.mark.parametrize("source", ["LANG", "LC_ALL", "TZ", "PATH"])
+def test_a_source_every_command_gets_is_refused(source: str) -> None:
+    """`env = "TZ"`: the command's $TZ is the caller's, i.e. the value, in plain."""
+    with pytest.raises(SprawlError) as caught:
+        parse_config(
+            {
+                "sandbox": {
+                    "network": {"allow": ["api.example.org"]},
+                    "secrets": {"GH_PAT": {"hosts": ["api.example.org"], "env": source}},
+                }
+            }
+        )
+    assert caught.value.code is ErrorCode.CONFIG_INVALID
+    assert source in caught.value.detail
+
+
+def _tool_with_file(tmp_path: Path, file: Path) -> None:
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "native",
+                "network": {"allow": ["api.example.org"]},
+                "secrets": {"GH_PAT": {"hosts": ["api.example.org"], "file": str(file)}},
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
+    with ExecTool(config, tmp_path / "work", environ={"PATH": "/usr/bin:/bin"}):
+        pass
+
+
+@pytest.mark.parametrize("shape", ["in the tree", "link in the tree", "tree is a link"])
+def test_a_file_the_command_can_reach_is_refused(tmp_path: Path, shape: str) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    outside = tmp_path / "home-token"
+    outside.write_text(VALUE)
+    if shape == "in the tree":
+        file = work / ".secrets" / "gh"
+        file.parent.mkdir()
+        file.write_text(VALUE)
+    elif shape == "link in the tree":
+        file = work / "token-link"
+        file.symlink_to(outside)
+    else:
+        real = tmp_path / "elsewhere"
+        real.mkdir()
+        (real / "gh").write_text(VALUE)
+        (work / "sub").symlink_to(real)
+        file = work / "sub" / "gh"
+    with pytest.raises(SprawlError) as caught:
+        _tool_with_file(tmp_path, file)
+    err = caught.value
+    assert err.code is ErrorCode.CONFIG_INVALID
+    assert "[sandbox.secrets.GH_PAT] file" in err.detail
+    assert VALUE not in f"{err} {err.detail} {err.recovery}"
+
+
+def test_a_file_outside_the_tree_is_read(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    token = tmp_path / "token"
+    token.write_text(VALUE + "\n")
+    _tool_with_file(tmp_path, token)  # no refusal
