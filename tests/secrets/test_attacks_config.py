@@ -80,3 +80,25 @@ def test_a_file_outside_the_tree_is_read(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text(VALUE + "\n")
     _tool_with_file(tmp_path, token)  # no refusal
+
+
+def test_a_host_without_a_port_binds_443_only() -> None:
+    """docs/secrets.md: "a secret host without a port means 443". The allow-list entry without
+    a port allows every port, so `CONNECT api.example.org:8443` (another service on that
+    host: a staging server, a user's app) was intercepted and handed the value."""
+    from sprawl_orch.secrets.plan import specs_of
+    from sprawl_orch.secrets.run import SecretRun
+
+    config = parse_config(
+        {
+            "sandbox": {
+                "network": {"allow": ["api.example.org", "[::1]"]},
+                "secrets": {"GH_PAT": {"hosts": ["api.example.org", "::1"]}},
+            }
+        }
+    )
+    run = SecretRun(specs_of(config.sandbox, {"GH_PAT": VALUE}))
+    assert run.wants("api.example.org", 443) and run.wants("::1", 443)
+    for port in (80, 8443, 22):
+        assert not run.wants("api.example.org", port), port
+        assert not run.wants("::1", port), port
