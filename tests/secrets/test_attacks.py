@@ -271,3 +271,38 @@ def test_a_ranged_echo_does_not_hand_the_value_back_in_pieces(rig: Rig) -> None:
         pieces += _body(got)
     assert VALUE.encode() in rig.received()
     assert VALUE.encode() not in pieces, pieces
+
+
+def _stored_range(head: bytes, earlier: list[bytes]) -> bytes:
+    """Keeps request heads; `/last` serves the one before, ranged when asked."""
+    if b"GET /last" in head and earlier:
+        return _ranged(head, earlier[-1])
+    return _reply(b"ok")
+
+
+def _ranged(head: bytes, stored: bytes) -> bytes:
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"range: bytes="):
+            a, b = line.split(b"=", 1)[1].split(b"-")
+            span = b"content-range: bytes " + a + b"-" + b + b"/" + str(len(stored)).encode()
+            return _reply(stored[int(a) : int(b) + 1], span, status=b"206 Partial Content")
+    return _reply(stored)
+
+
+@pytest.mark.parametrize("rig", [_stored_range], indirect=True)
+def test_a_stored_echo_fetched_in_ranges_does_not_hand_the_value_back(rig: Rig) -> None:
+    """Each piece comes back to a request that carried no value, each response scanned on its
+    own: 10-byte pieces of a stored echo rebuilt the value."""
+    start = len(f"GET /store HTTP/1.1\r\nHost: localhost:{rig.up.port}\r\nauthorization: Bearer ")
+    pieces = b""
+    for at in range(start, start + len(VALUE), 10):
+        got = rig.send(
+            "GET /store HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Bearer PH\r\n\r\n"
+            f"GET /last HTTP/1.1\r\nHost: localhost:PORT\r\nRange: bytes={at}-{at + 9}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        second = got.find(b"HTTP/1.1 ", 1)
+        assert second > 0, got
+        pieces += _body(got[second:])
+    assert VALUE.encode() in rig.received()
+    assert VALUE.encode() not in pieces, pieces
