@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 _AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
 _ABSOLUTE = re.compile(r"(?i)https?://([^/?#]*)(?:[/?#].*)?", re.DOTALL)
 
+# Request headers that would let a response hold the value where no scan finds it: compressed,
+# or in pieces (tests/secrets/test_attacks.py).
+_UNSCANNABLE = frozenset({b"accept-encoding", b"range", b"if-range"})
+
 # Request headers the proxy does not pass on (hop-by-hop; RFC 9110 §7.6.1).
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade"})
 
@@ -102,15 +106,14 @@ class Session:
         # keeps what it received (a request bin, a debug page) serves it back to a later
         # request that carries none, and a gzip answer to that passed unread
         # (tests/secrets/test_attacks.py).
-        headers = [(k, v) for k, v in headers if k != b"accept-encoding"]
+        # Range likewise, on every request: each response is scanned on its own, and ranged
+        # answers (to the request itself, or later to a stored echo) handed the value back
+        # in pieces shorter than any needle, 10 bytes at a time. A server may answer any
+        # request whole (RFC 9110 §14.2); a resumed download to a bound host starts over.
+        headers = [(k, v) for k, v in headers if k not in _UNSCANNABLE]
         headers.append((b"accept-encoding", b"identity"))
-        if used:
-            # A ranged answer to a request carrying the value could hand it back in pieces
-            # shorter than any needle (10 bytes at a time rebuilt it); the whole echo is
-            # scrubbed instead.
-            headers = [(k, v) for k, v in headers if k not in (b"range", b"if-range")]
-            for name in used:
-                self.run.injected(name, host)
+        for name in used:
+            self.run.injected(name, host)
         out = h11.Request(method=request.method, target=target, headers=headers)
         await self.upstream.write(self.up.send(out) or b"")
         body = Scanner({s.placeholder: s.placeholder for s in self.run.secrets})
