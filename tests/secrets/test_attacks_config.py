@@ -102,3 +102,18 @@ def test_a_host_without_a_port_binds_443_only() -> None:
     for port in (80, 8443, 22):
         assert not run.wants("api.example.org", port), port
         assert not run.wants("::1", port), port
+
+
+def test_a_file_that_is_not_utf8_is_refused_with_a_code_never_quoting_it(tmp_path: Path) -> None:
+    """A latin-1 password file: read_text raised UnicodeDecodeError, not E_CONFIG_INVALID, and
+    that exception carries the whole file (its `object`, its args) to whatever prints it."""
+    (tmp_path / "work").mkdir()
+    token = tmp_path / "token"
+    token.write_bytes(VALUE.encode() + b"\xe9t\xe9")
+    with pytest.raises(SprawlError) as caught:
+        _tool_with_file(tmp_path, token)
+    err = caught.value
+    assert err.code is ErrorCode.CONFIG_INVALID
+    assert "[sandbox.secrets.GH_PAT] file" in err.detail
+    seen = f"{err!r} {err.detail} {err.recovery} {err.args!r} {err.__context__!r}"
+    assert VALUE not in seen and err.__cause__ is None
