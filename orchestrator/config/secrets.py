@@ -213,6 +213,14 @@ def refuse_files_in_tree(secrets: Mapping[str, SecretConfig], workdir: Path) -> 
                 )
 
 
+def _utf8(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Dropped here, never chained: it carries the whole file.
+        return None
+
+
 def read_values(secrets: Mapping[str, SecretConfig], environ: Mapping[str, str]) -> dict[str, str]:
     """Each secret's value from the caller's environment or its file; E_CONFIG_INVALID naming
     the variable or file that is missing (never a value)."""
@@ -220,7 +228,7 @@ def read_values(secrets: Mapping[str, SecretConfig], environ: Mapping[str, str])
     for name, secret in secrets.items():
         if secret.file is not None:
             try:
-                value = Path(os.path.expanduser(secret.file)).read_text().strip()
+                data = Path(os.path.expanduser(secret.file)).read_bytes()
             except OSError as err:
                 raise _refuse(
                     name,
@@ -229,6 +237,18 @@ def read_values(secrets: Mapping[str, SecretConfig], environ: Mapping[str, str])
                     f"cannot be read: {err.strerror}",
                     "create it (mode 0600), or read the value from the environment instead",
                 ) from None
+            # Decoded outside any `except`: a UnicodeDecodeError holds the whole file (its
+            # `object`, its args), and raising in its handler would chain it to the refusal.
+            text = _utf8(data)
+            if text is None:
+                raise _refuse(
+                    name,
+                    "file",
+                    str(secret.file),
+                    "is not UTF-8 text (its content is not shown)",
+                    "store the value as UTF-8 on one line",
+                )
+            value = text.strip()
         else:
             source = secret.env or name
             found = environ.get(source)
