@@ -359,3 +359,25 @@ def test_a_stored_basic_echo_fetched_on_a_new_connection_is_scrubbed(rig: Rig) -
     sent = _auth_of(rig.up.heads[0])
     assert VALUE.encode() in base64.b64decode(sent)  # the bound host did get it
     assert sent not in _body(got), got
+
+
+@pytest.mark.parametrize(
+    ("target", "host"),
+    [
+        ("/", "LOCALHOST:PORT"),
+        ("/", "localhost.:PORT"),
+        ("https://localhost:PORT/x", "localhost:PORT"),
+        ("HTTPS://LOCALHOST.:PORT?x", "localhost:PORT"),
+    ],
+)
+def test_the_tunnels_host_in_any_spelling_still_gets_the_value(
+    rig: Rig, target: str, host: str
+) -> None:
+    """The strict Host check is not a refusal of the same host spelled otherwise."""
+    got = rig.send(
+        f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer PH\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert VALUE.encode() in rig.received()
+    _no_value(got)
