@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from sprawl_orch.core.environment import FLOOR
 from sprawl_orch.core.errors import ConfigError, ErrorCode
 from sprawl_orch.egress.rules import Rules, parse_entry
 
@@ -154,6 +155,18 @@ def check_secrets(
                 "name the secret after the variable the tool reads its token from",
             )
         for source in {name, secret.env or name}:
+            if source in FLOOR and source != name:
+                # `env = "TZ"`: every command's environment carries the caller's $TZ (the
+                # floor), so the command read the value in plain (tests/secrets/
+                # test_attacks_config.py). A secret *named* TZ only replaces it.
+                raise _refuse(
+                    name,
+                    "env",
+                    source,
+                    f"every command's environment gets ${source} as it is (the floor: "
+                    f"{', '.join(FLOOR)}): the command would see the value",
+                    "keep the value in a variable of its own and name that in `env`",
+                )
             if source in passed:
                 raise _refuse(
                     name,
@@ -177,6 +190,37 @@ def check_secrets(
                 )
 
 
+def refuse_files_in_tree(secrets: Mapping[str, SecretConfig], workdir: Path) -> None:
+    """E_CONFIG_INVALID for a `file` the command can reach: inside the tree (the copy carries
+    it in: `cat .secrets/gh` printed the value), or through a link in it (the command
+    retargets the link, and the next tool reads and sends whatever file of the person's it
+    chose). Checked on the path as written and on its real path, before any value is read."""
+    tree = (os.path.abspath(workdir), os.path.realpath(workdir))
+    for name, secret in secrets.items():
+        if secret.file is None:
+            continue
+        written = os.path.abspath(os.path.expanduser(secret.file))
+        for path in (written, os.path.realpath(written)):
+            if any(path == t or path.startswith(t.rstrip(os.sep) + os.sep) for t in tree):
+                raise _refuse(
+                    name,
+                    "file",
+                    str(secret.file),
+                    f"is inside the working directory {tree[1]}, which the commands run in a "
+                    "copy of: they would read the value from it",
+                    "keep the value's file outside the working directory (e.g. ~/.config, "
+                    "mode 0600), or read it from the environment",
+                )
+
+
+def _utf8(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Dropped here, never chained: it carries the whole file.
+        return None
+
+
 def read_values(secrets: Mapping[str, SecretConfig], environ: Mapping[str, str]) -> dict[str, str]:
     """Each secret's value from the caller's environment or its file; E_CONFIG_INVALID naming
     the variable or file that is missing (never a value)."""
@@ -184,7 +228,7 @@ def read_values(secrets: Mapping[str, SecretConfig], environ: Mapping[str, str])
     for name, secret in secrets.items():
         if secret.file is not None:
             try:
-                value = Path(os.path.expanduser(secret.file)).read_text().strip()
+                data = Path(os.path.expanduser(secret.file)).read_bytes()
             except OSError as err:
                 raise _refuse(
                     name,
@@ -193,6 +237,18 @@ def read_values(secrets: Mapping[str, SecretConfig], environ: Mapping[str, str])
                     f"cannot be read: {err.strerror}",
                     "create it (mode 0600), or read the value from the environment instead",
                 ) from None
+            # Decoded outside any `except`: a UnicodeDecodeError holds the whole file (its
+            # `object`, its args), and raising in its handler would chain it to the refusal.
+            text = _utf8(data)
+            if text is None:
+                raise _refuse(
+                    name,
+                    "file",
+                    str(secret.file),
+                    "is not UTF-8 text (its content is not shown)",
+                    "store the value as UTF-8 on one line",
+                )
+            value = text.strip()
         else:
             source = secret.env or name
             found = environ.get(source)

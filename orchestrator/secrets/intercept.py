@@ -12,9 +12,9 @@ the command. Responses to a request that carried a value are asked uncompressed
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import h11
 
@@ -26,8 +26,23 @@ from sprawl_orch.secrets.tls import TlsEnd
 if TYPE_CHECKING:
     from sprawl_orch.egress.flows import Flow
 
+# What a Host header or an absolute-form target's authority may be: a name or an IP literal and
+# an optional port (RFC 9110 §7.2 has no userinfo there).
+_AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
+_ABSOLUTE = re.compile(r"(?i)https?://([^/?#]*)(?:[/?#].*)?", re.DOTALL)
+
+# Request headers that would let a response hold the value where no scan finds it: compressed,
+# or in pieces (tests/secrets/test_attacks.py).
+_UNSCANNABLE = frozenset({b"accept-encoding", b"range", b"if-range"})
+
 # Request headers the proxy does not pass on (hop-by-hop; RFC 9110 §7.6.1).
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade"})
+
+
+def _scrub(data: bytes, forms: dict[bytes, bytes]) -> bytes:
+    for form, placeholder in forms.items():
+        data = data.replace(form, placeholder)
+    return data
 
 
 class Cut(Exception):
@@ -87,11 +102,18 @@ class Session:
                 self.down.send(h11.InformationalResponse(status_code=100, headers=[]))
             )
         headers = [(k, v) for k, v in headers if k != b"expect"]
-        if used:
-            headers = [(k, v) for k, v in headers if k != b"accept-encoding"]
-            headers.append((b"accept-encoding", b"identity"))
-            for name in used:
-                self.run.injected(name, host)
+        # Every request here asks identity, not only one carrying the value: a bound host that
+        # keeps what it received (a request bin, a debug page) serves it back to a later
+        # request that carries none, and a gzip answer to that passed unread
+        # (tests/secrets/test_attacks.py).
+        # Range likewise, on every request: each response is scanned on its own, and ranged
+        # answers (to the request itself, or later to a stored echo) handed the value back
+        # in pieces shorter than any needle, 10 bytes at a time. A server may answer any
+        # request whole (RFC 9110 §14.2); a resumed download to a bound host starts over.
+        headers = [(k, v) for k, v in headers if k not in _UNSCANNABLE]
+        headers.append((b"accept-encoding", b"identity"))
+        for name in used:
+            self.run.injected(name, host)
         out = h11.Request(method=request.method, target=target, headers=headers)
         await self.upstream.write(self.up.send(out) or b"")
         body = Scanner({s.placeholder: s.placeholder for s in self.run.secrets})
@@ -122,14 +144,17 @@ class Session:
         said = [names.get(b"host", b"").decode("latin-1")]
         target = bytes(request.target).decode("latin-1")
         if not target.startswith("/") and target != "*":
-            said.append(urlsplit(target).netloc)
+            absolute = _ABSOLUTE.match(target)
+            said.append(absolute.group(1) if absolute else "")
         for authority in said:
-            try:
-                parts = urlsplit("//" + authority)
-                name, port = normal_host(parts.hostname or ""), parts.port or self.flow.port
-            except ValueError:
-                name, port = "", 0
-            if (name, port) != (self.flow.host, self.flow.port):
+            # Only `name[:port]` or `[v6][:port]`, nothing else: urlsplit reads past '@', '\\',
+            # '/', '#' and '?' to a hostname, while a front end may route by the part before
+            # them (`Host: evil.example@bound` passed the check and reached the upstream as
+            # it was written; tests/secrets/test_attacks.py).
+            shape = _AUTHORITY.fullmatch(authority)
+            name = normal_host(shape.group(1).strip("[]")) if shape else ""
+            port = int(shape.group(2)) if shape and shape.group(2) else self.flow.port
+            if (name, port) != (self.flow.host.strip("[]"), self.flow.port):
                 raise Cut(
                     f"a request for {authority!r} inside the tunnel to "
                     f"{self.flow.host}:{self.flow.port} (Host must name the tunnel's host)"
@@ -137,7 +162,9 @@ class Session:
 
     async def _answer(self, method: bytes, used: set[str], echoes: dict[bytes, bytes]) -> None:
         forms = {f: s.placeholder for s in self.run.secrets for f in s.forms()}
-        forms.update(echoes)
+        # Every form sent in this run, not this request's only: a stored echo of git's
+        # re-encoded Basic blob came back to a later request, on another connection.
+        forms.update(self.run.sent_forms(echoes))
         while True:
             event = await self._event(self.up, self.upstream)
             if isinstance(event, h11.InformationalResponse):
@@ -147,18 +174,24 @@ class Session:
             raise Cut(f"the upstream answered {type(event).__name__}")
         headers = []
         for key, value in event.headers:
-            for form, placeholder in forms.items():
-                value = value.replace(form, placeholder)
-            if used and key == b"content-length" and method != b"HEAD":
+            key, value = _scrub(key, forms), _scrub(value, forms)
+            if key == b"content-length" and method != b"HEAD":
                 continue  # scrubbing may change the length: the body goes chunked
+            if key == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
+                # Every Content-Encoding line, not the last one only (a second `identity`
+                # line hid a gzip body), on every response: a stored echo comes back to a
+                # request that carried no value.
+                raise Cut(
+                    "the upstream sent a compressed response (asked for identity) on an "
+                    "intercepted connection; it could hold the value unseen, so it was not "
+                    "passed on"
+                )
             headers.append((key, value))
-        encoding = dict(event.headers).get(b"content-encoding", b"identity").lower()
-        if used and encoding not in (b"identity", b""):
-            raise Cut(
-                "the upstream sent a compressed response to a request carrying a secret "
-                "(asked for identity); it could hold the value unseen, so it was not passed on"
-            )
-        response = h11.Response(status_code=event.status_code, headers=headers, reason=event.reason)
+        response = h11.Response(
+            status_code=event.status_code,
+            headers=headers,
+            reason=_scrub(bytes(event.reason), forms),  # an error page's "401 bad token …"
+        )
         await self.client.write(self.down.send(response) or b"")
         scrub = Scanner(forms)
         while True:

@@ -12,7 +12,7 @@ from pathlib import Path
 from sprawl_orch.config import SandboxConfig
 from sprawl_orch.config.secrets import read_values
 from sprawl_orch.egress.plan import EgressPlan, host_bundle
-from sprawl_orch.egress.rules import Rules
+from sprawl_orch.egress.rules import Rules, parse_entry
 from sprawl_orch.secrets.spec import BUNDLE_INSIDE, Spec, phrase
 
 _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
@@ -31,6 +31,16 @@ def not_dumpable() -> bool:
         return False
 
 
+def _on_443(text: str) -> str:
+    """A secret host without a port means 443 (docs/secrets.md; check_secrets checks it so
+    against the allow-list). Rules read no port as every port: `CONNECT host:8443`, another
+    service on that host, was intercepted and handed the value."""
+    entry = parse_entry(text)
+    if entry.port is not None:
+        return text
+    return f"[{entry.host}]:443" if ":" in entry.host else f"{entry.host}:443"
+
+
 def specs_of(sandbox: SandboxConfig, environ: Mapping[str, str]) -> tuple[Spec, ...]:
     """Every configured secret with its value (E_CONFIG_INVALID when one is missing)."""
     values = read_values(sandbox.secrets, environ)
@@ -38,7 +48,7 @@ def specs_of(sandbox: SandboxConfig, environ: Mapping[str, str]) -> tuple[Spec, 
     return tuple(
         Spec(
             name=name,
-            hosts=Rules.parse(secret.hosts),
+            hosts=Rules.parse(tuple(_on_443(h) for h in secret.hosts)),
             host_list=secret.hosts,
             value=values[name],
             header=secret.header,

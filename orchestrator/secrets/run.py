@@ -22,6 +22,7 @@ class SecretRun:
     _counts: dict[tuple[str, str], int] = field(default_factory=dict)
     _leaks: list[dict[str, str]] = field(default_factory=list)
     _echoes: dict[str, int] = field(default_factory=dict)
+    _sent: dict[bytes, bytes] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _upstream: ssl.SSLContext | None = None
 
@@ -73,6 +74,13 @@ class SecretRun:
         self.check_plain(host, "plain HTTP url", target, ())
         for key, value in headers:
             self.check_plain(host, f"plain HTTP header {key.decode('latin-1')}", value, ())
+
+    def sent_forms(self, new: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        """Every header form of a value sent so far in this run (-> what the command wrote),
+        `new` added: what any later response is scrubbed of."""
+        with self._lock:
+            self._sent.update(new)
+            return dict(self._sent)
 
     def injected(self, name: str, host: str) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ import base64
 import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from urllib.parse import quote, quote_plus
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,22 @@ class Bound:
     def forms(self) -> tuple[bytes, ...]:
         """The value as an echoing upstream could send it back: raw, and every credential
         form the proxy itself puts on the wire (scrubbed from responses)."""
-        out = [self.value]
+        text = self.value.decode()
+        # As servers quote it back: percent-encoded (a redirect's Location, a query) and JSON
+        # with '/' escaped (PHP's json_encode); a value with '/', '+' or '=' (a standard
+        # base64 key) came back so, unscrubbed (tests/secrets/test_attacks.py).
+        out = [
+            self.value,
+            *{
+                form
+                for form in (
+                    quote(text, safe="").encode(),
+                    quote_plus(text, safe="").encode(),
+                    self.value.replace(b"/", b"\\/"),
+                )
+                if form != self.value
+            },
+        ]
         if self.header is not None:
             out.append(self.format.format(value=self.value.decode()).encode())
         if self.basic_user is not None:

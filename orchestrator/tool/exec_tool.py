@@ -31,6 +31,7 @@ from typing import BinaryIO, Literal
 from sprawl_orch.changes.changes import Changes
 from sprawl_orch.changes.workspace import check_name
 from sprawl_orch.config import Config, load_config, with_warm
+from sprawl_orch.config.secrets import refuse_files_in_tree
 from sprawl_orch.config.state import ledger_path, refuse_state_in_tree, state_dir
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy.store import Lease
@@ -150,6 +151,7 @@ class ExecTool(ChangesApi, BacklogApi):
         self._guardian: Guardian | None = None
         # Before prepare_state: a refusal writes nothing into the tree (raised to the caller).
         refuse_state_in_tree(self.workdir, config, self.environ)
+        refuse_files_in_tree(config.sandbox.secrets, self.workdir)
         self.state = prepare_state(state_dir(config, self.environ))
         self.evidence = Evidence(self.state / "admission")
         self._arms = ToolArm(
