@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import time
 from typing import Protocol
@@ -17,7 +18,7 @@ from sprawl_orch.egress import relay
 from sprawl_orch.egress.addresses import host_addresses, refused
 from sprawl_orch.egress.hello import RECORD_HEADER, NotTls, parse_hello, record_length
 from sprawl_orch.egress.record import Egress
-from sprawl_orch.egress.rules import IpAddress, Rules, literal, normal_host
+from sprawl_orch.egress.rules import AUTHORITY, IpAddress, Rules, literal, normal_host
 
 CHUNK = 256 * 1024
 # A stream's read buffer: asyncio's 64 KiB default paused the socket every 128 KiB and halved
@@ -37,6 +38,9 @@ _HOP = frozenset(
         b"upgrade",
     }
 )
+
+# The authority of an absolute-form target (`http://host:port/path`), checked as a Host is.
+_ABSOLUTE_AUTHORITY = re.compile(r"(?i)[a-z][a-z0-9+.-]*://([^/?#]*)")
 
 
 class Refused(Exception):
@@ -208,7 +212,7 @@ class Flow:
             host, port = parts.hostname, parts.port
         except ValueError as err:
             raise Refused(f"CONNECT target {target!r} is not host:port: {err}", 400) from err
-        if not host or port is None or parts.path or parts.username is not None:
+        if not host or port is None or not AUTHORITY.fullmatch(target):
             raise Refused(f"CONNECT target {target!r} is not host:port", 400)
         self.host, self.port = normal_host(host), port
         await self._checked_connect()
@@ -296,6 +300,16 @@ class Flow:
             # second request the proxy never checked (request smuggling, RFC 9112 §6.3).
             raise Refused("a request with both Transfer-Encoding and Content-Length", 400)
         host_header = next((v.decode("ascii", "replace") for k, v in headers if k == b"host"), "")
+        authority = host_header
+        if not target.startswith("/"):
+            absolute = _ABSOLUTE_AUTHORITY.match(target)
+            authority = absolute.group(1) if absolute else target
+        for named in filter(None, (host_header, authority)):
+            if not AUTHORITY.fullmatch(named):
+                # `Host: evil.example@allowed` passed urlsplit's reading (hostname: allowed)
+                # and went upstream as written; a front end routing by the part before '@'
+                # takes it elsewhere (the secrets attacker's finding, issue 25).
+                raise Refused(f"{named!r} is not a host[:port]", 400)
         try:
             by_header = urlsplit("//" + host_header)
             url = urlsplit(target) if not target.startswith("/") else by_header

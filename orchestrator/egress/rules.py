@@ -45,6 +45,13 @@ class Entry:
         return host == self.host
 
 
+# An authority as a request may name one: `name[:port]` or `[v6][:port]`, nothing else.
+# urlsplit reads past '@', '\\', '/', '#' and '?' to a hostname, while a front end may route by
+# the part before them (`Host: evil.example@allowed` passed a urlsplit check and went upstream
+# as written: tests/secrets/test_attacks.py, and the plain path's own test).
+AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
+
+
 def normal_host(host: str) -> str:
     """The form names are compared in: lower case, one trailing dot dropped."""
     return host.lower().removesuffix(".")

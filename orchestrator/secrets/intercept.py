@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import h11
 
-from sprawl_orch.egress.rules import normal_host
+from sprawl_orch.egress.rules import AUTHORITY, normal_host
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.swap import Scanner, holds, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 # What a Host header or an absolute-form target's authority may be: a name or an IP literal and
 # an optional port (RFC 9110 §7.2 has no userinfo there).
-_AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
 _ABSOLUTE = re.compile(r"(?i)https?://([^/?#]*)(?:[/?#].*)?", re.DOTALL)
 
 # Request headers that would let a response hold the value where no scan finds it: compressed,
@@ -151,7 +150,7 @@ class Session:
             # '/', '#' and '?' to a hostname, while a front end may route by the part before
             # them (`Host: evil.example@bound` passed the check and reached the upstream as
             # it was written; tests/secrets/test_attacks.py).
-            shape = _AUTHORITY.fullmatch(authority)
+            shape = AUTHORITY.fullmatch(authority)
             name = normal_host(shape.group(1).strip("[]")) if shape else ""
             port = int(shape.group(2)) if shape and shape.group(2) else self.flow.port
             if (name, port) != (self.flow.host.strip("[]"), self.flow.port):

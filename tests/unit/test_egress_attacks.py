@@ -274,6 +274,39 @@ def test_transfer_encoding_with_content_length_is_refused(
     assert "Transfer-Encoding and Content-Length" in record.reason
 
 
+@pytest.mark.parametrize(
+    ("target", "host_header"),
+    [
+        ("/", "evil.example@localhost:{port}"),
+        ("http://evil.example@localhost:{port}/", "localhost:{port}"),
+        ("/", "localhost:{port}\\@evil.example"),
+        ("/", "localhost:{port}/x"),
+    ],
+)
+def test_an_authority_that_is_not_host_port_is_refused(
+    make_proxy: Make, plain_up: Upstream, target: str, host_header: str
+) -> None:
+    # Was a break (found attacking issue 25): urlsplit reads `evil.example@localhost` as host
+    # localhost, and the Host line went upstream as written, for a front end to route by the
+    # part before '@'.
+    proxy, address = make_proxy(f"localhost:{plain_up.port}", "127.0.0.1", "::1")
+    port = plain_up.port
+    head = (
+        f"GET {target.format(port=port)} HTTP/1.1\r\nhost: {host_header.format(port=port)}\r\n\r\n"
+    ).encode()
+    answer = _read_all(_plain(address, head))
+    assert answer.startswith(b"HTTP/1.1 400") and plain_up.served() == 0
+    (record,) = _records(proxy)
+    assert "is not a host[:port]" in record.reason
+
+
+def test_a_connect_target_with_userinfo_is_refused(make_proxy: Make, tls_up: Upstream) -> None:
+    _proxy, address = make_proxy(f"localhost:{tls_up.port}", "127.0.0.1", "::1")
+    status, sock = connect_through(address, f"evil.example@localhost:{tls_up.port}")
+    sock.close()
+    assert status == 400
+
+
 def test_every_connection_is_recorded(make_proxy: Make, plain_up: Upstream) -> None:
     # Was a break: a name the idna codec refuses and an HTTP/1.0 request without Host
     # raised past the flow: no record, no answer.
