@@ -31,9 +31,13 @@ import time
 from pathlib import Path
 from typing import TypedDict
 
-from sprawl_orch.core.exec_place import peer_uid
+from sprawl_orch.core.exec_place import context, peer
 
 IDLE_SECONDS = 300.0
+# The signals a client forwards (client/exec_client.py FORWARDED), as their lines say them.
+FORWARDED = {
+    str(int(s)).encode(): s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGWINCH)
+}
 HEADER_LIMIT = 8 << 20  # argv + environment; the kernel's ARG_MAX is far below
 
 
@@ -86,6 +90,11 @@ def serve(path: Path, idle: float) -> int:
         return 0  # another server won the start: its socket is the one clients reach
     os.ftruncate(lock, 0)
     os.write(lock, f"{os.getpid()}\n".encode())  # `sprawl-orch server status|stop` read it
+    # Each call takes its caller's umask and directory; the server's own are no caller's (it
+    # kept its first caller's: a later umask-077 caller's command ran with umask 000).
+    os.chdir("/")
+    os.umask(0o077)
+    own = context()
     preload()
     # a dead server's socket, or none (we hold the lock: no live one serves it)
     with contextlib.suppress(FileNotFoundError):
@@ -122,12 +131,17 @@ def serve(path: Path, idle: float) -> int:
             for fd, _ in poller.poll(1000):
                 if fd == listener.fileno():
                     conn, _ = listener.accept()
-                    if peer_uid(conn) != os.getuid():
-                        conn.close()  # another uid's: nothing read, nothing answered
+                    if not _same(conn, own):
+                        conn.close()  # another uid's or context's: nothing read or answered
                         continue
                     pid = os.fork()
                     if pid == 0:
                         listener.close()
+                        # other callers' connections and calls are not this call's: held
+                        # here, a dead server's caller waited on a live call's copy for EOF
+                        for pidfd, (_, other) in calls.items():
+                            os.close(pidfd)
+                            other.close()
                         _call(conn)  # never returns
                     pidfd = os.pidfd_open(pid)
                     calls[pidfd] = (pid, conn)
@@ -147,6 +161,16 @@ def serve(path: Path, idle: float) -> int:
     return 0
 
 
+def _same(conn: socket.socket, own: str) -> bool:
+    """The peer is of our uid and our context (exec_place.context): a call runs in the
+    server's namespaces, groups and capabilities, so a caller with fewer must not reach it."""
+    try:
+        pid, uid = peer(conn)
+        return uid == os.getuid() and context(pid) == own
+    except OSError:  # the peer is gone, or its /proc is not ours to read: refused
+        return False
+
+
 def _answer(conn: socket.socket, status: int) -> None:
     """A call that ended by a signal can't say so itself: the server says it. (An exit status
     the call sent already; the client reads the first line only.)"""
@@ -164,6 +188,7 @@ def _call(conn: socket.socket) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         request = _receive(conn)
+        os.umask(request["umask"])
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -200,6 +225,7 @@ class Call(TypedDict):
     args: list[str]
     cwd: str
     env: dict[str, str]
+    umask: int
 
 
 def _receive(conn: socket.socket) -> Call:
@@ -225,11 +251,19 @@ def _receive(conn: socket.socket) -> Call:
         and isinstance(request.get("cwd"), str)
         and isinstance(request.get("args"), list)
         and all(isinstance(a, str) for a in request["args"])
+        and isinstance(request.get("umask"), int)
+        and 0 <= request["umask"] <= 0o777
         and isinstance(request.get("env"), dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items())
     ):
         raise ValueError("not an exec call")
-    return Call(op="exec", args=request["args"], cwd=request["cwd"], env=request["env"])
+    return Call(
+        op="exec",
+        args=request["args"],
+        cwd=request["cwd"],
+        env=request["env"],
+        umask=request["umask"],
+    )
 
 
 def _end_children() -> None:
@@ -239,12 +273,22 @@ def _end_children() -> None:
     (test_exec_client's client SIGKILL saw it under load)."""
     import psutil
 
+    from sprawl_orch.runs.guardian_client import STARTED
+
     mine = os.getpgid(0)
     try:
         children = psutil.Process().children(recursive=True)
+        # the guardian this call started is the one that cleans up after it: spared, with
+        # what it runs (killed, nothing removed the container of a client's SIGKILL)
+        spared = set(STARTED)
+        for guardian in STARTED:
+            with contextlib.suppress(psutil.Error):  # gone already: nothing to spare
+                spared |= {p.pid for p in psutil.Process(guardian).children(recursive=True)}
     except psutil.Error:  # this process is going away anyway; the guardian does the rest
         return
     for child in children:
+        if child.pid in spared:
+            continue
         with contextlib.suppress(ProcessLookupError, PermissionError):  # gone already
             group = os.getpgid(child.pid)
             if group != mine:
@@ -270,8 +314,10 @@ def _watch(conn: socket.socket) -> None:
             buffered += chunk
             while b"\n" in buffered:
                 line, buffered = buffered.split(b"\n", 1)
-                if line.startswith(b"S") and line[1:].isdigit():
-                    os.kill(os.getpid(), int(line[1:]))
+                # only what the client forwards: any other number raised here (S99999:
+                # OverflowError) and ended this thread, and with it the lifeline
+                if line[:1] == b"S" and line[1:] in FORWARDED:
+                    os.kill(os.getpid(), FORWARDED[line[1:]])
 
     threading.Thread(target=watch, name="sprawl-lifeline", daemon=True).start()
 

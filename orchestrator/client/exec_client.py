@@ -68,6 +68,7 @@ def start_server(path: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        cwd="/",  # the first caller's directory is no later caller's (nor kept busy)
         close_fds=True,
     )
 
@@ -114,7 +115,13 @@ def run(args: list[str]) -> NoReturn:
     except (Refused, OSError) as err:
         in_process(args, str(err))
     header = json.dumps(
-        {"op": "exec", "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+        {
+            "op": "exec",
+            "args": args,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "umask": _umask(),
+        }
     ).encode()
     saved = _terminal_state()
     try:
@@ -136,6 +143,13 @@ def run(args: list[str]) -> NoReturn:
         answer += chunk
     _restore(saved)
     _exit(answer.decode(errors="replace").strip())
+
+
+def _umask() -> int:
+    """Ours, for the call (the server's is not the caller's); set back at once (one thread)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def _forward(conn: socket.socket, signum: int) -> None:

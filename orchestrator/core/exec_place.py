@@ -91,13 +91,60 @@ def check_private(path: Path, kind: object, what: str) -> None:
         raise Refused(f"{path} is open to others (mode {st.st_mode & 0o777:o}): refused")
 
 
+# What confines a process beyond its uid (/proc/PID/status): a caller run with fewer groups or
+# capabilities, no_new_privs or a seccomp filter must not have its command run by a server
+# that has more (an `unshare -n setpriv --no-new-privs` caller's command ran with the host's
+# network and without no_new_privs through a server started outside).
+STATUS_FIELDS = (
+    "Gid",
+    "Groups",
+    "CapInh",
+    "CapPrm",
+    "CapEff",
+    "CapBnd",
+    "CapAmb",
+    "NoNewPrivs",
+    "Seccomp",
+    "Seccomp_filters",
+)
+NAMESPACES = ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup", "time")
+
+
+def context(pid: int | str = "self") -> str:
+    """Everything that confines process `pid` besides its uid: status fields, namespaces,
+    cgroup, root directory and resource limits. A call runs in the server's context, so the
+    server serves only callers of exactly its own; OSError when it can't be read."""
+    proc = Path("/proc") / str(pid)
+    parts = [
+        line
+        for line in (proc / "status").read_text().splitlines()
+        if line.split(":", 1)[0] in STATUS_FIELDS
+    ]
+    for name in NAMESPACES:
+        try:
+            parts.append(os.readlink(proc / "ns" / name))
+        except FileNotFoundError:  # a kernel without this namespace kind: same for all
+            parts.append(f"{name}:none")
+    root = os.stat(proc / "root")
+    parts.append(f"root:{root.st_dev}:{root.st_ino}")
+    parts.append((proc / "cgroup").read_text())
+    parts.append((proc / "limits").read_text())
+    return "\n".join(parts)
+
+
 def socket_path(environ: dict[str, str]) -> Path:
-    key = [os.getuid(), code_stamp(), *(environ.get(n, "") for n in KEY_NAMES)]
+    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in KEY_NAMES)]
     name = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
     return runtime_dir(environ) / f"exec-{name}.sock"
 
 
 def peer_uid(conn: socket.socket) -> int:
     """The connected peer's uid, as the kernel says (SO_PEERCRED: pid, uid, gid)."""
+    return peer(conn)[1]
+
+
+def peer(conn: socket.socket) -> tuple[int, int]:
+    """The connected peer's (pid, uid), as the kernel says (SO_PEERCRED: pid, uid, gid)."""
     raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", raw)[1])
+    pid, uid, _ = struct.unpack("3i", raw)
+    return int(pid), int(uid)

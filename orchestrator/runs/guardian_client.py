@@ -56,6 +56,11 @@ CONNECT_SECONDS = 10.0
 # installed (pyproject's package-dir maps the folders under sprawl_orch).
 _ROOT = Path(__file__).resolve().parents[2]
 GUARDIAN_CODE = _ROOT / "guardian"
+# The guardians this process started (pids): still its children until it exits, and the exec
+# server's call kills every child of its own before it dies (cli/exec_server.py) -- the
+# guardian among them was killed with the call it was to clean up after (a client SIGKILL
+# left the container running).
+STARTED: set[int] = set()
 
 
 def _read_reply(sock: socket.socket) -> Reply | None:
@@ -209,7 +214,7 @@ class Guardian(Watcher):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
         log = open(self.log, "ab") if self.log else None  # noqa: SIM115
         try:
-            return subprocess.Popen(
+            process = subprocess.Popen(
                 argv,
                 stdin=stdin,
                 stdout=subprocess.DEVNULL,
@@ -220,6 +225,8 @@ class Guardian(Watcher):
                 close_fds=True,
                 pass_fds=pass_fds,
             )
+            STARTED.add(process.pid)
+            return process
         finally:
             if log is not None:
                 log.close()
