@@ -22,6 +22,11 @@ behind the filter; here nothing does, so the filter itself must close what they 
   flags sit behind a pointer; glibc falls back to clone): a user namespace of its own would
   give the command every capability over new mounts and namespaces (bwrap's
   --disable-userns).
+- SysV IPC (`shmget/shmat/shmctl/shmdt`, `msgget/msgsnd/msgrcv/msgctl`,
+  `semget/semop/semtimedop/semctl`) -> EPERM: bwrap unshares the IPC namespace; here the
+  host's is shared, so a 0666 queue or segment of any host process is a channel out (a
+  segment is attached by its small integer id alone, no shmget needed), and an object the
+  command makes outlives it (test_landlock_real.py::test_no_sysv_ipc_with_the_host).
 - `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` -> EPERM: keystrokes pushed into a terminal (the
   helper runs in a session of its own with no terminal; this is the second lock).
 
@@ -84,13 +89,40 @@ class Extra:
     sendto: int
     sendmsg: int
     sendmmsg: int
+    sysv_ipc: tuple[int, ...]  # shm*, msg*, sem* (every call takes an id or makes one)
 
 
 EXTRA: dict[int, Extra] = {
     # x86_64 (AUDIT_ARCH_X86_64)
-    0xC000003E: Extra(112, 109, 272, 308, 56, 435, 50, 16, 44, 46, 307),
+    0xC000003E: Extra(
+        112,
+        109,
+        272,
+        308,
+        56,
+        435,
+        50,
+        16,
+        44,
+        46,
+        307,
+        (29, 30, 31, 67, 68, 69, 70, 71, 64, 65, 220, 66),
+    ),
     # aarch64 (AUDIT_ARCH_AARCH64)
-    0xC00000B7: Extra(157, 154, 97, 268, 220, 435, 201, 29, 206, 211, 269),
+    0xC00000B7: Extra(
+        157,
+        154,
+        97,
+        268,
+        220,
+        435,
+        201,
+        29,
+        206,
+        211,
+        269,
+        (194, 196, 195, 197, 186, 189, 188, 187, 190, 193, 192, 191),
+    ),
 }
 
 
@@ -115,6 +147,7 @@ def build(abi: Abi) -> bytes:
                 _op(_JEQ_K, nr, "eperm")
                 for nr in (more.setsid, more.setpgid, more.unshare, more.setns, more.listen)
             ),
+            *(_op(_JEQ_K, nr, "eperm") for nr in more.sysv_ipc),
             _op(_JEQ_K, more.clone, "clone"),
             _op(_JEQ_K, more.ioctl, "ioctl"),
             _op(_JEQ_K, more.sendmsg, "flags2"),

@@ -162,9 +162,11 @@ def test_the_program_refuses_what_no_namespace_stops(machine: str) -> None:
     program = build(abi)
     n = {  # per-arch numbers
         "x86_64": {"setsid": 112, "setpgid": 109, "unshare": 272, "clone": 56, "clone3": 435,
-                   "listen": 50, "ioctl": 16, "sendto": 44, "sendmsg": 46, "read": 0},
+                   "listen": 50, "ioctl": 16, "sendto": 44, "sendmsg": 46, "read": 0,
+                   "shmat": 30, "msgsnd": 69, "semop": 65, "shmget": 29},
         "aarch64": {"setsid": 157, "setpgid": 154, "unshare": 97, "clone": 220, "clone3": 435,
-                    "listen": 201, "ioctl": 29, "sendto": 206, "sendmsg": 211, "read": 63},
+                    "listen": 201, "ioctl": 29, "sendto": 206, "sendmsg": 211, "read": 63,
+                    "shmat": 196, "msgsnd": 189, "semop": 193, "shmget": 194},
     }[machine]  # fmt: skip
 
     def run(nr: int, *args: int) -> int:
@@ -198,6 +200,8 @@ def test_the_program_refuses_what_no_namespace_stops(machine: str) -> None:
     assert run(n["sendmsg"], 3, 0, 0x20000000) == EPERM
     assert run(abi.io_uring[0]) == ENOSYS
     assert run(abi.keyring[2]) == EPERM
+    for ipc in ("shmat", "msgsnd", "semop", "shmget"):  # the host's IPC namespace
+        assert run(n[ipc], 0, 0, 0) == EPERM, ipc
     assert run(n["read"] | 0x40000000) == ENOSYS  # x32
 
 
