@@ -387,3 +387,60 @@ def test_no_sysv_ipc_with_the_host(tmp_path: Path) -> None:
         libc.shmdt(ctypes.c_void_p(mem))
         for kind, ipc_id in [("shm", shm), *made]:
             _ = libc.shmctl(ipc_id, 0, None) if kind == "shm" else libc.semctl(ipc_id, 0, 0)
+
+
+# Calls that act on another process by its pid with no ptrace check -- only "same uid", which
+# the helper, every other landlock command of a root caller (the one sandbox uid) and every
+# process of a non-root caller's are. Landlock's scoping sees signals, not these: a hard
+# RLIMIT_CPU is a SIGKILL from the kernel. Each sets the parent's value to what it already
+# is (harmless on the host control, whose parent is this test). Not tried here: the
+# uid-wide forms (setpriority PRIO_USER, ioprio_set IOPRIO_WHO_USER): on the host control
+# they would renice every process of root's; the unit test holds the filter to them.
+OTHERS = r"""
+import ctypes, errno, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pp = os.getppid()
+def t(name, f):
+    try:
+        f()
+        print(name, "allowed", flush=True)
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno), flush=True)
+def ok(r):
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "")
+cpu = resource.prlimit(pp, resource.RLIMIT_CPU)
+t("prlimit_parent", lambda: resource.prlimit(pp, resource.RLIMIT_CPU, cpu))
+nice = os.getpriority(os.PRIO_PROCESS, pp)
+t("setpriority_parent", lambda: os.setpriority(os.PRIO_PROCESS, pp, nice))
+t("setaffinity_parent", lambda: os.sched_setaffinity(pp, os.sched_getaffinity(pp)))
+policy = os.sched_getscheduler(pp)
+t("setscheduler_parent", lambda: os.sched_setscheduler(pp, policy, os.sched_param(0)))
+t("ioprio_parent", lambda: ok(libc.syscall(251, 1, pp, libc.syscall(252, 1, pp))))
+t("prlimit_self", lambda: resource.prlimit(0, resource.RLIMIT_CORE, (0, 0)))
+t("nice_self", lambda: os.nice(1))
+"""
+
+
+def test_no_other_process_is_reached_by_its_pid(tmp_path: Path) -> None:
+    """prlimit, setpriority, sched_setaffinity, sched_setscheduler, ioprio_set of the
+    helper (outside the domain, the same uid): refused; the command's own: allowed."""
+    need_landlock()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tmp_path / "scratch").mkdir()
+    (tree / "others.py").write_text(OTHERS)
+    python = os.path.realpath(sys.executable)
+    said = {}
+    with ExecTool(parse_config(landlock_config(tmp_path)), tree) as tool:
+        for where in ("sandbox", "host"):
+            kw = {"where": "host"} if where == "host" else {}
+            ran = tool.exec([python, "others.py"], background_ok=False, **kw)
+            assert ran.exit_code == 0, ran.stderr
+            said[where] = answers(ran.stdout)
+    print(json.dumps(said, indent=1))
+    own = {"prlimit_self", "nice_self"}
+    assert set(said["host"].values()) == {"allowed"}, said["host"]
+    for name, answer in said["sandbox"].items():
+        assert (answer == "allowed") is (name in own), (name, answer)
