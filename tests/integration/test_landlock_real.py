@@ -410,7 +410,7 @@ def t(name, f):
 def ok(r):
     if r < 0:
         raise OSError(ctypes.get_errno(), "")
-cpu = resource.prlimit(pp, resource.RLIMIT_CPU)
+cpu = resource.getrlimit(resource.RLIMIT_CPU)  # inherited: the parent's too
 t("prlimit_parent", lambda: resource.prlimit(pp, resource.RLIMIT_CPU, cpu))
 nice = os.getpriority(os.PRIO_PROCESS, pp)
 t("setpriority_parent", lambda: os.setpriority(os.PRIO_PROCESS, pp, nice))
