@@ -15,6 +15,12 @@ own state directory):
 Every row alternates ours and raw, so machine noise hits both. Prints medians and ratios
 against the targets (docker, podman <= 1.3x raw; native arms <= 4x python; 10k docker
 <= 1.5x raw).
+
+Each CLI row is measured twice (issue 26): in-process (`python -c 'from sprawl_orch.cli import
+main'`, the path before the server) and "(server)": the `sprawl-orch` program, the thin client
+of the per-user exec server (client/exec_client.py), whose targets are issue 26's (docker,
+podman <= 1.1x raw; native <= 3x python; copied_tree <= 2x python; 10k docker <= 1.2x raw; the
+client's own start -- connect to a running server -- <= 2x python).
 """
 
 from __future__ import annotations
@@ -48,7 +54,14 @@ TARGETS = {
     "linux_namespaces": 4.0,
     "copied_tree": 4.0,
     "docker (big tree)": 1.5,
+    "docker (server)": 1.1,
+    "podman (server)": 1.1,
+    "linux_namespaces (server)": 3.0,
+    "copied_tree (server)": 2.0,
+    "docker (big tree) (server)": 1.2,
+    "client start (connect)": 2.0,
 }
+PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -190,6 +203,10 @@ def main() -> int:
         time.sleep(RACY_SECONDS)
         state = work / "state"
         pypass = [sys.executable, "-c", "pass"]
+        runtime_dir = work / "run"
+        runtime_dir.mkdir(mode=0o700)
+        served = {**os.environ, "XDG_RUNTIME_DIR": str(runtime_dir)}
+        paths = [("", CLI, None), (" (server)", [PROGRAM], served)]
         for arm, engine in (
             ("docker", "docker"),
             ("podman", "podman"),
@@ -202,31 +219,49 @@ def main() -> int:
                 else ("native" if arm == "linux_namespaces" else arm)
             )
             conf = config_file(work / f"{arm}.toml", asked, engine, images, state)
-            ours_argv = [*CLI, "exec", "-C", str(small), "--config", str(conf), "--", "true"]
             if arm in ("docker", "podman"):
                 runtime = "runc" if arm == "podman" else None
                 raw_argv = raw_run(engine, images[engine], small, runtime)
             else:
                 raw_argv = pypass
-            row(
-                arm,
-                lambda a=ours_argv: timed(a),
-                lambda r=raw_argv: timed(r),  # type: ignore[misc]
-                args.reps,
-                table,
-            )
+            for suffix, cli, env in paths:
+                ours_argv = [*cli, "exec", "-C", str(small), "--config", str(conf), "--", "true"]
+                row(
+                    arm + suffix,
+                    lambda a=ours_argv, e=env: timed(a, e),  # type: ignore[misc]
+                    lambda r=raw_argv: timed(r),  # type: ignore[misc]
+                    args.reps,
+                    table,
+                )
         for arm in ("docker", "copied_tree"):
             asked = "container" if arm == "docker" else arm
             conf = config_file(work / f"big-{arm}.toml", asked, "docker", images, state)
-            ours_argv = [*CLI, "exec", "-C", str(big), "--config", str(conf), "--", "true"]
             raw_argv = raw_run("docker", images["docker"], big, None) if arm == "docker" else pypass
-            row(
-                f"{arm} (big tree)",
-                lambda a=ours_argv: timed(a),  # type: ignore[misc]
-                lambda r=raw_argv: timed(r),
-                args.big_reps,
-                table,
-            )
+            for suffix, cli, env in paths:
+                ours_argv = [*cli, "exec", "-C", str(big), "--config", str(conf), "--", "true"]
+                row(
+                    f"{arm} (big tree){suffix}",
+                    lambda a=ours_argv, e=env: timed(a, e),  # type: ignore[misc]
+                    lambda r=raw_argv: timed(r),  # type: ignore[misc]
+                    args.big_reps,
+                    table,
+                )
+        # The client's own start: interpreter, the client's imports, the socket's name and
+        # checks, connect (the server was started by the rows above).
+        connect = [
+            sys.executable,
+            "-c",
+            "import os; from sprawl_orch.client.exec_client import connect; "
+            "from sprawl_orch.core.exec_place import socket_path; "
+            "connect(socket_path(dict(os.environ))).close()",
+        ]
+        row(
+            "client start (connect)",
+            lambda: timed(connect, served),
+            lambda: timed(pypass),
+            args.reps,
+            table,
+        )
         library_row(images, work, args.reps, table)
         bwrap = ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
         bw = statistics.median(timed(bwrap) for _ in range(args.reps))

@@ -341,6 +341,7 @@ class BwrapArm(CopiedTreeArm):
                 watcher=launch.watcher,
                 pass_fds=(*fds, *(hold.fds() if hold else ())),
                 user=self.user,
+                given=launch.given,
             )
         finally:
             for each in fds:

@@ -45,7 +45,13 @@ class CopiedTreeArm:
     def start(self, launch: Launch) -> Running:
         argv = yield_prefix(self.yielders) + self.wrap(launch.argv, launch.cwd)
         return HostProcess(
-            argv, launch.cwd, launch.env, launch.outputs, join=launch.join, watcher=launch.watcher
+            argv,
+            launch.cwd,
+            launch.env,
+            launch.outputs,
+            join=launch.join,
+            watcher=launch.watcher,
+            given=launch.given,
         )
 
     def close(self) -> None:

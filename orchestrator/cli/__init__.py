@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "sprawl_orch.cli.doctor_cmd:doctor_command",
     "copies": "sprawl_orch.cli.copies_cmd:copies_command",
     "workspace": "sprawl_orch.cli.workspace_cmd:workspace_command",
+    "server": "sprawl_orch.cli.server_cmd:server_command",
 }
 
 

@@ -134,6 +134,18 @@ def _say(result: ExecResult) -> None:
     help="Run in workspace NAME: the agent's changes last across commands until applied "
     "(apply --workspace NAME) or discarded; the person's edits flow in before each.",
 )
+@click.option(
+    "-i",
+    "--interactive",
+    is_flag=True,
+    help="Pass stdin to the command (without it the command reads /dev/null).",
+)
+@click.option(
+    "-t",
+    "--tty",
+    is_flag=True,
+    help="Give the command a new terminal (never yours), of your window's size.",
+)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def exec_command(
     workdir: Path,
@@ -144,6 +156,8 @@ def exec_command(
     as_json: bool,
     schema: bool,
     workspace: str | None,
+    interactive: bool,
+    tty: bool,
     argv: tuple[str, ...],
 ) -> None:
     """Run ARGV confined, in a synced copy of the working directory."""
@@ -167,10 +181,13 @@ def exec_command(
     sys.stdout.flush()
     # One call per process: the state directory's shared guardian, not one of our own.
     from sprawl_orch.cli.copy_progress import copy_progress
+    from sprawl_orch.cli.exec_input import caller_terminal, command_input
 
+    given = command_input(interactive, tty)
     try:
         with (
-            copy_progress(as_json) as progress,
+            caller_terminal(given, interactive),
+            copy_progress(as_json or tty) as progress,
             ExecTool(config, workdir, shared_guardian=True, progress=progress) as tool,
         ):
             result = tool.exec(
@@ -182,6 +199,7 @@ def exec_command(
                 background_ok=False,
                 follow=follow,
                 workspace=workspace,
+                given=given,
             )
     except SprawlError as err:  # the tool refused its place (a state directory in the tree)
         result = exceptional("unavailable", err, command=command, shell=shell, where=where)

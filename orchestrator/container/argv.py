@@ -295,13 +295,15 @@ def create_argv(
     read_only: Sequence[tuple[str, str]] = (),
     entrypoint: str | None = None,
     env_file: Path | None = None,
+    stdin_open: bool = False,
+    tty: bool = False,
 ) -> tuple[str, ...]:
     """`create …` for `engine` (without the program name), exactly as design §3.3 lists it;
     the copy mounted at `workdir`'s path (`destination_of`); `seccomp`: the profile file
     (seccomp_profile.py) in place of the engine's default. `read_only`: (host path,
     container path) binds added read-only (the egress hold, trust = "host"'s CA bundle);
     `entrypoint`: the image's replaced (the egress hold's static shell); the values in
-    `env_file`."""
+    `env_file`. `stdin_open`/`tty`: -i/-t (core/command_input.py), attached by the CLI."""
     names = sorted(set(env_names))
     _check(engine, image_id, copy, tag, names)
     where = destination_of(copy, workdir)
@@ -384,6 +386,7 @@ def create_argv(
         out += ["--ulimit", f"{name}={soft}:{hard}"]
     if runtime is not None:
         out += ["--runtime", runtime]
+    out += [*(["--interactive"] if stdin_open else []), *(["--tty"] if tty else [])]
     out.append(image_id)
     out.extend(argv)
     return tuple(out)

@@ -221,7 +221,8 @@ class ContainerArm:
 
     def _start(self, launch: Launch) -> Running:
         command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
-        if self.config.warm:
+        if self.config.warm and launch.given is None:
+            # -i/-t run cold: a warm exec has no stdin or terminal of its own yet (issue 26)
             return self.warm_pool().start(launch, command)
         engine = self.engine
         venv = command_venv(launch, command)
@@ -240,7 +241,9 @@ class ContainerArm:
         proxy = None
         if held.plan is not None and held.gate is None:  # podman: init, bind, then start
             proxy = self._egress(engine, container, launch, name, held.plan)
-        attached = engine.start(container, launch.outputs / "stdout", launch.outputs / "stderr")
+        attached = engine.start(
+            container, launch.outputs / "stdout", launch.outputs / "stderr", launch.given
+        )
         if attached.start_error is not None:
             held.close(proxy)
             attached.collect()

@@ -102,6 +102,10 @@ def create_verified(
         read_only=read_only,
         entrypoint=entrypoint,
         env_file=env_file,
+        # -t alone too: the terminal is the command's stdin on every arm (docker's own
+        # -t without -i leaves it /dev/null, and `stty` fails)
+        stdin_open=launch.given is not None,
+        tty=launch.given is not None and launch.given.tty,
     )
     name = container_name(launch.tag)
     record: dict[str, object] = {

@@ -24,6 +24,9 @@ from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 if TYPE_CHECKING:
     from docker import APIClient
 
+    from sprawl_orch.core.command_input import CommandInput
+    from sprawl_orch.engines.podman import PodmanAttached
+
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 # Passed to the CLI and the SDK so both reach the same daemon (a CLI context could differ).
 CONNECTION_VARS: tuple[str, ...] = ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG")
@@ -251,7 +254,17 @@ class DockerEngine:
                 "the container is gone; run the command again",
             ) from err
 
-    def start(self, container: str, stdout: Path, stderr: Path) -> DockerAttached:
+    def start(
+        self, container: str, stdout: Path, stderr: Path, given: CommandInput | None = None
+    ) -> DockerAttached | PodmanAttached:
+        if given is not None:
+            # The SDK's attach has stdin only as a raw hijacked socket, and no terminal
+            # resize of its own: the CLI does both as `docker run -it` does (podman.py's
+            # attach runs `<cli> start --attach`, the same words for both engines).
+            from sprawl_orch.engines.podman import PodmanAttached
+
+            cli = self.cli_argv(())[0]
+            return PodmanAttached(cli, container, self.cli_env(), stdout, stderr, None, given)
         return DockerAttached(self.api(), self.streams(), container, stdout, stderr)
 
     def kill(self, container: str) -> None:

@@ -17,9 +17,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError, from_os
+
+if TYPE_CHECKING:
+    from sprawl_orch.core.command_input import CommandInput
 
 EngineName = Literal["docker", "podman"]
 # Every engine sprawl-orch drives, in the order engine = "auto" tries them. The one list:
@@ -156,7 +159,13 @@ class ContainerEngine(Protocol):
 
     def inspect(self, container: str) -> dict[str, Any]: ...
 
-    def start(self, container: str, stdout: Path, stderr: Path) -> Attached: ...
+    def start(
+        self, container: str, stdout: Path, stderr: Path, given: CommandInput | None = None
+    ) -> Attached:
+        """Attach, then start. `given` (-i/-t, core/command_input.py): through the engine's
+        CLI (`start --attach --interactive`), which feeds the container's stdin and sizes its
+        terminal; the container was created with --interactive/--tty to match."""
+        ...
 
     def kill(self, container: str) -> None:
         """SIGKILL the container's processes; no error when it already ended."""

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from sprawl_orch.core.command_input import CommandInput, on_terminal
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
@@ -124,14 +125,23 @@ class PodmanAttached:
         stdout: Path,
         stderr: Path,
         cwd: str | None,
+        given: CommandInput | None = None,
     ) -> None:
         self._out: IO[bytes] = stdout.open("wb")
+        argv = [cli, "start", "--attach", container]
+        stdin: int = subprocess.DEVNULL
+        if given is not None:
+            argv[3:3] = ["--interactive"]  # -t alone too: the CLI's stdin is the terminal
+            stdin = given.read_end if given.read_end is not None else stdin
+        if given is not None and given.tty_path is not None:
+            # the CLI's own terminal is the new one: it sizes the container's from it
+            argv = on_terminal(given.tty_path, argv)
         self._err: IO[bytes] = stderr.open("wb")
         self.start_error: str | None = None
         try:
             self._proc = subprocess.Popen(
-                [cli, "start", "--attach", container],
-                stdin=subprocess.DEVNULL,
+                argv,
+                stdin=stdin,
                 stdout=self._out,
                 stderr=self._err,
                 env=dict(env),
@@ -303,11 +313,13 @@ class PodmanEngine:
             self._bundles[container] = str(found["StaticDir"])
         return found
 
-    def start(self, container: str, stdout: Path, stderr: Path) -> PodmanAttached:
+    def start(
+        self, container: str, stdout: Path, stderr: Path, given: CommandInput | None = None
+    ) -> PodmanAttached:
         bundle = self._bundles.get(container)
         if bundle is None:  # normally known from the verification inspect
             bundle = str(self.inspect(container).get("StaticDir") or "") or None
-        return PodmanAttached(self._bin(), container, self.cli_env(), stdout, stderr, bundle)
+        return PodmanAttached(self._bin(), container, self.cli_env(), stdout, stderr, bundle, given)
 
     def init_pid(self, container: str) -> int:
         """`podman init`: the container's namespaces exist, its program has not started (OCI

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.assurances import Assurances
@@ -29,6 +29,9 @@ from sprawl_orch.guardian.protocol import (
     Scratch,
     ScratchGone,
 )
+
+if TYPE_CHECKING:
+    from sprawl_orch.core.command_input import CommandInput
 
 
 class Watcher(ABC):
@@ -102,6 +105,8 @@ class Launch:
     # `[sandbox.network] allow` (egress/plan.py): the arm makes the proxy's listener inside
     # the command's network namespace before the program runs, or refuses.
     egress: EgressPlan | None = None
+    # -i/-t (command_input.py): what the command reads; None: /dev/null, as always before.
+    given: CommandInput | None = None
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,15 @@ from pathlib import Path
 
 import psutil
 
+from sprawl_orch.core.command_input import TTY_OPEN, CommandInput
 from sprawl_orch.core.private import private_dirs, private_file
 from sprawl_orch.runs.launch import Finished, Join, NullWatcher, Watcher
 
 # How long a SIGKILLed process may take to be gone (delivery is asynchronous).
 TERM_GRACE_SECONDS = 1.0
 # Wait for the go line on stdin, then give the command /dev/null as stdin, as without a gate.
-_GATE = 'read -r _ || exit 125; exec </dev/null; exec "$@"'
+_GATE_NULL = "read -r _ || exit 125; exec </dev/null;"
+_GATE_READ = "read -r _ || exit 125;"
 GROUPS = hasattr(os, "killpg") and hasattr(os, "waitid")
 # Windows only; 0 elsewhere, where Popen refuses any creationflags (tests force GROUPS off).
 _NEW_GROUP: int = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
@@ -70,16 +72,21 @@ class HostProcess:
         *,
         pass_fds: Sequence[int] = (),
         user: int | None = None,
+        given: CommandInput | None = None,
     ) -> None:
         """`pass_fds`: kept open in the child (bwrap's --seccomp FD); `user`: the uid (and
         gid, no supplementary groups) the child drops to before exec -- a root caller's
-        bwrap, so that its namespaces are made by an unprivileged principal."""
+        bwrap, so that its namespaces are made by an unprivileged principal. `given`: what
+        the command reads (-i: a pipe; -t: a new terminal, command_input.py); None: nothing."""
         self._watcher = watcher or NullWatcher()
         private_dirs(outputs)
         self.stdout_path = outputs / "stdout"
         self.stderr_path = outputs / "stderr"
         gate_r = gate_w = -1
         stdin: int = subprocess.DEVNULL
+        pipe = given.read_end if given is not None else None
+        tty = given.tty_path if given is not None else None
+        script: list[str] = []
         if join is not None:
             # Joining a cgroup leaves no window: the child starts as /bin/sh blocked on a pipe
             # (its stdin), we write its pid into the cgroup, then release it and it execs the
@@ -87,9 +94,18 @@ class HostProcess:
             # Not preexec_fn: unsafe with threads (serve's pool), as Python's docs warn. Not
             # CLONE_INTO_CGROUP: v2 only, and subprocess doesn't expose it. If we die before
             # releasing the gate, read() sees EOF and the command never runs (exit 125).
-            gate_r, gate_w = os.pipe()
-            stdin = gate_r
-            argv = ["/bin/sh", "-c", _GATE, "sprawl-gate", *argv]
+            # With -i the caller's pipe is the gate: its bytes follow the go line.
+            if pipe is None:
+                gate_r, gate_w = os.pipe()
+            stdin = gate_r if pipe is None else pipe
+            script.append(_GATE_READ if pipe is not None or tty is not None else _GATE_NULL)
+        elif pipe is not None:
+            stdin = pipe
+        if given is not None and tty is not None:
+            given.give_to(user)
+            script.append(TTY_OPEN)  # in the new session: the controlling terminal
+        if script:
+            argv = ["/bin/sh", "-c", " ".join([*script, 'exec "$@"']), tty or "sprawl-gate", *argv]
         try:
             with (
                 os.fdopen(private_file(self.stdout_path), "wb") as out,
@@ -119,7 +135,10 @@ class HostProcess:
                     self._watcher.process_group(self._popen.pid, created)
             if join is not None:
                 join.join(self._popen.pid)
-                os.write(gate_w, b"go\n")
+                if gate_w >= 0:
+                    os.write(gate_w, b"go\n")
+                elif given is not None:
+                    given.go()
         finally:
             for fd in (gate_r, gate_w):
                 if fd >= 0:

@@ -28,10 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from sprawl_orch.changes.apply import ApplyResult
-from sprawl_orch.changes.apply import apply as apply_changes
 from sprawl_orch.changes.changes import Changes
-from sprawl_orch.changes.workspace import Workspace, check_name
+from sprawl_orch.changes.workspace import check_name
 from sprawl_orch.config import Config, load_config, with_warm
 from sprawl_orch.config.state import ledger_path, refuse_state_in_tree, state_dir
 from sprawl_orch.container.evidence import Evidence
@@ -40,12 +38,13 @@ from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
 from sprawl_orch.core.arg_bounds import check_arguments
 from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.command_input import CommandInput
 from sprawl_orch.core.environment import child_env, with_home
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import prepare_state
 from sprawl_orch.core.shell import container_shell, interpreter_name, require_shell, resolve_shell
 from sprawl_orch.core.shell import shell_argv as expand_shell
-from sprawl_orch.runs.backlog import Backlog, Pending, RunProcesses
+from sprawl_orch.runs.backlog import Backlog, Pending
 from sprawl_orch.runs.guardian_client import Guardian, session_guardian
 from sprawl_orch.runs.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.runs.ledger import Ledger
@@ -59,6 +58,8 @@ from sprawl_orch.secrets.plan import with_secrets
 from sprawl_orch.selection.choice import Choice
 from sprawl_orch.selection.offerings import Offerings
 from sprawl_orch.tool.arm import ToolArm
+from sprawl_orch.tool.backlog_api import BacklogApi
+from sprawl_orch.tool.changes_api import ChangesApi
 from sprawl_orch.tool.command import command_argv, window_of
 from sprawl_orch.tool.copies import (
     ToolCopies,
@@ -71,7 +72,7 @@ from sprawl_orch.tool.stream import Follower
 Where = Literal["sandbox", "host"]
 
 
-class ExecTool:
+class ExecTool(ChangesApi, BacklogApi):
     """Runs commands confined in copies of `workdir` and says what held for each.
 
     Use it as a context manager: `close()` kills what still runs and releases its copies
@@ -215,6 +216,7 @@ class ExecTool:
         follow: tuple[BinaryIO, BinaryIO] | None = None,
         timeout: float | None = None,
         workspace: str | None = None,
+        given: CommandInput | None = None,
     ) -> ExecResult:
         """Run one command confined; a refusal or failure is a result too, never a raise.
 
@@ -235,6 +237,9 @@ class ExecTool:
             workspace: run it in that workspace (changes/workspace.py) -- the agent's
                 earlier changes are there, the person's edits flowed in -- instead of a copy
                 reset to the working directory.
+            given: what the command reads (core/command_input.py: ``-i`` a pipe from a
+                descriptor of yours, ``-t`` a new terminal); default: /dev/null. The tool
+                feeds it while the command runs and closes it at the end.
 
         Returns:
             The ExecResult: ``settled`` (exit code, output, changes), ``backgrounded``
@@ -260,9 +265,11 @@ class ExecTool:
                         "drop --where host, or drop --workspace",
                     )
             result = self._exec(
-                argv_in, shell, where, window, run, started, background_ok, follow, workspace
+                argv_in, shell, where, window, run, started, background_ok, follow, workspace, given
             )
         except SprawlError as err:
+            if given is not None:
+                given.close()
             result = exceptional(arm_name, err, **fields)
         self._record(result)
         return result
@@ -286,6 +293,7 @@ class ExecTool:
         background_ok: bool,
         follow: tuple[BinaryIO, BinaryIO] | None = None,
         workspace: str | None = None,
+        given: CommandInput | None = None,
     ) -> ExecResult:
         if not argv_in or not argv_in[0]:
             raise SprawlError(
@@ -351,14 +359,21 @@ class ExecTool:
                 join=join,
                 workdir=self.workdir,
                 egress=egress,
+                given=given,
             )
             streams = self._streams(outputs, follow)
             try:
+                if given is not None:
+                    given.into(outputs / "stdout")  # a writer before the pump counts them
                 running = arm.start(launch)
             except BaseException:
+                if given is not None:
+                    given.close()
                 if streams is not None:
                     streams.stop(0.0)
                 raise
+            if given is not None:
+                given.start()
             if streams is not None:
                 streams.started()
         except BaseException:
@@ -391,164 +406,9 @@ class ExecTool:
             release_copy,
             changes,
             drain,
-            streams_done=None if streams is None else streams.stop,
+            streams_done=self._streams_done(streams, given),
         )
         return self.backlog.settle(entry, running.wait(window), background_ok)
-
-    def apply(
-        self,
-        handle: str,
-        paths: Sequence[str] | None = None,
-        *,
-        dry_run: bool = False,
-        protected: Sequence[str] = (),
-    ) -> ApplyResult:
-        """Bring kept changes of a finished command into the working directory (apply.py),
-        atomically per file.
-
-        Args:
-            handle: the result's ``changes.handle``.
-            paths: the changed paths to apply (default: all of them).
-            dry_run: write nothing; the result carries the diff.
-            protected: protected paths (core/protected.py) a person chose to apply; held
-                otherwise. Pass only what a person named -- never an agent's choice;
-                anything under `.git` is never applied.
-
-        Returns:
-            The ApplyResult: applied, skipped, held (protected) and refused paths (a
-            conflict, a link on the way or out of the tree is refused, never written
-            through), and the CLI command that applies what was held.
-
-        Raises:
-            SprawlError: E_UNKNOWN_HANDLE when nothing is kept under `handle`; E_BAD_REQUEST
-            for a `protected` name under .git, not among the changes, or not protected.
-        """
-        return apply_changes(
-            self.state,
-            handle,
-            paths,
-            dry_run=dry_run,
-            workdir=self.workdir,
-            protected=protected,
-            protected_globs=self.config.apply.protected,
-            unprotect=self.config.apply.unprotect,
-            config_path=self.config.source,
-        )
-
-    def workspace(self, name: str) -> Workspace:
-        """Workspace ``name`` of this working directory (changes/workspace.py).
-
-        Args:
-            name: the workspace's name (no ``/``, ``..``, control characters or leading dot).
-
-        Returns:
-            The Workspace: show, changes, apply, take, discard.
-
-        Raises:
-            SprawlError: E_CONFIG_INVALID for a bad name.
-        """
-        return Workspace(
-            self.state,
-            self.workdir,
-            name,
-            self.copies.bounds,
-            self.copies.excludes,
-            self.copies.guard,
-        )
-
-    def discard_workspace(self, name: str) -> None:
-        """Drop workspace ``name``; this tool's next command in it starts afresh (it is not
-        reported as gone: it was discarded on purpose).
-
-        Args:
-            name: the workspace to drop with everything the agent changed in it.
-
-        Returns:
-            None.
-
-        Raises:
-            SprawlError: E_CONFIG_INVALID for a bad name.
-        """
-        self.workspace(name).discard()
-        self.forget_workspace(name)
-
-    def forget_workspace(self, name: str) -> None:
-        """Forget that this tool used workspace ``name`` (a discard made elsewhere, e.g. by
-        serve's `workspace_discard`), so its next command is not reported as "gone".
-
-        Args:
-            name: the workspace's name.
-
-        Returns:
-            None.
-        """
-        self._workspaces.discard(name)
-
-    def apply_workspace(
-        self, name: str, paths: Sequence[str] | None = None, *, dry_run: bool = False
-    ) -> ApplyResult:
-        """Bring a workspace's changes (all, or ``paths``) into the working directory under
-        apply's rules; a named conflict only when chosen by name.
-
-        Args:
-            name: the workspace.
-            paths: the paths to apply (default: every change that is not a conflict).
-            dry_run: only say what would be written, with the diff.
-
-        Returns:
-            The ApplyResult: what was applied and what was refused, each with why.
-
-        Raises:
-            SprawlError: E_CONFIG_INVALID for a bad name.
-        """
-        return self.workspace(name).apply(paths, dry_run=dry_run)
-
-    # -- the backlog ----------------------------------------------------------------
-    def harvest(self) -> list[ExecResult]:
-        """Results of background commands that have finished since the last call.
-
-        Returns:
-            Each finished command's full result, once.
-        """
-        return [self._recorded(r) for r in self.backlog.harvest()]
-
-    def halt(self, handle: str) -> ExecResult:
-        """Kill one background command: its whole process group, or its container.
-
-        Args:
-            handle: the ``handle`` of its ``backgrounded`` result.
-
-        Returns:
-            Its result (``killed``), which `harvest` then does not return again.
-
-        Raises:
-            SprawlError: E_UNKNOWN_HANDLE when no command of this tool has that handle.
-        """
-        return self._recorded(self.backlog.halt(handle))
-
-    def release(self, run: str) -> list[ExecResult]:
-        """Kill every command of `run` and remove its cgroup.
-
-        Args:
-            run: the ``run`` the commands were started with.
-
-        Returns:
-            The results of the commands it ended (none when the run had none running).
-        """
-        return [self._recorded(r) for r in self.backlog.release(run)]
-
-    def processes(self) -> dict[str, RunProcesses]:
-        """What each run holds now.
-
-        Returns:
-            Per run: its live pids, the commands whose descendants can't all be listed, its
-            share and its CPU affinity.
-        """
-        return self.backlog.processes()
-
-    def _recorded(self, result: ExecResult) -> ExecResult:
-        self._record(result)
-        return result
 
     def _argv(self, arm: Arm, argv_in: list[str], shell: bool) -> tuple[list[str], str | None]:
         if not shell:
@@ -570,6 +430,22 @@ class ExecTool:
             return None
         cap = max(self.config.state.output_keep_bytes, OUTPUT_CAP)
         return CappedStreams(outputs, cap, follow)
+
+    @staticmethod
+    def _streams_done(
+        streams: CappedStreams | None, given: CommandInput | None
+    ) -> Callable[[], None] | None:
+        """At the command's end: its terminal drained into the stream first (-t), then the
+        stream's pump ends (it waits for every writer, the terminal's reader too)."""
+        if given is None:
+            return None if streams is None else streams.stop
+
+        def done() -> None:
+            given.finish()
+            if streams is not None:
+                streams.stop()
+
+        return done
 
     def _claim_outputs(self) -> None:
         """Mark outputs/<session>/ as this live process's, and remove those of dead ones

@@ -74,7 +74,7 @@ class Planting:
     def create(self, argv: Sequence[str]) -> str:
         return self._real.create(argv)
 
-    def start(self, container: str, stdout: Path, stderr: Path) -> Attached:
+    def start(self, container: str, stdout: Path, stderr: Path, given: object = None) -> Attached:
         while self.pending:
             secret = self.pending.pop()
             if os.geteuid() == 0:

@@ -212,7 +212,9 @@ class FakeEngine:
             )
         return copy.deepcopy(self.containers[container])
 
-    def start(self, container: str, stdout: Path, stderr: Path) -> FakeAttached:
+    def start(
+        self, container: str, stdout: Path, stderr: Path, given: object = None
+    ) -> FakeAttached:
         self.calls.append(("start", container))
         data = self.containers[container]
         words = self.fail_start.get(data["_runtime_asked"])

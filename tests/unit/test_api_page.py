@@ -47,7 +47,18 @@ def members(cls: type) -> Iterator[tuple[str, Any]]:
     own = vars(cls)
     if "__init__" in own and not issubclass(cls, pydantic.BaseModel | enum.Enum):
         yield "__init__", own["__init__"]
-    for name, value in own.items():
+    # ExecTool's apply/workspace and backlog methods live in mixins of ours (tool/*_api.py):
+    # they are its face all the same; a base from outside (pydantic, enum) is not ours.
+    mixins = [
+        vars(base)
+        for base in cls.__mro__[1:]
+        if base.__module__.startswith("sprawl_orch.tool.") and base.__name__.endswith("Api")
+    ]
+    merged: dict[str, Any] = dict(own)
+    for names in mixins:
+        for name, value in names.items():
+            merged.setdefault(name, value)
+    for name, value in merged.items():
         if name.startswith("_"):
             continue
         if isinstance(value, property | classmethod | staticmethod) or inspect.isfunction(value):

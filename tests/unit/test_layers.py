@@ -96,6 +96,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "surface",
         "tool",
     ),
+    # The thin exec client (issue 26): standard library only; the in-process CLI is its
+    # fallback (and every other subcommand), imported only when it runs.
+    "client": ("core", "cli"),
 }
 
 # Imports that cross the layers today (issue 28 names them), each with why it is there and what

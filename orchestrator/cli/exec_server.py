@@ -1,0 +1,259 @@
+"""The per-user exec server (issue 26): `python -m sprawl_orch.cli.exec_server SOCKET`, started
+by the first thin client (client/exec_client.py), gone after IDLE_SECONDS with no call.
+
+It holds what every one-shot call paid for before its first step: the interpreter and the
+imports (click, pydantic, the config models, the exec tool, the docker SDK: ~260 ms of a
+call's CPU, issue 26's measurement). Each call is a process forked from it -- the in-process
+CLI with the caller's descriptors as its stdin/stdout/stderr, the caller's working directory
+and the caller's environment (given per call; the server's own is scrubbed and no call's is
+kept for another) -- so the CLI contract (exit statuses, --json, -C, --config, the statement
+on stderr, byte-for-byte output) is the in-process one by construction.
+
+The server is single-threaded (a fork of a threaded process may inherit a lock held
+mid-flight), runs as the caller's uid, and answers only peers of its own uid (SO_PEERCRED).
+The caller's connection is the call's lifeline: EOF on it kills the call's process with
+SIGKILL, and the state directory's guardian removes its container, copy lease and process
+group exactly as when the in-process CLI is killed (design §4). The server's own end does
+not matter to a running call: it is a separate process with its own guardian connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TypedDict
+
+from sprawl_orch.core.exec_place import peer_uid
+
+IDLE_SECONDS = 300.0
+HEADER_LIMIT = 8 << 20  # argv + environment; the kernel's ARG_MAX is far below
+
+
+# What a call imports lazily, inside functions (found by listing sys.modules after one call
+# per arm): 45 modules, ~100 ms a call paid again in every fork until named here.
+LAZY = (
+    "psutil",
+    "resource",
+    "netrc",
+    "docker",
+    "sprawl_orch.cli.copy_progress",
+    "sprawl_orch.cli.exec_cmd",
+    "sprawl_orch.cli.exec_input",
+    "sprawl_orch.tool.exec_tool",
+    "sprawl_orch.runs.process",
+    "sprawl_orch.container.arm",
+    "sprawl_orch.container.create",
+    "sprawl_orch.container.admission",
+    "sprawl_orch.container.probe_container",
+    "sprawl_orch.container.stale_probes",
+    "sprawl_orch.container.offer",
+    "sprawl_orch.engines.docker",
+    "sprawl_orch.engines.docker_attach",
+    "sprawl_orch.engines.podman",
+    "sprawl_orch.native_fallbacks.bwrap",
+    "sprawl_orch.native_fallbacks.copied_tree",
+    "sprawl_orch.native_fallbacks.probe",
+)
+
+
+def preload() -> None:
+    """What a call would import: paid once here, shared by every fork (copy-on-write)."""
+    import importlib
+
+    from sprawl_orch.cli import main
+
+    for name in LAZY:
+        # an optional one (the docker SDK for podman/native users) is imported by the call
+        # that needs it, or is never needed
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    main.get_command(None, "exec")  # type: ignore[arg-type]
+
+
+def serve(path: Path, idle: float) -> int:
+    lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another server won the start: its socket is the one clients reach
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())  # `sprawl-orch server status|stop` read it
+    preload()
+    # a dead server's socket, or none (we hold the lock: no live one serves it)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    calls: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the caller's conn)
+    poller = select.poll()
+    poller.register(listener, select.POLLIN)
+    last = time.monotonic()
+    try:
+        while not (stopping and not calls):
+            if stopping and listener.fileno() >= 0:
+                poller.unregister(listener)
+                listener.close()
+                with contextlib.suppress(FileNotFoundError):  # removed by hand: gone is the aim
+                    os.unlink(path)
+            if not calls and time.monotonic() - last > idle:
+                break
+            for fd, _ in poller.poll(1000):
+                if fd == listener.fileno():
+                    conn, _ = listener.accept()
+                    if peer_uid(conn) != os.getuid():
+                        conn.close()  # another uid's: nothing read, nothing answered
+                        continue
+                    pid = os.fork()
+                    if pid == 0:
+                        listener.close()
+                        _call(conn)  # never returns
+                    pidfd = os.pidfd_open(pid)
+                    calls[pidfd] = (pid, conn)
+                    poller.register(pidfd, select.POLLIN)
+                elif fd in calls:
+                    pid, conn = calls.pop(fd)
+                    poller.unregister(fd)
+                    os.close(fd)
+                    _, status = os.waitpid(pid, 0)
+                    _answer(conn, status)
+                    last = time.monotonic()
+    finally:
+        if listener.fileno() >= 0:
+            listener.close()
+            with contextlib.suppress(FileNotFoundError):  # removed by hand: gone is the aim
+                os.unlink(path)
+    return 0
+
+
+def _answer(conn: socket.socket, status: int) -> None:
+    """A call that ended by a signal can't say so itself: the server says it. (An exit status
+    the call sent already; the client reads the first line only.)"""
+    if os.WIFSIGNALED(status):
+        with contextlib.suppress(OSError):  # the caller is gone: no one to tell
+            conn.sendall(f"signal {os.WTERMSIG(status)}\n".encode())
+    conn.close()
+
+
+def _call(conn: socket.socket) -> None:
+    """The forked process of one call: the in-process CLI in the caller's place."""
+    code = 125
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        request = _receive(conn)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _watch(conn)
+        from sprawl_orch.cli import main
+
+        try:
+            main(args=["exec", *request["args"]], prog_name="sprawl-orch")
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        except KeyboardInterrupt:
+            _flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+    except BaseException as err:
+        with contextlib.suppress(OSError):  # the caller's stderr is gone: no one to tell
+            os.write(2, f"sprawl-orch: E_INTERNAL: exec server call: {err!r}\n".encode())
+    _flush()
+    # Said by the call itself, so that a server that died meanwhile loses no status.
+    with contextlib.suppress(OSError):  # the caller is gone: no one to tell
+        conn.sendall(f"exit {code}\n".encode())
+    os._exit(code)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # the reader left (`| head`): nothing owed
+            stream.flush()
+
+
+class Call(TypedDict):
+    op: str
+    args: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+def _receive(conn: socket.socket) -> Call:
+    data, fds, _, _ = socket.recv_fds(conn, 4, 3)
+    if len(data) != 4 or len(fds) != 3:
+        raise ValueError("a call comes with its length and three descriptors")
+    size = int.from_bytes(data, "big")
+    if size > HEADER_LIMIT:
+        raise ValueError(f"a call of {size} bytes (limit {HEADER_LIMIT})")
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(min(1 << 20, size - len(body)))
+        if not chunk:
+            raise ValueError("the caller hung up mid-call")
+        body += chunk
+    request = json.loads(body)
+    if not (
+        isinstance(request, dict)
+        and request.get("op") == "exec"
+        and isinstance(request.get("cwd"), str)
+        and isinstance(request.get("args"), list)
+        and all(isinstance(a, str) for a in request["args"])
+        and isinstance(request.get("env"), dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items())
+    ):
+        raise ValueError("not an exec call")
+    return Call(op="exec", args=request["args"], cwd=request["cwd"], env=request["env"])
+
+
+def _watch(conn: socket.socket) -> None:
+    """The lifeline: the caller's signals arrive as lines; its EOF kills this call now."""
+    import threading
+
+    def watch() -> None:
+        buffered = b""
+        while True:
+            try:
+                chunk = conn.recv(64)
+            except OSError:  # a reset connection: the caller is gone, as at EOF
+                chunk = b""
+            if not chunk:
+                os.kill(os.getpid(), signal.SIGKILL)  # the guardian removes what we held
+            buffered += chunk
+            while b"\n" in buffered:
+                line, buffered = buffered.split(b"\n", 1)
+                if line.startswith(b"S") and line[1:].isdigit():
+                    os.kill(os.getpid(), int(line[1:]))
+
+    threading.Thread(target=watch, name="sprawl-lifeline", daemon=True).start()
+
+
+if __name__ == "__main__":
+    idle = float(os.environ.get("SPRAWL_EXEC_SERVER_IDLE", IDLE_SECONDS))
+    sys.exit(serve(Path(sys.argv[1]), idle))

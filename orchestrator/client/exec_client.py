@@ -1,0 +1,187 @@
+"""`sprawl-orch exec` as a thin client of the per-user exec server (issue 26).
+
+The client sends its arguments, working directory and environment, and hands the server its
+own stdin, stdout and stderr (SCM_RIGHTS): the server's process for this call writes the
+command's bytes straight into them, live and byte for byte, exactly as the in-process CLI
+does -- it *is* the in-process CLI, forked from a server that has imported it already
+(cli/exec_server.py). The client then only forwards SIGINT, SIGTERM, SIGHUP and SIGWINCH and
+exits as told: the command's status, or the signal it died of.
+
+The client's connection is the call's lifeline: when the client dies (SIGKILL included) the
+server's process for the call sees EOF and kills itself, and the guardian removes what it
+held, as when the in-process CLI is killed today (design §4).
+
+Where the server can't be reached or started, or its place is refused (core/exec_place.py),
+the in-process CLI runs instead, and stderr says so once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from sprawl_orch.core.exec_place import Refused, check_private, peer_uid, socket_path
+
+START_SECONDS = 10.0
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGWINCH)
+OFF = "SPRAWL_EXEC_SERVER"  # "0": always in-process
+
+
+def connect(path: Path) -> socket.socket:
+    """Connected to the server at `path`, both of us checked; Refused or OSError otherwise."""
+    check_private(path, _is_socket, "socket")
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        if peer_uid(conn) != os.getuid():
+            raise Refused(f"the server at {path} runs as another uid: refused, nothing sent")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _is_socket(mode: int) -> bool:
+    import stat
+
+    return stat.S_ISSOCK(mode)
+
+
+def start_server(path: Path) -> subprocess.Popen[bytes]:
+    """The server, in a session of its own, with a scrubbed environment: what it needs to find
+    Python and its engines; each call brings its own environment (never kept)."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "XDG_RUNTIME_DIR", "SPRAWL_EXEC_SERVER_IDLE")
+    from sprawl_orch.core.exec_place import KEY_NAMES
+
+    env = {k: os.environ[k] for k in (*keep, *KEY_NAMES) if k in os.environ}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sprawl_orch.cli.exec_server", str(path)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def reach() -> socket.socket:
+    path = socket_path(dict(os.environ))
+    try:
+        return connect(path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        pass  # none there yet, or a dead one's socket: start ours
+    server = start_server(path)
+    deadline = time.monotonic() + START_SECONDS
+    delay = 0.002
+    while True:
+        try:
+            return connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            # not listening yet; a server that lost the start race exits 0 and the
+            # winner's socket appears
+            if server.poll() not in (None, 0) or time.monotonic() > deadline:
+                raise Refused(
+                    "the exec server did not start"
+                    + (f" (it exited {server.returncode})" if server.returncode else "")
+                ) from None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def in_process(args: list[str], why: str | None) -> NoReturn:
+    if why:
+        sys.stderr.write(f"sprawl-orch: the exec server is not used ({why}); running in-process\n")
+        sys.stderr.flush()
+    from sprawl_orch.cli import main
+
+    main(args=["exec", *args], prog_name="sprawl-orch")
+    raise SystemExit(0)
+
+
+def run(args: list[str]) -> NoReturn:
+    if os.environ.get(OFF) == "0":
+        in_process(args, None)
+    try:
+        conn = reach()
+    except (Refused, OSError) as err:
+        in_process(args, str(err))
+    header = json.dumps(
+        {"op": "exec", "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+    ).encode()
+    saved = _terminal_state()
+    try:
+        socket.send_fds(conn, [len(header).to_bytes(4, "big")], [0, 1, 2])
+        conn.sendall(header)
+    except OSError as err:
+        conn.close()
+        in_process(args, f"the server hung up before the call: {err.strerror}")
+    for sig in FORWARDED:
+        signal.signal(sig, lambda signum, frame: _forward(conn, signum))
+    answer = b""
+    while not answer.endswith(b"\n"):
+        try:
+            chunk = conn.recv(256)
+        except OSError:  # a reset connection: no answer, said below
+            chunk = b""
+        if not chunk:
+            break
+        answer += chunk
+    _restore(saved)
+    _exit(answer.decode(errors="replace").strip())
+
+
+def _forward(conn: socket.socket, signum: int) -> None:
+    try:
+        conn.sendall(b"S%d\n" % signum)
+    except OSError:
+        # the server's side is gone: its answer (or EOF) is what we exit on
+        return
+
+
+def _exit(answer: str) -> NoReturn:
+    kind, _, value = answer.partition(" ")
+    if kind == "exit" and value.isdigit():
+        raise SystemExit(int(value))
+    if kind == "signal" and value.isdigit():
+        sys.stdout.flush()
+        signal.signal(int(value), signal.SIG_DFL)
+        os.kill(os.getpid(), int(value))
+    sys.stderr.write(
+        "sprawl-orch: E_INTERNAL: exec server: the call's process ended without a status "
+        f"({answer or 'no answer'}); what you can do: run it again, or with {OFF}=0\n"
+    )
+    raise SystemExit(125)
+
+
+def _terminal_state() -> list[Any] | None:
+    """The caller's terminal as it is: `-it` makes it raw in the server's process, which may
+    die before it restores it."""
+    if not os.isatty(0):
+        return None
+    import termios
+
+    try:
+        return termios.tcgetattr(0)
+    except termios.error:
+        # a terminal that answers no attributes: nothing to restore
+        return None
+
+
+def _restore(saved: list[Any] | None) -> None:
+    if saved is None:
+        return
+    import termios
+
+    try:
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+    except termios.error:
+        # the terminal went away with the caller's session: nothing left to restore
+        return
