@@ -26,14 +26,14 @@ behind the filter; here nothing does, so the filter itself must close what they 
   `semget/semop/semtimedop/semctl`) -> EPERM: bwrap unshares the IPC namespace; here the
   host's is shared, so a 0666 queue or segment of any host process is a channel out (a
   segment is attached by its small integer id alone, no shmget needed), and an object the
-  command makes outlives it (test_landlock_real.py::test_no_sysv_ipc_with_the_host).
+  command makes outlives it (test_landlock_reach.py::test_no_sysv_ipc_with_the_host).
 - `prlimit64`, `sched_setaffinity`, `sched_setscheduler`, `sched_setparam`, `sched_setattr`
   of a pid other than 0 (the caller), `setpriority` and `ioprio_set` other than of the caller
   itself -> EPERM: these reach any process of the same uid by its pid with no ptrace check
   -- the helper, every other landlock command of a root caller (the one sandbox uid), every
   process of a non-root caller's -- and Landlock's scoping sees signals only, while a hard
   RLIMIT_CPU is a SIGKILL from the kernel (the pid namespace hid them under bwrap;
-  test_landlock_real.py::test_no_other_process_is_reached_by_its_pid).
+  test_landlock_reach.py::test_no_other_process_is_reached_by_its_pid).
 - `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` -> EPERM: keystrokes pushed into a terminal (the
   helper runs in a session of its own with no terminal; this is the second lock).
 
