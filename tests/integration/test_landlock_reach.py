@@ -5,14 +5,24 @@ that would clean up behind the command. Each beside its `where = "host"` control
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
+import psutil
+
 from sprawl_orch.config import parse_config
+from sprawl_orch.native_fallbacks.sandbox_uid import grant_search
 from sprawl_orch.tool.exec_tool import ExecTool
+from tests.integration.conftest import missing
+from tests.integration.test_bwrap_nonroot import REPO, caller_account
 from tests.integration.test_landlock_real import answers, landlock_config, need_landlock
 
 # SysV IPC lives in the IPC namespace, which bwrap unshares and the landlock mechanism has
@@ -142,3 +152,113 @@ def test_no_other_process_is_reached_by_its_pid(tmp_path: Path) -> None:
     assert set(said["host"].values()) == {"allowed"}, said["host"]
     for name, answer in said["sandbox"].items():
         assert (answer == "allowed") is (name in own), (name, answer)
+
+
+# Run as a non-root caller, with the kernel's ABI taken as 5 (6.10, 6.11; Ubuntu 24.04's
+# 6.8 is 4): the ruleset is made with ABI 5's struct, so this kernel enforces no scoping.
+DRIVER = r"""
+import os, sys
+from pathlib import Path
+import sprawl_orch.native_fallbacks.landlock as landlock
+landlock.abi = lambda: 5
+from sprawl_orch.config import parse_config
+from sprawl_orch.native_fallbacks.sandbox_uid import grant_search
+from sprawl_orch.core.assurances import Guarantee
+from sprawl_orch.tool.exec_tool import ExecTool
+home, marker = Path(sys.argv[1]), sys.argv[2]
+config = {"sandbox": {"arm": "native", "scratch_dir": str(home / "scratch"),
+          "native": {"mechanism": "landlock"}}, "state": {"dir": str(home / "state")}}
+with ExecTool(parse_config(config), home / "tree") as tool:
+    kept = tool.arm().assurances().kept(Guarantee.PROCESS_TREE)
+    (home / "claimed").write_text(f"{tool.arm().abi} {kept}")
+    python = os.path.realpath(sys.executable)
+    tool.exec([python, "attack.py", marker], background_ok=False)
+"""
+# Inside: a daemon, then SIGKILL to what would kill it -- the caller's guardian (its child),
+# the caller, the helper. The same uid, and nothing scoped.
+ATTACK = r"""
+import os, signal, sys, time
+marker = sys.argv[1]
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.execv("/bin/sleep", ["sleep", marker])
+    os._exit(0)
+os.wait()
+helper = os.getppid()
+def parent(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+caller = parent(helper)
+ours = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        line = open(f"/proc/{pid}/cmdline").read()
+        if "sprawl_orch.guardian" in line and parent(pid) == caller:
+            ours.append(int(pid))
+    except OSError:
+        continue
+for pid in ours + [caller, helper]:
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+def test_below_abi_6_a_non_root_callers_command_keeps_no_process_tree() -> None:
+    """Below ABI 6 Landlock scopes no signal, and a non-root caller's command is the
+    caller's uid: it SIGKILLs the guardian, the caller and the helper -- everything that
+    would kill what it left -- and a double-forked daemon lives on. The process_tree axis
+    must not be claimed there (a root caller's command is the sandbox uid: it cannot kill
+    a root caller or guardian)."""
+    need_landlock()
+    if os.geteuid() != 0:
+        missing("a non-root caller of an account of its own is made by root")
+    account = caller_account()
+    Path("/home").mkdir(exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="sprawl-landlock-abi5-", dir="/home"))
+    (home / "tree").mkdir()
+    (home / "scratch").mkdir()
+    (home / "tree" / "attack.py").write_text(ATTACK)
+    for path in home.rglob("*"):
+        os.chown(path, account.pw_uid, account.pw_gid)
+    os.chown(home, account.pw_uid, account.pw_gid)
+    for path in (REPO, Path(os.path.realpath(sys.executable)), home):
+        grant_search(path, account.pw_uid)
+    marker = str(8_000_000 + int.from_bytes(os.urandom(3), "big"))
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LANG": "C.UTF-8"}
+    survivors: list[int] = []
+    as_caller = ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}"]
+    as_caller.append("--clear-groups")
+    try:
+        subprocess.run(
+            [*as_caller, sys.executable, "-c", DRIVER, str(home), marker],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        )
+        abi_used, claimed = (home / "claimed").read_text().split()
+        assert abi_used == "5", abi_used
+        # The daemon is gone at once when something still kills the group; wait for that
+        # condition, bounded, rather than for a fixed time.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            survivors = [
+                p.pid
+                for p in psutil.process_iter(["cmdline"])
+                if p.info["cmdline"] == ["sleep", marker] and p.status() != "zombie"
+            ]
+            if not survivors:
+                break
+            time.sleep(0.2)
+        print(f"ABI 5, non-root: process_tree claimed={claimed}, survivors={survivors}")
+        assert claimed == "False" or not survivors, (
+            f"process_tree claimed at ABI 5 for a non-root caller, and sleep {marker} "
+            f"outlived the command with its guardian, caller and helper killed: {survivors}"
+        )
+        assert survivors, "the attack did not work: this test proves nothing"
+    finally:
+        for pid in survivors:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+        shutil.rmtree(home, ignore_errors=True)
