@@ -95,8 +95,9 @@ def test_a_misspelled_mechanism_is_refused_listing_the_spellings() -> None:
         (0, True, set()),
         (2, True, set()),
         (3, True, {"filesystem", "process_tree"}),
-        (3, False, {"process_tree"}),
+        (3, False, set()),  # no signal scoping: the command kills its guardian and caller
         (4, True, {"filesystem", "process_tree", "network"}),
+        (5, False, {"network"}),
         (6, True, {"filesystem", "process_tree", "network"}),
         (7, False, {"process_tree", "network"}),
     ],
