@@ -70,7 +70,7 @@ def docker_steps(reps: int, copy: Path, times: Times) -> None:
                 host=host,
             )
             # every container measured below is created the same way (our argv, CLI) ...
-            cid = timed(times, "docker create: CLI (our argv)", lambda a=argv: engine.create(a, {}))
+            cid = timed(times, "docker create: CLI (our argv)", lambda a=argv: engine.create(a))
             # ... the SDK create is timed on a throwaway with the same image (fewer options)
             sdk = timed(
                 times,
@@ -130,7 +130,7 @@ def podman_steps(reps: int, copy: Path, times: Times) -> None:
                 runtime,
                 host=host,
             )
-            cid = timed(times, "podman create: CLI", lambda a=argv: engine.create(a, {}))
+            cid = timed(times, "podman create: CLI", lambda a=argv: engine.create(a))
             timed(times, "podman inspect: CLI", lambda c=cid: engine.inspect(c))
             if n % 2:
                 timed(

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import psutil
 
-from sprawl_orch.copy.sync import delete_path
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.removal import delete_path
+from sprawl_orch.engines.sweep import Found
 from sprawl_orch.guardian.cgroup_reap import remove_cgroups
-from sprawl_orch.guardian.engines import EngineError, Found, ReaperEngine
+from sprawl_orch.guardian.engines import ReaperEngine
 from sprawl_orch.guardian.watchlist import Watchlist
 
 POLL_SECONDS = 0.05
@@ -120,7 +122,7 @@ def kill_groups(groups: dict[int, float], log: Log) -> list[int]:
 
 
 def delete_scratch(path: Path) -> str | None:
-    """Delete one scratch copy without following any link in it (copy_sync.delete_path:
+    """Delete one scratch copy without following any link in it (core.removal.delete_path:
     directory fds + O_NOFOLLOW, or lstat-checked paths where there are no dir fds);
     None on success or if it is already gone."""
     if not path.name.startswith(SCRATCH_PREFIX):
@@ -151,8 +153,8 @@ class Reaper:
     def _find(self, engine: ReaperEngine, names: Collection[str], report: Report) -> list[Found]:
         try:
             return engine.find(self.session, names)
-        except EngineError as err:
-            report.problems.append(str(err))
+        except SprawlError as err:
+            report.problems.append(f"{err.subject}: {err.detail}")
             return []
 
     def _remove(self, engine: ReaperEngine, found: list[Found], report: Report) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.engines.backends import backend
 from sprawl_orch.engines.engine import (
     ENGINES,
     IMAGE_ID,
@@ -28,6 +29,7 @@ from sprawl_orch.engines.engine import (
 )
 from sprawl_orch.images import buildlog
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases
+from sprawl_orch.images.engine_build import build_args, build_failed
 
 LABEL_RECIPE = "sprawl.recipe"
 LABEL_DATE = "sprawl.date"
@@ -100,7 +102,9 @@ class ImageEngine:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def _argv(self, args: Sequence[str]) -> list[str]:
-        return [self.binary or self.name, *args]
+        # The binary the arm and the guardian run (engines/backends.py); its bare name when
+        # none is installed, so the runner says so.
+        return [self.binary or backend(self.name).cli or self.name, *args]
 
     def _unreachable(self, what: str, detail: str) -> SprawlError:
         return SprawlError(
@@ -115,6 +119,9 @@ class ImageEngine:
     ) -> subprocess.CompletedProcess[str]:
         """Run the CLI (container.engine.run_cli, no time limit: an import or a build takes
         what it takes); a CLI that can't be run is TOOL_UNAVAILABLE, the exit is not judged."""
+        # The admin's own environment, unlike the arm's fixed one (engines' cli_env): a person
+        # at their terminal builds with their proxies and registries config (podman build
+        # passes HTTP_PROXY to RUN steps), and no attacker's tree shapes this process.
         return run_cli(
             self.name,
             self._argv(args),
@@ -322,21 +329,9 @@ class ImageEngine:
         self.check_bases(dockerfile)
         with tempfile.TemporaryDirectory(prefix="sprawl-build-") as tmp:
             iidfile = Path(tmp) / "iid"
-            pull = "--pull=false" if self.name == "docker" else "--pull=never"
-            args = ["build", pull, "--file", str(dockerfile), "--iidfile", str(iidfile)]
-            # The default removes intermediate containers only after a successful build:
-            # three failed builds left three stopped containers (issue 19). Both engines
-            # take --rm/--force-rm (podman's default for --force-rm is true; said anyway).
-            args += ["--rm", "--force-rm", "--network", network]
-            for key, value in labels.items():
-                args += ["--label", f"{key}={value}"]
-            # RUN steps start containers: podman's default rlimits exceed these hosts' hard
-            # limits ("error setting rlimit type 7: operation not permitted").
-            for name, limit in ulimits.items():
-                args += ["--ulimit", f"{name}={limit}"]
-            if tag:
-                args += ["--tag", tag]
-            args.append(str(context))
+            args = build_args(
+                self.name, dockerfile, context, iidfile, labels, tag, ulimits, network
+            )
             # BuildKit resolves FROM against the registry even for local images; the classic
             # builder uses the local store. Docker 20.10 with no buildx uses it anyway.
             env = {**os.environ, **self.env, "DOCKER_BUILDKIT": "0"}
@@ -362,33 +357,9 @@ class ImageEngine:
                 log_path.unlink(missing_ok=True)
                 raise self._unreachable("build", f"{self._argv(args)[0]} is not on PATH") from err
             if proc.returncode != 0 or not iidfile.is_file():
-                raise self._build_failed(dockerfile, proc.returncode, log_path, network)
+                raise build_failed(self.name, dockerfile, proc.returncode, log_path, network)
             log_path.unlink(missing_ok=True)
             return fixed_id(iidfile.read_text())
-
-    def _build_failed(
-        self, dockerfile: Path, status: int, log_path: Path, network: str
-    ) -> SprawlError:
-        why = buildlog.failure(log_path.read_text(encoding="utf-8", errors="replace"))
-        step = why.step or "before any step"
-        recovery = f"read the whole log, {log_path}; fix {step.split(':')[0]} of {dockerfile}"
-        if why.tls:
-            recovery = (
-                "a server's TLS certificate could not be verified (a proxy that re-signs TLS, "
-                "or a private index or mirror): give the image that CA (COPY it in and point "
-                f"SSL_CERT_FILE / PIP_CERT at it) or use a mirror the image trusts; log: {log_path}"
-            )
-        elif why.network and network == "none":
-            recovery = (
-                f"the step wanted the network and RUN steps had none (--network none): build "
-                f"again with --network host (e.g. to reach the package mirror); log: {log_path}"
-            )
-        return SprawlError(
-            ErrorCode.ENGINE_REFUSED,
-            subject=f"{self.name} build {dockerfile}",
-            detail=f"exit {status} in {step}: " + " | ".join(why.lines) + f" (log: {log_path})",
-            recovery=recovery,
-        )
 
     def remove(self, image_id: str) -> None:
         """Remove an image by ID with every tag on it; a container using it stops that.

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.removal import delete_quietly
 from sprawl_orch.images.recipe import BusyboxRootfs, DebianRootfs
 
 OnLine = Callable[[str], None]
@@ -233,4 +234,4 @@ def remove_tree(root: Path) -> None:
         return
     for point in _mounts_below(root):
         subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
-    shutil.rmtree(root, ignore_errors=True)
+    delete_quietly(root)

@@ -15,7 +15,7 @@ from contextlib import suppress
 from sprawl_orch.changes.apply_check import shared_inode
 from sprawl_orch.changes.changes import ChangeEntry
 from sprawl_orch.changes.store import Kept
-from sprawl_orch.core.beneath import NotBeneath, open_dir_beneath, parts_of
+from sprawl_orch.core.beneath import NotBeneath, open_dir, open_dir_beneath, open_file, parts_of
 
 TEMP_PREFIX = ".sprawl-apply-"
 
@@ -100,7 +100,7 @@ def write_entry(kept: Kept, root_fd: int, e: ChangeEntry) -> None:
         fd = open_dir_beneath(root_fd, parts[:-1])
         try:
             os.mkdir(parts[-1], 0o700, dir_fd=fd)
-            made = os.open(parts[-1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            made = open_dir(parts[-1], fd)
             try:
                 os.fchmod(made, mode)
             finally:
@@ -112,8 +112,7 @@ def write_entry(kept: Kept, root_fd: int, e: ChangeEntry) -> None:
     fd, name = _parent(root_fd, e.path)
     try:
         if e.change == "mode_changed":
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            target = os.open(name, flags, dir_fd=fd)
+            target = open_file(name, dir_fd=fd)
             try:
                 links = os.fstat(target).st_nlink
                 if links > 1 and not stat.S_ISDIR(os.fstat(target).st_mode):

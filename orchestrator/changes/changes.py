@@ -38,6 +38,7 @@ from sprawl_orch.changes.record import (
     stamp_of,
 )
 from sprawl_orch.copy.fileops import CHUNK
+from sprawl_orch.core.beneath import open_file
 
 ChangeType = Literal["created", "modified", "deleted", "kind_changed", "mode_changed"]
 # Paths shown in a result; the rest are in the file named by `full` (the way back).
@@ -164,13 +165,12 @@ class _Compare:
 def equal_files(a: str, b: str, follow_a: bool = True) -> bool | None:
     """Whether files `a` and `b` hold the same bytes; None when either can't be opened.
     `b` is never followed through a link (a copy side); `a` is unless `follow_a` is off."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fa = os.open(a, flags if follow_a else flags | os.O_NOFOLLOW)
+        fa = os.open(a, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK) if follow_a else open_file(a)
     except OSError:
         return None
     try:
-        fb = os.open(b, flags | os.O_NOFOLLOW)
+        fb = open_file(b)
     except OSError:
         os.close(fa)
         return None

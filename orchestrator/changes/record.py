@@ -43,6 +43,7 @@ from typing import Literal
 
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.core import fs_clock
+from sprawl_orch.core.beneath import open_file
 
 Kind = Literal["file", "dir", "link", "other"]
 # Racy source files are hashed from the copy; past this many bytes they stay unproven
@@ -224,7 +225,7 @@ def fs_now_ns(directory: Path) -> int:
 def sha256_of(path: str | Path) -> str | None:
     """The file's sha256, without following a link at ``path``; None if unreadable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = open_file(path)
     except OSError:
         return None
     try:

@@ -24,7 +24,6 @@ import fcntl
 import json
 import os
 import secrets
-import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -36,9 +35,11 @@ from typing import Any
 from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.record import SyncRecord
 from sprawl_orch.core.beneath import NotBeneath, open_file_beneath, parts_of
+from sprawl_orch.core.budget import drop_entry, evict_oldest
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs, private_file
 from sprawl_orch.core.protected import Protection, under_git, vcs_state
+from sprawl_orch.core.removal import delete_quietly
 
 BUDGET = 1024 * 1024 * 1024
 # Bytes of the host's disk one kept entry costs besides its content, counted against the
@@ -151,13 +152,9 @@ def _usage(root: Path) -> list[tuple[float, str, int, str]]:
 
 
 def drop(root: Path, handle: str, why: str) -> None:
-    (root / f"{handle}.gone").write_text(why + "\n")
-    # Renamed first, in one step: a drop killed halfway through rmtree() must not leave a
-    # half-deleted store that load() would still read; the next sweep finishes the removal.
-    doomed = root / f".drop-{handle}-{secrets.token_hex(4)}"
-    with suppress(FileNotFoundError):
-        os.rename(root / handle, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    """Renamed away first, in one step (core/budget.py): load() never reads a half-deleted
+    store; the next sweep finishes a drop killed half-way."""
+    drop_entry(root, handle, why)
 
 
 def _sweep(root: Path) -> None:
@@ -169,7 +166,7 @@ def _sweep(root: Path) -> None:
             continue
         with suppress(OSError):
             if entry.name.startswith(".drop-") or entry.stat().st_mtime < stale:
-                shutil.rmtree(entry.path, ignore_errors=True)
+                delete_quietly(entry.path)
 
 
 def keep(
@@ -249,7 +246,7 @@ def keep(
     dropped: list[str] = []
     with locked(root):
         if stored > budget:
-            shutil.rmtree(tmp, ignore_errors=True)
+            delete_quietly(tmp)
             notes.append(
                 "not kept for apply: the changed files exceed the changes budget of "
                 f"{budget} bytes ([state] changes_budget_bytes)"
@@ -257,11 +254,10 @@ def keep(
             return Changes.of(entries, note="; ".join(notes), **fields)
         _sweep(root)
         usage = _usage(root)
-        total = sum(u[2] for u in usage)
         others = sum(u[2] for u in usage if u[3] != str(workdir))
         if others + stored > budget:
             # Room only by dropping other working directories' unapplied changes: never.
-            shutil.rmtree(tmp, ignore_errors=True)
+            delete_quietly(tmp)
             notes.append(
                 f"not kept for apply: {stored} bytes of changed files do not fit the changes "
                 f"budget of {budget} bytes ([state] changes_budget_bytes) beside the "
@@ -270,19 +266,25 @@ def keep(
                 "HANDLE` / `--drop`), or raise the budget"
             )
             return Changes.of(entries, note="; ".join(notes), **fields)
-        for _, old, size, where in usage:
-            if total + stored <= budget:
-                break
-            if where != str(workdir):
-                continue
-            drop(
-                root,
-                old,
-                f"dropped at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
-                f" to keep {handle} within the changes budget of {budget} bytes",
-            )
-            dropped.append(old)
-            total -= size
+        why = (
+            f"dropped at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+            f" to keep {handle} within the changes budget of {budget} bytes"
+        )
+
+        def gone_one(u: tuple[float, str, int, str]) -> bool:
+            drop(root, u[1], why)
+            return True
+
+        gone = evict_oldest(
+            usage,
+            budget,
+            size=lambda u: u[2],
+            age=lambda u: u[0],
+            spare=lambda u: u[3] != str(workdir),  # another working directory's: never
+            drop=gone_one,
+            incoming=stored,
+        )
+        dropped = [u[1] for u in gone]
         os.rename(tmp, root / handle)
     if dropped:
         notes.append(

@@ -30,6 +30,7 @@ from sprawl_orch.changes.changes import ChangeEntry, equal_files
 from sprawl_orch.changes.record import fs_now_ns, kind_of, norm_mode
 from sprawl_orch.copy.sync import delete_path
 from sprawl_orch.core import fs_clock
+from sprawl_orch.core.beneath import open_file
 
 Listing = dict[str, os.stat_result]
 
@@ -241,7 +242,7 @@ def _agent_side(tree: Path, rel: str) -> bytes | str:
         return f"a link to {os.readlink(path)!r} in the workspace"
     if not stat.S_ISREG(st.st_mode):
         return b""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    fd = open_file(path)
     with os.fdopen(fd, "rb") as f:
         return f.read()
 

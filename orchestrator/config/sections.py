@@ -213,6 +213,24 @@ class NetworkConfig(_Strict):
         return entries
 
 
+class PythonConfig(_Strict):
+    """``[sandbox.python]``: the limits of the python arm's WebAssembly guest (issue 31);
+    each a whole number > 0 (strict: 1.5, "10" and true are refused, never rounded)."""
+
+    _AT = ("sandbox", "python")
+
+    # wasmtime charges one unit of fuel per WebAssembly operator; on this project's 2-core
+    # machine CPython's guest burned ~7.5e9 a second (benchmarks/python_arm.py prints the
+    # rate here): the default is about a minute of CPU.
+    fuel: int = Field(default=400_000_000_000, gt=0, strict=True)
+    # The guest's linear memory; CPython needs ~10 MiB to start, wasm32 stops at 4 GiB.
+    memory_bytes: int = Field(
+        default=512 * 1024 * 1024, ge=16 * 1024 * 1024, le=4 * 1024**3, strict=True
+    )
+    # Epoch interruption: the guest traps this long after it started, whatever it runs.
+    wall_seconds: int = Field(default=600, gt=0, le=7 * 24 * 3600, strict=True)
+
+
 class NativeConfig(_Strict):
     """``[sandbox.native]``: which Linux mechanism the native arm uses. "auto": bwrap where
     an unprivileged user namespace can be made, else Landlock + seccomp where the kernel's
@@ -238,6 +256,7 @@ class SandboxConfig(_Strict):
     container: ContainerConfig = ContainerConfig()
     copy_: CopyConfig = Field(default=CopyConfig(), alias="copy")
     network: NetworkConfig = NetworkConfig()
+    python: PythonConfig = PythonConfig()
     native: NativeConfig = NativeConfig()
     # [sandbox.secrets.NAME]: a placeholder inside, the value put in by the proxy for its
     # hosts only (orchestrator/secrets/, docs/secrets.md).

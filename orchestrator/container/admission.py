@@ -33,6 +33,7 @@ from sprawl_orch.container.stale_probes import sweep_stale_probes
 from sprawl_orch.container.userns import SUBGID, SUBUID, Userns, plan
 from sprawl_orch.core import arms
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.backends import backend
 from sprawl_orch.engines.engine import ENGINES, ContainerEngine, stamp
 from sprawl_orch.runs.launch import NullWatcher, Watcher
 
@@ -293,19 +294,6 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def engine_for(name: str, docker_host: str | None = None) -> ContainerEngine:
-    """`docker_host`: [sandbox.container] docker_host (None: $DOCKER_HOST)."""
-    if name == "docker":
-        from sprawl_orch.engines.docker import DockerEngine
-
-        return DockerEngine(docker_host)
-    if name == "podman":
-        from sprawl_orch.engines.podman import PodmanEngine
-
-        return PodmanEngine()
-    raise ValueError(f"unknown engine {name!r}; expected one of {ENGINES}")
-
-
 def admit_each(
     config: ContainerConfig,
     names: Sequence[str] | None = None,
@@ -322,7 +310,7 @@ def admit_each(
         names = ENGINES if config.engine == "auto" else (config.engine,)
     out: list[tuple[ContainerEngine, Admission]] = []
     for name in names:
-        engine = engine_for(name, config.docker_host)
+        engine = backend(name, config.docker_host)
         found = admit(engine, config, evidence=evidence, watcher=watcher)
         out.append((engine, found))
         if first_only and found.admitted and (found.uids_namespaced or config.userns == "off"):

@@ -22,7 +22,6 @@ from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.admission import (
     admit,
     admit_each,
-    engine_for,
     preferred,
 )
 from sprawl_orch.container.admitted import Admission
@@ -36,7 +35,14 @@ from sprawl_orch.container.command import (
     start_refusal,
 )
 from sprawl_orch.container.create import create_verified
-from sprawl_orch.container.egress_hold import Held, egress_gap, init_pid, proxy_at, reach
+from sprawl_orch.container.egress_hold import (
+    Held,
+    egress_gap,
+    init_pid,
+    proxy_at,
+    reach,
+    warm_start,
+)
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, given_away, take_back
@@ -46,6 +52,7 @@ from sprawl_orch.core.arms import ArmName, container_assurances
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.engine_offer import EngineOffer
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.engines.backends import backend
 from sprawl_orch.engines.engine import ContainerEngine
 from sprawl_orch.runs.launch import Launch, Running, Watcher
 
@@ -92,7 +99,7 @@ class ContainerArm:
         watcher: Watcher | None = None,
     ) -> ContainerArm:
         return cls(
-            config, engine_for(offer.engine, config.docker_host), evidence=evidence, watcher=watcher
+            config, backend(offer.engine, config.docker_host), evidence=evidence, watcher=watcher
         )
 
     @property
@@ -162,7 +169,7 @@ class ContainerArm:
 
     @property
     def egress_reach(self) -> str | None:
-        return reach(self.engine.name) if self.egress_gap is None else None
+        return reach(self.engine.name, self.config.warm) if self.egress_gap is None else None
 
     def prepare(self, workdir: Path) -> None:
         admission = self.admission()
@@ -223,7 +230,7 @@ class ContainerArm:
         command = (SHELL, "-c", launch.shell_line) if launch.shell_line is not None else launch.argv
         if self.config.warm and launch.given is None:
             # -i/-t run cold: a warm exec has no stdin or terminal of its own yet (issue 26)
-            return self.warm_pool().start(launch, command)
+            return warm_start(self.warm_pool(), launch, command)
         engine = self.engine
         venv = command_venv(launch, command)
         held = Held.of(launch, engine.name, self.egress_gap)

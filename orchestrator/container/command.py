@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import private_file
 from sprawl_orch.core.unrunnable import host_venv, runtime_refusal
 from sprawl_orch.engines.engine import ContainerEngine
 from sprawl_orch.runs.launch import Launch
@@ -56,8 +57,9 @@ def write_env_file(env: Mapping[str, str], path: Path) -> Path:
                 f"pass {name} without line breaks (e.g. base64), or use another arm",
             )
     text = "".join(f"{name}={value}\n" for name, value in sorted(env.items()))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    with os.fdopen(os.open(path, flags, 0o600), "w", encoding="utf-8") as out:
+    with os.fdopen(
+        private_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w", encoding="utf-8"
+    ) as out:
         out.write(text)
     return path
 

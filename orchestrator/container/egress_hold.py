@@ -11,8 +11,9 @@ read-only bind of a per-command directory, which the host opens read-write befor
 and writes a line to once the listener exists. `exec` leaves the program as pid 1 with
 nothing of the hold left. EOF instead of the line (the listener failed, the host died) ends
 the shell without running the program.
-Proved (tests/integration/test_egress_container.py): docker (runc), rootful podman with runc,
-with and without `--userns=auto`.
+Proved (tests/integration/test_egress_container.py, test_rootless.py): docker (runc), docker
+with userns-remap, rootful podman with runc (with and without `--userns=auto`), rootless
+podman as a non-root account, and warm containers of both engines (warm_start).
 gVisor: the guest's loopback is runsc's own netstack — a listener bound in the sandbox's
 host-side namespace is never reached from inside (checked by the issue's author with
 `nc 127.0.0.1` under runsc): refused; a bind-mounted unix socket bridge (runsc --host-uds)
@@ -27,16 +28,16 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sprawl_orch.container.admitted import Admission
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.egress.plan import EgressPlan
 from sprawl_orch.engines.engine import ContainerEngine
-from sprawl_orch.runs.launch import Launch
+from sprawl_orch.runs.launch import Launch, Running
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.proxy import EgressProxy
@@ -107,7 +108,8 @@ def egress_gap(admission: Admission, engine: str, warm: bool) -> str | None:
     """Why this container path cannot offer an allow-list, or None when it can."""
     if not admission.admitted:
         return "no engine is admitted"
-    if engine == "docker" and static_busybox() is None:
+    # A warm container's commands are exec'd after the listener is made: no gate to hold.
+    if engine == "docker" and not warm and static_busybox() is None:
         return (
             "docker starts the program at once (it has no `init`); the hold before it needs "
             "a statically linked busybox on the host (busybox-static), and none was found"
@@ -115,20 +117,66 @@ def egress_gap(admission: Admission, engine: str, warm: bool) -> str | None:
     if admission.gvisor:
         return (
             "under gVisor the command's loopback is runsc's own netstack: a listener made in "
-            "the sandbox's host-side namespace is never reached (a unix socket bridge is not "
-            "built)"
+            "the sandbox's host-side namespace is never reached (a unix socket bridge through "
+            'runsc --host-uds is not built); use runtime = "runc" for this list, or the '
+            "linux_namespaces arm"
         )
-    if warm:
-        return "a warm container starts once, before any command: not wired yet"
-    if admission.userns is not None and admission.userns.mode == "rootless":
-        return "rootless podman (joining its user namespace first) is not proved yet"
-    if admission.userns is not None and admission.userns.mode == "docker-remap":
-        return "docker with userns-remap is not proved yet"
     return None
 
 
-def reach(engine: str) -> str:
+WARM_REACH = (
+    "a listener on 127.0.0.1 inside the warm container's network namespace, made for each "
+    "command before it is exec'd and closed after its processes are killed"
+)
+
+
+def reach(engine: str, warm: bool = False) -> str:
+    if warm:
+        return WARM_REACH
     return DOCKER_REACH if engine == "docker" else PODMAN_REACH
+
+
+class Pool(Protocol):
+    """warm.WarmPool, as warm_start uses it (warm.py imports this module)."""
+
+    def start(
+        self, launch: Launch, command: Sequence[str], ready: Callable[[int], None] | None = None
+    ) -> Running: ...
+
+
+def warm_start(pool: Pool, launch: Launch, command: Sequence[str]) -> Running:
+    """A command in a warm container; with an allow-list, its own proxy and a listener made
+    in the container's namespace before the command is exec'd. The container's earlier
+    commands' processes were killed before it was idle again, and this command's are killed
+    before its listener closes (ProxiedRunning.finish: the run first): none reaches a
+    proxy not its own."""
+    plan = launch.egress
+    if plan is None:
+        return pool.start(launch, command)
+    if plan.secrets is not None:
+        # Issue 25's CA bundle is made per command (secrets/plan.py, in its outputs); a warm
+        # container's binds were fixed when it was created, before this command.
+        raise SprawlError(
+            ErrorCode.SANDBOX_DENIED,
+            "[sandbox.secrets] in a warm container",
+            "each command's interception CA bundle is made with the command, and a warm "
+            "container's read-only mounts were fixed when it was created, before it",
+            "set [sandbox.container] warm = false for commands that use secrets",
+        )
+    made: list[EgressProxy] = []
+
+    def ready(pid: int) -> None:
+        made.append(proxy_at(plan, pid))
+
+    try:
+        run = pool.start(launch, command, ready)
+    except BaseException:
+        for proxy in made:
+            proxy.close()
+        raise
+    from sprawl_orch.runs.proxied import ProxiedRunning
+
+    return ProxiedRunning(run, made[0])
 
 
 def refuse_if(gap: str | None) -> None:
@@ -175,13 +223,18 @@ class Held:
         if plan is None:
             return cls()
         refuse_if(gap)
-        read_only: tuple[tuple[str, str], ...] = ()
-        if plan.bundle is not None:
-            read_only += ((str(plan.bundle), plan.bundle_at or str(plan.bundle)),)
+        read_only = plan.bundle_binds()
         gate = None
         if engine == "docker":
             busybox = static_busybox()
-            assert busybox is not None  # egress_gap said so
+            if busybox is None:
+                # egress_gap skips this for warm = true, whose -i/-t commands still run cold
+                refuse_if(
+                    "docker starts the program at once (it has no `init`); the hold before it "
+                    "needs a statically linked busybox on the host (busybox-static), and none "
+                    "was found"
+                )
+            assert busybox is not None
             gate = Gate.make(launch.outputs, busybox)
             read_only += gate.mounts()
         return cls(plan, gate, read_only)

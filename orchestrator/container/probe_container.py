@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label
 from sprawl_orch.container.userns import Userns, host_owner, principal_problem
 from sprawl_orch.container.verify import Expected, mismatches
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.removal import delete_quietly
 from sprawl_orch.engines.engine import ZERO_TIME, ContainerEngine
 from sprawl_orch.runs.launch import NullWatcher, Watcher
 
@@ -147,7 +147,7 @@ def probe(
     finally:
         with contextlib.suppress(SprawlError):
             take_back(engine, userns, work / "copy")
-        shutil.rmtree(work, ignore_errors=True)
+        delete_quietly(work)
         if not work.exists():
             watcher.scratch_gone(work)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sprawl_orch.container.command import command_venv, remove_quietly
 from sprawl_orch.container.ownership import given_away
@@ -86,7 +86,11 @@ class WarmPool:
         self._closed = False
 
     # -- taking a container -----------------------------------------------------------------
-    def start(self, launch: Launch, command: Sequence[str]) -> WarmRun:
+    def start(
+        self, launch: Launch, command: Sequence[str], ready: Callable[[int], None] | None = None
+    ) -> WarmRun:
+        """`ready(init_pid)`: called once the container is taken, before the command enters
+        it (an allow-list's listener is made there: egress_hold.warm_start)."""
         refused = rootless_refusal(self.arm.admission().userns)
         if refused is not None:
             raise refused
@@ -114,11 +118,22 @@ class WarmPool:
             refusal = runtime_refusal(words, command[0], command_venv(launch, command))
             assert refusal is not None
             raise refusal
+        if ready is not None:
+            try:
+                ready(warm.host.init)
+            except BaseException:
+                self.release(warm)  # nothing ran in it
+                raise
         return WarmRun(self, warm, launch, command, replaced)
 
     def _make(self, launch: Launch) -> Warm:
         engine = self.arm.engine
-        container, name, record = self.arm.create_verified(launch, INIT, init_user=INIT_USER)
+        container, name, record = self.arm.create_verified(
+            launch,
+            INIT,
+            init_user=INIT_USER,
+            read_only=launch.egress.bundle_binds() if launch.egress else (),
+        )
         try:
             # the init's output is nothing; podman's `start --attach` runs on in a thread
             engine.start(container, launch.outputs / "init-out", launch.outputs / "init-err")

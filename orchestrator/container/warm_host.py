@@ -33,7 +33,8 @@ from pathlib import Path
 import psutil
 
 from sprawl_orch.container.warm_freeze import Freezer
-from sprawl_orch.copy.fileops import open_dir, remove_entry
+from sprawl_orch.core.beneath import open_dir
+from sprawl_orch.core.removal import remove_entry
 from sprawl_orch.runs.cgroup_counters import read_counter
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -194,7 +195,7 @@ class HostView:
         os.walk (recursive in Python 3.11) raise RecursionError out of ExecTool.exec, and
         past ~2000 levels a path-based lstat fails with ENAMETOOLONG, which would hide the
         entries from the reset. One fd is held at a time; the climb back goes through
-        ".." and is checked against the directory it came from (copy.fileops.remove_tree's
+        ".." and is checked against the directory it came from (core.removal.remove_tree's
         way), so a tree moved under the walk raises OSError rather than being misread."""
         base = f"/proc/{self.init}/root{mount}"
         found: dict[str, Entry] = {}

@@ -64,6 +64,7 @@ class WarmArm(Protocol):
         *,
         init_user: str | None = None,
         venv: str | None = None,
+        read_only: tuple[tuple[str, str], ...] = (),
     ) -> tuple[str, str, dict[str, object]]: ...
     def left_copy(self, copy: Path) -> None: ...
 

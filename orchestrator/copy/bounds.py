@@ -71,6 +71,38 @@ def compile_excludes(patterns: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(patterns)
 
 
+def count_files(root: str, excludes: Excludes, limit: int) -> int:
+    """The regular files under ``root`` the sync would certainly count, up to ``limit + 1``.
+
+    Issue 27: the file bound used to refuse only after copying 100 001 files (52-146 s by
+    arm), while the byte bound refused in 0.5 s. This count lists directories and reads each
+    entry's type from the listing (no stat, no file opened) and stops one past ``limit``. It
+    counts only what every sync counts -- regular files in real directories of the tree, not
+    excluded -- never links or what they lead to (those may be kept, refused or dangle), so a
+    count over ``limit`` is a refusal the sync would reach anyway; a count within it proves
+    nothing and the walk still counts as it copies. An unreadable directory is passed over
+    here: the walk refuses it with its own error.
+    """
+    count = 0
+    stack = [(root, "")]
+    while stack:
+        path, rel = stack.pop()
+        try:
+            with os.scandir(path) as it:
+                for entry in it:
+                    sub = rel + os.sep + entry.name if rel else entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        if not excludes.match(sub, True):
+                            stack.append((entry.path, sub))
+                    elif entry.is_file(follow_symlinks=False) and not excludes.match(sub, False):
+                        count += 1
+                        if count > limit:
+                            return count
+        except OSError:  # unreadable or gone: the walk meets it and says why (SourceUnreadable)
+            continue
+    return count
+
+
 def human(size: int) -> str:
     for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if size >= scale:

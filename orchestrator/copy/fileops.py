@@ -17,8 +17,13 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from typing import Protocol
+
+from sprawl_orch.core.beneath import open_dir
+
+# The one tree removal, and what it calls an entry (the copy's walk reads Kind from here).
+from sprawl_orch.core.removal import Kind as Kind
+from sprawl_orch.core.removal import remove_entry
 
 CHUNK = 1024 * 1024
 # The copy root's mode, made so and restored by every sync: its owner only, as the copy holds
@@ -33,7 +38,6 @@ keep two buffers cheap."""
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
 # O_BINARY: without it os.open on Windows opens in text mode (CRLF translated, ^Z ends reads).
 _COMMON = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | O_NOFOLLOW | _COMMON
 # O_NONBLOCK: opening a fifo that raced into place of a regular file must not hang the sync.
 READ_FLAGS = os.O_RDONLY | _COMMON | getattr(os, "O_NONBLOCK", 0)
 # Setting times through the open fd (futimens) where the platform can; elsewhere (Windows)
@@ -55,12 +59,15 @@ class SourceUnreadable(Exception):
         self.reason = err.strerror or str(err)
 
 
-def open_source(path: str) -> int:
-    """Open a source file read-only, following links (the source side always does)."""
-    try:
-        return os.open(path, READ_FLAGS)
-    except OSError as err:
-        raise SourceUnreadable(path, err) from err
+class Source(Protocol):
+    """A judged source file (copy/source.py's SourceFile): ``open`` gives a read fd of
+    exactly the file judged, or raises (copy.source.SourceChanged, SourceUnreadable)."""
+
+    path: str
+
+    def open(self) -> tuple[int, os.stat_result]:
+        """A read fd and its fstat (taken once: a copied file costs no second fstat)."""
+        ...
 
 
 def _read_source(fd: int, size: int, path: str) -> bytes:
@@ -70,12 +77,7 @@ def _read_source(fd: int, size: int, path: str) -> bytes:
         raise SourceUnreadable(path, err) from err
 
 
-def open_dir(name: str, dir_fd: int | None = None) -> int:
-    """Open a directory without following a link in its last component."""
-    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-
-
-def same_bytes(src_path: str, name: str, dst_fd: int, size: int, mode: int) -> bool:
+def same_bytes(src: Source, name: str, dst_fd: int, size: int, mode: int) -> bool:
     """True when copy entry ``name`` is a regular file with ``mode`` holding the source bytes.
 
     ``size`` is the source size from its stat. Bytes are compared in full (no mtime shortcut,
@@ -95,14 +97,15 @@ def same_bytes(src_path: str, name: str, dst_fd: int, size: int, mode: int) -> b
             or stat.S_IMODE(dst.st_mode) != mode
         ):
             return False
-        return same_content(src_path, dfd, size)
+        return same_content(src, dfd, size)
     finally:
         os.close(dfd)
 
 
-def same_content(src_path: str, dfd: int, size: int) -> bool:
+def same_content(src: Source, dfd: int, size: int) -> bool:
     """True when the first ``size`` bytes of the source equal those of the open copy file."""
-    sfd = open_source(src_path)
+    sfd, _ = src.open()
+    src_path = src.path
     try:
         left = size
         while left > 0:
@@ -121,7 +124,7 @@ def same_content(src_path: str, dfd: int, size: int) -> bool:
 
 
 def copy_file(
-    src_path: str, name: str, dst_fd: int, mode: int, budget: int
+    src: Source, name: str, dst_fd: int, mode: int, budget: int
 ) -> tuple[int, os.stat_result]:
     """Copy the source file into a NEW entry ``name`` of ``dst_fd``; return the bytes copied
     and the new file's stat once it is written (its stamp for the record, copy_stamps).
@@ -132,7 +135,7 @@ def copy_file(
     the process umask does not change them.
     """
     return copy_new(
-        src_path,
+        src,
         lambda: os.open(name, CREATE_FLAGS, 0o600, dir_fd=dst_fd),
         lambda dfd: os.fchmod(dfd, mode),
         lambda: os.unlink(name, dir_fd=dst_fd),
@@ -141,7 +144,7 @@ def copy_file(
 
 
 def copy_new(
-    src_path: str,
+    src: Source,
     create: Callable[[], int],
     finish: Callable[[int], None],
     discard: Callable[[], None],
@@ -149,10 +152,11 @@ def copy_new(
 ) -> tuple[int, os.stat_result]:
     """Copy the source into the fd ``create`` opens; ``finish`` runs on it before it is closed,
     ``discard`` removes the new entry when copying fails. Returns the bytes copied and the
-    new file's ``fstat`` after ``finish``."""
-    sfd = open_source(src_path)
+    new file's ``fstat`` after ``finish``. The source is opened before anything is created:
+    ``src.open`` checks it is the very file judged (copy/source.py: a flipped link)."""
+    sfd, sst = src.open()
+    src_path = src.path
     try:
-        sst = os.fstat(sfd)
         if not stat.S_ISREG(sst.st_mode):
             raise OSError(f"{src_path} stopped being a regular file while syncing")
         dfd = create()
@@ -218,82 +222,6 @@ def _pump(sfd: int, dfd: int, budget: int, src_path: str, size: int = -1) -> int
         total += sent
         if total > budget:
             raise BudgetExceeded(src_path)
-
-
-@dataclass
-class _Frame:
-    name: str  # this directory's name in its parent
-    pending: list[str]  # subdirectories still to empty
-    ident: tuple[int, int]  # (st_dev, st_ino), to check the climb back through ".."
-
-
-def _empty_out(fd: int) -> tuple[list[str], int]:
-    """Unlink every non-directory entry of ``fd``; return its subdirectory names and the count."""
-    subdirs: list[str] = []
-    removed = 0
-    with os.scandir(fd) as it:
-        for entry in it:
-            if entry.is_dir(follow_symlinks=False):
-                subdirs.append(entry.name)
-            else:
-                os.unlink(entry.name, dir_fd=fd)
-                removed += 1
-    return subdirs, removed
-
-
-def _ident(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino
-
-
-def remove_tree(name: str, parent_fd: int) -> int:
-    """Delete directory ``name`` of ``parent_fd`` and everything in it; return the files removed.
-
-    "Files" are all non-directory entries (regular files, links, fifos, ...). Links are removed,
-    never followed. The walk holds one directory fd at a time and climbs back through ``..``
-    (checked against the device and inode it came from), so a tree a command nested thousands
-    of levels deep in the copy exhausts neither fds nor Python's recursion limit (shutil.rmtree
-    in 3.11 keeps one fd and one stack frame per level).
-    """
-    fd = open_dir(name, parent_fd)
-    try:
-        subdirs, removed = _empty_out(fd)
-        stack = [_Frame(name, subdirs, _ident(fd))]
-        while True:
-            top = stack[-1]
-            if top.pending:
-                sub = top.pending.pop()
-                old, fd = fd, open_dir(sub, fd)
-                os.close(old)
-                subdirs, count = _empty_out(fd)
-                removed += count
-                stack.append(_Frame(sub, subdirs, _ident(fd)))
-                continue
-            stack.pop()
-            if not stack:
-                break
-            old, fd = fd, os.open("..", _DIR_FLAGS, dir_fd=fd)
-            os.close(old)
-            if _ident(fd) != stack[-1].ident:
-                raise OSError(f"a directory inside {name!r} was moved while it was being deleted")
-            os.rmdir(top.name, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
-    return removed
-
-
-def remove_entry(name: str, parent_fd: int, is_dir: bool) -> int:
-    """Delete one copy entry (a whole tree if ``is_dir``); return the files removed."""
-    if is_dir:
-        return remove_tree(name, parent_fd)
-    os.unlink(name, dir_fd=parent_fd)
-    return 1
-
-
-Kind = Literal["dir", "file", "other"]
-"""A copy entry seen without following it: a directory, a regular file, or anything else
-(a link, fifo, socket or device: never entered, never opened, only deleted)."""
 
 
 def _kind(entry: os.DirEntry[str]) -> Kind:
@@ -388,10 +316,10 @@ class FdCopy:
         if st.st_mtime_ns != mtime_ns:
             os.utime(name, ns=(atime_ns, mtime_ns), dir_fd=parent, follow_symlinks=False)
 
-    def same_bytes(self, src_path: str, name: str, parent: int, size: int, mode: int) -> bool:
-        return same_bytes(src_path, name, parent, size, mode)
+    def same_bytes(self, src: Source, name: str, parent: int, size: int, mode: int) -> bool:
+        return same_bytes(src, name, parent, size, mode)
 
     def copy_file(
-        self, src_path: str, name: str, parent: int, mode: int, budget: int
+        self, src: Source, name: str, parent: int, mode: int, budget: int
     ) -> tuple[int, os.stat_result]:
-        return copy_file(src_path, name, parent, mode, budget)
+        return copy_file(src, name, parent, mode, budget)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 
 from sprawl_orch.copy.fileops import (
@@ -48,34 +47,11 @@ from sprawl_orch.copy.fileops import (
     ROOT_MODE,
     TIMES_BY_FD,
     Kind,
+    Source,
     copy_new,
     same_content,
 )
-
-_REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT (winnt.h); st_file_attributes is Windows'
-# Relative path length at which remove_tree hoists a directory: well under Windows' MAX_PATH
-# (260) once a temporary directory's path is in front, and far under Linux's PATH_MAX (4096).
-_HOIST_AT = 128
-
-
-def kind_of(st: os.stat_result) -> Kind:
-    if getattr(st, "st_file_attributes", 0) & _REPARSE_POINT:
-        return "other"
-    if stat.S_ISDIR(st.st_mode):
-        return "dir"
-    return "file" if stat.S_ISREG(st.st_mode) else "other"
-
-
-def _unlink(path: str, kind: Kind) -> None:
-    try:
-        os.unlink(path)
-    except PermissionError:
-        if os.name != "nt" or kind != "file":
-            raise
-        # Windows refuses to delete a read-only file (a source file without u+w is copied as
-        # one: os.chmod sets FILE_ATTRIBUTE_READONLY); shutil.rmtree's onexc does the same.
-        os.chmod(path, stat.S_IWRITE)
-        os.unlink(path)
+from sprawl_orch.core.removal import kind_of, remove_tree_by_path, unlink_path
 
 
 def _set_mode(path: str, fd: int, mode: int) -> None:
@@ -83,37 +59,6 @@ def _set_mode(path: str, fd: int, mode: int) -> None:
         os.fchmod(fd, mode)
     # Windows before 3.13 has no fchmod; its chmod only sets or clears the read-only
     # attribute, and it runs once the file is closed (below, in copy_file).
-
-
-def remove_tree(path: str) -> int:
-    """Delete directory ``path`` and everything in it; return the non-directories removed.
-
-    Iterative (a command can nest directories past Python's recursion limit); directories
-    nested deeper than ``_HOIST_AT`` characters below ``path`` are renamed up to ``path``.
-    """
-    removed = 0
-    stack: list[tuple[str, bool]] = [(path, False)]
-    while stack:
-        here, emptied = stack.pop()
-        if emptied:
-            os.rmdir(here)
-            continue
-        stack.append((here, True))
-        with os.scandir(here) as it:
-            names = [e.name for e in it]
-        for name in names:
-            entry = os.path.join(here, name)
-            kind = kind_of(os.lstat(entry))
-            if kind != "dir":
-                _unlink(entry, kind)
-                removed += 1
-                continue
-            if len(entry) - len(path) > _HOIST_AT:
-                hoisted = os.path.join(path, f".sprawl-hoist-{secrets.token_hex(8)}")
-                os.rename(entry, hoisted)
-                entry = hoisted
-            stack.append((entry, False))
-    return removed
 
 
 class PathCopy:
@@ -167,8 +112,8 @@ class PathCopy:
     def remove(self, name: str, parent: str, kind: Kind) -> int:
         path = os.path.join(parent, name)
         if kind == "dir":
-            return remove_tree(path)
-        _unlink(path, kind)
+            return remove_tree_by_path(path)
+        unlink_path(path, kind)
         return 1
 
     def mkdir(self, name: str, parent: str) -> None:
@@ -195,7 +140,7 @@ class PathCopy:
         if os.lstat(path).st_mtime_ns != mtime_ns:
             os.utime(path, ns=(atime_ns, mtime_ns), follow_symlinks=False)
 
-    def same_bytes(self, src_path: str, name: str, parent: str, size: int, mode: int) -> bool:
+    def same_bytes(self, src: Source, name: str, parent: str, size: int, mode: int) -> bool:
         path = os.path.join(parent, name)
         try:
             st = os.lstat(path)
@@ -211,19 +156,19 @@ class PathCopy:
                 st.st_ino,
             ):
                 return False  # replaced since the lstat: it differs and will be replaced
-            return same_content(src_path, dfd, size)
+            return same_content(src, dfd, size)
         finally:
             os.close(dfd)
 
     def copy_file(
-        self, src_path: str, name: str, parent: str, mode: int, budget: int
+        self, src: Source, name: str, parent: str, mode: int, budget: int
     ) -> tuple[int, os.stat_result]:
         path = os.path.join(parent, name)
         total, written = copy_new(
-            src_path,
+            src,
             lambda: os.open(path, CREATE_FLAGS, 0o600),
             lambda fd: _set_mode(path, fd, mode),
-            lambda: _unlink(path, "file"),
+            lambda: unlink_path(path, "file"),
             budget,
         )
         if os.chmod not in os.supports_fd:
@@ -231,7 +176,7 @@ class PathCopy:
             written = os.lstat(path)
         if not TIMES_BY_FD:
             # No futimens here (Windows): the source's times by path, after the file closed.
-            sst = os.stat(src_path)
+            sst = os.stat(src.path)
             os.utime(path, ns=(sst.st_atime_ns, sst.st_mtime_ns))
             written = os.lstat(path)
         return total, written

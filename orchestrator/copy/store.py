@@ -40,6 +40,7 @@ from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import FileWork, delete_path, sync_with_record
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.budget import evict_oldest
 from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.core.private import private_dirs
@@ -290,18 +291,14 @@ class CopyStore:
 
     def evict(self, keep: Path | None = None) -> list[CopyInfo]:
         """Drop idle slots, least recently released first, until within the budget."""
-        slots = self.info()
-        total = sum(s.bytes for s in slots)
-        dropped = []
-        for s in sorted(slots, key=lambda s: s.released):
-            if total <= self.budget_bytes:
-                break
-            if s.busy or s.slot == keep:
-                continue
-            if self.drop(s.slot):
-                total -= s.bytes
-                dropped.append(s)
-        return dropped
+        return evict_oldest(
+            self.info(),
+            self.budget_bytes,
+            size=lambda s: s.bytes,
+            age=lambda s: s.released,
+            spare=lambda s: s.busy or s.slot == keep,
+            drop=lambda s: self.drop(s.slot),
+        )
 
 
 def _du(path: Path) -> int:

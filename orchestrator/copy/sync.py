@@ -39,7 +39,9 @@ counted, so a first sync of N files in D directories reports ``created = N``):
 
 A no-change resync reports ``created = rewritten = removed = 0``.
 
-Bounds (copy_bounds) are counted on the source side while syncing; over one -- or on any
+Bounds (copy_bounds) are counted on the source side while syncing, and the file bound also
+before a sync that has no kept copy to compare against (copy_bounds.count_files: a listing
+only, so a tree over it is refused before anything is copied); over one -- or on any
 failure to read the source (E_STORAGE_FATAL) -- the half-synced copy and its record are
 deleted. The source is never written.
 
@@ -56,13 +58,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sprawl_orch.copy import refusals
 from sprawl_orch.copy import stamps as copy_stamps
-from sprawl_orch.copy.bounds import MAX_BYTES, MAX_DEPTH, MAX_FILES, Bounds, Excludes
+from sprawl_orch.copy.bounds import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_FILES,
+    Bounds,
+    Excludes,
+    count_files,
+)
 from sprawl_orch.copy.fileops import FdCopy, SourceUnreadable
 from sprawl_orch.copy.paths import PathCopy
 from sprawl_orch.copy.walk import CopySide, FileWork, Progress, Walk
 from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.removal import delete_path, dir_fds_work
 
 __all__ = [
     "MAX_BYTES",
@@ -79,39 +90,11 @@ __all__ = [
 ]
 
 
-def dir_fds_work() -> bool:
-    """Whether FdCopy can run here: every dir_fd call it makes, O_DIRECTORY and O_NOFOLLOW."""
-    dir_fd_calls = (os.open, os.stat, os.mkdir, os.unlink, os.rmdir, os.readlink, os.symlink)
-    return (
-        hasattr(os, "O_DIRECTORY")
-        and hasattr(os, "O_NOFOLLOW")
-        and hasattr(os, "fchmod")
-        and os.scandir in os.supports_fd
-        and all(f in os.supports_dir_fd for f in dir_fd_calls)
-        and os.stat in os.supports_follow_symlinks
-    )
-
-
 COPY_SIDE: CopySide[Any] = FdCopy() if dir_fds_work() else PathCopy()
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def delete_path(path: Path) -> None:
-    """Delete ``path`` (a copy) without following links in it; no error if it is already gone."""
-    side = COPY_SIDE
-    try:
-        parent = side.open_parent(str(path.parent))
-    except FileNotFoundError:
-        return
-    try:
-        kind = side.lookup(path.name, parent)
-        if kind is not None:
-            side.remove(path.name, parent, kind)
-    finally:
-        side.close(parent)
 
 
 def _discarding(err: SprawlError, copy: Path, record: Path | None) -> SprawlError:
@@ -191,6 +174,16 @@ def sync_with_record(
         )
     side = COPY_SIDE
     old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
+    if old is None:
+        # No kept copy to compare against: every file would be copied. Refuse a tree over the
+        # file bound within the cost of listing it, not after copying bound + 1 files.
+        counted = count_files(src, excludes, bounds.files)
+        if counted > bounds.files:
+            detail, key = refusals.counted_detail(counted, bounds)
+            refusal = refusals.refusal(
+                src, str(source), excludes, bounds, detail, key, bound="files", reached=counted
+            )
+            raise _discarding(refusal, copy, record)
     walk = Walk(
         side, src, bounds, str(source), excludes, old, progress, guard=guard, touched=touched
     )

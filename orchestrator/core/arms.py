@@ -84,7 +84,11 @@ ASSURANCES: dict[ArmName, Assurances] = {
     # path -- one recorded in the tree by an editable install, a venv, a build system --
     # lands in the person's tree. The filesystem axis is not kept (issue 11, design §5).
     ArmName.COPIED_TREE: Assurances.none(),
-    ArmName.PYTHON: Assurances.none(),
+    # Kept by WebAssembly itself; the user axis is not: the runtime is our child, as the
+    # caller (native_fallbacks/wasi_python.py).
+    ArmName.PYTHON: Assurances.of(
+        Guarantee.FILESYSTEM, Guarantee.NETWORK, Guarantee.PROCESS_TREE, Guarantee.RESOURCES
+    ),
     ArmName.UNAVAILABLE: Assurances.none(),
     ArmName.HOST: Assurances.none(),
 }
@@ -203,11 +207,11 @@ def seatbelt(why: str) -> Missing:
     )
 
 
-def not_built(arm: str) -> Missing:
+def python_runtime(why: str) -> Missing:
     return Missing(
-        "not_built",
-        f"the {arm} arm is not available in this version",
-        'choose arm = "auto", "container", "native" or "copied_tree"',
+        "python_runtime",
+        f"the python arm's WebAssembly runtime is missing: {why}",
+        "install it: pip install 'sprawl-orch[python]' (wasmtime and the pinned CPython wheel)",
     )
 
 

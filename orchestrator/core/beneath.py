@@ -1,8 +1,11 @@
-"""Opening a path beneath a directory fd without ever following a link (apply, change store).
+"""Opening without ever following a link: the one open-beneath (apply, the change store, the
+changes walk, workspaces, the copy's and the warm reset's tree removal).
 
-Each component is opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to the previous one, so a
-symbolic link anywhere on the way (planted by a command, or the person's own) makes the open
-fail instead of leading out of the tree. ``..`` and absolute paths are refused outright.
+A path beneath a directory fd: each component is opened with ``O_NOFOLLOW | O_DIRECTORY``
+relative to the previous one, so a symbolic link anywhere on the way (planted by a command, or
+the person's own) makes the open fail instead of leading out of the tree. ``..`` and absolute
+paths are refused outright. One name: `open_dir` and `open_file` open it without following a
+link there, a FIFO put in a file's place not blocking the open.
 """
 
 from __future__ import annotations
@@ -11,7 +14,23 @@ import contextlib
 import errno
 import os
 
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# getattr: Windows has none of these, and the copy's path side imports this module there (its
+# dir-fd functions are then never called: core/removal.py's dir_fds_work).
+_COMMON = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | _COMMON
+# O_NONBLOCK: opening a FIFO that raced into place of a regular file must not hang.
+FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | _COMMON
+
+
+def open_dir(name: str, dir_fd: int | None = None) -> int:
+    """Open a directory without following a link in its last component."""
+    return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+
+
+def open_file(path: str | os.PathLike[str], dir_fd: int | None = None) -> int:
+    """Open a file read-only without following a link in its last component; a FIFO does
+    not block the open."""
+    return os.open(path, FILE_FLAGS, dir_fd=dir_fd)
 
 
 class NotBeneath(Exception):
@@ -58,8 +77,6 @@ def open_file_beneath(root_fd: int, parts: list[str]) -> int:
     way (NotBeneath) or at the end (ELOOP), and a FIFO put there does not block the open."""
     parent = open_dir_beneath(root_fd, parts[:-1])
     try:
-        return os.open(
-            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent
-        )
+        return open_file(parts[-1], dir_fd=parent)
     finally:
         os.close(parent)

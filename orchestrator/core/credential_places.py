@@ -218,7 +218,9 @@ def copy_guard(caller_home: str | None, places: tuple[Path, ...]) -> Guard:
     return make_guard(caller_home, places, SYSTEM_DIRS, grants=False)
 
 
-def copy_refusal(guard: Guard, path: str, st: os.stat_result) -> str | None:
+def copy_refusal(
+    guard: Guard, path: str, st: os.stat_result, *, resolved: bool = False
+) -> str | None:
     """Why the content reached by following `path` (a link of the tree out of it, or an entry
     below one; `st` what it leads to) may not be copied, or None. Issue 30: a cloned tree's
     `k -> /root/.ssh/id_ed25519` put the caller's key into the copy the command reads -- as
@@ -227,8 +229,10 @@ def copy_refusal(guard: Guard, path: str, st: os.stat_result) -> str | None:
     places, sprawl-orch's own); never inside another account's home; and outside the
     caller's own homes only what everyone may read (/etc/shadow is root's: a root caller's
     sync reads it, the sandbox uid may not). `.venv/bin/python -> /usr/bin/python3.11` and
-    pyenv's versions in the caller's home pass."""
-    real = Path(os.path.realpath(path))
+    pyenv's versions in the caller's home pass. `resolved`: `path` is already the kernel's
+    path of the file `st` describes (copy/source.py reads it from the open fd): resolving it
+    again could name another file than the one held (a link flipped meanwhile)."""
+    real = Path(path if resolved else os.path.realpath(path))
     why = _by_name(guard, real)
     if why is not None:
         return why

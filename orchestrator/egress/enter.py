@@ -20,21 +20,31 @@ import os
 import socket
 import struct
 import sys
+import time
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
+NETLINK_ROUTE = 0
+RTMGRP_LINK = 0x1
+RTMGRP_IPV4_IFADDR = 0x10
+# How long a loopback that is down is left to its own sandbox to raise (bwrap: milliseconds).
+LOOPBACK_WAIT = 5.0
+
+
+def setns_fd(fd: int, kind: int, path: str = "") -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, kind) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"setns({path or fd}): {os.strerror(code)}")
 
 
 def _setns(path: str, kind: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if libc.setns(fd, kind) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"setns({path}): {os.strerror(code)}")
+        setns_fd(fd, kind, path)
     finally:
         os.close(fd)
 
@@ -44,6 +54,41 @@ def _loopback_up(sock: socket.socket) -> None:
     flags = struct.unpack("16sH22x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
     if not flags & IFF_UP:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
+def _loopback_is_up(sock: socket.socket) -> bool:
+    request = struct.pack("16sH22x", b"lo", 0)
+    return bool(struct.unpack("16sH22x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1] & IFF_UP)
+
+
+def _bind_when_up(listener: socket.socket, port: int, wait: float) -> None:
+    """Bind 127.0.0.1:`port` once the namespace's loopback is up. bwrap reports the child's
+    pid before the child raises its loopback: raised here first, bwrap's own RTM_NEWADDR
+    then failed ("bwrap: loopback: Failed RTM_NEWADDR") and the command never ran — a race
+    the helper's slow start had hidden. So the link and address events are awaited (netlink,
+    subscribed before the first try, so none is missed); only a loopback still down after
+    `wait` seconds (an engine that never raises it) is raised here."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as events:
+        events.bind((0, RTMGRP_LINK | RTMGRP_IPV4_IFADDR))
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                listener.bind(("127.0.0.1", port))
+                return
+            except OSError as err:
+                if err.errno != errno.EADDRNOTAVAIL:
+                    raise
+            left = deadline - time.monotonic()
+            if left <= 0 or _loopback_is_up(listener):
+                _loopback_up(listener)
+                listener.bind(("127.0.0.1", port))
+                return
+            events.settimeout(left)
+            try:
+                events.recv(65536)
+            except TimeoutError:
+                # The deadline passed without an event: the next turn raises it ourselves.
+                continue
 
 
 def listen_in(pid: int, port: int, join_user: bool) -> socket.socket:
@@ -57,9 +102,8 @@ def listen_in(pid: int, port: int, join_user: bool) -> socket.socket:
                 raise
     _setns(f"/proc/{pid}/ns/net", CLONE_NEWNET)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    _loopback_up(listener)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", port))
+    _bind_when_up(listener, port, LOOPBACK_WAIT)
     listener.listen(128)
     return listener
 

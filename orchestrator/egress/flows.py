@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import h11
 
+from sprawl_orch.egress import relay
 from sprawl_orch.egress.addresses import host_addresses, refused
 from sprawl_orch.egress.hello import RECORD_HEADER, NotTls, parse_hello, record_length
 from sprawl_orch.egress.record import Egress
@@ -68,6 +69,7 @@ class Hub(Protocol):
 
     rules: Rules
     connect_timeout: float
+    splice: bool
 
     async def resolve(self, host: str, port: int) -> list[IpAddress]: ...
 
@@ -247,12 +249,22 @@ class Flow:
     async def pipe(self, first: bytes) -> None:
         assert self.upstream is not None
         up_reader, up_writer = self.upstream
+        if self.proxy.splice and await relay.both_ways(
+            (self.reader, self.writer), self.upstream, first, self._count_up, self._count_down
+        ):
+            return
         up_writer.write(first)
         self.up += len(first)
         await asyncio.gather(
             self._copy(self.reader, up_writer, up=True),
             self._copy(up_reader, self.writer, up=False),
         )
+
+    def _count_up(self, moved: int) -> None:
+        self.up += moved
+
+    def _count_down(self, moved: int) -> None:
+        self.down += moved
 
     async def _copy(
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, up: bool

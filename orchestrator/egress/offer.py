@@ -41,10 +41,15 @@ def doctor_line(arm: ArmName, engine: str | None = None) -> str:
         )
     if arm is ArmName.CONTAINER and engine == "podman":
         return (
-            "allow-lists offered on rootful podman with runc (with or without --userns=auto): "
-            "a listener on 127.0.0.1:3128 made after `podman init`; not under gVisor, warm "
-            "or rootless"
+            "allow-lists offered with runc (rootful, --userns=auto, rootless, warm): a "
+            "listener on 127.0.0.1:3128 made after `podman init` (warm: before each exec); "
+            "not under gVisor (auto steps past it to linux_namespaces)"
         )
     if arm is ArmName.CONTAINER:
-        return "allow-lists not offered: docker starts the program at once (no `init`)"
+        return (
+            "allow-lists offered with runc (plain, userns-remap, warm): the program held "
+            "behind a gate (the host's static busybox, busybox-static) until a listener on "
+            "127.0.0.1:3128 exists (warm: made before each exec); not under gVisor (auto "
+            "steps past it to linux_namespaces)"
+        )
     return f"allow-lists not offered: {GAPS.get(arm, 'no network namespace of its own')}"

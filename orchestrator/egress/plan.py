@@ -66,6 +66,13 @@ class EgressPlan:
                 out[name] = self.bundle_at or str(self.bundle)
         return out
 
+    def bundle_binds(self) -> tuple[tuple[str, str], ...]:
+        """The CA bundle read-only in a container: at `bundle_at` when set (issue 25's bundle
+        with its per-run CA), else at its own path (trust = "host")."""
+        if self.bundle is None:
+            return ()
+        return ((str(self.bundle), self.bundle_at or str(self.bundle)),)
+
     def phrase(self) -> str:
         """The network axis's phrase in the statement (issue 24's exact words)."""
         hosts = ", ".join(self.allow)

@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from sprawl_orch.egress import flows
-from sprawl_orch.egress.record import Egress
+from sprawl_orch.egress.record import Egress, Tally
 from sprawl_orch.egress.rules import IpAddress, Rules
 
 if TYPE_CHECKING:
@@ -53,15 +53,18 @@ class EgressProxy:
         observe: Observer | None = None,
         connect_timeout: float = 15.0,
         max_connections: int = MAX_CONNECTIONS,
+        splice: bool = True,
         secrets: Interceptor | None = None,
     ) -> None:
         self.secrets = secrets  # issue 25: hosts bound to a secret are intercepted
         self.max_connections = max_connections
+        # False: tunnels copied through asyncio streams (the benchmark's side-by-side row).
+        self.splice = splice
         self.rules = rules
         self._resolve = resolve
         self._observe = observe
         self.connect_timeout = connect_timeout
-        self._records: list[Egress] = []
+        self._tally = Tally()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -109,8 +112,22 @@ class EgressProxy:
         self._call(begin())
 
     def records(self) -> tuple[Egress, ...]:
+        """The records kept (record.MAX_RECORDS, MAX_RECORD_BYTES); `tally()` counts all."""
         with self._lock:
-            return tuple(self._records)
+            return tuple(self._tally.kept)
+
+    def tally(self) -> Tally:
+        with self._lock:
+            return Tally(
+                kept=list(self._tally.kept),
+                kept_bytes=self._tally.kept_bytes,
+                dropped=self._tally.dropped,
+                allowed=self._tally.allowed,
+                refused=self._tally.refused,
+                up=self._tally.up,
+                down=self._tally.down,
+                hosts=set(self._tally.hosts),
+            )
 
     def close(self) -> None:
         if self._loop is None or self._thread is None:
@@ -131,7 +148,7 @@ class EgressProxy:
 
     def _note(self, record: Egress) -> None:
         with self._lock:
-            self._records.append(record)
+            self._tally.add(record)
         if self._observe is not None:
             self._observe(record)
 

@@ -118,8 +118,10 @@ class DockerEngine:
         *,
         cli: str | None = None,
         environ: Mapping[str, str] | None = None,
+        api_timeout: float = API_TIMEOUT,
     ) -> None:
         env = os.environ if environ is None else environ
+        self.api_timeout = api_timeout
         self.host = host or env.get("DOCKER_HOST") or DEFAULT_HOST
         self.cli = cli or host_which("docker", env.get("PATH"))
         self._conn: dict[str, str] = {k: env[k] for k in CONNECTION_VARS if k in env}
@@ -141,7 +143,7 @@ class DockerEngine:
                 self._api = docker.APIClient(
                     **kwargs_from_env(environment=self._conn),
                     version="auto",
-                    timeout=API_TIMEOUT,
+                    timeout=self.api_timeout,
                 )
             except docker.errors.DockerException as err:
                 raise engine_error(

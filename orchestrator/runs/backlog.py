@@ -14,7 +14,6 @@ ceiling is marked when a command enters and judged when it is collected (ceiling
 from __future__ import annotations
 
 import itertools
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from sprawl_orch.changes.changes import Changes
 from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.removal import delete_quietly
 from sprawl_orch.runs.affinity import (
     Absent,
     CreationRefused,
@@ -339,7 +339,7 @@ class Backlog:
                 keep=self.keeping is not None and not entry.drain,
             )
             stdout, stderr = (out.text, out.full), (err.text, err.full)
-            shutil.rmtree(entry.launch.outputs, ignore_errors=True)
+            delete_quietly(entry.launch.outputs)
             container = dict(finished.extra.get("container", {}))  # type: ignore[call-overload]
             if finished.refusal is not None:
                 # Started, but the program never ran: a refusal like any other arm's.

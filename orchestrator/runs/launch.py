@@ -118,6 +118,8 @@ class Finished:
     oom_killed: bool = False
     # The kernel refused a fork at the command's pids limit (where it counts that).
     pids_hit: bool = False
+    # Limits an arm's runtime enforced by itself (the python arm: "fuel", "memory", "time").
+    limits_hit: tuple[str, ...] = ()
     extra: Mapping[str, object] = field(default_factory=dict)
     # The program could not be executed at all (found out only once it was started, e.g.
     # in a container): the result is this refusal, not an exit code (unrunnable.py).

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from sprawl_orch.config import BUDGET_BYTES, KEEP_BYTES, Config
+from sprawl_orch.core.budget import drop_entry, evict_oldest
 from sprawl_orch.core.private import private_dirs
+from sprawl_orch.core.removal import delete_quietly
 
 __all__ = ["BUDGET_BYTES", "KEEP_BYTES"]
 
@@ -137,15 +139,21 @@ class OutputKeeping:
                     f"{own} bytes of output alone exceed [state] output_budget_bytes = "
                     f"{self.budget_bytes}"
                 )
-            total = sum(size for _, _, size in usage)
-            for _, name, size in usage:
-                if total <= self.budget_bytes:
-                    break
-                if name == handle:
-                    continue
-                _drop(self.root, name, f"dropped (oldest first) to keep {handle}'s output")
-                evicted.append(name)
-                total -= size
+            why = f"dropped (oldest first) to keep {handle}'s output"
+
+            def gone(u: tuple[float, str, int]) -> bool:
+                _drop(self.root, u[1], why)
+                return True
+
+            dropped = evict_oldest(
+                usage,
+                self.budget_bytes,
+                size=lambda u: u[2],
+                age=lambda u: u[0],
+                spare=lambda u: u[1] == handle,
+                drop=gone,
+            )
+            evicted = [name for _, name, _ in dropped]
         return evicted, None
 
 
@@ -178,16 +186,7 @@ def _usage(root: Path) -> list[tuple[float, str, int]]:
 
 
 def _drop(root: Path, handle: str, why: str) -> None:
-    # the note is a courtesy: the drop below happens without it
-    with contextlib.suppress(OSError):
-        (root / f"{handle}.gone").write_text(
-            f"{why} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
-        )
-    doomed = root / f".drop-{handle}-{secrets.token_hex(4)}"
-    # gone already (another claimant dropped it): nothing to rename
-    with contextlib.suppress(OSError):
-        os.rename(root / handle, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    drop_entry(root, handle, f"{why} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
 
 
 def keeping(config: Config, state: Path) -> OutputKeeping:
@@ -227,7 +226,7 @@ def sweep(outputs: Path, keep: Path | None = None) -> list[str]:
         if not entry.is_dir(follow_symlinks=False):
             continue
         if _abandoned(path):
-            shutil.rmtree(path, ignore_errors=True)
+            delete_quietly(path)
             removed.append(entry.name)
     return removed
 

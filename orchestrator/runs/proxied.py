@@ -8,7 +8,7 @@ from collections.abc import Callable
 from sprawl_orch.egress.netns import listener_in
 from sprawl_orch.egress.plan import EgressPlan
 from sprawl_orch.egress.proxy import EgressProxy
-from sprawl_orch.egress.record import Egress, summary
+from sprawl_orch.egress.record import POSSIBLE_ALLOW_LIST, Egress
 from sprawl_orch.runs.launch import Finished, Running
 
 
@@ -52,10 +52,12 @@ class ProxiedRunning:
         self.proxy.close()
         if self._after is not None:
             self._after()
-        records = self.proxy.records()
+        tally = self.proxy.tally()
         network: dict[str, object] = {
-            "egress": [r.as_dict() for r in records],
-            "summary": summary(records),
+            "possible": POSSIBLE_ALLOW_LIST,
+            "egress": [r.as_dict() for r in tally.kept],
+            "egress_dropped": tally.dropped,
+            "summary": tally.summary(),
         }
         if self.proxy.secrets is not None:
             network["secrets"] = self.proxy.secrets.report()

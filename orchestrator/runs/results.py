@@ -24,8 +24,12 @@ from pydantic import BaseModel, ConfigDict
 from sprawl_orch.changes.changes import Changes
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.egress.record import POSSIBLE_ANY, POSSIBLE_NONE
 from sprawl_orch.runs.launch import Finished
 from sprawl_orch.runs.output_keep import OUTPUT_CAP, OutputKeeping
+
+LimitName = Literal["memory", "pids", "fuel", "time"]
+LIMIT_NAMES: tuple[LimitName, ...] = ("memory", "pids", "fuel", "time")
 
 __all__ = ["OUTPUT_CAP"]
 
@@ -106,15 +110,22 @@ class ExecResult(BaseModel):
     # outputs dropped to stay within the budget, and why none was kept if so.
     kept_output: dict[str, Any] | None = None
     container: dict[str, Any] | None = None
-    # With `[sandbox.network] allow`: "egress", one entry per connection asked of the proxy
-    # (egress/record.py: host, port, allowed, reason, bytes up/down, duration), "summary"
-    # (the statement's sentence), "proxy_failure" when the proxy itself stopped.
+    # The python arm (native_fallbacks/wasi_python.py): its limits, what ended the guest
+    # ("trap": wasmtime's message, "limit": fuel | memory | time), fuel used, memory at end.
+    python: dict[str, Any] | None = None
+    # "possible": what the command could reach — "none" (the network axis kept),
+    # "allow-list" (through the proxy), "any" (an arm that does not keep the axis).
+    # With `[sandbox.network] allow` also: "egress", one entry per connection asked of the
+    # proxy (egress/record.py: host, port, allowed, reason, bytes up/down, duration; the
+    # first 1000 / 512 KiB), "egress_dropped" (records past that), "summary" (the
+    # statement's sentence, every connection counted), "proxy_failure" if the proxy stopped.
     network: dict[str, Any] | None = None
     run: str = "default"
     duration_ms: float | None = None
     # Limits the kernel enforced on this command: "memory" (an OOM kill in its container
-    # or its run's cgroup), "pids" (a fork refused at the pids limit).
-    limits_hit: list[Literal["memory", "pids"]] = []
+    # or its run's cgroup), "pids" (a fork refused at the pids limit); the python arm's
+    # runtime: "fuel" (its CPU), "memory" (its linear memory), "time" (its wall time).
+    limits_hit: list[LimitName] = []
 
     def as_json_dict(self) -> dict[str, Any]:
         """The result as JSON-ready data.
@@ -154,6 +165,8 @@ class ExecResult(BaseModel):
         return [self._limit_sentence(limit) for limit in self.limits_hit]
 
     def _limit_sentence(self, limit: str) -> str:
+        if self.python is not None:
+            return _python_sentence(limit, self.python)
         limits = (self.container or {}).get("limits") or {}
         if limit == "pids":
             return (
@@ -174,6 +187,24 @@ class ExecResult(BaseModel):
             f"{self.run!r} at its memory ceiling of {ceiling.get('limit_bytes', '?')} "
             "bytes (SIGKILL, exit 137 when it was the command itself)."
         )
+
+
+def _python_sentence(limit: str, info: dict[str, Any]) -> str:
+    if limit == "fuel":
+        return (
+            f"CPU limit reached: the guest used all its {info.get('fuel')} fuel and was "
+            "stopped (a wasm trap, exit 137); raise [sandbox.python] fuel if it needs more."
+        )
+    if limit == "time":
+        return (
+            f"Wall-time limit reached: the guest ran {info.get('wall_seconds')} s and was "
+            "interrupted (exit 137); raise [sandbox.python] wall_seconds if it needs more."
+        )
+    return (
+        f"Memory limit reached: the guest's memory grew to {info.get('memory_bytes_at_end')} "
+        f"of its {info.get('memory_bytes')} bytes and a further grow was refused; raise "
+        "[sandbox.python] memory_bytes if it needs more."
+    )
 
 
 def read_capped(path: Path, keep_dir: Path | None) -> tuple[str, str | None]:
@@ -235,11 +266,16 @@ def settled(
 ) -> ExecResult:
     """It ended (or was killed): `stdout`/`stderr` as read_capped gave them; the memory
     limit counts as hit on the container's OOM kill or the run ceiling's verdict "hit"."""
-    hit: list[Literal["memory", "pids"]] = []
+    hit: list[LimitName] = []
     if finished.oom_killed or (memory_ceiling or {}).get("state") == "hit":
         hit.append("memory")
     if finished.pids_hit:
         hit.append("pids")
+    if network is None:
+        kept = started.confinement.assurances.get("network") == "yes"
+        network = {"possible": POSSIBLE_NONE if kept else POSSIBLE_ANY}
+    hit += [h for h in LIMIT_NAMES if h in finished.limits_hit and h not in hit]
+    python = finished.extra.get("python")
     result = ExecResult(
         outcome="settled",
         stdout=stdout[0],
@@ -251,6 +287,7 @@ def settled(
         detail=detail,
         memory_ceiling=memory_ceiling,
         container=container,
+        python=dict(python) if isinstance(python, dict) else None,
         network=network,
         handle=background_handle,
         background=background_handle is not None,

@@ -82,6 +82,10 @@ def build_arm(
         from sprawl_orch.native_fallbacks.job_object import JobObjectArm
 
         return JobObjectArm(config.sandbox.container)
+    if choice.arm is ArmName.PYTHON:
+        from sprawl_orch.native_fallbacks.wasi_python import WasiPythonArm
+
+        return WasiPythonArm(config.sandbox.python, state_dir(config, environ or os.environ))
     if choice.arm is ArmName.CONTAINER:
         from sprawl_orch.container.arm import ContainerArm
 

@@ -182,7 +182,10 @@ def choose(
             ),
         )
     if name == "python":
-        return Choice(ArmName.UNAVAILABLE, name, (arms.not_built("python"),))
+        if offerings.python_missing is not None:
+            runtime = arms.python_runtime(offerings.python_missing)
+            return Choice(ArmName.UNAVAILABLE, name, (runtime,))
+        return Choice(ArmName.PYTHON, name)
     if name != "auto":
         raise ValueError(f"unknown arm spelling {name!r}; config parsing should have refused it")
     said: list[Missing] = []
@@ -198,3 +201,14 @@ def choose(
         return Choice(native, name, tuple(said + missing))
     said += missing
     return Choice(ArmName.COPIED_TREE, name, tuple(said))
+
+
+def below_container(choice: Choice, offerings: Offerings, past: Missing) -> Choice:
+    """`auto`'s next arm when the container it chose cannot carry what the config asks
+    (`past` says what and why): native, else unavailable with every reason. The copied
+    tree is not a step here: it carries no allow-list either (no network namespace)."""
+    said = (*choice.missing, past)
+    native, missing = _native(offerings)
+    if native is not None:
+        return Choice(native, choice.asked, said)
+    return Choice(ArmName.UNAVAILABLE, choice.asked, (*said, *missing))

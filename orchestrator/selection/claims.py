@@ -61,6 +61,11 @@ ROWS: tuple[tuple[str, str, Assurances], ...] = (
     ),
     ("macos_seatbelt", "sandbox-exec profile", ASSURANCES[ArmName.MACOS_SEATBELT]),
     ("windows_job", "Job Object + AppContainer", ASSURANCES[ArmName.WINDOWS_JOB]),
+    (
+        "python",
+        "CPython 3.12 as a wasip1 guest under wasmtime (Python code only; never `auto`)",
+        ASSURANCES[ArmName.PYTHON],
+    ),
     ("copied_tree", "a synced copy, no namespace", ASSURANCES[ArmName.COPIED_TREE]),
     ("host", 'where = "host": in place, asked for by name', ASSURANCES[ArmName.HOST]),
 )

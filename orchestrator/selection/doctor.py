@@ -198,6 +198,15 @@ def arm_rows(offerings: Offerings, configured: str = "auto") -> list[ArmRow]:
             rows.append(_landlock_row(offerings))
     rows.append(
         _row(
+            "python",
+            ArmName.PYTHON,
+            ASSURANCES[ArmName.PYTHON],
+            choose("python", offerings),
+            detail="CPython 3.12 (wasm32-wasip1) under wasmtime; runs python -c CODE or a script",
+        )
+    )
+    rows.append(
+        _row(
             "copied_tree",
             ArmName.COPIED_TREE,
             ASSURANCES[ArmName.COPIED_TREE],

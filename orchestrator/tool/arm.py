@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from sprawl_orch.config import Config
 from sprawl_orch.container.evidence import Evidence
-from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.arms import ArmName, Missing
 from sprawl_orch.core.assurances import Kept, statement
 from sprawl_orch.core.credentials import passed_on_purpose
 from sprawl_orch.core.errors import ErrorCode, SprawlError
@@ -23,7 +23,7 @@ from sprawl_orch.runs.launch import Arm, Watcher
 from sprawl_orch.runs.results import Confinement
 from sprawl_orch.secrets.plan import specs_of, statement_phrase
 from sprawl_orch.selection.arm_factory import build_arm, yielders_of
-from sprawl_orch.selection.choice import Choice, choose
+from sprawl_orch.selection.choice import Choice, below_container, choose
 from sprawl_orch.selection.offerings import Offerings
 
 
@@ -85,19 +85,62 @@ class ToolArm:
     def arm(self) -> Arm:
         with self._lock:
             if self._arm is None:
-                self._arm = build_arm(
-                    self.choice,
-                    self.offerings,
-                    self.config,
-                    evidence=self.evidence,
-                    watcher=self._watcher(),
-                    environ=self.environ,
-                )
+                arm = self._build(self.choice, self.offerings)
+                if self._steps_past(arm):
+                    arm = self._below(arm)
+                self._arm = arm
             return self._arm
+
+    def _build(self, choice: Choice, offerings: Offerings) -> Arm:
+        return build_arm(
+            choice,
+            offerings,
+            self.config,
+            evidence=self.evidence,
+            watcher=self._watcher(),
+            environ=self.environ,
+        )
+
+    def _steps_past(self, arm: Arm) -> bool:
+        """`auto` with an allow-list on a container that cannot carry it (gVisor, a warm
+        container, docker without a static busybox, ...): the issue asks for a stated step
+        down, not the refusal an explicitly named arm gets."""
+        return (
+            self.egress_plan is not None
+            and self.config.sandbox.arm == "auto"
+            and arm.name is ArmName.CONTAINER
+            and egress_reach(arm) is None
+        )
+
+    def _below(self, container: Arm) -> Arm:
+        engine = getattr(getattr(container, "engine", None), "name", None)
+        which = f"the container arm ({engine})" if engine else "the container arm"
+        past = Missing(
+            "egress_allow_list",
+            f"{which} cannot carry [sandbox.network] allow: {arm_egress_gap(container)}",
+            'name the arm (arm = "container") to be refused instead of stepping down, or '
+            "remove [sandbox.network] allow",
+        )
+        container.close()
+        offerings = self.offerings
+        if offerings.user_namespace is None:
+            # auto skipped bwrap's probe because an engine was admitted: probe it now.
+            offerings = Offerings.this_machine(self.config, with_engines=False, with_native=True)
+        self._choice = below_container(self.choice, offerings, past)
+        return self._build(self._choice, offerings)
 
     def for_where(self, where: str) -> Arm:
         """The chosen arm, or for `where = "host"` the host itself (no confinement)."""
         if where == "host":
+            if self.config.sandbox.arm == "python":
+                raise SprawlError(
+                    ErrorCode.SANDBOX_DENIED,
+                    'where = "host"',
+                    "the python arm has no host form: a host interpreter is the program arm's "
+                    "(design §2)",
+                    'drop where = "host" to run it in the WebAssembly guest, or set [sandbox] '
+                    'arm = "auto" and run python on the host by name',
+                )
             if self.config.sandbox.write_limit == "create":
                 raise SprawlError(
                     ErrorCode.SANDBOX_DENIED,
@@ -118,12 +161,16 @@ class ToolArm:
         if plan is None or arm.name is ArmName.HOST:
             return None
         if egress_reach(arm) is None:
+            stepped = (
+                f"; auto {self.choice.reason().partition(' ')[2]}" if self.choice.missing else ""
+            )
             raise SprawlError(
                 ErrorCode.SANDBOX_DENIED,
                 "[sandbox.network] allow",
-                f"the {arm.name.value} arm does not offer an allow-list yet "
-                f"({arm_egress_gap(arm)}); an allow-list is offered on "
-                "linux_namespaces (bwrap) and rootful podman (runc)",
+                f"the {arm.name.value} arm does not offer an allow-list "
+                f"({arm_egress_gap(arm)}){stepped}; an allow-list is offered on "
+                "linux_namespaces (bwrap) and the container arm (sprawl-orch doctor says "
+                "which engines and runtimes)",
                 "remove [sandbox.network] allow (no network), or choose an arm that offers it "
                 "(sprawl-orch doctor lists them)",
             )

@@ -309,7 +309,11 @@ class ExecTool(ChangesApi, BacklogApi):
         env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
         argv, interpreter = self._argv(arm, argv_in, shell)
         check_arguments(argv, env)
-        if arm.name is not ArmName.CONTAINER and not shell:
+        check_command = getattr(arm, "check_command", None)
+        if check_command is not None:
+            # The python arm runs no host program: its own forms, checked before any copy.
+            check_command(argv, self.workdir)
+        elif arm.name is not ArmName.CONTAINER and not shell:
             # Checked against the working directory: the copy will equal it.
             find_program(argv[0], env, str(self.workdir))
         work: FileWork | None = None

@@ -10,8 +10,8 @@ host's resolver and to the listed index's own address, an IP literal through the
 host. SNI differing from the CONNECT host needs a TLS client: tests/unit/test_egress_proxy.py
 and, from inside, tests/integration/test_egress_bwrap.py.
 
-Arms that cannot offer an allow-list (copied_tree, gVisor, warm) must refuse it
-(E_SANDBOX_DENIED): a refusal is the blocked verdict there.
+Arms that cannot offer an allow-list (copied_tree, gVisor) must refuse it (E_SANDBOX_DENIED):
+a refusal is the blocked verdict there. Warm containers and userns-remap docker carry it.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ ARMS = (
     "docker-runsc",
     "podman-runsc",
     "podman-warm",
+    "docker-warm",
+    "docker-remap",
 )
-REFUSING = {"copied_tree", "docker-runsc", "podman-runsc", "podman-warm"}
+REFUSING = {"copied_tree", "docker-runsc", "podman-runsc"}
 
 
 def _resolver() -> str:
@@ -83,7 +85,11 @@ def test_egress_class(
     scratch, state = tmp_path / "scratch", tmp_path / "state"
     scratch.mkdir()
     engine, _, variant = arm.partition("-")
-    if engine in ("docker", "podman"):
+    if arm == "docker-remap":
+        env, image = request.getfixturevalue("docker_userns")
+        request.getfixturevalue("monkeypatch").setenv("DOCKER_HOST", env["DOCKER_HOST"])
+        data = config_data("container", scratch, state, (engine, image))
+    elif engine in ("docker", "podman"):
         image = str(request.getfixturevalue(f"{engine}_image"))
         runtime = "runsc" if variant == "runsc" else None
         data = config_data("container", scratch, state, (engine, image), runtime)

@@ -98,8 +98,8 @@ guardian = Guardian("adm-" + Path(marker).parent.name[-8:], (name,), grace=1.0, 
 engine = make_engine(name)
 real_create = engine.create
 
-def create_then_hang(argv, env):
-    found = real_create(argv, env)
+def create_then_hang(argv):
+    found = real_create(argv)
     Path(marker).write_text(found)
     time.sleep(600)  # SIGKILLed here, between the create and its removal
 

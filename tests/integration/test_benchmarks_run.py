@@ -25,6 +25,7 @@ SMALL: dict[str, tuple[list[str], str]] = {
     "warm_exec.py": (["--reps", "2"], "ratio warm / exec"),
     "egress_proxy.py": (["--reps", "2", "--mb", "1"], "listener inside a bwrap namespace"),
     "workspace_exec.py": (["--files", "100", "--reps", "1"], "workspace command"),
+    "python_arm.py": (["--reps", "1", "--cli-reps", "1"], "ratio CLI python arm / host python"),
     "secrets_proxy.py": (["--requests", "20", "--rounds", "1"], "ratio intercepted"),
 }
 

@@ -21,6 +21,9 @@ def test_doctor_reports_this_machine(tmp_path: Path) -> None:
     rows = {row["label"]: row for row in data["arms"]}
     assert set(rows) >= {"container (docker)", "container (podman)", "copied_tree"}
     assert rows["copied_tree"]["available"] is True
+    # the python arm's runtime is part of the [test] extra: installed wherever tests run
+    assert rows["python"]["available"] is True, rows["python"]["missing"]
+    assert rows["python"]["assurances"]["user"] == "no"
     for row in data["arms"]:
         # Every row says either that it works or exactly what is missing and what to do.
         assert row["available"] or all(m["phrase"] and m["recovery"] for m in row["missing"])

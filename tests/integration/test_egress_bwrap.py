@@ -50,6 +50,7 @@ def test_pip_download_through_the_proxy(bwrap: str, tmp_path: Path) -> None:
     assert listed.exit_code == 0, listed.stderr
     assert "Saved" in listed.stdout
     assert listed.network is not None
+    assert listed.network["possible"] == "allow-list" and listed.network["egress_dropped"] == 0
     seen = {(e["host"], e["allowed"]) for e in listed.network["egress"]}
     assert seen == {(h, True) for h in hosts}
     assert all(e["bytes_down"] > 0 for e in listed.network["egress"])
@@ -66,6 +67,19 @@ def test_pip_download_through_the_proxy(bwrap: str, tmp_path: Path) -> None:
     assert refused and {e["host"] for e in refused} <= set(hosts)
     assert all("not in the allow list" in e["reason"] for e in refused)
     assert "0 connection(s) allowed" in unlisted.statement
+
+
+def test_the_result_says_what_was_possible_without_an_allow_list(
+    bwrap: str, tmp_path: Path
+) -> None:
+    config = parse_config({"sandbox": {"arm": "native"}, "state": {"dir": str(tmp_path / "state")}})
+    work = tmp_path / "work"
+    work.mkdir()
+    with ExecTool(config, work) as tool:
+        confined = tool.exec(["true"])
+        on_host = tool.exec(["true"], where="host")
+    assert confined.exit_code == 0 and confined.network == {"possible": "none"}
+    assert on_host.exit_code == 0 and on_host.network == {"possible": "any"}
 
 
 @pytest.fixture
@@ -106,3 +120,35 @@ def test_attacks_from_inside_are_refused(bwrap: str, tmp_path: Path, tls_up: Ups
     ]
     assert any(k == "connect" and h == "localhost" and "loopback" in r for k, h, r in said)
     assert any(k == "http" and "Host header 'evil.example.org'" in r for k, h, r in said)
+
+
+def test_cli_names_refused_attempts_on_stderr(bwrap: str, tmp_path: Path, tls_up: Upstream) -> None:
+    """Human mode (issue 24 item 4): a refused attempt is named on stderr, with its reason,
+    after the statement's summary line."""
+    import subprocess
+    import sys
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    config = tmp_path / "sprawl.toml"
+    config.write_text(
+        '[sandbox]\narm = "native"\n[sandbox.network]\nallow = ["example.invalid"]\n'
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+    )
+    fetch = (
+        "import urllib.request as u\n"
+        f"try: u.urlopen('http://localhost:{tls_up.port}/', timeout=30)\n"
+        "except Exception as err: print('refused:', err)\n"
+    )
+    cli = [sys.executable, "-c", "from sprawl_orch.cli import main; main()"]
+    done = subprocess.run(
+        [*cli, "exec", "-C", str(tree), "--config", str(config), "python3", "-c", fetch],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused: HTTP Error 403" in done.stdout
+    assert "0 connection(s) allowed, 1 refused" in done.stderr
+    said = f"sprawl-orch: egress refused: http localhost:{tls_up.port}: localhost:{tls_up.port} "
+    assert said + "not in the allow list" in done.stderr, done.stderr

@@ -113,3 +113,114 @@ def test_copied_tree_refuses_an_allow_list(tmp_path: Path) -> None:
     assert result.outcome == "exceptional"
     assert result.code is not None and result.code.value == "E_SANDBOX_DENIED"
     assert result.detail is not None and "no network namespace" in result.detail
+
+
+def test_auto_steps_down_past_a_container_that_cannot_carry_the_list(
+    podman_image: str, tmp_path: Path, plain_up: Upstream
+) -> None:
+    """arm = "auto" (issue 24, bad input): a container that can't carry the allow-list (here
+    gVisor) is stepped past to the first arm that can — bwrap — and the statement says what
+    was stepped past and why; the listed upstream is reached through the proxy."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "auto",
+                "scratch_dir": str(tmp_path),
+                "container": {
+                    "engine": "podman",
+                    "images": {"podman": podman_image},
+                    "runtime": "runsc",
+                },
+                "network": {"allow": [f"localhost:{plain_up.port}", "127.0.0.1", "::1"]},
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
+    fetch = (
+        f"import urllib.request as u; print(u.urlopen('http://localhost:{plain_up.port}/').read())"
+    )
+    with ExecTool(config, tree, record=False) as tool:
+        result = tool.exec(["python3", "-c", fetch], window=300)
+    assert result.exit_code == 0, result.as_json_dict()
+    assert result.arm == "linux_namespaces"
+    assert BODY.decode().strip() in result.stdout
+    said = result.statement
+    assert "Stepped down: the container arm (podman) cannot carry [sandbox.network] allow" in said
+    assert "gVisor" in said and "through sprawl-orch's proxy" in said
+    assert result.network is not None and result.network["possible"] == "allow-list"
+    assert [(e["host"], e["allowed"]) for e in result.network["egress"]] == [("localhost", True)]
+
+
+def test_userns_remap_docker_reaches_only_what_is_listed(
+    tmp_path: Path,
+    plain_up: Upstream,
+    docker_userns: tuple[dict[str, str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docker with userns-remap: the container's root is a subordinate host uid, the gate's
+    FIFO and the busybox are readable to it, the listener is made by root's thread."""
+    env, image = docker_userns
+    monkeypatch.setenv("DOCKER_HOST", env["DOCKER_HOST"])
+    url = f"http://localhost:{plain_up.port}/"
+    line = (
+        f"wget -q -O- {url}; echo wget=$?; wget -q -O- http://evil.example.org/; echo unlisted=$?"
+    )
+    result = _run(
+        tmp_path,
+        "docker",
+        image,
+        [f"localhost:{plain_up.port}", "127.0.0.1", "::1"],
+        ["sh", "-c", line],
+    )
+    assert result.exit_code == 0, result.as_json_dict()
+    assert BODY.decode() in result.stdout and "wget=0" in result.stdout
+    assert "unlisted=1" in result.stdout
+    assert result.container is not None and result.container["userns"] == "docker-remap"
+    assert result.network is not None
+    kinds = [(e["host"], e["allowed"]) for e in result.network["egress"]]
+    assert kinds == [("localhost", True), ("evil.example.org", False)]
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_warm_container_carries_the_list_per_command(
+    request: pytest.FixtureRequest, tmp_path: Path, plain_up: Upstream, engine: str
+) -> None:
+    """warm = true: each command exec'd into the kept container gets its own listener and
+    proxy (made before the exec, closed after its processes are killed): both commands reach
+    the listed upstream, each result names only its own connections, and the second runs
+    in the same container as the first."""
+    image = request.getfixturevalue(f"{engine}_image")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "container",
+                "scratch_dir": str(tmp_path),
+                "container": {"engine": engine, "images": {engine: image}, "warm": True},
+                "network": {"allow": [f"localhost:{plain_up.port}", "127.0.0.1", "::1"]},
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
+    url = f"http://localhost:{plain_up.port}/"
+    with ExecTool(config, tree, record=False) as tool:
+        first = tool.exec(["sh", "-c", f"wget -q -O- {url}; echo wget=$?"], window=300)
+        second = tool.exec(
+            ["sh", "-c", f"wget -q -O- {url}?2; wget -q -O- http://evil.example.org/; echo $?"],
+            window=300,
+        )
+    for result in (first, second):
+        assert result.exit_code == 0, result.as_json_dict()
+        assert BODY.decode() in result.stdout
+        assert result.container is not None and result.container["warm"]
+        assert "through sprawl-orch's proxy" in result.statement
+    assert second.container is not None and second.container["reused"]
+    assert first.network is not None and second.network is not None
+    assert [(e["host"], e["allowed"]) for e in first.network["egress"]] == [("localhost", True)]
+    assert [(e["host"], e["allowed"]) for e in second.network["egress"]] == [
+        ("localhost", True),
+        ("evil.example.org", False),
+    ]

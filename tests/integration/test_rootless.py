@@ -215,3 +215,39 @@ def test_rootless_warm_mode_is_refused_and_says_why(rootless_image: str, tmp_pat
         assert r["outcome"] == "exceptional" and r["code"] == "E_SANDBOX_DENIED", r
         assert r["subject"] == "warm mode" and "rootless" in str(r["detail"]), r
         assert "warm = false" in str(r["recovery"]), r
+
+
+def test_rootless_allow_list_reaches_only_what_is_listed(
+    rootless_image: str, tmp_path: Path
+) -> None:
+    """[sandbox.network] allow on rootless podman as the non-root account: the listener is
+    made by a helper that joins the container's user namespace first, then its network
+    namespace (a non-root caller holds no capability over it otherwise)."""
+    tree = readable_tree(tmp_path)
+    site = (
+        tree / "site"
+        if tree != ROOT
+        else Path(next(p for p in sys.path if p.endswith("site-packages")))
+    )
+    where = Path(tempfile.mkdtemp(prefix="sprawl-rootless-view-", dir="/tmp"))
+    try:
+        view = import_view(tree, where)
+        done = as_account(
+            PYTHON,
+            "-m",
+            "tests.integration.rootless_egress_driver",
+            rootless_image,
+            env={"PYTHONPATH": f"{tree}:{view}:{site}"},
+        )
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["exit_code"] == 0, result
+    assert "upstream says hello" in result["stdout"] and "wget=0" in result["stdout"]
+    assert "unlisted=1" in result["stdout"]
+    assert result["container"]["userns"] == "rootless"
+    kinds = [(e["host"], e["allowed"]) for e in result["network"]["egress"]]
+    assert kinds == [("localhost", True), ("evil.example.org", False)]
+    assert "through sprawl-orch's proxy" in result["confinement"]["statement"]

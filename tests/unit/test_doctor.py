@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,28 @@ def test_one_row_per_engine_native_and_copied_tree() -> None:
         "container (podman)",
         "linux_namespaces",
         "landlock",
+        "python",
         "copied_tree",
     ]
-    # linux()'s kernel has no Landlock (landlock_abi 0)
-    assert [r.available for r in rows] == [True, False, True, False, True]
+    # linux()'s kernel has no Landlock (landlock_abi 0); python: this described machine says
+    # nothing of its runtime ("not examined")
+    assert [r.available for r in rows] == [True, False, True, False, False, True]
+
+
+def test_the_python_row_from_its_runtime() -> None:
+    rows = {r.label: r for r in report(replace(linux(), python_missing=None)).arms}
+    assert rows["python"].available
+    assert rows["python"].assurances == {
+        "filesystem": "yes",
+        "network": "yes",
+        "process_tree": "yes",
+        "user": "no",
+        "resources": "yes",
+    }
+    gone = replace(linux(), python_missing="the wasmtime package is not installed")
+    row = {r.label: r for r in report(gone).arms}["python"]
+    assert not row.available
+    assert "wasmtime" in row.missing[0].phrase and "sprawl-orch[python]" in row.missing[0].recovery
 
 
 def test_rows_carry_the_five_axes_of_their_arm() -> None:

@@ -132,7 +132,8 @@ def test_doctor_says_per_arm_whether_allow_lists_are_offered() -> None:
 
     assert doctor_line(ArmName.LINUX_NAMESPACES).startswith("allow-lists offered")
     assert doctor_line(ArmName.CONTAINER, "podman").startswith("allow-lists offered")
-    assert doctor_line(ArmName.CONTAINER, "docker").startswith("allow-lists not offered")
+    assert doctor_line(ArmName.CONTAINER, "docker").startswith("allow-lists offered")
+    assert "not under gVisor" in doctor_line(ArmName.CONTAINER, "docker")
     assert "no network namespace" in doctor_line(ArmName.COPIED_TREE)
 
 

@@ -10,7 +10,8 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
-from sprawl_orch.guardian.engines import EngineError, Found
+from sprawl_orch.engines.engine import engine_error
+from sprawl_orch.engines.sweep import Found
 from sprawl_orch.guardian.protocol import Created, Expect, Scratch
 from sprawl_orch.guardian.reaper import Reaper, creators, delete_scratch
 from sprawl_orch.guardian.watchlist import Watchlist
@@ -113,7 +114,7 @@ def test_what_cannot_be_removed_is_reported_left() -> None:
 def test_an_engine_that_cannot_be_asked_does_not_stop_the_others(tmp_path: Path) -> None:
     class Down(FakeEngine):
         def find(self, session: str, names: Collection[str]) -> list[Found]:
-            raise EngineError("docker: connection refused")
+            raise engine_error("docker", "ps", "connection refused", "start it")
 
     up = FakeEngine("podman")
     up.add("sprawl-s-1", "s")
@@ -122,7 +123,7 @@ def test_an_engine_that_cannot_be_asked_does_not_stop_the_others(tmp_path: Path)
     report = Reaper("s", [Down(), up], 0.2, quiet).reap(watch_of(Scratch(copy)))
     assert up.containers == {}
     assert not copy.exists()
-    assert "docker: connection refused" in report.problems
+    assert "docker ps: connection refused" in report.problems
 
 
 def test_a_live_create_process_extends_the_wait(tmp_path: Path) -> None:

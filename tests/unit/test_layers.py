@@ -37,12 +37,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # guardian client speaks it (design §4): the protocol module alone, not the guardian.
     "runs": ("core", "engines", "copy", "changes", "config", "egress", "guardian.protocol"),
     # The arms start runs (launch) and read cgroup counters; the rest of runs/ stands above them.
-    # The warm reset removes what a command left in the container's /tmp with the copy's own
-    # fd-based tree removal (a 1500-deep tree broke shutil.rmtree's recursion).
     "container": (
         "core",
         "engines",
-        "copy",
         "config",
         "egress",
         "runs.launch",
@@ -103,12 +100,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
 
 # Imports that cross the layers today (issue 28 names them), each with why it is there and what
 # removes it. Written as (importer, imported) under sprawl_orch.
-CROSSINGS: dict[tuple[str, str], str] = {
-    ("guardian.reaper", "copy.sync"): (
-        "the guardian deletes a scratch copy left behind with the copy's own link-safe "
-        "delete_path; issue 28 item 3 (one tree removal) puts it below both"
-    ),
-}
+# None today: the last, guardian.reaper -> copy.sync (the guardian deleted a scratch copy with the
+# copy's own delete_path), went when the one tree removal moved to core/removal.py.
+CROSSINGS: dict[tuple[str, str], str] = {}
 
 
 def room(module: str) -> str:

@@ -1,0 +1,200 @@
+"""`python -I .../wasi_guest.py SPEC`: one python-arm command (run by path: no sprawl_orch import).
+
+A child process of sprawl-orch (issue 31), started as every host command is (its own process
+group, announced to the guardian), so a runaway runtime is killed and cleaned like any
+command. It maps the verified compiled module, gives the guest its argv, environment, the
+copy preopened at the working directory's path and a private empty /tmp -- no other
+directory, no socket (WASI preview 1 has no socket constructor; wasmtime's wasip1 hands out
+no listening socket unless told to) and no way to start a process -- then meters it: fuel per
+operator, a store limit on linear memory, an epoch deadline for wall time. What ended it is
+written to the report file; the exit status is the guest's own, or 137 for a limit's trap
+(as a command killed at a limit ends on the other arms) and 134 for any other trap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Only the standard library and wasmtime: this file runs by path in a fresh interpreter per
+# command, and importing sprawl_orch there (its package, pydantic) cost 80-560 ms of the
+# command on the loaded 2-core machine (benchmarks/python_arm.py).
+_CHUNK = 1 << 20
+
+
+class CacheRefused(Exception):
+    """The compiled module failed its check; wasi_module turns it into E_SANDBOX_DENIED."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One cache entry: the serialized module and the SHA-256 of its bytes."""
+
+    path: Path
+    sha256: str
+
+
+def engine_settings() -> dict[str, bool]:
+    """What shapes the compiled code: a module compiled without fuel would run unmetered."""
+    return {"consume_fuel": True, "epoch_interruption": True}
+
+
+def make_engine() -> object:
+    import wasmtime
+
+    config = wasmtime.Config()
+    for key, value in engine_settings().items():
+        setattr(config, key, value)
+    return wasmtime.Engine(config)
+
+
+def open_verified(entry: Compiled) -> int:
+    """An fd of the cache entry, checked: a regular file of ours, no one else's to write,
+    and its bytes' SHA-256 the one recorded. The caller maps the file through this fd
+    (/proc/self/fd), so the bytes checked are the bytes loaded (no rename in between)."""
+    fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise CacheRefused(f"not a private file of this user (mode {st.st_mode:o})")
+        h = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            h.update(chunk)
+        if h.hexdigest() != entry.sha256:
+            raise CacheRefused(f"SHA-256 {h.hexdigest()}, recorded {entry.sha256}")
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+LIMIT_EXIT = 137
+TRAP_EXIT = 134
+# The guest's memory ended this close to its cap: the last grow was refused at the cap
+# (wasmtime's Python API has no trap-on-grow-failure; CPython then raises MemoryError or
+# aborts). CPython grows its heap in steps of at most a few MiB, so 8 MiB is a refusal's mark.
+MEMORY_MARK = 8 * 1024 * 1024
+
+# Runs first in the guest: WASI preview 1 has no working directory (wasi-libc starts at "/",
+# and ignores PWD), so the bootstrap changes into the preopened working directory, puts the
+# tree's virtualenv site-packages on the path (pure-Python packages import; a C extension is
+# refused by the finder appended last, saying why, where CPython would only say "No module
+# named ..."), then runs the script as __main__ or the -c code as `python -c` would.
+_BOOT = """\
+import os as _o, sys as _s
+_o.chdir(_s.argv.pop(1))
+_s.path.extend(p for p in _s.argv.pop(1).split("\\n") if p)
+class _NativeRefused:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        leaf = name.rpartition(".")[2]
+        for d in path or _s.path:
+            try:
+                names = _o.listdir(d or ".")
+            except OSError:
+                continue
+            if any(n.startswith(leaf + ".") and n.endswith((".so", ".pyd")) for n in names):
+                raise ImportError(
+                    f"{name} is a C extension ({d}): the python arm's WebAssembly CPython "
+                    "cannot load native code; run it on the native or container arm",
+                    name=name,
+                )
+        return None
+_s.meta_path.append(_NativeRefused)
+if _s.argv[1] == "-c":
+    _c = _s.argv[2]
+    _s.argv = ["-c", *_s.argv[3:]]
+    exec(compile(_c, "<string>", "exec"))
+else:
+    import runpy as _r
+    _s.argv = _s.argv[1:]
+    _s.path[0] = _o.path.dirname(_o.path.abspath(_s.argv[0]))
+    _r.run_path(_s.argv[0], run_name="__main__")
+"""
+
+
+def guest_argv(workdir: str, argv: list[str], sites: list[str] | None = None) -> list[str]:
+    """`python -c CODE ARGS` or `python SCRIPT ARGS` as the guest interpreter's argv; `sites`:
+    guest paths of the tree's virtualenv site-packages."""
+    return ["python", "-c", _BOOT, workdir, "\n".join(sites or ()), *argv[1:]]
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import wasmtime
+
+    engine = make_engine()
+    assert isinstance(engine, wasmtime.Engine)
+    # The fd sprawl-orch verified (wasi_module.VerifiedModule), inherited: the bytes hashed
+    # are the bytes mapped. /dev/fd/N opens that same file (Linux and macOS).
+    fd = int(spec["module_fd"])
+    module = wasmtime.Module.deserialize_file(engine, f"/dev/fd/{fd}")
+    os.close(fd)
+    store = wasmtime.Store(engine)
+    store.set_fuel(spec["fuel"])
+    store.set_limits(memory_size=spec["memory_bytes"])
+    store.set_epoch_deadline(1)
+    timer = threading.Timer(spec["wall_seconds"], engine.increment_epoch)
+    timer.daemon = True
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = guest_argv(spec["workdir"], spec["argv"], spec.get("sites"))
+    wasi.env = [(k, v) for k, v in spec["env"].items()]
+    wasi.preopen_dir(spec["copy"], spec["workdir"])
+    wasi.preopen_dir(spec["tmp"], "/tmp")
+    wasi.inherit_stdout()
+    wasi.inherit_stderr()
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    instance = linker.instantiate(store, module)
+    report: dict[str, Any] = {"exit_code": 0, "trap": None, "limit": None}
+    start = instance.exports(store)["_start"]
+    assert isinstance(start, wasmtime.Func)
+    timer.start()
+    try:
+        start(store)
+    except wasmtime.ExitTrap as err:
+        report["exit_code"] = err.code
+    except wasmtime.Trap as err:
+        code = err.trap_code
+        limit = (
+            {
+                wasmtime.TrapCode.OUT_OF_FUEL: "fuel",
+                wasmtime.TrapCode.INTERRUPT: "time",
+            }.get(code)
+            if code is not None
+            else None
+        )
+        report["trap"] = err.message.split("\n\nCaused by:\n")[-1].strip()
+        report["limit"] = limit
+        report["exit_code"] = LIMIT_EXIT if limit else TRAP_EXIT
+    finally:
+        timer.cancel()
+    memory = instance.exports(store)["memory"]
+    assert isinstance(memory, wasmtime.Memory)
+    report["memory_bytes_at_end"] = memory.data_len(store)
+    report["fuel_used"] = spec["fuel"] - store.get_fuel()
+    if (
+        report["limit"] is None
+        and report["memory_bytes_at_end"] + MEMORY_MARK > spec["memory_bytes"]
+    ):
+        report["limit"] = "memory"
+    return report
+
+
+def main() -> int:
+    spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    report = run(spec)
+    Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
+    return int(report["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The python arm: CPython as a WebAssembly (wasip1) guest under wasmtime (issue 31, design §2).
+
+Its isolation is WebAssembly's own, the same on Linux, macOS and Windows: the guest reaches
+the host only through the WASI calls wasmtime implements, and those see two directories --
+the command's copy, preopened at the working directory's path, and a private empty /tmp.
+The runtime runs in a child process (wasi_guest.py) started like every host command, so the
+window, halt and the guardian treat it as any other.
+
+Axes (each shown by tests/integration/test_python_arm.py and the escape suite's python row):
+filesystem -- nothing outside the two preopens resolves (`..`, absolute paths and links out
+all fail in wasmtime's path resolution); network -- wasip1 has no socket constructor;
+process_tree -- no call starts a process; resources -- fuel, the store's memory limit and an
+epoch deadline. user is NO: the runtime is sprawl-orch's own child, the caller's uid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+from sprawl_orch.config import PythonConfig
+from sprawl_orch.core.arms import ASSURANCES, ArmName
+from sprawl_orch.core.assurances import Assurances
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import private_dirs
+from sprawl_orch.native_fallbacks import wasi_guest, wasi_module
+from sprawl_orch.runs.launch import Finished, Launch, Running
+from sprawl_orch.runs.process import HostProcess
+
+PROGRAMS = ("python", "python3", "python3.12")
+FORMS = "`python -c CODE [ARGS]` or `python SCRIPT [ARGS]` (a script inside the tree)"
+
+
+def _other_arm(what: str) -> SprawlError:
+    return SprawlError(
+        ErrorCode.TOOL_UNAVAILABLE,
+        what,
+        f"the python arm runs only {FORMS} in its WebAssembly CPython 3.12",
+        'run it on an arm that starts programs: [sandbox] arm = "native" (bwrap), '
+        '"container" or "auto" (sprawl-orch doctor lists them)',
+    )
+
+
+def check_command(argv: Sequence[str], workdir: Path) -> None:
+    """Refuse, before any copy is made, what the guest interpreter cannot run."""
+    if not argv or PurePosixPath(argv[0]).name not in PROGRAMS:
+        raise _other_arm(argv[0] if argv else "(empty command)")
+    if len(argv) < 2:
+        raise _other_arm(" ".join(argv))
+    if argv[1] == "-c":
+        if len(argv) < 3:
+            raise _other_arm(" ".join(argv))
+        return
+    if argv[1].startswith("-"):
+        raise _other_arm(f"{argv[0]} {argv[1]}")
+    script = Path(os.path.normpath(workdir / argv[1]))
+    if not script.is_relative_to(workdir) or script == workdir:
+        raise SprawlError(
+            ErrorCode.TOOL_UNAVAILABLE,
+            argv[1],
+            f"the script {argv[1]} is outside the tree {workdir}: the python arm's guest sees "
+            "only the tree's copy",
+            "put the script in the working directory, or pass its code with python -c",
+        )
+
+
+def venv_sites(copy: Path, workdir: Path) -> list[str]:
+    """The guest paths of the tree's virtualenvs' site-packages (`.venv`, `venv`), found in
+    the copy: their pure-Python packages import in the guest."""
+    found: list[str] = []
+    for venv in (".venv", "venv"):
+        for site in sorted(copy.glob(f"{venv}/lib/python3*/site-packages")):
+            if site.is_dir() and not site.is_symlink():
+                found.append(
+                    (PurePosixPath(workdir.as_posix()) / site.relative_to(copy)).as_posix()
+                )
+    return found
+
+
+class WasiPythonArm:
+    name: ArmName = ArmName.PYTHON
+
+    def __init__(self, config: PythonConfig, state: Path) -> None:
+        self.config = config
+        self.state = state
+        self._entry: wasi_module.Compiled | None = None
+        self._module: wasi_module.VerifiedModule | None = None
+
+    def assurances(self) -> Assurances:
+        return ASSURANCES[self.name]
+
+    def note(self) -> str | None:
+        return (
+            "It runs CPython 3.12 compiled to WebAssembly (wasip1) under wasmtime: the guest "
+            "sees only the copy, at the working directory's path, and a private /tmp; its CPU "
+            f"is {self.config.fuel} fuel, its memory {self.config.memory_bytes} bytes, its "
+            f"wall time {self.config.wall_seconds} s. The runtime runs as your uid."
+        )
+
+    def prepare(self, workdir: Path) -> None:
+        # The first command of a binary pays the compile (seconds); later ones map the cache.
+        if self._entry is None:
+            why = wasi_module.missing_why()
+            if why is not None:
+                raise SprawlError(
+                    ErrorCode.TOOL_UNAVAILABLE,
+                    '[sandbox] arm = "python"',
+                    f"the python arm's runtime is not installed: {why}",
+                    wasi_module.INSTALL,
+                )
+            self._entry = wasi_module.compiled(self.state)
+            self._module = wasi_module.VerifiedModule(self._entry)
+        assert self._module is not None
+        self._module.fd()  # checked before any copy is made; a failed check refuses here
+
+    def check_command(self, argv: Sequence[str], workdir: Path) -> None:
+        check_command(argv, workdir)
+
+    def start(self, launch: Launch) -> Running:
+        workdir = launch.workdir or launch.cwd
+        check_command(launch.argv, workdir)
+        self.prepare(workdir)
+        assert self._entry is not None and self._module is not None
+        module_fd = self._module.fd()
+        guest = private_dirs(launch.outputs / "guest")
+        tmp = private_dirs(guest / "tmp")
+        argv = list(launch.argv)
+        if argv[1] != "-c":
+            argv[1] = str(PurePosixPath(workdir.as_posix()) / argv[1])
+        spec = {
+            "module_fd": module_fd,
+            "argv": argv,
+            # HOME is the guest's /tmp: the host path the other arms give names nothing here.
+            "env": {**dict(launch.env), "HOME": "/tmp"},
+            "copy": str(launch.cwd),
+            "workdir": workdir.as_posix(),
+            "sites": venv_sites(launch.cwd, workdir),
+            "tmp": str(tmp),
+            "fuel": self.config.fuel,
+            "memory_bytes": self.config.memory_bytes,
+            "wall_seconds": self.config.wall_seconds,
+            "report": str(guest / "report.json"),
+        }
+        spec_path = guest / "spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        # By path: no sprawl_orch import in the child. -I keeps the script's own directory
+        # (native_fallbacks/, whose module names could shadow others) off its sys.path and
+        # the PYTHON* variables out.
+        host = [sys.executable, "-I", wasi_guest.__file__]
+        # The runtime's own environment is empty: the guest's is in the spec, and nothing of
+        # ours (PYTHONPATH, WASMTIME_*) shapes the runtime.
+        process = HostProcess(
+            [*host, str(spec_path)],
+            guest,
+            {},
+            launch.outputs,
+            join=launch.join,
+            watcher=launch.watcher,
+            pass_fds=(module_fd,),
+        )
+        return GuestRun(process, guest, self.config)
+
+    def close(self) -> None:
+        if self._module is not None:
+            self._module.close()
+
+
+class GuestRun:
+    """The child's `Running`, whose finish reads what ended the guest from its report."""
+
+    def __init__(self, process: HostProcess, guest: Path, config: PythonConfig) -> None:
+        self._process = process
+        self._guest = guest
+        self._config = config
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._process.wait(timeout)
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def pids(self) -> list[int]:
+        return self._process.pids()
+
+    def finish(self) -> Finished:
+        done = self._process.finish()
+        report: dict[str, object] = {}
+        with contextlib.suppress(OSError, ValueError):
+            # absent when the runtime was killed (window, halt) or died: said below
+            report = json.loads((self._guest / "report.json").read_text(encoding="utf-8"))
+        limit = report.get("limit")
+        info = {
+            "fuel": self._config.fuel,
+            "memory_bytes": self._config.memory_bytes,
+            "wall_seconds": self._config.wall_seconds,
+            **report,
+        }
+        if not report and not done.killed:
+            info["runtime_failed"] = f"the wasmtime runtime ended with status {done.exit_code}"
+        shutil.rmtree(self._guest, ignore_errors=True)
+        return Finished(
+            exit_code=done.exit_code,
+            stdout_path=done.stdout_path,
+            stderr_path=done.stderr_path,
+            killed=done.killed,
+            limits_hit=(str(limit),) if limit else (),
+            extra={"python": info},
+        )
