@@ -1,10 +1,12 @@
 """A command in a workspace against a command in today's persistent copy (issue 23), side by side.
 
     python benchmarks/workspace_exec.py [--files N] [--size BYTES] [--reps R] [--arm ARM]
+                                        [--engine docker|podman]
 
 Builds a tree of N files (default 10 000 of 1 KiB in ~100 directories), then times the median
 of R no-change commands (`true`) through ExecTool on one arm (default copied_tree, the arm
-with the least fixed cost, so the copy work shows): plain exec (the persistent copy, resynced)
+with the least fixed cost, so the copy work shows; `--arm container --engine docker` builds
+and pins the busybox image first): plain exec (the persistent copy, resynced)
 against exec in a workspace (the person's tree synced into its base, the agent's tree compared
 with the base, the result's changes from that comparison). The target is ratio <= 1.1.
 """
@@ -32,7 +34,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--arm", default="copied_tree")
+    parser.add_argument("--engine", default="docker", choices=("docker", "podman"))
     args = parser.parse_args()
+    container: dict[str, object] = {}
+    if args.arm == "container":
+        from sprawl_orch.images.build import build_busybox
+
+        image = build_busybox(args.engine)
+        container = {"container": {"engine": args.engine, "images": {args.engine: image}}}
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-ws-") as tmp_name:
         tmp = Path(tmp_name)
         tree = tmp / "tree"
@@ -41,7 +50,7 @@ def main() -> None:
         (tmp / "scratch").mkdir()
         config = parse_config(
             {
-                "sandbox": {"arm": args.arm, "scratch_dir": str(tmp / "scratch")},
+                "sandbox": {"arm": args.arm, "scratch_dir": str(tmp / "scratch"), **container},
                 "state": {"dir": str(tmp / "state")},
             }
         )
@@ -59,7 +68,8 @@ def main() -> None:
                     if result.exit_code != 0 or (result.changes and result.changes.total):
                         sys.exit(f"not a no-change command: {result}")
     med = statistics.median
-    print(f"{args.files} files x {args.size} B, arm {args.arm}, median of {args.reps}")
+    arm = f"{args.arm} ({args.engine})" if container else args.arm
+    print(f"{args.files} files x {args.size} B, arm {arm}, median of {args.reps}")
     print(f"persistent copy command {med(plain):8.0f} ms")
     print(f"workspace command       {med(ws):8.0f} ms   ratio {med(ws) / med(plain):.2f}")
 

@@ -124,8 +124,8 @@ def compiled(state: Path, binary: Path | None = None) -> Compiled:
     key = cache_key(PINNED_SHA256)
     entry = private_dirs(state / "wasm-cache" / key)
     module, record = entry / "module.cwasm", entry / "module.sha256"
+    # absent or torn: compiled anew below; the guest re-checks the digest in any case
     with contextlib.suppress(OSError, ValueError):
-        # absent or torn: compiled anew below; the guest re-checks the digest in any case
         found = record.read_text(encoding="ascii").strip()
         if len(found) == 64 and module.lstat().st_size > 0:
             return Compiled(module, found)
@@ -153,8 +153,8 @@ def _write_private(target: Path, data: bytes | bytearray) -> None:
             f.write(data)
         os.replace(tmp, target)
     except BaseException:
+        # already renamed or never made: nothing of ours is left behind
         with contextlib.suppress(FileNotFoundError):
-            # already renamed or never made: nothing of ours is left behind
             os.unlink(tmp)
         raise
 

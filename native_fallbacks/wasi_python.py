@@ -190,8 +190,8 @@ class GuestRun:
     def finish(self) -> Finished:
         done = self._process.finish()
         report: dict[str, object] = {}
+        # absent when the runtime was killed (window, halt) or died: said below
         with contextlib.suppress(OSError, ValueError):
-            # absent when the runtime was killed (window, halt) or died: said below
             report = json.loads((self._guest / "report.json").read_text(encoding="utf-8"))
         limit = report.get("limit")
         info = {

@@ -2,18 +2,8 @@
 
 A plain command runs in a copy reset to the person's tree each time. A workspace, keyed by
 (working directory, name), keeps what the agent's commands changed until it is applied or
-discarded, while the person's own edits keep flowing in. Layout under
-``<state>/workspaces/<key of the working directory>/<name>/``::
-
-    tree/          the agent's copy: commands run here
-    base/          the person's tree as of the last flow-in (a synced copy, stamps beside it)
-    base.stamps    base's stamp record: the person's stamps apply checks against
-    bases/         the base version of every path the agent changed (three-way, kept until
-                   applied or discarded; absent there = the path did not exist)
-    theirs/        the person's version of every conflicting path
-    meta.json      working directory, name, conflicts
-    lock           flock(2)ed while the workspace's state changes
-    running/       one flock(2)ed file per command running in it
+discarded, while the person's own edits keep flowing in. Where it lives on disk and the
+names of its parts: workspace_state.py.
 
 Before each command (:meth:`Workspace.refresh`), with no other command of the workspace
 running: A = the paths where ``tree`` differs from ``base`` (the agent's changes); base is
@@ -35,133 +25,49 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import secrets
 import stat
-import time
-import unicodedata
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from sprawl_orch.changes import record as change_record
-from sprawl_orch.changes.apply import ApplyItem, ApplyResult
-from sprawl_orch.changes.apply import apply as apply_kept
-from sprawl_orch.changes.apply_protect import quote
+from sprawl_orch.changes.apply import ApplyResult
 from sprawl_orch.changes.changes import ChangeEntry, Changes
-from sprawl_orch.changes.store import drop_handle
-from sprawl_orch.changes.store import keep as keep_changes
-from sprawl_orch.changes.workspace_diff import (
-    Clean,
-    conflict_diff,
-    diff,
-    overlaps,
-    replace_path,
-    same_entry,
-    scan,
+from sprawl_orch.changes.workspace_apply import apply_entries
+from sprawl_orch.changes.workspace_diff import overlaps, replace_path, scan
+from sprawl_orch.changes.workspace_flow import Flow, same
+from sprawl_orch.changes.workspace_state import (
+    BASE,
+    BASES,
+    CLEAN,
+    FLOWING,
+    LOCK,
+    META,
+    RUNNING,
+    STAMPS,
+    THEIRS,
+    TREE,
+    Place,
+    Refresh,
+    WorkspaceView,
+    check_name,
+    isdir,
+    listing,
+    locked_by_other,
+    scan_one,
+    workdir_key,
+    workspaces_root,
 )
+from sprawl_orch.changes.workspace_walk import Clean, diff_walk, record_of
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
 from sprawl_orch.core.credential_places import Guard, copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 
-CLEAN = "clean.json"  # workspace_diff.Clean: equal file pairs of tree and base, by stamp
-TREE, BASE, STAMPS, BASES, THEIRS, META, LOCK, RUNNING = (
-    "tree",
-    "base",
-    "base.stamps",
-    "bases",
-    "theirs",
-    "meta.json",
-    "lock",
-    "running",
-)
-MAX_NAME = 64
-NAME_MAX = 255  # bytes of one path component on Linux filesystems
-_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-
-
-def check_name(name: str) -> str:
-    """``name`` if it can name a workspace, else E_CONFIG_INVALID saying what is wrong."""
-    why = None
-    if not name:
-        why = "is empty"
-    elif len(name) > MAX_NAME:
-        why = f"is {len(name)} characters long (at most {MAX_NAME})"
-    elif "/" in name or "\\" in name:
-        why = "holds a path separator"
-    elif name in (".", "..") or ".." in name:
-        why = "holds '..'"
-    elif any(unicodedata.category(c) in _UNSEEN for c in name):
-        # C1 controls, bidi overrides, zero-width and line separators display as something
-        # else (or as nothing); a lone surrogate can't be encoded as a file name at all.
-        why = "holds a control, format or separator character"
-    elif len(name.encode("utf-8")) > NAME_MAX:
-        # 64 four-byte characters are 256 bytes: mkdir would fail with ENAMETOOLONG
-        why = f"is {len(name.encode('utf-8'))} bytes long in UTF-8 (at most {NAME_MAX})"
-    elif name.startswith("."):
-        why = "starts with '.'"
-    if why is not None:
-        raise SprawlError(
-            ErrorCode.CONFIG_INVALID,
-            repr(name),
-            f"not a workspace name: it {why}",
-            "name a workspace with letters, digits, '-', '_' or '.', e.g. --workspace fix-1",
-        )
-    return name
-
-
-def workdir_key(workdir: Path) -> str:
-    real = os.path.realpath(workdir)
-    return hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:20]
-
-
-def workspaces_root(state: Path) -> Path:
-    return state / "workspaces"
-
-
-@dataclass
-class Refresh:
-    """What happened before a command: whether the workspace was made now, what flowed in
-    from the person's tree, which conflicts are named, and whether the flow was held back."""
-
-    created: bool = False
-    flowed_in: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)
-    new_conflicts: list[str] = field(default_factory=list)
-    held_back: bool = False
-    note: str | None = None
-
-
-@dataclass
-class WorkspaceView:
-    """`workspace show`: the agent's changes against the person's tree, and the conflicts."""
-
-    name: str
-    workdir: str
-    path: str
-    changes: list[ChangeEntry]
-    conflicts: dict[str, str]  # path -> where the person's version is kept
-    running: int
-
-
-def _locked_by_other(path: Path) -> bool:
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        # no lock file: no command of this workspace holds it
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        # held by a live command: that is the answer
-        return True
-    finally:
-        os.close(fd)
-    return False
+# Named here too: the CLI, the exec tool and the tests import them from this module.
+__all__ = ["Refresh", "Workspace", "WorkspaceView", "check_name", "listing"]
 
 
 class Workspace:
@@ -185,11 +91,14 @@ class Workspace:
         self.guard = guard or copy_guard(os.environ.get("HOME"), (self.state,))
         self.workdir = Path(os.path.realpath(workdir))
         self.dir = workspaces_root(self.state) / workdir_key(self.workdir) / name
+        self.place = Place(self.state, self.workdir, self.name, self.dir)
         self.bounds = bounds or Bounds()
         self.excludes = excludes or Excludes()
-        # The last Clean read or recorded by this object (a command's refresh, then its
-        # changes): read from disk once per object.
+        # The clean pairs (workspace_walk.py) and the base's stamp record last read or made
+        # by this object (a command's refresh, then its changes): from disk once per object.
         self._clean: Clean | None = None
+        self._base: copy_stamps.SyncRecord | None = None
+        self.last_mark = ""  # the running/ mark of the command this object started last
 
     @property
     def tree(self) -> Path:
@@ -229,11 +138,13 @@ class Workspace:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
-    def running(self) -> int:
-        """How many commands of this workspace run now (their lock files are held)."""
+    def running(self, ended: str = "") -> int:
+        """How many commands of this workspace run now (their lock files are held), but for
+        the one whose mark is ``ended`` (it has ended; its lease is not released yet)."""
         # no running/ directory: no command has started here
         with contextlib.suppress(FileNotFoundError):
-            return sum(_locked_by_other(p) for p in (self.dir / RUNNING).iterdir())
+            marks = (self.dir / RUNNING).iterdir()
+            return sum(locked_by_other(p) for p in marks if p.name != ended)
         return 0
 
     @contextlib.contextmanager
@@ -247,6 +158,7 @@ class Workspace:
             mark = self.dir / RUNNING / secrets.token_hex(8)
             fd = os.open(mark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self.last_mark = mark.name
         try:
             yield refresh
         finally:
@@ -259,29 +171,12 @@ class Workspace:
         with self._lock():
             return self._refresh_locked(expect)
 
-    def _refused_workdir(self) -> SprawlError:
-        return SprawlError(
-            ErrorCode.STORAGE_FATAL,
-            str(self.workdir),
-            f"the working directory of workspace {self.name!r} is missing or not a directory "
-            f"(moved or deleted); the workspace is kept at {self.dir}",
-            f"restore the directory, or drop the workspace: sprawl-orch workspace discard "
-            f"{self.name}",
-        )
-
     def _refresh_locked(self, expect: bool) -> Refresh:
         if not self.workdir.is_dir():
-            raise self._refused_workdir()
+            raise self.place.refused_workdir()
         if not self.exists():
             if expect:
-                raise SprawlError(
-                    ErrorCode.STORAGE_FATAL,
-                    self.name,
-                    f"workspace {self.name!r} is gone: its state directory {self.dir} was "
-                    "deleted or damaged since the last command; the agent's changes in it "
-                    "are lost",
-                    "run the command again to start the workspace afresh from the person's tree",
-                )
+                raise self.place.lost()
             return self._create()
         if self.running():
             return Refresh(
@@ -292,22 +187,22 @@ class Workspace:
             )
         return self._flow_in()
 
-    def _sync_base(self, touched: list[str] | None) -> copy_stamps.SyncRecord:
-        _, record = sync_with_record(
+    def _sync_base(self, before: Callable[[str, bool], None] | None) -> None:
+        _, self._base = sync_with_record(
             self.workdir,
             self.base,
             self.bounds,
             record=self.dir / STAMPS,
             excludes=self.excludes,
-            touched=touched,
             guard=self.guard,
+            before=before,
         )
-        return record
 
     def _create(self) -> Refresh:
-        for sub in (TREE, BASE, BASES, THEIRS, RUNNING, CLEAN):
+        for sub in (TREE, BASE, BASES, THEIRS, RUNNING, CLEAN, FLOWING):
             delete_path(self.dir / sub)
         self._clean = None
+        (self.dir / FLOWING).touch()  # base and its record agree once the sync ends
         self._sync_base(None)
         # From base, not the working directory: an edit between the two syncs would
         # otherwise look like the agent's.
@@ -315,103 +210,102 @@ class Workspace:
         (self.dir / BASES).mkdir(mode=0o700)
         (self.dir / THEIRS).mkdir(mode=0o700)
         self._save([])
+        (self.dir / FLOWING).unlink()
         self._diff(learn=True)
         return Refresh(created=True)
 
     def _flow_in(self) -> Refresh:
-        # Learned here (no command runs: _refresh_locked checked) and again after the flow
-        # only if the flow wrote anything.
-        agent = {e.path for e in self._diff(learn=True)}
-        for rel in agent:  # the base version of each changed path, before base moves on
-            kept = self.dir / BASES / rel
-            if not os.path.lexists(kept) and not os.path.lexists(str(kept) + ".absent"):
-                replace_path(self.base, self.dir / BASES, rel)  # absent: makes the parents
-                if not os.path.lexists(self.base / rel):
-                    Path(str(kept) + ".absent").touch()
-        touched: list[str] = []
-        self._sync_base(touched)
-        person = sorted({p.replace(os.sep, "/") for p in touched})
+        """The person's edits since the last flow-in (workspace_flow.py); no command of the
+        workspace runs (the callers checked)."""
         conflicts = set(self.conflicts())
-        new: list[str] = []
         flowed: list[str] = []
-        done: list[str] = []
-        for rel in person:
-            if any(rel.startswith(d + "/") for d in done):
-                continue  # inside a directory replaced whole
-            if overlaps(rel, agent):
-                if self._same(rel):
-                    continue
-                if rel not in conflicts:
-                    new.append(rel)
-                conflicts.add(rel)
-                replace_path(self.base, self.dir / THEIRS, rel)
-                continue
-            replace_path(self.base, self.tree, rel)
-            flowed.append(rel)
-            done.append(rel)
+        new: list[str] = []
+        if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: finish it
+            copy_stamps.forget(self.dir / CLEAN)  # its pairs may vouch where base moved
+            self._clean = None
+            flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts)
+        # The journal (workspace_flow.py); while it stands, _diff walks base instead of
+        # trusting its record.
+        (self.dir / FLOWING).write_bytes(b"")
+        flow = Flow(self.dir, self.dir / FLOWING)
+        try:
+            self._sync_base(flow.before)
+        finally:
+            flow.close()
+        flowed, new = (a + b for a, b in zip((flowed, new), flow.finish(conflicts), strict=True))
+        clean = self._clean if self._clean is not None else Clean.load(self.dir / CLEAN)
+        if clean.forget((*flow.judged, *flow.modes)):  # base moved on under those pairs
+            clean.save(self.dir / CLEAN)
+        self._clean = clean
         # A conflict ends once both sides hold the same again.
         conflicts = {c for c in conflicts if not self._same(c)}
         self._save(sorted(conflicts))
-        if touched:
-            self._diff(learn=True)  # stamps after the flow, for the next comparison
+        (self.dir / FLOWING).unlink()
         return Refresh(flowed_in=flowed, conflicts=sorted(conflicts), new_conflicts=new)
 
+    def _base_record(self) -> copy_stamps.SyncRecord:
+        if os.path.lexists(self.dir / FLOWING):
+            return record_of(self.base)  # a flow-in was cut short: the record may be stale
+        if self._base is None:
+            self._base = copy_stamps.load(self.dir / STAMPS)
+        return self._base if self._base is not None else record_of(self.base)
+
+    def base_bytes(self) -> int:
+        """The bytes in the base's files, from its stamp record (the refresh's, in memory)."""
+        if self._base is None:
+            self._base = copy_stamps.load(self.dir / STAMPS)
+        return self._base.total_bytes if self._base is not None else 0
+
     def _diff(self, learn: bool) -> list[ChangeEntry]:
-        """tree against base, bytes skipped where the last recorded stamps vouch; ``learn``
-        (only with no command of the workspace running): record this comparison's."""
-        path = self.dir / CLEAN
-        clean = self._clean
-        if clean is None:
-            try:
-                clean = Clean.load(path.read_text())
-            except OSError:
-                # no clean record: every path is compared by bytes
-                clean = Clean()
+        """tree against base in one walk of tree (workspace_walk.py), bytes skipped where the
+        clean pairs vouch; ``learn`` (only with no command of the workspace running): record
+        this comparison's pairs."""
+        base = self._base_record()
+        clean = self._clean_pairs()
         if not learn:
-            self._clean = clean
-            return diff(self.tree, self.base, clean)
+            return diff_walk(self.tree, self.base, base, clean)
         fresh = Clean()
-        found = diff(self.tree, self.base, clean, fresh)
-        tmp = path.with_name(CLEAN + ".tmp")
-        tmp.write_text(fresh.dump())
-        os.replace(tmp, path)
+        found = diff_walk(self.tree, self.base, base, clean, fresh)
+        if fresh.dirty:
+            fresh.save(self.dir / CLEAN)
         self._clean = fresh
         return found
 
+    def _clean_pairs(self) -> Clean:
+        if os.path.lexists(self.dir / FLOWING):
+            return Clean()  # a flow-in was cut short: base moved under some pairs
+        if self._clean is None:
+            self._clean = Clean.load(self.dir / CLEAN)
+            self._clean.dirty = False
+        return self._clean
+
     def _same(self, rel: str) -> bool:
-        a = scan_one(self.tree, rel)
-        b = scan_one(self.base, rel)
-        if a is None or b is None:
-            return a is None and b is None
-        if not same_entry(self.tree, a, self.base, b, rel):
-            return False
-        if os.path.isdir(self.tree / rel) and not os.path.islink(self.tree / rel):
-            return not diff(self.tree / rel, self.base / rel)
-        return True
+        return same(self.tree, self.base, rel)
 
     # --- what the agent did, and what to do with it ---------------------------------------
 
-    def show(self) -> WorkspaceView:
+    def show(self, ended: str = "") -> WorkspaceView:
+        """The agent's changes and the conflicts. ``ended``: the mark (``last_mark``) of a
+        command that has ended but whose lease is not yet released (the backlog computes a
+        result's changes first): with no OTHER command running, this comparison's clean
+        pairs are recorded for the next."""
         if not self.exists():
             raise self.gone()
-        conflicts = self.conflicts()
+        with self._lock():
+            running = self.running(ended)
+            entries = self._diff(learn=not running)
+            conflicts = self.conflicts()
         return WorkspaceView(
             self.name,
             str(self.workdir),
             str(self.tree),
-            self._diff(learn=False),
+            entries,
             {c: str(self.dir / THEIRS / c) for c in conflicts},
-            self.running(),
+            running,
         )
 
     def gone(self) -> SprawlError:
-        return SprawlError(
-            ErrorCode.UNKNOWN_HANDLE,
-            self.name,
-            f"no workspace {self.name!r} for {self.workdir} (none was made, or its state "
-            f"directory {self.dir} was deleted)",
-            "list them with: sprawl-orch workspace list",
-        )
+        return self.place.gone()
 
     def changes(self) -> Changes:
         view = self.show()
@@ -428,89 +322,33 @@ class Workspace:
         conflicts_by_name: bool = True,
     ) -> ApplyResult:
         """Bring the agent's changes (all, or ``paths``) into the person's tree through the
-        normal apply, under its rules: a named conflict is held back unless its path is
-        chosen by name (and ``conflicts_by_name``), and a protected path (core/protected.py)
-        unless a person names it in ``protected``. serve and mcp pass neither: an agent can't
-        consent for the person -- naming a conflict there wrote the agent's version over the
-        person's edit, and a discard then removed the person's only other copy (attack6)."""
+        normal apply, under its rules (workspace_apply.py): a named conflict is held back
+        unless its path is chosen by name (and ``conflicts_by_name``), and a protected path
+        (core/protected.py) unless a person names it in ``protected``. serve and mcp pass
+        neither: an agent can't consent for the person -- naming a conflict there wrote the
+        agent's version over the person's edit, and a discard then removed the person's only
+        other copy (attack6)."""
         if not self.workdir.is_dir():
-            raise self._refused_workdir()
+            raise self.place.refused_workdir()
         with self._lock():
             if not self.exists():
                 raise self.gone()
             if not self.running():
                 self._flow_in()  # apply against the person's tree as it is now
-            entries = self._diff(learn=False)
-            chosen = {p.strip("/") for p in paths or ()}
-            held = [
-                e.path
-                for e in entries
-                if overlaps(e.path, set(self.conflicts()))
-                and (e.path not in chosen or not conflicts_by_name)
-            ]
-            todo = [e for e in entries if e.path not in held]
-            record = self._change_record()
-            handle = f"ws-{self.name}-{secrets.token_hex(4)}"
-            kept = keep_changes(
-                self.state, handle, self.workdir, self.tree, record, todo, budget=1 << 62
+            result = apply_entries(
+                self.place,
+                self._diff(learn=False),
+                self.conflicts(),
+                paths,
+                dry_run=dry_run,
+                protected=protected,
+                protected_globs=protected_globs,
+                unprotect=unprotect,
+                conflicts_by_name=conflicts_by_name,
             )
-            if not kept.kept:
-                result = ApplyResult(handle=handle, workdir=str(self.workdir), dry_run=dry_run)
-            else:
-                result = apply_kept(
-                    self.state,
-                    handle,
-                    list(chosen) or None,
-                    dry_run=dry_run,
-                    protected=protected,
-                    protected_globs=protected_globs,
-                    unprotect=unprotect,
-                )
-                # an applied handle left behind is swept by the store's budget
-                with contextlib.suppress(SprawlError, OSError):
-                    drop_handle(self.state, handle)
-            refused = [
-                *result.refused,
-                *(
-                    _held(p, self.dir / THEIRS / p)
-                    for p in held
-                    if not paths or overlaps(p, chosen)
-                ),
-            ]
-            update: dict[str, object] = {"refused": refused}
-            if result.command:
-                # The handle applied through is dropped just above: the person names the
-                # workspace instead (same -C, --config and --protected words), on every surface.
-                tail = " " + quote(handle)
-                if result.command.endswith(tail):
-                    update["command"] = (
-                        result.command[: -len(tail)] + " --workspace " + quote(self.name)
-                    )
-            if dry_run and held:
-                # A person merging by hand needs the agent's side of each held conflict.
-                shown_held = [p for p in held if not paths or overlaps(p, chosen)]
-                extra = "".join(conflict_diff(self.workdir, self.tree, p) for p in shown_held)
-                update["diff"] = (result.diff or "") + extra or None
-            result = result.model_copy(update=update)
             if not dry_run and not self.running():
                 self._flow_in()  # what was applied is now in the person's tree: base too
             return result
-
-    def _change_record(self) -> change_record.SyncRecord:
-        """The person's stamps as the last base sync read them (apply's conflict check), and
-        the base's bytes' hashes for files too young to trust by stamp."""
-        sync = copy_stamps.load(self.dir / STAMPS)
-        record = change_record.SyncRecord(sync=sync)
-        if sync is not None:
-            record.source_line_ns = sync.started_ns - sync.granularity_ns
-            record.source_dirs = change_record.source_dirs(sync, self.workdir)
-            for rel in sync.paths:
-                f = sync.file(rel)
-                if f is not None and f.source[2] >= record.source_line_ns:
-                    digest = change_record.sha256_of(self.base / rel)
-                    if digest is not None:
-                        record.hashes[rel.replace(os.sep, "/")] = digest
-        return record
 
     def take(self, rel: str) -> None:
         """Take the person's version of ``rel`` into the workspace (ends its conflict)."""
@@ -547,7 +385,8 @@ class Workspace:
             for sub in (TREE, BASE, BASES, THEIRS, RUNNING):
                 delete_path(self.dir / sub)
             copy_stamps.forget(self.dir / STAMPS)
-            for name in (META, META + ".tmp", CLEAN, CLEAN + ".tmp"):
+            copy_stamps.forget(self.dir / CLEAN)
+            for name in (META, META + ".tmp", FLOWING, "clean.json", "clean.json.tmp"):
                 # already gone: discard is idempotent
                 with contextlib.suppress(FileNotFoundError):
                     (self.dir / name).unlink()
@@ -558,52 +397,4 @@ class Workspace:
             self.dir.parent.rmdir()
 
     def size(self) -> int:
-        return sum(st.st_size for st in scan(self.dir).values() if not _isdir(st))
-
-
-def _isdir(st: os.stat_result) -> bool:
-    return (st.st_mode & 0o170000) == 0o040000
-
-
-def scan_one(root: Path, rel: str) -> os.stat_result | None:
-    try:
-        return os.lstat(root / rel)
-    except (FileNotFoundError, NotADirectoryError):
-        # absent on this side: None is the answer
-        return None
-
-
-def _held(path: str, theirs: Path) -> ApplyItem:
-    return ApplyItem(
-        path=path,
-        change="conflict",
-        why=f"both the agent and the person changed it; the person's version is kept at "
-        f"{theirs}. Choose the path by name to apply the agent's version over it, or take "
-        "the person's: sprawl-orch workspace take NAME PATH",
-    )
-
-
-def listing(state: Path) -> list[dict[str, object]]:
-    """Every workspace under ``state``: name, working directory, conflicts, bytes."""
-    out: list[dict[str, object]] = []
-    root = workspaces_root(state)
-    # no workspaces directory: none to list
-    with contextlib.suppress(FileNotFoundError):
-        for group in sorted(root.iterdir()):
-            for ws in sorted(group.iterdir()) if group.is_dir() else ():
-                try:
-                    meta = json.loads((ws / META).read_text())
-                except (OSError, ValueError):
-                    # a half-made workspace without meta is not listed
-                    continue
-                out.append(
-                    {
-                        "name": meta.get("name", ws.name),
-                        "workdir": meta.get("workdir", "?"),
-                        "conflicts": meta.get("conflicts", []),
-                        "modified": time.strftime(
-                            "%Y-%m-%d %H:%M:%S", time.localtime((ws / META).stat().st_mtime)
-                        ),
-                    }
-                )
-    return out
+        return sum(st.st_size for st in scan(self.dir).values() if not isdir(st))

@@ -232,6 +232,27 @@ def _receive(conn: socket.socket) -> Call:
     return Call(op="exec", args=request["args"], cwd=request["cwd"], env=request["env"])
 
 
+def _end_children() -> None:
+    """Kill every process this call started, each with its process group, before the call
+    kills itself: a command started an instant before its group reached the guardian (host
+    arms start it, then announce it) would otherwise outlive a client killed in that instant
+    (test_exec_client's client SIGKILL saw it under load)."""
+    import psutil
+
+    mine = os.getpgid(0)
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:  # this process is going away anyway; the guardian does the rest
+        return
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # gone already
+            group = os.getpgid(child.pid)
+            if group != mine:
+                os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):  # gone already
+            child.kill()
+
+
 def _watch(conn: socket.socket) -> None:
     """The lifeline: the caller's signals arrive as lines; its EOF kills this call now."""
     import threading
@@ -244,6 +265,7 @@ def _watch(conn: socket.socket) -> None:
             except OSError:  # a reset connection: the caller is gone, as at EOF
                 chunk = b""
             if not chunk:
+                _end_children()
                 os.kill(os.getpid(), signal.SIGKILL)  # the guardian removes what we held
             buffered += chunk
             while b"\n" in buffered:

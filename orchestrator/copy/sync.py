@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,7 @@ def sync_with_record(
     progress: Progress | None = None,
     guard: Guard | None = None,
     touched: list[str] | None = None,
+    before: Callable[[str, bool], None] | None = None,
 ) -> tuple[FileWork, copy_stamps.SyncRecord]:
     """Make ``copy`` equal ``source`` file by file (design §5); see the module docstring.
     Returns what the sync did and the new stamp record (saved to ``record`` if given).
@@ -149,8 +151,10 @@ def sync_with_record(
     ``guard``: what a link out of the tree may bring (core.credential_places.copy_refusal);
     the entries it refuses are left out and named in the result's ``refused_links``.
     ``touched``: given a list, every path the sync created, replaced or removed in the copy is
-    appended to it. ``progress`` hears (files, bytes, done) now and then, and with ``done``
-    at the end. On any refusal or failure the copy and its record are deleted before
+    appended to it; ``before`` is called with each such path just before (and with True
+    before only a directory's permission bits change), see walk.Walk.before. ``progress``
+    hears (files, bytes, done) now and then, and with ``done`` at the end. On any refusal or
+    failure the copy and its record are deleted before
     SprawlError is raised.
     """
     source, copy = Path(source), Path(copy)
@@ -185,7 +189,16 @@ def sync_with_record(
             )
             raise _discarding(refusal, copy, record)
     walk = Walk(
-        side, src, bounds, str(source), excludes, old, progress, guard=guard, touched=touched
+        side,
+        src,
+        bounds,
+        str(source),
+        excludes,
+        old,
+        progress,
+        guard=guard,
+        touched=touched,
+        before=before,
     )
     with os_errors(
         ErrorCode.STORAGE_FATAL,

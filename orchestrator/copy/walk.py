@@ -143,6 +143,8 @@ class Walk(WalkState[H]):
                     continue
                 for name, kind in top.copy.items():
                     self.dirty = True
+                    if self.before is not None:
+                        self.before(top.rel + os.sep + name if top.rel else name, False)
                     self.removed += side.remove(name, top.handle, kind)
                     if self.touched is not None:
                         self.touched.append(top.rel + os.sep + name if top.rel else name)
@@ -280,6 +282,8 @@ class Walk(WalkState[H]):
         try:
             entries = source.listing(src_fd, path)
             old = parent.copy.pop(name, None)
+            if old != "dir" and self.before is not None:
+                self.before(rel, False)
             if old is not None and old != "dir":
                 self.removed += side.remove(name, parent.handle, old)
                 old = None
@@ -293,6 +297,11 @@ class Walk(WalkState[H]):
             source.close(src_fd)
             raise
         try:
+            if old is not None and self.before is not None:
+                # int: FdCopy's directory fd; str: PathCopy's lstat-checked path
+                now = os.fstat(handle) if isinstance(handle, int) else os.lstat(str(handle))
+                if stat.S_IMODE(now.st_mode) != want:
+                    self.before(rel, True)
             side.set_dir_mode(handle, want)
             copy = side.kinds(handle) if old is not None else {}
         except BaseException:
@@ -363,6 +372,8 @@ class Walk(WalkState[H]):
                     self.bytes += size
                     return
         self.dirty = True
+        if self.before is not None:
+            self.before(rel, False)
         if old == "dir":
             self.removed += side.remove(name, handle, old)
         elif old is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -74,6 +75,11 @@ class WalkState(Generic[H]):
     # When a list: every path (os.sep-separated) the sync created, replaced or removed in the
     # copy, directories by their own path (workspaces: the person's changes since the base).
     touched: list[str] | None = None
+    # When given: called with a path (os.sep-separated) just BEFORE the sync creates,
+    # replaces or removes it in the copy (False), or changes only an existing directory's
+    # permission bits (True) -- while the copy still holds the old entry, which a workspace
+    # compares with the agent's (changes/workspace.py) instead of diffing whole trees.
+    before: Callable[[str, bool], None] | None = None
 
     def __post_init__(self) -> None:
         self._ctimes: dict[str, dict[str, int]] = {}
@@ -184,6 +190,8 @@ class WalkState(Generic[H]):
             side.set_link_times(name, handle, *times)
             return
         fresh = True
+        if self.before is not None:
+            self.before(rel, False)
         if old == "dir":
             self.removed += side.remove(name, handle, old)
         elif old is not None:

@@ -104,7 +104,7 @@ async def _send_all(fd: int, data: bytes) -> None:
     while view:
         try:
             sent = os.write(fd, view)
-        except BlockingIOError:
+        except BlockingIOError:  # the socket's buffer is full: wait until it drains
             await _ready(fd, writable=True)
             continue
         view = view[sent:]
@@ -143,7 +143,7 @@ class _OneWay:
         while self.pending:
             try:
                 out = os.splice(self.pipe_out, self.dst, self.pending, flags=_FLAGS)
-            except BlockingIOError:
+            except BlockingIOError:  # the destination is full: its writable callback resumes
                 return False
             self.pending -= out
             self.count(out)
@@ -152,7 +152,7 @@ class _OneWay:
     def _readable(self) -> None:
         try:
             moved = os.splice(self.src, self.pipe_in, PIPE_SIZE, flags=_FLAGS)
-        except BlockingIOError:
+        except BlockingIOError:  # nothing to read yet: the readable callback fires again
             return
         except OSError as err:
             self._end(err)
@@ -212,7 +212,7 @@ async def one_way(source: Sock, sink: Sock, early: bytes, count: Count) -> None:
         # A reset (or a peer gone) on either side: both directions end, as a closed socket
         # ended both in the stream copy; the flow's counts say what went through.
         for sock in (source, sink):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # already shut or reset: nothing left to end
                 sock.shutdown(socket.SHUT_RDWR)
     finally:
         way.close()

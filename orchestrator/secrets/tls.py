@@ -106,5 +106,5 @@ class TlsEnd:
         with contextlib.suppress(ssl.SSLError, OSError):
             await self.flush()
             self.tls.unwrap()
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # the peer may be gone: the flow closes it next
             await self._flush()

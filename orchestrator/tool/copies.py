@@ -20,7 +20,6 @@ from sprawl_orch.changes.changes import compute as compute_changes
 from sprawl_orch.changes.store import keep as keep_changes
 from sprawl_orch.changes.workspace import Refresh, Workspace
 from sprawl_orch.config import Config
-from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.store import CopyStore, Lease, copy_key
 from sprawl_orch.copy.sync import FileWork
@@ -123,10 +122,9 @@ class WorkspaceLease:
 
 
 def _over_budget(ws: Workspace, budget: int) -> SprawlError | None:
-    record = copy_stamps.load(ws.dir / "base.stamps")
     # The tree holds about what the base holds (plus the agent's additions, minus its
     # deletions); the base's size is known from its stamp record without a walk.
-    size = 2 * record.total_bytes if record is not None else 0
+    size = 2 * ws.base_bytes()
     if size <= budget:
         return None
     return SprawlError(
@@ -158,10 +156,11 @@ def workspace_changes(lease: WorkspaceLease) -> Callable[[str], Changes]:
     """The result's `changes` of a command in a workspace: the workspace's whole difference
     from the person's tree (three-way against its base), its conflicts, what flowed in."""
     ws, refresh = lease.workspace, lease.refresh
+    mark = ws.last_mark
 
     def collect(handle: str) -> Changes:
         try:
-            view = ws.show()
+            view = ws.show(ended=mark)
         except (OSError, SprawlError) as err:
             return Changes(note=f"workspace {ws.name!r}: changes could not be computed: {err}")
         notes = [f"workspace {ws.name!r}: the agent's changes against the person's tree"]

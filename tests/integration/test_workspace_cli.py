@@ -114,3 +114,14 @@ def test_bad_name_is_config_invalid(setup: tuple[Path, Path, str]) -> None:
     done = cli(proj, config, "exec", "--json", "--workspace", "../x", "true")
     result = json.loads(done.stdout)
     assert result["code"] == "E_CONFIG_INVALID" and "workspace name" in result["detail"], result
+
+
+def test_person_directory_chmod_reaches_the_next_command(setup: tuple[Path, Path, str]) -> None:
+    """A directory's mode flows in as a file's does (it did not: the sync named no path for
+    bits alone), and the agent's edit inside that directory stays."""
+    proj, config, arm = setup
+    run(proj, config, "sed -i 's/return 1/return 11/' pkg/more.py", arm)
+    os.chmod(proj / "pkg", 0o750)
+    seen = run(proj, config, "stat -c %a pkg; grep -c 'return 11' pkg/more.py", arm)
+    assert seen["stdout"] == "750\n1\n", seen
+    assert "pkg" in str(seen["changes"]["note"])  # type: ignore[index]
