@@ -267,10 +267,10 @@ def _receive(conn: socket.socket) -> Call:
 
 
 def _end_children() -> None:
-    """Kill every process this call started, each with its process group, before the call
-    kills itself: a command started an instant before its group reached the guardian (host
-    arms start it, then announce it) would otherwise outlive a client killed in that instant
-    (test_exec_client's client SIGKILL saw it under load)."""
+    """Kill every process this call started (its guardian aside), each with its process
+    group, before the call kills itself: a command started an instant before its group
+    reached the guardian (host arms start it, then announce it) would otherwise outlive a
+    client killed in that instant (test_exec_client's client SIGKILL saw it under load)."""
     import psutil
 
     from sprawl_orch.runs.guardian_client import STARTED
