@@ -70,6 +70,8 @@ def _render(report: object) -> None:
     state = "delegated" if cg.delegated else "not delegated"
     console.print(f"[bold]cgroup[/]: {state} — {escape(cg.detail)}")
     console.print(f"[bold]yielding[/]: {escape(report.yielding)}")
+    if report.podman_pause:
+        console.print(f"[bold]podman[/]: {escape(report.podman_pause)}")
 
 
 @click.command("doctor")

@@ -29,6 +29,7 @@ from sprawl_orch.core.assurances import Assurances, statement
 from sprawl_orch.core.shell import Absent, Found, Shell, resolve_shell
 from sprawl_orch.egress.offer import doctor_line
 from sprawl_orch.engines.engine import ENGINES
+from sprawl_orch.engines.podman_pause import pause_note
 from sprawl_orch.runs.cgroups import Delegation, PlatformShares
 from sprawl_orch.selection.choice import Choice, choose
 from sprawl_orch.selection.offerings import Offerings
@@ -95,6 +96,8 @@ class DoctorReport(_Row):
     shell: ShellRow
     pwsh: ShellRow
     cgroup: CgroupRow
+    # Set for a non-root caller whose rootless podman keeps its pause process (podman's own).
+    podman_pause: str | None = None
 
 
 def _root_caller() -> bool:
@@ -283,4 +286,5 @@ def doctor_report(
         shell=shell_row(sandbox.interpreter, resolve(sandbox.shell, sandbox.interpreter, environ)),
         pwsh=shell_row("pwsh", resolve(True, "pwsh", environ)),
         cgroup=cgroup_row(delegation),
+        podman_pause=pause_note(environ) if engine in ("auto", "podman") else None,
     )

@@ -251,3 +251,19 @@ def test_rootless_allow_list_reaches_only_what_is_listed(
     kinds = [(e["host"], e["allowed"]) for e in result["network"]["egress"]]
     assert kinds == [("localhost", True), ("evil.example.org", False)]
     assert "through sprawl-orch's proxy" in result["confinement"]["statement"]
+
+
+def test_doctor_names_podmans_own_pause_process(rootless_image: str) -> None:
+    # issue 27, item 16: after rootless podman ran for the account (the fixture imported an
+    # image as it), its pause process is podman's; doctor says so instead of leaving it to look
+    # like our leftover. Read as root here, for the account's uid.
+    from sprawl_orch.engines.podman_pause import pause_note, pause_pid
+
+    uid = pwd.getpwnam(ACCOUNT).pw_uid
+    as_account("podman", "run", "--rm", "--network", "none", rootless_image, "true")
+    pid = pause_pid({}, uid)
+    assert pid is not None, "rootless podman keeps a pause process"
+    assert os.readlink(f"/proc/{pid}/exe").endswith("podman")
+    note = pause_note({}, uid)
+    assert note is not None and f"(pid {pid})" in note and "podman's" in note
+    assert pause_note({}, 0) is None  # rootful podman keeps none
