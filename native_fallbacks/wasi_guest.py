@@ -82,6 +82,14 @@ TRAP_EXIT = 134
 # (wasmtime's Python API has no trap-on-grow-failure; CPython then raises MemoryError or
 # aborts). CPython grows its heap in steps of at most a few MiB, so 8 MiB is a refusal's mark.
 MEMORY_MARK = 8 * 1024 * 1024
+# Epoch interruption is checked only while wasm runs: a guest blocked in a host call
+# (`time.sleep(3600)` is WASI poll_oneoff) slept past wall_seconds until the window
+# (atk-wasm break 1). This long after the epoch moved, the runtime ends itself instead.
+BLOCKED_GRACE = 2.0
+BLOCKED_TRAP = (
+    "wall time: the guest was still blocked in a host call (a sleep or a wait) "
+    "wall_seconds after it started; the runtime ended it"
+)
 
 # Runs first in the guest: WASI preview 1 has no working directory (wasi-libc starts at "/",
 # and ignores PWD), so the bootstrap changes into the preopened working directory, puts the
@@ -141,7 +149,22 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     store.set_fuel(spec["fuel"])
     store.set_limits(memory_size=spec["memory_bytes"])
     store.set_epoch_deadline(1)
-    timer = threading.Timer(spec["wall_seconds"], engine.increment_epoch)
+    ended = threading.Event()
+    ending = threading.Lock()
+
+    def deadline() -> None:
+        engine.increment_epoch()
+        if ended.wait(BLOCKED_GRACE):
+            return
+        with ending:
+            if ended.is_set():
+                return
+            # The store is the main thread's (inside the host call): no fuel or memory read.
+            report = {"exit_code": LIMIT_EXIT, "trap": BLOCKED_TRAP, "limit": "time"}
+            Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
+            os._exit(LIMIT_EXIT)
+
+    timer = threading.Timer(spec["wall_seconds"], deadline)
     timer.daemon = True
     wasi = wasmtime.WasiConfig()
     wasi.argv = guest_argv(spec["workdir"], spec["argv"], spec.get("sites"))
@@ -176,6 +199,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         report["limit"] = limit
         report["exit_code"] = LIMIT_EXIT if limit else TRAP_EXIT
     finally:
+        with ending:
+            ended.set()
         timer.cancel()
     memory = instance.exports(store)["memory"]
     assert isinstance(memory, wasmtime.Memory)
