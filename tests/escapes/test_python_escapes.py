@@ -228,3 +228,22 @@ def test_wall_time_holds_while_blocked_in_a_host_call(
     assert result.exit_code == 137
     assert "ESC" not in result.stdout
     assert result.python is not None and "runtime_failed" not in result.python
+
+
+def test_tmp_is_bounded_like_a_tmpfs(tmp_path: Path, state: Path) -> None:
+    """The guest's /tmp is a host directory, not a tmpfs charged to a memory limit as on the
+    other arms: 8x memory_bytes landed on the host's disk (atk-wasm break 2)."""
+    cap = 32 * 1024 * 1024
+    code = (
+        "with open('/tmp/fill', 'wb') as f:\n"
+        f"    for _ in range({8 * cap // 2**20}): f.write(b'x' * 2**20)\n"
+        "print('ESC')"
+    )
+    config = Config(
+        sandbox={"arm": "python", "python": {"memory_bytes": cap}}, state={"dir": str(state)}
+    )
+    with ExecTool(config, tmp_path) as tool:
+        result = tool.exec(["python", "-c", code], window=120)
+    assert "ESC" not in result.stdout, "8x memory_bytes written to the guest's /tmp"
+    assert result.limits_hit == ["memory"], (result.python, result.stderr[-500:])
+    assert result.python is not None and "/tmp" in str(result.python["trap"])
