@@ -182,6 +182,11 @@ class LandlockArm(CopiedTreeArm):
         ]
         if self.abi < NETWORK_ABI:
             parts.append(f"TCP is not governed before Landlock ABI {NETWORK_ABI}.")
+        if self.abi < SCOPE_ABI and self.user is None:
+            parts.append(
+                f"Signals are not scoped before Landlock ABI {SCOPE_ABI}: the command, of your "
+                "uid, can kill what would clean up behind it, so the process tree is not kept."
+            )
         if self.user is not None:
             parts.append(
                 f"The command runs as uid {self.user}, which no account holds, as every "

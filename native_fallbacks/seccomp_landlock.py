@@ -22,6 +22,18 @@ behind the filter; here nothing does, so the filter itself must close what they 
   flags sit behind a pointer; glibc falls back to clone): a user namespace of its own would
   give the command every capability over new mounts and namespaces (bwrap's
   --disable-userns).
+- SysV IPC (`shmget/shmat/shmctl/shmdt`, `msgget/msgsnd/msgrcv/msgctl`,
+  `semget/semop/semtimedop/semctl`) -> EPERM: bwrap unshares the IPC namespace; here the
+  host's is shared, so a 0666 queue or segment of any host process is a channel out (a
+  segment is attached by its small integer id alone, no shmget needed), and an object the
+  command makes outlives it (test_landlock_reach.py::test_no_sysv_ipc_with_the_host).
+- `prlimit64`, `sched_setaffinity`, `sched_setscheduler`, `sched_setparam`, `sched_setattr`
+  of a pid other than 0 (the caller), `setpriority` and `ioprio_set` other than of the caller
+  itself -> EPERM: these reach any process of the same uid by its pid with no ptrace check
+  -- the helper, every other landlock command of a root caller (the one sandbox uid), every
+  process of a non-root caller's -- and Landlock's scoping sees signals only, while a hard
+  RLIMIT_CPU is a SIGKILL from the kernel (the pid namespace hid them under bwrap;
+  test_landlock_reach.py::test_no_other_process_is_reached_by_its_pid).
 - `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` -> EPERM: keystrokes pushed into a terminal (the
   helper runs in a session of its own with no terminal; this is the second lock).
 
@@ -63,6 +75,8 @@ _ARG = (16, 24, 32, 40, 48, 56)
 IPPROTO_TCP = 6
 MSG_FASTOPEN = 0x20000000
 TIOCSTI = 0x5412
+PRIO_PROCESS = 0
+IOPRIO_WHO_PROCESS = 1
 TIOCLINUX = 0x541C
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 CLONE_NEW_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
@@ -84,13 +98,50 @@ class Extra:
     sendto: int
     sendmsg: int
     sendmmsg: int
+    sysv_ipc: tuple[int, ...]  # shm*, msg*, sem* (every call takes an id or makes one)
+    # prlimit64, sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr
+    by_pid: tuple[int, ...]  # arg0 a pid: 0 only
+    setpriority: int  # (which, who): PRIO_PROCESS, 0 only
+    ioprio_set: int  # (which, who): IOPRIO_WHO_PROCESS, 0 only
 
 
 EXTRA: dict[int, Extra] = {
     # x86_64 (AUDIT_ARCH_X86_64)
-    0xC000003E: Extra(112, 109, 272, 308, 56, 435, 50, 16, 44, 46, 307),
+    0xC000003E: Extra(
+        112,
+        109,
+        272,
+        308,
+        56,
+        435,
+        50,
+        16,
+        44,
+        46,
+        307,
+        (29, 30, 31, 67, 68, 69, 70, 71, 64, 65, 220, 66),
+        (302, 203, 144, 142, 314),
+        141,
+        251,
+    ),
     # aarch64 (AUDIT_ARCH_AARCH64)
-    0xC00000B7: Extra(157, 154, 97, 268, 220, 435, 201, 29, 206, 211, 269),
+    0xC00000B7: Extra(
+        157,
+        154,
+        97,
+        268,
+        220,
+        435,
+        201,
+        29,
+        206,
+        211,
+        269,
+        (194, 196, 195, 197, 186, 189, 188, 187, 190, 193, 192, 191),
+        (261, 122, 119, 118, 274),
+        140,
+        30,
+    ),
 }
 
 
@@ -115,6 +166,10 @@ def build(abi: Abi) -> bytes:
                 _op(_JEQ_K, nr, "eperm")
                 for nr in (more.setsid, more.setpgid, more.unshare, more.setns, more.listen)
             ),
+            *(_op(_JEQ_K, nr, "eperm") for nr in more.sysv_ipc),
+            *(_op(_JEQ_K, nr, "self") for nr in more.by_pid),
+            _op(_JEQ_K, more.setpriority, "prio"),
+            _op(_JEQ_K, more.ioprio_set, "ioprio"),
             _op(_JEQ_K, more.clone, "clone"),
             _op(_JEQ_K, more.ioctl, "ioctl"),
             _op(_JEQ_K, more.sendmsg, "flags2"),
@@ -141,6 +196,18 @@ def build(abi: Abi) -> bytes:
             _op(_AND_K, SOCK_TYPE_MASK),
             _op(_JEQ_K, SOCK_STREAM, "allow"),
             _op(_JEQ_K, SOCK_SEQPACKET, "allow", "eperm"),
+            "self",
+            _op(_LD_W_ABS, _ARG[0]),
+            _op(_JEQ_K, 0, "allow", "eperm"),
+            "prio",
+            _op(_LD_W_ABS, _ARG[0]),
+            _op(_JEQ_K, PRIO_PROCESS, "who", "eperm"),
+            "ioprio",
+            _op(_LD_W_ABS, _ARG[0]),
+            _op(_JEQ_K, IOPRIO_WHO_PROCESS, "who", "eperm"),
+            "who",
+            _op(_LD_W_ABS, _ARG[1]),
+            _op(_JEQ_K, 0, "allow", "eperm"),
             "clone",
             _op(_LD_W_ABS, _ARG[0]),
             _op(_AND_K, CLONE_NEW_MASK),

@@ -233,10 +233,10 @@ def _receive(conn: socket.socket) -> Call:
 
 
 def _end_children() -> None:
-    """Kill every process this call started, each with its process group, before the call
-    kills itself: a command started an instant before its group reached the guardian (host
-    arms start it, then announce it) would otherwise outlive a client killed in that instant
-    (test_exec_client's client SIGKILL saw it under load)."""
+    """Kill every process this call started (its guardian aside), each with its process
+    group, before the call kills itself: a command started an instant before its group
+    reached the guardian (host arms start it, then announce it) would otherwise outlive a
+    client killed in that instant (test_exec_client's client SIGKILL saw it under load)."""
     import psutil
 
     mine = os.getpgid(0)
@@ -245,6 +245,11 @@ def _end_children() -> None:
     except psutil.Error:  # this process is going away anyway; the guardian does the rest
         return
     for child in children:
+        with contextlib.suppress(psutil.Error):  # gone already
+            if "sprawl_orch.guardian" in child.cmdline():
+                # The session's guardian: it removes the containers, copies and cgroups it
+                # heard of once this call is dead -- killing it would leave them.
+                continue
         with contextlib.suppress(ProcessLookupError, PermissionError):  # gone already
             group = os.getpgid(child.pid)
             if group != mine:

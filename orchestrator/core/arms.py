@@ -57,8 +57,13 @@ def landlock_assurances(abi: int, own_principal: bool) -> Assurances:
     seccomp (one process group, a subreaper). User never: a root caller's commands all run
     as the one sandbox uid with no namespace between them, so one command can chmod or
     utime another's copy by its path and read its command line in /proc (the conformance
-    row does the chmod); a non-root caller's command is the caller's uid."""
-    axes = [Guarantee.PROCESS_TREE] if abi >= 3 else []
+    row does the chmod); a non-root caller's command is the caller's uid.
+    process_tree needs signal scoping (ABI 6) for a non-root caller: below it the command,
+    of the caller's uid, SIGKILLs its guardian, its caller and its helper -- all that would
+    kill what it left -- and a double-forked daemon lives on (test_landlock_reach.py). A
+    root caller's command is the sandbox uid, which can kill neither the caller nor the
+    guardian, so the group is still killed when the helper dies."""
+    axes = [Guarantee.PROCESS_TREE] if abi >= 3 and (abi >= 6 or own_principal) else []
     if abi >= 3 and own_principal:
         axes.append(Guarantee.FILESYSTEM)
     if abi >= 4:

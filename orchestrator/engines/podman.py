@@ -22,12 +22,13 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from sprawl_orch.core.command_input import CommandInput, on_terminal
+from sprawl_orch.core.command_input import CommandInput
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
+from sprawl_orch.engines.podman_attach import PodmanAttached
 
 # Where podman finds its configuration and state; passed through to every CLI call.
 CONNECTION_VARS: tuple[str, ...] = (
@@ -112,69 +113,6 @@ def unmount_shm(bundle: str) -> bool:
 def _gone(words: str) -> bool:
     low = words.lower()
     return any(g in low for g in _GONE)
-
-
-class PodmanAttached:
-    """`podman start --attach`: the attach process writes the two files as they come."""
-
-    def __init__(
-        self,
-        cli: str,
-        container: str,
-        env: Mapping[str, str],
-        stdout: Path,
-        stderr: Path,
-        cwd: str | None,
-        given: CommandInput | None = None,
-    ) -> None:
-        self._out: IO[bytes] = stdout.open("wb")
-        argv = [cli, "start", "--attach", container]
-        stdin: int = subprocess.DEVNULL
-        if given is not None:
-            argv[3:3] = ["--interactive"]  # -t alone too: the CLI's stdin is the terminal
-            stdin = given.read_end if given.read_end is not None else stdin
-        if given is not None and given.tty_path is not None:
-            # the CLI's own terminal is the new one: it sizes the container's from it
-            argv = on_terminal(given.tty_path, argv)
-        self._err: IO[bytes] = stderr.open("wb")
-        self.start_error: str | None = None
-        try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=stdin,
-                stdout=self._out,
-                stderr=self._err,
-                env=dict(env),
-                start_new_session=True,
-                cwd=cwd,
-            )
-        except OSError:
-            self._close()
-            raise
-
-    @property
-    def returncode(self) -> int | None:
-        return self._proc.returncode
-
-    def wait(self, timeout: float | None) -> bool:
-        try:
-            self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    def _close(self) -> None:
-        self._out.close()
-        self._err.close()
-
-    def collect(self) -> str | None:
-        self._close()
-        return self.start_error
-
-    def stop_attach(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
 
 
 class PodmanEngine:

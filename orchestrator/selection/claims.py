@@ -51,8 +51,13 @@ ROWS: tuple[tuple[str, str, Assurances], ...] = (
     ),
     (
         "landlock",
-        "Landlock ABI ≥ 4 + seccomp, non-root caller",
+        "Landlock ABI 4-5 + seccomp, non-root caller (no signal scoping)",
         landlock_assurances(abi=4, own_principal=False),
+    ),
+    (
+        "landlock",
+        "Landlock ABI ≥ 6 + seccomp, non-root caller",
+        landlock_assurances(abi=6, own_principal=False),
     ),
     ("macos_seatbelt", "sandbox-exec profile", ASSURANCES[ArmName.MACOS_SEATBELT]),
     ("windows_job", "Job Object + AppContainer", ASSURANCES[ArmName.WINDOWS_JOB]),

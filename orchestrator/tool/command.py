@@ -1,12 +1,25 @@
-"""What `ExecTool.exec` is asked, checked before anything runs: the command as argv (or one
-shell line) and the window. Split from exec_tool.py, the story of one command."""
+"""What `ExecTool.exec` is asked, checked before anything runs -- the command as argv (or one
+shell line) and the window -- and the parts it is run with: the shell a line runs under on
+its arm, and the capped streams. Split from exec_tool.py, the story of one command."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from sprawl_orch.config import Config
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.command_input import CommandInput
+from sprawl_orch.core.shell import container_shell, interpreter_name, require_shell, resolve_shell
+from sprawl_orch.core.shell import shell_argv as expand_shell
+from sprawl_orch.runs.launch import Arm
+from sprawl_orch.runs.output_keep import OUTPUT_CAP
+from sprawl_orch.runs.output_pipe import CappedStreams
+from sprawl_orch.runs.output_pipe import available as pipes_available
 
 
 def command_argv(command: Sequence[str] | str, shell: bool, interpreter: str) -> list[str]:
@@ -51,3 +64,46 @@ def window_of(window: float | None, timeout: float | None) -> float | None:
     if window is not None:
         raise TypeError("exec(): give window= (timeout= is its old name), not both")
     return timeout
+
+
+def shell_argv(
+    config: Config, environ: Mapping[str, str], arm: Arm, argv_in: list[str], shell: bool
+) -> tuple[list[str], str | None]:
+    """The argv a shell line runs as on `arm` (its shell found where it runs), and the
+    interpreter's name; a program with arguments as it is."""
+    if not shell:
+        return argv_in, None
+    if arm.name is ArmName.CONTAINER:
+        found = container_shell()
+    else:
+        sandbox = config.sandbox
+        found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, environ))
+    return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
+
+
+def capped_streams(
+    config: Config, outputs: Path, follow: tuple[BinaryIO, BinaryIO] | None
+) -> CappedStreams | None:
+    """The command's streams through pipes we read (output_pipe.py): what it prints
+    costs the host's disk at most output_keep_bytes per stream (the first OUTPUT_CAP
+    bytes always, for the result itself) while it runs."""
+    if not pipes_available():
+        return None
+    cap = max(config.state.output_keep_bytes, OUTPUT_CAP)
+    return CappedStreams(outputs, cap, follow)
+
+
+def streams_done(
+    streams: CappedStreams | None, given: CommandInput | None
+) -> Callable[[], None] | None:
+    """At the command's end: its terminal drained into the stream first (-t), then the
+    stream's pump ends (it waits for every writer, the terminal's reader too)."""
+    if given is None:
+        return None if streams is None else streams.stop
+
+    def done() -> None:
+        given.finish()
+        if streams is not None:
+            streams.stop()
+
+    return done

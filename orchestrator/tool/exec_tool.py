@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,15 +42,11 @@ from sprawl_orch.core.command_input import CommandInput
 from sprawl_orch.core.environment import child_env, with_home
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import prepare_state
-from sprawl_orch.core.shell import container_shell, interpreter_name, require_shell, resolve_shell
-from sprawl_orch.core.shell import shell_argv as expand_shell
 from sprawl_orch.runs.backlog import Backlog, Pending
-from sprawl_orch.runs.guardian_client import Guardian, session_guardian
+from sprawl_orch.runs.guardian_client import Guardian
 from sprawl_orch.runs.launch import Arm, Launch, NullWatcher, Watcher
 from sprawl_orch.runs.ledger import Ledger
-from sprawl_orch.runs.output_keep import OUTPUT_CAP, claim, keeping, sweep
-from sprawl_orch.runs.output_pipe import CappedStreams
-from sprawl_orch.runs.output_pipe import available as pipes_available
+from sprawl_orch.runs.output_keep import keeping
 from sprawl_orch.runs.results import Confinement, ExecResult, exceptional
 from sprawl_orch.runs.shares import UNSET, Shares
 from sprawl_orch.runs.yielding import find_program
@@ -61,19 +56,26 @@ from sprawl_orch.selection.offerings import Offerings
 from sprawl_orch.tool.arm import ToolArm
 from sprawl_orch.tool.backlog_api import BacklogApi
 from sprawl_orch.tool.changes_api import ChangesApi
-from sprawl_orch.tool.command import command_argv, window_of
+from sprawl_orch.tool.command import (
+    capped_streams,
+    command_argv,
+    shell_argv,
+    streams_done,
+    window_of,
+)
 from sprawl_orch.tool.copies import (
     ToolCopies,
     WorkspaceLease,
     lease_workspace,
     workspace_changes,
 )
+from sprawl_orch.tool.lifetime_api import LifetimeApi
 from sprawl_orch.tool.stream import Follower
 
 Where = Literal["sandbox", "host"]
 
 
-class ExecTool(ChangesApi, BacklogApi):
+class ExecTool(ChangesApi, BacklogApi, LifetimeApi):
     """Runs commands confined in copies of `workdir` and says what held for each.
 
     Use it as a context manager: `close()` kills what still runs and releases its copies
@@ -309,7 +311,7 @@ class ExecTool(ChangesApi, BacklogApi):
         egress = self._arms.egress_for(arm)
         sandbox = self.config.sandbox
         env = child_env(self.environ, (*sandbox.env_passthrough, *sandbox.credentials))
-        argv, interpreter = self._argv(arm, argv_in, shell)
+        argv, interpreter = shell_argv(self.config, self.environ, arm, argv_in, shell)
         check_arguments(argv, env)
         check_command = getattr(arm, "check_command", None)
         if check_command is not None:
@@ -367,7 +369,7 @@ class ExecTool(ChangesApi, BacklogApi):
                 egress=egress,
                 given=given,
             )
-            streams = self._streams(outputs, follow)
+            streams = capped_streams(self.config, outputs, follow)
             try:
                 if given is not None:
                     given.into(outputs / "stdout")  # a writer before the pump counts them
@@ -412,94 +414,6 @@ class ExecTool(ChangesApi, BacklogApi):
             release_copy,
             changes,
             drain,
-            streams_done=self._streams_done(streams, given),
+            streams_done=streams_done(streams, given),
         )
         return self.backlog.settle(entry, running.wait(window), background_ok)
-
-    def _argv(self, arm: Arm, argv_in: list[str], shell: bool) -> tuple[list[str], str | None]:
-        if not shell:
-            return argv_in, None
-        if arm.name is ArmName.CONTAINER:
-            found = container_shell()
-        else:
-            sandbox = self.config.sandbox
-            found = require_shell(resolve_shell(sandbox.shell, sandbox.interpreter, self.environ))
-        return list(expand_shell(found, argv_in[0])), interpreter_name(found.program)
-
-    def _streams(
-        self, outputs: Path, follow: tuple[BinaryIO, BinaryIO] | None
-    ) -> CappedStreams | None:
-        """The command's streams through pipes we read (output_pipe.py): what it prints
-        costs the host's disk at most output_keep_bytes per stream (the first OUTPUT_CAP
-        bytes always, for the result itself) while it runs."""
-        if not pipes_available():
-            return None
-        cap = max(self.config.state.output_keep_bytes, OUTPUT_CAP)
-        return CappedStreams(outputs, cap, follow)
-
-    @staticmethod
-    def _streams_done(
-        streams: CappedStreams | None, given: CommandInput | None
-    ) -> Callable[[], None] | None:
-        """At the command's end: its terminal drained into the stream first (-t), then the
-        stream's pump ends (it waits for every writer, the terminal's reader too)."""
-        if given is None:
-            return None if streams is None else streams.stop
-
-        def done() -> None:
-            given.finish()
-            if streams is not None:
-                streams.stop()
-
-        return done
-
-    def _claim_outputs(self) -> None:
-        """Mark outputs/<session>/ as this live process's, and remove those of dead ones
-        (a CLI killed by SIGKILL never removes its own: output_keep.py)."""
-        with self._lock:
-            if self._claim is None:
-                self._claim = claim(self.outputs_root)
-                sweep(self.outputs_root.parent, keep=self.outputs_root)
-
-    def guardian(self) -> Guardian:
-        """The session's guardian, made on the first sandboxed command; one per exec tool,
-        not per command, closed with the tool.
-
-        Returns:
-            The Watcher every container, process group, copy and cgroup is announced to
-            (runs/guardian_client.py).
-        """
-        with self._lock:  # one guardian even when the first commands arrive together
-            if self._guardian is None:
-                self._guardian = session_guardian(
-                    self.config, self.state, self.environ, self.session, shared=self.shared_guardian
-                )
-            return self._guardian
-
-    def close(self) -> str | None:
-        """Kill what still runs (its own backlog) and release the copies and the arm.
-
-        Returns:
-            None when everything was cleaned up, else a sentence saying what stayed.
-        Never raises.
-        """
-        stayed = [self.backlog.close() if self._owns_backlog else None]
-        with self._lock:
-            self._closed = True
-        left = "; ".join(s for s in stayed if s) or None
-        self._arms.close()
-        if self._guardian is not None:
-            # Everything is cleaned up: the guardian reads EOF, finds nothing, and exits.
-            self._guardian.close()
-            self._guardian = None
-        shutil.rmtree(self.outputs_root, ignore_errors=True)
-        if self._claim is not None:
-            os.close(self._claim)
-            self._claim = None
-        return left
-
-    def __enter__(self) -> ExecTool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -344,7 +344,9 @@ def test_program_missing_in_image_is_refused(case: Case, engine_image: tuple[str
         assert isinstance(arm.engine, PodmanEngine)
         assert done.refusal is not None and done.refusal.code is ErrorCode.TOOL_UNAVAILABLE
         assert done.refusal.subject == "no-such-program"
-        assert "executable file not found" in done.stderr_path.read_text()
+        assert "executable file not found" in done.refusal.detail
+        # podman's own line is the refusal's words, not the command's stderr (issue 27 item 10)
+        assert "unable to start container" not in done.stderr_path.read_text()
         assert "no-such-program" in str(done.extra["container"]["start_error"])  # type: ignore[index]
 
 

@@ -74,3 +74,40 @@ def test_auto_names_the_engine_it_stepped_past(tmp_path: Path, podman_image: str
         f"Stepped down: docker passed over for podman: no docker socket at {tmp_path}/gone.sock"
         in statement
     )
+
+
+def _podman_tree(tmp_path: Path, podman_image: str) -> Path:
+    (tmp_path / "sprawl.toml").write_text(
+        '[sandbox]\narm = "container"\n\n[sandbox.container]\nengine = "podman"\n\n'
+        f'[sandbox.container.images]\npodman = "{podman_image}"\n'
+    )
+    return tmp_path
+
+
+def test_podmans_own_start_error_is_said_once_by_us(tmp_path: Path, podman_image: str) -> None:
+    # issue 27, item 10: podman's raw "Error: unable to start container …" line came on
+    # stderr before sprawl-orch's own E_TOOL_UNAVAILABLE line (docker's never did).
+    tree = _podman_tree(tmp_path, podman_image)
+    done = subprocess.run(
+        [*CLI, "exec", "-C", str(tree), "--", "/no-such-program"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 125, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("sprawl-orch: E_TOOL_UNAVAILABLE: /no-such-program"), lines
+    assert not any(line.startswith("Error: unable to start container") for line in lines)
+
+
+def test_a_command_that_prints_podmans_words_keeps_them(tmp_path: Path, podman_image: str) -> None:
+    tree = _podman_tree(tmp_path, podman_image)
+    forged = "Error: unable to start container " + "0" * 64 + ": made up"
+    done = subprocess.run(
+        [*CLI, "exec", "-C", str(tree), "--shell", "--", f"echo '{forged}' >&2; echo ran"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stdout == "ran\n", done.stderr
+    assert done.stderr.splitlines()[0] == forged

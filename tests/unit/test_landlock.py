@@ -95,8 +95,9 @@ def test_a_misspelled_mechanism_is_refused_listing_the_spellings() -> None:
         (0, True, set()),
         (2, True, set()),
         (3, True, {"filesystem", "process_tree"}),
-        (3, False, {"process_tree"}),
+        (3, False, set()),  # no signal scoping: the command kills its guardian and caller
         (4, True, {"filesystem", "process_tree", "network"}),
+        (5, False, {"network"}),
         (6, True, {"filesystem", "process_tree", "network"}),
         (7, False, {"process_tree", "network"}),
     ],
@@ -162,9 +163,13 @@ def test_the_program_refuses_what_no_namespace_stops(machine: str) -> None:
     program = build(abi)
     n = {  # per-arch numbers
         "x86_64": {"setsid": 112, "setpgid": 109, "unshare": 272, "clone": 56, "clone3": 435,
-                   "listen": 50, "ioctl": 16, "sendto": 44, "sendmsg": 46, "read": 0},
+                   "listen": 50, "ioctl": 16, "sendto": 44, "sendmsg": 46, "read": 0,
+                   "shmat": 30, "msgsnd": 69, "semop": 65, "shmget": 29,
+                   "prlimit64": 302, "setaffinity": 203, "setpriority": 141, "ioprio_set": 251},
         "aarch64": {"setsid": 157, "setpgid": 154, "unshare": 97, "clone": 220, "clone3": 435,
-                    "listen": 201, "ioctl": 29, "sendto": 206, "sendmsg": 211, "read": 63},
+                    "listen": 201, "ioctl": 29, "sendto": 206, "sendmsg": 211, "read": 63,
+                    "shmat": 196, "msgsnd": 189, "semop": 193, "shmget": 194,
+                    "prlimit64": 261, "setaffinity": 122, "setpriority": 140, "ioprio_set": 30},
     }[machine]  # fmt: skip
 
     def run(nr: int, *args: int) -> int:
@@ -198,6 +203,18 @@ def test_the_program_refuses_what_no_namespace_stops(machine: str) -> None:
     assert run(n["sendmsg"], 3, 0, 0x20000000) == EPERM
     assert run(abi.io_uring[0]) == ENOSYS
     assert run(abi.keyring[2]) == EPERM
+    for ipc in ("shmat", "msgsnd", "semop", "shmget"):  # the host's IPC namespace
+        assert run(n[ipc], 0, 0, 0) == EPERM, ipc
+    # another process of the same uid by its pid (no ptrace check): only the caller itself
+    for by_pid in ("prlimit64", "setaffinity"):
+        assert (run(n[by_pid], 0, 7), run(n[by_pid], 4242, 7)) == (ALLOW, EPERM), by_pid
+    assert run(n["setpriority"], 0, 0, 10) == ALLOW  # nice(1): PRIO_PROCESS, self
+    assert run(n["setpriority"], 0, 4242, 10) == EPERM
+    assert run(n["setpriority"], 2, 0, 10) == EPERM  # PRIO_USER 0: every process of the uid
+    assert run(n["setpriority"], 1, 0, 10) == EPERM  # PRIO_PGRP: the helper's group too
+    assert run(n["ioprio_set"], 1, 0, 7) == ALLOW  # ionice CMD
+    assert run(n["ioprio_set"], 1, 4242, 7) == EPERM
+    assert run(n["ioprio_set"], 3, 0, 7) == EPERM  # IOPRIO_WHO_USER
     assert run(n["read"] | 0x40000000) == ENOSYS  # x32
 
 
