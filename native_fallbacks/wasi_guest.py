@@ -82,6 +82,34 @@ TRAP_EXIT = 134
 # (wasmtime's Python API has no trap-on-grow-failure; CPython then raises MemoryError or
 # aborts). CPython grows its heap in steps of at most a few MiB, so 8 MiB is a refusal's mark.
 MEMORY_MARK = 8 * 1024 * 1024
+# Epoch interruption is checked only while wasm runs: a guest blocked in a host call
+# (`time.sleep(3600)` is WASI poll_oneoff) slept past wall_seconds until the window
+# (atk-wasm break 1). This long after the epoch moved, the runtime ends itself instead.
+BLOCKED_GRACE = 2.0
+# The guest's /tmp is a host directory, where the other arms' is a tmpfs charged to the
+# command's memory: 8x memory_bytes landed on the host's disk (atk-wasm break 2). A watcher
+# sums its allocated bytes this often and ends the guest past memory_bytes; what a guest can
+# write between two looks (~disk speed x the period) is the overshoot.
+TMP_POLL = 0.02
+
+
+def tmp_bytes(root: str) -> int:
+    """Allocated bytes under `root` (as df counts them), never following a link."""
+    total = 0
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            # gone between listing and lstat (the guest removed it): it holds nothing
+            try:
+                total += os.lstat(os.path.join(top, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+BLOCKED_TRAP = (
+    "wall time: the guest was still blocked in a host call (a sleep or a wait) "
+    "wall_seconds after it started; the runtime ended it"
+)
 
 # Runs first in the guest: WASI preview 1 has no working directory (wasi-libc starts at "/",
 # and ignores PWD), so the bootstrap changes into the preopened working directory, puts the
@@ -141,8 +169,41 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     store.set_fuel(spec["fuel"])
     store.set_limits(memory_size=spec["memory_bytes"])
     store.set_epoch_deadline(1)
-    timer = threading.Timer(spec["wall_seconds"], engine.increment_epoch)
+    ended = threading.Event()
+    ending = threading.Lock()
+
+    def deadline() -> None:
+        engine.increment_epoch()
+        if ended.wait(BLOCKED_GRACE):
+            return
+        with ending:
+            if ended.is_set():
+                return
+            # The store is the main thread's (inside the host call): no fuel or memory read.
+            report = {"exit_code": LIMIT_EXIT, "trap": BLOCKED_TRAP, "limit": "time"}
+            Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
+            os._exit(LIMIT_EXIT)
+
+    timer = threading.Timer(spec["wall_seconds"], deadline)
     timer.daemon = True
+
+    def watch_tmp() -> None:
+        while not ended.wait(TMP_POLL):
+            held = tmp_bytes(spec["tmp"])
+            if held <= spec["memory_bytes"]:
+                continue
+            with ending:
+                if ended.is_set():
+                    return
+                trap = (
+                    f"the guest's /tmp held {held} bytes, past memory_bytes "
+                    f"{spec['memory_bytes']} (a tmpfs on the other arms, charged to memory)"
+                )
+                report = {"exit_code": LIMIT_EXIT, "trap": trap, "limit": "memory"}
+                Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
+                os._exit(LIMIT_EXIT)
+
+    watcher = threading.Thread(target=watch_tmp, daemon=True)
     wasi = wasmtime.WasiConfig()
     wasi.argv = guest_argv(spec["workdir"], spec["argv"], spec.get("sites"))
     wasi.env = [(k, v) for k, v in spec["env"].items()]
@@ -158,6 +219,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     start = instance.exports(store)["_start"]
     assert isinstance(start, wasmtime.Func)
     timer.start()
+    watcher.start()
     try:
         start(store)
     except wasmtime.ExitTrap as err:
@@ -176,6 +238,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         report["limit"] = limit
         report["exit_code"] = LIMIT_EXIT if limit else TRAP_EXIT
     finally:
+        with ending:
+            ended.set()
         timer.cancel()
     memory = instance.exports(store)["memory"]
     assert isinstance(memory, wasmtime.Memory)

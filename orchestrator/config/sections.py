@@ -222,7 +222,8 @@ class PythonConfig(_Strict):
     # wasmtime charges one unit of fuel per WebAssembly operator; on this project's 2-core
     # machine CPython's guest burned ~7.5e9 a second (benchmarks/python_arm.py prints the
     # rate here): the default is about a minute of CPU.
-    fuel: int = Field(default=400_000_000_000, gt=0, strict=True)
+    # wasmtime's set_fuel takes a u64: 2**64 wrapped to 0 fuel (an instant "fuel" limit).
+    fuel: int = Field(default=400_000_000_000, gt=0, le=2**64 - 1, strict=True)
     # The guest's linear memory; CPython needs ~10 MiB to start, wasm32 stops at 4 GiB.
     memory_bytes: int = Field(
         default=512 * 1024 * 1024, ge=16 * 1024 * 1024, le=4 * 1024**3, strict=True

@@ -203,3 +203,47 @@ def test_huge_output_is_cut_and_bounded(tmp_path: Path, state: Path) -> None:
     assert "cut" in result.stdout[-300:]
     kept = [p for p in (state / "kept-output").rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in kept) <= 2 * keep + 4096
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # Blocked in a host call (WASI poll_oneoff): epoch interruption is checked only while
+        # wasm runs, so the guest slept past wall_seconds until the window (atk-wasm break 1).
+        "import time\ntime.sleep(3600)\nprint('ESC')",
+        "import time\nwhile True: time.sleep(3600)",
+    ],
+)
+def test_wall_time_holds_while_blocked_in_a_host_call(
+    tmp_path: Path, state: Path, code: str
+) -> None:
+    config = Config(
+        sandbox={"arm": "python", "python": {"wall_seconds": 1}}, state={"dir": str(state)}
+    )
+    with ExecTool(config, tmp_path) as tool:
+        # The window is far past wall_seconds: the limit, not the window, must end it.
+        result = tool.exec(["python", "-c", code], window=90)
+    assert result.outcome == "settled", result.statement
+    assert result.limits_hit == ["time"], (result.python, result.stderr[-500:])
+    assert result.exit_code == 137
+    assert "ESC" not in result.stdout
+    assert result.python is not None and "runtime_failed" not in result.python
+
+
+def test_tmp_is_bounded_like_a_tmpfs(tmp_path: Path, state: Path) -> None:
+    """The guest's /tmp is a host directory, not a tmpfs charged to a memory limit as on the
+    other arms: 8x memory_bytes landed on the host's disk (atk-wasm break 2)."""
+    cap = 32 * 1024 * 1024
+    code = (
+        "with open('/tmp/fill', 'wb') as f:\n"
+        f"    for _ in range({8 * cap // 2**20}): f.write(b'x' * 2**20)\n"
+        "print('ESC')"
+    )
+    config = Config(
+        sandbox={"arm": "python", "python": {"memory_bytes": cap}}, state={"dir": str(state)}
+    )
+    with ExecTool(config, tmp_path) as tool:
+        result = tool.exec(["python", "-c", code], window=120)
+    assert "ESC" not in result.stdout, "8x memory_bytes written to the guest's /tmp"
+    assert result.limits_hit == ["memory"], (result.python, result.stderr[-500:])
+    assert result.python is not None and "/tmp" in str(result.python["trap"])

@@ -81,3 +81,12 @@ def test_everything_else_is_refused_naming_it(
 def test_the_guest_argv_keeps_the_command_after_the_bootstrap() -> None:
     argv = guest_argv("/w", ["python", "-c", "print(1)", "a"], ["/w/.venv/s"])
     assert argv[:2] == ["python", "-c"] and argv[3:] == ["/w", "/w/.venv/s", "-c", "print(1)", "a"]
+
+
+def test_fuel_past_wasmtimes_u64_is_config_invalid() -> None:
+    # wasmtime's set_fuel takes a u64: 2**64 passed the config and failed in the runtime as
+    # "runtime_failed" (atk-wasm break 3), not as the bad number it is.
+    with pytest.raises(SprawlError) as err:
+        Config(sandbox={"python": {"fuel": 2**64}})
+    assert err.value.code is ErrorCode.CONFIG_INVALID
+    assert Config(sandbox={"python": {"fuel": 2**64 - 1}}).sandbox.python.fuel == 2**64 - 1
