@@ -247,3 +247,18 @@ def test_tmp_is_bounded_like_a_tmpfs(tmp_path: Path, state: Path) -> None:
     assert "ESC" not in result.stdout, "8x memory_bytes written to the guest's /tmp"
     assert result.limits_hit == ["memory"], (result.python, result.stderr[-500:])
     assert result.python is not None and "/tmp" in str(result.python["trap"])
+
+
+def test_many_empty_files_in_tmp_are_bounded_too(tmp_path: Path, state: Path) -> None:
+    """Empty files hold no blocks: 50 000 of them were never bounded, and summing them every
+    20 ms kept a host core busy for minutes (atk-wasm). Each entry now counts at least as a
+    tmpfs inode would, and the watcher looks less often as /tmp grows."""
+    cap = 16 * 1024 * 1024  # the smallest memory_bytes: 32 768 entries at 512 bytes each
+    code = "import os\nfor i in range(60000): open(f'/tmp/e{i}', 'w').close()\nprint('ESC')"
+    config = Config(
+        sandbox={"arm": "python", "python": {"memory_bytes": cap}}, state={"dir": str(state)}
+    )
+    with ExecTool(config, tmp_path) as tool:
+        result = tool.exec(["python", "-c", code], window=240)
+    assert "ESC" not in result.stdout, "60 000 empty files made in the guest's /tmp"
+    assert result.limits_hit == ["memory"], (result.python, result.stderr[-500:])
