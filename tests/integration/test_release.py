@@ -105,11 +105,16 @@ def _readme_command_1(exe: Path, tmp_path: Path, env: dict[str, str]) -> None:
     docs = tmp_path / "work" / "docs"
     shutil.copytree(ROOT / "docs", docs)
     before = sorted(p.name for p in docs.iterdir())
-    done = subprocess.run(
-        [str(exe), "exec", "-C", "docs", "--", "sh", "-c",
-         "echo hi > out.txt; ls"],
-        cwd=docs.parent, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            [str(exe), "exec", "-C", "docs", "--", "sh", "-c",
+             "echo hi > out.txt; ls"],
+            cwd=docs.parent, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    finally:
+        # The exec server this install started would idle 300 s more, running code from a
+        # venv the test is about to delete.
+        subprocess.run([str(exe), "server", "stop"], env=env, capture_output=True, timeout=60)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     listing = done.stdout.split()
     assert "out.txt" in listing and "design.md" in listing, done.stdout
