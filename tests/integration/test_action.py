@@ -135,6 +135,16 @@ def runner() -> Iterator[Runner]:
         yield r
     finally:
         listener.close()
+        # The exec server the installed sprawl-orch started would idle on, running code from
+        # the venv removed below.
+        stop = base / "runner-temp" / "sprawl-orch" / "bin" / "sprawl-orch"
+        if stop.exists():
+            subprocess.run(
+                ["runuser", "-u", ACCOUNT, "--", str(stop), "server", "stop"],
+                capture_output=True,
+                timeout=60,
+                cwd="/",
+            )
         shutil.rmtree(base, ignore_errors=True)
 
 
