@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from sprawl_orch.core.environment import FLOOR
+from sprawl_orch.core.environment import BUNDLE_VARIABLES, FLOOR
 from sprawl_orch.core.errors import ConfigError, ErrorCode
 from sprawl_orch.egress.rules import Rules, parse_entry
 
@@ -32,12 +32,7 @@ RESERVED = frozenset(
         ),
         "npm_config_proxy",
         "npm_config_https_proxy",
-        "SSL_CERT_FILE",
-        "REQUESTS_CA_BUNDLE",
-        "PIP_CERT",
-        "CURL_CA_BUNDLE",
-        "GIT_SSL_CAINFO",
-        "NODE_EXTRA_CA_CERTS",
+        *BUNDLE_VARIABLES,
         "HOME",
         "PATH",
     }

@@ -24,6 +24,17 @@ TMPFS_HOME: frozenset[ArmName] = frozenset({ArmName.CONTAINER, ArmName.LINUX_NAM
 # with the command's env, `env_passthrough = ["LD_PRELOAD"]` loaded a library from the tree
 # into bwrap on the host before any namespace existed. Every program is named by absolute
 # path; PATH is for what those programs look up themselves (bwrap's none, podman's runtimes).
+# Variables that name a CA bundle, as the host sets them (SSL_CERT_FILE is OpenSSL's; the
+# others are what requests, pip, curl, git and node read instead of it): egress sets them to
+# its bundle, and config refuses a secret named like one (config/secrets.py).
+BUNDLE_VARIABLES: tuple[str, ...] = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+)
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 

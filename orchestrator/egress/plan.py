@@ -11,22 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sprawl_orch.core.environment import BUNDLE_VARIABLES
 from sprawl_orch.egress.netns import PROXY_PORT
 from sprawl_orch.egress.rules import Rules
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.interceptor import Interceptor
-
-# Variables that name a CA bundle, as the host sets them (SSL_CERT_FILE is OpenSSL's; the
-# others are what requests, pip, curl, git and node read instead of it).
-BUNDLE_VARIABLES: tuple[str, ...] = (
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "PIP_CERT",
-    "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-    "NODE_EXTRA_CA_CERTS",
-)
 
 
 def host_bundle(environ: Mapping[str, str]) -> Path | None:
