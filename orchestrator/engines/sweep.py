@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.engines.engine import engine_error, run_cli
-from sprawl_orch.engines.podman import PodmanEngine
+from sprawl_orch.engines.podman import RM_BUSY_RETRIES, PodmanEngine
 
 LABEL = "sprawl.session"
 # An engine that does not answer a list or a removal within this is reported, not awaited:
@@ -124,6 +125,16 @@ class Sweep:
         args = ["rm", "-f", "-t", "0", "-i"] if self.name == "podman" else ["rm", "-f"]
         try:
             done = self._cli([*args, *refs])
+            for pause in RM_BUSY_RETRIES if self.name == "podman" else ():
+                # The arm's remove met this race and retries (podman.py: rootful podman
+                # 4.3.1 with --userns=auto unlinks userdata/shm before it unmounts it);
+                # the guardian's sweep met it too, right after a SIGKILL (CI, 2026-12-02:
+                # "unlinkat …/userdata/shm: device or resource busy", the container gone a
+                # moment later). `-i` makes the second rm of what the first removed a no-op.
+                if done.returncode == 0 or "device or resource busy" not in done.stderr:
+                    break
+                time.sleep(pause)
+                done = self._cli([*args, *refs])
         except SprawlError as err:
             return [f"{self.name} rm: {err.subject}: {err.detail}"]
         if self.name == "docker":
