@@ -234,15 +234,18 @@ class WalkState(Generic[H]):
         pool = self._pool
         assert pool is not None
         sfd, sst = src.open()
+        token = (parent, name, len(self._entries), src.st, mode, sst.st_size)
         budget = self.bounds.bytes - self.bytes
-        at = len(self._entries)
+        try:  # handle: a directory fd (the pool exists only with FdCopy)
+            pool.submit(token, sfd, sst, src.path, name, parent.handle, mode, budget)  # type: ignore[arg-type]
+        except BaseException:
+            os.close(sfd)  # no worker owns it
+            raise
         self._add_path(rel)
         self._entries += _NO_ENTRY
         parent.ctimes[name] = 0
         parent.pending += 1
         self.bytes += sst.st_size
-        token = (parent, name, at, src.st, mode, sst.st_size)
-        pool.submit(token, sfd, sst, src.path, name, parent.handle, mode, budget)  # type: ignore[arg-type]
         if pool.inflight < MAX_INFLIGHT:
             self._settle(False)
             return
@@ -287,8 +290,10 @@ class WalkState(Generic[H]):
             self._finish(frame)
 
     def _finish(self, frame: SyncDir[H]) -> None:
-        self.side.set_dir_times(frame.handle, *frame.times)
-        self.side.close(frame.handle)
+        try:
+            self.side.set_dir_times(frame.handle, *frame.times)
+        finally:
+            self.side.close(frame.handle)
 
     def _drain(self) -> None:
         """Wait for every file handed out (the walk's end: the root's times wait for it)."""
