@@ -29,10 +29,12 @@ from sprawl_orch.copy.fileops import copy_opened_into
 
 T = TypeVar("T")
 
-# benchmarks/copy_sync.py --workers on the 2-core CI machine (10 000 files of 16 KiB, load ~2):
-# see docs or the commit that set it. Bounded both ways: at least 4 because the work is mostly
-# waiting in the filesystem (a 2-core machine still gains from 4), at most 8 because past that
-# the threads only contend for the GIL and the journal.
+# At least 4: on this 2-core machine the raw mechanism (open, create, sendfile per file) with
+# 4 threads cost 0.29-0.45x cp -a against 0.59x serial (issue 23's last session), the work
+# being mostly waits in the filesystem. At most 8: a bound on threads per sync (8 measured no
+# better than 4 below; more were not tried). Measured here (benchmarks/copy_sync.py
+# --workers, 10 000 files of 16 KiB) only at load 8-13 on 2 cores, where 2, 4 and 8 workers
+# were all within noise of each other.
 WORKERS = min(8, max(4, os.cpu_count() or 1))
 # Jobs handed out and not yet settled: each holds a source fd open; enough to keep every worker
 # busy while the walk judges the next entries.
