@@ -36,7 +36,9 @@ def _kill_loop(proxy: EgressProxy) -> None:
     assert not proxy._thread.is_alive()
 
 
-def _started(up: Upstream, cls: type[EgressProxy] = EgressProxy) -> tuple[EgressProxy, tuple]:
+def _started(
+    up: Upstream, cls: type[EgressProxy] = EgressProxy
+) -> tuple[EgressProxy, tuple[str, int]]:
     proxy = cls(Rules.parse((f"localhost:{up.port}", "127.0.0.1", "::1")))
     proxy.start()
     listener = socket.create_server(("127.0.0.1", 0))
