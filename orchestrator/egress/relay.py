@@ -9,7 +9,8 @@ only learns how many moved (the record's bytes up/down).
 Each direction blocks in splice on a thread of its own, rather than the proxy's loop waking
 per readable event: side by side in one run (load 2.3-2.4, 30 reps of 20 MB each), loop
 callbacks carried 0.77-0.82x of direct where blocking threads carried 0.82-0.86x, and the
-proxy's CPU per MB fell from 0.57 to 0.45 ms (one epoll round and a callback per chunk gone).
+proxy's CPU per MB fell from 0.57-0.59 to 0.38-0.51 ms (rusage, three runs: one epoll
+round and a callback per ~100 KB chunk gone).
 A thread is two per open tunnel (the proxy caps tunnels at MAX_CONNECTIONS); cutting both
 sockets (shutdown) is what ends a blocked splice when the proxy closes.
 
@@ -114,7 +115,7 @@ def _pump(source: socket.socket, sink: socket.socket, early: bytes, count: Count
         # The other side may still answer: only this direction ends.
         with contextlib.suppress(OSError):  # the peer already went: nothing left to end
             sink.shutdown(socket.SHUT_WR)
-    except OSError:
+    except OSError:  # a reset or error on either side: both directions end (below)
         _cut(source, sink)
     finally:
         os.close(pipe_in)
