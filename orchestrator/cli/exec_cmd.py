@@ -102,6 +102,10 @@ def _say(result: ExecResult) -> None:
             click.echo(f"sprawl-orch: not in the copy: {safe(left)}", err=True)
     if result.changes is not None and result.changes.total:
         click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
+    elif result.changes is not None and result.changes.note:
+        # A workspace's note says what a person must know with no change too: made afresh
+        # (its state may have been deleted), held back, conflicts.
+        click.echo(f"sprawl-orch: no changes; {safe(result.changes.note)}", err=True)
 
 
 @click.command("exec", context_settings={"allow_interspersed_args": False})

@@ -127,3 +127,27 @@ def test_a_huge_file_flowing_in_refuses_the_next_command_and_keeps_the_work(
     assert [c["path"] for c in view["changes"]] == ["a"], view
     assert (Path(view["path"]) / "a").read_text() == "agent\n"
     assert (proj / "big").stat().st_size == 3_000_000
+
+
+def test_state_deleted_between_cli_calls_is_said_not_pretended(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A new CLI process can't tell a first use from a deleted state directory: `show` says
+    there is no such workspace, and the next command says it made the workspace afresh and
+    why that may be -- on the terminal too (it printed nothing with no change)."""
+    proj, config = setup
+    ex(proj, config, "echo agent > agent-only.txt")
+    subprocess.run(["rm", "-rf", str(tmp_path / "state")], check=True)
+    shown = subprocess.run(
+        _argv(proj, config, "workspace", "show", "w"),
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert shown.returncode != 0 and "no workspace 'w'" in shown.stderr, shown.stderr
+    argv = _argv(proj, config, "exec", "--workspace", "w", "--shell", "--", "ls")
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["README"], done
+    said = "no workspace 'w' was kept for this directory (a new name, or its state directory"
+    assert said in done.stderr, done.stderr
