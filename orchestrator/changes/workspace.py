@@ -64,6 +64,7 @@ from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
 from sprawl_orch.core.credential_places import Guard, copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import private_dirs
 
 # Named here too: the CLI, the exec tool and the tests import them from this module.
 __all__ = ["Refresh", "Workspace", "WorkspaceView", "check_name", "listing"]
@@ -140,7 +141,7 @@ class Workspace:
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(self.dir)  # workspaces/ and the working directory's key too, 0700
         with open(self.dir / LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield

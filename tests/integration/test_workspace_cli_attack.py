@@ -151,3 +151,29 @@ def test_state_deleted_between_cli_calls_is_said_not_pretended(
     assert done.returncode == 0 and done.stdout.split() == ["README"], done
     said = "no workspace 'w' was kept for this directory (a new name, or its state directory"
     assert said in done.stderr, done.stderr
+
+
+def test_another_cli_process_starting_does_not_cut_the_way_to_the_tree(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The cause of the flake above, made steady: every CLI process prepares the state
+    directory as it starts, and its chmod 0700 masked out the sandbox uid's search entry
+    while a workspace command's bwrap was reaching the tree under it ("bwrap: Can't find
+    source path .../w/tree: Permission denied", exit 1). Here one process prepares it over
+    and over while commands start in the workspace: every one runs."""
+    proj, config = setup
+    ex(proj, config, "true")
+    loop = (
+        "import sys, time\nfrom pathlib import Path\n"
+        "from sprawl_orch.core.private import prepare_state\n"
+        "end = time.monotonic() + 60\n"
+        "while time.monotonic() < end:\n    prepare_state(Path(sys.argv[1]))\n"
+    )
+    other = subprocess.Popen([sys.executable, "-c", loop, str(tmp_path / "state")])
+    try:
+        for n in range(4):
+            result = ex(proj, config, f"echo {n} > n{n}.txt")
+            assert result["exit_code"] == 0, result["stderr"]
+    finally:
+        other.kill()
+        other.wait()
