@@ -18,7 +18,8 @@ see its files change under it).
 last flow-in). ``apply`` keeps it as a change set and runs the normal apply (apply.py) on it:
 its conflict checks (the person's stamps as the base sync read them) and whatever path rules
 it holds; a named conflict is only applied when its path is chosen by name. Workspaces are
-never evicted for the copy budget; a workspace over it refuses the next command.
+never evicted for the copy budget; a workspace over it refuses the next command. A flow-in
+whose base sync fails is undone (workspace_flow.py): the workspace stays as it was.
 """
 
 from __future__ import annotations
@@ -128,13 +129,9 @@ class Workspace:
         return sorted(str(p) for p in found) if isinstance(found, list) else []
 
     def _save(self, conflicts: Sequence[str], bits_only: Sequence[str] | None = None) -> None:
-        bits = self.conflicts("bits_only") if bits_only is None else bits_only
-        data = {
-            "workdir": str(self.workdir),
-            "name": self.name,
-            "conflicts": sorted(conflicts),
-            "bits_only": sorted(set(bits) & set(conflicts)),
-        }
+        bits = set(self.conflicts("bits_only") if bits_only is None else bits_only)
+        data = {"workdir": str(self.workdir), "name": self.name, "conflicts": sorted(conflicts)}
+        data["bits_only"] = sorted(bits & set(conflicts))
         tmp = self.dir / (META + ".tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.dir / META)

@@ -177,3 +177,18 @@ def test_another_cli_process_starting_does_not_cut_the_way_to_the_tree(
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_moved_working_directory_is_a_coded_refusal_and_the_workspace_kept(
+    setup: tuple[Path, Path],
+) -> None:
+    proj, config = setup
+    ex(proj, config, "echo agent > agent-only.txt")
+    proj.rename(proj.with_name("moved"))
+    argv = _argv(proj, config, "exec", "--json", "--workspace", "w", "--shell", "--", "true")
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=300)
+    answer = json.loads(done.stdout)
+    assert done.returncode == 125 and answer["code"] == "E_STORAGE_FATAL", answer
+    assert "workspace 'w' is missing" in answer["detail"] and "kept" in answer["detail"]
+    proj.with_name("moved").rename(proj)  # moved back: the agent's work is all there
+    assert ex(proj, config, "cat agent-only.txt")["stdout"] == "agent\n"
