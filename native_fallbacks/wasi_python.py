@@ -119,13 +119,13 @@ class WasiPythonArm:
             self._entry = wasi_module.compiled(self.state)
             self._module = wasi_module.VerifiedModule(self._entry)
             if wasi_forked.usable():
-                logs = self.state / "wasm-cache" / "runtime"
+                logs = self.state / "wasm-runtime"
                 self._runtime = wasi_forked.Runtime(self._module, logs)
         assert self._module is not None
         # Checked before any copy is made; a failed check refuses here. The runtime process
         # starts (or is replaced) here too, so the first command's copy does not wait on it.
         if self._runtime is not None:
-            self._said = self._runtime.ensure()
+            self._said = self._runtime.ensure() or self._said  # start() prepares again
         else:
             self._module.fd()
 
