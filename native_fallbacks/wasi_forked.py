@@ -114,8 +114,7 @@ class Runtime:
                     ErrorCode.SANDBOX_DENIED,
                     str(self._module.entry.path),
                     f"the python arm's runtime refused the compiled module: {answer['error']}",
-                    f"remove {self._module.entry.path.parent}; the next command compiles it "
-                    "afresh",
+                    f"remove {self._module.entry.path.parent}; the next command compiles it afresh",
                 )
             last = ""
             # unreadable: the error is raised without the log's last line
@@ -250,4 +249,3 @@ class ForkedGuest:
             stderr_path=self.stderr_path,
             killed=self._killed,
         )
-
