@@ -9,8 +9,9 @@ guardian as a process group before it runs, put in the run's cgroup, killed with
 reaps it only when `finish` asks, so the pid signalled cannot be another's.
 
 The runtime is replaced, and the command's result says so, when it has ended (killed, or
-crashed) or when the cache file changed since it loaded it (VerifiedModule checked the file
-again: the new runtime re-hashes the bytes it reads).
+crashed) or when the cache file changed since it loaded it: VerifiedModule checks the file's
+state before every fork and hashes it again when it moved; the new runtime maps the fd that
+check opened.
 """
 
 from __future__ import annotations
@@ -92,7 +93,6 @@ class Runtime:
                     wasi_runtime.__file__,
                     str(theirs.fileno()),
                     str(module_fd),
-                    self._module.entry.sha256,
                 ],
                 env={},
                 stdin=subprocess.DEVNULL,

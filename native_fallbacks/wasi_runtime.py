@@ -1,13 +1,12 @@
-"""`python -I .../wasi_runtime.py SOCK MODULE_FD SHA256`: the python arm's runtime process.
+"""`python -I .../wasi_runtime.py SOCK MODULE_FD`: the python arm's runtime process.
 
 One per arm (per ExecTool), a child of sprawl-orch. A fresh Python per command spent 0.9-1.2 s
 before the guest ran (the interpreter's start, `import wasmtime`, the module mapped: issue 31),
-so this process pays that once: it imports wasmtime, reads the compiled module from the fd
-sprawl-orch verified, hashes the bytes it read against the recorded digest and deserializes
-*those bytes* (so a later change to the file reaches no code here), then forks one process
-per command. The fork happens with one thread: wasmtime starts none to deserialize (checked:
-/proc/self/task had 1 entry after Engine + Module.deserialize; compiling starts a pool, which
-is why the compile is never done here), and this loop starts none either.
+so this process pays that once: it imports wasmtime, maps the compiled module through the fd
+sprawl-orch verified, then forks one process per command. The fork happens with one thread:
+wasmtime starts none to deserialize (checked: /proc/self/task had 1 entry after Engine +
+Module.deserialize_file; compiling starts a pool, which is why the compile is never done
+here), and this loop starts none either.
 
 Each forked command is a new session (its own process group, which sprawl-orch announces to
 the guardian and kills, as for any host command), gets its own Store, instance, fuel, memory
@@ -25,7 +24,7 @@ sprawl-orch closed it, or died.
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import importlib.util
 import json
 import os
@@ -77,22 +76,17 @@ def _guest_module() -> Any:
     return module
 
 
-def load(guest: Any, module_fd: int, sha256: str) -> tuple[Any, Any]:
+def load(guest: Any, module_fd: int) -> tuple[Any, Any]:
+    """The module mapped through the fd sprawl-orch verified (the bytes hashed are the bytes
+    mapped), as the per-command child did. Reading and hashing it again here cost a one-shot
+    CLI command ~0.1-0.3 s for nothing: sprawl-orch checks the file's state before every
+    fork (VerifiedModule) and replaces this process when it changed."""
     import wasmtime
 
-    chunks: list[bytes] = []
-    offset = 0
-    # pread: the fd's offset is shared with sprawl-orch's (one open file description).
-    while chunk := os.pread(module_fd, 1 << 20, offset):
-        chunks.append(chunk)
-        offset += len(chunk)
-    os.close(module_fd)
-    data = b"".join(chunks)
-    got = hashlib.sha256(data).hexdigest()
-    if got != sha256:
-        raise ValueError(f"SHA-256 {got}, recorded {sha256}")
     engine = guest.make_engine()
-    return engine, wasmtime.Module.deserialize(engine, data)
+    module = wasmtime.Module.deserialize_file(engine, f"/dev/fd/{module_fd}")
+    os.close(module_fd)
+    return engine, module
 
 
 def _child(guest: Any, loaded: tuple[Any, Any], spec: dict[str, Any], fds: list[int]) -> None:
@@ -149,10 +143,17 @@ def main() -> int:
     sock = socket.socket(fileno=int(sys.argv[1]))
     guest = _guest_module()
     try:
-        loaded = load(guest, int(sys.argv[2]), sys.argv[3])
+        loaded = load(guest, int(sys.argv[2]))
     except Exception as err:
         send(sock, {"error": f"{type(err).__name__}: {err}"})
         return 1
+    # A fork copies only the calling thread: one that held a lock wasmtime needs would leave
+    # it held in every command. Checked where it can be (Linux), not assumed.
+    with contextlib.suppress(FileNotFoundError):
+        threads = len(os.listdir("/proc/self/task"))
+        if threads != 1:
+            send(sock, {"error": f"{threads} threads after loading: forking is not safe"})
+            return 1
     send(sock, {"ready": os.getpid()})
     serve(sock, guest, loaded)
     return 0
