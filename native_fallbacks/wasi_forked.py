@@ -52,11 +52,21 @@ class Runtime:
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._loaded: tuple[int, ...] = ()
+        # A replacement warm() made, said by the next command's result.
+        self._said: str | None = None
 
-    def ensure(self) -> str | None:
-        """A runtime holding the module as it is now; a sentence when one was replaced."""
-        with self._lock:
-            return self._ensure()
+    def warm(self) -> None:
+        """Start (or replace) the runtime in the background, while the command's copy is
+        made: a one-shot CLI call otherwise waited its ~1 s start after the copy. A failure
+        here is raised again by fork(), in the command."""
+        if self._proc is not None and self._proc.poll() is None:
+            return  # racy by design: fork() checks again under the lock
+        threading.Thread(target=self._warm, name="wasm-runtime-warm", daemon=True).start()
+
+    def _warm(self) -> None:
+        # the command that follows tries again and says what is wrong
+        with self._lock, contextlib.suppress(Exception):
+            self._said = self._ensure() or self._said
 
     def _ensure(self) -> str | None:
         fd = self._module.fd()  # re-checked (hashed again) when the file changed
@@ -157,7 +167,8 @@ class Runtime:
         """A command's process, waiting on its go fd; and a sentence if the runtime was
         replaced first."""
         with self._lock:
-            said = self._ensure()
+            said = self._ensure() or self._said
+            self._said = None
             try:
                 return int(self._ask({"op": "run", "spec": spec}, fds)["pid"]), said
             except ConnectionError:
@@ -211,8 +222,13 @@ class ForkedGuest:
             if launch.join is not None:
                 launch.join.join(self.pid)
             os.write(go_w, b"g")
-        finally:
+        except BaseException:
+            # never released (the cgroup refused it): ended, reaped, the guardian told
             os.close(go_w)
+            self.kill()
+            self.finish()
+            raise
+        os.close(go_w)
 
     def wait(self, timeout: float | None) -> bool:
         ready, _, _ = select.select([self._pidfd], [], [], timeout)

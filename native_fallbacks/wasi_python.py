@@ -91,8 +91,6 @@ class WasiPythonArm:
         self._entry: wasi_module.Compiled | None = None
         self._module: wasi_module.VerifiedModule | None = None
         self._runtime: wasi_forked.Runtime | None = None
-        # The runtime was replaced at prepare(): said by the next command's result.
-        self._said: str | None = None
 
     def assurances(self) -> Assurances:
         return ASSURANCES[self.name]
@@ -122,12 +120,9 @@ class WasiPythonArm:
                 logs = self.state / "wasm-runtime"
                 self._runtime = wasi_forked.Runtime(self._module, logs)
         assert self._module is not None
-        # Checked before any copy is made; a failed check refuses here. The runtime process
-        # starts (or is replaced) here too, so the first command's copy does not wait on it.
+        self._module.fd()  # checked before any copy is made; a failed check refuses here
         if self._runtime is not None:
-            self._said = self._runtime.ensure() or self._said  # start() prepares again
-        else:
-            self._module.fd()
+            self._runtime.warm()
 
     def check_command(self, argv: Sequence[str], workdir: Path) -> None:
         check_command(argv, workdir)
@@ -156,9 +151,8 @@ class WasiPythonArm:
             "report": str(guest / "report.json"),
         }
         if self._runtime is not None:
-            said, self._said = self._said, None
             forked = wasi_forked.ForkedGuest(self._runtime, spec, launch)
-            return GuestRun(forked, guest, self.config, forked.said or said)
+            return GuestRun(forked, guest, self.config, forked.said)
         module_fd = self._module.fd()
         spec["module_fd"] = module_fd
         spec_path = guest / "spec.json"
