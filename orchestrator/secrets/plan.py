@@ -66,12 +66,17 @@ def statement_phrase(specs: tuple[Spec, ...]) -> str | None:
 
 
 def with_secrets(
-    plan: EgressPlan, specs: tuple[Spec, ...], outputs: Path, environ: Mapping[str, str]
+    plan: EgressPlan,
+    specs: tuple[Spec, ...],
+    outputs: Path,
+    environ: Mapping[str, str],
+    image: bytes | None = None,
 ) -> tuple[EgressPlan, dict[str, str]]:
     """The plan for one command, and what its environment gets (placeholders). The bundle
     replaces the command's trust store (SSL_CERT_FILE and its siblings replace, not add), so
-    it holds the host's CAs (the hosts the command reaches without interception must still
-    verify) and the run's CA."""
+    it holds what the command would have trusted without it (the hosts it reaches without
+    interception must still verify) and the run's CA: `image`, the image's own CAs (a
+    container with trust = "image"; b"" for an image with no CA store), else the host's."""
     # cryptography and the interception: paid only by a command with secrets
     from sprawl_orch.secrets.intercept import Interception
     from sprawl_orch.secrets.run import SecretRun
@@ -80,7 +85,7 @@ def with_secrets(
     run = SecretRun(specs, upstream_cafile=str(host) if host is not None else None)
     outputs.mkdir(parents=True, exist_ok=True, mode=0o700)
     bundle = outputs / "ca-bundle.pem"
-    base = host.read_bytes() if host is not None else b""
+    base = host.read_bytes() if image is None and host is not None else image or b""
     # Public certificates only (the CA's key is never written); 0644 so the command's uid
     # can read it through the read-only bind.
     fd = os.open(bundle, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
