@@ -23,7 +23,7 @@ from pathlib import Path
 from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.engines.docker import DockerEngine
-from sprawl_orch.engines.engine import run_cli
+from sprawl_orch.engines.engine import engine_error, run_cli
 from sprawl_orch.engines.podman import PodmanEngine
 
 Engine = DockerEngine | PodmanEngine
@@ -105,7 +105,16 @@ def _copy_out(engine: Engine, container: str, path: str, tmp: Path) -> bytes | N
             check=False,
         )
         if done.returncode != 0:
-            return None  # "could not find the file" (or not a file): the next path is tried
+            if _absent(done.stderr):
+                return None  # the next path is tried
+            # Anything else (the engine gone mid-read) would leave the command trusting no
+            # image CA at all, cached for the image: refused instead.
+            raise engine_error(
+                engine.name,
+                "cp",
+                done.stderr.strip() or f"exit status {done.returncode}",
+                f"reading the image's CA bundle {path} failed; check `{engine.name} info`",
+            )
         if dest.is_symlink():
             target = str(dest.readlink())
             path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
@@ -116,3 +125,14 @@ def _copy_out(engine: Engine, container: str, path: str, tmp: Path) -> bytes | N
             return dest.read_bytes()
         return None
     return None
+
+
+def _absent(words: str) -> bool:
+    """The engine's words for "no such path in the container": docker 20.10+ "Could not find
+    the file … in container …", podman 4 "… could not be found on container …: no such file
+    or directory"."""
+    low = words.lower()
+    return any(
+        said in low
+        for said in ("could not find", "could not be found", "no such file", "not a directory")
+    )
