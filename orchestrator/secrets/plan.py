@@ -3,9 +3,11 @@ combined CA bundle written beside its outputs, seen inside at one fixed read-onl
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -83,6 +85,12 @@ def with_secrets(
 
     host = host_bundle(environ)
     run = SecretRun(specs, upstream_cafile=str(host) if host is not None else None)
+    # Loaded here, before the command runs (once per trust store and process, run.py), not
+    # on the proxy's loop by the command's first intercepted connection.
+    # A store that cannot be loaded is said where it was before: by the first intercepted
+    # connection, refused and recorded (intercept.py).
+    with contextlib.suppress(ssl.SSLError, OSError):
+        run.upstream_context()
     outputs.mkdir(parents=True, exist_ok=True, mode=0o700)
     bundle = outputs / "ca-bundle.pem"
     base = host.read_bytes() if image is None and host is not None else image or b""
