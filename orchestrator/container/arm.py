@@ -171,6 +171,19 @@ class ContainerArm:
     def egress_reach(self) -> str | None:
         return reach(self.engine.name, self.config.warm) if self.egress_gap is None else None
 
+    def image_trust_store(self) -> bytes | None:
+        """The CA certificates the admitted image trusts (container/image_cas.py), read once
+        per image; None for an engine sprawl-orch does not drive itself (a test's double)."""
+        from sprawl_orch.container.image_cas import image_cas
+        from sprawl_orch.engines.docker import DockerEngine
+        from sprawl_orch.engines.podman import PodmanEngine
+
+        admission = self.admission()
+        engine = self.engine
+        if admission.image is None or not isinstance(engine, (DockerEngine, PodmanEngine)):
+            return None
+        return image_cas(engine, admission.image)
+
     def prepare(self, workdir: Path) -> None:
         admission = self.admission()
         if not admission.admitted:
