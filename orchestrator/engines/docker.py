@@ -139,9 +139,8 @@ class DockerEngine:
         if self._api is None:
             import docker
             import docker.errors
-            from docker.utils import kwargs_from_env
-
             from docker.constants import MINIMUM_DOCKER_API_VERSION
+            from docker.utils import kwargs_from_env
 
             try:
                 # version="auto" asks /version, and identity() (admission, every call) asks
