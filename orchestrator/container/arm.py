@@ -284,7 +284,13 @@ class ContainerArm:
             except BaseException:
                 held.close()  # EOF at the gate: the program never runs
                 run.wait(None)
-                run.finish()
+                # Not run.finish(): it reads outputs/stderr for a refusal, and before the arm
+                # has returned that name is still the output pump's FIFO, whose reader holds
+                # a write end of its own -- the read never ended (a docker command whose
+                # proxy listener failed hung there). Cleaned up as a refused start is above.
+                attached.collect()
+                self.left_copy(launch.cwd.resolve())
+                remove_quietly(engine, container, launch, name)
                 raise
             held.gate.open()
         if proxy is None:

@@ -19,6 +19,7 @@ client and upstream streams plus the first ClientHello record are all it needs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -70,6 +71,11 @@ class EgressProxy:
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        # What a dead loop can no longer close by itself (_abandon): the listeners, and the
+        # client connections not yet ended normally.
+        self._listeners: list[socket.socket] = []
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._closing = False
         self.failure: str | None = None
 
     def start(self) -> None:
@@ -81,14 +87,41 @@ class EgressProxy:
             ready.set()
             try:
                 loop.run_forever()
+                if not self._closing:
+                    self.failure = "the proxy's loop stopped before the command ended"
             except BaseException as err:  # the proxy's own failure ends the network
-                self.failure = f"the proxy stopped: {err!r}"
+                self.failure = f"the proxy's loop died: {err!r}"
             finally:
+                if self.failure is not None:
+                    self._abandon(loop)
                 loop.close()
 
         self._thread = threading.Thread(target=run, name="sprawl-egress", daemon=True)
         self._thread.start()
         ready.wait()
+
+    def _abandon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop died mid-run: end the command's network rather than leave it half-alive.
+        A listener left open would still complete the kernel's handshakes into its backlog,
+        and the command's next connection would hang instead of failing; so every listener
+        and every client connection is closed — by the loop once more if it still runs
+        (what it had scheduled, e.g. a transport's close, runs then), else directly."""
+        with contextlib.suppress(BaseException):  # a loop too broken to run: closed below
+            loop.run_until_complete(asyncio.wait_for(self._end(), 10))
+        for listener in self._listeners:
+            listener.close()
+        for writer in list(self._writers):
+            sock = writer.get_extra_info("socket")
+            # Closed already (the loop ran its close): nothing left to end.
+            with contextlib.suppress(OSError, AttributeError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    async def _end(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _call(self, coro: Awaitable[object]) -> object:
         assert self._loop is not None, "start() first"
@@ -102,6 +135,7 @@ class EgressProxy:
     def serve(self, listener: socket.socket) -> None:
         """Accept on `listener` (bound and listening; the proxy owns it from now on)."""
         listener.setblocking(False)
+        self._listeners.append(listener)
 
         async def begin() -> None:
             server = await asyncio.start_server(
@@ -132,16 +166,9 @@ class EgressProxy:
     def close(self) -> None:
         if self._loop is None or self._thread is None:
             return
-
-        async def end() -> None:
-            for server in self._servers:
-                server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
+        self._closing = True
         if self._loop.is_running():
-            self._call(end())
+            self._call(self._end())
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._loop = None
@@ -156,6 +183,7 @@ class EgressProxy:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        self._writers.add(writer)
         started = time.monotonic()
         flow = flows.Flow(self, reader, writer, started)
         try:
@@ -175,6 +203,8 @@ class EgressProxy:
             writer.close()
             self._tasks.discard(task)
         self._note(record)
+        # Only on a normal end: a loop dying in this flow leaves it for _abandon to cut.
+        self._writers.discard(writer)
 
     async def resolve(self, host: str, port: int) -> list[IpAddress]:
         if self._resolve is not None:

@@ -29,7 +29,17 @@ def get(ctx: ssl.SSLContext, port: int, path: str, proxy: int | None) -> tuple[i
     return size, took
 
 
-if __name__ == "__main__":
+def through(ca: str, port: int, proxy: int, reps: int, size: int) -> None:
+    """`through CA PORT PROXY REPS SIZE`: REPS GETs through one proxy only (the benchmark
+    reads that proxy's process CPU around it)."""
+    ctx = ssl.create_default_context(cafile=ca)
+    for _ in range(reps):
+        assert get(ctx, port, f"/bytes/{size}", proxy)[0] == size
+
+
+if __name__ == "__main__" and sys.argv[1] == "through":
+    through(sys.argv[2], *map(int, sys.argv[3:]))
+elif __name__ == "__main__":
     ca, port, proxy, copying, reps, size = sys.argv[1], *map(int, sys.argv[2:])
     ctx = ssl.create_default_context(cafile=ca)
     kinds = ("big", "big_proxy", "big_copy", "small", "small_proxy")
