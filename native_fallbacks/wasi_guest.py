@@ -259,6 +259,12 @@ def run(spec: dict[str, Any], loaded: tuple[Any, Any] | None = None) -> dict[str
         report["trap"] = err.message.split("\n\nCaused by:\n")[-1].strip()
         report["limit"] = limit
         report["exit_code"] = LIMIT_EXIT if limit else TRAP_EXIT
+    except wasmtime.WasmtimeError as err:
+        # Not a Trap: wasmtime's proc_exit refuses a status outside [0, 126) with a plain
+        # error, so `sys.exit(255)` in the guest ended the runtime with a traceback and the
+        # result said "runtime_failed" (atkpy). It is the guest's own doing: a trap, 134.
+        report["trap"] = str(err).split("\n\nCaused by:\n")[-1].strip()
+        report["exit_code"] = TRAP_EXIT
     finally:
         with ending:
             ended.set()

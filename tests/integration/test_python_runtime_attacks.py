@@ -1,0 +1,137 @@
+"""Attacks on the python arm's runtime process (wasi_runtime.py, wasi_forked.py), for real:
+a guest's own exit status, many commands at once from threads, what the runtime holds that a
+forked command inherits, the runtime killed mid-command, and the owner killed outright.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sprawl_orch import ExecTool
+from sprawl_orch.native_fallbacks import wasi_forked
+from tests.integration.test_python_arm import state, tree
+from tests.integration.test_python_runtime import harvested, the_runtime, tool
+
+__all__ = ["state", "tool", "tree"]  # fixtures, used here by name
+
+pytestmark = pytest.mark.skipif(
+    not wasi_forked.usable(), reason="the runtime process needs fork, sessions and pidfds"
+)
+
+
+@pytest.mark.parametrize("status", [126, 255, 256])
+def test_a_guest_exit_status_past_125_is_a_trap_not_a_runtime_failure(
+    tool: ExecTool, status: int
+) -> None:
+    # wasmtime's proc_exit refuses a status outside [0, 126) with a plain error (not a Trap):
+    # the runtime ended with a traceback, status 1, and the result blamed the runtime.
+    result = tool.exec(["python", "-c", f"import sys; sys.exit({status})"])
+    assert result.python is not None
+    assert "runtime_failed" not in result.python, result.stderr
+    assert result.exit_code == 134
+    assert "invalid exit status" in str(result.python["trap"])
+    assert the_runtime().children() == []
+
+
+def test_many_commands_at_once_from_threads_keep_their_own_output_and_status(
+    tool: ExecTool,
+) -> None:
+    got: dict[int, tuple[str, int | None]] = {}
+
+    def one(i: int) -> None:
+        code = f"import sys, time\ntime.sleep(0.{i})\nprint('n', {i})\nsys.exit({i})"
+        ran = tool.exec(["python", "-c", code])
+        got[i] = (ran.stdout.strip(), ran.exit_code)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert got == {i: (f"n {i}", i) for i in range(8)}
+    runtime = the_runtime()
+    assert runtime.children() == []  # every one reaped, not a zombie left
+    assert len(runtime.threads()) == 1  # forking stays safe
+
+
+def test_the_runtime_holds_no_environment_and_only_its_own_fds(tool: ExecTool) -> None:
+    # The tool's environ carries SPRAWL_PY_SECRET (tool_for): the runtime, whose memory every
+    # command inherits, must hold none of it, nor any fd of sprawl-orch's beyond its socket.
+    assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+    runtime = the_runtime()
+    assert Path(f"/proc/{runtime.pid}/environ").read_bytes() == b""
+    held = {
+        fd: os.readlink(f"/proc/{runtime.pid}/fd/{fd}")
+        for fd in os.listdir(f"/proc/{runtime.pid}/fd")
+    }
+    targets = set(held.values())
+    allowed = ("/dev/null", "runtime.stderr", "module.cwasm", "socket:[")
+    assert all(any(a in t for a in allowed) for t in targets), held
+    assert sum(t.startswith("socket:[") for t in targets) == 1, held
+    out = tool.exec(["python", "-c", "import os; print(sorted(os.environ))"])
+    assert "SPRAWL_PY_SECRET" not in out.stdout and "s3cret" not in out.stdout
+
+
+def test_a_runtime_killed_mid_command_leaves_its_result_and_no_zombie(tool: ExecTool) -> None:
+    code = "import time\ntime.sleep(2)\nprint('outlived')"
+    result = tool.exec(["python", "-c", code], window=0.5)
+    assert result.handle is not None
+    runtime = the_runtime()
+    (guest,) = runtime.children()
+    runtime.send_signal(signal.SIGKILL)
+    runtime.wait(10)
+    done = harvested(tool, result.handle)
+    assert done.stdout.strip() == "outlived" and done.exit_code == 0, done.stderr
+    # Its runtime gone, the orphan is init's to reap (this machine's init does, lazily).
+    assert gone(guest.pid), guest
+    again = tool.exec(["python", "-c", "print('next')"])
+    assert again.stdout.strip() == "next"
+    assert again.python is not None and "had ended" in again.python["runtime_restarted"]
+
+
+def gone(pid: int, within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not psutil.pid_exists(pid)
+
+
+OWNER = """
+import os, sys, time
+from pathlib import Path
+import psutil
+from sprawl_orch import Config, ExecTool
+tree, state = Path(sys.argv[1]), Path(sys.argv[2])
+config = Config(sandbox={"arm": "python"}, state={"dir": str(state)})
+tool = ExecTool(config, tree)
+ran = tool.exec(["python", "-c", "while True: pass"], window=0.5)
+assert ran.handle is not None
+(runtime,) = [c for c in psutil.Process().children() if "wasi_runtime.py" in " ".join(c.cmdline())]
+print(runtime.pid, *[g.pid for g in runtime.children()], flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_owner_killed_takes_the_runtime_and_its_guest_along(tree: Path, state: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tree), str(state)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert owner.stdout is not None
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert len(pids) == 2, pids
+    finally:
+        owner.kill()
+        owner.wait()
+    assert [p for p in pids if not gone(p)] == []
