@@ -57,23 +57,52 @@ def make_engine() -> object:
 
 
 def open_verified(entry: Compiled) -> int:
-    """An fd of the cache entry, checked: a regular file of ours, no one else's to write,
-    and its bytes' SHA-256 the one recorded. The caller maps the file through this fd
-    (/proc/self/fd), so the bytes checked are the bytes loaded (no rename in between)."""
+    """verified_copy's fd."""
+    return verified_copy(entry)[0]
+
+
+def file_stamp(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def verified_copy(entry: Compiled) -> tuple[int, tuple[int, ...]]:
+    """An fd of the cache entry's bytes, checked: a regular file of ours, no one else's to
+    write, its bytes' SHA-256 the one recorded; and the file's state before it was read.
+
+    Where there are memfds (Linux) the fd is a sealed copy of the bytes hashed: the runtime
+    mapped the cache file itself, MAP_PRIVATE, and a write in place after the check changed
+    the native code every later fork ran (atkpy: /proc/<runtime>/mem followed the file).
+    Sealed, nothing can write the bytes the runtime maps. Elsewhere, the file's own fd."""
     fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    copy = -1
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             raise CacheRefused(f"not a private file of this user (mode {st.st_mode:o})")
+        if hasattr(os, "memfd_create"):
+            copy = os.memfd_create("sprawl-wasm-module", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         h = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             h.update(chunk)
+            view = memoryview(chunk)
+            while copy >= 0 and view:
+                view = view[os.write(copy, view) :]
         if h.hexdigest() != entry.sha256:
             raise CacheRefused(f"SHA-256 {h.hexdigest()}, recorded {entry.sha256}")
-        os.lseek(fd, 0, os.SEEK_SET)
-        return fd
+        if copy < 0:
+            os.lseek(fd, 0, os.SEEK_SET)
+            return fd, file_stamp(st)
+        import fcntl
+
+        seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(copy, fcntl.F_ADD_SEALS, seals)
+        os.lseek(copy, 0, os.SEEK_SET)
+        os.close(fd)
+        return copy, file_stamp(st)
     except BaseException:
         os.close(fd)
+        if copy >= 0:
+            os.close(copy)
         raise
 
 

@@ -34,9 +34,10 @@ from sprawl_orch.native_fallbacks.wasi_guest import (
     CacheRefused,
     Compiled,
     engine_settings,
+    file_stamp,
     make_engine,
 )
-from sprawl_orch.native_fallbacks.wasi_guest import open_verified as guest_open_verified
+from sprawl_orch.native_fallbacks.wasi_guest import verified_copy as guest_verified_copy
 
 __all__ = [
     "Compiled",
@@ -162,8 +163,9 @@ def _write_private(target: Path, data: bytes | bytearray) -> None:
 class VerifiedModule:
     """The cache entry held open, hashed once per process (~35 ms for 31 MB) and again only
     when the file changed (another inode at the path, or the held inode's size, mtime or
-    ctime moved). Each command's runtime inherits this fd and maps the file through it, so
-    it maps the bytes that were checked. Thread-safe: serve starts commands from many."""
+    ctime moved). Each command's runtime inherits this fd (a sealed memfd of the bytes
+    hashed, on Linux: wasi_guest.verified_copy) and maps it, so it maps the bytes checked.
+    Thread-safe: serve starts commands from many."""
 
     def __init__(self, entry: Compiled) -> None:
         self.entry = entry
@@ -171,24 +173,22 @@ class VerifiedModule:
         self._fd = -1
         self._stamp: tuple[int, ...] = ()
 
-    @staticmethod
-    def _stamp_of(st: os.stat_result) -> tuple[int, ...]:
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
     def fd(self) -> int:
         with self._lock:
             if self._fd >= 0:
                 try:
-                    now = self._stamp_of(self.entry.path.lstat())
+                    now = file_stamp(self.entry.path.lstat())
                 except OSError:
                     # gone from its path: checked afresh below, which says what is wrong
                     now = ()
-                if now == self._stamp == self._stamp_of(os.fstat(self._fd)):
+                # The file's state taken before it was read: a write during the hash is a
+                # change the next look sees. The fd is a sealed copy (Linux), so a write
+                # after this look reaches no runtime; it only makes the next one re-check.
+                if now == self._stamp:
                     return self._fd
                 os.close(self._fd)
                 self._fd = -1
-            fd = open_verified(self.entry)
-            self._stamp = self._stamp_of(os.fstat(fd))
+            fd, self._stamp = verified_copy(self.entry)
             self._fd = fd
             return fd
 
@@ -207,8 +207,13 @@ class VerifiedModule:
 
 def open_verified(entry: Compiled) -> int:
     """wasi_guest.open_verified, its refusal as E_SANDBOX_DENIED."""
+    return verified_copy(entry)[0]
+
+
+def verified_copy(entry: Compiled) -> tuple[int, tuple[int, ...]]:
+    """wasi_guest.verified_copy, its refusal as E_SANDBOX_DENIED."""
     try:
-        return guest_open_verified(entry)
+        return guest_verified_copy(entry)
     except CacheRefused as err:
         raise _refuse(entry, str(err)) from err
 

@@ -6,6 +6,7 @@ forked command inherits, the runtime killed mid-command, and the owner killed ou
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,8 +18,9 @@ import psutil
 import pytest
 
 from sprawl_orch import ExecTool
+from sprawl_orch.core.errors import ErrorCode
 from sprawl_orch.native_fallbacks import wasi_forked
-from tests.integration.test_python_arm import state, tree
+from tests.integration.test_python_arm import state, tool_for, tree
 from tests.integration.test_python_runtime import harvested, the_runtime, tool
 
 __all__ = ["state", "tool", "tree"]  # fixtures, used here by name
@@ -74,7 +76,7 @@ def test_the_runtime_holds_no_environment_and_only_its_own_fds(tool: ExecTool) -
         for fd in os.listdir(f"/proc/{runtime.pid}/fd")
     }
     targets = set(held.values())
-    allowed = ("/dev/null", "runtime.stderr", "module.cwasm", "socket:[")
+    allowed = ("/dev/null", "runtime.stderr", "memfd:sprawl-wasm-module", "socket:[")
     assert all(any(a in t for a in allowed) for t in targets), held
     assert sum(t.startswith("socket:[") for t in targets) == 1, held
     out = tool.exec(["python", "-c", "import os; print(sorted(os.environ))"])
@@ -135,3 +137,44 @@ def test_the_owner_killed_takes_the_runtime_and_its_guest_along(tree: Path, stat
         owner.kill()
         owner.wait()
     assert [p for p in pids if not gone(p)] == []
+
+
+def _code_mapping(pid: int) -> tuple[int, int, str]:
+    """The runtime's executable mapping of the compiled module: address, offset, what."""
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        what = fields[5] if len(fields) > 5 else ""
+        if "x" in fields[1] and ("module.cwasm" in what or "memfd:" in what):
+            return int(fields[0].split("-")[0], 16), int(fields[2], 16), what
+    raise AssertionError(f"no executable mapping of the module in {pid}")
+
+
+def test_a_write_in_place_to_the_cache_reaches_no_loaded_runtime(
+    tree: Path, state: Path, tmp_path: Path
+) -> None:
+    # The check before each fork catches a change (ctime), but a write landing between the
+    # check and the forked command's run went straight into native code the command runs:
+    # the runtime mapped the cache file itself (MAP_PRIVATE shows the file's later writes).
+    with tool_for(tree, state) as first:  # the session's cache, compiled if not yet
+        assert first.exec(["python", "-c", "pass"]).exit_code == 0
+    own = tmp_path / "own-state"
+    own.mkdir(mode=0o700)
+    shutil.copytree(state / "wasm-cache", own / "wasm-cache")
+    (module,) = (own / "wasm-cache").glob("*/module.cwasm")
+    with tool_for(tree, own) as tool:
+        assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+        runtime = the_runtime()
+        address, offset, what = _code_mapping(runtime.pid)
+        with open(f"/proc/{runtime.pid}/mem", "rb") as mem:
+            mem.seek(address)
+            before = mem.read(4096)
+        with open(module, "r+b") as f:  # as a process of this uid, unconfined, could
+            f.seek(offset)
+            f.write(bytes(b ^ 0xFF for b in before))
+        with open(f"/proc/{runtime.pid}/mem", "rb") as mem:
+            mem.seek(address)
+            after = mem.read(4096)
+        assert after == before, f"the runtime's code changed under it ({what})"
+        assert "memfd:" in what  # a sealed copy of the bytes hashed, no file of ours
+        refused = tool.exec(["python", "-c", "print('ran')"])  # the file changed: checked
+    assert refused.code is ErrorCode.SANDBOX_DENIED and "ran" not in (refused.stdout or "")
