@@ -1,0 +1,46 @@
+"""A proxy in a process of its own whose descriptor limit is the common soft default (1024),
+for the exhaustion attack in tests/unit/test_egress_exhaustion.py: the test process holds the
+clients and the upstream, so every descriptor counted here is the proxy's.
+
+Argv: the upstream's port. Prints the proxy's port; on each stdin line, prints how many of 64
+files it could still open, then how many descriptors it holds; EOF closes it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import socket
+import sys
+
+from sprawl_orch.egress.proxy import EgressProxy
+from sprawl_orch.egress.rules import Rules
+
+SOFT = 1024
+
+
+def main() -> None:
+    port = int(sys.argv[1])
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (SOFT, hard))
+    proxy = EgressProxy(Rules.parse((f"localhost:{port}", f"127.0.0.1:{port}")))
+    proxy.start()
+    listener = socket.create_server(("127.0.0.1", 0), backlog=512)
+    print(listener.getsockname()[1], flush=True)
+    proxy.serve(listener)
+    for _ in sys.stdin:
+        opened = []
+        for _ in range(64):
+            try:
+                opened.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:  # EMFILE: the count printed says how many could be opened
+                break
+        print(len(opened), len(os.listdir("/proc/self/fd")), flush=True)
+        for fd in opened:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    proxy.close()
+
+
+if __name__ == "__main__":
+    main()

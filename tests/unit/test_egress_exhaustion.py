@@ -1,0 +1,62 @@
+"""Exhausting the proxy from one command: every tunnel it caps must fit the descriptors the
+orchestrator process has, under the soft limit most Linux sessions start with (1024).
+
+Was a break: the cap (proxy.MAX_CONNECTIONS, 256) was set when a connection held two of the
+orchestrator's descriptors; a spliced tunnel (relay.py) held eight (the two sockets, a
+duplicate of each, two pipes), so ~120 tunnels from one command used up 1024 descriptors —
+the proxy's later tunnels died half-made and the orchestrator could not open a file."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from sprawl_orch.egress.proxy import MAX_CONNECTIONS
+from tests.egress.upstream import Upstream, connect_through, upstream
+
+
+@pytest.fixture
+def tls_up() -> Iterator[Upstream]:
+    with upstream(tls=True) as up:
+        yield up
+
+
+def test_a_full_proxy_of_spliced_tunnels_leaves_the_process_descriptors(tls_up: Upstream) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.egress.limited_proxy", str(tls_up.port)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    held: list[ssl.SSLSocket] = []
+    try:
+        address = ("127.0.0.1", int(proc.stdout.readline()))
+        ctx = tls_up.client_context()
+        failed: list[str] = []
+        for _ in range(MAX_CONNECTIONS - 1):  # the listener's own accept keeps one slot
+            status, sock = connect_through(address, f"localhost:{tls_up.port}")
+            if status != 200:
+                failed.append(f"status {status}")
+                sock.close()
+                continue
+            sock.settimeout(10)
+            try:
+                held.append(ctx.wrap_socket(sock, server_hostname="localhost"))
+            except OSError as err:  # a tunnel that died half-made: counted below
+                failed.append(repr(err))
+                sock.close()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        could_open, holds = (int(n) for n in proc.stdout.readline().split())
+        assert failed == [], f"{len(failed)} tunnels failed: {failed[:3]}"
+        assert could_open == 64, f"the proxy's process holds {holds} descriptors"
+    finally:
+        for tls in held:
+            tls.close()
+        proc.stdin.close()
+        proc.wait(timeout=60)
