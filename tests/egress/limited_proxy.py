@@ -2,8 +2,9 @@
 for the exhaustion attack in tests/unit/test_egress_exhaustion.py: the test process holds the
 clients and the upstream, so every descriptor counted here is the proxy's.
 
-Argv: the upstream's port. Prints the proxy's port; on each stdin line, prints how many of 64
-files it could still open, then how many descriptors it holds; EOF closes it."""
+Argv: the upstream's port, optionally a hard limit too (the soft one's 1024). Prints the
+proxy's port; on each stdin line, prints how many of 64 files it could still open, then how
+many descriptors it holds; EOF closes it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ SOFT = 1024
 def main() -> None:
     port = int(sys.argv[1])
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if len(sys.argv) > 2:
+        hard = int(sys.argv[2])
     resource.setrlimit(resource.RLIMIT_NOFILE, (SOFT, hard))
     proxy = EgressProxy(Rules.parse((f"localhost:{port}", f"127.0.0.1:{port}")))
     proxy.start()

@@ -25,9 +25,15 @@ def tls_up() -> Iterator[Upstream]:
         yield up
 
 
-def test_a_full_proxy_of_spliced_tunnels_leaves_the_process_descriptors(tls_up: Upstream) -> None:
+@pytest.mark.parametrize("hard", [None, 1024])
+def test_a_full_proxy_of_spliced_tunnels_leaves_the_process_descriptors(
+    tls_up: Upstream, hard: int | None
+) -> None:
+    # hard None: the soft limit is raised for the tunnels; 1024: it cannot be, and the cap is
+    # lowered to what fits (refused with 503, the process keeping its spare descriptors).
+    limit = [] if hard is None else [str(hard)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.egress.limited_proxy", str(tls_up.port)],
+        [sys.executable, "-m", "tests.egress.limited_proxy", str(tls_up.port), *limit],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -38,8 +44,13 @@ def test_a_full_proxy_of_spliced_tunnels_leaves_the_process_descriptors(tls_up: 
         address = ("127.0.0.1", int(proc.stdout.readline()))
         ctx = tls_up.client_context()
         failed: list[str] = []
+        capped = 0
         for _ in range(MAX_CONNECTIONS - 1):  # the listener's own accept keeps one slot
             status, sock = connect_through(address, f"localhost:{tls_up.port}")
+            if status == 503 and hard is not None:
+                capped += 1
+                sock.close()
+                continue
             if status != 200:
                 failed.append(f"status {status}")
                 sock.close()
@@ -54,6 +65,10 @@ def test_a_full_proxy_of_spliced_tunnels_leaves_the_process_descriptors(tls_up: 
         proc.stdin.flush()
         could_open, holds = (int(n) for n in proc.stdout.readline().split())
         assert failed == [], f"{len(failed)} tunnels failed: {failed[:3]}"
+        if hard is None:
+            assert len(held) == MAX_CONNECTIONS - 1
+        else:  # what fits 1024 at FDS_PER_TUNNEL each, the spare kept: about 125
+            assert 0 < len(held) < MAX_CONNECTIONS - 1 and capped == MAX_CONNECTIONS - 1 - len(held)
         assert could_open == 64, f"the proxy's process holds {holds} descriptors"
     finally:
         for tls in held:
