@@ -2,13 +2,18 @@
 
     python benchmarks/python_arm.py [--reps N] [--cli-reps N]
 
-Prints, in ms (medians), side by side in one run:
+Prints, in ms (medians), side by side in one run, with the load (`os.getloadavg`) before and
+after:
 
-- the first command of a fresh state directory: it compiles the 26 MB module (once per
-  binary and wasmtime version), against a cached command;
-- a cached command in-process, `ExecTool.exec(["python", "-c", "pass"])` (copy sync, the
-  runtime's child process, the verified cache mapped, the guest's CPython start, result),
-  and the arm alone (`WasiPythonArm.start` -> wait -> finish on a synced copy), against
+- the first command of a fresh state directory in two parts: the compile
+  (`wasi_module.compiled` on an empty cache: once per binary, wasmtime version and engine
+  settings), then its command (the runtime process's start: it loads the module; the run);
+- a cached command in-process, `ExecTool.exec(["python", "-c", "pass"])` (copy sync, a fork
+  of the arm's runtime process, a fresh Store and instance, the guest's CPython start,
+  result), and the in-process cost around the guest: that time less the guest's own run
+  (`python.guest_ms`, the `_start` call as the forked child timed it);
+- the arm alone (`WasiPythonArm.start` -> wait -> finish on a synced copy), forked, and with
+  a Python per command (the path where there is no fork: wasi_guest.py run by path), against
   `subprocess.run([sys.executable, "-c", "pass"])`;
 - the CLI path: `sprawl-orch exec --arm python -- python -c pass` (a config choosing the arm)
   against the host's `python -c pass`, and against the CLI on the copied tree running the same;
@@ -20,6 +25,7 @@ Ratios are ours / raw.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -33,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sprawl_orch.config import Config
 from sprawl_orch.copy.sync import sync
+from sprawl_orch.native_fallbacks import wasi_forked, wasi_module
 from sprawl_orch.native_fallbacks.wasi_python import WasiPythonArm
 from sprawl_orch.runs.launch import Launch
 from sprawl_orch.tool.exec_tool import ExecTool
@@ -59,6 +66,35 @@ def config_for(state: Path, arm: str = "python", fuel: int | None = None) -> Con
     return Config(sandbox={"arm": arm, "python": python}, state={"dir": str(state)})
 
 
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def arm_alone(arm: WasiPythonArm, tree: Path, base: Path, reps: int, tag: str) -> list[float]:
+    copy = base / f"copy-{tag}"
+    copy.mkdir()
+    sync(tree, copy)
+    alone: list[float] = []
+    for n in range(reps):
+        launch = Launch(
+            argv=tuple(PASS),
+            cwd=copy,
+            env={},
+            outputs=base / f"out-{tag}{n}",
+            tag=f"{tag}{n}",
+            session="bench",
+            workdir=tree,
+        )
+
+        def one(launch: Launch = launch) -> None:
+            running = arm.start(launch)
+            running.wait(None)
+            running.finish()
+
+        alone.append(timed(one))
+    return alone
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=30)
@@ -69,32 +105,32 @@ def main() -> None:
         tree, state = base / "tree", base / "state"
         tree.mkdir()
         (tree / "a.py").write_text("print('a')\n")
+        load_before = load()
+        # The first command's compile alone, then the rest of that first command.
+        compile_ms = timed(lambda: wasi_module.compiled(state))
+        around: list[float] = []
         with ExecTool(config_for(state), tree) as tool:
             first = timed(lambda: tool.exec(PASS))
-            ours = [timed(lambda: tool.exec(PASS)) for _ in range(args.reps)]
+            ours = []
+            for _ in range(args.reps):
+                start = time.perf_counter()
+                result = tool.exec(PASS)
+                took = (time.perf_counter() - start) * 1000
+                ours.append(took)
+                assert result.exit_code == 0 and result.python is not None, result
+                around.append(took - float(result.python["guest_ms"]))
         raw = [timed(lambda: must([sys.executable, "-c", "pass"])) for _ in range(args.reps)]
-        arm = WasiPythonArm(config_for(state).sandbox.python, state)
-        copy = base / "copy"
-        copy.mkdir()
-        sync(tree, copy)
-        alone: list[float] = []
-        for n in range(args.reps):
-            launch = Launch(
-                argv=tuple(PASS),
-                cwd=copy,
-                env={},
-                outputs=base / f"out{n}",
-                tag=f"b{n}",
-                session="bench",
-                workdir=tree,
-            )
-
-            def one(launch: Launch = launch) -> None:
-                running = arm.start(launch)
-                running.wait(None)
-                running.finish()
-
-            alone.append(timed(one))
+        forked = WasiPythonArm(config_for(state).sandbox.python, state)
+        alone = arm_alone(forked, tree, base, args.reps, "f")
+        forked.close()
+        usable = wasi_forked.usable
+        wasi_forked.usable = lambda: False  # the path without fork: a Python per command
+        try:
+            per_command = WasiPythonArm(config_for(state).sandbox.python, state)
+            alone_pc = arm_alone(per_command, tree, base, args.cli_reps, "p")
+            per_command.close()
+        finally:
+            wasi_forked.usable = usable
         fuel = 20_000_000_000
         with ExecTool(config_for(state, fuel=fuel), tree) as tool:
             loop = timed(lambda: tool.exec(["python", "-c", "while True: pass"]))
@@ -155,17 +191,24 @@ def main() -> None:
             "ours": ours,
             "raw": raw,
             "alone": alone,
+            "alone_pc": alone_pc,
+            "around": around,
             "cli_py": cli_py,
             "cli_ct": cli_ct,
             "cli_raw": cli_raw,
         }.items()
     }
-    print(f"first command (compile + run):        {first:9.1f} ms")
+    print(f"load (1/5/15 min) before: {load_before}; after: {load()}")
+    print(f"compile alone (empty cache):          {compile_ms:9.1f} ms")
+    print(f"  first command after it (runtime start + run): {first:6.1f} ms")
     print(f"cached command, ExecTool in-process:  {m['ours']:9.1f} ms")
-    print(f"  the arm alone (start/wait/finish):  {m['alone']:9.1f} ms")
+    print(f"  in-process cost around the guest:   {m['around']:9.1f} ms")
+    print(f"  the arm alone, forked:              {m['alone']:9.1f} ms")
+    print(f"  the arm alone, a Python per command:{m['alone_pc']:9.1f} ms")
     print(f"host python -c pass:                  {m['raw']:9.1f} ms")
     print(f"ratio in-process / host python:       {m['ours'] / m['raw']:9.2f}")
     print(f"ratio arm alone / host python:        {m['alone'] / m['raw']:9.2f}")
+    print(f"ratio per-command Python / forked:    {m['alone_pc'] / m['alone']:9.2f}")
     print(f"CLI exec, python arm:                 {m['cli_py']:9.1f} ms")
     print(f"CLI exec, copied tree (host python):  {m['cli_ct']:9.1f} ms")
     print(f"ratio CLI python arm / host python:   {m['cli_py'] / m['cli_raw']:9.2f}")

@@ -192,6 +192,12 @@ class VerifiedModule:
             self._fd = fd
             return fd
 
+    def stamp(self) -> tuple[int, ...]:
+        """The state of the file as last verified by fd(): a runtime that loaded another
+        is replaced (wasi_forked.Runtime)."""
+        with self._lock:
+            return self._stamp
+
     def close(self) -> None:
         with self._lock:
             if self._fd >= 0:

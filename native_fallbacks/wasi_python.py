@@ -28,7 +28,7 @@ from sprawl_orch.core.arms import ASSURANCES, ArmName
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs
-from sprawl_orch.native_fallbacks import wasi_guest, wasi_module
+from sprawl_orch.native_fallbacks import wasi_forked, wasi_guest, wasi_module
 from sprawl_orch.runs.launch import Finished, Launch, Running
 from sprawl_orch.runs.process import HostProcess
 
@@ -90,6 +90,7 @@ class WasiPythonArm:
         self.state = state
         self._entry: wasi_module.Compiled | None = None
         self._module: wasi_module.VerifiedModule | None = None
+        self._runtime: wasi_forked.Runtime | None = None
 
     def assurances(self) -> Assurances:
         return ASSURANCES[self.name]
@@ -115,8 +116,13 @@ class WasiPythonArm:
                 )
             self._entry = wasi_module.compiled(self.state)
             self._module = wasi_module.VerifiedModule(self._entry)
+            if wasi_forked.usable():
+                logs = self.state / "wasm-runtime"
+                self._runtime = wasi_forked.Runtime(self._module, logs)
         assert self._module is not None
         self._module.fd()  # checked before any copy is made; a failed check refuses here
+        if self._runtime is not None:
+            self._runtime.warm()
 
     def check_command(self, argv: Sequence[str], workdir: Path) -> None:
         check_command(argv, workdir)
@@ -126,14 +132,12 @@ class WasiPythonArm:
         check_command(launch.argv, workdir)
         self.prepare(workdir)
         assert self._entry is not None and self._module is not None
-        module_fd = self._module.fd()
         guest = private_dirs(launch.outputs / "guest")
         tmp = private_dirs(guest / "tmp")
         argv = list(launch.argv)
         if argv[1] != "-c":
             argv[1] = str(PurePosixPath(workdir.as_posix()) / argv[1])
-        spec = {
-            "module_fd": module_fd,
+        spec: dict[str, object] = {
             "argv": argv,
             # HOME is the guest's /tmp: the host path the other arms give names nothing here.
             "env": {**dict(launch.env), "HOME": "/tmp"},
@@ -146,6 +150,11 @@ class WasiPythonArm:
             "wall_seconds": self.config.wall_seconds,
             "report": str(guest / "report.json"),
         }
+        if self._runtime is not None:
+            forked = wasi_forked.ForkedGuest(self._runtime, spec, launch)
+            return GuestRun(forked, guest, self.config, forked.said)
+        module_fd = self._module.fd()
+        spec["module_fd"] = module_fd
         spec_path = guest / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         # By path: no sprawl_orch import in the child. -I keeps the script's own directory
@@ -166,6 +175,8 @@ class WasiPythonArm:
         return GuestRun(process, guest, self.config)
 
     def close(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
         if self._module is not None:
             self._module.close()
 
@@ -173,8 +184,15 @@ class WasiPythonArm:
 class GuestRun:
     """The child's `Running`, whose finish reads what ended the guest from its report."""
 
-    def __init__(self, process: HostProcess, guest: Path, config: PythonConfig) -> None:
+    def __init__(
+        self,
+        process: HostProcess | wasi_forked.ForkedGuest,
+        guest: Path,
+        config: PythonConfig,
+        said: str | None = None,
+    ) -> None:
         self._process = process
+        self._said = said
         self._guest = guest
         self._config = config
 
@@ -202,9 +220,15 @@ class GuestRun:
         }
         if not report and not done.killed:
             info["runtime_failed"] = f"the wasmtime runtime ended with status {done.exit_code}"
+        if self._said:
+            info["runtime_restarted"] = self._said
+        exit_code = done.exit_code
+        if exit_code is None and isinstance(report.get("exit_code"), int):
+            # its runtime process was replaced while it ran: its status went to init
+            exit_code = int(str(report["exit_code"]))
         shutil.rmtree(self._guest, ignore_errors=True)
         return Finished(
-            exit_code=done.exit_code,
+            exit_code=exit_code,
             stdout_path=done.stdout_path,
             stderr_path=done.stderr_path,
             killed=done.killed,

@@ -18,7 +18,8 @@ see its files change under it).
 last flow-in). ``apply`` keeps it as a change set and runs the normal apply (apply.py) on it:
 its conflict checks (the person's stamps as the base sync read them) and whatever path rules
 it holds; a named conflict is only applied when its path is chosen by name. Workspaces are
-never evicted for the copy budget; a workspace over it refuses the next command.
+never evicted for the copy budget; a workspace over it refuses the next command. A flow-in
+whose base sync fails is undone (workspace_flow.py): the workspace stays as it was.
 """
 
 from __future__ import annotations
@@ -28,15 +29,14 @@ import fcntl
 import json
 import os
 import secrets
-import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sprawl_orch.changes.apply import ApplyResult
 from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.workspace_apply import apply_entries
-from sprawl_orch.changes.workspace_diff import overlaps, replace_path, scan
-from sprawl_orch.changes.workspace_flow import Flow, same
+from sprawl_orch.changes.workspace_diff import scan
+from sprawl_orch.changes.workspace_flow import Flow, ended, take
 from sprawl_orch.changes.workspace_state import (
     BASE,
     BASES,
@@ -48,6 +48,7 @@ from sprawl_orch.changes.workspace_state import (
     STAMPS,
     THEIRS,
     TREE,
+    UNDO,
     Place,
     Refresh,
     WorkspaceView,
@@ -55,7 +56,6 @@ from sprawl_orch.changes.workspace_state import (
     isdir,
     listing,
     locked_by_other,
-    scan_one,
     workdir_key,
     workspaces_root,
 )
@@ -65,6 +65,7 @@ from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import delete_path, sync_with_record
 from sprawl_orch.core.credential_places import Guard, copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import private_dirs
 
 # Named here too: the CLI, the exec tool and the tests import them from this module.
 __all__ = ["Refresh", "Workspace", "WorkspaceView", "check_name", "listing"]
@@ -121,19 +122,23 @@ class Workspace:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def conflicts(self) -> list[str]:
-        found = self._meta().get("conflicts", [])
+    def conflicts(self, key: str = "conflicts") -> list[str]:
+        """The named conflicts; ``key="bits_only"``: those on a directory's own bits alone
+        (its entries are not part of them: workspace_flow.py)."""
+        found = self._meta().get(key, [])
         return sorted(str(p) for p in found) if isinstance(found, list) else []
 
-    def _save(self, conflicts: Sequence[str]) -> None:
+    def _save(self, conflicts: Sequence[str], bits_only: Sequence[str] | None = None) -> None:
+        bits = set(self.conflicts("bits_only") if bits_only is None else bits_only)
         data = {"workdir": str(self.workdir), "name": self.name, "conflicts": sorted(conflicts)}
+        data["bits_only"] = sorted(bits & set(conflicts))
         tmp = self.dir / (META + ".tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.dir / META)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(self.dir)  # workspaces/ and the working directory's key too, 0700
         with open(self.dir / LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
@@ -187,7 +192,7 @@ class Workspace:
             )
         return self._flow_in()
 
-    def _sync_base(self, before: Callable[[str, bool], None] | None) -> None:
+    def _sync_base(self, before: Callable[[str, bool], None] | None, keep: bool = False) -> None:
         _, self._base = sync_with_record(
             self.workdir,
             self.base,
@@ -196,10 +201,11 @@ class Workspace:
             excludes=self.excludes,
             guard=self.guard,
             before=before,
+            keep=keep,
         )
 
     def _create(self) -> Refresh:
-        for sub in (TREE, BASE, BASES, THEIRS, RUNNING, CLEAN, FLOWING):
+        for sub in (TREE, BASE, BASES, THEIRS, RUNNING, CLEAN, FLOWING, UNDO):
             delete_path(self.dir / sub)
         self._clean = None
         (self.dir / FLOWING).touch()  # base and its record agree once the sync ends
@@ -217,29 +223,38 @@ class Workspace:
     def _flow_in(self) -> Refresh:
         """The person's edits since the last flow-in (workspace_flow.py); no command of the
         workspace runs (the callers checked)."""
-        conflicts = set(self.conflicts())
+        conflicts, bits = set(self.conflicts()), set(self.conflicts("bits_only"))
         flowed: list[str] = []
         new: list[str] = []
         if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: finish it
             copy_stamps.forget(self.dir / CLEAN)  # its pairs may vouch where base moved
             self._clean = None
-            flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts)
+            flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts, bits)
         # The journal (workspace_flow.py); while it stands, _diff walks base instead of
         # trusting its record.
         (self.dir / FLOWING).write_bytes(b"")
+        delete_path(self.dir / UNDO)  # a way back left by a flow killed while undoing
         flow = Flow(self.dir, self.dir / FLOWING)
         try:
-            self._sync_base(flow.before)
+            self._sync_base(flow.before, keep=True)
+        except SprawlError as err:
+            flow.close()
+            self._base = None  # gone with the failed sync: the next one compares bytes
+            self._clean = None
+            raise flow.undone(self.dir / CLEAN, self.name, err) from err.__cause__
         finally:
             flow.close()
-        flowed, new = (a + b for a, b in zip((flowed, new), flow.finish(conflicts), strict=True))
+        delete_path(self.dir / UNDO)
+        done = flow.finish(conflicts, bits)
+        flowed, new = (a + b for a, b in zip((flowed, new), done, strict=True))
         clean = self._clean if self._clean is not None else Clean.load(self.dir / CLEAN)
         if clean.forget((*flow.judged, *flow.modes)):  # base moved on under those pairs
             clean.save(self.dir / CLEAN)
         self._clean = clean
-        # A conflict ends once both sides hold the same again.
-        conflicts = {c for c in conflicts if not self._same(c)}
-        self._save(sorted(conflicts))
+        # A conflict ends once both sides hold the same again (a directory's bits, for one
+        # on its bits alone).
+        conflicts = {c for c in conflicts if not ended(self.tree, self.base, c, c in bits)}
+        self._save(sorted(conflicts), sorted(bits))
         (self.dir / FLOWING).unlink()
         return Refresh(flowed_in=flowed, conflicts=sorted(conflicts), new_conflicts=new)
 
@@ -278,9 +293,6 @@ class Workspace:
             self._clean = Clean.load(self.dir / CLEAN)
             self._clean.dirty = False
         return self._clean
-
-    def _same(self, rel: str) -> bool:
-        return same(self.tree, self.base, rel)
 
     # --- what the agent did, and what to do with it ---------------------------------------
 
@@ -345,6 +357,7 @@ class Workspace:
                 protected_globs=protected_globs,
                 unprotect=unprotect,
                 conflicts_by_name=conflicts_by_name,
+                bits_only=self.conflicts("bits_only"),
             )
             if not dry_run and not self.running():
                 self._flow_in()  # what was applied is now in the person's tree: base too
@@ -363,26 +376,14 @@ class Workspace:
                     f"not a conflict of workspace {self.name!r}",
                     f"see them with: sprawl-orch workspace show {self.name}",
                 )
-            # The agent may have made a directory on the way a link or a file: the person's
-            # version needs the directory, so the person's whole entry there is taken (a
-            # link is never written through; replace_path would refuse it).
-            parts = rel.split("/")
-            for i in range(1, len(parts)):
-                on_way = "/".join(parts[:i])
-                st = scan_one(self.tree, on_way)
-                if st is not None and not stat.S_ISDIR(st.st_mode):
-                    rel = on_way
-                    break
-            replace_path(self.base, self.tree, rel)
-            delete_path(self.dir / THEIRS / rel)
-            self._save([c for c in self.conflicts() if not overlaps(c, {rel})])
+            self._save(take(self.dir, rel, self.conflicts(), self.conflicts("bits_only")))
 
     def discard(self) -> None:
         """Drop the workspace: the next command in it starts from the person's tree."""
         with self._lock():
             if not self.exists():
                 raise self.gone()
-            for sub in (TREE, BASE, BASES, THEIRS, RUNNING):
+            for sub in (TREE, BASE, BASES, THEIRS, RUNNING, UNDO):
                 delete_path(self.dir / sub)
             copy_stamps.forget(self.dir / STAMPS)
             copy_stamps.forget(self.dir / CLEAN)

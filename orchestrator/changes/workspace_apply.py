@@ -39,18 +39,22 @@ def apply_entries(
     protected_globs: Sequence[str],
     unprotect: Sequence[str],
     conflicts_by_name: bool,
+    bits_only: Sequence[str] = (),
 ) -> ApplyResult:
     """Apply ``entries`` (the workspace's changes; all, or ``paths``) to the working
     directory; each overlapping a named conflict is refused with where the person's version
     is kept, unless chosen by name and ``conflicts_by_name``. Call under the workspace's
-    lock."""
+    lock. A conflict in ``bits_only`` (a directory's own bits) holds that directory's
+    entry alone: the agent's changes under it are not the conflict's."""
     tree = place.dir / TREE
     chosen = {p.strip("/") for p in paths or ()}
-    named = set(conflicts)
+    bits = set(bits_only)
+    named = set(conflicts) - bits
     held = [
         e.path
         for e in entries
-        if overlaps(e.path, named) and (e.path not in chosen or not conflicts_by_name)
+        if (overlaps(e.path, named) or e.path in bits)
+        and (e.path not in chosen or not conflicts_by_name)
     ]
     todo = [e for e in entries if e.path not in held]
     record = _change_record(place)

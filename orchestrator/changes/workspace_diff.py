@@ -5,7 +5,7 @@ A workspace (workspace.py) keeps three trees in its state directory: ``tree`` (t
 conflicting and changed paths. Both trees are ours (made by syncs and by this module), but
 the agent's commands wrote ``tree``: nothing in it is followed -- entries are read with
 ``lstat``, files opened ``O_NOFOLLOW``, and a path is only written after every directory on
-the way was seen to be a real directory (``_real_parent``).
+the way was seen to be a real directory (``real_parent``).
 
 Equality is exact: kind, permission bits, a link's target, a file's bytes (compared in full
 when the sizes match). Bytes are only skipped by the racy-clean rule (copy/stamps.py), on
@@ -174,7 +174,7 @@ def overlaps(path: str, others: set[str]) -> bool:
     return any(o.startswith(path + "/") for o in others)
 
 
-def _real_parent(root: Path, rel: str) -> Path:
+def real_parent(root: Path, rel: str) -> Path:
     """The directory that holds ``rel`` under ``root``, made where missing, every step a real
     directory (a link on the way is refused: a command may have planted one)."""
     here = root
@@ -194,7 +194,7 @@ def _real_parent(root: Path, rel: str) -> Path:
 def replace_path(src_root: Path, dst_root: Path, rel: str) -> None:
     """Make ``rel`` in ``dst_root`` what it is in ``src_root`` (absent included): the old
     entry is deleted without following links, the new one copied with bits and times."""
-    parent = _real_parent(dst_root, rel)
+    parent = real_parent(dst_root, rel)
     dst = parent / rel.split("/")[-1]
     delete_path(dst)
     src = src_root / rel

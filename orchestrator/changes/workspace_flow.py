@@ -10,6 +10,14 @@ alone into ``tree``; one the agent changed too is a conflict (the agent's versio
 person's is kept under ``theirs/``), unless both now hold the same. A directory whose
 permission bits alone changed on the person's side gets them in ``tree`` too, unless the
 agent changed that directory's bits as well (then it is a conflict like any other).
+
+A base sync that fails midway (the person's tree unreadable, a bound hit, a disk error) is
+undone (:meth:`Flow.undo`): the workspace stays as it was before the command. Each path the
+sync wrote is put back from where its old version is: ``tree`` for a path the agent left
+alone (the two were equal, the judgement just proved it), ``undo/`` for one it changed (saved
+there in :meth:`Flow.before`, before the sync overwrote it), the recorded bits for a
+directory whose bits alone changed. Before, the failed sync deleted base, and the next
+command made the workspace afresh: the agent's work was lost.
 """
 
 from __future__ import annotations
@@ -20,8 +28,17 @@ import os
 import stat
 from pathlib import Path
 
-from sprawl_orch.changes.workspace_diff import diff, overlaps, replace_path, same_entry
-from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, scan_one
+from sprawl_orch.changes.workspace_diff import (
+    diff,
+    overlaps,
+    real_parent,
+    replace_path,
+    same_entry,
+)
+from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, UNDO, scan_one
+from sprawl_orch.changes.workspace_walk import Clean
+from sprawl_orch.copy.sync import delete_path
+from sprawl_orch.core.errors import SprawlError
 
 
 def same(tree: Path, base: Path, rel: str) -> bool:
@@ -37,6 +54,17 @@ def same(tree: Path, base: Path, rel: str) -> bool:
     return True
 
 
+def ended(tree: Path, base: Path, rel: str, bits_only: bool) -> bool:
+    """Whether conflict ``rel`` is over: both sides hold the same again (for one on a
+    directory's bits alone: two directories with the same bits)."""
+    if not bits_only:
+        return same(tree, base, rel)
+    a, b = scan_one(tree, rel), scan_one(base, rel)
+    if a is None or b is None or not stat.S_ISDIR(a.st_mode) or not stat.S_ISDIR(b.st_mode):
+        return same(tree, base, rel)
+    return stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode)
+
+
 class Flow:
     """One flow-in of a workspace (its directory ``ws``): filled by the base sync's
     ``before`` calls, then :meth:`finish`."""
@@ -46,6 +74,10 @@ class Flow:
         self.bases, self.theirs = ws / BASES, ws / THEIRS
         self.judged: dict[str, bool] = {}  # path the person changed -> the agent changed it too
         self.modes: dict[str, bool] = {}  # directory whose bits alone the person changed -> same
+        self.undo_dir = ws / UNDO
+        # The way back, in the order the sync wrote: (path, where its old version is: "tree",
+        # "undo", or the directory's old bits). A path under one written whole is not listed.
+        self._back: list[tuple[str, str | int]] = []
         # Each judgement is written down before the sync overwrites base there: a flow cut
         # short after the sync would otherwise leave the person's edit in base only, where
         # `changes` shows it as the agent's undoing and apply writes that over the person's.
@@ -60,7 +92,7 @@ class Flow:
         with open(journal, encoding="utf-8") as lines:
             for line in lines:
                 try:
-                    rel, mode_only, changed = json.loads(line)
+                    rel, mode_only, changed, *_ = json.loads(line)
                 except ValueError:
                     continue  # the line the kill tore: its path is judged again by the sync
                 (flow.modes if mode_only else flow.judged)[str(rel)] = bool(changed)
@@ -73,6 +105,7 @@ class Flow:
     def before(self, rel: str, mode_only: bool) -> None:
         rel = rel.replace(os.sep, "/")
         self._judge(rel, mode_only)
+        self._way_back(rel, mode_only)
         if self._journal is not None:
             done = self.modes[rel] if mode_only else self.judged[rel]
             self._journal.write(json.dumps([rel, mode_only, done]) + "\n")
@@ -95,6 +128,72 @@ class Flow:
             # knowledge of the person's tree).
             with contextlib.suppress(OSError):
                 self._keep_base(rel)
+
+    def _way_back(self, rel: str, mode_only: bool) -> None:
+        """Note (and for a path the agent changed, save) base's ``rel`` before the sync
+        overwrites it. Raising here fails the sync before it writes ``rel``: nothing of it
+        to put back, so the note is only made once its saved copy is whole."""
+        if mode_only:
+            self._back.append((rel, stat.S_IMODE(os.lstat(self.base / rel).st_mode)))
+            return
+        parts = rel.split("/")
+        if any("/".join(parts[:i]) in self.judged for i in range(1, len(parts))):
+            return  # under a path this sync made or replaced: put back with it
+        if not self.judged[rel]:
+            self._back.append((rel, "tree"))  # equal to base's: the judgement just said so
+            return
+        self.undo_dir.mkdir(mode=0o700, exist_ok=True)
+        replace_path(self.base, self.undo_dir, rel)  # absent: makes the parents
+        if not os.path.lexists(self.base / rel):
+            Path(str(self.undo_dir / rel) + ".absent").touch()
+        self._back.append((rel, "undo"))
+
+    def undo(self) -> None:
+        """Put base back as it was before this flow's sync (which failed): every path the
+        sync wrote, newest first. ``tree`` is only read."""
+        for rel, where in reversed(self._back):
+            if isinstance(where, int):
+                fd = os.open(self.base / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                try:
+                    os.fchmod(fd, where)
+                finally:
+                    os.close(fd)
+            elif where == "tree":
+                replace_path(self.tree, self.base, rel)
+            elif os.path.lexists(str(self.undo_dir / rel) + ".absent"):
+                delete_path(self.base / rel)
+            else:
+                replace_path(self.undo_dir, self.base, rel)
+        self._back.clear()
+        delete_path(self.undo_dir)
+
+    def undone(self, clean_at: Path, name: str, err: SprawlError) -> SprawlError:
+        """The base sync failed (``err``): put base back (:meth:`undo`), so the workspace is
+        as it was before this command, drop the clean pairs of the paths it wrote (their base
+        side was rewritten) and end the journal; ``err`` says so, its class and fields kept
+        (a bound's numbers reach the result). ``tree`` and the conflicts were not touched."""
+        try:
+            self.undo()
+            clean = Clean.load(clean_at)
+            if clean.forget((*self.judged, *self.modes)):
+                clean.save(clean_at)
+            if self._journal is not None:
+                os.unlink(self._journal.name)
+        except OSError as also:
+            err.detail += (
+                f"; the person's edits could not flow into workspace {name!r}, and putting "
+                f"its base back failed too ({also}). The agent's changes in {self.tree} are "
+                "untouched; the next command finishes the flow-in"
+            )
+        else:
+            err.detail += (
+                f"; the person's edits did not flow into workspace {name!r}: it is kept as "
+                "it was before this command (the agent's changes and the named conflicts "
+                "untouched)"
+            )
+            err.recovery += "; then run the command again"
+        err.args = (err.message(),)
+        return err
 
     def _agent_changed(self, rel: str) -> bool:
         parts = rel.split("/")
@@ -131,9 +230,12 @@ class Flow:
             if not os.path.lexists(self.base / rel):
                 Path(str(kept) + ".absent").touch()
 
-    def finish(self, conflicts: set[str]) -> tuple[list[str], list[str]]:
+    def finish(
+        self, conflicts: set[str], bits_only: set[str] | None = None
+    ) -> tuple[list[str], list[str]]:
         """After the sync: (what flowed into ``tree``, the conflicts new now); ``conflicts``
-        is updated in place."""
+        is updated in place, and ``bits_only``: the conflicts on a directory's own bits."""
+        bits_only = bits_only if bits_only is not None else set()
         agent = {p for p, changed in self.judged.items() if changed}
         flowed: list[str] = []
         new: list[str] = []
@@ -147,6 +249,7 @@ class Flow:
                 if rel not in conflicts:
                     new.append(rel)
                 conflicts.add(rel)
+                bits_only.discard(rel)  # now a conflict on the whole entry
                 replace_path(self.base, self.theirs, rel)
                 continue
             replace_path(self.base, self.tree, rel)
@@ -161,8 +264,12 @@ class Flow:
             if stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode):
                 continue
             if agent_bits:
-                new.extend(() if rel in conflicts else (rel,))
+                if rel not in conflicts:
+                    new.append(rel)
+                    bits_only.add(rel)
                 conflicts.add(rel)
+                if rel in bits_only:
+                    keep_bits(self.theirs, rel, stat.S_IMODE(b.st_mode))
                 continue
             # No command of the workspace runs (flow-in), yet a link planted earlier must
             # not redirect the chmod: the directory is opened without following one.
@@ -173,3 +280,66 @@ class Flow:
                 os.close(fd)
             flowed.append(rel)
         return flowed, new
+
+
+def keep_bits(theirs: Path, rel: str, bits: int) -> None:
+    """The person's version of a conflict on directory ``rel``'s own bits: a directory
+    ``theirs/rel`` with those bits (what the base holds: the sync gives every directory u+rwx).
+    Other conflicts' versions kept inside it stay."""
+    st = scan_one(theirs, rel)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        delete_path(theirs / rel)
+        st = None
+    if st is None:
+        os.mkdir(real_parent(theirs, rel) / rel.split("/")[-1], 0o700)
+    fd = os.open(theirs / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, bits)
+    finally:
+        os.close(fd)
+
+
+def take(ws: Path, rel: str, conflicts: list[str], bits_only: list[str]) -> list[str]:
+    """`workspace take`: the person's version of conflict ``rel`` into workspace ``ws``'s tree;
+    the conflicts left. One on a directory's bits alone takes only those bits: the agent's
+    entries under it, and the other conflicts there (kept in theirs/ under it), stay."""
+    tree, base, theirs = ws / TREE, ws / BASE, ws / THEIRS
+    if rel in bits_only and _take_bits(tree, base, rel):
+        with contextlib.suppress(OSError):  # not empty: other conflicts' versions, kept
+            (theirs / rel).rmdir()
+        return [c for c in conflicts if c != rel]
+    rel = _take_whole(base, tree, rel)
+    delete_path(theirs / rel)
+    return [c for c in conflicts if not overlaps(c, {rel})]
+
+
+def _take_bits(tree: Path, base: Path, rel: str) -> bool:
+    """Take the person's bits of directory ``rel`` into ``tree`` (a conflict on its bits
+    alone: the agent's entries under it are not the conflict's, and stay); False when either
+    side is no longer a directory (then the person's whole entry is taken)."""
+    a, b = scan_one(tree, rel), scan_one(base, rel)
+    if a is None or b is None or not stat.S_ISDIR(a.st_mode) or not stat.S_ISDIR(b.st_mode):
+        return False
+    # No command of the workspace need be stopped for it: the directory is opened without
+    # following a link an agent's command may have put on its place since the lstat.
+    fd = os.open(tree / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, stat.S_IMODE(b.st_mode))
+    finally:
+        os.close(fd)
+    return True
+
+
+def _take_whole(base: Path, tree: Path, rel: str) -> str:
+    """Take the person's whole entry ``rel`` into ``tree``; the path taken, which is a
+    directory on the way where the agent made that a link or a file: the person's version
+    needs the directory (a link is never written through; replace_path would refuse it)."""
+    parts = rel.split("/")
+    for i in range(1, len(parts)):
+        on_way = "/".join(parts[:i])
+        st = scan_one(tree, on_way)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            rel = on_way
+            break
+    replace_path(base, tree, rel)
+    return rel

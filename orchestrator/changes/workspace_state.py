@@ -8,6 +8,8 @@
     bases/         the base version of every path the agent changed (three-way, kept until
                    applied or discarded; absent there = the path did not exist)
     theirs/        the person's version of every conflicting path
+    undo/          during a flow-in: the base's version of each path the agent changed that
+                   the base sync overwrites, to put back if the sync fails (workspace_flow.py)
     meta.json      working directory, name, conflicts
     clean.stamps   workspace_walk.py: equal file pairs of tree and base, by stamp
     flowing        present while a flow-in (the base sync) runs; one left behind says the
@@ -33,6 +35,7 @@ from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 CLEAN = "clean.stamps"  # workspace_walk.py: equal file pairs of tree and base, by stamp
 FLOWING = "flowing"  # present while a flow-in runs: one cut short left base unrecorded
+UNDO = "undo"  # a flow-in's way back (workspace_flow.py): deleted before and after each
 TREE, BASE, STAMPS, BASES, THEIRS, META, LOCK, RUNNING = (
     "tree",
     "base",

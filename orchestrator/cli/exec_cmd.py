@@ -25,7 +25,7 @@ from sprawl_orch.cli.common import (
     find_config,
     say_refusal,
 )
-from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.terminal import json_safe, safe
 from sprawl_orch.runs.results import ExecResult, Refusal, exceptional
 
@@ -102,6 +102,10 @@ def _say(result: ExecResult) -> None:
             click.echo(f"sprawl-orch: not in the copy: {safe(left)}", err=True)
     if result.changes is not None and result.changes.total:
         click.echo(f"sprawl-orch: {changes_line(result.changes)}", err=True)
+    elif result.changes is not None and result.changes.note:
+        # A workspace's note says what a person must know with no change too: made afresh
+        # (its state may have been deleted), held back, conflicts.
+        click.echo(f"sprawl-orch: no changes; {safe(result.changes.note)}", err=True)
 
 
 @click.command("exec", context_settings={"allow_interspersed_args": False})
@@ -169,6 +173,21 @@ def exec_command(
     command = list(argv)
     if shell:
         command = [" ".join(argv)] if len(argv) > 1 else command
+    if workspace is not None and not workdir.is_dir():
+        # A workspace's working directory moved or deleted (issue 23's bad input): a coded
+        # refusal naming it, not click's bare usage error; the workspace stays as it was.
+        gone = SprawlError(
+            ErrorCode.STORAGE_FATAL,
+            str(workdir),
+            f"the working directory of workspace {workspace!r} is missing or not a directory "
+            "(moved or deleted); the workspace is kept in the state directory as it was",
+            "restore the directory (or move it back) and run again; `sprawl-orch workspace "
+            "list` shows the workspaces and their directories",
+        )
+        _finish(
+            exceptional("unavailable", gone, command=command, shell=shell, where=where), as_json
+        )
+        return
     try:
         config = find_config(workdir, config_path)
     except SprawlError as err:

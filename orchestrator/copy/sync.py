@@ -98,12 +98,19 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _discarding(err: SprawlError, copy: Path, record: Path | None) -> SprawlError:
-    """Delete the half-synced copy and its record; say so in the error if that fails too."""
+_GONE = {False: "; the partial copy is deleted", True: ""}  # keep: the caller says what it did
+
+
+def _discarding(
+    err: SprawlError, copy: Path, record: Path | None, keep: bool = False
+) -> SprawlError:
+    """Delete the half-synced copy (unless ``keep``) and its record; say so in the error if
+    that fails too."""
     try:
         if record is not None:
             copy_stamps.forget(record)
-        delete_path(copy)
+        if not keep:
+            delete_path(copy)
     except OSError as gone:
         return SprawlError(
             err.code,
@@ -141,6 +148,7 @@ def sync_with_record(
     guard: Guard | None = None,
     touched: list[str] | None = None,
     before: Callable[[str, bool], None] | None = None,
+    keep: bool = False,
 ) -> tuple[FileWork, copy_stamps.SyncRecord]:
     """Make ``copy`` equal ``source`` file by file (design §5); see the module docstring.
     Returns what the sync did and the new stamp record (saved to ``record`` if given).
@@ -155,7 +163,8 @@ def sync_with_record(
     before only a directory's permission bits change), see walk.Walk.before. ``progress``
     hears (files, bytes, done) now and then, and with ``done`` at the end. On any refusal or
     failure the copy and its record are deleted before
-    SprawlError is raised.
+    SprawlError is raised -- but for ``keep``: then only the record goes, and the caller
+    puts the copy back (a workspace's base: ``before`` told it every path written).
     """
     source, copy = Path(source), Path(copy)
     excludes = excludes or Excludes()
@@ -187,7 +196,7 @@ def sync_with_record(
             refusal = refusals.refusal(
                 src, str(source), excludes, bounds, detail, key, bound="files", reached=counted
             )
-            raise _discarding(refusal, copy, record)
+            raise _discarding(refusal, copy, record, keep)
     walk = Walk(
         side,
         src,
@@ -213,7 +222,7 @@ def sync_with_record(
         if record is not None and (walk.dirty or old is None):
             copy_stamps.save(walk.new, record)
     except SprawlError as err:
-        raise _discarding(err, copy, record) from err.__cause__
+        raise _discarding(err, copy, record, keep) from err.__cause__
     except SourceUnreadable as err:
         cause = err.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.ELOOP:
@@ -228,27 +237,29 @@ def sync_with_record(
                 "following symbolic links fails with ELOOP (a "
                 "symbolic link to a directory that contains it makes an endless tree)",
             )
-            raise _discarding(refusal, copy, record) from cause
+            raise _discarding(refusal, copy, record, keep) from cause
         raise _discarding(
             SprawlError(
                 ErrorCode.STORAGE_FATAL,
                 err.path,
-                f"cannot read it to copy it: {err.reason}; the partial copy is deleted",
+                f"cannot read it to copy it: {err.reason}{_GONE[keep]}",
                 "make the file readable, or remove it from the working directory",
             ),
             copy,
             record,
+            keep,
         ) from err.__cause__
     except OSError as err:
         raise _discarding(
             SprawlError(
                 ErrorCode.STORAGE_FATAL,
                 str(copy),
-                f"syncing {src} into the copy failed: {err}; the partial copy is deleted",
+                f"syncing {src} into the copy failed: {err}{_GONE[keep]}",
                 "check free space and permissions in the scratch directory",
             ),
             copy,
             record,
+            keep,
         ) from err
     finally:
         side.close(parent)

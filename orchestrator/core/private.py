@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import struct
 import tempfile
 from pathlib import Path
 
@@ -44,9 +45,39 @@ def private_file(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     return os.open(path, flags | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
 
 
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK = 2, 4, 8, 16
+
+
+def _open_to_others(path: Path, st: os.stat_result) -> bool:
+    """Whether anyone but us, or more than the sandbox uid's search, gets into ``path``.
+    With a POSIX ACL the group bits of the mode are the ACL's mask: a search entry of the
+    sandbox uid (native_fallbacks/sandbox_uid.grant_search) shows as g+x there. Tightening
+    that with a chmod masked the entry out while another process's bwrap was reaching its
+    workspace's tree under the state directory: that bwrap failed (exit 1), a flake of two
+    CLI processes in one workspace at once."""
+    bits = stat.S_IMODE(st.st_mode)
+    if bits & 0o007:
+        return True
+    if not bits & 0o070:
+        return False
+    try:
+        raw = os.getxattr(path, _ACL_XATTR)
+    except OSError:
+        return True  # no ACL (or none readable): the group bits are the group's
+    if len(raw) < 4 or (len(raw) - 4) % 8:
+        return True  # not an ACL we can read: tightened
+    for tag, perm, _ in struct.iter_unpack("<HHI", raw[4:]):
+        if tag in (_ACL_GROUP_OBJ, _ACL_GROUP) and perm:
+            return True
+        if tag in (_ACL_USER, _ACL_MASK) and perm & ~0o1:
+            return True  # more than search for a named user
+    return False
+
+
 def _tighten(path: Path, mode: int) -> None:
     st = os.lstat(path)
-    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+    if st.st_uid == os.geteuid() and _open_to_others(path, st):
         os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077 & 0o7777 | (mode & 0o700))
 
 
@@ -65,7 +96,7 @@ def prepare_state(state: Path) -> Path:
         raise _refuse(state, "is not a directory")
     if st.st_uid != os.geteuid():
         raise _refuse(state, f"belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})")
-    if stat.S_IMODE(st.st_mode) & 0o077:
+    if _open_to_others(state, st):
         os.chmod(state, 0o700)
     for name in OWN_DIRS:
         sub = state / name

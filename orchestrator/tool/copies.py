@@ -165,7 +165,13 @@ def workspace_changes(lease: WorkspaceLease) -> Callable[[str], Changes]:
             return Changes(note=f"workspace {ws.name!r}: changes could not be computed: {err}")
         notes = [f"workspace {ws.name!r}: the agent's changes against the person's tree"]
         if refresh.created:
-            notes.append("made now from the person's tree")
+            # A new process can't tell a first use from a state directory deleted since the
+            # last command (issue 23: say so, never pretend): the note says both.
+            notes.append(
+                f"made now from the person's tree: no workspace {ws.name!r} was kept for "
+                "this directory (a new name, or its state directory was deleted, and any "
+                "changes in it with it)"
+            )
         if refresh.flowed_in:
             notes.append(f"the person's edits flowed in first: {', '.join(refresh.flowed_in)}")
         if refresh.held_back and refresh.note:

@@ -328,7 +328,14 @@ class ExecTool(ChangesApi, BacklogApi, LifetimeApi):
         changes: Callable[[str], Changes] | None = None
         if arm.name is not ArmName.HOST and workspace is not None:
             watcher = self.guardian()
-            copy = lease_workspace(self.copies, workspace, workspace in self._workspaces)
+            try:
+                copy = lease_workspace(self.copies, workspace, workspace in self._workspaces)
+            except SprawlError:
+                # Reported gone (its state was deleted): the refusal tells the agent to run
+                # again to start afresh, so the next command must not be called gone too.
+                if not self.workspace(workspace).exists():
+                    self._workspaces.discard(workspace)
+                raise
             self._workspaces.add(workspace)
             cwd = copy.path
             ready = getattr(arm, "ready_copy", None)

@@ -178,3 +178,15 @@ def engine_image(request: pytest.FixtureRequest) -> tuple[str, str]:
     """(engine name, image ID) for each engine: parametrizes a test over both."""
     name = str(request.param)
     return name, str(request.getfixturevalue(f"{name}_image"))
+
+
+@pytest.fixture(scope="session")
+def python_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One state directory for the python arm's tests: the first command compiles the 26 MB
+    module (5-50 s on the 2-core machine), every later one, in any test file, loads it."""
+    from sprawl_orch.native_fallbacks import wasi_module
+
+    why = wasi_module.missing_why()
+    if why is not None:
+        missing(f"the python arm's runtime: {why} (pip install -e '.[test]')")
+    return tmp_path_factory.mktemp("pystate")

@@ -19,16 +19,12 @@ import pytest
 from sprawl_orch import Config, ExecTool, SprawlError
 from sprawl_orch.core.errors import ErrorCode
 from sprawl_orch.native_fallbacks import wasi_module
-from tests.integration.conftest import missing
 
 
 @pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One state directory for the module: the first command compiles, the rest map it."""
-    why = wasi_module.missing_why()
-    if why is not None:
-        missing(f"the python arm's runtime: {why} (pip install -e '.[test]')")
-    return tmp_path_factory.mktemp("pystate")
+def state(python_state: Path) -> Path:
+    """The session's state directory (conftest): the first command compiles, the rest load it."""
+    return python_state
 
 
 def tool_for(

@@ -125,3 +125,49 @@ def test_person_directory_chmod_reaches_the_next_command(setup: tuple[Path, Path
     seen = run(proj, config, "stat -c %a pkg; grep -c 'return 11' pkg/more.py", arm)
     assert seen["stdout"] == "750\n1\n", seen
     assert "pkg" in str(seen["changes"]["note"])  # type: ignore[index]
+
+
+def test_a_failed_flow_in_keeps_the_workspace_as_it_was(setup: tuple[Path, Path, str]) -> None:
+    """The person's tree goes over a bound midway through the base sync: the command is
+    refused, saying the workspace is kept as it was; the agent's work is all there (a failed
+    sync had deleted the base, and the next call made the workspace afresh without it)."""
+    proj, config, arm = setup
+    config.write_text(config.read_text() + "[sandbox.copy]\nmax_bytes = 200000\n")
+    run(proj, config, "echo agent > pkg/more.py; echo mine > agent.txt", arm)
+    (proj / "README").write_text("person readme\n")
+    # 0.6x the bound each: whichever the sync meets second is over it, in any walk order
+    (proj / "big1").write_bytes(b"1" * 120_000)
+    (proj / "pkg" / "big2").write_bytes(b"2" * 120_000)
+    person = files(proj)
+    done = cli(proj, config, "exec", "--json", "--workspace", "fix", "--shell", "--", "true")
+    answer = json.loads(done.stdout or done.stderr)
+    assert done.returncode != 0 and answer["code"] == "E_COPY_BOUND", answer
+    assert "'fix': it is kept as it was before this command" in answer["detail"], answer
+    assert files(proj) == person
+    shown = json.loads(cli(proj, config, "workspace", "show", "--json", "fix").stdout)
+    assert [c["path"] for c in shown["changes"]] == ["agent.txt", "pkg/more.py"], shown
+    (proj / "big1").unlink()
+    seen = run(proj, config, "cat pkg/more.py agent.txt README; wc -c < pkg/big2", arm)
+    assert seen["stdout"] == "agent\nmine\nperson readme\n120000\n", seen
+
+
+def test_a_conflict_on_a_directorys_bits_is_kept_and_taken_alone(
+    setup: tuple[Path, Path, str],
+) -> None:
+    """Both sides chmod one directory: the person's bits are kept under theirs/ and named;
+    `workspace take` takes those bits only, never the agent's files under the directory."""
+    proj, config, arm = setup
+    run(proj, config, "chmod 705 pkg; echo agent > pkg/new.py; echo 2 > pkg/more.py", arm)
+    os.chmod(proj / "pkg", 0o750)
+    both = run(proj, config, "true", arm)
+    assert "conflicts" in str(both["changes"]["note"]), both  # type: ignore[index]
+    shown = json.loads(cli(proj, config, "workspace", "show", "--json", "fix").stdout)
+    theirs = Path(shown["conflicts"]["pkg"])
+    assert oct(theirs.stat().st_mode & 0o777) == oct(0o750), shown
+    taken = cli(proj, config, "workspace", "take", "fix", "pkg")
+    assert taken.returncode == 0, taken.stderr
+    seen = run(proj, config, "stat -c %a pkg; cat pkg/new.py pkg/more.py", arm)
+    assert seen["stdout"] == "750\nagent\n2\n", seen
+    shown = json.loads(cli(proj, config, "workspace", "show", "--json", "fix").stdout)
+    assert shown["conflicts"] == {}, shown
+    assert sorted(c["path"] for c in shown["changes"]) == ["pkg/more.py", "pkg/new.py"]

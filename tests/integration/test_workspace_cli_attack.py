@@ -127,3 +127,68 @@ def test_a_huge_file_flowing_in_refuses_the_next_command_and_keeps_the_work(
     assert [c["path"] for c in view["changes"]] == ["a"], view
     assert (Path(view["path"]) / "a").read_text() == "agent\n"
     assert (proj / "big").stat().st_size == 3_000_000
+
+
+def test_state_deleted_between_cli_calls_is_said_not_pretended(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A new CLI process can't tell a first use from a deleted state directory: `show` says
+    there is no such workspace, and the next command says it made the workspace afresh and
+    why that may be -- on the terminal too (it printed nothing with no change)."""
+    proj, config = setup
+    ex(proj, config, "echo agent > agent-only.txt")
+    subprocess.run(["rm", "-rf", str(tmp_path / "state")], check=True)
+    shown = subprocess.run(
+        _argv(proj, config, "workspace", "show", "w"),
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert shown.returncode != 0 and "no workspace 'w'" in shown.stderr, shown.stderr
+    argv = _argv(proj, config, "exec", "--workspace", "w", "--shell", "--", "ls")
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["README"], done
+    said = "no workspace 'w' was kept for this directory (a new name, or its state directory"
+    assert said in done.stderr, done.stderr
+
+
+def test_another_cli_process_starting_does_not_cut_the_way_to_the_tree(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The cause of the flake above, made steady: every CLI process prepares the state
+    directory as it starts, and its chmod 0700 masked out the sandbox uid's search entry
+    while a workspace command's bwrap was reaching the tree under it ("bwrap: Can't find
+    source path .../w/tree: Permission denied", exit 1). Here one process prepares it over
+    and over while commands start in the workspace: every one runs."""
+    proj, config = setup
+    ex(proj, config, "true")
+    loop = (
+        "import sys, time\nfrom pathlib import Path\n"
+        "from sprawl_orch.core.private import prepare_state\n"
+        "end = time.monotonic() + 60\n"
+        "while time.monotonic() < end:\n    prepare_state(Path(sys.argv[1]))\n"
+    )
+    other = subprocess.Popen([sys.executable, "-c", loop, str(tmp_path / "state")])
+    try:
+        for n in range(4):
+            result = ex(proj, config, f"echo {n} > n{n}.txt")
+            assert result["exit_code"] == 0, result["stderr"]
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_moved_working_directory_is_a_coded_refusal_and_the_workspace_kept(
+    setup: tuple[Path, Path],
+) -> None:
+    proj, config = setup
+    ex(proj, config, "echo agent > agent-only.txt")
+    proj.rename(proj.with_name("moved"))
+    argv = _argv(proj, config, "exec", "--json", "--workspace", "w", "--shell", "--", "true")
+    done = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=300)
+    answer = json.loads(done.stdout)
+    assert done.returncode == 125 and answer["code"] == "E_STORAGE_FATAL", answer
+    assert "workspace 'w' is missing" in answer["detail"] and "kept" in answer["detail"]
+    proj.with_name("moved").rename(proj)  # moved back: the agent's work is all there
+    assert ex(proj, config, "cat agent-only.txt")["stdout"] == "agent\n"

@@ -115,3 +115,45 @@ def test_the_flow_through_serve(config: Path, tmp_path: Path) -> None:
         assert proc.stdin is not None
         proc.stdin.close()
         assert proc.wait(120) == 0
+
+
+def test_state_deleted_between_commands_is_said_once_then_made_afresh(
+    config: Path, tmp_path: Path
+) -> None:
+    """The workspace's state deleted between two commands of one serve: the next says it is
+    gone (never pretends the agent's work is there), and the one after starts afresh, as
+    that refusal says (it stayed "gone" for every later command of the run)."""
+    tree = tmp_path / "tree"
+    proc = subprocess.Popen(
+        [*CLI, "serve", "-C", str(tree), "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    ids = iter(range(1, 1000))
+
+    def ex(line: str) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        request = {"id": next(ids), "op": "exec", "command": line, "shell": True}
+        proc.stdin.write(json.dumps({**request, "run": "r", "workspace": True}) + "\n")
+        proc.stdin.flush()
+        answer: dict[str, Any] = json.loads(proc.stdout.readline())
+        got: dict[str, Any] = answer.get("result", answer)
+        if got.get("code") in ("E_TOOL_UNAVAILABLE", "E_SANDBOX_DENIED"):
+            missing(f"the arm is not available here: {got.get('detail')}")
+        return got
+
+    try:
+        person = sorted(p.name for p in tree.iterdir())
+        assert ex("echo agent > agent-only.txt")["exit_code"] == 0
+        subprocess.run(["rm", "-rf", str(tmp_path / "state" / "workspaces")], check=True)
+        gone = ex("cat agent-only.txt")
+        assert gone["code"] == "E_STORAGE_FATAL" and "is gone" in gone["detail"], gone
+        assert "afresh" in gone["recovery"], gone
+        fresh = ex("ls")
+        assert fresh["exit_code"] == 0 and fresh["stdout"].split() == person, fresh
+        assert "made now from the person's tree" in str(fresh["changes"]["note"]), fresh
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(120) == 0

@@ -104,3 +104,40 @@ def test_a_state_directory_in_a_directory_others_may_write_is_refused(tmp_path: 
     assert "others may write" in err.value.detail
     shared.chmod(0o1777)  # sticky: only the state directory's owner may rename it
     assert prepare_state(shared / "state") == shared / "state"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can set an ACL for another uid")
+def test_the_sandbox_uids_search_entry_survives_another_process_start(tmp_path: Path) -> None:
+    """A root caller's workspace tree lives under the state directory, reached by the
+    sandbox uid through its search entry (g+x in the mode: the ACL mask). Every new CLI
+    process prepares the state directory; its chmod 0700 masked the entry out while another
+    process's bwrap was on its way to the tree -- that bwrap failed with exit 1 (the flake
+    of two CLI processes in one workspace at once). A truly open one is still tightened."""
+    from sprawl_orch.native_fallbacks.sandbox_uid import (
+        RANGE_START,
+        _acl_of,
+        can_search,
+        grant_search,
+    )
+
+    state = prepare_state(tmp_path / "state")
+    (state / "workspaces" / "key" / "w" / "tree").mkdir(parents=True, mode=0o700)
+    (state / "outputs").mkdir(mode=0o700)
+    uid = RANGE_START + 78
+    try:
+        grant_search(state / "workspaces" / "key" / "w" / "tree", uid, state / "outputs")
+    except SprawlError as err:
+        pytest.skip(f"no POSIX ACLs on this filesystem: {err.detail}")
+
+    def searchable(p: Path) -> bool:
+        st = os.stat(p)
+        return can_search(st, _acl_of(str(p), st), uid)
+
+    assert searchable(state) and searchable(state / "outputs")
+    prepare_state(state)  # what the second CLI process does while the first starts bwrap
+    assert searchable(state) and searchable(state / "outputs")
+    assert stat.S_IMODE(os.stat(state).st_mode) & 0o007 == 0
+    # More than the search entry (the owning group given r-x): tightened as ever.
+    state.chmod(0o750)
+    prepare_state(state)
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700 and not searchable(state)

@@ -99,7 +99,9 @@ def test_flow_in_cut_short_walks_the_base(
     ws.show(ended=ws.last_mark)
     (tree / "docs" / "a.md").write_text("person\n")
 
-    def killed(self: workspace_flow.Flow, conflicts: set[str]) -> tuple[list[str], list[str]]:
+    def killed(
+        self: workspace_flow.Flow, conflicts: set[str], bits: set[str] | None = None
+    ) -> tuple[list[str], list[str]]:
         raise KeyboardInterrupt  # the process dies between the sync and the flow
 
     monkeypatch.setattr(workspace_flow.Flow, "finish", killed)

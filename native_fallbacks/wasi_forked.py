@@ -1,0 +1,267 @@
+"""The python arm's runtime process (wasi_runtime.py) from sprawl-orch's side, and the
+`Running` of one command it forked.
+
+The runtime is started once per arm and loads the verified compiled module once; each
+command is a process it forks (issue 31: a Python start and `import wasmtime` per command cost
+0.9-1.2 s). Every command is still a process of its own in its own session: announced to the
+guardian as a process group before it runs, put in the run's cgroup, killed with SIGKILL
+(137) by the window, halt or release, and never reaped until it is gone -- the runtime
+reaps it only when `finish` asks, so the pid signalled cannot be another's.
+
+The runtime is replaced, and the command's result says so, when it has ended (killed, or
+crashed) or when the cache file changed since it loaded it: VerifiedModule checks the file's
+state before every fork and hashes it again when it moved; the new runtime maps the fd that
+check opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.private import private_dirs, private_file
+from sprawl_orch.native_fallbacks import wasi_runtime
+from sprawl_orch.native_fallbacks.wasi_module import VerifiedModule
+from sprawl_orch.runs.launch import Finished, Launch, Watcher
+from sprawl_orch.runs.process import GROUPS, can_use_pidfd
+
+
+def usable() -> bool:
+    """Fork, sessions and pidfds (Linux): elsewhere a Python per command (wasi_guest.py)."""
+    return hasattr(os, "fork") and GROUPS and can_use_pidfd()
+
+
+class Runtime:
+    """The runtime process; thread-safe (serve starts commands from many threads)."""
+
+    def __init__(self, module: VerifiedModule, logs: Path) -> None:
+        self._module = module
+        self._logs = logs
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._loaded: tuple[int, ...] = ()
+        # A replacement warm() made, said by the next command's result.
+        self._said: str | None = None
+
+    def warm(self) -> None:
+        """Start (or replace) the runtime in the background, while the command's copy is
+        made: a one-shot CLI call otherwise waited its ~1 s start after the copy. A failure
+        here is raised again by fork(), in the command."""
+        if self._proc is not None and self._proc.poll() is None:
+            return  # racy by design: fork() checks again under the lock
+        threading.Thread(target=self._warm, name="wasm-runtime-warm", daemon=True).start()
+
+    def _warm(self) -> None:
+        # the command that follows tries again and says what is wrong
+        with self._lock, contextlib.suppress(Exception):
+            self._said = self._ensure() or self._said
+
+    def _ensure(self) -> str | None:
+        fd = self._module.fd()  # re-checked (hashed again) when the file changed
+        stamp = self._module.stamp()
+        said = None
+        if self._proc is not None:
+            status = self._proc.poll()
+            if status is None and stamp == self._loaded:
+                return None
+            if status is None:
+                said = (
+                    "the compiled module's file changed since the python arm's runtime "
+                    "process loaded it; it was checked again and a new runtime loaded it"
+                )
+            else:
+                said = (
+                    f"the python arm's runtime process (pid {self._proc.pid}) had ended "
+                    f"(status {status}); a new one was started"
+                )
+            self._stop()
+        self._start(fd)
+        self._loaded = stamp
+        return said
+
+    def _start(self, module_fd: int) -> None:
+        ours, theirs = socket.socketpair()
+        log = private_dirs(self._logs) / "runtime.stderr"
+        stderr = private_file(log)
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    wasi_runtime.__file__,
+                    str(theirs.fileno()),
+                    str(module_fd),
+                ],
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(theirs.fileno(), module_fd),
+                # Its own session: a terminal's Ctrl+C meant for us does not reach it.
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+            os.close(stderr)
+        self._sock = ours
+        answer, _ = wasi_runtime.receive(ours)
+        if answer is None or "ready" not in answer:
+            self._stop()
+            if answer is not None and "error" in answer:
+                raise SprawlError(
+                    ErrorCode.SANDBOX_DENIED,
+                    str(self._module.entry.path),
+                    f"the python arm's runtime refused the compiled module: {answer['error']}",
+                    f"remove {self._module.entry.path.parent}; the next command compiles it afresh",
+                )
+            last = ""
+            # unreadable: the error is raised without the log's last line
+            with contextlib.suppress(OSError):
+                last = log.read_text(encoding="utf-8", errors="replace").strip()
+            raise SprawlError(
+                ErrorCode.TOOL_UNAVAILABLE,
+                '[sandbox] arm = "python"',
+                "the python arm's runtime process ended before it was ready: "
+                + (last.splitlines()[-1] if last else "(nothing on its stderr)"),
+                f"see {log}; reinstall the runtime: pip install 'sprawl-orch[python]'",
+            )
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()  # EOF: the runtime ends itself
+            self._sock = None
+        if self._proc is not None:
+            # Killed, not waited out: it holds nothing to save, and its exit (wasmtime's
+            # teardown) held a one-shot CLI call back by ~0.1-0.5 s on the loaded machine.
+            # Its commands are sessions of their own, unharmed.
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+        self._loaded = ()
+
+    def _ask(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        assert self._sock is not None
+        try:
+            wasi_runtime.send(self._sock, message, fds)
+            answer, _ = wasi_runtime.receive(self._sock)
+        except OSError:
+            # the runtime died under us (killed): the caller starts another
+            answer = None
+        if answer is None:
+            raise ConnectionError("the python arm's runtime process ended")
+        return answer
+
+    def fork(self, spec: dict[str, Any], fds: list[int]) -> tuple[int, str | None]:
+        """A command's process, waiting on its go fd; and a sentence if the runtime was
+        replaced first."""
+        with self._lock:
+            said = self._ensure() or self._said
+            self._said = None
+            try:
+                return int(self._ask({"op": "run", "spec": spec}, fds)["pid"]), said
+            except ConnectionError:
+                said = self._ensure() or said
+                return int(self._ask({"op": "run", "spec": spec}, fds)["pid"]), said
+
+    def reap(self, pid: int) -> int | None:
+        """The command's exit status (128+N for signal N); None when the runtime that forked
+        it is gone (its orphan was reaped by init)."""
+        with self._lock:
+            if self._sock is None or self._proc is None or self._proc.poll() is not None:
+                return None
+            try:
+                status = self._ask({"op": "reap", "pid": pid}, [])["status"]
+            except ConnectionError:
+                return None
+        return None if status is None else (128 - status if status < 0 else int(status))
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+class ForkedGuest:
+    """One command the runtime forked: a `Running`. Signals go through a pidfd, so they reach
+    this process even if the runtime died and its pid was reaped and reused."""
+
+    def __init__(self, runtime: Runtime, spec: dict[str, Any], launch: Launch) -> None:
+        self._runtime = runtime
+        self._watcher: Watcher = launch.watcher
+        private_dirs(launch.outputs)
+        self.stdout_path = launch.outputs / "stdout"
+        self.stderr_path = launch.outputs / "stderr"
+        out = private_file(self.stdout_path)
+        err = private_file(self.stderr_path)
+        go_r, go_w = os.pipe()
+        try:
+            self.pid, self.said = runtime.fork(spec, [out, err, go_r])
+        except BaseException:
+            os.close(go_w)
+            raise
+        finally:
+            for fd in (out, err, go_r):
+                os.close(fd)
+        self._pidfd = os.pidfd_open(self.pid)
+        self._killed = False
+        try:
+            with contextlib.suppress(psutil.Error):
+                created = psutil.Process(self.pid).create_time()
+                self._watcher.process_group(self.pid, created)
+            if launch.join is not None:
+                launch.join.join(self.pid)
+            os.write(go_w, b"g")
+        except BaseException:
+            # never released (the cgroup refused it): ended, reaped, the guardian told
+            os.close(go_w)
+            self.kill()
+            self.finish()
+            raise
+        os.close(go_w)
+
+    def wait(self, timeout: float | None) -> bool:
+        ready, _, _ = select.select([self._pidfd], [], [], timeout)
+        return bool(ready)
+
+    def kill(self) -> None:
+        self._killed = True
+        self._signal()
+        self.wait(None)
+
+    def _signal(self) -> None:
+        # ended already: nothing to signal
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def pids(self) -> list[int]:
+        # The guest cannot start a process (wasip1): the command is this one process.
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE:
+                return [self.pid]
+        return []
+
+    def finish(self) -> Finished:
+        self.wait(None)
+        self._signal()
+        self._watcher.process_group_gone(self.pid)  # before the reap frees the number
+        code = self._runtime.reap(self.pid)
+        os.close(self._pidfd)
+        if code is None and self._killed:
+            code = 137
+        return Finished(
+            exit_code=code,
+            stdout_path=self.stdout_path,
+            stderr_path=self.stderr_path,
+            killed=self._killed,
+        )
