@@ -3,8 +3,9 @@ for the exhaustion attack in tests/unit/test_egress_exhaustion.py: the test proc
 clients and the upstream, so every descriptor counted here is the proxy's.
 
 Argv: the upstream's port, optionally a hard limit too (the soft one's 1024). Prints the
-proxy's port; on each stdin line, prints how many of 64 files it could still open, then how
-many descriptors it holds; EOF closes it."""
+proxy's port; on each empty stdin line, prints how many of 64 files it could still open, then
+how many descriptors it holds; `fill N` leaves it N free descriptors, `free` gives the rest
+back; EOF closes it and prints its records (allowed, bytes up, reason)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,24 @@ def main() -> None:
     listener = socket.create_server(("127.0.0.1", 0), backlog=512)
     print(listener.getsockname()[1], flush=True)
     proxy.serve(listener)
-    for _ in sys.stdin:
+    filled: list[int] = []
+    for line in sys.stdin:
+        if line.startswith("fill "):
+            # Leave exactly N descriptors free: a real EMFILE for the proxy's next steps.
+            while True:
+                try:
+                    filled.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError:  # EMFILE: the process is full, as meant
+                    break
+            for _ in range(int(line.split()[1])):
+                os.close(filled.pop())
+            print("filled", flush=True)
+            continue
+        if line.startswith("free"):
+            while filled:
+                os.close(filled.pop())
+            print("freed", flush=True)
+            continue
         opened = []
         for _ in range(64):
             try:
@@ -43,6 +61,8 @@ def main() -> None:
             with contextlib.suppress(OSError):
                 os.close(fd)
     proxy.close()
+    for record in proxy.records():
+        print(f"{record.allowed} {record.bytes_up} {record.reason}", flush=True)
 
 
 if __name__ == "__main__":

@@ -75,3 +75,54 @@ def test_a_full_proxy_of_spliced_tunnels_leaves_the_process_descriptors(
             tls.close()
         proc.stdin.close()
         proc.wait(timeout=60)
+
+
+def test_a_tunnel_without_descriptors_for_its_pipes_ends_recorded(tls_up: Upstream) -> None:
+    # Was a break: the pipe was made in the splice thread; its EMFILE ended that thread
+    # unseen (an exception on stderr), the hello never went up, and the record said "allowed,
+    # tunnel closed". Four descriptors left: the accept, the upstream connection and the first
+    # direction's pipe get them, the second direction's pipe does not.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.egress.limited_proxy", str(tls_up.port)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        address = ("127.0.0.1", int(proc.stdout.readline()))
+        ctx = tls_up.client_context()
+        ctx.check_hostname = False
+        _get(address, tls_up.port, ctx)  # the proxy's first connection opens what it keeps
+        proc.stdin.write("fill 4\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "filled"
+        status, sock = connect_through(address, f"127.0.0.1:{tls_up.port}")
+        assert status == 200
+        sock.settimeout(20)
+        with pytest.raises((ssl.SSLError, ConnectionError)):  # cut, not left hanging
+            ctx.wrap_socket(sock, server_hostname=None)
+        sock.close()
+        proc.stdin.write("free\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "freed"
+        _get(address, tls_up.port, ctx)  # the proxy itself lives on
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    records = proc.stdout.read().splitlines()
+    assert len(records) == 3
+    # Before: "True 0 tunnel closed" (the failure hidden). Now refused, named, and its bytes
+    # counted as they went (the first direction may have carried the hello up).
+    allowed, _, reason = records[1].split(" ", 2)
+    assert allowed == "False" and reason.startswith(
+        "the proxy failed on this connection: OSError(24"
+    )
+
+
+def _get(address: tuple[str, int], port: int, ctx: ssl.SSLContext) -> None:
+    status, sock = connect_through(address, f"127.0.0.1:{port}")
+    assert status == 200
+    with ctx.wrap_socket(sock, server_hostname=None) as tls:
+        tls.sendall(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+        assert tls.recv(100).startswith(b"HTTP/1.")
