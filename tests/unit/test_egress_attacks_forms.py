@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from sprawl_orch.egress import flows
 from sprawl_orch.egress.addresses import refused
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.record import Egress
@@ -177,3 +178,34 @@ def test_a_host_inside_tls_is_not_seen(make_proxy: Make, tls_up: Upstream) -> No
     assert b"x-seen-host: unlisted.example.org" in answer.lower() and answer.endswith(BODY)
     (record,) = _records(proxy)
     assert record.allowed and record.host == "localhost"
+
+
+def test_a_slow_hello_is_cut(
+    make_proxy: Make, tls_up: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was a break: the head had a deadline, the ClientHello only one per read — a byte every
+    # few seconds held the checked upstream connection open for days (16 KiB at 30 s each)
+    # while its SNI was never decided. The whole hello now has the head's deadline.
+    monkeypatch.setattr(flows, "HEAD_TIMEOUT", 1.0)
+    proxy, address = make_proxy(f"localhost:{tls_up.port}", "127.0.0.1")
+    status, sock = connect_through(address, f"localhost:{tls_up.port}")
+    assert status == 200
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.settimeout(None)  # with a timeout, Python polls before a MSG_DONTWAIT recv
+    hello = _client_hello("localhost")
+    ended = False
+    for byte in hello[:60]:  # one byte every 0.1 s: each read well within the deadline
+        try:
+            sock.sendall(bytes([byte]))
+            time.sleep(0.1)
+            ended = sock.recv(1, socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            continue  # nothing to read: the tunnel is still open
+        except OSError:
+            ended = True  # reset by the proxy
+        if ended:
+            break
+    sock.close()
+    assert ended, "60 bytes of a hello over 6 s and the tunnel still waits"
+    (record,) = _records(proxy)
+    assert not record.allowed and record.bytes_up == 0
