@@ -208,4 +208,4 @@ def test_a_slow_hello_is_cut(
     sock.close()
     assert ended, "60 bytes of a hello over 6 s and the tunnel still waits"
     (record,) = _records(proxy)
-    assert not record.allowed and record.bytes_up == 0
+    assert not record.allowed and record.bytes_up == 0 and "ClientHello within" in record.reason
