@@ -254,7 +254,11 @@ class EgressProxy:
             else:
                 record = await flow.run()
         except asyncio.CancelledError:
-            record = flow.ended("the proxy closed (the run ended)")
+            # Cancelled by close() (the run ended) or by _abandon (the loop died first).
+            ended = "the proxy closed (the run ended)"
+            if self.failure is not None:
+                ended = f"the proxy failed, which cut this connection: {self.failure}"
+            record = flow.ended(ended)
         except Exception as err:
             # Every connection is recorded, whatever broke in its flow (an unexpected parser
             # or codec error went to asyncio's log and left the attempt unnamed).
