@@ -126,3 +126,37 @@ def _get(address: tuple[str, int], port: int, ctx: ssl.SSLContext) -> None:
     with ctx.wrap_socket(sock, server_hostname=None) as tls:
         tls.sendall(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
         assert tls.recv(100).startswith(b"HTTP/1.")
+
+
+_TWO_PROXIES = """
+import resource
+from sprawl_orch.egress.proxy import EgressProxy
+from sprawl_orch.egress.rules import Rules
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+first = EgressProxy(Rules.parse(("example.org",)))
+first.start()
+second = EgressProxy(Rules.parse(("example.org",)))
+second.start()
+print(first.max_connections)
+print(second.max_connections)
+print(second.cap_note)
+first.close()
+third = EgressProxy(Rules.parse(("example.org",)))
+third.start()
+print(third.max_connections)
+second.close()
+third.close()
+"""
+
+
+def test_proxies_in_one_process_share_its_descriptors() -> None:
+    # A server runs many commands, each with its own proxy: the second proxy's cap fits what
+    # the first left (here nothing), and says why; a closed proxy gives its share back.
+    done = subprocess.run(
+        [sys.executable, "-c", _TWO_PROXIES], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    first, second, note, third = done.stdout.splitlines()
+    assert 100 < int(first) < MAX_CONNECTIONS and second == "0"
+    # The second proxy's own loop (an epoll and its wake-up pipe) still holds a few.
+    assert "descriptor limit" in note and int(first) - 2 <= int(third) <= int(first)
