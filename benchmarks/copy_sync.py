@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sprawl_orch.copy import pool as copy_pool
 from sprawl_orch.copy.sync import Bounds, FileWork, sync
 
 
@@ -84,7 +85,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=16 * 1024)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--workers", type=int, default=None, help="copy workers (default: copy.pool.WORKERS)"
+    )
     args = parser.parse_args()
+    if args.workers is not None:
+        copy_pool.WORKERS = args.workers
     for tool in ("cp", "rsync"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (apt-get install -y {tool})")
@@ -158,7 +164,7 @@ def main() -> None:
     ]
     print(
         f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "
-        f"median of {args.reps}"
+        f"median of {args.reps}, {copy_pool.WORKERS} copy workers, load {os.getloadavg()[0]:.1f}"
     )
     print(f"{'case':<26}{'ours':<17}{'ms':>8}  {'raw':<32}{'ms':>8}  {'ratio':>6}")
     for case, ours_name, ours_ms, raw_name, raw_ms in rows:

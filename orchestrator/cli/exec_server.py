@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import TypedDict
 
+from sprawl_orch.core import served_memo
 from sprawl_orch.core.exec_place import context, peer
 
 IDLE_SECONDS = 300.0
@@ -42,7 +43,7 @@ HEADER_LIMIT = 8 << 20  # argv + environment; the kernel's ARG_MAX is far below
 
 
 # What a call imports lazily, inside functions (found by listing sys.modules after one call
-# per arm): 45 modules, ~100 ms a call paid again in every fork until named here.
+# per arm): 49 modules, ~100 ms a call paid again in every fork until named here.
 LAZY = (
     "psutil",
     "resource",
@@ -65,6 +66,12 @@ LAZY = (
     "sprawl_orch.native_fallbacks.bwrap",
     "sprawl_orch.native_fallbacks.copied_tree",
     "sprawl_orch.native_fallbacks.probe",
+    # every arm's offer asks whether Landlock is there (found the same way, 2026-12-02:
+    # ~16 ms of a copied_tree call's 60 ms were these imports)
+    "sprawl_orch.native_fallbacks.landlock",
+    "sprawl_orch.native_fallbacks.landlock_helper",
+    "sprawl_orch.native_fallbacks.seccomp_landlock",
+    "encodings.ascii",
 )
 
 
@@ -115,7 +122,8 @@ def serve(path: Path, idle: float) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    calls: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the caller's conn)
+    # pidfd -> (pid, the caller's conn, the read end of what the call learned)
+    calls: dict[int, tuple[int, socket.socket, int]] = {}
     poller = select.poll()
     poller.register(listener, select.POLLIN)
     last = time.monotonic()
@@ -134,24 +142,31 @@ def serve(path: Path, idle: float) -> int:
                     if not _same(conn, own):
                         conn.close()  # another uid's or context's: nothing read or answered
                         continue
+                    learned, teach = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
                     pid = os.fork()
                     if pid == 0:
                         listener.close()
+                        os.close(learned)
                         # other callers' connections and calls are not this call's: held
                         # here, a dead server's caller waited on a live call's copy for EOF
-                        for pidfd, (_, other) in calls.items():
+                        for pidfd, (_, other, theirs) in calls.items():
                             os.close(pidfd)
+                            os.close(theirs)
                             other.close()
-                        _call(conn)  # never returns
+                        _call(conn, teach)  # never returns
+                    os.close(teach)
                     pidfd = os.pidfd_open(pid)
-                    calls[pidfd] = (pid, conn)
+                    calls[pidfd] = (pid, conn, learned)
                     poller.register(pidfd, select.POLLIN)
                 elif fd in calls:
-                    pid, conn = calls.pop(fd)
+                    pid, conn, learned = calls.pop(fd)
                     poller.unregister(fd)
                     os.close(fd)
                     _, status = os.waitpid(pid, 0)
                     _answer(conn, status)
+                    # after the answer: the caller does not wait for the server's memory
+                    served_memo.take_learned(learned)
+                    os.close(learned)
                     last = time.monotonic()
     finally:
         if listener.fileno() >= 0:
@@ -180,8 +195,9 @@ def _answer(conn: socket.socket, status: int) -> None:
     conn.close()
 
 
-def _call(conn: socket.socket) -> None:
-    """The forked process of one call: the in-process CLI in the caller's place."""
+def _call(conn: socket.socket, teach: int) -> None:
+    """The forked process of one call: the in-process CLI in the caller's place; what it
+    learned (core/served_memo.py) goes back to the server on `teach` before it ends."""
     code = 125
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -208,6 +224,7 @@ def _call(conn: socket.socket) -> None:
         with contextlib.suppress(OSError):  # the caller's stderr is gone: no one to tell
             os.write(2, f"sprawl-orch: E_INTERNAL: exec server call: {err!r}\n".encode())
     _flush()
+    served_memo.send_learned(teach)
     # Said by the call itself, so that a server that died meanwhile loses no status.
     with contextlib.suppress(OSError):  # the caller is gone: no one to tell
         conn.sendall(f"exit {code}\n".encode())

@@ -21,13 +21,15 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sprawl_orch.core.exec_place import Refused, check_private, peer_uid, socket_path
+
+if TYPE_CHECKING:
+    import subprocess
 
 START_SECONDS = 10.0
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGWINCH)
@@ -57,6 +59,10 @@ def _is_socket(mode: int) -> bool:
 def start_server(path: Path) -> subprocess.Popen[bytes]:
     """The server, in a session of its own, with a scrubbed environment: what it needs to find
     Python and its engines; each call brings its own environment (never kept)."""
+    # imported here: only the first client of a server starts it (subprocess and what it
+    # imports, selectors and threading, were ~10% of every client's start)
+    import subprocess
+
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "XDG_RUNTIME_DIR", "SPRAWL_EXEC_SERVER_IDLE")
     from sprawl_orch.core.exec_place import KEY_NAMES
 

@@ -88,6 +88,10 @@ class ContainerArm:
         # holds the copy's range may another command take that range explicitly).
         self._on_copy: dict[Path, int] = {}
         self._on_copy_lock = threading.Lock()
+        # copy -> the host owner ready_copy gave it to, taken by the create that follows
+        # (container/create.py): its own whole-copy walk found nothing to re-own, and cost
+        # ~50-170 ms a call on a 10 000-file tree (benchmarks/cli_profile.py)
+        self._given: dict[Path, tuple[int, int]] = {}
 
     @classmethod
     def from_offer(
@@ -171,6 +175,19 @@ class ContainerArm:
     def egress_reach(self) -> str | None:
         return reach(self.engine.name, self.config.warm) if self.egress_gap is None else None
 
+    def image_trust_store(self) -> bytes | None:
+        """The CA certificates the admitted image trusts (container/image_cas.py), read once
+        per image; None for an engine sprawl-orch does not drive itself (a test's double)."""
+        from sprawl_orch.container.image_cas import image_cas
+        from sprawl_orch.engines.docker import DockerEngine
+        from sprawl_orch.engines.podman import PodmanEngine
+
+        admission = self.admission()
+        engine = self.engine
+        if admission.image is None or not isinstance(engine, (DockerEngine, PodmanEngine)):
+            return None
+        return image_cas(engine, admission.image)
+
     def prepare(self, workdir: Path) -> None:
         admission = self.admission()
         if not admission.admitted:
@@ -191,18 +208,24 @@ class ContainerArm:
         here, so the copy is not chowned twice; `changes` then compares the bytes of what
         start() re-owned (exact, slower). A rootless caller gives it away only at start too
         (ownership.given_away): the stamps are read by the caller, who can't once it's given."""
+        self.take_given(copy.resolve())  # an earlier call's, never this one's to trust
         admission = self.admission()
         user = fit_limits(self.config, self.host).uid_gid
         userns = admission.userns if admission.admitted else None
         if userns is not None and (userns.uid_map is None or given_away(userns)):
             return False
-        return give_copy(
-            self.engine if admission.admitted else None,
-            userns,
-            copy.resolve(),
-            host_owner(userns, *user, {}),
-            user,
+        owner = host_owner(userns, *user, {})
+        changed = give_copy(
+            self.engine if admission.admitted else None, userns, copy.resolve(), owner, user
         )
+        with self._on_copy_lock:
+            self._given[copy.resolve()] = owner
+        return changed
+
+    def take_given(self, copy: Path) -> tuple[int, int] | None:
+        """The owner ready_copy just gave `copy` to (once), or None: the caller walks."""
+        with self._on_copy_lock:
+            return self._given.pop(copy, None)
 
     def start(self, launch: Launch) -> Running:
         try:

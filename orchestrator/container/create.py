@@ -52,6 +52,8 @@ class ContainerArmLike(Protocol):
 
     def left_copy(self, copy: Path) -> None: ...
 
+    def take_given(self, copy: Path) -> tuple[int, int] | None: ...
+
 
 def _limits(limits: Limits) -> dict[str, object]:
     """The numbers a result's statement names when the kernel enforced one of them."""
@@ -155,7 +157,11 @@ def create_verified(
         # the copy goes to the host uid the command's uid is: with podman's
         # --userns=auto that is known only now, from the container's own map
         owner = _owner(arm, admission, inspect)
-        give_copy(engine, admission.userns, copy, owner, fit_limits(arm.config, arm.host).uid_gid)
+        # ready_copy gave this copy to this owner a moment ago in this call, and nothing
+        # but our read-only stamp walk touched it since (the copy's lease is ours alone)
+        if arm.take_given(copy) != owner:
+            user = fit_limits(arm.config, arm.host).uid_gid
+            give_copy(engine, admission.userns, copy, owner, user)
     except SprawlError as err:
         arm.left_copy(copy)
         left = remove_quietly(engine, container, launch, name)

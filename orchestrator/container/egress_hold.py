@@ -23,7 +23,6 @@ would be the way.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
 import stat
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from sprawl_orch.container.admitted import Admission
+from sprawl_orch.core import served_memo
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.egress.plan import EgressPlan
 from sprawl_orch.engines.engine import ContainerEngine
@@ -57,17 +57,34 @@ GATE_DIR = "/.sprawl-gate"
 GATE_SCRIPT = f'read -r _ < {GATE_DIR}/gate && exec "$@"'
 
 
-@functools.cache
 def static_busybox() -> str | None:
     """The host's busybox when it is statically linked (busybox-static): it runs in any
-    image, whatever its libc."""
+    image, whatever its libc. `ldd` cost ~15-35 ms of every docker call (benchmarks/
+    cli_profile.py): its answer is remembered under the binary's stat (core/served_memo.py),
+    so a replaced or rebuilt busybox is asked about again."""
     found = shutil.which("busybox")
     if found is None:
         return None
     path = os.path.realpath(found)
-    done = subprocess.run(["ldd", path], capture_output=True, text=True)
-    said = done.stdout + done.stderr
-    return path if "not a dynamic executable" in said or "statically linked" in said else None
+    try:
+        st = os.stat(path)
+    except OSError:  # gone between which and stat: no busybox to hold with
+        return None
+    key: list[served_memo.Json] = [
+        path,
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    ]
+    static = served_memo.recall("static-busybox", key)
+    if not isinstance(static, bool):
+        done = subprocess.run(["ldd", path], capture_output=True, text=True)
+        said = done.stdout + done.stderr
+        static = "not a dynamic executable" in said or "statically linked" in said
+        served_memo.learn("static-busybox", key, static)
+    return path if static else None
 
 
 @dataclass

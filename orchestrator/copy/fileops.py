@@ -143,6 +143,22 @@ def copy_file(
     )
 
 
+def copy_opened_into(
+    sfd: int, sst: os.stat_result, src_path: str, name: str, dst_fd: int, mode: int, budget: int
+) -> tuple[int, os.stat_result]:
+    """copy_file once the source is open and checked (``sfd``, closed here): what a copy
+    worker (copy/pool.py) runs."""
+    return copy_opened(
+        sfd,
+        sst,
+        src_path,
+        lambda: os.open(name, CREATE_FLAGS, 0o600, dir_fd=dst_fd),
+        lambda dfd: os.fchmod(dfd, mode),
+        lambda: os.unlink(name, dir_fd=dst_fd),
+        budget,
+    )
+
+
 def copy_new(
     src: Source,
     create: Callable[[], int],
@@ -155,7 +171,20 @@ def copy_new(
     new file's ``fstat`` after ``finish``. The source is opened before anything is created:
     ``src.open`` checks it is the very file judged (copy/source.py: a flipped link)."""
     sfd, sst = src.open()
-    src_path = src.path
+    return copy_opened(sfd, sst, src.path, create, finish, discard, budget)
+
+
+def copy_opened(
+    sfd: int,
+    sst: os.stat_result,
+    src_path: str,
+    create: Callable[[], int],
+    finish: Callable[[int], None],
+    discard: Callable[[], None],
+    budget: int,
+) -> tuple[int, os.stat_result]:
+    """copy_new's work once the source is open (``sfd``, its fstat ``sst``); closes ``sfd``.
+    The copy workers (copy/pool.py) run this: the main thread opened and checked the source."""
     try:
         if not stat.S_ISREG(sst.st_mode):
             raise OSError(f"{src_path} stopped being a regular file while syncing")

@@ -45,6 +45,10 @@ only, so a tree over it is refused before anything is copied); over one -- or on
 failure to read the source (E_STORAGE_FATAL) -- the half-synced copy and its record are
 deleted. The source is never written.
 
+New files are written by copy workers (copy/pool.py: threads, as each file's create, copy and
+utime are system calls) where the copy side is directory fds; the walk still judges, counts
+and opens every source file itself, and a directory's times wait for its last worker.
+
 The copy side has two implementations with one walk (copy_walk): directory fds
 (copy_fileops.FdCopy) wherever the platform has them, else paths checked with lstat
 (copy_paths.PathCopy, Windows; its docstring says what it lacks). ``COPY_SIDE`` is chosen

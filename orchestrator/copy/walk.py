@@ -148,16 +148,13 @@ class Walk(WalkState[H]):
                     self.removed += side.remove(name, top.handle, kind)
                     if self.touched is not None:
                         self.touched.append(top.rel + os.sep + name if top.rel else name)
-                # After its last entry was written or removed (each of those sets it to now).
-                side.set_dir_times(top.handle, *top.times)
                 self._ancestors.discard(top.ident)
-                done = stack.pop()
-                side.close(done.handle)
-                source.close(done.src_fd)
+                # Its times are set after its last entry was written or removed (each of
+                # those sets them to now): now, or when its last copy worker is settled.
+                self._leave(stack.pop())
+            self._drain()
         finally:
-            for frame in stack:
-                side.close(frame.handle)
-                source.close(frame.src_fd)
+            self._stop(stack)
 
     def _entry(self, parent: SyncDir[H], entry: os.DirEntry[str]) -> SyncDir[H] | None:
         rel = parent.rel + os.sep + entry.name if parent.rel else entry.name
@@ -380,17 +377,20 @@ class Walk(WalkState[H]):
             side.remove(name, handle, old)
             fresh = False
         try:
-            budget = self.bounds.bytes - self.bytes
-            size, cst = side.copy_file(src, name, handle, mode, budget)
+            if self._pool is not None:  # a copy worker writes it (copy/pool.py)
+                self._hand_out(parent, src, name, rel, mode)
+            else:
+                budget = self.bounds.bytes - self.bytes
+                size, cst = side.copy_file(src, name, handle, mode, budget)
+                self.bytes += size
+                parent.ctimes[name] = cst.st_ctime_ns
+                self._add_path(rel)
+                self._entries += self._pack(st, cst, mode)
         except BudgetExceeded:
             raise self._over_bytes(self.bounds.bytes + 1) from None
         except SourceChanged:
             self._uncount(rel)  # nothing was created: judged afresh (_entry)
             raise
-        self.bytes += size
-        parent.ctimes[name] = cst.st_ctime_ns
-        self._add_path(rel)
-        self._entries += self._pack(st, cst, mode)
         self._counted(fresh)
         if self.touched is not None:
             self.touched.append(rel)

@@ -12,17 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from sprawl_orch.copy import refusals
+from sprawl_orch.copy import refusals, source
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
-from sprawl_orch.copy.fileops import FdCopy, Kind
+from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind
+from sprawl_orch.copy.pool import MAX_INFLIGHT, CopyPool
 from sprawl_orch.copy.side import PROGRESS_EVERY, CopySide, FileWork, Progress
+from sprawl_orch.copy.source import SourceFile
 from sprawl_orch.copy.stamps import ENTRY, SyncRecord
 from sprawl_orch.core import fs_clock
 from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import CopyBoundError
 
 H = TypeVar("H")
+_NO_ENTRY = bytes(ENTRY.size)  # the record entry of a file being written, filled in once settled
 KIND_AND_BITS = stat.S_IFMT(0o177777) | 0o7777
 ENTRY_SIZE = ENTRY.size
 
@@ -49,6 +52,15 @@ class SyncDir(Generic[H]):
     def __post_init__(self) -> None:
         self.it = iter(self.entries)
         self.ctimes: dict[str, int] = {}  # of the copy files settled here
+        # Files of this directory a copy worker (copy/pool.py) has not finished: its copy fd
+        # stays open, and its times wait, until they are settled.
+        self.pending = 0
+        self.left = False  # every entry walked and the extras removed
+
+
+# A file handed to a copy worker: its directory, name, record entry offset, judged stat, bits,
+# and the bytes the bound holds for it until settled.
+_Token = tuple[SyncDir[H], str, int, os.stat_result, int, int]
 
 
 @dataclass
@@ -108,6 +120,12 @@ class WalkState(Generic[H]):
         self.refused: list[str] = []
         self.skipped: list[str] = []
         self.skipped_more = 0
+        # New files are written by copy workers where the copy side is directory fds; each job's
+        # token: (directory, name, offset of its record entry, judged stat, bits, bytes held).
+        self._pool: CopyPool[_Token[H]] | None = (
+            CopyPool() if isinstance(self.side, FdCopy) else None
+        )
+        self._waiting: list[SyncDir[H]] = []  # left, with files still being written
 
     def work(self) -> FileWork:
         more = (f"… and {self.skipped_more} more",) if self.skipped_more else ()
@@ -203,3 +221,91 @@ class WalkState(Generic[H]):
         self._counted(fresh)
         if self.touched is not None:
             self.touched.append(rel)
+
+    # -- copy workers (copy/pool.py): the walk hands out new files and settles them in order --
+
+    def _hand_out(
+        self, parent: SyncDir[H], src: SourceFile, name: str, rel: str, mode: int
+    ) -> None:
+        """Open the judged source (every check of copy/source.py, here on the walk's thread:
+        SourceChanged leaves nothing created) and give the rest of its copy to a worker. Its
+        record entry and ctime keep the walk's order (deterministic record); the bytes bound
+        holds its size until the worker says how much it copied."""
+        pool = self._pool
+        assert pool is not None
+        sfd, sst = src.open()
+        token = (parent, name, len(self._entries), src.st, mode, sst.st_size)
+        budget = self.bounds.bytes - self.bytes
+        try:  # handle: a directory fd (the pool exists only with FdCopy)
+            pool.submit(token, sfd, sst, src.path, name, parent.handle, mode, budget)  # type: ignore[arg-type]
+        except BaseException:
+            os.close(sfd)  # no worker owns it
+            raise
+        self._add_path(rel)
+        self._entries += _NO_ENTRY
+        parent.ctimes[name] = 0
+        parent.pending += 1
+        self.bytes += sst.st_size
+        if pool.inflight < MAX_INFLIGHT:
+            self._settle(False)
+            return
+        # Full: wait until half are settled, not one by one (each wait is a wake-up of this
+        # thread, which on a busy machine costs a scheduler's time slice).
+        while pool.inflight > MAX_INFLIGHT // 2:
+            self._settle(True)
+
+    def _settle(self, block: bool) -> None:
+        """Take in what the workers finished; raise the first failure (the walk's caller
+        then stops the rest: _stop)."""
+        pool = self._pool
+        if pool is None:
+            return
+        for token, result, err in pool.settled(block):
+            parent, name, at, st, mode, held = token
+            parent.pending -= 1
+            if err is not None:
+                if isinstance(err, BudgetExceeded):
+                    raise self._over_bytes(self.bounds.bytes + 1) from None
+                raise err
+            assert result is not None
+            size, cst = result
+            self.bytes += size - held
+            if self.bytes > self.bounds.bytes:  # a file grew while other files were copied
+                raise self._over_bytes(self.bytes)
+            parent.ctimes[name] = cst.st_ctime_ns
+            self._entries[at : at + ENTRY_SIZE] = self._pack(st, cst, mode)
+            if parent.left and not parent.pending:
+                self._waiting.remove(parent)
+                self._finish(parent)
+
+    def _leave(self, frame: SyncDir[H]) -> None:
+        """A directory whose entries were all walked and extras removed: its times are set
+        once its last file is written (each new entry sets its mtime to now)."""
+        frame.left = True
+        source.close(frame.src_fd)  # listed and judged: only the copy side is left to write
+        frame.src_fd = -1
+        if frame.pending:
+            self._waiting.append(frame)
+        else:
+            self._finish(frame)
+
+    def _finish(self, frame: SyncDir[H]) -> None:
+        try:
+            self.side.set_dir_times(frame.handle, *frame.times)
+        finally:
+            self.side.close(frame.handle)
+
+    def _drain(self) -> None:
+        """Wait for every file handed out (the walk's end: the root's times wait for it)."""
+        while self._pool is not None and self._pool.inflight:
+            self._settle(True)
+
+    def _stop(self, stack: list[SyncDir[H]]) -> None:
+        """After the walk, however it ended: stop the workers (a failed walk's jobs not started
+        are cancelled; none writes after this), then close every directory still open."""
+        if self._pool is not None:
+            self._pool.shutdown()
+        for frame in (*stack, *self._waiting):
+            self.side.close(frame.handle)
+            source.close(frame.src_fd)
+        self._waiting.clear()

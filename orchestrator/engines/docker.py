@@ -129,6 +129,8 @@ class DockerEngine:
         self._home = env.get("HOME") or os.path.expanduser("~")
         self._api: APIClient | None = None
         self._streams: APIClient | None = None
+        # the daemon's /version as api() read it, for the identity() that follows it
+        self._seen_version: dict[str, Any] | None = None
 
     def endpoint(self) -> str:
         return self.host
@@ -137,22 +139,29 @@ class DockerEngine:
         if self._api is None:
             import docker
             import docker.errors
+            from docker.constants import MINIMUM_DOCKER_API_VERSION
             from docker.utils import kwargs_from_env
 
             try:
-                self._api = docker.APIClient(
+                # version="auto" asks /version, and identity() (admission, every call) asks
+                # it again: one answer serves both, a round trip less per call (issue 26).
+                api = docker.APIClient(
                     **kwargs_from_env(environment=self._conn),
-                    version="auto",
+                    version=MINIMUM_DOCKER_API_VERSION,
                     timeout=self.api_timeout,
                 )
-            except docker.errors.DockerException as err:
+                one_pool(api)
+                seen = dict(api.version(api_version=False))
+                api._version = str(seen["ApiVersion"])  # what "auto" sets
+            except Exception as err:  # what the SDK's "auto" turns into DockerException
                 raise engine_error(
                     "docker",
                     "connect",
-                    f"cannot reach the daemon at {self.host}: {err}",
+                    f"cannot reach the daemon at {self.host}: "
+                    f"Error while fetching server API version: {err}",
                     connect_recovery(self.host, str(err)),
                 ) from err
-            one_pool(self._api)
+            self._api, self._seen_version = api, seen
         return self._api
 
     def streams(self) -> APIClient:
@@ -199,8 +208,9 @@ class DockerEngine:
         from sprawl_orch.engines.engine import stamp
 
         api = self.api()
+        seen, self._seen_version = self._seen_version, None  # once: a re-admission asks anew
         try:
-            info, version = api.info(), api.version()
+            info, version = api.info(), seen or api.version()
         except docker.errors.APIError as err:
             raise engine_error(
                 "docker", "info", str(err.explanation or err), connect_recovery(self.host, str(err))

@@ -160,7 +160,7 @@ class Session:
                 )
 
     async def _answer(self, method: bytes, used: set[str], echoes: dict[bytes, bytes]) -> None:
-        forms = {f: s.placeholder for s in self.run.secrets for f in s.forms()}
+        forms = dict(self.run.forms)
         # Every form sent in this run, not this request's only: a stored echo of git's
         # re-encoded Basic blob came back to a later request, on another connection.
         forms.update(self.run.sent_forms(echoes))

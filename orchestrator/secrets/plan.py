@@ -3,9 +3,11 @@ combined CA bundle written beside its outputs, seen inside at one fixed read-onl
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -66,21 +68,32 @@ def statement_phrase(specs: tuple[Spec, ...]) -> str | None:
 
 
 def with_secrets(
-    plan: EgressPlan, specs: tuple[Spec, ...], outputs: Path, environ: Mapping[str, str]
+    plan: EgressPlan,
+    specs: tuple[Spec, ...],
+    outputs: Path,
+    environ: Mapping[str, str],
+    image: bytes | None = None,
 ) -> tuple[EgressPlan, dict[str, str]]:
     """The plan for one command, and what its environment gets (placeholders). The bundle
     replaces the command's trust store (SSL_CERT_FILE and its siblings replace, not add), so
-    it holds the host's CAs (the hosts the command reaches without interception must still
-    verify) and the run's CA."""
+    it holds what the command would have trusted without it (the hosts it reaches without
+    interception must still verify) and the run's CA: `image`, the image's own CAs (a
+    container with trust = "image"; b"" for an image with no CA store), else the host's."""
     # cryptography and the interception: paid only by a command with secrets
     from sprawl_orch.secrets.intercept import Interception
     from sprawl_orch.secrets.run import SecretRun
 
     host = host_bundle(environ)
     run = SecretRun(specs, upstream_cafile=str(host) if host is not None else None)
+    # Loaded here, before the command runs (once per trust store and process, run.py), not
+    # on the proxy's loop by the command's first intercepted connection.
+    # A store that cannot be loaded is said where it was before: by the first intercepted
+    # connection, refused and recorded (intercept.py).
+    with contextlib.suppress(ssl.SSLError, OSError):
+        run.upstream_context()
     outputs.mkdir(parents=True, exist_ok=True, mode=0o700)
     bundle = outputs / "ca-bundle.pem"
-    base = host.read_bytes() if host is not None else b""
+    base = host.read_bytes() if image is None and host is not None else image or b""
     # Public certificates only (the CA's key is never written); 0644 so the command's uid
     # can read it through the read-only bind.
     fd = os.open(bundle, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)

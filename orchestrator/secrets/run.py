@@ -3,6 +3,7 @@ run's CA, and what the proxy did with them (the result's `network.secrets`)."""
 
 from __future__ import annotations
 
+import os
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -11,6 +12,29 @@ from typing import Any
 from sprawl_orch.secrets.ca import RunCA
 from sprawl_orch.secrets.spec import Spec, placeholder
 from sprawl_orch.secrets.swap import Bound, holds
+
+_contexts: dict[tuple[str | None, tuple[int, ...]], ssl.SSLContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def upstream_context(cafile: str | None) -> ssl.SSLContext:
+    """One client context per trust store file and process, not per command: loading the
+    host's bundle (Debian's, ~140 CAs) took 30-200 ms, paid by the first intercepted
+    connection of every command. Keyed by the file's identity and mtime, so a store changed
+    on disk is read again; a client SSLContext is shared safely between connections."""
+    try:
+        st = os.stat(cafile) if cafile is not None else None
+    except OSError:  # gone: create_default_context below says so, as before the cache
+        st = None
+    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else ()
+    key = (cafile, stamp)
+    with _contexts_lock:
+        ctx = _contexts.get(key)
+        if ctx is None:
+            ctx = ssl.create_default_context(cafile=cafile)
+            ctx.set_alpn_protocols(["http/1.1"])
+            _contexts[key] = ctx
+        return ctx
 
 
 @dataclass
@@ -25,6 +49,9 @@ class SecretRun:
     _sent: dict[bytes, bytes] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _upstream: ssl.SSLContext | None = None
+    # Every form of every value -> its placeholder, what a response is scrubbed of; made once
+    # (quoting and base64 per request were a share of the intercepted path's CPU).
+    forms: dict[bytes, bytes] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.secrets = tuple(
@@ -38,6 +65,7 @@ class SecretRun:
             )
             for s in self.specs
         )
+        self.forms = {f: b.placeholder for b in self.secrets for f in b.forms()}
 
     def env(self) -> dict[str, str]:
         """What the command's environment gets: each name set to its placeholder."""
@@ -57,9 +85,7 @@ class SecretRun:
         """The real host verified against the host's trust store (the caller's SSL_CERT_FILE
         when it names one, as the host's Python would), HTTP/1.1 only."""
         if self._upstream is None:
-            ctx = ssl.create_default_context(cafile=self.upstream_cafile)
-            ctx.set_alpn_protocols(["http/1.1"])
-            self._upstream = ctx
+            self._upstream = upstream_context(self.upstream_cafile)
         return self._upstream
 
     def check_plain(self, host: str, where: str, data: bytes, bound: tuple[Bound, ...]) -> None:

@@ -71,7 +71,7 @@ class TlsEnd:
         """Decrypted bytes; b"" at the end (close_notify, or the peer just went)."""
         while True:
             try:
-                return self.tls.read(CHUNK)
+                return self._more(self.tls.read(CHUNK))
             except ssl.SSLWantReadError:
                 await self._flush()
                 if self._in.eof:
@@ -79,6 +79,24 @@ class TlsEnd:
                 await self._fill()
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return b""
+
+    def _more(self, data: bytes) -> bytes:
+        """`data` and every whole record already in hand after it. SSL_read hands out one
+        record at a time: a response whose head and body came as two records in one segment
+        was parsed as a head alone, whose wait for the body flushed the head to the command
+        by itself."""
+        if not data:
+            return data
+        out = bytearray(data)
+        while len(out) < CHUNK:
+            try:
+                more = self.tls.read(CHUNK - len(out))
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break  # nothing more in hand; the end, if it is one, comes with the next read
+            if not more:
+                break
+            out += more
+        return bytes(out)
 
     async def write(self, data: bytes) -> None:
         """Queued; sent once the queue passes FLUSH_AT or at `flush` (the session flushes

@@ -176,6 +176,15 @@ class ToolArm:
             )
         return plan
 
+    def image_trust(self, arm: Arm) -> bytes | None:
+        """What a command's secrets bundle starts from when it is not the host's: the image's
+        own CAs, for a container arm with trust = "image" (issue 25: the bundle replaces the
+        command's trust store, so what its image trusted must be in it). None: the host's."""
+        if self.config.sandbox.network.trust != "image":
+            return None
+        read = getattr(arm, "image_trust_store", None)
+        return read() if callable(read) else None
+
     def confinement(self, arm: Arm) -> Confinement:
         handed = [n for n in self.config.sandbox.credentials if n in self.environ]
         notes = [n for n in (arm.note(), passed_on_purpose(handed)) if n]

@@ -356,7 +356,7 @@ class ExecTool(ChangesApi, BacklogApi, LifetimeApi):
                 env = with_home(env, arm.name, outputs)
             if egress is not None and self._arms.secrets:
                 egress, placeholders = with_secrets(
-                    egress, self._arms.secrets, outputs, self.environ
+                    egress, self._arms.secrets, outputs, self.environ, self._arms.image_trust(arm)
                 )
                 env = {**env, **placeholders}
             if egress is not None:

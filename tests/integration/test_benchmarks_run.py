@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL: dict[str, tuple[list[str], str]] = {
     "cli_chaos.py": (["--kills", "2"], "processes left"),
     "cli_oneshot.py": (["--reps", "1", "--big-reps", "1", "--files", "50"], "ratio"),
+    "cli_profile.py": (["--reps", "1", "--files", "50"], "with a client start ratio"),
     "changes_walk.py": (["--files", "200", "--reps", "1"], "ratio ours / raw"),
     "apply_cost.py": (["--files", "50", "--reps", "1"], "ratio ours / raw"),
     "copy_sync.py": (["--files", "200", "--reps", "1"], "rsync -a --delete --checksum"),

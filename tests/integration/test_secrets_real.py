@@ -51,7 +51,11 @@ def ups() -> Iterator[tuple[Echo, Echo]]:
 
 
 def _run(
-    tmp_path: Path, ups: tuple[Echo, Echo], sandbox: dict[str, object], line: str
+    tmp_path: Path,
+    ups: tuple[Echo, Echo],
+    sandbox: dict[str, object],
+    line: str,
+    trust: str = "image",
 ) -> ExecResult:
     bound, other = ups
     tree = tmp_path / "tree"
@@ -67,7 +71,8 @@ def _run(
                         f"localhost:{other.port}",
                         "127.0.0.1",
                         "::1",
-                    ]
+                    ],
+                    "trust": trust,
                 },
                 "secrets": {"GH_PAT": {"hosts": [f"localhost:{bound.port}"]}},
             },
@@ -141,7 +146,9 @@ def test_secrets_on_containers(
         "arm": "container",
         "container": {"engine": engine, "images": {engine: python_ids[engine]}},
     }
-    result = _run(tmp_path, ups, sandbox, f"python3 -c '{script}'")
+    # trust = "host": the unbound upstream's CA is the host's (SSL_CERT_FILE), not the image's
+    # (trust = "image" is test_secrets_image_real.py's, with a CA only the image holds).
+    result = _run(tmp_path, ups, sandbox, f"python3 -c '{script}'", trust="host")
     _judge(tmp_path, ups, result, curl=False)
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from sprawl_orch.copy import fileops as copy_fileops
 from sprawl_orch.copy.bounds import Bounds, Excludes, count_files
-from sprawl_orch.copy.fileops import FdCopy
 from sprawl_orch.copy.sync import sync
 from sprawl_orch.core.errors import CopyBoundError
 
@@ -29,13 +29,15 @@ def test_a_first_sync_over_the_file_bound_copies_nothing(
 ) -> None:
     src = tree(tmp_path / "src", 21)
     copied: list[str] = []
-    real = FdCopy.copy_file
+    real = copy_fileops.copy_opened
 
-    def counting(self: FdCopy, src: Any, *args: Any) -> tuple[int, os.stat_result]:
-        copied.append(src.path)
-        return real(self, src, *args)
+    def counting(
+        sfd: int, sst: os.stat_result, path: str, *args: Any
+    ) -> tuple[int, os.stat_result]:
+        copied.append(path)  # every copy, by a copy worker (copy/pool.py) or not, comes here
+        return real(sfd, sst, path, *args)
 
-    monkeypatch.setattr(FdCopy, "copy_file", counting)
+    monkeypatch.setattr(copy_fileops, "copy_opened", counting)
     with pytest.raises(CopyBoundError) as refused:
         sync(src, tmp_path / "copy", Bounds(files=20))
     assert (refused.value.bound, refused.value.limit, refused.value.reached) == ("files", 20, 21)

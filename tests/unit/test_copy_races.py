@@ -15,6 +15,7 @@ import pytest
 
 from sprawl_orch.copy import walk as copy_walk
 from sprawl_orch.copy.fileops import FdCopy
+from sprawl_orch.copy.source import SourceFile
 from sprawl_orch.copy.sync import sync
 from sprawl_orch.core.credential_places import Guard, make_guard
 from tests.escapes.link_race import ALLOWED_DIR, ALLOWED_NAME
@@ -87,14 +88,16 @@ def test_a_plain_file_swapped_for_a_link_before_it_is_copied_is_judged_afresh(
 ) -> None:
     src, copy, secret_dir, guard = scene
     (src / "k").write_text("plain")
-    real = FdCopy.copy_file
+    real = SourceFile.open
     flipper = once(lambda: flip(src / "k", str(secret_dir / ALLOWED_NAME)))
 
-    def swapped_then_copied(self: FdCopy, *args: Any) -> tuple[int, os.stat_result]:
-        flipper()  # judged as a plain file of the tree; a link to the secret now
-        return real(self, *args)
+    def swapped_then_opened(self: SourceFile) -> tuple[int, os.stat_result]:
+        # Judged as a plain file of the tree; a link to the secret now, just before the
+        # walk opens it to hand it to a copy worker (copy/pool.py).
+        flipper()
+        return real(self)
 
-    monkeypatch.setattr(FdCopy, "copy_file", swapped_then_copied)
+    monkeypatch.setattr(SourceFile, "open", swapped_then_opened)
     work = sync(src, copy, guard=guard)
     assert secrets_in(copy) == []
     assert not (copy / "k").exists()

@@ -1,0 +1,323 @@
+"""Where the ms of one served `sprawl-orch exec -- true` go, and the floor it is measured
+against (issue 26: the targets not met are reported with these numbers).
+
+    . .ci/env && python benchmarks/cli_profile.py [--reps N]
+
+Each call is what an exec server's fork runs (cli/exec_server.py: everything preloaded, a
+fresh process per call), timed from inside, with every engine API round trip (the docker
+SDK's requests) and every program run (the docker/podman CLI, bwrap probes) timed apart;
+"python" is the rest: our own work. Medians over N calls per arm, after one call that admits.
+
+The floor of each container row is the raw mechanism's minimal equivalent with every
+guarantee kept, timed side by side with `run --rm` in the same loop:
+- docker: one connection held (as a server would), `docker create` by the CLI with our
+  argv, the verifying inspect, attach + start, wait, the inspect that reads OOMKilled, rm.
+- podman: the CLI's create, inspect, `start --attach`, inspect, rm (no API socket here).
+The thin client's own start (`python -c pass` x ~1.5, cli_oneshot's "client start") comes on
+top of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.cli_oneshot import RACY_SECONDS, config_file, raw_run
+from sprawl_orch.core import served_memo
+from sprawl_orch.images.build import build_busybox
+
+Steps = dict[str, float]
+
+
+def traced(call: Callable[[], None]) -> Steps:
+    """Run `call` with each engine round trip and program run timed by name."""
+    import requests
+
+    steps: Steps = {}
+    send = requests.Session.send
+
+    def add(key: str, took: float) -> None:
+        steps[key] = steps.get(key, 0.0) + took
+
+    def timed_send(self: Any, request: Any, **kw: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return send(self, request, **kw)
+        finally:
+            path = request.path_url.split("?")[0].split("/")[1:]
+            # /v1.43/containers/<id>/start -> api POST containers/start
+            words = [w for w in path if len(w) < 40 and not w.startswith("v1.")]
+            add(f"api {request.method} {'/'.join(words)}", time.perf_counter() - started)
+
+    popen_init, popen_wait, popen_poll = (
+        subprocess.Popen.__init__,
+        subprocess.Popen.wait,
+        subprocess.Popen.poll,
+    )
+
+    def timed_init(self: Any, argv: Any, *a: Any, **kw: Any) -> None:
+        self._bench_started = time.perf_counter()
+        words = [Path(str(argv[0])).name, *(str(w) for w in argv[1:2])]
+        self._bench_name = f"run {' '.join(words)}"
+        popen_init(self, argv, *a, **kw)
+
+    def ended(self: Any) -> None:
+        # a program's whole life, from its start to the first look that saw it gone
+        if self.returncode is not None and getattr(self, "_bench_started", None) is not None:
+            add(self._bench_name, time.perf_counter() - self._bench_started)
+            self._bench_started = None
+
+    def timed_wait(self: Any, *a: Any, **kw: Any) -> Any:
+        try:
+            return popen_wait(self, *a, **kw)
+        finally:
+            ended(self)
+
+    def timed_poll(self: Any) -> Any:
+        try:
+            return popen_poll(self)
+        finally:
+            ended(self)
+
+    from sprawl_orch.tool.copies import ToolCopies
+
+    lease, hook = ToolCopies.lease, ToolCopies.changes_hook
+
+    def timed_lease(self: Any, *a: Any, **kw: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return lease(self, *a, **kw)
+        finally:
+            add("py copy resync (ToolCopies.lease)", time.perf_counter() - started)
+
+    def timed_hook(self: Any, *a: Any, **kw: Any) -> Any:
+        collect = hook(self, *a, **kw)
+
+        def timed_collect(*b: Any, **kb: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return collect(*b, **kb)
+            finally:
+                add("py changes walk (after the command)", time.perf_counter() - started)
+
+        return timed_collect
+
+    from sprawl_orch.container import ownership
+
+    own = ownership.own_copy
+
+    def timed_own(*a: Any, **kw: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return own(*a, **kw)
+        finally:
+            add("py copy given to the container user (walk)", time.perf_counter() - started)
+
+    # patched through Any: these are timing wrappers around the real functions
+    owner: Any = ownership
+    copies: Any = ToolCopies
+    session: Any = requests.Session
+    popen: Any = subprocess.Popen
+    owner.own_copy = timed_own
+    copies.lease, copies.changes_hook = timed_lease, timed_hook
+    session.send = timed_send
+    popen.__init__, popen.wait, popen.poll = timed_init, timed_wait, timed_poll
+    started = time.perf_counter()
+    try:
+        call()
+    finally:
+        copies.lease, copies.changes_hook = lease, hook
+        owner.own_copy = own
+        session.send = send
+        popen.__init__, popen.wait, popen.poll = popen_init, popen_wait, popen_poll
+    total = time.perf_counter() - started
+    phases = sum(v for k, v in steps.items() if k.startswith("py "))
+    steps["python (the rest)"] = total - sum(steps.values())
+    steps["python (the rest)"] += phases  # the phases are python too: shown inside it
+    steps["TOTAL"] = total
+    return steps
+
+
+def forked(conf: Path, tree: Path) -> Steps:
+    """One call in a fork of this (preloaded) process, its steps back through a pipe."""
+    import json
+
+    read, write = os.pipe()
+    learned, teach = os.pipe2(os.O_NONBLOCK)
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.close(learned)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        from sprawl_orch.cli import main
+
+        def call() -> None:
+            try:
+                main(
+                    args=["exec", "-C", str(tree), "--config", str(conf), "--", "true"],
+                    prog_name="sprawl-orch",
+                )
+            except SystemExit as done:
+                if done.code not in (0, None):
+                    raise RuntimeError(f"exec ended {done.code}") from None
+
+        steps = traced(call)
+        served_memo.send_learned(teach)  # what the server keeps for the next call
+        os.write(write, json.dumps(steps).encode())
+        os._exit(0)
+    os.close(write)
+    os.close(teach)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    served_memo.take_learned(learned)
+    os.close(learned)
+    if status != 0 or not data:
+        raise SystemExit(f"the profiled call failed ({status}); run it by hand with {conf}")
+    answer: Steps = json.loads(data)
+    return answer
+
+
+def show(arm: str, runs: list[Steps]) -> None:
+    keys = sorted(
+        {k for r in runs for k in r},
+        key=lambda k: -statistics.median([r.get(k, 0.0) for r in runs]),
+    )
+    print(f"\n{arm}: one served call, medians of {len(runs)} (ms)")
+    for key in keys:
+        values = [r.get(key, 0.0) * 1000 for r in runs]
+        print(f"  {key:44} {statistics.median(values):7.1f}")
+
+
+def lstat_walk(roots: list[Path]) -> float:
+    """A metadata-only walk: one lstat per entry, as a no-change resync needs at least."""
+    started = time.perf_counter()
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in (*dirnames, *filenames):
+                os.lstat(os.path.join(dirpath, name))
+    return time.perf_counter() - started
+
+
+def wall(argv: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
+def docker_floor(image: str, tree: Path) -> float:
+    """create (CLI, our argv) -> inspect -> attach+start -> wait -> inspect -> rm."""
+    import docker
+    from docker.utils import kwargs_from_env
+
+    argv = raw_run("docker", image, tree, None)
+    create = ["docker", "create", *argv[3:]]  # drop `run --rm`
+    api = docker.APIClient(**kwargs_from_env(), version="auto")
+    started = time.perf_counter()
+    cid = subprocess.run(create, capture_output=True, text=True, check=True).stdout.strip()
+    api.inspect_container(cid)
+    sock = api.attach_socket(cid, params={"stdout": 1, "stderr": 1, "stream": 1})
+    api.start(cid)
+    api.wait(cid)
+    sock.close()
+    api.inspect_container(cid)
+    api.remove_container(cid, force=True)
+    took = time.perf_counter() - started
+    api.close()
+    return took
+
+
+def podman_floor(image: str, tree: Path) -> float:
+    argv = raw_run("podman", image, tree, "runc")
+    create = ["podman", "create", *argv[3:]]
+    started = time.perf_counter()
+    cid = subprocess.run(create, capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["podman", "container", "inspect", cid], capture_output=True, check=True)
+    subprocess.run(["podman", "start", "--attach", cid], capture_output=True, check=True)
+    subprocess.run(["podman", "container", "inspect", cid], capture_output=True, check=True)
+    subprocess.run(["podman", "rm", "-f", cid], capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--files", type=int, default=10_000, help="the big tree's files")
+    parser.add_argument("--big-only", action="store_true", help="the big-tree row alone")
+    args = parser.parse_args()
+    from sprawl_orch.cli.exec_server import preload
+
+    preload()
+    images = {e: build_busybox(e) for e in ("docker", "podman")}
+    floors: list[tuple[str, float, float, float]] = []
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-") as tmp:
+        work = Path(tmp)
+        small = work / "small"
+        small.mkdir()
+        (small / "a.txt").write_text("a\n")
+        (small / "b.txt").write_text("b\n")
+        time.sleep(RACY_SECONDS)
+        state = work / "state"
+        arms = (
+            ("docker", "container", "docker"),
+            ("podman", "container", "podman"),
+            ("linux_namespaces", "native", "auto"),
+            ("copied_tree", "copied_tree", "auto"),
+        )
+        for arm, asked, engine in () if args.big_only else arms:
+            conf = config_file(work / f"{arm}.toml", asked, engine, images, state)
+            forked(conf, small)  # admits, makes the copy: not counted
+            show(arm, [forked(conf, small) for _ in range(args.reps)])
+        big = work / "big"
+        block = os.urandom(16 * 1024)
+        for i in range(args.files):
+            (big / f"d{i // 1000}").mkdir(parents=True, exist_ok=True)
+            (big / f"d{i // 1000}" / f"f{i}").write_bytes(block)
+        time.sleep(RACY_SECONDS)
+        conf = config_file(work / "big.toml", "container", "docker", images, state)
+        forked(conf, big)
+        show(f"docker, {args.files}-file tree, no change", [forked(conf, big) for _ in range(3)])
+        copies = [p.parent for p in state.rglob("d0") if p.is_dir()]  # the kept copy
+        one = statistics.median(lstat_walk([big]) for _ in range(3))
+        both = statistics.median(lstat_walk([big, *copies[:1]]) for _ in range(3))
+        print(
+            f"  floor of the resync: lstat walk of the person's tree {one * 1000:.1f} ms, "
+            f"of both trees {both * 1000:.1f} ms (issue 26 item 4: <= 0.6x both)"
+        )
+        python = [sys.executable, "-c", "pass"]
+        engines = () if args.big_only else (("docker", docker_floor), ("podman", podman_floor))
+        for engine, floor in engines:
+            raw = raw_run(engine, images[engine], small, "runc" if engine == "podman" else None)
+            ours, theirs = [], []
+            for _ in range(args.reps):
+                ours.append(floor(images[engine], small))
+                theirs.append(wall(raw))
+            pypass = statistics.median(wall(python) for _ in range(args.reps))
+            floors.append((engine, statistics.median(ours), statistics.median(theirs), pypass))
+    print(f"\n{'floor (every guarantee, one held connection)':48} {'floor':>8} {'run --rm':>8}")
+    for engine, ours_s, raw_s, py_s in floors:
+        # + the thin client's own start: ~1.5x `python -c pass` (cli_oneshot's client row)
+        with_client = ours_s + 1.5 * py_s
+        print(
+            f"{engine:48} {ours_s * 1000:6.0f}ms {raw_s * 1000:6.0f}ms  ratio {ours_s / raw_s:.2f}x"
+            f"; with a client start ratio {with_client / raw_s:.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

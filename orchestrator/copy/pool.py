@@ -1,0 +1,112 @@
+"""Copy workers: the copy side of each new file written on worker threads (issue 23, speed).
+
+Why: a first sync of 10 000 files cost 1.02x ``cp -a`` one file at a time, and creating the
+5 000 empty files alone costs 0.66-0.69x of it (ext4, Linux 6.x): no serial walk can reach
+0.6x. The create, ``sendfile``, ``fchmod``, ``futimens`` and ``fstat`` of a file are system
+calls that release the GIL, so a few threads run them side by side (benchmarks/copy_sync.py
+measures the worker count, see ``WORKERS``).
+
+What stays on the walk's thread (copy/walk.py), unchanged: listing, judging (``lstat``, links,
+the guard), the bounds, and opening the source file relative to its held directory with every
+check of copy/source.py (``O_NOFOLLOW``, the judged inode). A worker gets an fd of the very file
+judged, the copy directory's fd (held open until the directory's last job is settled) and a
+name to create with ``O_CREAT | O_EXCL``; it touches nothing else.
+
+Errors: the walk raises the first failure it collects; ``shutdown`` then cancels the jobs not
+started (closing their source fds) and waits for the running ones, before the caller deletes
+the copy (copy/sync.py), so no worker writes into a copy that is being deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from queue import SimpleQueue
+from typing import Generic, TypeVar
+
+from sprawl_orch.copy.fileops import copy_opened_into
+
+T = TypeVar("T")
+
+# At least 4: on this 2-core machine the raw mechanism (open, create, sendfile per file) with
+# 4 threads cost 0.29-0.45x cp -a against 0.59x serial (issue 23's last session), the work
+# being mostly waits in the filesystem. At most 8: a bound on threads per sync (8 measured no
+# better than 4 below; more were not tried). Measured here (benchmarks/copy_sync.py
+# --workers, 10 000 files of 16 KiB) only at load 8-13 on 2 cores, where 2, 4 and 8 workers
+# were all within noise of each other.
+WORKERS = min(8, max(4, os.cpu_count() or 1))
+# Jobs handed out and not yet settled: each holds a source fd open; enough to keep every worker
+# busy while the walk judges the next entries.
+MAX_INFLIGHT = 64
+
+Job = tuple[T, int, os.stat_result, str, str, int, int, int]
+Done = tuple[T, "tuple[int, os.stat_result] | None", "BaseException | None"]
+
+
+class CopyPool(Generic[T]):
+    """Worker threads that copy opened source files into new copy entries. ``T``: the walk's
+    token for a job, handed back with its result. Threads start with the first job."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers if workers is not None else WORKERS
+        self._jobs: SimpleQueue[Job[T] | None] = SimpleQueue()
+        self._done: SimpleQueue[Done[T]] = SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._cancel = False
+        self.inflight = 0
+
+    def submit(
+        self,
+        token: T,
+        sfd: int,
+        sst: os.stat_result,
+        path: str,
+        name: str,
+        dst_fd: int,
+        mode: int,
+        budget: int,
+    ) -> None:
+        """Copy source fd ``sfd`` (owned from now on: closed by the worker) into the new entry
+        ``name`` of copy directory ``dst_fd`` (the caller keeps it open until settled)."""
+        if len(self._threads) < self.workers:
+            thread = threading.Thread(target=self._work, name="sprawl-copy", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._jobs.put((token, sfd, sst, path, name, dst_fd, mode, budget))
+        self.inflight += 1
+
+    def settled(self, block: bool) -> Iterator[Done[T]]:
+        """The jobs finished so far (with ``block``: at least one, if any is in flight)."""
+        done = self._done
+        if block and self.inflight:
+            self.inflight -= 1
+            yield done.get()
+        while not done.empty():
+            self.inflight -= 1
+            yield done.get()
+
+    def _work(self) -> None:
+        jobs, done = self._jobs, self._done
+        while (job := jobs.get()) is not None:
+            token, sfd, sst, path, name, dst_fd, mode, budget = job
+            if self._cancel:
+                os.close(sfd)
+                done.put((token, None, None))
+                continue
+            try:
+                result = copy_opened_into(sfd, sst, path, name, dst_fd, mode, budget)
+            except BaseException as err:  # handed to the walk, which raises it
+                done.put((token, None, err))
+            else:
+                done.put((token, result, None))
+
+    def shutdown(self) -> None:
+        """Cancel the jobs not started and wait for the running ones (the threads end)."""
+        self._cancel = True
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+        self.inflight = 0

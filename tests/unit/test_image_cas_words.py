@@ -1,0 +1,21 @@
+"""container/image_cas.py tells "no such path in the image" (the next bundle path is tried) from
+an engine failure (refused, never cached as "the image trusts nothing"); the words are the
+engines' own, copied from docker 20.10's and podman 4's `cp` on this machine."""
+
+from __future__ import annotations
+
+from sprawl_orch.container.image_cas import _absent
+
+
+def test_absent_words_of_both_engines() -> None:
+    assert _absent(
+        "Error response from daemon: Could not find the file /etc/ssl/cert.pem in container 34"
+    )
+    assert _absent(
+        'Error: "/etc/ssl/cert.pem" could not be found on container 31a4: no such file or directory'
+    )
+
+
+def test_an_engine_failure_is_not_absence() -> None:
+    assert not _absent("Cannot connect to the Docker daemon at unix:///run/docker.sock")
+    assert not _absent("Error: permission denied")

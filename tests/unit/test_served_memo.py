@@ -1,0 +1,62 @@
+"""core/served_memo.py: a fact is recalled under the very key it was learned with, travels
+back over a real pipe, and a changed input (a rebuilt busybox) is asked about again."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sprawl_orch.container import egress_hold
+from sprawl_orch.core import served_memo
+
+
+def test_a_fact_travels_to_the_server_and_only_under_its_key() -> None:
+    served_memo.learn("unit-kind", ["a", 1], True)
+    learned, teach = os.pipe2(os.O_NONBLOCK)
+    try:
+        served_memo.send_learned(teach)
+        os.close(teach)
+        served_memo._memo.clear()  # the server's memory: not this call's
+        assert served_memo.recall("unit-kind", ["a", 1]) is served_memo.MISS
+        served_memo.take_learned(learned)
+    finally:
+        os.close(learned)
+    assert served_memo.recall("unit-kind", ["a", 1]) is True
+    assert served_memo.recall("unit-kind", ["a", 2]) is served_memo.MISS
+    assert served_memo.recall("other-kind", ["a", 1]) is served_memo.MISS
+
+
+def test_bad_or_oversized_batches_teach_nothing() -> None:
+    for data in (b"not json", b'"a string"', b"[" + b"1," * served_memo.BATCH_LIMIT + b"1]"):
+        learned, teach = os.pipe2(os.O_NONBLOCK)
+        before = dict(served_memo._memo)
+        try:
+            # the pipe full: what was written is over the limit anyway
+            with contextlib.suppress(BlockingIOError):
+                os.write(teach, data)
+            os.close(teach)
+            served_memo.take_learned(learned)
+        finally:
+            os.close(learned)
+        assert served_memo._memo == before
+
+
+def test_a_changed_busybox_is_asked_about_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "busybox"
+    fake.write_text("#!/bin/sh\n")  # ldd: "not a dynamic executable"
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert egress_hold.static_busybox() == str(fake)
+    dynamic = shutil.which("ls")
+    assert dynamic is not None
+    fake.unlink()
+    shutil.copy(os.path.realpath(dynamic), fake)  # a new inode: a dynamic executable
+    assert egress_hold.static_busybox() is None
