@@ -229,7 +229,18 @@ class Workspace:
         if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: finish it
             copy_stamps.forget(self.dir / CLEAN)  # its pairs may vouch where base moved
             self._clean = None
-            flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts, bits)
+            try:
+                flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts, bits)
+            except OSError as err:  # a full disk, say: the journal stays for the next command
+                raise SprawlError(
+                    ErrorCode.STORAGE_FATAL,
+                    str(self.dir),
+                    f"finishing the flow-in cut short in workspace {self.name!r} failed "
+                    f"({err}); the agent's changes in {self.tree} and the person's tree are "
+                    "untouched",
+                    "make room in (or access to) the state directory, then run the command "
+                    "again: it finishes the flow-in",
+                ) from err
         # The journal (workspace_flow.py); while it stands, _diff walks base instead of
         # trusting its record.
         (self.dir / FLOWING).write_bytes(b"")
