@@ -56,6 +56,7 @@ from sprawl_orch.changes.workspace_state import (
     isdir,
     listing,
     locked_by_other,
+    replay_failed,
     workdir_key,
     workspaces_root,
 )
@@ -232,15 +233,7 @@ class Workspace:
             try:
                 flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts, bits)
             except OSError as err:  # a full disk, say: the journal stays for the next command
-                raise SprawlError(
-                    ErrorCode.STORAGE_FATAL,
-                    str(self.dir),
-                    f"finishing the flow-in cut short in workspace {self.name!r} failed "
-                    f"({err}); the agent's changes in {self.tree} and the person's tree are "
-                    "untouched",
-                    "make room in (or access to) the state directory, then run the command "
-                    "again: it finishes the flow-in",
-                ) from err
+                raise replay_failed(self.dir, self.name, self.tree, err) from err
         # The journal (workspace_flow.py); while it stands, _diff walks base instead of
         # trusting its record.
         (self.dir / FLOWING).write_bytes(b"")
