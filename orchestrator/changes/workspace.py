@@ -231,7 +231,7 @@ class Workspace:
             copy_stamps.forget(self.dir / CLEAN)  # its pairs may vouch where base moved
             self._clean = None
             try:
-                flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts, bits)
+                flowed, new = Flow.resume(self.dir, self.dir / FLOWING).replay(conflicts, bits)
             except OSError as err:  # a full disk, say: the journal stays for the next command
                 raise replay_failed(self.dir, self.name, self.tree, err) from err
         # The journal (workspace_flow.py); while it stands, _diff walks base instead of
