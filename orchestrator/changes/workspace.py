@@ -56,6 +56,7 @@ from sprawl_orch.changes.workspace_state import (
     isdir,
     listing,
     locked_by_other,
+    replay_failed,
     workdir_key,
     workspaces_root,
 )
@@ -229,7 +230,10 @@ class Workspace:
         if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: finish it
             copy_stamps.forget(self.dir / CLEAN)  # its pairs may vouch where base moved
             self._clean = None
-            flowed, new = Flow.resume(self.dir, self.dir / FLOWING).finish(conflicts, bits)
+            try:
+                flowed, new = Flow.resume(self.dir, self.dir / FLOWING).replay(conflicts, bits)
+            except OSError as err:  # a full disk, say: the journal stays for the next command
+                raise replay_failed(self.dir, self.name, self.tree, err) from err
         # The journal (workspace_flow.py); while it stands, _diff walks base instead of
         # trusting its record.
         (self.dir / FLOWING).write_bytes(b"")

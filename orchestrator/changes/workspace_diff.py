@@ -192,28 +192,44 @@ def real_parent(root: Path, rel: str) -> Path:
 
 
 def replace_path(src_root: Path, dst_root: Path, rel: str) -> None:
-    """Make ``rel`` in ``dst_root`` what it is in ``src_root`` (absent included): the old
-    entry is deleted without following links, the new one copied with bits and times."""
+    """Make ``rel`` in ``dst_root`` what it is in ``src_root`` (absent included): the new
+    entry is copied (bits and times) beside the old one first, then put in its place; the old
+    one is deleted without following links. A copy that fails (a full disk) leaves the old
+    entry as it was: deleting it first lost the tree's file when a flow-in's replay hit
+    ENOSPC (tests/integration/test_workspace_disk_full.py), and the tree without it read as
+    the agent deleting the person's file."""
     parent = real_parent(dst_root, rel)
-    dst = parent / rel.split("/")[-1]
-    delete_path(dst)
+    name = rel.split("/")[-1]
+    dst = parent / name
     src = src_root / rel
     try:
         st = os.lstat(src)
     except FileNotFoundError:
         # the source went away: nothing to keep
+        delete_path(dst)
         return
-    if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(src), dst)
-    elif stat.S_ISDIR(st.st_mode):
-        shutil.copytree(src, dst, symlinks=True)
-    elif stat.S_ISREG(st.st_mode):
-        shutil.copy2(src, dst, follow_symlinks=False)
-    else:
+    if not (stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        delete_path(dst)
         return  # fifos, sockets, devices: the syncs skip them too
-    if not stat.S_ISLNK(st.st_mode):
-        os.chmod(dst, stat.S_IMODE(st.st_mode) & 0o777 | (0o700 if stat.S_ISDIR(st.st_mode) else 0))
-        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    new = parent / f".{name}.sprawl-new-{os.getpid()}"
+    delete_path(new)  # one a killed run of this process id left
+    try:
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(src), new)
+        elif stat.S_ISDIR(st.st_mode):
+            shutil.copytree(src, new, symlinks=True)
+        else:
+            shutil.copy2(src, new, follow_symlinks=False)
+        if not stat.S_ISLNK(st.st_mode):
+            bits = stat.S_IMODE(st.st_mode) & 0o777 | (0o700 if stat.S_ISDIR(st.st_mode) else 0)
+            os.chmod(new, bits)
+            os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+        if stat.S_ISDIR(st.st_mode) or (os.path.isdir(dst) and not os.path.islink(dst)):
+            delete_path(dst)  # a directory is never renamed over: deleted, then replaced
+        os.replace(new, dst)
+    except BaseException:
+        delete_path(new)
+        raise
 
 
 def _agent_side(tree: Path, rel: str) -> bytes | str:

@@ -98,6 +98,24 @@ class Flow:
                 (flow.modes if mode_only else flow.judged)[str(rel)] = bool(changed)
         return flow
 
+    def replay(self, conflicts: set[str], bits_only: set[str]) -> tuple[list[str], list[str]]:
+        """Finish a flow cut short (:meth:`resume`). The sync may have died -- or failed, and
+        its undo failed too (a full disk) -- while writing a path: base's entry there can be
+        half-written or gone. A path the agent left alone is therefore put back in base from
+        the tree (equal to base's old version: the judgement said so), never flowed from base
+        into the tree: flowing a half-written base deleted the agent's tree file the person
+        never deleted (tests/integration/test_workspace_disk_full.py). The next sync brings
+        the person's version in whole. The agent's paths are finished as conflicts (their
+        theirs/ version is rewritten by the next sync, which compares bytes again)."""
+        agent = {p for p, changed in self.judged.items() if changed}
+        for rel in sorted(p for p in self.judged if not overlaps(p, agent)):
+            parts = rel.split("/")
+            if any("/".join(parts[:i]) in self.judged for i in range(1, len(parts))):
+                continue  # put back with the path above it
+            replace_path(self.tree, self.base, rel)
+        self.judged = {p: c for p, c in self.judged.items() if overlaps(p, agent)}
+        return self.finish(conflicts, bits_only)
+
     def close(self) -> None:
         if self._journal is not None:
             self._journal.close()

@@ -206,3 +206,15 @@ def listing(state: Path) -> list[dict[str, object]]:
                     }
                 )
     return out
+
+
+def replay_failed(ws: Path, name: str, tree: Path, err: OSError) -> SprawlError:
+    """Finishing a flow-in cut short failed (a full disk, say): its journal stays."""
+    return SprawlError(
+        ErrorCode.STORAGE_FATAL,
+        str(ws),
+        f"finishing the flow-in cut short in workspace {name!r} failed ({err}); the agent's "
+        f"changes in {tree} and the person's tree are untouched",
+        "make room in (or access to) the state directory, then run the command again: it "
+        "finishes the flow-in",
+    )

@@ -142,7 +142,7 @@ def serve(path: Path, idle: float) -> int:
                     if not _same(conn, own):
                         conn.close()  # another uid's or context's: nothing read or answered
                         continue
-                    learned, teach = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+                    learned, teach = served_memo.channel()
                     pid = os.fork()
                     if pid == 0:
                         listener.close()

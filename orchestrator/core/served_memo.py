@@ -8,20 +8,27 @@ the stat of the file it was read from, say -- so a changed input is a new key an
 again, never answered from memory: nothing here is a time-to-live guess. Outside a server
 (the library, the in-process CLI) the memo is simply this process's own.
 
-Only JSON goes back to the server (a fork of the same program, same uid, over a private
-pipe; still no pickle: the server never runs what a call sends it).
+Only JSON goes back to the server (a fork of the same program, same uid; still no pickle:
+the server never runs what a call sends it), over a SOCK_SEQPACKET socket pair, not a pipe:
+a copied_tree command runs as the caller's uid with no namespace, and a pipe's end is opened
+for writing by anyone of that uid through /proc/<call or server>/fd/N -- a forged batch,
+ending in `"x":` so the call's own batch completed its JSON, was merged by the server. A
+socket's /proc link cannot be opened (ENXIO), and the server takes exactly one message: a
+second one on the channel (someone else's) drops the batch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 from typing import Final
 
 Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
 
-# 64 KiB is a pipe's default capacity: the call writes without blocking before it ends,
-# and the server reads after it ended. A larger batch is dropped (asked again next time).
+# Well under a unix socket's default send buffer (~208 KiB): the call's one message goes
+# without blocking before it ends, and the server reads after it ended. A larger batch is
+# dropped (asked again next time).
 BATCH_LIMIT: Final = 60_000
 MEMO_LIMIT: Final = 4096  # entries; the oldest go first
 
@@ -52,8 +59,17 @@ def learn(kind: str, key: Json, value: Json) -> None:
         del _memo[next(iter(_memo))]
 
 
+def channel() -> tuple[int, int]:
+    """(the server's end, the call's end): non-blocking, closed on exec (the command run
+    never holds either)."""
+    ours, theirs = socket.socketpair(
+        socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+    )
+    return ours.detach(), theirs.detach()
+
+
 def send_learned(fd: int) -> None:
-    """The call's end: what it learned, to the server (a non-blocking pipe; best effort)."""
+    """The call's end: what it learned, to the server, as one message (best effort)."""
     data = json.dumps(_learned).encode()
     _learned.clear()
     if len(data) > BATCH_LIMIT:
@@ -65,13 +81,17 @@ def send_learned(fd: int) -> None:
 
 
 def take_learned(fd: int) -> None:
-    """The server's side: merge one ended call's batch (bad JSON: ignored, nothing kept)."""
-    data = b""
+    """The server's side: merge one ended call's batch, its only message (bad JSON, a
+    second message -- not the call's -- or none: nothing kept)."""
     try:
-        while len(data) <= BATCH_LIMIT and (chunk := os.read(fd, 1 << 16)):
-            data += chunk
+        data = os.read(fd, BATCH_LIMIT + 1)
     except OSError:  # nothing was written (EAGAIN): nothing learned
         return
+    try:
+        if os.read(fd, 1):
+            return  # a second message: someone else wrote on the channel
+    except BlockingIOError:  # the only message: the call's
+        pass
     if not data or len(data) > BATCH_LIMIT:
         return
     try:

@@ -1,9 +1,11 @@
 """core/served_memo.py: a fact is recalled under the very key it was learned with, travels
-back over a real pipe, and a changed input (a rebuilt busybox) is asked about again."""
+back over a real socket pair (one message, a second one drops the batch: someone else's), and
+a changed input (a rebuilt busybox) is asked about again."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -16,7 +18,7 @@ from sprawl_orch.core import served_memo
 
 def test_a_fact_travels_to_the_server_and_only_under_its_key() -> None:
     served_memo.learn("unit-kind", ["a", 1], True)
-    learned, teach = os.pipe2(os.O_NONBLOCK)
+    learned, teach = served_memo.channel()
     try:
         served_memo.send_learned(teach)
         os.close(teach)
@@ -32,17 +34,36 @@ def test_a_fact_travels_to_the_server_and_only_under_its_key() -> None:
 
 def test_bad_or_oversized_batches_teach_nothing() -> None:
     for data in (b"not json", b'"a string"', b"[" + b"1," * served_memo.BATCH_LIMIT + b"1]"):
-        learned, teach = os.pipe2(os.O_NONBLOCK)
+        learned, teach = served_memo.channel()
         before = dict(served_memo._memo)
         try:
-            # the pipe full: what was written is over the limit anyway
-            with contextlib.suppress(BlockingIOError):
+            # too large a message for the buffer: what was written is over the limit anyway
+            with contextlib.suppress(OSError):
                 os.write(teach, data)
             os.close(teach)
             served_memo.take_learned(learned)
         finally:
             os.close(learned)
         assert served_memo._memo == before
+
+
+def test_a_second_message_on_the_channel_drops_the_batch() -> None:
+    """A forger on the call's channel (a same-uid command) writes before the call's own batch:
+    two messages, so neither is the call's for sure, and nothing is kept."""
+    slot = served_memo._slot("unit-kind", ["forged"])
+    forged = ("{" + json.dumps(slot) + ':true,"x":').encode()
+    served_memo.learn("unit-kind", ["real"], True)
+    served_memo._memo.clear()
+    learned, teach = served_memo.channel()
+    try:
+        os.write(teach, forged)
+        served_memo.send_learned(teach)  # `{...}` completes the forger's JSON on a pipe
+        os.close(teach)
+        served_memo.take_learned(learned)
+    finally:
+        os.close(learned)
+    assert served_memo.recall("unit-kind", ["forged"]) is served_memo.MISS
+    assert served_memo.recall("unit-kind", ["real"]) is served_memo.MISS
 
 
 def test_a_changed_busybox_is_asked_about_again(
