@@ -196,3 +196,49 @@ def test_a_hard_link_to_a_file_outside_the_tree_is_copied_as_a_new_inode(
     assert (c.stat().st_dev, c.stat().st_ino) != (outside.stat().st_dev, outside.stat().st_ino)
     c.write_text("overwritten by a command")
     assert outside.read_text() == "precious"
+
+
+KILLED = """
+import sys
+from sprawl_orch.copy import sync as copy_sync
+from sprawl_orch.copy.fileops import FdCopy
+copy_sync.COPY_SIDE = FdCopy()
+from pathlib import Path
+copy_sync.sync(Path(sys.argv[1]), Path(sys.argv[2]), record=Path(sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_sync_killed_while_workers_write_is_not_trusted_next_time(
+    tmp_path: Path, sig: str
+) -> None:
+    """The process that syncs is stopped while copy workers are midway (a half-written file,
+    its mode and times not yet set): the next sync makes the copy exactly the tree again."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src, copy, record = tmp_path / "src", tmp_path / "copy", tmp_path / "rec"
+    (src / "d").mkdir(parents=True)
+    for i in range(80):
+        (src / "d" / f"f{i:02d}").write_bytes(os.urandom(512 * 1024))
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(src), str(copy), str(record)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (copy / "d").is_dir() or len(os.listdir(copy / "d")) < 5:
+            assert proc.poll() is None, "the sync ended before it could be stopped"
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(timeout=60) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    sync(src, copy, record=record)
+    for f in (src / "d").iterdir():
+        c = copy / "d" / f.name
+        assert c.read_bytes() == f.read_bytes(), f.name
+        assert c.stat().st_mtime_ns == f.stat().st_mtime_ns, f.name
+        assert c.stat().st_mode == f.stat().st_mode, f.name
