@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -242,3 +243,79 @@ def test_a_sync_killed_while_workers_write_is_not_trusted_next_time(
         assert c.read_bytes() == f.read_bytes(), f.name
         assert c.stat().st_mtime_ns == f.stat().st_mtime_ns, f.name
         assert c.stat().st_mode == f.stat().st_mode, f.name
+
+
+@pytest.mark.parametrize("kind", ["fifo", "chardev"])
+def test_a_fifo_or_device_swapped_in_after_the_judgement_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Judged a regular file, renamed over by a fifo (whose open would hang a blocking reader)
+    or /dev/zero's device (endless bytes) just before the walk opens it for a worker: the
+    opened inode is not the judged one, the entry is judged afresh and skipped as special."""
+    from sprawl_orch.copy.source import SourceFile
+
+    src, copy = tmp_path / "src", tmp_path / "copy"
+    src.mkdir()
+    (src / "v").write_text("plain")
+    (src / "w").write_text("other")
+    spare = tmp_path / "spare"
+    if kind == "fifo":
+        os.mkfifo(spare)
+    else:
+        try:
+            os.mknod(spare, 0o666 | 0o020000, os.makedev(1, 5))  # /dev/zero
+        except PermissionError:
+            pytest.skip("only root makes device nodes")
+    real = SourceFile.open
+    done: list[bool] = []
+
+    def swapped_then_opened(self: SourceFile) -> tuple[int, os.stat_result]:
+        if self.path.endswith("v") and not done:
+            done.append(True)
+            os.rename(spare, src / "v")
+        return real(self)
+
+    monkeypatch.setattr(SourceFile, "open", swapped_then_opened)
+    work = sync(src, copy, Bounds(bytes=1024 * 1024))
+    assert done == [True]
+    assert not os.path.lexists(copy / "v")
+    assert (copy / "w").read_text() == "other"
+    assert any(s.startswith("v: ") for s in work.skipped), work
+
+
+def test_out_of_fds_at_a_source_open_settles_the_jobs_in_flight_and_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread of the caller took descriptors the cap counted as free: the walk's open
+    of a source fails with EMFILE while jobs hold fds; it settles them and opens again."""
+    import errno
+
+    from sprawl_orch.copy.fileops import SourceUnreadable
+    from sprawl_orch.copy.source import SourceFile
+
+    src, copy = tmp_path / "src", tmp_path / "copy"
+    src.mkdir()
+    for i in range(300):
+        (src / f"f{i:03d}").write_text(str(i))
+    real, real_copy = SourceFile.open, copy_fileops.copy_opened
+    calls = [0]
+    failed = threading.Event()
+
+    def out_of_fds_once(self: SourceFile) -> tuple[int, os.stat_result]:
+        calls[0] += 1
+        if calls[0] == 40:
+            failed.set()
+            err = OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            raise SourceUnreadable(self.path, err) from err
+        return real(self)
+
+    def held_until_it_failed(*args: Any) -> tuple[int, os.stat_result]:
+        failed.wait(30)  # the 39 jobs before it are still in flight when it fails
+        return real_copy(*args)
+
+    monkeypatch.setattr(SourceFile, "open", out_of_fds_once)
+    monkeypatch.setattr(copy_fileops, "copy_opened", held_until_it_failed)
+    work = sync(src, copy)
+    assert calls[0] == 301
+    assert work.created == 300
+    assert all((copy / f"f{i:03d}").read_text() == str(i) for i in range(300))
