@@ -130,8 +130,9 @@ def copy_file(
     and the new file's stat once it is written (its stamp for the record, copy_stamps).
 
     The entry must not exist (``O_EXCL`` refuses anything there, a planted link included).
-    Copies until end of file but at most ``budget`` bytes; past that, the partial file is
-    removed and :class:`BudgetExceeded` is raised. Permission bits are set with ``fchmod`` so
+    Copies until end of file or the size of the opened source's stat, whichever comes first
+    (_pump), and at most ``budget`` bytes; past that, the partial file is removed and
+    :class:`BudgetExceeded` is raised. Permission bits are set with ``fchmod`` so
     the process umask does not change them.
     """
     return copy_new(
