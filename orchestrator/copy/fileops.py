@@ -130,8 +130,9 @@ def copy_file(
     and the new file's stat once it is written (its stamp for the record, copy_stamps).
 
     The entry must not exist (``O_EXCL`` refuses anything there, a planted link included).
-    Copies until end of file but at most ``budget`` bytes; past that, the partial file is
-    removed and :class:`BudgetExceeded` is raised. Permission bits are set with ``fchmod`` so
+    Copies until end of file or the size of the opened source's stat, whichever comes first
+    (_pump), and at most ``budget`` bytes; past that, the partial file is removed and
+    :class:`BudgetExceeded` is raised. Permission bits are set with ``fchmod`` so
     the process umask does not change them.
     """
     return copy_new(
@@ -228,6 +229,13 @@ def _pump(sfd: int, dfd: int, budget: int, src_path: str, size: int = -1) -> int
         if total == size:
             return total
         want = min(CHUNK, budget - total + 1)
+        if size >= 0:
+            # Never past the judged size: each call may return up to ``want``, and a file
+            # appended to between the stat and the read had sendfile copy a whole CHUNK past
+            # it, then on to end of file or the budget -- the whole remaining budget per
+            # worker, so 64 files judged at 1 byte grew the copy to 64x the byte bound before
+            # the refusal (tests/unit/test_copy_attacks.py).
+            want = min(want, size - total)
         if use_sendfile:
             # sendfile copies in the kernel (what shutil.copyfile uses on Linux), with our own
             # fds so the O_EXCL/O_NOFOLLOW guarantees above hold.

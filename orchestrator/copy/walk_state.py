@@ -5,6 +5,7 @@ the rule applied to each."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -15,8 +16,8 @@ from typing import Generic, TypeVar
 from sprawl_orch.copy import refusals, source
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
-from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind
-from sprawl_orch.copy.pool import MAX_INFLIGHT, CopyPool
+from sprawl_orch.copy.fileops import BudgetExceeded, FdCopy, Kind, SourceUnreadable
+from sprawl_orch.copy.pool import CopyPool, inflight_cap
 from sprawl_orch.copy.side import PROGRESS_EVERY, CopySide, FileWork, Progress
 from sprawl_orch.copy.source import SourceFile
 from sprawl_orch.copy.stamps import ENTRY, SyncRecord
@@ -126,6 +127,7 @@ class WalkState(Generic[H]):
             CopyPool() if isinstance(self.side, FdCopy) else None
         )
         self._waiting: list[SyncDir[H]] = []  # left, with files still being written
+        self._cap = inflight_cap() if self._pool is not None else 0
 
     def work(self) -> FileWork:
         more = (f"… and {self.skipped_more} more",) if self.skipped_more else ()
@@ -233,7 +235,21 @@ class WalkState(Generic[H]):
         holds its size until the worker says how much it copied."""
         pool = self._pool
         assert pool is not None
-        sfd, sst = src.open()
+        try:
+            sfd, sst = src.open()
+        except SourceUnreadable as err:
+            cause = err.__cause__
+            if not (
+                isinstance(cause, OSError)
+                and cause.errno in (errno.EMFILE, errno.ENFILE)
+                and pool.inflight
+            ):
+                raise
+            # Out of descriptors while jobs hold some (another thread of the caller took
+            # some, or the cap's count missed some): settle them all, hold fewer from now on.
+            self._cap = max(1, pool.inflight // 2)
+            self._drain()
+            sfd, sst = src.open()
         token = (parent, name, len(self._entries), src.st, mode, sst.st_size)
         budget = self.bounds.bytes - self.bytes
         try:  # handle: a directory fd (the pool exists only with FdCopy)
@@ -246,12 +262,12 @@ class WalkState(Generic[H]):
         parent.ctimes[name] = 0
         parent.pending += 1
         self.bytes += sst.st_size
-        if pool.inflight < MAX_INFLIGHT:
+        if pool.inflight < self._cap:
             self._settle(False)
             return
         # Full: wait until half are settled, not one by one (each wait is a wake-up of this
         # thread, which on a busy machine costs a scheduler's time slice).
-        while pool.inflight > MAX_INFLIGHT // 2:
+        while pool.inflight > self._cap // 2:
             self._settle(True)
 
     def _settle(self, block: bool) -> None:
