@@ -22,6 +22,7 @@ SLOW_FILES: dict[str, str] = {
     "tests/integration/test_mcp_real.py::test_soak_200_calls_leave_nothing": "200 MCP calls: 52 s",
     "tests/integration/test_egress_pip_containers.py": "builds the python recipe (debootstrap)",
     "tests/integration/test_secrets_image_real.py": "builds the python recipe with curl",
+    "tests/integration/test_image_cas_hostile.py": "imports 20 hostile images per engine: 63 s",
     "tests/integration/test_gvisor_arm.py": "runsc per command",
     "tests/integration/test_gvisor_runsc.py": "runsc per command",
     "tests/integration/test_rootless.py": "a rootless user's engines set up and used",

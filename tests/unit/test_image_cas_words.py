@@ -16,6 +16,13 @@ def test_absent_words_of_both_engines() -> None:
     )
 
 
+def test_a_symlink_loop_is_absence() -> None:
+    assert _absent(
+        "Error response from daemon: evalSymlinksInScope: too many links in "
+        "/var/lib/docker/overlay2/1d/merged/etc/ssl/certs/ca-certificates.crt"
+    )
+
+
 def test_an_engine_failure_is_not_absence() -> None:
     assert not _absent("Cannot connect to the Docker daemon at unix:///run/docker.sock")
     assert not _absent("Error: permission denied")
