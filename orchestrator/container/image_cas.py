@@ -16,6 +16,7 @@ from __future__ import annotations
 import posixpath
 import re
 import secrets
+import ssl
 import subprocess
 import tarfile
 import tempfile
@@ -105,14 +106,15 @@ def certificates(pem: bytes) -> bytes:
     its author's, and it is written into the command's bundle right before the run's CA. An
     unterminated BEGIN line or a broken block made OpenSSL refuse the whole file, the run's
     CA with it; a private key or other text had no business being copied."""
-    from cryptography import x509
-
+    # Checked by OpenSSL itself (what the command's clients load), not cryptography: that
+    # warns of, and will refuse, real roots with a non-positive serial OpenSSL accepts.
+    check = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     out = []
     for block in _BLOCK.findall(pem):
         try:
-            x509.load_pem_x509_certificate(block)
-        except ValueError:
-            continue  # not a certificate: left out, as OpenSSL would not have used it either
+            check.load_verify_locations(cadata=block.decode("ascii"))
+        except (ssl.SSLError, ValueError):
+            continue  # not a certificate: left out, as OpenSSL would refuse the whole file
         out.append(block + b"\n")
     return b"".join(out)
 

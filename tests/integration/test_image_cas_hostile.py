@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import subprocess
+import sys
 import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -193,3 +194,67 @@ def test_pem_with_garbage_and_a_key_around_it_keeps_only_certificates(
     assert b"PRIVATE KEY" not in got
     assert b"garbage" not in got
     assert got.count(b"-----BEGIN CERTIFICATE-----") == got.count(b"-----END CERTIFICATE-----")
+
+
+_KILLED_MID_READ = """
+import sys, time
+from sprawl_orch.container import image_cas
+from sprawl_orch.engines.docker import DockerEngine
+from sprawl_orch.engines.podman import PodmanEngine
+
+def stuck(*args, **kwargs):
+    print("created", flush=True)
+    time.sleep(600)
+
+image_cas._copy_out = stuck
+engine = DockerEngine() if sys.argv[1] == "docker" else PodmanEngine()
+image_cas.image_cas(engine, sys.argv[2])
+"""
+
+
+def test_a_container_left_by_a_killed_reader_is_swept(
+    engine: DockerEngine | PodmanEngine, tmp_path: Path
+) -> None:
+    """The process reading an image's CAs killed (SIGKILL) between create and remove: its
+    never-started container is left, labelled as an admission probe of a dead owner, and the
+    next admission's sweep removes it."""
+    from sprawl_orch.container.stale_probes import sweep_stale_probes
+
+    pem = trustme.CA().cert_pem.bytes()
+    image = _import(engine.name, tmp_path, lambda tar: _file(tar, BUNDLE, pem))
+    before = _containers(engine)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _KILLED_MID_READ, engine.name, image],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "created"
+        child.kill()
+        child.wait()
+        left = _containers(engine) - before
+        assert len(left) == 1, left
+        sweep_stale_probes(engine)
+        assert not (_containers(engine) - before)
+    finally:
+        remove_image(engine.name, image)
+
+
+def test_a_real_bundle_through_an_alpine_style_link_is_kept_whole(
+    engine: DockerEngine | PodmanEngine, tmp_path: Path
+) -> None:
+    """The control: this host's own distribution bundle, reached as Alpine's /etc/ssl/cert.pem
+    -> certs/ca-certificates.crt, comes out with every certificate, loadable by OpenSSL."""
+    import ssl
+
+    real = Path("/etc/ssl/certs/ca-certificates.crt").read_bytes()
+
+    def add(tar: tarfile.TarFile) -> None:
+        _file(tar, "etc/ssl/certs/real.crt", real)
+        _special(tar, "etc/ssl/cert.pem", tarfile.SYMTYPE, link="certs/real.crt")
+
+    got = _read(engine, tmp_path, add)
+    assert got.count(b"-----BEGIN CERTIFICATE-----") == real.count(b"-----BEGIN CERTIFICATE-----")
+    ctx = ssl.create_default_context(cadata=got.decode())
+    assert ctx.cert_store_stats()["x509_ca"] == real.count(b"-----BEGIN CERTIFICATE-----")
