@@ -21,6 +21,7 @@ SLOW_FILES: dict[str, str] = {
     "tests/integration/test_serve_load.py": "many concurrent callers of serve (200 commands: 53 s)",
     "tests/integration/test_mcp_real.py::test_soak_200_calls_leave_nothing": "200 MCP calls: 52 s",
     "tests/integration/test_egress_pip_containers.py": "builds the python recipe (debootstrap)",
+    "tests/integration/test_egress_flood.py": "300 tunnels from one bwrap command: 46 s",
     "tests/integration/test_secrets_image_real.py": "builds the python recipe with curl",
     "tests/integration/test_image_cas_hostile.py": "imports 20 hostile images per engine: 63 s",
     "tests/integration/test_gvisor_arm.py": "runsc per command",

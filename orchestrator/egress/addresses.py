@@ -32,6 +32,9 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ("fc00::/7", "unique local (RFC 4193)"),
     ("fe80::/10", "link-local"),
     ("ff00::/8", "multicast"),
+    # The embedded IPv4 of the NAT64 /96 is read (embedded_v4); a local-use translation prefix
+    # may embed it at any of RFC 6052's offsets, through a translator of the host's network.
+    ("64:ff9b:1::/48", "local-use IPv4/IPv6 translation (RFC 8215)"),
 )
 
 # Cloud metadata services. Most already fall in a range above (169.254.169.254 link-local,
@@ -50,19 +53,26 @@ _NETWORKS: tuple[tuple[Network, str], ...] = tuple(
 )
 _METADATA = frozenset(ipaddress.ip_address(a) for a in METADATA)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv4-translated addresses of stateless translation (RFC 2765's SIIT, ::ffff:0:a.b.c.d):
+# not `ipv4_mapped` in Python's reading, so they passed every check until read here.
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
 
 
 def embedded_v4(address: IpAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries to an IPv4 host (mapped ::ffff:a.b.c.d, NAT64
-    64:ff9b::a.b.c.d, 6to4 2002:AABB:CCDD::): those reach the IPv4 address, so it is checked."""
+    """The IPv4 address an IPv6 one carries to an IPv4 host (mapped ::ffff:a.b.c.d, SIIT's
+    ::ffff:0:a.b.c.d, NAT64 64:ff9b::a.b.c.d, 6to4 2002:AABB:CCDD::, Teredo's client):
+    those reach the IPv4 address, so it is checked."""
     if isinstance(address, ipaddress.IPv4Address):
         return None
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
-    if address in _NAT64:
+    if address in _NAT64 or address in _TRANSLATED:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     if address.sixtofour is not None:
         return address.sixtofour
+    if address.teredo is not None:
+        # (server, client): packets to a Teredo address go, in UDP, to the client's IPv4.
+        return address.teredo[1]
     return None
 
 

@@ -219,7 +219,12 @@ class Flow:
         self.writer.write(self.conn.send(h11.Response(status_code=200, headers=[])) or b"")
         await self.writer.drain()
         early, _ = self.conn.trailing_data
-        first = await self._hello(bytes(early))
+        try:
+            # One deadline for the whole hello, as for the head: a deadline per read let a
+            # byte every 29 s hold the upstream connection for days with no SNI decided.
+            first = await asyncio.wait_for(self._hello(bytes(early)), HEAD_TIMEOUT)
+        except TimeoutError as err:
+            raise Refused(f"no whole TLS ClientHello within {HEAD_TIMEOUT:g} s") from err
         await self.proxy.relay(self, first)
         return self.ended("tunnel closed")
 
@@ -245,7 +250,7 @@ class Flow:
         return buffer
 
     async def _more(self, have: int) -> bytes:
-        data = await asyncio.wait_for(self.reader.read(CHUNK), HEAD_TIMEOUT)
+        data = await self.reader.read(CHUNK)
         if not data:
             raise NotTls(f"the client closed after {have} bytes")
         return data

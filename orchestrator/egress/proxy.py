@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import resource
 import socket
 import threading
 import time
@@ -34,10 +36,54 @@ from sprawl_orch.egress.rules import IpAddress, Rules
 if TYPE_CHECKING:
     from sprawl_orch.egress.interceptor import Interceptor
 
-# Connections open at once through one proxy. Each holds two of the orchestrator's descriptors
-# and a task; without a cap a command could open connections until the host process ran out
-# of descriptors (its other runs, its ledger and its engines with it). Past it: 503, recorded.
+# Connections open at once through one proxy. Without a cap a command could open connections
+# until the host process ran out of descriptors (its other runs, its ledger and its engines
+# with it). Past it: 503, recorded.
 MAX_CONNECTIONS = 256
+# What one spliced tunnel holds of the orchestrator: the client's and the upstream's sockets,
+# a pipe (two ends) per direction, and two threads (relay.py). 256 of them need 1536
+# descriptors, past the soft limit of 1024 most Linux sessions start with: 255 tunnels from one
+# command (tests/unit/test_egress_exhaustion.py) ran a proxy's process out of descriptors.
+FDS_PER_TUNNEL = 6
+# Left free for everything else the orchestrator opens (its ledger, engines' pipes, listeners).
+FDS_SPARE = 256
+_BUDGET = threading.Lock()
+_claimed = 0  # descriptors claimed by the proxies alive in this process
+
+
+def _open_descriptors() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:  # no /proc (not Linux): count nothing, the limit alone decides
+        return 0
+
+
+def claim_descriptors(connections: int) -> int:
+    """Claim descriptors for `connections` tunnels from the process's RLIMIT_NOFILE, raising
+    its soft limit toward the hard one when it is short; how many connections fit (fewer
+    when the hard limit is too low: the proxy's cap is lowered, never the process starved).
+    Claims add up over the proxies alive in one process (a server's runs)."""
+    global _claimed
+    with _BUDGET:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        taken = _open_descriptors() + FDS_SPARE + _claimed
+        need = taken + connections * FDS_PER_TUNNEL
+        if need > soft:
+            target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+            # Refused (a hard limit lowered meanwhile): the cap below fits the soft one.
+            with contextlib.suppress(OSError, ValueError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+        granted = max(0, min(connections, (soft - taken) // FDS_PER_TUNNEL))
+        _claimed += granted * FDS_PER_TUNNEL
+        return granted
+
+
+def release_descriptors(connections: int) -> None:
+    global _claimed
+    with _BUDGET:
+        _claimed = max(0, _claimed - connections * FDS_PER_TUNNEL)
+
 
 Resolver = Callable[[str, int], Awaitable[list[IpAddress]]]
 Observer = Callable[[Egress], None]
@@ -77,8 +123,17 @@ class EgressProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._closing = False
         self.failure: str | None = None
+        self.cap_note = ""  # why max_connections is below what was asked, if it is
+        self._released = False
 
     def start(self) -> None:
+        wanted = self.max_connections
+        self.max_connections = claim_descriptors(wanted)
+        if self.max_connections < wanted:
+            self.cap_note = (
+                f" (lowered from {wanted}: the orchestrator's descriptor limit, RLIMIT_NOFILE,"
+                f" fits no more at {FDS_PER_TUNNEL} per tunnel)"
+            )
         ready = threading.Event()
 
         def run() -> None:
@@ -172,6 +227,9 @@ class EgressProxy:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._loop = None
+        if not self._released:
+            self._released = True
+            release_descriptors(self.max_connections)
 
     def _note(self, record: Egress) -> None:
         with self._lock:
@@ -190,12 +248,18 @@ class EgressProxy:
         try:
             if len(self._tasks) > self.max_connections:
                 record = await flow.refuse(
-                    f"more than {self.max_connections} connections open through the proxy", 503
+                    f"more than {self.max_connections} connections open through the proxy"
+                    + self.cap_note,
+                    503,
                 )
             else:
                 record = await flow.run()
         except asyncio.CancelledError:
-            record = flow.ended("the proxy closed (the run ended)")
+            # Cancelled by close() (the run ended) or by _abandon (the loop died first).
+            ended = "the proxy closed (the run ended)"
+            if self.failure is not None:
+                ended = f"the proxy failed, which cut this connection: {self.failure}"
+            record = flow.ended(ended)
         except Exception as err:
             # Every connection is recorded, whatever broke in its flow (an unexpected parser
             # or codec error went to asyncio's log and left the attempt unnamed).

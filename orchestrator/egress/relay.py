@@ -90,16 +90,22 @@ async def take_over(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
     return early
 
 
-def _pump(source: socket.socket, sink: socket.socket, early: bytes, count: Count) -> None:
+def _pipe() -> tuple[int, int]:
+    """A pipe (read end, write end) of PIPE_SIZE where the kernel allows it."""
+    pipe_out, pipe_in = os.pipe2(os.O_CLOEXEC)
+    # Only the pipe's size: a refusal (EPERM past the user's pipe pages) leaves 64 KiB,
+    # slower and still correct.
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(pipe_in, _SETPIPE_SZ, PIPE_SIZE)
+    return pipe_out, pipe_in
+
+
+def _pump(source: Sock, sink: Sock, pipe: tuple[int, int], early: bytes, count: Count) -> None:
     """One direction, blocking, on a thread of its own: `early`, then source -> pipe -> sink
     until the source's EOF (passed on as a half close). A reset or error on either side ends
     both directions, as a closed socket ended both in the stream copy."""
-    pipe_out, pipe_in = os.pipe2(os.O_CLOEXEC)
+    pipe_out, pipe_in = pipe
     try:
-        # Only the pipe's size: a refusal (EPERM past the user's pipe pages) leaves 64 KiB,
-        # slower and still correct.
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(pipe_in, _SETPIPE_SZ, PIPE_SIZE)
         view = memoryview(early)
         while view:
             sent = os.write(sink.fileno(), view)
@@ -122,29 +128,43 @@ def _pump(source: socket.socket, sink: socket.socket, early: bytes, count: Count
         os.close(pipe_out)
 
 
-def _cut(*socks: socket.socket) -> None:
+def _cut(*socks: Sock) -> None:
     """Both directions end: a blocked splice on either socket returns (0 or EPIPE)."""
     for sock in socks:
         with contextlib.suppress(OSError):  # already shut or reset: nothing left to end
             sock.shutdown(socket.SHUT_RDWR)
 
 
-async def one_way(source: socket.socket, sink: socket.socket, early: bytes, count: Count) -> None:
+async def one_way(source: Sock, sink: Sock, early: bytes, count: Count) -> None:
     """Carry `early` and then everything `source` sends into `sink` on a thread of its own
     (both sockets blocking); cancelled, cut both sockets so the thread ends, and wait for it
-    (its counts are final once it returned)."""
+    (its counts are final once it returned). A pipe or thread that cannot be made (EMFILE,
+    no thread left) cuts both sockets and raises here, in the flow, where it is recorded:
+    made inside the thread, the pipe's EMFILE ended that thread unseen and left the other
+    direction carrying a half-dead tunnel."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
+    try:
+        pipe = _pipe()
+    except OSError:
+        _cut(source, sink)
+        raise
 
     def run() -> None:
         try:
-            _pump(source, sink, early, count)
+            _pump(source, sink, pipe, early, count)
         finally:
             # RuntimeError: the proxy's loop already closed (nobody waits for this direction).
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, done)
 
-    threading.Thread(target=run, name="sprawl-egress-splice", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="sprawl-egress-splice", daemon=True).start()
+    except RuntimeError:  # "can't start new thread": the tunnel ends, recorded by the flow
+        os.close(pipe[0])
+        os.close(pipe[1])
+        _cut(source, sink)
+        raise
     try:
         await asyncio.shield(done)
     except asyncio.CancelledError:
@@ -178,26 +198,26 @@ async def both_ways(
         return False
     from_client = await take_over(*client)
     from_upstream = await take_over(*upstream)
-    if from_client is None or from_upstream is None:
+    client_sock, upstream_sock = _socket_of(client[1]), _socket_of(upstream[1])
+    if from_client is None or from_upstream is None or client_sock is None or not upstream_sock:
         # Both are plain TCP transports from start_server/open_connection, checked above;
         # this only guards a loop that hands out something else.
         raise OSError("a tunnel's stream could not be taken over for splicing")
-    # Duplicates: asyncio refuses add_reader on a descriptor a transport still owns (the
-    # transports close the originals with the flow); shutdown on one acts on the socket.
-    with _dup(client[1]) as client_sock, _dup(upstream[1]) as upstream_sock:
-        # O_NONBLOCK belongs to the open file, shared with the transports' descriptors; they
-        # are paused with nothing left to write, and only closed after the tunnel.
-        client_sock.setblocking(True)
-        upstream_sock.setblocking(True)
-        await asyncio.gather(
-            one_way(client_sock, upstream_sock, first + from_client, up),
-            one_way(upstream_sock, client_sock, from_upstream, down),
-        )
+    # The transports' own descriptors, not duplicates: the threads need no loop reader, and
+    # two duplicates per tunnel were a third of what a tunnel held against the process's
+    # descriptor limit (proxy.FDS_PER_TUNNEL). The transports are paused with nothing left
+    # to write and are closed only after both threads returned (below, and one_way's
+    # cancel). O_NONBLOCK is the open file's; TransportSocket refuses setblocking(True).
+    os.set_blocking(client_sock.fileno(), True)
+    os.set_blocking(upstream_sock.fileno(), True)
+    ways = await asyncio.gather(
+        one_way(client_sock, upstream_sock, first + from_client, up),
+        one_way(upstream_sock, client_sock, from_upstream, down),
+        return_exceptions=True,
+    )
+    # Both directions have ended (a failed start cut both sockets, so the other thread
+    # returned) before the flow closes the descriptors a thread might still splice on.
+    for way in ways:
+        if isinstance(way, BaseException):
+            raise way
     return True
-
-
-def _dup(writer: asyncio.StreamWriter) -> socket.socket:
-    sock = _socket_of(writer)
-    if sock is None:
-        raise OSError("a tunnel's socket was closed before splicing")
-    return socket.socket(fileno=os.dup(sock.fileno()))

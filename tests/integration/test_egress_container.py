@@ -81,7 +81,9 @@ def test_container_reaches_only_what_is_listed(
     assert "tcp=0" not in out and "loop=0" not in out
     assert result.network is not None
     kinds = [(e["host"], e["allowed"]) for e in result.network["egress"]]
-    assert kinds == [("localhost", True), ("evil.example.org", False)]
+    # Records come in the order connections *ended*: the plain forward ends when the upstream
+    # closes, which under load came after the next connection's refusal (seen once, podman).
+    assert sorted(kinds) == [("evil.example.org", False), ("localhost", True)]
     assert result.confinement is not None
     assert result.confinement.assurances["network"] == "no"
     assert "through sprawl-orch's proxy" in result.statement
@@ -180,7 +182,8 @@ def test_userns_remap_docker_reaches_only_what_is_listed(
     assert result.container is not None and result.container["userns"] == "docker-remap"
     assert result.network is not None
     kinds = [(e["host"], e["allowed"]) for e in result.network["egress"]]
-    assert kinds == [("localhost", True), ("evil.example.org", False)]
+    # In the order connections ended (see test_container_reaches_only_what_is_listed).
+    assert sorted(kinds) == [("evil.example.org", False), ("localhost", True)]
 
 
 @pytest.mark.parametrize("engine", ["docker", "podman"])

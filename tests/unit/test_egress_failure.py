@@ -107,3 +107,23 @@ def test_an_orderly_close_is_no_failure() -> None:
         proxy.close()
         assert proxy.failure is None
         assert proxy._thread is not None and not proxy._thread.is_alive()
+
+
+def test_a_tunnel_cut_by_a_dying_loop_is_recorded_as_such_with_its_bytes() -> None:
+    # Was a lie: the cut tunnel's record said "the proxy closed (the run ended)" when the
+    # proxy had failed. Its bytes: at least what reached the client and the request sent.
+    with upstream(tls=True) as up:
+        proxy, address = _started(up)
+        status, sock = connect_through(address, f"localhost:{up.port}")
+        assert status == 200
+        tls = up.client_context().wrap_socket(sock, server_hostname="localhost")
+        request = b"GET /bytes/8000000 HTTP/1.1\r\nhost: localhost\r\n\r\n"
+        tls.sendall(request)
+        received = 0
+        while received < 500_000:
+            received += len(tls.recv(65536))
+        _kill_loop(proxy)
+        tls.close()
+        (record,) = proxy.records()
+        assert record.allowed and record.reason.startswith("the proxy failed")
+        assert record.bytes_down >= received and record.bytes_up > len(request)
