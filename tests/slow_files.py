@@ -23,6 +23,7 @@ SLOW_FILES: dict[str, str] = {
     "tests/integration/test_egress_pip_containers.py": "builds the python recipe (debootstrap)",
     "tests/integration/test_egress_flood.py": "300 tunnels from one bwrap command: 46 s",
     "tests/integration/test_secrets_image_real.py": "builds the python recipe with curl",
+    "tests/integration/test_image_cas_hostile.py": "imports 20 hostile images per engine: 63 s",
     "tests/integration/test_gvisor_arm.py": "runsc per command",
     "tests/integration/test_gvisor_runsc.py": "runsc per command",
     "tests/integration/test_rootless.py": "a rootless user's engines set up and used",

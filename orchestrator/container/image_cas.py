@@ -13,17 +13,19 @@ image's content, so the read is done once per image and process.
 
 from __future__ import annotations
 
-import contextlib
 import posixpath
+import re
 import secrets
+import ssl
+import subprocess
+import tarfile
 import tempfile
 import threading
-from pathlib import Path
 
 from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label
-from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.engines.docker import DockerEngine
-from sprawl_orch.engines.engine import engine_error, run_cli
+from sprawl_orch.engines.engine import CLI_TIMEOUT, engine_error
 from sprawl_orch.engines.podman import PodmanEngine
 
 Engine = DockerEngine | PodmanEngine
@@ -39,9 +41,16 @@ BUNDLE_PATHS: tuple[str, ...] = (
     "/etc/ssl/cert.pem",
 )
 # A bundle path may be a symlink (Alpine's /etc/ssl/cert.pem -> certs/ca-certificates.crt);
-# `cp` copies the link itself on podman, so the link is followed here, this many times.
+# docker's `cp` gives the link itself, so the link is followed here (joined and normalised
+# from "/", so never out past the image's root), this many times.
 _HOPS = 8
 _PEM = b"-----BEGIN CERTIFICATE-----"
+_BLOCK = re.compile(
+    rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+?-----END CERTIFICATE-----"
+)
+# What is read of an image's bundle at most: Debian's is ~220 KB, Fedora's ~230 KB. An image
+# is its author's; a bundle of gigabytes was copied to the host's disk and memory whole.
+MAX_BUNDLE = 8 << 20
 
 _cache: dict[tuple[str, str], bytes] = {}
 _lock = threading.Lock()
@@ -80,12 +89,11 @@ def _read(engine: Engine, image: str) -> bytes:
     )
     container = engine.create(argv)
     try:
-        with tempfile.TemporaryDirectory(prefix="sprawl-cas-") as tmp:
-            for path in BUNDLE_PATHS:
-                got = _copy_out(engine, container, path, Path(tmp))
-                if got is not None and _PEM in got:
-                    return got
-            return b""
+        for path in BUNDLE_PATHS:
+            got = _copy_out(engine, container, path)
+            if got is not None and _PEM in got:
+                return certificates(got)
+        return b""
     finally:
         try:
             engine.remove(container)
@@ -93,46 +101,117 @@ def _read(engine: Engine, image: str) -> bytes:
             engine.remove(name)
 
 
-def _copy_out(engine: Engine, container: str, path: str, tmp: Path) -> bytes | None:
-    """The file at `path` in the container, symlinks followed inside the image; None when
-    the image has no such file."""
-    for hop in range(_HOPS):
-        dest = tmp / f"{hop}-{secrets.token_hex(4)}"
-        done = run_cli(
-            engine.name,
-            engine.cli_argv(("cp", f"{container}:{path}", str(dest))),
-            engine.cli_env(),
-            check=False,
-        )
-        if done.returncode != 0:
-            if _absent(done.stderr):
-                return None  # the next path is tried
-            # Anything else (the engine gone mid-read) would leave the command trusting no
-            # image CA at all, cached for the image: refused instead.
-            raise engine_error(
-                engine.name,
-                "cp",
-                done.stderr.strip() or f"exit status {done.returncode}",
-                f"reading the image's CA bundle {path} failed; check `{engine.name} info`",
-            )
-        if dest.is_symlink():
-            target = str(dest.readlink())
-            path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+def certificates(pem: bytes) -> bytes:
+    """Only the CERTIFICATE blocks of `pem` that parse, one after another: the image's text is
+    its author's, and it is written into the command's bundle right before the run's CA. An
+    unterminated BEGIN line or a broken block made OpenSSL refuse the whole file, the run's
+    CA with it; a private key or other text had no business being copied."""
+    # Checked by OpenSSL itself (what the command's clients load), not cryptography: that
+    # warns of, and will refuse, real roots with a non-positive serial OpenSSL accepts.
+    check = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    out = []
+    for block in _BLOCK.findall(pem):
+        try:
+            check.load_verify_locations(cadata=block.decode("ascii"))
+        except (ssl.SSLError, ValueError):
+            continue  # not a certificate: left out, as OpenSSL would refuse the whole file
+        out.append(block + b"\n")
+    return b"".join(out)
+
+
+def _copy_out(engine: Engine, container: str, path: str) -> bytes | None:
+    """The regular file at `path` in the container, symlinks followed inside the image; None
+    when the image has no such file, or something else there (a directory, a device, a FIFO,
+    a symlink loop). Read as the tar stream `cp … -` writes, header first: a directory or a
+    file over MAX_BUNDLE is known before any of its content is read. `cp` to a host path
+    wrote a directory's whole tree, or a file of gigabytes, to the host's disk first, and
+    the file was then read whole into memory."""
+    for _hop in range(_HOPS):
+        member, data = _stream(engine, container, path)
+        if member is None:
+            return None
+        if member.issym():
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(path), member.linkname))
             continue
-        if not dest.is_file():
-            return None  # a directory at a bundle's path is not a bundle
-        with contextlib.suppress(OSError):  # unreadable: as if absent
-            return dest.read_bytes()
-        return None
+        return data if member.isreg() else None
     return None
+
+
+def _stream(engine: Engine, container: str, path: str) -> tuple[tarfile.TarInfo | None, bytes]:
+    """The first tar member `cp container:path -` writes and, for a regular file within the
+    bound, its bytes; (None, b"") when the image has no such path."""
+    argv = engine.cli_argv(("cp", f"{container}:{path}", "-"))
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            list(argv),
+            env=engine.cli_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+        )
+        # An engine that never answers: killed (this process's own child) at the CLI bound.
+        timer = threading.Timer(CLI_TIMEOUT, proc.kill)
+        timer.start()
+        try:
+            member, data = _first(proc, path)
+        finally:
+            timer.cancel()
+            if proc.stdout is not None:
+                proc.stdout.close()
+            if proc.poll() is None:
+                proc.kill()  # the rest of a directory's tree is not wanted
+            proc.wait()
+        if member is not None:
+            return member, data
+        errors.seek(0)
+        words = errors.read().decode(errors="replace")
+    if _absent(words):
+        return None, b""  # the next path is tried
+    # Anything else (the engine gone mid-read) would leave the command trusting no image CA
+    # at all, cached for the image: refused instead.
+    raise engine_error(
+        engine.name,
+        "cp",
+        words.strip() or f"exit status {proc.returncode}",
+        f"reading the image's CA bundle {path} failed; check `{engine.name} info`",
+    )
+
+
+def _first(proc: subprocess.Popen[bytes], path: str) -> tuple[tarfile.TarInfo | None, bytes]:
+    assert proc.stdout is not None
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            member = tar.next()
+            if member is None or not member.isreg():
+                return member, b""
+            if member.size > MAX_BUNDLE:
+                raise SprawlError(
+                    ErrorCode.IMAGE_INVALID,
+                    path,
+                    f"the image's CA bundle {path} is {member.size} bytes, over the "
+                    f"{MAX_BUNDLE} read for a command with secrets (real ones are < 1 MB)",
+                    'give the image a real CA bundle, or set trust = "host"',
+                )
+            got = tar.extractfile(member)
+            return member, got.read(MAX_BUNDLE) if got is not None else b""
+    except tarfile.TarError:
+        return None, b""  # no archive: the engine said why on stderr
 
 
 def _absent(words: str) -> bool:
     """The engine's words for "no such path in the container": docker 20.10+ "Could not find
     the file … in container …", podman 4 "… could not be found on container …: no such file
-    or directory"."""
+    or directory"; a symlink loop at the path (docker's daemon: "evalSymlinksInScope: too many
+    links") is no bundle either, not an engine failure refusing the command."""
     low = words.lower()
     return any(
         said in low
-        for said in ("could not find", "could not be found", "no such file", "not a directory")
+        for said in (
+            "could not find",
+            "could not be found",
+            "no such file",
+            "not a directory",
+            "too many links",
+            "too many levels of symbolic links",
+        )
     )

@@ -12,6 +12,7 @@ the command. Responses to a request that carried a value are asked uncompressed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import ssl
 from typing import TYPE_CHECKING, Any
@@ -243,11 +244,23 @@ async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
             await upstream.flush()
             await client.flush()
         except h11.ProtocolError as err:
+            await _answered(client)
             raise Cut(f"HTTP/1.1 through the interception failed: {type(err).__name__}") from err
+        except Cut:
+            # A refused request read from the same record as the one before it: that one's
+            # answer (scrubbed, queued) still goes out; it was dropped with the connection.
+            await _answered(client)
+            raise
         await client.close()
     finally:
         flow.up += upstream.raw_out
         flow.down += client.raw_out
+
+
+async def _answered(client: TlsEnd) -> None:
+    # The command may be gone already: then nothing is owed to it.
+    with contextlib.suppress(ssl.SSLError, OSError):
+        await client.flush()
 
 
 class Interception:
