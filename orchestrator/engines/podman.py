@@ -20,7 +20,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,22 @@ def parse_facts(info: Mapping[str, Any], installed: Sequence[str] = ()) -> Engin
 
 def _id_map(entries: Any) -> tuple[tuple[int, int, int], ...]:
     return tuple((int(e["container_id"]), int(e["host_id"]), int(e["size"])) for e in entries or ())
+
+
+def rm_past_busy(
+    rm: Callable[[], subprocess.CompletedProcess[str]],
+) -> subprocess.CompletedProcess[str]:
+    """Run a `podman rm` and, while it fails on the shm race below ("unlinkat
+    …/userdata/shm: device or resource busy"), again after each of RM_BUSY_RETRIES: an rm a
+    moment later finds the shm unmounted by the first and removes the rest. The arm's remove
+    and the guardian's sweep (engines/sweep.py) both meet it."""
+    done = rm()
+    for pause in RM_BUSY_RETRIES:
+        if done.returncode == 0 or "device or resource busy" not in done.stderr:
+            break
+        time.sleep(pause)
+        done = rm()
+    return done
 
 
 def unmount_shm(bundle: str) -> bool:
@@ -286,15 +302,9 @@ class PodmanEngine:
         bundle = self._bundles.pop(container, None)
         if bundle is not None:
             unmount_shm(bundle)
-        done = self._run("rm", "--force", container, check=False)
-        for pause in RM_BUSY_RETRIES:
-            # Kept for what unmount_shm can't reach (rootless: the mount is in podman's
-            # own namespace; a bundle never inspected): an rm a moment later finds the
-            # shm unmounted by the first and removes the rest.
-            if done.returncode == 0 or "device or resource busy" not in done.stderr:
-                break
-            time.sleep(pause)
-            done = self._run("rm", "--force", container, check=False)
+        # The retry is kept for what unmount_shm can't reach (rootless: the mount is in
+        # podman's own namespace; a bundle never inspected).
+        done = rm_past_busy(lambda: self._run("rm", "--force", container, check=False))
         if done.returncode != 0 and not _gone(done.stderr):
             raise engine_error(
                 "podman", "rm", done.stderr, "remove it by hand: podman rm -f " + container

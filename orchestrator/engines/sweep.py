@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.engines.engine import engine_error, run_cli
-from sprawl_orch.engines.podman import RM_BUSY_RETRIES, PodmanEngine
+from sprawl_orch.engines.podman import PodmanEngine, rm_past_busy
 
 LABEL = "sprawl.session"
 # An engine that does not answer a list or a removal within this is reported, not awaited:
@@ -124,16 +123,12 @@ class Sweep:
         # repeated: podman stores it with each container.
         args = ["rm", "-f", "-t", "0", "-i"] if self.name == "podman" else ["rm", "-f"]
         try:
-            done = self._cli([*args, *refs])
-            for pause in RM_BUSY_RETRIES if self.name == "podman" else ():
-                # The arm's remove met this race and retries (podman.py: rootful podman
-                # 4.3.1 with --userns=auto unlinks userdata/shm before it unmounts it);
-                # the guardian's sweep met it too, right after a SIGKILL (CI, 2026-12-02:
-                # "unlinkat …/userdata/shm: device or resource busy", the container gone a
-                # moment later). `-i` makes the second rm of what the first removed a no-op.
-                if done.returncode == 0 or "device or resource busy" not in done.stderr:
-                    break
-                time.sleep(pause)
+            if self.name == "podman":
+                # The guardian's sweep meets the arm's shm race too, right after a SIGKILL
+                # (CI, 2026-12-02: the container gone a moment later). `-i` makes a second
+                # rm of what the first removed a no-op.
+                done = rm_past_busy(lambda: self._cli([*args, *refs]))
+            else:
                 done = self._cli([*args, *refs])
         except SprawlError as err:
             return [f"{self.name} rm: {err.subject}: {err.detail}"]
