@@ -4,9 +4,10 @@ points at must never reach the copy or a command's output.
 
 Rows: the raw control (the host's own `cat` through the flipping entry does print the secret,
 or the flip proves nothing); the API (`copy.sync` with the copy guard, first syncs and resyncs
-alternating); the CLI (`sprawl-orch exec -- cat …`) on linux_namespaces, landlock and copied_tree. On
-the code before copy/source.py: 1 920 of 50 546 API syncs and 5 of 162 CLI commands leaked
-(the attacker's counts), and this harness's shapes all leaked through the API. The counts are
+alternating); the CLI (`sprawl-orch exec -- cat …`) on linux_namespaces, landlock and
+copied_tree. On the code before copy/source.py: 1 920 of 50 546 API syncs and 5 of 162 CLI
+commands leaked (the attacker's counts), and this harness's shapes all leaked through the
+API. The counts are
 SPRAWL_LINK_RACE_SYNCS / SPRAWL_LINK_RACE_COMMANDS; a race is a sample, the deterministic
 cases are tests/unit/test_copy_races.py.
 """
