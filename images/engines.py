@@ -24,8 +24,8 @@ from sprawl_orch.engines.images import (
     fixed_id,
 )
 from sprawl_orch.images import buildlog
+from sprawl_orch.images._engine_build import build_args, build_failed
 from sprawl_orch.images.dockerfile import DockerfileError, external_bases
-from sprawl_orch.images.engine_build import build_args, build_failed
 
 # The names images/ and its callers have always imported from here.
 __all__ = [
