@@ -38,6 +38,7 @@ from sprawl_orch.changes.workspace_diff import (
 from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, UNDO, scan_one
 from sprawl_orch.changes.workspace_walk import Clean
 from sprawl_orch.copy.sync import delete_path
+from sprawl_orch.core.beneath import chmod_dir
 from sprawl_orch.core.errors import SprawlError
 
 
@@ -171,11 +172,7 @@ class Flow:
         sync wrote, newest first. ``tree`` is only read."""
         for rel, where in reversed(self._back):
             if isinstance(where, int):
-                fd = os.open(self.base / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-                try:
-                    os.fchmod(fd, where)
-                finally:
-                    os.close(fd)
+                chmod_dir(self.base / rel, where)
             elif where == "tree":
                 replace_path(self.tree, self.base, rel)
             elif os.path.lexists(str(self.undo_dir / rel) + ".absent"):
@@ -291,11 +288,7 @@ class Flow:
                 continue
             # No command of the workspace runs (flow-in), yet a link planted earlier must
             # not redirect the chmod: the directory is opened without following one.
-            fd = os.open(self.tree / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            try:
-                os.fchmod(fd, stat.S_IMODE(b.st_mode))
-            finally:
-                os.close(fd)
+            chmod_dir(self.tree / rel, stat.S_IMODE(b.st_mode))
             flowed.append(rel)
         return flowed, new
 
@@ -310,11 +303,7 @@ def keep_bits(theirs: Path, rel: str, bits: int) -> None:
         st = None
     if st is None:
         os.mkdir(real_parent(theirs, rel) / rel.split("/")[-1], 0o700)
-    fd = os.open(theirs / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        os.fchmod(fd, bits)
-    finally:
-        os.close(fd)
+    chmod_dir(theirs / rel, bits)
 
 
 def take(ws: Path, rel: str, conflicts: list[str], bits_only: list[str]) -> list[str]:
@@ -340,11 +329,7 @@ def _take_bits(tree: Path, base: Path, rel: str) -> bool:
         return False
     # No command of the workspace need be stopped for it: the directory is opened without
     # following a link an agent's command may have put on its place since the lstat.
-    fd = os.open(tree / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        os.fchmod(fd, stat.S_IMODE(b.st_mode))
-    finally:
-        os.close(fd)
+    chmod_dir(tree / rel, stat.S_IMODE(b.st_mode))
     return True
 
 
