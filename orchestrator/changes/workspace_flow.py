@@ -37,9 +37,9 @@ from sprawl_orch.changes.workspace_diff import (
 )
 from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, UNDO, scan_one
 from sprawl_orch.changes.workspace_walk import Clean
-from sprawl_orch.copy.sync import delete_path
 from sprawl_orch.core.beneath import chmod_dir
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.removal import delete_path
 
 
 def same(tree: Path, base: Path, rel: str) -> bool:
