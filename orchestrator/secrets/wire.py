@@ -194,9 +194,14 @@ class Reader:
             return Bad("a CONNECT inside an intercepted connection")
         if status == 101:
             return Bad("a 101 Switching Protocols (no Upgrade was passed on)")
+        size = len(self._url) + len(self._reason)
         for name, value in headers:
             if any(c in name or c in value for c in _FORBIDDEN):
                 return Bad("a header with CR, LF or NUL in it")
+            size += len(name) + len(value) + 4
+        if size > HEAD_LIMIT:
+            # A head that came whole in one read (feed counts only heads spread over reads).
+            return Bad(f"a message head over {HEAD_LIMIT} bytes")
         lengths = [v for k, v in headers if k == b"content-length"]
         codings = [v for k, v in headers if k == b"transfer-encoding"]
         if lengths and codings:
