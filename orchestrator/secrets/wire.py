@@ -25,7 +25,6 @@ import httptools
 # header held the proxy's memory.
 HEAD_LIMIT = 64 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
-_FORBIDDEN = (b"\r", b"\n", b"\0")
 
 
 class Malformed(Exception):
@@ -194,12 +193,12 @@ class Reader:
             return Bad("a CONNECT inside an intercepted connection")
         if status == 101:
             return Bad("a 101 Switching Protocols (no Upgrade was passed on)")
-        size = len(self._url) + len(self._reason)
-        for name, value in headers:
-            if any(c in name or c in value for c in _FORBIDDEN):
-                return Bad("a header with CR, LF or NUL in it")
-            size += len(name) + len(value) + 4
-        if size > HEAD_LIMIT:
+        # One joined string searched three times, not three searches a header: a share of
+        # the path's CPU on every message (benchmarks/secrets_proxy.py).
+        flat = b"".join(n + v for n, v in headers)
+        if _forbidden(flat):
+            return Bad("a header with CR, LF or NUL in it")
+        if len(self._url) + len(self._reason) + len(flat) + 4 * len(headers) > HEAD_LIMIT:
             # A head that came whole in one read (feed counts only heads spread over reads).
             return Bad(f"a message head over {HEAD_LIMIT} bytes")
         lengths = [v for k, v in headers if k == b"content-length"]
@@ -235,14 +234,18 @@ def _has(head: Head, name: bytes) -> bool:
     return any(k == name for k, _ in head.headers)
 
 
+def _forbidden(data: bytes) -> bool:
+    return b"\r" in data or b"\n" in data or b"\0" in data
+
+
 def _lines(first: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    # The value swapped in comes from the caller (config/secrets.py refuses CR, LF and NUL
+    # there); checked again at the one place bytes are written, so no value or scrubbed
+    # header can start a header or a message of its own.
+    if _forbidden(b"".join(n + v for n, v in headers)) or not all(n for n, _ in headers):
+        raise Malformed("a header to be sent held CR, LF or NUL; not sent")
     out = [first]
     for name, value in headers:
-        # The value swapped in comes from the caller (config/secrets.py refuses CR, LF and
-        # NUL there); checked again at the one place bytes are written, so no value or
-        # scrubbed header can start a header or a message of its own.
-        if any(c in name or c in value for c in _FORBIDDEN) or not name:
-            raise Malformed("a header to be sent held CR, LF or NUL; not sent")
         out += [name, b": ", value, b"\r\n"]
     out.append(b"\r\n")
     return b"".join(out)
@@ -253,7 +256,7 @@ def request_head(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]
 
 
 def response_head(status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
-    if any(c in reason for c in _FORBIDDEN):
+    if _forbidden(reason):
         raise Malformed("a reason phrase held CR, LF or NUL; not sent")
     return _lines(b"HTTP/1.1 %d %s\r\n" % (status, reason), headers)
 
