@@ -130,7 +130,8 @@ def main() -> None:
     tunnel, inter = (statistics.median(pair[arm]) * 1000 for arm in ("tunnel", "intercepted"))
     print(
         f"small request, both arms alternating request by request (one client, one proxy): "
-        f"tunnel {tunnel:.2f} ms, intercepted {inter:.2f} ms, ratio {inter / tunnel:.2f} "
+        f"tunnel {tunnel:.2f} ms, intercepted {inter:.2f} ms, ratio intercepted / tunnel "
+        f"{inter / tunnel:.2f} "
         f"(bound <= 1.5); per round: {', '.join(f'{r:.2f}' for r in pair_rounds)}"
     )
     tunnel, inter = ms(False, "request"), ms(True, "request")
