@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -28,6 +27,7 @@ from sprawl_orch.core.arms import ASSURANCES, ArmName
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs
+from sprawl_orch.core.removal import delete_quietly
 from sprawl_orch.native_fallbacks import wasi_forked, wasi_guest, wasi_module
 from sprawl_orch.runs.launch import Finished, Launch, Running
 from sprawl_orch.runs.process import HostProcess
@@ -226,7 +226,7 @@ class GuestRun:
         if exit_code is None and isinstance(report.get("exit_code"), int):
             # its runtime process was replaced while it ran: its status went to init
             exit_code = int(str(report["exit_code"]))
-        shutil.rmtree(self._guest, ignore_errors=True)
+        delete_quietly(self._guest)  # the one tree removal (core/removal.py): never follows a link
         return Finished(
             exit_code=exit_code,
             stdout_path=done.stdout_path,
