@@ -42,6 +42,7 @@ from sprawl_orch.native_fallbacks.wasi_guest import verified_copy as guest_verif
 __all__ = [
     "Compiled",
     "VerifiedModule",
+    "cached",
     "compiled",
     "make_engine",
     "open_verified",
@@ -120,16 +121,26 @@ def verified_binary(path: Path | None = None) -> Path:
     return _verified_binary(where, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
 
 
-def compiled(state: Path, binary: Path | None = None) -> Compiled:
-    """The cache entry for the pinned binary, compiled (seconds) and written if absent."""
-    key = cache_key(PINNED_SHA256)
-    entry = private_dirs(state / "wasm-cache" / key)
+def cached(state: Path) -> Compiled | None:
+    """The cache entry for the pinned binary if it was compiled, else None (never compiles:
+    the exec server asks this, and a compile is seconds of a call's, not of the server's)."""
+    entry = private_dirs(state / "wasm-cache" / cache_key(PINNED_SHA256))
     module, record = entry / "module.cwasm", entry / "module.sha256"
-    # absent or torn: compiled anew below; the guest re-checks the digest in any case
+    # absent or torn: compiled anew by compiled(); the runtime re-checks the digest anyway
     with contextlib.suppress(OSError, ValueError):
         found = record.read_text(encoding="ascii").strip()
         if len(found) == 64 and module.lstat().st_size > 0:
             return Compiled(module, found)
+    return None
+
+
+def compiled(state: Path, binary: Path | None = None) -> Compiled:
+    """The cache entry for the pinned binary, compiled (seconds) and written if absent."""
+    found = cached(state)
+    if found is not None:
+        return found
+    entry = private_dirs(state / "wasm-cache" / cache_key(PINNED_SHA256))
+    module, record = entry / "module.cwasm", entry / "module.sha256"
     source = verified_binary(binary)
     import wasmtime
 
