@@ -135,6 +135,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--cli-reps", type=int, default=10)
+    parser.add_argument(
+        "--cache-from",
+        type=Path,
+        help="a state directory whose compiled module to copy in (no compile measured: on a "
+        "loaded machine it takes minutes)",
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sprawl-bench-py-"))
     try:
@@ -143,6 +149,9 @@ def main() -> None:
         (tree / "a.py").write_text("print('a')\n")
         load_before = load()
         # The first command's compile alone, then the rest of that first command.
+        if args.cache_from is not None:
+            state.mkdir(mode=0o700)
+            shutil.copytree(args.cache_from / "wasm-cache", state / "wasm-cache")
         compile_ms = timed(lambda: wasi_module.compiled(state))
         around: list[float] = []
         with ExecTool(config_for(state), tree) as tool:
@@ -239,7 +248,8 @@ def main() -> None:
         }.items()
     }
     print(f"load (1/5/15 min) before: {load_before}; after: {load()}")
-    print(f"compile alone (empty cache):          {compile_ms:9.1f} ms")
+    what = "cache copied in, no compile" if args.cache_from else "empty cache"
+    print(f"compile alone ({what}): {compile_ms:9.1f} ms")
     print(f"  first command after it (runtime start + run): {first:6.1f} ms")
     print(f"cached command, ExecTool in-process:  {m['ours']:9.1f} ms")
     print(f"  in-process cost around the guest:   {m['around']:9.1f} ms")

@@ -72,6 +72,8 @@ LAZY = (
     "sprawl_orch.native_fallbacks.landlock",
     "sprawl_orch.native_fallbacks.landlock_helper",
     "sprawl_orch.native_fallbacks.seccomp_landlock",
+    # the python arm's side of a call (its runtime is held apart: native_fallbacks/wasi_shared)
+    "sprawl_orch.native_fallbacks.wasi_python",
     "encodings.ascii",
 )
 
