@@ -1,17 +1,21 @@
 """The python arm's runtime process (wasi_runtime.py) from sprawl-orch's side, and the
 `Running` of one command it forked.
 
-The runtime is started once per arm and loads the verified compiled module once; each
-command is a process it forks (issue 31: a Python start and `import wasmtime` per command cost
-0.9-1.2 s). Every command is still a process of its own in its own session: announced to the
-guardian as a process group before it runs, put in the run's cgroup, killed with SIGKILL
-(137) by the window, halt or release, and never reaped until it is gone -- the runtime
-reaps it only when `finish` asks, so the pid signalled cannot be another's.
+A runtime loads the verified compiled module once; each command is a process it forks
+(issue 31: a Python start and `import wasmtime` per command cost 0.9-1.2 s). A tool starts its
+own, or -- in a call the exec server serves -- uses the one the server holds
+(wasi_shared.py) over a stream of its own. Every command is still a process of its own in its
+own session: announced to the guardian as a process group before it runs, put in the run's
+cgroup, killed with SIGKILL (137) by the window, halt or release, and never reaped until it is
+gone -- the runtime reaps it only when `finish` asks, and only for the owner it forked it for,
+so the pid signalled cannot be another's. It dies with its runtime (PR_SET_PDEATHSIG): it
+never runs on unowned; its zombie is then init's to reap.
 
 The runtime is replaced, and the command's result says so, when it has ended (killed, or
 crashed) or when the cache file changed since it loaded it: VerifiedModule checks the file's
 state before every fork and hashes it again when it moved; the new runtime maps the fd that
-check opened.
+check opened. A replaced runtime is not killed (another thread's command may still run on it):
+hung up on, it ends itself once its commands have ended.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,7 +125,7 @@ class Runtime:
                     self._sock = connect(self._shared.door)
                     self._loaded = stamp
                     return said
-                except ConnectionError:
+                except ConnectionError:  # the server's runtime is gone: we start our own
                     said = said or (
                         "the exec server's python arm runtime process had ended; this call "
                         "started its own"
@@ -138,7 +141,7 @@ class Runtime:
         log = private_dirs(self._logs) / "runtime.stderr"
         stderr = private_file(log)
         try:
-            self._proc = spawn(theirs, module_fd, stderr)
+            self._proc = wasi_runtime.spawn(theirs, module_fd, stderr)
         finally:
             theirs.close()
             os.close(stderr)
@@ -210,7 +213,7 @@ class Runtime:
             self._said = None
             try:
                 pid = int(self._ask({"op": "run", "spec": spec}, fds)["pid"])
-            except ConnectionError:
+            except ConnectionError:  # it died since the check: replaced, asked again
                 said = self._ensure() or said
                 pid = int(self._ask({"op": "run", "spec": spec}, fds)["pid"])
             self._started.add(pid)
@@ -228,7 +231,7 @@ class Runtime:
                 return None
             try:
                 status = self._ask({"op": "reap", "pid": pid}, [])["status"]
-            except ConnectionError:
+            except ConnectionError:  # its runtime died: the status went with it (None)
                 return None
         return None if status is None else (128 - status if status < 0 else int(status))
 
@@ -250,21 +253,6 @@ def _closed() -> SprawlError:
     )
 
 
-def spawn(door: socket.socket, module_fd: int, stderr: int) -> subprocess.Popen[bytes]:
-    """The runtime process, its end of the door and the verified module's fd its only
-    descriptors; an empty environment."""
-    return subprocess.Popen(
-        [sys.executable, "-I", wasi_runtime.__file__, str(door.fileno()), str(module_fd)],
-        env={},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-        pass_fds=(door.fileno(), module_fd),
-        # Its own session: a terminal's Ctrl+C meant for us does not reach it.
-        start_new_session=True,
-    )
-
-
 def connect(door: socket.socket) -> socket.socket:
     """A stream of our own to the runtime behind `door`, once it is ready (it answers only
     after loading the module). ConnectionError: it ended, or (the message) refused."""
@@ -276,8 +264,8 @@ def connect(door: socket.socket) -> socket.socket:
             # ours no more: a runtime that dies before taking it drops it, and we see EOF
             theirs.close()
         answer, _ = wasi_runtime.receive(ours)
-    except OSError:
-        answer = None  # the runtime is gone (EPIPE, ECONNRESET)
+    except OSError:  # the runtime is gone (EPIPE, ECONNRESET): said as EOF
+        answer = None
     if answer is None or "ready" not in answer:
         ours.close()
         raise ConnectionError(answer.get("error", "") if answer else "")

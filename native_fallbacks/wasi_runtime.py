@@ -39,6 +39,7 @@ import select
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -74,6 +75,21 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     return json.loads(body), fds
 
 
+def spawn(door: socket.socket, module_fd: int, stderr: int) -> subprocess.Popen[bytes]:
+    """This file run as the runtime process (by sprawl-orch), its end of the door and the
+    verified module's fd its only descriptors; an empty environment."""
+    return subprocess.Popen(
+        [sys.executable, "-I", __file__, str(door.fileno()), str(module_fd)],
+        env={},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        pass_fds=(door.fileno(), module_fd),
+        # Its own session: a terminal's Ctrl+C meant for us does not reach it.
+        start_new_session=True,
+    )
+
+
 def _guest_module() -> Any:
     # By path, as this file is run: -I keeps native_fallbacks/ off sys.path, and importing
     # sprawl_orch here would cost its package's import in this process for nothing.
@@ -105,7 +121,7 @@ def _deathsig() -> Any:
 
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
+    except (OSError, AttributeError):  # no libc prctl (not Linux): no death signal to set
         return None
     return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
@@ -217,7 +233,7 @@ class _Server:
         conn.pids.discard(pid)
         try:
             _, status = os.waitpid(pid, 0)
-        except ChildProcessError:
+        except ChildProcessError:  # reaped already (never, as only its owner asks): unknown
             return {"status": None}
         return {"status": os.waitstatus_to_exitcode(status)}
 
@@ -229,7 +245,7 @@ class _Server:
             # still ours to reap (a zombie at worst): reaped here when it ends
             try:
                 pidfd = os.pidfd_open(pid)
-            except ProcessLookupError:
+            except ProcessLookupError:  # reaped already: nothing left to wait for
                 continue
             self.orphans[pidfd] = pid
             self.poller.register(pidfd, select.POLLIN)

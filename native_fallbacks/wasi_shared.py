@@ -31,7 +31,7 @@ from pathlib import Path
 from sprawl_orch.core import served_memo
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.core.private import private_dirs, private_file
-from sprawl_orch.native_fallbacks import wasi_module
+from sprawl_orch.native_fallbacks import wasi_module, wasi_runtime
 from sprawl_orch.native_fallbacks.wasi_module import Compiled, VerifiedModule
 
 KIND = "python-runtime"
@@ -84,8 +84,6 @@ def after_call() -> None:
 
 
 def _start(state: Path) -> None:
-    from sprawl_orch.native_fallbacks import wasi_forked
-
     entry = wasi_module.cached(state)
     if entry is None:
         return
@@ -94,7 +92,7 @@ def _start(state: Path) -> None:
     door, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     stderr = private_file(private_dirs(state / "wasm-runtime") / "shared.stderr")
     try:
-        proc = wasi_forked.spawn(theirs, fd, stderr)
+        proc = wasi_runtime.spawn(theirs, fd, stderr)
     except BaseException:
         door.close()
         module.close()
