@@ -1,7 +1,7 @@
 """Which images a Dockerfile needs from the engine's store (pure; no engine).
 
 `docker build --pull=false` still pulls a base that isn't local (Docker 20.10: "Step 1/2 :
-FROM alpine:3.19 … Get https://registry-1.docker.io/v2/"), so the builder checks every base
+FROM alpine:3.19 … Get https://<the registry>/v2/"), so the builder checks every base
 named here against the local store before it starts, and refuses instead.
 
 Handled: parser directives (`# escape=`), comments, line continuations, global `ARG`s before

@@ -176,12 +176,16 @@ class ImageEngine:
         """Podman resolves a short name against every local name ending in it: an outsider's
         `image pin busybox:latest` pinned `localhost/sprawl/busybox:latest` while another
         `localhost/…/busybox:latest` existed (issue 27, item 15). Only the name given, or what
-        docker would also call it (docker.io/library/, localhost/), counts; a short-name match
-        alone or two images under the spellings of one name are refused, naming each."""
+        docker would also call it (its default registry's library/, localhost/), counts; a
+        short-name match alone or two images under the spellings of one name are refused,
+        naming each."""
+        # docker's default registry, from its SDK: no registry host is written here.
+        from docker.auth import INDEX_NAME
+
         listed = self._listing()
         tagged = ref if ":" in ref.rsplit("/", 1)[-1] else f"{ref}:latest"
-        spellings = {tagged, f"localhost/{tagged}", f"docker.io/{tagged}"}
-        spellings.add(f"docker.io/library/{tagged}")
+        spellings = {tagged, f"localhost/{tagged}", f"{INDEX_NAME}/{tagged}"}
+        spellings.add(f"{INDEX_NAME}/library/{tagged}")
         exact: dict[str, set[str]] = {}
         short: dict[str, set[str]] = {}
         for line in listed.splitlines():

@@ -71,20 +71,39 @@ def plan(
         if found is None:
             raise _not_local(ref, [engine_name], [])
         return {engine_name: found}, {engine_name: found}, []
+    # Every engine is asked and says what it did (issue 27, item 15: docker was skipped
+    # without a word while podman pinned a name the person never wrote).
     resolved: dict[str, str] = {}
     notes: list[str] = []
+    refused: list[str] = []
     for name in engines:
         try:
             found = resolver(name, ref)
         except SprawlError as err:
+            if err.code is ErrorCode.IMAGE_INVALID:  # ambiguous, or a short-name match only
+                refused.append(f"{name}: {err.detail}")
+                continue
             if err.code is not ErrorCode.TOOL_UNAVAILABLE:
                 raise
             notes.append(f"{name} not asked: {err.detail}")
             continue
         if found is not None:
             resolved[name] = found
+        else:
+            notes.append(f"{name}: {ref} is not a local image there; nothing pinned for {name}")
+    if refused:
+        said = [f"{n}: {ref} is {i}" for n, i in resolved.items()] + notes
+        raise SprawlError(
+            ErrorCode.IMAGE_INVALID,
+            subject=ref,
+            detail="; ".join(refused)
+            + (f" ({'; '.join(said)})" if said else "")
+            + "; nothing was written",
+            recovery="pin the full name (e.g. localhost/…) or the ID of the one you mean, "
+            "with --engine for the engine it is in",
+        )
     if not resolved:
-        raise _not_local(ref, list(engines), notes)
+        raise _not_local(ref, list(engines), [n for n in notes if " not asked: " in n])
     if len(resolved) == len(engines) and len(set(resolved.values())) == 1:
         return {None: next(iter(resolved.values()))}, resolved, notes
     return dict(resolved.items()), resolved, notes

@@ -24,10 +24,13 @@ import json
 import os
 import shutil
 import stat
+import threading
+import time
 from pathlib import Path
 
 from sprawl_orch.changes.changes import ChangeEntry, equal_files
 from sprawl_orch.changes.record import fs_now_ns, kind_of, norm_mode
+from sprawl_orch.changes.workspace_state import STAGING
 from sprawl_orch.copy.sync import delete_path
 from sprawl_orch.core import fs_clock
 from sprawl_orch.core.beneath import open_file
@@ -193,11 +196,11 @@ def real_parent(root: Path, rel: str) -> Path:
 
 def replace_path(src_root: Path, dst_root: Path, rel: str) -> None:
     """Make ``rel`` in ``dst_root`` what it is in ``src_root`` (absent included): the new
-    entry is copied (bits and times) beside the old one first, then put in its place; the old
-    one is deleted without following links. A copy that fails (a full disk) leaves the old
-    entry as it was: deleting it first lost the tree's file when a flow-in's replay hit
-    ENOSPC (tests/integration/test_workspace_disk_full.py), and the tree without it read as
-    the agent deleting the person's file."""
+    entry is copied (bits and times) into the staging directory first, then put in its
+    place; the old one is deleted without following links. A copy that fails (a full disk)
+    leaves the old entry as it was: deleting it first lost the tree's file when a flow-in's
+    replay hit ENOSPC (tests/integration/test_workspace_disk_full.py), and the tree without
+    it read as the agent deleting the person's file."""
     parent = real_parent(dst_root, rel)
     name = rel.split("/")[-1]
     dst = parent / name
@@ -211,8 +214,7 @@ def replace_path(src_root: Path, dst_root: Path, rel: str) -> None:
     if not (stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
         delete_path(dst)
         return  # fifos, sockets, devices: the syncs skip them too
-    new = parent / f".{name}.sprawl-new-{os.getpid()}"
-    delete_path(new)  # one a killed run of this process id left
+    new = _staged(dst_root)
     try:
         if stat.S_ISLNK(st.st_mode):
             os.symlink(os.readlink(src), new)
@@ -230,6 +232,33 @@ def replace_path(src_root: Path, dst_root: Path, rel: str) -> None:
     except BaseException:
         delete_path(new)
         raise
+
+
+def _staged(dst_root: Path) -> Path:
+    """A free name for a new entry in the workspace's staging directory (a sibling of
+    ``dst_root``, one filesystem: the rename into place is atomic). It was a hidden sibling
+    of the entry until a run killed mid-copy left `.more.py.sprawl-new-<pid>` in the agent's
+    tree, where the next command saw it and `changes` listed it as the agent's. What dead
+    processes left in staging is removed here; a live one's is its own (an entry whose pid
+    was reused stays until that process ends: out of every tree, it costs only its bytes)."""
+    staging = dst_root.parent / STAGING
+    os.makedirs(staging, 0o700, exist_ok=True)
+    for left in os.listdir(staging):
+        pid = left.partition("-")[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue  # being written (a thread of this process, or another process)
+        delete_path(staging / left)  # a killed run's
+    return staging / f"{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:  # no such process: what it staged is left over
+        return False
+    except PermissionError:  # another account's process: alive, its entry not ours
+        return True
+    return True
 
 
 def _agent_side(tree: Path, rel: str) -> bytes | str:

@@ -31,10 +31,10 @@ from pathlib import Path
 from sprawl_orch.changes.workspace_diff import (
     diff,
     overlaps,
-    real_parent,
     replace_path,
     same_entry,
 )
+from sprawl_orch.changes.workspace_merge import Merge, keep_bits
 from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, UNDO, scan_one
 from sprawl_orch.changes.workspace_walk import Clean
 from sprawl_orch.copy.sync import delete_path
@@ -258,11 +258,17 @@ class Flow:
         flowed: list[str] = []
         new: list[str] = []
         done: list[str] = []
+        merge = Merge(self.tree, self.base, self.bases, self.theirs, conflicts, bits_only)
+        merged: list[str] = []
         for rel in sorted(self.judged):
-            if any(rel.startswith(d + "/") for d in done):
-                continue  # inside a directory replaced whole
+            if any(rel.startswith(d + "/") for d in (*done, *merged)):
+                continue  # inside a directory replaced whole, or merged
             if overlaps(rel, agent):
                 if same(self.tree, self.base, rel):
+                    continue
+                if merge.both_made_dir(rel):
+                    merge.merge(rel)  # a directory both made: its entries judged one by one
+                    merged.append(rel)
                     continue
                 if rel not in conflicts:
                     new.append(rel)
@@ -297,24 +303,7 @@ class Flow:
             finally:
                 os.close(fd)
             flowed.append(rel)
-        return flowed, new
-
-
-def keep_bits(theirs: Path, rel: str, bits: int) -> None:
-    """The person's version of a conflict on directory ``rel``'s own bits: a directory
-    ``theirs/rel`` with those bits (what the base holds: the sync gives every directory u+rwx).
-    Other conflicts' versions kept inside it stay."""
-    st = scan_one(theirs, rel)
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        delete_path(theirs / rel)
-        st = None
-    if st is None:
-        os.mkdir(real_parent(theirs, rel) / rel.split("/")[-1], 0o700)
-    fd = os.open(theirs / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        os.fchmod(fd, bits)
-    finally:
-        os.close(fd)
+        return flowed + merge.flowed, new + merge.new
 
 
 def take(ws: Path, rel: str, conflicts: list[str], bits_only: list[str]) -> list[str]:

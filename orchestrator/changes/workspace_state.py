@@ -35,6 +35,9 @@ from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 CLEAN = "clean.stamps"  # workspace_walk.py: equal file pairs of tree and base, by stamp
 FLOWING = "flowing"  # present while a flow-in runs: one cut short left base unrecorded
+# replace_path's new entries before they are renamed into place: beside the trees, never in
+# one, so a run killed mid-copy leaves nothing a command or `changes` could see.
+STAGING = "staging"
 UNDO = "undo"  # a flow-in's way back (workspace_flow.py): deleted before and after each
 TREE, BASE, STAMPS, BASES, THEIRS, META, LOCK, RUNNING = (
     "tree",

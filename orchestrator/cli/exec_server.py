@@ -20,6 +20,7 @@ not matter to a running call: it is a separate process with its own guardian con
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -41,6 +42,8 @@ FORWARDED = {
     str(int(s)).encode(): s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGWINCH)
 }
 HEADER_LIMIT = 8 << 20  # argv + environment; the kernel's ARG_MAX is far below
+_PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+_PR_GET_DUMPABLE = 3
 
 
 # What a call imports lazily, inside functions (found by listing sys.modules after one call
@@ -98,6 +101,12 @@ def serve(path: Path, idle: float) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # another server won the start: its socket is the one clients reach
+    # Before anything is read: the server and every call forked from it hold parsed config,
+    # each caller's environment (tokens) and secrets' values in memory, and any other process
+    # of the same uid -- a copied_tree command among them -- could read that memory through
+    # ptrace or /proc/<pid>/mem and /proc/<pid>/environ while the process is dumpable. A
+    # fork keeps the flag; an exec (the command, the guardian, an engine CLI) resets it.
+    not_dumpable()
     os.ftruncate(lock, 0)
     os.write(lock, f"{os.getpid()}\n".encode())  # `sprawl-orch server status|stop` read it
     # Each call takes its caller's umask and directory; the server's own are no caller's (it
@@ -180,6 +189,15 @@ def serve(path: Path, idle: float) -> int:
             with contextlib.suppress(FileNotFoundError):  # removed by hand: gone is the aim
                 os.unlink(path)
     return 0
+
+
+def not_dumpable() -> None:
+    """prctl(PR_SET_DUMPABLE, 0), checked: a server that cannot set it does not serve (its
+    callers run in-process, said once by the client), since what it would hold for every
+    later caller is exactly what the flag keeps from the caller's other processes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0):
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 def _same(conn: socket.socket, own: str) -> bool:

@@ -72,15 +72,23 @@ def test_stdin_reaches_the_command_only_with_i(tree: Path) -> None:
 
 
 def on_a_terminal(
-    tree: Path, args: list[str], typed: bytes, rows: int, cols: int
+    tree: Path,
+    args: list[str],
+    typed: bytes,
+    rows: int,
+    cols: int,
+    program: tuple[str, ...] = tuple(CLI),
+    env: dict[str, str] | None = None,
 ) -> tuple[int, bytes, bytes, str]:
-    """The CLI with its stdout on a terminal of rows x cols (ours), stdin a pipe carrying
-    `typed`; returns (status, what the terminal showed, stderr, the caller terminal's name)."""
+    """The CLI (or `program`: the thin client) with its stdout on a terminal of rows x cols
+    (ours), stdin a pipe carrying `typed`; returns (status, what the terminal showed, stderr,
+    the caller terminal's name)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     name = os.ttyname(slave)
     proc = subprocess.Popen(
-        [*CLI, "exec", "-C", str(tree), *args],
+        [*program, "exec", "-C", str(tree), *args],
+        env=env,
         stdin=subprocess.PIPE,
         stdout=slave,
         stderr=subprocess.PIPE,

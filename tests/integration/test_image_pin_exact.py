@@ -7,11 +7,13 @@ from __future__ import annotations
 import secrets
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.images.engines import engine
+from sprawl_orch.images.pin import pin
 
 
 @pytest.fixture
@@ -60,6 +62,20 @@ def test_the_full_name_resolves_and_an_ambiguous_short_name_names_both(
         assert podman.resolve(second) != podman_image
     finally:
         subprocess.run(["podman", "rmi", "--force", other], capture_output=True)
+
+
+def test_the_pin_says_what_each_engine_did(names: tuple[str, str, str], tmp_path: Path) -> None:
+    # docker was skipped without a word (issue 27, item 15); the name is podman's alone here.
+    first, _, short = names
+    config = tmp_path / "sprawl.toml"
+    done = pin(first, config)
+    assert list(done.written) == ["[sandbox.container.images] podman"]
+    assert done.notes == (f"docker: {first} is not a local image there; nothing pinned for docker",)
+    with pytest.raises(SprawlError) as err:
+        pin(short, tmp_path / "other.toml")
+    assert err.value.detail.startswith(f"podman: {short} is no local image's name in podman")
+    assert f"docker: {short} is not a local image there" in err.value.detail
+    assert not (tmp_path / "other.toml").exists()
 
 
 def _tiny_tar() -> bytes:

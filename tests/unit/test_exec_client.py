@@ -261,3 +261,77 @@ def test_a_call_outlives_a_killed_server_and_says_its_status(
     gate.touch()
     out, err = client.communicate(timeout=60)
     assert (client.returncode, out) == (4, b"done\n"), err
+
+
+# CI runs as root. The kernel lets a process of the same uid read another's memory and
+# environment when it holds every capability the other holds and the other is dumpable
+# (root's full set reads anything, and a reader short of the other's set reads nothing,
+# flag or not): so both sides run with none, and only the flag decides.
+NO_CAPS = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"]
+
+
+def _read_as_plain_user(path: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*NO_CAPS, "cat", path], capture_output=True, timeout=30, check=False)
+
+
+def test_the_server_and_its_calls_are_not_readable_by_the_user_s_other_processes(
+    tree: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """PR_SET_DUMPABLE 0: the server holds parsed config and each call its caller's
+    environment; another process of the same uid and capabilities reads neither's memory or
+    environment, while the command the call started (an exec: dumpable again) stays readable
+    to it -- the control that the refusal is the flag's."""
+    gate = tmp_path / "gate"
+    script = f"echo $$; while [ ! -e {gate} ]; do sleep 0.02; done"
+    client = subprocess.Popen(
+        [*NO_CAPS, PROGRAM, "exec", "-C", str(tree), "--", "sh", "-c", script],
+        env={**env, "SPRAWL_TEST_TOKEN": "tok-" + os.urandom(8).hex()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert client.stdout is not None
+    try:
+        command = int(client.stdout.readline())
+        listed = program(["server", "status"], env)
+        server = int(listed.stdout.split(b"pid ")[1].split()[0])
+        children = Path(f"/proc/{server}/task/{server}/children").read_text().split()
+        calls = [int(p) for p in children]
+        assert calls, "the running call is a child of the server"
+        for pid in (server, *calls):
+            for name in ("environ", "mem"):
+                read = _read_as_plain_user(f"/proc/{pid}/{name}")
+                assert read.returncode != 0 and b"denied" in read.stderr, (pid, name, read)
+        # the same reader reads the command's environment: the refusal above is the flag's
+        assert _read_as_plain_user(f"/proc/{command}/environ").returncode == 0
+    finally:
+        gate.touch()
+        client.communicate(timeout=60)
+    assert client.returncode == 0
+
+
+def test_t_and_it_through_the_server(tree: Path, env: dict[str, str]) -> None:
+    """-t through the thin client: a new terminal of the caller's size, never the caller's
+    own (the server's call gets the caller's descriptors, so this is where a mistake would
+    hand the command the caller's terminal); -it carries what is typed."""
+    from tests.integration.test_exec_input import on_a_terminal
+
+    script = "test -t 0 && test -t 1 && echo both-terminals; stty size; tty; exit 3"
+    status, shown, err, caller = on_a_terminal(
+        tree, ["-t", "--", "sh", "-c", script], b"", 33, 101, (PROGRAM,), env
+    )
+    assert status == 3, err
+    lines = shown.replace(b"\r", b"").decode().splitlines()
+    assert {"both-terminals", "33 101"} <= set(lines), (shown, err)
+    names = [line for line in lines if line.startswith("/dev/")]
+    assert names and caller not in names, (names, caller)
+    assert b"not used" not in err, err  # it went through the server
+    status, shown, err, _ = on_a_terminal(
+        tree,
+        ["-it", "--", "sh", "-c", 'read line; echo "got:$line"'],
+        b"hello\n",
+        24,
+        80,
+        (PROGRAM,),
+        env,
+    )
+    assert (status, b"got:hello" in shown) == (0, True), (shown, err)

@@ -408,3 +408,30 @@ def test_a_per_engine_pin_replaces_the_tag_its_refusal_named(tmp_path: Path, tex
     assert result.removed == {"[sandbox.container] image": "t:1"}
     loaded = load_config(config).sandbox.container
     assert (loaded.image, loaded.image_for("docker")) == (None, D1)
+
+
+def test_every_engine_says_what_it_did(tmp_path: Path) -> None:
+    # issue 27, item 15: docker was skipped without a word while podman pinned.
+    result = pin("t:1", tmp_path / "sprawl.toml", resolver=resolver_for({("podman", "t:1"): P1}))
+    assert result.written == {"[sandbox.container.images] podman": P1}
+    assert result.notes == ("docker: t:1 is not a local image there; nothing pinned for docker",)
+
+
+def test_one_engine_refusing_a_name_refuses_the_pin_naming_every_engine(tmp_path: Path) -> None:
+    def resolve(engine: str, ref: str) -> str | None:
+        if engine == "podman":
+            raise SprawlError(
+                ErrorCode.IMAGE_INVALID, f"podman {ref}", "t:1 names more than one image", "pin"
+            )
+        return D1
+
+    config = tmp_path / "sprawl.toml"
+    with pytest.raises(SprawlError) as caught:
+        pin("t:1", config, resolver=resolve)
+    err = caught.value
+    assert err.code is ErrorCode.IMAGE_INVALID
+    assert err.detail == (
+        f"podman: t:1 names more than one image (docker: t:1 is {D1}); nothing was written"
+    )
+    assert "--engine" in err.recovery
+    assert not config.exists()

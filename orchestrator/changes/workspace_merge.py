@@ -1,0 +1,115 @@
+"""A directory both sides made, merged entry by entry at a flow-in (issue 23).
+
+The person made directory ``d`` on the host while the agent made ``d`` in its workspace: the
+flow-in judged ``d`` as one path the agent changed (base had nothing there), so the whole of
+the person's ``d`` was a conflict, ``changes`` listed the person's files in it as the agent's
+deletions, and an apply of them would have deleted the person's files the agent never saw.
+
+A directory is its entries: when both sides now hold a real directory where the agent started
+from nothing (``bases/<d>.absent``), ``d`` itself is no conflict. Each of the person's entries
+the agent has no entry for flows into ``tree``; one both hold the same is settled; one that
+differs is a conflict of its own (the person's version kept under ``theirs/``, the agent's
+start recorded as absent for the three-way diff); a directory under it both made is merged the
+same way. Entries only the agent made stay the agent's. Differing bits of ``d`` itself are a
+conflict on its bits alone.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sprawl_orch.changes.workspace_diff import real_parent, replace_path, same_entry
+from sprawl_orch.changes.workspace_state import scan_one
+from sprawl_orch.copy.sync import delete_path
+
+ABSENT = ".absent"
+
+
+@dataclass
+class Merge:
+    """Where a flow-in's merges write: the workspace's trees, and the flow's running lists
+    (what flowed into ``tree``, conflicts new now, all conflicts, those on bits alone)."""
+
+    tree: Path
+    base: Path
+    bases: Path
+    theirs: Path
+    conflicts: set[str]
+    bits_only: set[str]
+    flowed: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+
+    def both_made_dir(self, rel: str) -> bool:
+        """Whether ``rel`` is a real directory in both trees where the agent started from
+        nothing: a directory each side made, merged rather than judged whole."""
+        a, b = scan_one(self.tree, rel), scan_one(self.base, rel)
+        if a is None or b is None or not stat.S_ISDIR(a.st_mode) or not stat.S_ISDIR(b.st_mode):
+            return False
+        return os.path.lexists(str(self.bases / rel) + ABSENT)
+
+    def merge(self, rel: str) -> None:
+        """Merge directory ``rel`` (:meth:`both_made_dir` said so) entry by entry."""
+        os.unlink(str(self.bases / rel) + ABSENT)  # the agent's start is per entry now
+        if rel in self.conflicts and rel not in self.bits_only:
+            # named whole by an earlier flow (the person's entry was then a file): over now
+            self.conflicts.discard(rel)
+            delete_path(self.theirs / rel)
+        self._entries(rel)
+        self._bits(rel)
+
+    def _entries(self, rel: str) -> None:
+        for name in sorted(os.listdir(self.base / rel)):
+            sub = f"{rel}/{name}"
+            a, b = scan_one(self.tree, sub), scan_one(self.base, sub)
+            if b is None:
+                continue  # gone from base since it was listed: nothing of the person's
+            if a is None:
+                replace_path(self.base, self.tree, sub)
+                self.flowed.append(sub)
+            elif stat.S_ISDIR(a.st_mode) and stat.S_ISDIR(b.st_mode):
+                self._entries(sub)  # made on both sides too
+                self._bits(sub)
+            elif not same_entry(self.tree, a, self.base, b, sub):
+                self._conflict(sub)
+
+    def _conflict(self, rel: str) -> None:
+        if rel not in self.conflicts:
+            self.new.append(rel)
+        self.conflicts.add(rel)
+        self.bits_only.discard(rel)
+        replace_path(self.base, self.theirs, rel)
+        kept = self.bases / rel
+        if not os.path.lexists(kept):  # the agent started this entry from nothing
+            os.makedirs(kept.parent, 0o700, exist_ok=True)
+            Path(str(kept) + ABSENT).touch()
+
+    def _bits(self, rel: str) -> None:
+        a, b = scan_one(self.tree, rel), scan_one(self.base, rel)
+        if a is None or b is None or stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode):
+            return
+        if rel not in self.conflicts:
+            self.new.append(rel)
+            self.bits_only.add(rel)
+        self.conflicts.add(rel)
+        if rel in self.bits_only:
+            keep_bits(self.theirs, rel, stat.S_IMODE(b.st_mode))
+
+
+def keep_bits(theirs: Path, rel: str, bits: int) -> None:
+    """The person's version of a conflict on directory ``rel``'s own bits: a directory
+    ``theirs/rel`` with those bits (what the base holds: the sync gives every directory u+rwx).
+    Other conflicts' versions kept inside it stay."""
+    st = scan_one(theirs, rel)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        delete_path(theirs / rel)
+        st = None
+    if st is None:
+        os.mkdir(real_parent(theirs, rel) / rel.split("/")[-1], 0o700)
+    fd = os.open(theirs / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, bits)
+    finally:
+        os.close(fd)
