@@ -154,6 +154,7 @@ class WasiPythonArm:
             "memory_bytes": self.config.memory_bytes,
             "wall_seconds": self.config.wall_seconds,
             "report": str(guest / "report.json"),
+            "umask": _umask(),
         }
         if self._runtime is not None:
             forked = wasi_forked.ForkedGuest(self._runtime, spec, launch)
@@ -186,6 +187,15 @@ class WasiPythonArm:
             self._runtime.close()
         if self._module is not None:
             self._module.close()
+
+
+def _umask() -> int | None:
+    """This process's umask, read (Linux) rather than set and set back: other threads make
+    files meanwhile. None elsewhere: the runtime keeps its own, inherited from us."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):  # no /proc: inherited
+        status = Path("/proc/self/status").read_text(encoding="ascii").splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    return None
 
 
 class GuestRun:

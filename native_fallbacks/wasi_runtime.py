@@ -138,6 +138,10 @@ def _child(guest: Any, loaded: tuple[Any, Any], spec: dict[str, Any], fds: list[
         if not os.read(go, 1):
             os._exit(_GATE_EXIT)
         os.close(go)
+        # The owner's umask, not this process's: the exec server's (077) is no caller's,
+        # and the files the guest makes in the copy are the caller's.
+        if isinstance(spec.get("umask"), int):
+            os.umask(spec["umask"])
         report = guest.run(spec, loaded)
         Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
         code = int(report["exit_code"])
