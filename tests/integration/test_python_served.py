@@ -147,3 +147,34 @@ def test_a_killed_shared_runtime_is_replaced(served: tuple[Path, dict[str, str]]
     python = result(quiet)["python"]
     assert isinstance(python, dict) and "runtime_restarted" not in python, python
     assert shared_runtime(env).pid == replaced.pid
+
+
+def test_each_call_writes_with_its_callers_umask(served: tuple[Path, dict[str, str]]) -> None:
+    # The shared runtime is the server's child (umask 077); a file the guest makes in the copy
+    # must still get the mode the caller's umask gives, as on every other arm.
+    tree, env = served
+    modes = []
+    for mask, name in ((0o027, "a.txt"), (0o022, "b.txt"), (0o077, "c.txt")):
+        done = subprocess.run(
+            [
+                PROGRAM,
+                "exec",
+                "--json",
+                "-C",
+                str(tree),
+                "--",
+                "python",
+                "-c",
+                f"open({name!r}, 'w').write('x')",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+            preexec_fn=lambda mask=mask: os.umask(mask),
+        )
+        changes = result(done)["changes"]
+        assert isinstance(changes, dict), done.stderr
+        modes += [(p["path"], p["mode"]) for p in changes["paths"] if p["path"] == name]
+    assert modes == [("a.txt", "0640"), ("b.txt", "0644"), ("c.txt", "0600")]
