@@ -39,6 +39,12 @@ behind the filter; here nothing does, so the filter itself must close what they 
   process of a non-root caller's -- and Landlock's scoping sees signals only, while a hard
   RLIMIT_CPU is a SIGKILL from the kernel (the pid namespace hid them under bwrap;
   test_landlock_reach.py::test_no_other_process_is_reached_by_its_pid).
+- `setxattr`, `removexattr` and their l/f/at forms -> EPERM: Landlock governs no extended
+  attribute, and a `user.*` one needs only write permission on a regular file, not its
+  owner and no open: the sandbox uid of a root caller set one on a 0666 file of the
+  person's tree by its absolute path (test_landlock_metadata.py), where the filesystem
+  axis says the tree is untouched. Python's shutil.copystat ignores the EPERM; `cp -a`
+  too; `setfattr`, `setfacl`, `rsync -X` fail.
 - `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` -> EPERM: keystrokes pushed into a terminal (the
   helper runs in a session of its own with no terminal; this is the second lock).
 
@@ -109,6 +115,9 @@ class Extra:
     by_pid: tuple[int, ...]  # arg0 a pid: 0 only
     setpriority: int  # (which, who): PRIO_PROCESS, 0 only
     ioprio_set: int  # (which, who): IOPRIO_WHO_PROCESS, 0 only
+    # setxattr, lsetxattr, fsetxattr, removexattr, lremovexattr, fremovexattr,
+    # setxattrat, removexattrat (6.13)
+    xattr_write: tuple[int, ...]
 
 
 EXTRA: dict[int, Extra] = {
@@ -130,6 +139,7 @@ EXTRA: dict[int, Extra] = {
         (302, 203, 144, 142, 314),
         141,
         251,
+        (188, 189, 190, 197, 198, 199, 463, 466),
     ),
     # aarch64 (AUDIT_ARCH_AARCH64)
     0xC00000B7: Extra(
@@ -149,6 +159,7 @@ EXTRA: dict[int, Extra] = {
         (261, 122, 119, 118, 274),
         140,
         30,
+        (5, 6, 7, 14, 15, 16, 463, 466),
     ),
 }
 
@@ -174,7 +185,7 @@ def build(abi: Abi) -> bytes:
                 _op(_JEQ_K, nr, "eperm")
                 for nr in (more.setsid, more.setpgid, more.unshare, more.setns, more.listen)
             ),
-            *(_op(_JEQ_K, nr, "eperm") for nr in more.sysv_ipc + more.posix_mq),
+            *(_op(_JEQ_K, nr, "eperm") for nr in more.sysv_ipc + more.posix_mq + more.xattr_write),
             *(_op(_JEQ_K, nr, "self") for nr in more.by_pid),
             _op(_JEQ_K, more.setpriority, "prio"),
             _op(_JEQ_K, more.ioprio_set, "ioprio"),

@@ -218,6 +218,15 @@ def test_the_program_refuses_what_no_namespace_stops(machine: str) -> None:
     assert run(n["ioprio_set"], 1, 4242, 7) == EPERM
     assert run(n["ioprio_set"], 3, 0, 7) == EPERM  # IOPRIO_WHO_USER
     assert run(n["read"] | 0x40000000) == ENOSYS  # x32
+    # extended attributes (Landlock governs none; user.* needs only write permission):
+    # setxattr, lsetxattr, fsetxattr, removexattr .. fremovexattr, setxattrat, removexattrat
+    xattr = {
+        "x86_64": (188, 189, 190, 197, 198, 199, 463, 466),
+        "aarch64": (5, 6, 7, 14, 15, 16, 463, 466),
+    }
+    for nr in xattr[machine]:
+        assert run(nr, 0, 0, 0) == EPERM, nr
+    assert run({"x86_64": 191, "aarch64": 8}[machine], 0, 0, 0) == ALLOW  # getxattr: reading
 
 
 def test_a_foreign_abi_is_refused_whole() -> None:
