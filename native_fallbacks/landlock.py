@@ -190,7 +190,10 @@ class LandlockArm(CopiedTreeArm):
         if self.user is not None:
             parts.append(
                 f"The command runs as uid {self.user}, which no account holds, as every "
-                "landlock command of a root caller does, with no namespace between them."
+                "landlock command of a root caller does, with no namespace between them. "
+                "Landlock governs no file times: a file outside the copy that every account "
+                "may write (mode o+w) can have its times set to now by its path, as any "
+                "process on this machine could; its bytes, bits and attributes cannot change."
             )
         else:
             parts.append(
