@@ -51,14 +51,18 @@ class Merge:
         return os.path.lexists(str(self.bases / rel) + ABSENT)
 
     def merge(self, rel: str) -> None:
-        """Merge directory ``rel`` (:meth:`both_made_dir` said so) entry by entry."""
-        os.unlink(str(self.bases / rel) + ABSENT)  # the agent's start is per entry now
+        """Merge directory ``rel`` (:meth:`both_made_dir` said so) entry by entry. Every
+        step can be done again, and the marker that makes ``rel`` a both-made directory goes
+        last: a flow SIGKILLed mid-merge is replayed from its journal, and with the marker
+        already gone the replay judged ``rel`` whole -- one conflict, and the person's
+        entries not yet merged listed as the agent's deletions."""
         if rel in self.conflicts and rel not in self.bits_only:
             # named whole by an earlier flow (the person's entry was then a file): over now
             self.conflicts.discard(rel)
             delete_path(self.theirs / rel)
         self._entries(rel)
         self._bits(rel)
+        os.unlink(str(self.bases / rel) + ABSENT)  # the agent's start is per entry now
 
     def _entries(self, rel: str) -> None:
         for name in sorted(os.listdir(self.base / rel)):
