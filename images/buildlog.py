@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,12 +74,27 @@ def failure(text: str, keep: int = 8) -> Failure:
 
 def log_dir() -> Path:
     """Where build logs are kept: $SPRAWL_BUILD_LOGS, else <TMPDIR or /var/tmp>/sprawl-orch-
-    build-logs (a disk, not /tmp's tmpfs). Made 0700: a log can hold build args."""
+    build-logs-<uid> (a disk, not /tmp's tmpfs). Made 0700: a log can hold build args.
+
+    One per uid: a single machine-wide name, made 0700 by whichever account built first (root
+    in CI), failed every other account's `image build --dockerfile` with a PermissionError
+    traceback (found by the GitHub Action's test, run as a runner account)."""
+    from sprawl_orch.core.errors import ErrorCode, SprawlError
+
     base = os.environ.get("SPRAWL_BUILD_LOGS") or os.path.join(
-        os.environ.get("TMPDIR") or "/var/tmp", "sprawl-orch-build-logs"
+        os.environ.get("TMPDIR") or "/var/tmp", f"sprawl-orch-build-logs-{os.getuid()}"
     )
     path = Path(base)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()  # a link to a directory of ours is ours; one to theirs is refused
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        # Another account's directory (or a link it planted) would receive our build output.
+        raise SprawlError(
+            ErrorCode.CONFIG_INVALID,
+            "build logs",
+            f"{path} is not a directory of uid {os.geteuid()} (owner uid {st.st_uid})",
+            "set SPRAWL_BUILD_LOGS to a directory of your own",
+        )
     return path
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -236,3 +237,33 @@ def test_container_arm_on_rootless_podman_with_a_built_image(runner: Runner) -> 
     assert "example suite: 2 checks passed" in done.stdout
     assert outputs["arm"] == "container" and outputs["network"] == "yes"
     assert outputs["filesystem"] == "yes" and "| network | yes |" in summary
+
+
+def test_container_arm_with_a_dockerfile_built_and_pinned(runner: Runner) -> None:
+    if shutil.which("podman") is None:
+        missing("podman is not installed (run .ci/setup-engines)")
+    # The Dockerfile's base must be local (no registry is reached): the busybox recipe, built
+    # in this account's podman (a no-op when the test above already built it).
+    done, _, _ = runner.action(
+        "prepare", {"arm": "container", "engine": "podman", "image": "busybox"}
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    dockerfile = runner.checkout / "Containerfile.suite"
+    dockerfile.write_text(
+        "FROM sprawl/busybox:latest\nRUN echo made-by-the-dockerfile > /etc/suite-marker\n"
+    )
+    os.chown(dockerfile, *_ids())
+    try:
+        inputs = {"arm": "container", "engine": "podman", "dockerfile": dockerfile.name}
+        done, _, _ = runner.action("prepare", inputs)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        config = (runner.temp / "sprawl-orch-action" / "sprawl.toml").read_text()
+        # Pinned by the image's fixed ID: the command runs exactly what was built, not a tag.
+        assert re.search(r'^podman = "(sha256:)?[0-9a-f]{64}"( #.*)?$', config, re.M), config
+        done, outputs, summary = runner.action("run", {"command": "cat /etc/suite-marker"})
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "made-by-the-dockerfile" in done.stdout
+        assert outputs["status"] == "0" and outputs["arm"] == "container"
+        assert "| filesystem | yes |" in summary
+    finally:
+        dockerfile.unlink()
