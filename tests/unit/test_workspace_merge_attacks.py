@@ -35,6 +35,19 @@ with Workspace(Path(sys.argv[1]), Path(sys.argv[2]), "w", Bounds()).command():
 """
 
 
+# Killed after the merge, as the workspace saves its conflicts (the marker of the merged
+# directory had been removed by then).
+KILLED_AT_SAVE = """
+import os, signal, sys
+from pathlib import Path
+from sprawl_orch.changes.workspace import Workspace
+from sprawl_orch.copy.bounds import Bounds
+Workspace._save = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+with Workspace(Path(sys.argv[1]), Path(sys.argv[2]), "w", Bounds()).command():
+    pass
+"""
+
+
 def workspace(tmp_path: Path) -> tuple[Path, Workspace]:
     tree = tmp_path / "proj"
     tree.mkdir()
@@ -66,6 +79,33 @@ def test_a_merge_killed_midway_is_finished_as_a_merge(tmp_path: Path) -> None:
     assert sorted(os.listdir(again.tree / "d")) == ["a", "p", "q", "r", "s"]
     for name in "pqrs":
         assert (again.tree / "d" / name).read_text() == f"person {name}\n"
+
+
+def test_a_flow_killed_after_its_merge_does_not_hold_the_agents_files_back(
+    tmp_path: Path,
+) -> None:
+    """Killed after the merge but before the conflicts were saved, the replay named ``d``
+    itself a conflict: apply then held the agent's own new file ``d/a`` back."""
+    tree, ws = workspace(tmp_path)
+    with ws.command():
+        (ws.tree / "d").mkdir()
+        (ws.tree / "d" / "a").write_text("agent\n")
+        (ws.tree / "d" / "both").write_text("agent both\n")
+    (tree / "d").mkdir()
+    (tree / "d" / "p").write_text("person\n")
+    (tree / "d" / "both").write_text("person both\n")
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_SAVE, str(tmp_path / "state"), str(tree)],
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    again = Workspace(tmp_path / "state", tree, "w", Bounds())
+    with again.command() as r:
+        assert r.conflicts == ["d/both"], r
+    assert [i.path for i in again.apply(dry_run=True).refused] == ["d/both"]
+    assert (again.tree / "d" / "p").read_text() == "person\n"
+    assert (again.tree / "d" / "both").read_text() == "agent both\n"
+    assert (tmp_path / "state").is_dir()
 
 
 def test_a_link_at_staging_is_not_followed(tmp_path: Path) -> None:
