@@ -23,8 +23,8 @@ import time
 from collections.abc import Sequence
 
 from sprawl_orch.engines.engine import ENGINES
-from sprawl_orch.guardian.engines import ReaperEngine, open_engine
-from sprawl_orch.guardian.lifeline import apply_lines, whole_lines
+from sprawl_orch.guardian._engines import ReaperEngine, open_engine
+from sprawl_orch.guardian._lifeline import apply_lines, whole_lines
 from sprawl_orch.guardian.protocol import DEFAULT_GRACE
 from sprawl_orch.guardian.reaper import Reaper
 from sprawl_orch.guardian.watchlist import Watchlist
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--docker-via",
         choices=("sdk", "cli"),
         default="cli",
-        help="docker's backend (default cli: see guardian/engines.py)",
+        help="docker's backend (default cli: see guardian/_engines.py)",
     )
     args = parser.parse_args(argv)
     if args.serve is not None:

@@ -2,7 +2,7 @@
 
 All of it at once, in threads: per engine, force-remove the announced containers, then list
 the session's label and remove what the list adds; kill the announced process groups; delete
-the scratch copies; empty and remove the announced cgroups (guardian/cgroup_reap.py). Then,
+the scratch copies; empty and remove the announced cgroups (guardian/_cgroup_reap.py). Then,
 while a create announced with `expect` has not been seen (it may still be in flight at the
 engine), or while a removal has not yet shown up as gone, poll every engine until the grace
 period ends -- longer while the create's CLI process still runs -- and remove whatever appears.
@@ -24,8 +24,8 @@ import psutil
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.core.removal import delete_path
 from sprawl_orch.engines.sweep import Found
-from sprawl_orch.guardian.cgroup_reap import remove_cgroups
-from sprawl_orch.guardian.engines import ReaperEngine
+from sprawl_orch.guardian._cgroup_reap import remove_cgroups
+from sprawl_orch.guardian._engines import ReaperEngine
 from sprawl_orch.guardian.watchlist import Watchlist
 
 POLL_SECONDS = 0.05

@@ -32,8 +32,8 @@ import threading
 import time
 from pathlib import Path
 
-from sprawl_orch.guardian.engines import ReaperEngine, open_engine
-from sprawl_orch.guardian.lifeline import Log, apply_lines, whole_lines
+from sprawl_orch.guardian._engines import ReaperEngine, open_engine
+from sprawl_orch.guardian._lifeline import Log, apply_lines, whole_lines
 from sprawl_orch.guardian.protocol import (
     DEFAULT_GRACE,
     Done,

@@ -57,6 +57,7 @@ from sprawl_orch.changes.workspace_state import (
     isdir,
     listing,
     locked_by_other,
+    remove_parts,
     replay_failed,
     workdir_key,
     workspaces_root,
@@ -64,10 +65,11 @@ from sprawl_orch.changes.workspace_state import (
 from sprawl_orch.changes.workspace_walk import Clean, diff_walk, record_of
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
-from sprawl_orch.copy.sync import delete_path, sync_with_record
+from sprawl_orch.copy.sync import sync_with_record
 from sprawl_orch.core.credential_places import Guard, copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs
+from sprawl_orch.core.removal import delete_path
 
 # Named here too: the CLI, the exec tool and the tests import them from this module.
 __all__ = ["Refresh", "Workspace", "WorkspaceView", "check_name", "listing"]
@@ -392,14 +394,7 @@ class Workspace:
         with self._lock():
             if not self.exists():
                 raise self.gone()
-            for sub in (TREE, BASE, BASES, THEIRS, RUNNING, UNDO):
-                delete_path(self.dir / sub)
-            copy_stamps.forget(self.dir / STAMPS)
-            copy_stamps.forget(self.dir / CLEAN)
-            for name in (META, META + ".tmp", FLOWING, "clean.json", "clean.json.tmp"):
-                # already gone: discard is idempotent
-                with contextlib.suppress(FileNotFoundError):
-                    (self.dir / name).unlink()
+            remove_parts(self.dir)
         # another command's lock or entry keeps the directory: left
         with contextlib.suppress(OSError):
             (self.dir / LOCK).unlink()

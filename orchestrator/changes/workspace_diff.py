@@ -32,9 +32,9 @@ from pathlib import Path
 from sprawl_orch.changes.changes import ChangeEntry, equal_files
 from sprawl_orch.changes.record import fs_now_ns, kind_of, norm_mode
 from sprawl_orch.changes.workspace_state import STAGING
-from sprawl_orch.copy.sync import delete_path
 from sprawl_orch.core import fs_clock
 from sprawl_orch.core.beneath import open_file
+from sprawl_orch.core.removal import delete_path
 
 Listing = dict[str, os.stat_result]
 

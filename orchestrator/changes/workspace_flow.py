@@ -37,8 +37,9 @@ from sprawl_orch.changes.workspace_diff import (
 from sprawl_orch.changes.workspace_merge import Merge, keep_bits
 from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, UNDO, scan_one
 from sprawl_orch.changes.workspace_walk import Clean
-from sprawl_orch.copy.sync import delete_path
+from sprawl_orch.core.beneath import chmod_dir
 from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.core.removal import delete_path
 
 
 def same(tree: Path, base: Path, rel: str) -> bool:
@@ -172,11 +173,7 @@ class Flow:
         sync wrote, newest first. ``tree`` is only read."""
         for rel, where in reversed(self._back):
             if isinstance(where, int):
-                fd = os.open(self.base / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-                try:
-                    os.fchmod(fd, where)
-                finally:
-                    os.close(fd)
+                chmod_dir(self.base / rel, where)
             elif where == "tree":
                 replace_path(self.tree, self.base, rel)
             elif os.path.lexists(str(self.undo_dir / rel) + ".absent"):
@@ -297,11 +294,7 @@ class Flow:
                 continue
             # No command of the workspace runs (flow-in), yet a link planted earlier must
             # not redirect the chmod: the directory is opened without following one.
-            fd = os.open(self.tree / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            try:
-                os.fchmod(fd, stat.S_IMODE(b.st_mode))
-            finally:
-                os.close(fd)
+            chmod_dir(self.tree / rel, stat.S_IMODE(b.st_mode))
             flowed.append(rel)
         return flowed + merge.flowed, new + merge.new
 
@@ -329,11 +322,7 @@ def _take_bits(tree: Path, base: Path, rel: str) -> bool:
         return False
     # No command of the workspace need be stopped for it: the directory is opened without
     # following a link an agent's command may have put on its place since the lstat.
-    fd = os.open(tree / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        os.fchmod(fd, stat.S_IMODE(b.st_mode))
-    finally:
-        os.close(fd)
+    chmod_dir(tree / rel, stat.S_IMODE(b.st_mode))
     return True
 
 

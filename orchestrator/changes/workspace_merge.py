@@ -24,7 +24,8 @@ from pathlib import Path
 
 from sprawl_orch.changes.workspace_diff import real_parent, replace_path, same_entry
 from sprawl_orch.changes.workspace_state import scan_one
-from sprawl_orch.copy.sync import delete_path
+from sprawl_orch.core.beneath import chmod_dir
+from sprawl_orch.core.removal import delete_path
 
 ABSENT = ".absent"
 
@@ -125,8 +126,4 @@ def keep_bits(theirs: Path, rel: str, bits: int) -> None:
         st = None
     if st is None:
         os.mkdir(real_parent(theirs, rel) / rel.split("/")[-1], 0o700)
-    fd = os.open(theirs / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        os.fchmod(fd, bits)
-    finally:
-        os.close(fd)
+    chmod_dir(theirs / rel, bits)

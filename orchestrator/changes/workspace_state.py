@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sprawl_orch.changes.changes import ChangeEntry
+from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.removal import delete_path
 
 CLEAN = "clean.stamps"  # workspace_walk.py: equal file pairs of tree and base, by stamp
 FLOWING = "flowing"  # present while a flow-in runs: one cut short left base unrecorded
@@ -221,3 +223,17 @@ def replay_failed(ws: Path, name: str, tree: Path, err: OSError) -> SprawlError:
         "make room in (or access to) the state directory, then run the command again: it "
         "finishes the flow-in",
     )
+
+
+def remove_parts(ws: Path) -> None:
+    """Every part of workspace ``ws`` on disk but its lock (discard, under that lock): the
+    trees through the one tree removal, the stamp records as copy/stamps.py keeps them. Gone
+    already is no error (discard is idempotent)."""
+    for sub in (TREE, BASE, BASES, THEIRS, RUNNING, UNDO):
+        delete_path(ws / sub)
+    copy_stamps.forget(ws / STAMPS)
+    copy_stamps.forget(ws / CLEAN)
+    for name in (META, META + ".tmp", FLOWING, "clean.json", "clean.json.tmp"):
+        # already gone: discard is idempotent
+        with contextlib.suppress(FileNotFoundError):
+            (ws / name).unlink()

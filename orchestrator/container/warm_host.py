@@ -33,7 +33,7 @@ from pathlib import Path
 import psutil
 
 from sprawl_orch.container.warm_freeze import Freezer
-from sprawl_orch.core.beneath import open_dir
+from sprawl_orch.core.beneath import Moved, open_dir, walk_down
 from sprawl_orch.core.removal import remove_entry
 from sprawl_orch.runs.cgroup_counters import read_counter
 
@@ -194,9 +194,10 @@ class HostView:
         Iterative and by directory fd: a command that nests 1500 directories in /tmp made
         os.walk (recursive in Python 3.11) raise RecursionError out of ExecTool.exec, and
         past ~2000 levels a path-based lstat fails with ENAMETOOLONG, which would hide the
-        entries from the reset. One fd is held at a time; the climb back goes through
-        ".." and is checked against the directory it came from (core.removal.remove_tree's
-        way), so a tree moved under the walk raises OSError rather than being misread."""
+        entries from the reset. The walk is core/beneath.py's walk_down (the tree removal's
+        too): one fd held at a time, the climb back through ".." checked against the
+        directory it came from, so a tree moved under the walk raises OSError rather than
+        being misread; a subdirectory gone since it was listed is passed over."""
         base = f"/proc/{self.init}/root{mount}"
         found: dict[str, Entry] = {}
         try:
@@ -204,29 +205,9 @@ class HostView:
         except OSError:
             return found
         try:
-            stack = [_Seen("", self._list(fd, mount, "", found), _ident(fd))]
-            while stack:
-                top = stack[-1]
-                if top.pending:
-                    sub = top.pending.pop()
-                    try:
-                        inner = open_dir(sub, fd)
-                    except OSError:
-                        continue  # gone or replaced by a non-directory since it was listed
-                    os.close(fd)
-                    fd = inner
-                    rel = os.path.join(top.rel, sub)
-                    stack.append(_Seen(rel, self._list(fd, mount, rel, found), _ident(fd)))
-                    continue
-                stack.pop()
-                if stack:
-                    up = os.open("..", _UP_FLAGS, dir_fd=fd)
-                    os.close(fd)
-                    fd = up
-                    if _ident(fd) != stack[-1].ident:
-                        raise OSError(f"a directory under {mount} moved while it was read")
-        finally:
-            os.close(fd)
+            walk_down(fd, lambda at, rel: self._list(at, mount, rel, found), vanished_ok=True)
+        except Moved as err:
+            raise OSError(f"a directory under {mount} moved while it was read") from err
         return found
 
     def _list(self, fd: int, mount: str, rel: str, found: dict[str, Entry]) -> list[str]:
@@ -332,18 +313,3 @@ def _writable_mounts(init: int, workdir: str) -> tuple[str, ...]:
         ):
             found.append(point)
     return tuple(dict.fromkeys(found))
-
-
-_UP_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-
-
-@dataclass
-class _Seen:
-    rel: str  # the directory's path below the mount
-    pending: list[str]  # its subdirectories still to enter
-    ident: tuple[int, int]  # (st_dev, st_ino), to check the climb back through ".."
-
-
-def _ident(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino

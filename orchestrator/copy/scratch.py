@@ -9,8 +9,9 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from sprawl_orch.copy.sync import Bounds, FileWork, delete_path, sync
+from sprawl_orch.copy.sync import Bounds, FileWork, sync
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
+from sprawl_orch.core.removal import delete_path
 
 _TAG = re.compile(r"[^/\0]{1,128}")
 

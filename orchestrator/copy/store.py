@@ -38,12 +38,13 @@ from pathlib import Path
 
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
-from sprawl_orch.copy.sync import FileWork, delete_path, sync_with_record
+from sprawl_orch.copy.sync import FileWork, sync_with_record
 from sprawl_orch.copy.walk import Progress
 from sprawl_orch.core.budget import evict_oldest
 from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.core.private import private_dirs
+from sprawl_orch.core.removal import delete_path
 
 TREE, STAMPS, LOCK, META = "tree", "stamps", "lock", "meta.json"
 

@@ -19,11 +19,10 @@ import contextlib
 import os
 import secrets
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sprawl_orch.core.beneath import DIR_FLAGS, open_dir
+from sprawl_orch.core.beneath import open_dir, walk_down
 
 Kind = Literal["dir", "file", "other"]
 """An entry seen without following it: a directory, a regular file, or anything else (a link,
@@ -62,13 +61,6 @@ DIR_FDS = dir_fds_work()
 # -- through directory fds ------------------------------------------------------------------
 
 
-@dataclass
-class _Frame:
-    name: str  # this directory's name in its parent
-    pending: list[str]  # subdirectories still to empty
-    ident: tuple[int, int]  # (st_dev, st_ino), to check the climb back through ".."
-
-
 def _empty_out(fd: int) -> tuple[list[str], int]:
     """Unlink every non-directory entry of ``fd``; return its subdirectory names and the count."""
     subdirs: list[str] = []
@@ -83,43 +75,26 @@ def _empty_out(fd: int) -> tuple[list[str], int]:
     return subdirs, removed
 
 
-def _ident(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino
-
-
 def remove_tree(name: str, parent_fd: int) -> int:
     """Delete directory ``name`` of ``parent_fd`` and everything in it; return the files removed.
 
     "Files" are all non-directory entries (regular files, links, fifos, ...). Links are removed,
-    never followed. The walk holds one directory fd at a time and climbs back through ``..``
-    (checked against the device and inode it came from), so a deep tree costs neither fds nor
-    stack.
+    never followed. The walk is core/beneath.py's walk_down: one directory fd at a time, the
+    climb back through ``..`` checked (a tree moved under it raises), so a deep tree costs
+    neither fds nor stack.
     """
-    fd = open_dir(name, parent_fd)
-    try:
-        subdirs, removed = _empty_out(fd)
-        stack = [_Frame(name, subdirs, _ident(fd))]
-        while True:
-            top = stack[-1]
-            if top.pending:
-                sub = top.pending.pop()
-                old, fd = fd, open_dir(sub, fd)
-                os.close(old)
-                subdirs, count = _empty_out(fd)
-                removed += count
-                stack.append(_Frame(sub, subdirs, _ident(fd)))
-                continue
-            stack.pop()
-            if not stack:
-                break
-            old, fd = fd, os.open("..", DIR_FLAGS, dir_fd=fd)
-            os.close(old)
-            if _ident(fd) != stack[-1].ident:
-                raise OSError(f"a directory inside {name!r} was moved while it was being deleted")
-            os.rmdir(top.name, dir_fd=fd)
-    finally:
-        os.close(fd)
+    removed = 0
+
+    def enter(fd: int, _rel: str) -> list[str]:
+        nonlocal removed
+        subdirs, count = _empty_out(fd)
+        removed += count
+        return subdirs
+
+    def left(fd: int, sub: str) -> None:
+        os.rmdir(sub, dir_fd=fd)
+
+    walk_down(open_dir(name, parent_fd), enter, left=left)
     os.rmdir(name, dir_fd=parent_fd)
     return removed
 

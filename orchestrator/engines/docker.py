@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
+from sprawl_orch.engines._docker_cli_config import cli_config
 from sprawl_orch.engines.docker_attach import API_TIMEOUT, DockerAttached
-from sprawl_orch.engines.docker_cli_config import cli_config
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 
 if TYPE_CHECKING:
     from docker import APIClient
 
     from sprawl_orch.core.command_input import CommandInput
-    from sprawl_orch.engines.podman_attach import PodmanAttached
+    from sprawl_orch.engines._podman_attach import PodmanAttached
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 # Passed to the CLI and the SDK so both reach the same daemon (a CLI context could differ).
@@ -277,7 +277,7 @@ class DockerEngine:
             # The SDK's attach has stdin only as a raw hijacked socket, and no terminal
             # resize of its own: the CLI does both as `docker run -it` does (podman.py's
             # attach runs `<cli> start --attach`, the same words for both engines).
-            from sprawl_orch.engines.podman_attach import PodmanAttached
+            from sprawl_orch.engines._podman_attach import PodmanAttached
 
             cli = self.cli_argv(())[0]
             return PodmanAttached(cli, container, self.cli_env(), stdout, stderr, None, given)

@@ -29,7 +29,7 @@ EngineName = Literal["docker", "podman"]
 # config, admission, the create argv, images and the guardian all read it from here.
 ENGINES: tuple[EngineName, ...] = get_args(EngineName)
 # What both engines call an image: the full content digest (podman prints it without the
-# prefix; images.engines.fixed_id adds it).
+# prefix; engines.images.fixed_id adds it).
 IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 # `State.StartedAt` of a container that was created but never started (Go's zero time).
 ZERO_TIME = "0001-01-01"

@@ -27,8 +27,8 @@ from typing import Any
 from sprawl_orch.core.command_input import CommandInput
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
+from sprawl_orch.engines._podman_attach import PodmanAttached
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
-from sprawl_orch.engines.podman_attach import PodmanAttached
 
 # Where podman finds its configuration and state; passed through to every CLI call.
 CONNECTION_VARS: tuple[str, ...] = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sprawl_orch.engines.engine import daemon_refused, socket_denied
-from sprawl_orch.images.engines import _looks_unreachable
+from sprawl_orch.engines.images import _looks_unreachable
 
 REFUSED = [
     "Cannot connect to the Docker daemon at unix:///run/x.sock. Is the docker daemon running?",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import sprawl_orch.guardian.cgroup_reap
-from sprawl_orch.guardian.cgroup_reap import is_ours, remove_cgroups
+import sprawl_orch.guardian._cgroup_reap
+from sprawl_orch.guardian._cgroup_reap import is_ours, remove_cgroups
 from sprawl_orch.guardian.protocol import Announcement, Cgroup, CgroupGone
 from sprawl_orch.guardian.reaper import Reaper
 from sprawl_orch.guardian.watchlist import Watchlist
@@ -124,7 +124,7 @@ def test_only_run_and_session_directories_are_touched(tmp_path: Path) -> None:
 def test_a_cgroup_that_will_not_go_is_reported_left_within_the_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sprawl_orch.guardian.cgroup_reap, "EMPTY_SECONDS", 0.2)
+    monkeypatch.setattr(sprawl_orch.guardian._cgroup_reap, "EMPTY_SECONDS", 0.2)
     run = cgroup_dir(tmp_path / "run-stuck")
 
     def busy(path: Path) -> None:

@@ -3,7 +3,7 @@ function-level and under TYPE_CHECKING (a function-level import hides a circle f
 not from the reader; design.md and ARCHITECTURE.md describe layers).
 
 A circle is a strongly connected set of modules of the import graph (Tarjan). The way out is
-always the same: the piece both modules need moves to a leaf module (e.g. guardian/lifeline.py,
+always the same: the piece both modules need moves to a leaf module (e.g. guardian/_lifeline.py,
 engine_offer.py, container/command.py, native_fallbacks/job_plan.py)."""
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ it, counting module-level, function-level and TYPE_CHECKING imports alike (the c
 reading). An import the table does not allow fails, unless CROSSINGS names it with its reason:
 those are known crossings, each to be removed by the issue that names it, and an entry whose
 import is gone fails too, so the list only shrinks. docs/ARCHITECTURE.md carries the table as
-`picture()` draws it; the test keeps the two the same.
+`picture()` draws it; the test keeps the two the same. A private module (``_name.py``) is
+imported only by its own package (private_violations).
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "serve",
         "surface",
         "tool",
+        # the exec server holds the python arm's runtime for its calls (issue 31)
+        "native_fallbacks.wasi_shared",
     ),
     # The thin exec client (issue 26): standard library only; the in-process CLI is its
     # fallback (and every other subcommand), imported only when it runs.
@@ -131,6 +134,19 @@ def violations(graph: Mapping[str, set[str]]) -> list[str]:
             allowed = any(_under(target, entry) for entry in LAYERS.get(here, ()))
             short = (module.removeprefix(FACE + "."), target.removeprefix(FACE + "."))
             if not allowed and short not in CROSSINGS:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def private_violations(graph: Mapping[str, set[str]]) -> list[str]:
+    """Imports of a private module (``_name.py``, as psutil's ``_pslinux`` or httpx's
+    ``_client``: implementation its package keeps to itself) from outside its own package."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            package, _, last = target.rpartition(".")
+            private = last.startswith("_") and not last.startswith("__")
+            if private and module.rpartition(".")[0] != package:
                 found.append(f"{module} -> {target}")
     return found
 
@@ -199,6 +215,22 @@ def test_the_rule_catches_a_planted_violation(tmp_path: Path) -> None:
         "sprawl_orch.runs.backlog"
     }
     assert violations(ours) == ["sprawl_orch.container.warm -> sprawl_orch.runs.backlog"]
+
+
+def test_private_modules_stay_in_their_package() -> None:
+    assert private_violations(graph()) == [], "a private module imported from outside"
+
+
+def test_the_privacy_rule_catches_a_planted_violation() -> None:
+    ours = graph()
+    private = sorted(t for ts in ours.values() for t in ts if t.rpartition(".")[2][:2] == "_p")
+    assert "sprawl_orch.engines._podman_attach" in private, "the rule has something to guard"
+    ours["sprawl_orch.container.arm"] = ours["sprawl_orch.container.arm"] | {
+        "sprawl_orch.engines._podman_attach"
+    }
+    assert private_violations(ours) == [
+        "sprawl_orch.container.arm -> sprawl_orch.engines._podman_attach"
+    ]
 
 
 def test_architecture_doc_shows_the_table() -> None:

@@ -17,7 +17,7 @@ from sprawl_orch.engines.sweep import SWEEP_TIMEOUT, Found, Sweep
 class ReaperEngine(Protocol):
     """An engine as the guardian uses it: find a session's containers, remove them (Sweep;
     tests stand fakes in). Running commands is engines.engine.ContainerEngine; making images,
-    images.engines.ImageEngine."""
+    engines.images.ImageStore (images.engines.ImageEngine builds on it)."""
 
     name: str
 
