@@ -36,19 +36,20 @@ def _own_image(cli: str) -> str:
 def test_a_name_that_is_another_images_id_prefix_is_refused_naming_both(
     cli: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    named = request.getfixturevalue(f"{cli}_image")
-    other = _own_image(cli)
-    prefix = other[7:19]
+    # The session's image (whose ID the person copied) keeps no tag of this test's: removing
+    # an image's last tag removes the image, and the session's other tests need it.
+    session = request.getfixturevalue(f"{cli}_image")
+    named = _own_image(cli)
+    prefix = session[7:19]
     subprocess.run([cli, "tag", named, f"{prefix}:latest"], check=True, capture_output=True)
     try:
         with pytest.raises(SprawlError) as err:
             pin(prefix, tmp_path / "sprawl.toml", engine_name=cli)
         assert err.value.code is ErrorCode.IMAGE_INVALID
-        assert named in err.value.detail and other in err.value.detail, err.value.detail
+        assert named in err.value.detail and session in err.value.detail, err.value.detail
         assert not (tmp_path / "sprawl.toml").exists()
         # The whole ID is an ID only: it pins the image it names.
-        done = pin(other, tmp_path / "sprawl.toml", engine_name=cli)
-        assert done.resolved == {cli: other}
+        done = pin(session, tmp_path / "sprawl.toml", engine_name=cli)
+        assert done.resolved == {cli: session}
     finally:
-        subprocess.run([cli, "rmi", f"{prefix}:latest"], capture_output=True)
-        subprocess.run([cli, "rmi", "--force", other], capture_output=True)
+        subprocess.run([cli, "rmi", "--force", named], capture_output=True)
