@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import errno
 import os
+import re
 import tempfile
 import tomllib
 from collections.abc import Callable, Sequence
@@ -31,14 +32,46 @@ from tomlkit.exceptions import TOMLKitError
 from sprawl_orch.config import Config, load_config, parse_config, read_config_text, read_toml
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.engines.engine import ENGINES, IMAGE_ID
-from sprawl_orch.images.engines import BUILD_FIRST, LocalImage, engine
+from sprawl_orch.images.engines import BUILD_FIRST, LocalImage, engine, fixed_id
 
 Resolver = Callable[[str, str], str | None]  # (engine, ref) -> fixed ID, or None if not local
 Describer = Callable[[str, str], LocalImage | None]  # (engine, ID) -> the image's own config
 
 
+# A name that could also be the start of an image ID: both engines resolve it as the name
+# (podman and docker look a name up before an ID prefix), so an ID prefix of another image
+# was never considered; sha256:… and a whole ID are IDs only.
+_SHORT_HEX = re.compile(r"[0-9a-f]{12,63}")
+
+
 def engine_resolver(engine_name: str, ref: str) -> str | None:
-    return engine(engine_name).resolve(ref)
+    found = engine(engine_name).resolve(ref)
+    if found is None or not _SHORT_HEX.fullmatch(ref):
+        return found
+    return _one_of_name_and_id(engine_name, ref, found)
+
+
+def _one_of_name_and_id(engine_name: str, ref: str, found: str) -> str:
+    """``ref`` is hex: the image named ``ref:latest`` and every image whose ID starts with
+    ``ref`` are candidates; more than one is refused, naming each (issue 27, item 15: a pin
+    resolves exactly the reference given). Met for real: ``localhost/923feb978a30:latest``
+    on a debian image while a busybox's ID began 923feb978a30; podman pinned the debian."""
+    local = engine(engine_name)
+    by_name = local.resolve(f"{ref}:latest")
+    listed = local.run(["images", "--all", "--no-trunc", "--quiet"])
+    by_id = {fixed_id(i) for i in listed.stdout.split() if fixed_id(i)[7:].startswith(ref)}
+    every = by_id | ({by_name} if by_name is not None else set()) | {found}
+    if len(every) == 1:
+        return found
+    said = ([f"the image named {ref}:latest is {by_name}"] if by_name is not None else []) + [
+        f"{i} has an ID starting with {ref}" for i in sorted(by_id)
+    ]
+    raise SprawlError(
+        ErrorCode.IMAGE_INVALID,
+        subject=f"{engine_name} {ref}",
+        detail=f"{ref} names more than one local image in {engine_name}: {'; '.join(said)}",
+        recovery="pin the whole ID (sha256:…) or the full name of the one you mean",
+    )
 
 
 def engine_describer(engine_name: str, image_id: str) -> LocalImage | None:

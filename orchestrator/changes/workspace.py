@@ -37,6 +37,7 @@ from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.workspace_apply import apply_entries
 from sprawl_orch.changes.workspace_diff import scan
 from sprawl_orch.changes.workspace_flow import Flow, ended, take
+from sprawl_orch.changes.workspace_merge import drop_markers
 from sprawl_orch.changes.workspace_state import (
     BASE,
     BASES,
@@ -229,11 +230,14 @@ class Workspace:
         conflicts, bits = set(self.conflicts()), set(self.conflicts("bits_only"))
         flowed: list[str] = []
         new: list[str] = []
+        merged: list[str] = []
         if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: finish it
             copy_stamps.forget(self.dir / CLEAN)  # its pairs may vouch where base moved
             self._clean = None
             try:
-                flowed, new = Flow.resume(self.dir, self.dir / FLOWING).replay(conflicts, bits)
+                resumed = Flow.resume(self.dir, self.dir / FLOWING)
+                flowed, new = resumed.replay(conflicts, bits)
+                merged = resumed.merged
             except OSError as err:  # a full disk, say: the journal stays for the next command
                 raise replay_failed(self.dir, self.name, self.tree, err) from err
         # The journal (workspace_flow.py); while it stands, _diff walks base instead of
@@ -262,6 +266,7 @@ class Workspace:
         conflicts = {c for c in conflicts if not ended(self.tree, self.base, c, c in bits)}
         self._save(sorted(conflicts), sorted(bits))
         (self.dir / FLOWING).unlink()
+        drop_markers(self.dir / BASES, merged + flow.merged)
         return Refresh(flowed_in=flowed, conflicts=sorted(conflicts), new_conflicts=new)
 
     def _base_record(self) -> copy_stamps.SyncRecord:

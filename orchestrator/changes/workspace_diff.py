@@ -19,6 +19,7 @@ either tree between the stamps and the line. Modification times are carried by
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -242,7 +243,17 @@ def _staged(dst_root: Path) -> Path:
     processes left in staging is removed here; a live one's is its own (an entry whose pid
     was reused stays until that process ends: out of every tree, it costs only its bytes)."""
     staging = dst_root.parent / STAGING
-    os.makedirs(staging, 0o700, exist_ok=True)
+    try:
+        st = os.lstat(staging)
+    except FileNotFoundError:
+        # first replace in this workspace: made below
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        # A link (or file) put there is removed, never followed: the sweep below through a
+        # link to another directory deleted every entry there (attack atkws).
+        delete_path(staging)
+    with contextlib.suppress(FileExistsError):  # a real directory already
+        os.mkdir(staging, 0o700)
     for left in os.listdir(staging):
         pid = left.partition("-")[0]
         if pid.isdigit() and _alive(int(pid)):

@@ -75,6 +75,7 @@ class Flow:
         self.bases, self.theirs = ws / BASES, ws / THEIRS
         self.judged: dict[str, bool] = {}  # path the person changed -> the agent changed it too
         self.modes: dict[str, bool] = {}  # directory whose bits alone the person changed -> same
+        self.merged: list[str] = []  # directories both made, merged by finish()
         self.undo_dir = ws / UNDO
         # The way back, in the order the sync wrote: (path, where its old version is: "tree",
         # "undo", or the directory's old bits). A path under one written whole is not listed.
@@ -256,7 +257,7 @@ class Flow:
         new: list[str] = []
         done: list[str] = []
         merge = Merge(self.tree, self.base, self.bases, self.theirs, conflicts, bits_only)
-        merged: list[str] = []
+        merged = self.merged = merge.merged
         for rel in sorted(self.judged):
             if any(rel.startswith(d + "/") for d in (*done, *merged)):
                 continue  # inside a directory replaced whole, or merged
@@ -265,7 +266,6 @@ class Flow:
                     continue
                 if merge.both_made_dir(rel):
                     merge.merge(rel)  # a directory both made: its entries judged one by one
-                    merged.append(rel)
                     continue
                 if rel not in conflicts:
                     new.append(rel)

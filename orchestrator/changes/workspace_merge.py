@@ -16,6 +16,7 @@ conflict on its bits alone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class Merge:
     bits_only: set[str]
     flowed: list[str] = field(default_factory=list)
     new: list[str] = field(default_factory=list)
+    merged: list[str] = field(default_factory=list)  # markers dropped once the flow is saved
 
     def both_made_dir(self, rel: str) -> bool:
         """Whether ``rel`` is a real directory in both trees where the agent started from
@@ -52,14 +54,20 @@ class Merge:
         return os.path.lexists(str(self.bases / rel) + ABSENT)
 
     def merge(self, rel: str) -> None:
-        """Merge directory ``rel`` (:meth:`both_made_dir` said so) entry by entry."""
-        os.unlink(str(self.bases / rel) + ABSENT)  # the agent's start is per entry now
+        """Merge directory ``rel`` (:meth:`both_made_dir` said so) entry by entry. Every
+        step can be done again, and the marker that makes ``rel`` a both-made directory
+        stays until the flow is written down (:func:`drop_markers`): a flow SIGKILLed
+        mid-merge, or after it but before the workspace's conflicts were saved, is replayed
+        from its journal, and with the marker gone the replay judged ``rel`` whole -- one
+        conflict holding the agent's new files back, and the person's entries not merged
+        yet listed as the agent's deletions."""
         if rel in self.conflicts and rel not in self.bits_only:
             # named whole by an earlier flow (the person's entry was then a file): over now
             self.conflicts.discard(rel)
             delete_path(self.theirs / rel)
         self._entries(rel)
         self._bits(rel)
+        self.merged.append(rel)
 
     def _entries(self, rel: str) -> None:
         for name in sorted(os.listdir(self.base / rel)):
@@ -97,6 +105,15 @@ class Merge:
         self.conflicts.add(rel)
         if rel in self.bits_only:
             keep_bits(self.theirs, rel, stat.S_IMODE(b.st_mode))
+
+
+def drop_markers(bases: Path, merged: list[str]) -> None:
+    """After the flow is saved and its journal gone: the agent's start in each merged
+    directory is per entry now. A kill before this leaves a marker behind, which only makes
+    the directory merged again should the person make it anew (never a loss)."""
+    for rel in merged:
+        with contextlib.suppress(FileNotFoundError):  # dropped already, or made a conflict
+            os.unlink(str(bases / rel) + ABSENT)
 
 
 def keep_bits(theirs: Path, rel: str, bits: int) -> None:

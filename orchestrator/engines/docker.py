@@ -97,7 +97,11 @@ def one_pool(api: APIClient) -> None:
     """
     from docker.transport.unixconn import UnixHTTPAdapter
 
-    old = api.get_adapter("http+docker://localhost")
+    # Looked up in the mounted adapters, not with get_adapter: for a tcp:// client the SDK's
+    # get_adapter reads _custom_adapter, which only unix/ssh clients have -- every tcp
+    # DOCKER_HOST, live or dead, failed with "'APIClient' object has no attribute
+    # '_custom_adapter'" (attack atkws).
+    old = api.adapters.get("http+docker://")
     if not isinstance(old, UnixHTTPAdapter):
         return
 
