@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -110,3 +111,27 @@ def test_the_summary_escapes_html_in_what_sprawl_orch_reports(runner: Runner) ->
         assert "<details>" not in summary and "<!--" not in summary, summary
     finally:
         config.unlink()
+
+
+def test_a_working_directory_symlinked_out_of_the_checkout_is_refused(
+    runner: Runner,  # noqa: F811
+) -> None:
+    # The repository under test makes the tree the workflow names a symlink to the runner's
+    # own files: the command would run in a copy of them.
+    private = runner.outside.parent / "runner-private"
+    private.mkdir()
+    (private / "token.txt").write_text(SECRET + "\n")
+    link = runner.checkout / "leaky"
+    link.symlink_to(private)
+    try:
+        for path in (private, private / "token.txt"):
+            os.chown(path, *_ids())
+        done, _, _ = runner.action("prepare", {"arm": "copied_tree"})
+        assert done.returncode == 0, done.stderr
+        inputs = {"working-directory": "leaky", "command": "cat token.txt"}
+        done, _, _ = runner.action("run", inputs)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "outside the checkout" in done.stderr and SECRET not in done.stdout
+    finally:
+        link.unlink()
+        shutil.rmtree(private)
