@@ -93,7 +93,16 @@ def _inside_tree(name: str, given: str) -> Path:
 
 
 def workdir() -> Path:
-    path = Path(_input("working_directory") or ".").resolve()
+    given = _input("working_directory") or "."
+    path = Path(given).resolve()
+    # A relative working-directory names a tree in the checkout (the step's directory): the
+    # repository under test could make it a symlink to the runner's home, and the command would
+    # run in a copy of that. An absolute path is the workflow author's own choice.
+    if not Path(given).is_absolute() and not path.is_relative_to(Path.cwd().resolve()):
+        raise InputError(
+            f"input 'working-directory' is {given!r}: it resolves to {str(path)!r}, outside "
+            "the checkout; give a directory inside it (no symlink out), or an absolute path"
+        )
     if not path.is_dir():
         raise InputError(f"input 'working-directory' is {str(path)!r}: not a directory")
     return path
