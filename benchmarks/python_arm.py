@@ -15,8 +15,11 @@ after:
 - the arm alone (`WasiPythonArm.start` -> wait -> finish on a synced copy), forked, and with
   a Python per command (the path where there is no fork: wasi_guest.py run by path), against
   `subprocess.run([sys.executable, "-c", "pass"])`;
-- the CLI path: `sprawl-orch exec --arm python -- python -c pass` (a config choosing the arm)
-  against the host's `python -c pass`, and against the CLI on the copied tree running the same;
+- the CLI path: `sprawl-orch exec -- python -c pass` (a config choosing the arm) against the
+  host's `python -c pass`, and against the CLI on the copied tree running the same: in-process
+  (`main()` in a fresh Python: the runtime started per call), and served -- the `sprawl-orch`
+  program, a thin client, through its exec server, which holds one runtime for every call
+  (native_fallbacks/wasi_shared.py; the path of the day);
 - the fuel rate: how much fuel a second of `while True: pass` burns here, to read
   `[sandbox.python] fuel` as seconds.
 Ratios are ours / raw.
@@ -95,10 +98,49 @@ def arm_alone(arm: WasiPythonArm, tree: Path, base: Path, reps: int, tag: str) -
     return alone
 
 
+def served(base: Path, tree: Path, reps: int) -> dict[str, list[float]]:
+    """The `sprawl-orch` program through its exec server (a private runtime directory, so a
+    server of its own): warmed first (the server started, its runtime loaded)."""
+    program = str(Path(sys.executable).with_name("sprawl-orch"))
+    run_dir = base / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), "SPRAWL_EXEC_SERVER_IDLE": "300"}
+    env.pop("SPRAWL_EXEC_SERVER", None)
+
+    def call(name: str, argv: list[str]) -> None:
+        subprocess.run(
+            [program, "exec", "--config", str(base / f"{name}.toml"), "-C", str(tree), "--", *argv],
+            check=True,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+        )
+
+    host = [sys.executable, "-c", "pass"]
+    try:
+        for _ in range(3):  # the server's start, then its runtime's load
+            call("python", PASS)
+            call("copied_tree", host)
+        times: dict[str, list[float]] = {"py": [], "ct": [], "raw": []}
+        for _ in range(reps):  # interleaved: the load drifts alike for all three
+            times["py"].append(timed(lambda: call("python", PASS)))
+            times["ct"].append(timed(lambda: call("copied_tree", host)))
+            times["raw"].append(timed(lambda: must(host)))
+        return times
+    finally:
+        subprocess.run([program, "server", "stop"], env=env, capture_output=True, check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--cli-reps", type=int, default=10)
+    parser.add_argument(
+        "--cache-from",
+        type=Path,
+        help="a state directory whose compiled module to copy in (no compile measured: on a "
+        "loaded machine it takes minutes)",
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sprawl-bench-py-"))
     try:
@@ -107,6 +149,9 @@ def main() -> None:
         (tree / "a.py").write_text("print('a')\n")
         load_before = load()
         # The first command's compile alone, then the rest of that first command.
+        if args.cache_from is not None:
+            state.mkdir(mode=0o700)
+            shutil.copytree(args.cache_from / "wasm-cache", state / "wasm-cache")
         compile_ms = timed(lambda: wasi_module.compiled(state))
         around: list[float] = []
         with ExecTool(config_for(state), tree) as tool:
@@ -183,6 +228,7 @@ def main() -> None:
         cli_raw = [
             timed(lambda: must([sys.executable, "-c", "pass"])) for _ in range(args.cli_reps)
         ]
+        srv = served(base, tree, args.cli_reps)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     m = {
@@ -196,10 +242,14 @@ def main() -> None:
             "cli_py": cli_py,
             "cli_ct": cli_ct,
             "cli_raw": cli_raw,
+            "srv_py": srv["py"],
+            "srv_ct": srv["ct"],
+            "srv_raw": srv["raw"],
         }.items()
     }
     print(f"load (1/5/15 min) before: {load_before}; after: {load()}")
-    print(f"compile alone (empty cache):          {compile_ms:9.1f} ms")
+    what = "cache copied in, no compile" if args.cache_from else "empty cache"
+    print(f"compile alone ({what}): {compile_ms:9.1f} ms")
     print(f"  first command after it (runtime start + run): {first:6.1f} ms")
     print(f"cached command, ExecTool in-process:  {m['ours']:9.1f} ms")
     print(f"  in-process cost around the guest:   {m['around']:9.1f} ms")
@@ -213,6 +263,12 @@ def main() -> None:
     print(f"CLI exec, copied tree (host python):  {m['cli_ct']:9.1f} ms")
     print(f"ratio CLI python arm / host python:   {m['cli_py'] / m['cli_raw']:9.2f}")
     print(f"ratio CLI python arm / CLI copied:    {m['cli_py'] / m['cli_ct']:9.2f}")
+    print(f"served CLI (exec server), python arm: {m['srv_py']:9.1f} ms")
+    print(f"served CLI, copied tree (host python):{m['srv_ct']:9.1f} ms")
+    print(f"  host python -c pass, same rounds:   {m['srv_raw']:9.1f} ms")
+    print(f"ratio served python arm / host python:{m['srv_py'] / m['srv_raw']:9.2f}")
+    print(f"ratio served python arm / served copied:{m['srv_py'] / m['srv_ct']:7.2f}")
+    print(f"served python arm less the arm alone: {m['srv_py'] - m['alone']:9.1f} ms")
     print(f"fuel rate: {fuel / (loop / 1000):.3g} per second ({fuel} fuel in {loop:.0f} ms)")
 
 

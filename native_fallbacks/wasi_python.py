@@ -28,7 +28,7 @@ from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs
 from sprawl_orch.core.removal import delete_quietly
-from sprawl_orch.native_fallbacks import wasi_forked, wasi_guest, wasi_module
+from sprawl_orch.native_fallbacks import wasi_forked, wasi_guest, wasi_module, wasi_shared
 from sprawl_orch.runs.launch import Finished, Launch, Running
 from sprawl_orch.runs.process import HostProcess
 
@@ -115,10 +115,15 @@ class WasiPythonArm:
                     wasi_module.INSTALL,
                 )
             self._entry = wasi_module.compiled(self.state)
-            self._module = wasi_module.VerifiedModule(self._entry)
+            # In a call the exec server serves: its runtime and the module state it verified
+            # (wasi_shared.py), so the call pays neither the runtime's start nor the hash.
+            shared = wasi_shared.lookup(self.state, self._entry)
+            self._module = (
+                shared.module if shared is not None else wasi_module.VerifiedModule(self._entry)
+            )
             if wasi_forked.usable():
                 logs = self.state / "wasm-runtime"
-                self._runtime = wasi_forked.Runtime(self._module, logs)
+                self._runtime = wasi_forked.Runtime(self._module, logs, shared)
         assert self._module is not None
         self._module.fd()  # checked before any copy is made; a failed check refuses here
         if self._runtime is not None:
@@ -149,6 +154,7 @@ class WasiPythonArm:
             "memory_bytes": self.config.memory_bytes,
             "wall_seconds": self.config.wall_seconds,
             "report": str(guest / "report.json"),
+            "umask": _umask(),
         }
         if self._runtime is not None:
             forked = wasi_forked.ForkedGuest(self._runtime, spec, launch)
@@ -176,9 +182,20 @@ class WasiPythonArm:
 
     def close(self) -> None:
         if self._runtime is not None:
+            if not self._runtime.shared and self._runtime.used:
+                wasi_shared.want(self.state)  # the server starts one for the next call
             self._runtime.close()
         if self._module is not None:
             self._module.close()
+
+
+def _umask() -> int | None:
+    """This process's umask, read (Linux) rather than set and set back: other threads make
+    files meanwhile. None elsewhere: the runtime keeps its own, inherited from us."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):  # no /proc: inherited
+        status = Path("/proc/self/status").read_text(encoding="ascii").splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    return None
 
 
 class GuestRun:

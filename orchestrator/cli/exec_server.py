@@ -34,6 +34,7 @@ from typing import TypedDict
 
 from sprawl_orch.core import served_memo
 from sprawl_orch.core.exec_place import context, peer
+from sprawl_orch.native_fallbacks import wasi_shared
 
 IDLE_SECONDS = 300.0
 # The signals a client forwards (client/exec_client.py FORWARDED), as their lines say them.
@@ -74,6 +75,8 @@ LAZY = (
     "sprawl_orch.native_fallbacks.landlock",
     "sprawl_orch.native_fallbacks.landlock_helper",
     "sprawl_orch.native_fallbacks.seccomp_landlock",
+    # the python arm's side of a call (its runtime is held apart: native_fallbacks/wasi_shared)
+    "sprawl_orch.native_fallbacks.wasi_python",
     "encodings.ascii",
 )
 
@@ -176,8 +179,11 @@ def serve(path: Path, idle: float) -> int:
                     # after the answer: the caller does not wait for the server's memory
                     served_memo.take_learned(learned)
                     os.close(learned)
+                    # the python arm's runtime a call asked for, held for the next calls
+                    wasi_shared.after_call()
                     last = time.monotonic()
     finally:
+        wasi_shared.close_all()
         if listener.fileno() >= 0:
             listener.close()
             with contextlib.suppress(FileNotFoundError):  # removed by hand: gone is the aim

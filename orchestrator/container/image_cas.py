@@ -24,6 +24,9 @@ import threading
 
 from sprawl_orch.container.stale_probes import PROBE_SESSION, owner_label
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+
+# An image is its author's; a bundle of gigabytes was copied to the host's disk and memory whole.
+from sprawl_orch.egress.plan import MAX_BUNDLE
 from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.engines.engine import CLI_TIMEOUT, engine_error
 from sprawl_orch.engines.podman import PodmanEngine
@@ -48,11 +51,11 @@ _PEM = b"-----BEGIN CERTIFICATE-----"
 _BLOCK = re.compile(
     rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+?-----END CERTIFICATE-----"
 )
-# What is read of an image's bundle at most: Debian's is ~220 KB, Fedora's ~230 KB. An image
-# is its author's; a bundle of gigabytes was copied to the host's disk and memory whole.
-MAX_BUNDLE = 8 << 20
 
-_cache: dict[tuple[str, str], bytes] = {}
+# An image's bundle, or its refusal (E_IMAGE_INVALID: over the bound): the image's content
+# decides it, so the next command on the image is refused without a container made and a tar
+# stream opened again.
+_cache: dict[tuple[str, str], bytes | SprawlError] = {}
 _lock = threading.Lock()
 
 
@@ -63,9 +66,17 @@ def image_cas(engine: Engine, image: str) -> bytes:
     key = (engine.endpoint(), image)
     with _lock:
         known = _cache.get(key)
+    if isinstance(known, SprawlError):
+        raise known
     if known is not None:
         return known
-    found = _read(engine, image)
+    try:
+        found = _read(engine, image)
+    except SprawlError as err:
+        if err.code is ErrorCode.IMAGE_INVALID:
+            with _lock:
+                _cache[key] = err
+        raise  # an engine's failure (E_ENGINE_REFUSED) is tried again by the next command
     with _lock:
         _cache[key] = found
     return found

@@ -59,6 +59,16 @@ def learn(kind: str, key: Json, value: Json) -> None:
         del _memo[next(iter(_memo))]
 
 
+def take(kind: str) -> list[Json]:
+    """The keys of every fact of `kind`, removed from the memo: a request the server acts on
+    once (native_fallbacks/wasi_shared.py), not a fact to answer from."""
+    keys: list[Json] = []
+    for slot in [s for s in _memo if s.startswith(_slot(kind, None)[: -len("null]")])]:
+        del _memo[slot]
+        keys.append(json.loads(slot)[1])
+    return keys
+
+
 def channel() -> tuple[int, int]:
     """(the server's end, the call's end): non-blocking, closed on exec (the command run
     never holds either)."""

@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from sprawl_orch.egress.interceptor import Interceptor
 
 
+# What is read of a CA bundle at most, the host's (secrets/plan.py) or an image's
+# (container/image_cas.py): Debian's is ~220 KB, Fedora's ~230 KB. A bundle of gigabytes was
+# read whole into memory and written whole into the command's bundle.
+MAX_BUNDLE = 8 << 20
+
+
 def host_bundle(environ: Mapping[str, str]) -> Path | None:
     """The CA bundle the host's own Python trusts: $SSL_CERT_FILE, else OpenSSL's default."""
     named = environ.get("SSL_CERT_FILE")

@@ -97,7 +97,7 @@ class RunCA:
 
     def server_context(self, host: str) -> ssl.SSLContext:
         """The TLS server side for `host`, made once per run and host. ALPN offers only
-        http/1.1: the interception speaks HTTP/1.1 through h11, and a client offering h2 as
+        http/1.1: the interception speaks HTTP/1.1 (wire.py, llhttp), and a client offering h2 as
         well falls back to it (curl, Python, git, pip all do)."""
         with self._lock:
             ctx = self._contexts.get(host)

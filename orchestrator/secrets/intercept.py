@@ -1,5 +1,5 @@
 """The intercepted path: for a host bound to a secret, the proxy ends the command's TLS with
-a leaf of the run's CA, reads HTTP/1.1 with h11, swaps placeholders in request headers
+a leaf of the run's CA, reads HTTP/1.1 with llhttp (wire.py), swaps placeholders in request headers
 (swap.py) and speaks TLS to the real host, verifying it against the host's trust store.
 
 What comes back is scrubbed: an upstream that echoes a request (httpbin's /headers, a debug
@@ -17,9 +17,8 @@ import re
 import ssl
 from typing import TYPE_CHECKING, Any
 
-import h11
-
 from sprawl_orch.egress.rules import AUTHORITY, normal_host
+from sprawl_orch.secrets import wire
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.swap import Scanner, holds, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
@@ -37,6 +36,8 @@ _UNSCANNABLE = frozenset({b"accept-encoding", b"range", b"if-range"})
 
 # Request headers the proxy does not pass on (hop-by-hop; RFC 9110 §7.6.1).
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade"})
+# Response headers the proxy sets itself: the body is re-framed (chunked) after scrubbing.
+_FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
 
 
 def _scrub(data: bytes, forms: dict[bytes, bytes]) -> bytes:
@@ -57,39 +58,42 @@ class Session:
         self.flow = flow
         self.client = client
         self.upstream = upstream
-        self.down = h11.Connection(h11.SERVER)  # the command's side
-        self.up = h11.Connection(h11.CLIENT)  # the real host's side
+        self.down = wire.Reader(response=False)  # the command's side
+        self.up = wire.Reader(response=True)  # the real host's side
 
-    async def _event(self, conn: h11.Connection, end: TlsEnd) -> object:
-        while True:
-            event = conn.next_event()
-            if event is not h11.NEED_DATA:
-                return event
+    async def _event(self, reader: wire.Reader, end: TlsEnd) -> wire.Event:
+        while not reader.events:
             # About to wait for a peer: what is queued for either side goes out first.
             await self.client.flush()
             await self.upstream.flush()
-            conn.receive_data(await end.read())
+            data = await end.read()
+            if not data:
+                return reader.eof()
+            reader.feed(data)
+        event = reader.events.popleft()
+        if isinstance(event, wire.Bad):
+            side = "the upstream" if reader is self.up else "the command"
+            raise Cut(f"{side} sent {event.reason}")
+        return event
 
     async def serve(self) -> None:
         while True:
             request = await self._event(self.down, self.client)
-            if isinstance(request, h11.ConnectionClosed):
+            if isinstance(request, wire.Closed):
                 return
-            if not isinstance(request, h11.Request):
+            if not isinstance(request, wire.Head):
                 raise Cut(f"unexpected {type(request).__name__} from the command")
-            await self._one(request)
-            if self.down.our_state is not h11.DONE or self.up.their_state is not h11.DONE:
+            if not await self._one(request):
                 return
-            self.down.start_next_cycle()
-            self.up.start_next_cycle()
 
-    async def _one(self, request: h11.Request) -> None:
+    async def _one(self, request: wire.Head) -> bool:
+        """One request and its answer; whether the connection carries another."""
         bound = self.run.bound_to(self.flow.host, self.flow.port)
         host = f"{self.flow.host}:{self.flow.port}"  # how the result names where it went
-        target = bytes(request.target)
+        target = request.target
         self._same_host(request)
         self.run.check_plain(host, "url", target, bound)
-        raw = [(k, v) for k, v in request.headers if k.lower() not in _HOP]
+        raw = [(k, v) for k, v in request.headers if k not in _HOP]
         echoes: dict[bytes, bytes] = {}
         headers, used = swap_headers(raw, bound, echoes)
         # A placeholder of a secret not bound here stays what it is (and is counted).
@@ -97,11 +101,8 @@ class Session:
             for other in self.run.secrets:
                 if other not in bound and holds(value, other.placeholder):
                     self.run.leak(other.name, host, f"header {key.decode('latin-1')}")
-        if self.down.client_is_waiting_for_100_continue:
-            await self.client.write(
-                self.down.send(h11.InformationalResponse(status_code=100, headers=[]))
-            )
-        headers = [(k, v) for k, v in headers if k != b"expect"]
+        if request.expects_continue:
+            await self.client.write(wire.CONTINUE)
         # Every request here asks identity, not only one carrying the value: a bound host that
         # keeps what it received (a request bin, a debug page) serves it back to a later
         # request that carries none, and a gzip answer to that passed unread
@@ -110,39 +111,39 @@ class Session:
         # answers (to the request itself, or later to a stored echo) handed the value back
         # in pieces shorter than any needle, 10 bytes at a time. A server may answer any
         # request whole (RFC 9110 §14.2); a resumed download to a bound host starts over.
-        headers = [(k, v) for k, v in headers if k not in _UNSCANNABLE]
+        headers = [(k, v) for k, v in headers if k != b"expect" and k not in _UNSCANNABLE]
         headers.append((b"accept-encoding", b"identity"))
+        out = wire.request_head(request.method, target, headers)  # Malformed: never sent
         for name in used:
             self.run.injected(name, host)
-        out = h11.Request(method=request.method, target=target, headers=headers)
-        await self.upstream.write(self.up.send(out) or b"")
+        await self.upstream.write(out)
         body = Scanner({s.placeholder: s.placeholder for s in self.run.secrets})
         while True:
             event = await self._event(self.down, self.client)
-            if isinstance(event, h11.Data):
-                body.feed(bytes(event.data))
-                await self.upstream.write(self.up.send(event) or b"")
-            elif isinstance(event, h11.EndOfMessage):
-                await self.upstream.write(self.up.send(h11.EndOfMessage()) or b"")
+            if isinstance(event, wire.Body):
+                body.feed(event.data)
+                await self.upstream.write(wire.chunk(event.data) if request.chunked else event.data)
+            elif isinstance(event, wire.End):
+                if request.chunked:
+                    await self.upstream.write(wire.LAST_CHUNK)
                 break
             else:
                 raise Cut("the command closed in the middle of its request")
         for secret in self.run.secrets:
             if secret.placeholder in body.found:
                 self.run.leak(secret.name, host, "request body (never swapped)")
-        await self._answer(request.method, used, echoes)
+        return await self._answer(request, echoes)
 
-    def _same_host(self, request: h11.Request) -> None:
+    def _same_host(self, request: wire.Head) -> None:
         """The request must be for the host the tunnel was checked for. A CDN routes by Host:
         `CONNECT api.bound.example` then `Host: attacker.example` (on the same CDN) would
         carry the value to the attacker's origin (domain fronting, one layer up from SNI)."""
-        names = {k.lower(): v for k, v in request.headers}
-        if b"transfer-encoding" in names and b"content-length" in names:
-            # The same smuggling refusal as the plain path (flows.py): an upstream that frames
-            # by Content-Length would read the rest as a request never checked here.
-            raise Cut("a request with both Transfer-Encoding and Content-Length")
-        said = [names.get(b"host", b"").decode("latin-1")]
-        target = bytes(request.target).decode("latin-1")
+        hosts = [v for k, v in request.headers if k == b"host"]
+        if len(hosts) > 1:
+            # A front end may route by the first of two, this check by either.
+            raise Cut("a request with more than one Host header")
+        said = [hosts[0].decode("latin-1") if hosts else ""]
+        target = request.target.decode("latin-1")
         if not target.startswith("/") and target != "*":
             absolute = _ABSOLUTE.match(target)
             said.append(absolute.group(1) if absolute else "")
@@ -160,23 +161,33 @@ class Session:
                     f"{self.flow.host}:{self.flow.port} (Host must name the tunnel's host)"
                 )
 
-    async def _answer(self, method: bytes, used: set[str], echoes: dict[bytes, bytes]) -> None:
+    async def _answer(self, request: wire.Head, echoes: dict[bytes, bytes]) -> bool:
         forms = dict(self.run.forms)
         # Every form sent in this run, not this request's only: a stored echo of git's
         # re-encoded Basic blob came back to a later request, on another connection.
         forms.update(self.run.sent_forms(echoes))
+        head = request.method == b"HEAD"
+        self.up.no_body = head
         while True:
             event = await self._event(self.up, self.upstream)
-            if isinstance(event, h11.InformationalResponse):
-                continue  # a 100 the command was already given, or 1xx it did not ask for
-            if isinstance(event, h11.Response):
+            if isinstance(event, wire.Head) and event.status >= 200:
                 break
+            if isinstance(event, (wire.Head, wire.End)):
+                continue  # a 100 the command was already given, or 1xx it did not ask for
             raise Cut(f"the upstream answered {type(event).__name__}")
+        # No body: HEAD's answer (its Content-Length says the GET's), 204, 304. Otherwise the
+        # body goes chunked (scrubbing may change its length), or to an HTTP/1.0 client
+        # until the connection closes.
+        empty = head or event.status in (204, 304)
+        chunked = not empty and request.version == "1.1"
+        # A HEAD's answer ends the connection too: llhttp cannot be told its response has
+        # no body, so the reader stops at its head (wire.Reader.no_body).
+        keep = request.keep_alive and event.keep_alive and not head and (empty or chunked)
         headers = []
         for key, value in event.headers:
+            if key in _FRAMING and not (key == b"content-length" and empty and event.status != 204):
+                continue
             key, value = _scrub(key, forms), _scrub(value, forms)
-            if key == b"content-length" and method != b"HEAD":
-                continue  # scrubbing may change the length: the body goes chunked
             if key == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
                 # Every Content-Encoding line, not the last one only (a second `identity`
                 # line hid a gzip body), on every response: a stored echo comes back to a
@@ -187,29 +198,32 @@ class Session:
                     "passed on"
                 )
             headers.append((key, value))
-        response = h11.Response(
-            status_code=event.status_code,
-            headers=headers,
-            reason=_scrub(bytes(event.reason), forms),  # an error page's "401 bad token …"
-        )
-        await self.client.write(self.down.send(response) or b"")
+        if chunked:
+            headers.append((b"transfer-encoding", b"chunked"))
+        if not keep:
+            headers.append((b"connection", b"close"))
+        # The reason is scrubbed too: an error page's "401 bad token …".
+        reason = _scrub(event.reason, forms)
+        await self.client.write(wire.response_head(event.status, reason, headers))
         scrub = Scanner(forms)
         while True:
             event = await self._event(self.up, self.upstream)
-            if isinstance(event, h11.Data):
-                data = scrub.feed(bytes(event.data))
+            if isinstance(event, wire.Body):
+                data = scrub.feed(event.data)
                 if data:
-                    await self.client.write(self.down.send(h11.Data(data=data)) or b"")
-            elif isinstance(event, h11.EndOfMessage):
+                    await self.client.write(wire.chunk(data) if chunked else data)
+            elif isinstance(event, wire.End):
                 rest = scrub.end()
                 if rest:
-                    await self.client.write(self.down.send(h11.Data(data=rest)) or b"")
-                await self.client.write(self.down.send(h11.EndOfMessage()) or b"")
+                    await self.client.write(wire.chunk(rest) if chunked else rest)
+                if chunked:
+                    await self.client.write(wire.LAST_CHUNK)
                 break
             else:
                 raise Cut("the upstream closed in the middle of its response")
         if scrub.found:
             self.run.echoed(f"{self.flow.host}:{self.flow.port}")
+        return keep
 
 
 async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
@@ -243,9 +257,9 @@ async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
             await session.serve()
             await upstream.flush()
             await client.flush()
-        except h11.ProtocolError as err:
+        except wire.Malformed as err:
             await _answered(client)
-            raise Cut(f"HTTP/1.1 through the interception failed: {type(err).__name__}") from err
+            raise Cut(f"HTTP/1.1 through the interception failed: {err}") from err
         except Cut:
             # A refused request read from the same record as the one before it: that one's
             # answer (scrubbed, queued) still goes out; it was dropped with the connection.

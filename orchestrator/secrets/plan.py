@@ -8,12 +8,15 @@ import ctypes
 import dataclasses
 import os
 import ssl
+import stat
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from sprawl_orch.config import SandboxConfig
 from sprawl_orch.config.secrets import read_values
-from sprawl_orch.egress.plan import EgressPlan, host_bundle
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.egress.plan import MAX_BUNDLE, EgressPlan, host_bundle
 from sprawl_orch.egress.rules import Rules, parse_entry
 from sprawl_orch.secrets.spec import BUNDLE_INSIDE, Spec, phrase
 
@@ -61,6 +64,51 @@ def specs_of(sandbox: SandboxConfig, environ: Mapping[str, str]) -> tuple[Spec, 
     )
 
 
+# The host's bundles read so far: (path, dev, ino, size, mtime) -> bytes. Read whole for every
+# command before (a file the caller names in SSL_CERT_FILE has no size bound of its own).
+_bundles: dict[tuple[str, int, int, int, int], bytes] = {}
+_bundles_lock = threading.Lock()
+
+
+def host_cas(path: Path) -> bytes:
+    """The host's CA bundle at `path`, its size checked before a byte is read (bound: the
+    image's, MAX_BUNDLE), read once per file version and process. E_CONFIG_INVALID when it
+    is not a regular file or is over the bound."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        raise _bundle_error(path, f"it cannot be opened ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _bundle_error(path, "it is not a regular file")
+        if st.st_size > MAX_BUNDLE:
+            raise _bundle_error(path, f"it is {st.st_size} bytes, over {MAX_BUNDLE}")
+        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        with _bundles_lock:
+            known = _bundles.get(key)
+        if known is not None:
+            return known
+        data = f.read(MAX_BUNDLE + 1)
+    if len(data) > MAX_BUNDLE:  # grew between fstat and read
+        raise _bundle_error(path, f"it is over {MAX_BUNDLE} bytes")
+    with _bundles_lock:
+        for old in [k for k in _bundles if k[0] == str(path)]:
+            del _bundles[old]  # one version per path kept, not one per rewrite
+        _bundles[key] = data
+    return data
+
+
+def _bundle_error(path: Path, why: str) -> SprawlError:
+    return SprawlError(
+        ErrorCode.CONFIG_INVALID,
+        str(path),
+        f"the host's CA bundle {path} (SSL_CERT_FILE, else OpenSSL's default) is not "
+        f"usable for a command with secrets: {why}",
+        "point SSL_CERT_FILE at a real CA bundle (real ones are < 1 MB)",
+    )
+
+
 def statement_phrase(specs: tuple[Spec, ...]) -> str | None:
     if not specs:
         return None
@@ -93,7 +141,7 @@ def with_secrets(
         run.upstream_context()
     outputs.mkdir(parents=True, exist_ok=True, mode=0o700)
     bundle = outputs / "ca-bundle.pem"
-    base = host.read_bytes() if image is None and host is not None else image or b""
+    base = host_cas(host) if image is None and host is not None else image or b""
     # Public certificates only (the CA's key is never written); 0644 so the command's uid
     # can read it through the read-only bind.
     fd = os.open(bundle, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)

@@ -13,21 +13,39 @@ from sprawl_orch.secrets.ca import RunCA
 from sprawl_orch.secrets.spec import Spec, placeholder
 from sprawl_orch.secrets.swap import Bound, holds
 
-_contexts: dict[tuple[str | None, tuple[int, ...]], ssl.SSLContext] = {}
+_contexts: dict[tuple[object, ...], ssl.SSLContext] = {}
 _contexts_lock = threading.Lock()
 
 
-def upstream_context(cafile: str | None) -> ssl.SSLContext:
-    """One client context per trust store file and process, not per command: loading the
-    host's bundle (Debian's, ~140 CAs) took 30-200 ms, paid by the first intercepted
-    connection of every command. Keyed by the file's identity and mtime, so a store changed
-    on disk is read again; a client SSLContext is shared safely between connections."""
+def _stamp(path: str | None) -> tuple[int, ...]:
+    """A file's or directory's identity and change time; () when it is not there."""
+    if not path:
+        return ()
     try:
-        st = os.stat(cafile) if cafile is not None else None
-    except OSError:  # gone: create_default_context below says so, as before the cache
-        st = None
-    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else ()
-    key = (cafile, stamp)
+        st = os.stat(path)
+    except OSError:  # gone: create_default_context says so, as before the cache
+        return ()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def trust_key(cafile: str | None) -> tuple[object, ...]:
+    """What the upstream context's trust is made of. With no file named, OpenSSL's defaults:
+    its CA file and hashed directory (SSL_CERT_FILE / SSL_CERT_DIR when set, read now, as
+    load_default_certs reads them). The key was constant then, and a changed default store
+    (a CA added to the directory, the variable pointed elsewhere) was never read again."""
+    if cafile is not None:
+        return ("file", cafile, _stamp(cafile))
+    paths = ssl.get_default_verify_paths()
+    return ("default", paths.cafile, _stamp(paths.cafile), paths.capath, _stamp(paths.capath))
+
+
+def upstream_context(cafile: str | None) -> ssl.SSLContext:
+    """One client context per trust store and process, not per command: loading the host's
+    bundle (Debian's, ~140 CAs) took 30-200 ms, paid by the first intercepted connection of
+    every command. Keyed by the trust inputs' identity and mtime (trust_key), so a store
+    changed on disk is read again; a client SSLContext is shared safely between
+    connections."""
+    key = trust_key(cafile)
     with _contexts_lock:
         ctx = _contexts.get(key)
         if ctx is None:

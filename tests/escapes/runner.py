@@ -83,6 +83,15 @@ def config_data(
     return {"sandbox": sandbox, "state": {"dir": str(state)}}
 
 
+def landlock_data(scratch: Path, state: Path) -> dict[str, Any]:
+    """The native arm forced onto its landlock mechanism by `[sandbox.native] mechanism`:
+    never by flipping the machine's user-namespace sysctl, which the bwrap rows of suites
+    running at the same time depend on. A named mechanism is that one or E_SANDBOX_DENIED."""
+    data = config_data("native", scratch, state)
+    data["sandbox"]["native"] = {"mechanism": "landlock"}
+    return data
+
+
 def python_for_probes() -> str:
     # The interpreter itself, not the venv's link (a venv under /tmp is hidden by a
     # sandbox's private /tmp); the helpers need only the standard library.

@@ -25,7 +25,7 @@ from sprawl_orch.core.host_which import host_which
 from tests.integration.conftest import missing
 
 CONTAINERS = ("docker", "podman")
-SANDBOXES = ("linux_namespaces", "docker", "podman")
+SANDBOXES = ("linux_namespaces", "landlock", "docker", "podman")
 # Programs sprawl-orch runs on the host around a command: a planted one of the same name must
 # never be the one that runs.
 HOST_PROGRAMS = ("ionice", "nice", "bwrap", "podman", "docker", "runsc", "true")

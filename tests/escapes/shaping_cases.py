@@ -205,7 +205,7 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "tree-setuid-root-program",
-        ("linux_namespaces",),
+        ("linux_namespaces", "landlock"),
         plant_setuid,
         'echo "EUID=$(./id -u) {tok}"',
         euid_zero,

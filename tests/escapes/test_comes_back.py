@@ -25,13 +25,14 @@ from tests.escapes.comes_back import (
     make_repo,
     unsafe_in,
 )
-from tests.escapes.runner import config_data
+from tests.escapes.runner import config_data, landlock_data
 from tests.integration.conftest import missing
 
 REPO = Path(__file__).resolve().parents[2]
 ARMS = (
     "copied_tree",
     "linux_namespaces",
+    "landlock",
     "docker",
     "podman",
     "docker-runsc",
@@ -88,6 +89,8 @@ def arm_config(arm: str, tmp: Path, request: pytest.FixtureRequest) -> dict[str,
         if shutil.which("bwrap") is None:
             missing("bwrap is not installed (apt-get install bubblewrap)")
         return config_data("native", scratch, state)
+    if arm == "landlock":
+        return landlock_data(scratch, state)
     return config_data("copied_tree", scratch, state)
 
 

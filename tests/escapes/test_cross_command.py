@@ -10,6 +10,9 @@ commands still cannot reach each other, which is what this tries:
   sleeper (and SIGKILLs it when found) and searches its whole view for A's files;
 - the host judges: A's marker never in B's output, A's sleeper alive when B is done.
 
+The landlock mechanism shares the host's /proc and claims no user axis: there B must see A's
+command line, and still neither A's files nor (from Landlock ABI 6) a signal to A.
+
 Unix and abstract sockets are not tried here: every arm gives each command its own network
 namespace, and bwrap's seccomp refuses AF_UNIX (probes_net.py tries both per arm).
 """
@@ -27,6 +30,7 @@ from typing import Any
 import pytest
 
 from sprawl_orch.config import parse_config
+from sprawl_orch.native_fallbacks import landlock
 from sprawl_orch.runs.results import ExecResult
 from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conftest import missing
@@ -72,7 +76,12 @@ def started(tmp: Path) -> Path | None:
     return found[0].parent if found else None
 
 
-def run_pair(tmp: Path, data: dict[str, Any]) -> tuple[ExecResult, ExecResult]:
+def run_pair(
+    tmp: Path, data: dict[str, Any], *, sees_cmdlines: bool = False, kills: bool = False
+) -> tuple[ExecResult, ExecResult]:
+    """`sees_cmdlines`: B may print A's command line (an arm sharing the host's /proc, whose
+    user axis is not claimed); `kills`: B's SIGKILL reaches A's sleeper (the same uid with
+    no signal scoping) -- then A's sleeper must have died, so the row still proves which."""
     tok = secrets.token_hex(4)
     (tmp / "scratch").mkdir()
     tool_a = ExecTool(parse_config(data), tree(tmp, "A"))
@@ -104,9 +113,16 @@ def run_pair(tmp: Path, data: dict[str, Any]) -> tuple[ExecResult, ExecResult]:
         assert r.outcome == "settled", f"{name}: {r.as_json_dict()}"
     assert "B-DONE" in b.stdout, b.as_json_dict()
     seen = [line for line in b.stdout.splitlines() if line.startswith(("SAW", "FOUND"))]
+    if sees_cmdlines:
+        assert any(line.startswith("SAW") for line in seen), f"B never saw A: {b.stdout}"
+        seen = [line for line in seen if not line.startswith("SAW")]
     assert not seen, f"B reached A: {seen}"
+    assert "A-DONE" in a.stdout, a.as_json_dict()
+    if kills:
+        assert f"a-sleeper-{tok}" not in a.stdout, f"B's SIGKILL missed A's sleeper: {a.stdout}"
+        return a, b
     assert not a_ended_first, "A's command ended before B's was done: nothing was tried"
-    assert "A-DONE" in a.stdout and f"a-sleeper-{tok}" in a.stdout, (
+    assert f"a-sleeper-{tok}" in a.stdout, (
         f"A's sleeper did not live to the end: {a.stdout} {a.stderr}"
     )
     assert a.confinement is not None and b.confinement is not None
@@ -121,6 +137,19 @@ def test_bwrap_commands_of_a_root_caller_do_not_reach_each_other(tmp_path: Path)
     a, b = run_pair(tmp_path, config(tmp_path, "native"))
     for r in (a, b):  # both claim a principal of their own, though it is one host uid
         assert r.confinement is not None and r.confinement.assurances["user"] == "yes"
+
+
+def test_landlock_commands_see_each_others_cmdline_only(tmp_path: Path) -> None:
+    """The landlock mechanism shares the host's /proc and (as root) one sandbox uid, so B
+    reads A's command line -- why its user axis is not claimed (docs/landlock.md) -- but not
+    A's files (no rule grants another copy), and from Landlock ABI 6 its SIGKILL is scoped
+    away from A's processes; below ABI 6 it lands (the same uid, nothing between them)."""
+    data = config(tmp_path, "native")
+    data["sandbox"]["native"] = {"mechanism": "landlock"}
+    a, b = run_pair(tmp_path, data, sees_cmdlines=True, kills=landlock.abi() < landlock.SCOPE_ABI)
+    for r in (a, b):
+        assert r.arm == "landlock", r.as_json_dict()
+        assert r.confinement is not None and r.confinement.assurances["user"] == "no"
 
 
 def test_userns_remap_containers_do_not_reach_each_other(

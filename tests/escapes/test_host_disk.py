@@ -35,13 +35,13 @@ from sprawl_orch.changes.store import load
 from sprawl_orch.config import parse_config
 from sprawl_orch.runs.output_keep import KEEP_BYTES
 from sprawl_orch.tool.exec_tool import ExecTool
-from tests.escapes.runner import config_data
+from tests.escapes.runner import config_data, landlock_data
 from tests.integration.conftest import missing
 
 MIB = 1024 * 1024
 # The filesystem may allocate a few blocks past a file's size (seen: 4 KiB on docker's).
 SLACK = 64 * 1024
-ROWS = ("copied_tree", "linux_namespaces", "docker", "podman")
+ROWS = ("copied_tree", "linux_namespaces", "landlock", "docker", "podman")
 
 
 def data_for(row: str, tmp: Path, request: pytest.FixtureRequest, **state: int) -> dict[str, Any]:
@@ -54,6 +54,8 @@ def data_for(row: str, tmp: Path, request: pytest.FixtureRequest, **state: int) 
         if not Path("/usr/bin/bwrap").exists():
             missing("bwrap is not installed (apt-get install bubblewrap)")
         data = config_data("native", scratch, st)
+    elif row == "landlock":
+        data = landlock_data(scratch, st)
     else:
         data = config_data("copied_tree", scratch, st)
     data["state"].update(state)
@@ -163,7 +165,7 @@ def test_a_command_never_drops_another_directorys_changes(
     assert not b.changes.dropped
 
 
-@pytest.mark.parametrize("row", ["copied_tree", "docker"])
+@pytest.mark.parametrize("row", ["copied_tree", "landlock", "docker"])
 def test_a_killed_cli_leaves_no_output_directory(
     row: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -9,9 +9,12 @@ libselinux) runs its constructor on the host. (The suite's own env-library-and-v
 scenario passes LD_LIBRARY_PATH as an ordinary name.)
 
 Judged from the host: the planted library's constructor writes a mark under a host /tmp
-directory, which every sandbox replaces with a private /tmp -- a mark there means the
-library ran outside. `raw` (the command `ls`, which loads the same library, run in the tree
-without sprawl-orch) is the control and must escape.
+directory, which every sandbox replaces with a private /tmp (the landlock mechanism's
+command may not write there: no rule grants it) -- a mark there means the library ran
+outside. `raw` (the command `ls`, which loads the same library, run in the tree without
+sprawl-orch) is the control and must escape. The landlock row plants a library of its
+helper's python (outside the Landlock domain, its cwd the copy), with that interpreter run
+in the tree as its own control.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from typing import Any
 import pytest
 
 from sprawl_orch.config import parse_config
+from sprawl_orch.native_fallbacks import landlock
 from sprawl_orch.tool.exec_tool import ExecTool
-from tests.escapes.runner import config_data
+from tests.escapes.runner import config_data, landlock_data
 from tests.integration.conftest import missing
 
-ARMS = ("raw", "linux_namespaces", "docker", "podman")
+ARMS = ("raw", "linux_namespaces", "landlock", "docker", "podman")
 LIBRARY_PATH = "/nonexistent-cuda/lib64:"  # the empty last entry: the working directory
 EVIL = r"""
 #include <stdio.h>
@@ -50,13 +54,13 @@ def _deps(program: str) -> dict[str, str]:
     return dict(re.findall(r"^\s*(\S+) => (/\S+)", done.stdout, re.M))
 
 
-def plant_library(tree: Path, marks: Path, wrapper: str) -> bool:
-    """A library named after one that both `wrapper` and `ls` load (not libc), whose
-    constructor marks, and which needs the real one by its absolute path (so the program
-    still runs)."""
+def plant_library(tree: Path, marks: Path, wrapper: str, also: str | None = None) -> bool:
+    """A library named after one that both `wrapper` and `also` (default `ls`) load (not
+    libc), whose constructor marks, and which needs the real one by its absolute path (so
+    the program still runs)."""
     if shutil.which("gcc") is None:
         missing("gcc is not installed (apt-get install gcc)")
-    ls = shutil.which("ls") or "/bin/ls"
+    ls = also or shutil.which("ls") or "/bin/ls"
     shared = sorted(set(_deps(wrapper)) & set(_deps(ls)) - {"libc.so.6"})
     if not shared:
         # a static program (the docker CLI is Go, built static) loads nothing: holds as built
@@ -86,6 +90,8 @@ def _data(arm: str, tmp: Path, request: pytest.FixtureRequest) -> tuple[dict[str
         image = str(request.getfixturevalue(f"{arm}_image"))
         cli = shutil.which(arm) or arm
         return config_data("container", scratch, state, (arm, image)), cli
+    if arm == "landlock":  # the helper: python, outside the Landlock domain, cwd the copy
+        return landlock_data(scratch, state), landlock.python()
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         missing("bwrap is not installed (apt-get install bubblewrap)")
@@ -109,8 +115,17 @@ def test_a_passed_through_loader_path_never_reaches_the_host_side(
             assert list(marks.iterdir()), "the control did not escape: the probe sees nothing"
             return
         data, wrapper = _data(arm, tmp_path, request)
-        if not plant_library(tree, marks, wrapper):
+        # The landlock helper's python shares no library with ls: a library of its own is
+        # planted, and its control is the helper's interpreter run in the tree.
+        also = wrapper if arm == "landlock" else None
+        if not plant_library(tree, marks, wrapper, also):
             return  # a static engine CLI (docker's) loads no library: holds as built
+        if also is not None:
+            env = {"PATH": os.defpath, "LD_LIBRARY_PATH": LIBRARY_PATH}
+            subprocess.run([also, "-c", "pass"], cwd=tree, env=env, check=False)
+            assert list(marks.iterdir()), "the control did not escape: the probe sees nothing"
+            for mark in marks.iterdir():
+                mark.unlink()
         data["sandbox"]["env_passthrough"] = ["LD_LIBRARY_PATH"]
         environ = {**os.environ, "LD_LIBRARY_PATH": LIBRARY_PATH}
         monkeypatch.chdir(tree)  # `sprawl-orch exec` is run from the tree: its cwd

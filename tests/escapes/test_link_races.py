@@ -4,9 +4,10 @@ points at must never reach the copy or a command's output.
 
 Rows: the raw control (the host's own `cat` through the flipping entry does print the secret,
 or the flip proves nothing); the API (`copy.sync` with the copy guard, first syncs and resyncs
-alternating); the CLI (`sprawl-orch exec -- cat …`) on linux_namespaces and copied_tree. On
-the code before copy/source.py: 1 920 of 50 546 API syncs and 5 of 162 CLI commands leaked
-(the attacker's counts), and this harness's shapes all leaked through the API. The counts are
+alternating); the CLI (`sprawl-orch exec -- cat …`) on linux_namespaces, landlock and
+copied_tree. On the code before copy/source.py: 1 920 of 50 546 API syncs and 5 of 162 CLI
+commands leaked (the attacker's counts), and this harness's shapes all leaked through the
+API. The counts are
 SPRAWL_LINK_RACE_SYNCS / SPRAWL_LINK_RACE_COMMANDS; a race is a sample, the deterministic
 cases are tests/unit/test_copy_races.py.
 """
@@ -30,7 +31,7 @@ from sprawl_orch.copy.sync import sync
 from sprawl_orch.core.credential_places import copy_guard
 from sprawl_orch.core.errors import SprawlError
 from tests.escapes.link_race import ALLOWED_NAME, MODES, flipping, leaked, plant_secret
-from tests.escapes.runner import config_data
+from tests.escapes.runner import config_data, landlock_data
 from tests.integration.conftest import missing
 
 SYNCS = int(os.environ.get("SPRAWL_LINK_RACE_SYNCS", "2000"))
@@ -89,7 +90,7 @@ def test_api_syncs_never_copy_the_secret(
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("arm", ["linux_namespaces", "copied_tree"])
+@pytest.mark.parametrize("arm", ["linux_namespaces", "landlock", "copied_tree"])
 def test_cli_commands_never_print_the_secret(
     arm: str, mode: str, secret: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -98,11 +99,11 @@ def test_cli_commands_never_print_the_secret(
     secret_dir, token = secret
     tree = tmp_path / "tree"
     with tempfile.TemporaryDirectory(prefix="sprawl-race-") as outside:
-        data = config_data(
-            "native" if arm == "linux_namespaces" else arm,
-            Path(outside) / "scratch",
-            Path(outside) / "state",
-        )
+        scratch, state = Path(outside) / "scratch", Path(outside) / "state"
+        if arm == "landlock":
+            data = landlock_data(scratch, state)
+        else:
+            data = config_data("native" if arm == "linux_namespaces" else arm, scratch, state)
         config = Path(outside) / "sprawl.toml"
         config.write_text(tomlkit.dumps(data))
         cli = Path(sys.executable).with_name("sprawl-orch")

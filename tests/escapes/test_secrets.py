@@ -3,7 +3,7 @@ a local TLS upstream tries to read the value itself — every process's environ 
 can see, the files under /run, /tmp, $HOME and its working directory (where a CA key or a
 bundle with a key would be), core files — and asks the bound upstream, which echoes requests,
 to hand it back. The host judges: the value never appears in what the command printed, and
-no private key is found. Arms without the proxy (copied_tree, gVisor, warm) must refuse a
+no private key is found. Arms without the proxy (copied_tree, landlock, gVisor, warm) must refuse a
 secret (E_SANDBOX_DENIED), never pass it in plain."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import trustme
 
 from sprawl_orch import ExecTool
 from sprawl_orch.config import parse_config
-from tests.escapes.runner import config_data
+from tests.escapes.runner import config_data, landlock_data
 from tests.escapes.test_egress import ARMS, REFUSING
 from tests.integration.conftest import missing
 from tests.secrets.echo import Echo, echo_upstream
@@ -70,6 +70,8 @@ def test_secrets_class(
             data["sandbox"]["container"]["userns"] = "required"
     elif arm == "linux_namespaces":
         data = config_data("native", scratch, state)
+    elif arm == "landlock":
+        data = landlock_data(scratch, state)
     else:
         data = config_data("copied_tree", scratch, state)
     data["sandbox"]["network"] = {"allow": [f"localhost:{bound.port}", "127.0.0.1", "::1"]}

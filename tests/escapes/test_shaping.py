@@ -30,7 +30,7 @@ import tomlkit
 from sprawl_orch.config import parse_config
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.tool.exec_tool import ExecTool
-from tests.escapes.runner import config_data
+from tests.escapes.runner import config_data, landlock_data
 from tests.escapes.shaping import CONTAINERS, TIMEOUT_S, Case, Scene, shm_file
 from tests.escapes.shaping_cases import CASES, REFUSED_LEAVES_TREE
 from tests.integration.conftest import busybox_rootfs_tar, missing, remove_image
@@ -38,6 +38,7 @@ from tests.integration.conftest import busybox_rootfs_tar, missing, remove_image
 ARM_OF = {
     "copied_tree": "copied_tree",
     "linux_namespaces": "linux_namespaces",
+    "landlock": "landlock",
     "docker": "container",
     "podman": "container",
 }
@@ -94,6 +95,8 @@ def scene_for(case: Case, row: str, tmp: Path, request: pytest.FixtureRequest) -
         engine = (row, scene.images[row]) if row in CONTAINERS else None
         arm = "container" if engine else ("native" if row == "linux_namespaces" else row)
         scene.data = config_data(arm, tmp / "scratch", tmp / "state", engine)
+        if row == "landlock":
+            scene.data = landlock_data(tmp / "scratch", tmp / "state")
     try:
         case.plant(scene)
         yield scene

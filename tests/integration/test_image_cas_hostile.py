@@ -13,7 +13,7 @@ import io
 import subprocess
 import sys
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -102,10 +102,31 @@ def test_a_bundle_over_the_bound_is_refused_not_copied(
     same with gigabytes)."""
     pem = trustme.CA().cert_pem.bytes()
     big = pem + b"#" * (MAX_BUNDLE + (1 << 20))
-    with pytest.raises(SprawlError) as refused:
-        _read(engine, tmp_path, lambda tar: _file(tar, BUNDLE, big))
-    assert refused.value.code is ErrorCode.IMAGE_INVALID
-    assert "ca-certificates.crt" in str(refused.value)
+    made: list[int] = []
+    real_create = type(engine).create
+
+    def counted(self: DockerEngine | PodmanEngine, argv: Sequence[str]) -> str:
+        made.append(1)
+        return real_create(self, argv)
+
+    def twice(add: Add) -> None:
+        image = _import(engine.name, tmp_path, add)
+        try:
+            for _ in range(2):
+                with pytest.raises(SprawlError) as refused:
+                    image_cas(engine, image)
+                assert refused.value.code is ErrorCode.IMAGE_INVALID
+                assert "ca-certificates.crt" in str(refused.value)
+        finally:
+            cas_module._cache.clear()
+            remove_image(engine.name, image)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(engine), "create", counted)
+        twice(lambda tar: _file(tar, BUNDLE, big))
+    # The refusal is the image's content: the second command is refused without a container
+    # made and the tar stream opened again.
+    assert made == [1]
 
 
 def test_a_directory_at_the_bundle_path_is_not_copied(

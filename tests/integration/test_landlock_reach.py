@@ -263,3 +263,61 @@ def test_below_abi_6_a_non_root_callers_command_keeps_no_process_tree() -> None:
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
         shutil.rmtree(home, ignore_errors=True)
+
+
+# POSIX message queues live in the IPC namespace too (mq_open names no path of the mount
+# namespace): Landlock refuses the open of the queue's file, but mq_open(O_CREAT) makes the
+# queue before that open, so the name outlived the command (measured on 6.18, ABI 7: EACCES
+# inside, the queue there afterwards). argv: the host queue's name, the name to make.
+MQ = r"""
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+host, new = (a.encode() for a in sys.argv[1:3])
+def said(name, r):
+    print(name, "allowed" if r >= 0 else errno.errorcode[ctypes.get_errno()], flush=True)
+said("mq_open_host", libc.mq_open(host, os.O_WRONLY | os.O_NONBLOCK))
+said("mq_open_new", libc.mq_open(new, os.O_CREAT | os.O_RDWR, 0o600, None))
+"""
+
+
+def test_no_posix_queue_with_the_host(tmp_path: Path) -> None:
+    """The host's POSIX message queue (mode 0666) and one the command makes, which would
+    outlive it in the host's IPC namespace: refused, beside the host control."""
+    need_landlock()
+    libc = ctypes.CDLL(None, use_errno=True)
+    tag = os.urandom(4).hex()
+    host = f"/sprawl-mq-{tag}"
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tmp_path / "scratch").mkdir()
+    (tree / "mq.py").write_text(MQ)
+    python = os.path.realpath(sys.executable)
+    old = os.umask(0)
+    queue = libc.mq_open(host.encode(), os.O_CREAT | os.O_RDWR, 0o666, None)
+    os.umask(old)
+    assert queue >= 0, os.strerror(ctypes.get_errno())
+    said: dict[str, dict[str, str]] = {}
+    left: dict[str, bool] = {}
+    try:
+        for where in ("sandbox", "host"):
+            new = f"/sprawl-mq-{tag}-{where}"
+            argv = [python, "mq.py", host, new]
+            with ExecTool(parse_config(landlock_config(tmp_path)), tree) as tool:
+                ran = tool.exec(
+                    argv, background_ok=False, **({"where": "host"} if where == "host" else {})
+                )
+            assert ran.exit_code == 0, ran.stderr
+            said[where] = answers(ran.stdout)
+            fd = libc.mq_open(new.encode(), os.O_RDONLY)
+            left[where] = fd >= 0
+            if fd >= 0:
+                os.close(fd)
+                libc.mq_unlink(new.encode())
+        print(json.dumps(said, indent=1), left)
+        assert set(said["host"].values()) == {"allowed"} and left["host"], said["host"]
+        for name, answer in said["sandbox"].items():
+            assert answer != "allowed", f"{name} was allowed under landlock"
+        assert not left["sandbox"], "a POSIX queue made by the command outlived it"
+    finally:
+        os.close(queue)
+        libc.mq_unlink(host.encode())

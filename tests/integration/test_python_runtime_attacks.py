@@ -1,6 +1,7 @@
 """Attacks on the python arm's runtime process (wasi_runtime.py, wasi_forked.py), for real:
 a guest's own exit status, many commands at once from threads, what the runtime holds that a
-forked command inherits, the runtime killed mid-command, and the owner killed outright.
+forked command inherits, the runtime killed mid-command, the owner killed outright, a reap of
+a pid not forked for its asker, and a runtime used after it was closed.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import psutil
 import pytest
 
 from sprawl_orch import ExecTool
-from sprawl_orch.core.errors import ErrorCode
-from sprawl_orch.native_fallbacks import wasi_forked
+from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.native_fallbacks import wasi_forked, wasi_runtime
 from tests.integration.test_python_arm import state, tool_for, tree
 from tests.integration.test_python_runtime import harvested, the_runtime, tool
 
@@ -67,7 +68,8 @@ def test_many_commands_at_once_from_threads_keep_their_own_output_and_status(
 
 def test_the_runtime_holds_no_environment_and_only_its_own_fds(tool: ExecTool) -> None:
     # The tool's environ carries SPRAWL_PY_SECRET (tool_for): the runtime, whose memory every
-    # command inherits, must hold none of it, nor any fd of sprawl-orch's beyond its socket.
+    # command inherits, must hold none of it, nor any fd of sprawl-orch's beyond its door
+    # and the tool's stream.
     assert tool.exec(["python", "-c", "pass"]).exit_code == 0
     runtime = the_runtime()
     assert Path(f"/proc/{runtime.pid}/environ").read_bytes() == b""
@@ -78,26 +80,81 @@ def test_the_runtime_holds_no_environment_and_only_its_own_fds(tool: ExecTool) -
     targets = set(held.values())
     allowed = ("/dev/null", "runtime.stderr", "memfd:sprawl-wasm-module", "socket:[")
     assert all(any(a in t for a in allowed) for t in targets), held
-    assert sum(t.startswith("socket:[") for t in targets) == 1, held
+    assert sum(t.startswith("socket:[") for t in targets) == 2, held  # door, stream
     out = tool.exec(["python", "-c", "import os; print(sorted(os.environ))"])
     assert "SPRAWL_PY_SECRET" not in out.stdout and "s3cret" not in out.stdout
 
 
-def test_a_runtime_killed_mid_command_leaves_its_result_and_no_zombie(tool: ExecTool) -> None:
-    code = "import time\ntime.sleep(2)\nprint('outlived')"
+def test_a_runtime_killed_mid_command_takes_its_command_along(tool: ExecTool) -> None:
+    # Its commands die with it (PR_SET_PDEATHSIG): a killed runtime once left its command
+    # running, an orphan nobody governed but its own limits. The sleep outlasts the test:
+    # only that kill ends the guest within `gone`'s 30 s (its wall time is 600 s).
+    code = "import time\ntime.sleep(3600)\nprint('outlived')"
     result = tool.exec(["python", "-c", code], window=0.5)
     assert result.handle is not None
     runtime = the_runtime()
     (guest,) = runtime.children()
     runtime.send_signal(signal.SIGKILL)
     runtime.wait(10)
-    done = harvested(tool, result.handle)
-    assert done.stdout.strip() == "outlived" and done.exit_code == 0, done.stderr
-    # Its runtime gone, the orphan is init's to reap (this machine's init does, lazily).
+    # Its runtime gone, the dead orphan is init's to reap (this machine's init does, lazily).
     assert gone(guest.pid), guest
+    done = harvested(tool, result.handle)
+    assert "outlived" not in done.stdout
+    assert done.python is not None and "runtime_failed" in done.python, done
     again = tool.exec(["python", "-c", "print('next')"])
     assert again.stdout.strip() == "next"
     assert again.python is not None and "had ended" in again.python["runtime_restarted"]
+
+
+def test_a_runtime_reaps_only_what_it_forked_for_that_owner(tree: Path, state: Path) -> None:
+    # Two owners on one runtime (as two served calls on the exec server's): neither reaps
+    # the other's command (its status would be lost to its owner), nor any other pid.
+    with tool_for(tree, state) as tool:
+        assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+        runtime = the_runtime()
+        mine = tool.exec(["python", "-c", "import time; time.sleep(3600)"], window=0.5)
+        assert mine.handle is not None
+        (guest,) = runtime.children()
+        door = [
+            int(fd)
+            for fd in os.listdir(f"/proc/{runtime.pid}/fd")
+            if os.readlink(f"/proc/{runtime.pid}/fd/{fd}").startswith("socket:[")
+        ]
+        assert len(door) == 2  # the door and the tool's stream: nothing else reaches it
+        with pytest.raises(ValueError, match="not started"):
+            tool_runtime(tool).reap(guest.pid + 1)
+        held = tool_runtime(tool)._door
+        assert held is not None
+        stream = wasi_forked.connect(held)
+        for pid in (guest.pid, os.getpid(), 1):
+            wasi_runtime.send(stream, {"op": "reap", "pid": pid})
+            answer, _ = wasi_runtime.receive(stream)
+            assert answer is not None and answer["status"] is None, answer
+            assert "not started for you" in answer["refused"]
+        stream.close()
+        assert guest.is_running() and guest.status() != psutil.STATUS_ZOMBIE
+        done = tool.halt(mine.handle)
+        assert done.exit_code == 137, done
+    assert gone(guest.pid)
+
+
+def test_a_closed_runtime_closes_once_and_refuses_commands(tree: Path, state: Path) -> None:
+    with tool_for(tree, state) as tool:
+        assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+        runtime = tool_runtime(tool)
+        proc = the_runtime()
+    runtime.close()  # the tool closed it already: a second close is nothing
+    proc.wait(10)
+    with pytest.raises(SprawlError) as refused:
+        runtime.fork({}, [])
+    assert refused.value.code is ErrorCode.INTERNAL
+
+
+def tool_runtime(tool: ExecTool) -> wasi_forked.Runtime:
+    """The tool's python arm runtime (white box: the tool builds its arm itself)."""
+    runtime = getattr(tool.arm(), "_runtime", None)
+    assert isinstance(runtime, wasi_forked.Runtime), tool.arm()
+    return runtime
 
 
 def gone(pid: int, within: float = 30.0) -> bool:

@@ -1,6 +1,7 @@
-"""`python -m tests.secrets.bench_client CA_BUNDLE PORT PROXY_PORT N HEADER`: N small GETs on
-one connection through the proxy's CONNECT tunnel, then N fresh connections with one GET each;
-prints {"request": [s...], "connect": [s...]} as JSON."""
+"""`python -m tests.secrets.bench_client CA_BUNDLE PORT PROXY_PORT N HEADER [FRESH]`: N small
+GETs on one connection through the proxy's CONNECT tunnel, then FRESH (default N/10, at least
+3) fresh connections with one GET each; prints {"request": [s...], "connect": [s...]} as
+JSON."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def main() -> None:
         int(sys.argv[4]),
         sys.argv[5],
     )
+    fresh = int(sys.argv[6]) if len(sys.argv) > 6 else max(n // 10, 3)
     ctx = ssl.create_default_context(cafile=bundle)
 
     def connection() -> http.client.HTTPSConnection:
@@ -41,7 +43,7 @@ def main() -> None:
         request.append(time.perf_counter() - start)
     conn.close()
     connect = []
-    for _ in range(max(n // 10, 3)):
+    for _ in range(fresh):
         start = time.perf_counter()
         conn = connection()
         get(conn)

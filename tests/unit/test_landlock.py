@@ -165,10 +165,12 @@ def test_the_program_refuses_what_no_namespace_stops(machine: str) -> None:
         "x86_64": {"setsid": 112, "setpgid": 109, "unshare": 272, "clone": 56, "clone3": 435,
                    "listen": 50, "ioctl": 16, "sendto": 44, "sendmsg": 46, "read": 0,
                    "shmat": 30, "msgsnd": 69, "semop": 65, "shmget": 29,
+                   "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
                    "prlimit64": 302, "setaffinity": 203, "setpriority": 141, "ioprio_set": 251},
         "aarch64": {"setsid": 157, "setpgid": 154, "unshare": 97, "clone": 220, "clone3": 435,
                     "listen": 201, "ioctl": 29, "sendto": 206, "sendmsg": 211, "read": 63,
                     "shmat": 196, "msgsnd": 189, "semop": 193, "shmget": 194,
+                    "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182,
                     "prlimit64": 261, "setaffinity": 122, "setpriority": 140, "ioprio_set": 30},
     }[machine]  # fmt: skip
 
@@ -203,7 +205,7 @@ def test_the_program_refuses_what_no_namespace_stops(machine: str) -> None:
     assert run(n["sendmsg"], 3, 0, 0x20000000) == EPERM
     assert run(abi.io_uring[0]) == ENOSYS
     assert run(abi.keyring[2]) == EPERM
-    for ipc in ("shmat", "msgsnd", "semop", "shmget"):  # the host's IPC namespace
+    for ipc in ("shmat", "msgsnd", "semop", "shmget", "mq_open", "mq_unlink", "mq_timedsend"):
         assert run(n[ipc], 0, 0, 0) == EPERM, ipc
     # another process of the same uid by its pid (no ptrace check): only the caller itself
     for by_pid in ("prlimit64", "setaffinity"):

@@ -93,6 +93,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "serve",
         "surface",
         "tool",
+        # the exec server holds the python arm's runtime for its calls (issue 31)
+        "native_fallbacks.wasi_shared",
     ),
     # The thin exec client (issue 26): standard library only; the in-process CLI is its
     # fallback (and every other subcommand), imported only when it runs.

@@ -1,0 +1,269 @@
+"""HTTP/1.1 on the intercepted path: read by llhttp (httptools), written back from the parsed
+fields. h11 was 0.36 ms of CPU per request and response pair against llhttp's 0.01 ms (one
+process, same bytes, load 9 on 2 cores); the intercepted request cost 2.7x the tunnel's, the
+bound being 1.5x (benchmarks/secrets_proxy.py).
+
+llhttp (strict, no leniency set) refuses what h11 refused: both Transfer-Encoding and
+Content-Length, two Content-Lengths, an obs-folded line, a bare LF or CR as a line end,
+whitespace before a header's colon. The framing rules are checked here again on the parsed
+headers, so a later llhttp that relaxes one of them does not open the interception to
+request smuggling (tests/secrets/test_attacks_parser.py).
+
+Events come out in order, one message after another (a pipelined second request waits
+behind the first's answer); a refusal is an event too, so what came before it is served.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import httptools
+
+# The most a message's head may take (h11's own bound was 16 KiB; real heads with cookies
+# stay under 16 KiB). httptools keeps a header's pieces until it ends: unbounded, one endless
+# header held the proxy's memory.
+HEAD_LIMIT = 64 * 1024
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class Malformed(Exception):
+    """What was read or would be written is not HTTP/1.1 the interception passes on."""
+
+
+@dataclass
+class Head:
+    headers: list[tuple[bytes, bytes]]  # names lower-cased, in order, repeats kept
+    method: bytes = b""  # a request's
+    target: bytes = b""
+    status: int = 0  # a response's
+    reason: bytes = b""
+    version: str = "1.1"
+    keep_alive: bool = True
+    chunked: bool = False
+    expects_continue: bool = False
+
+
+@dataclass
+class Body:
+    data: bytes
+
+
+@dataclass
+class End:
+    pass
+
+
+@dataclass
+class Bad:
+    reason: str
+
+
+@dataclass
+class Closed:
+    """The peer's end of the stream, not inside a message that ends with it."""
+
+
+Event = Head | Body | End | Bad | Closed
+
+
+class _Stop(Exception):
+    """Raised from a callback to end parsing (a refusal, or a response to HEAD)."""
+
+    def __init__(self, event: Bad | None) -> None:
+        self.event = event
+
+
+@dataclass
+class Reader:
+    """One direction of one connection: fed bytes, hands out events."""
+
+    response: bool
+    events: deque[Event] = field(default_factory=deque)
+    # Set before a response to HEAD is read: llhttp cannot be told there is no body, so the
+    # reader stops at its head and the connection ends after it (intercept.py).
+    no_body: bool = False
+    spent: bool = False
+    _in_head: bool = False
+    _head_bytes: int = 0
+    _open: bool = False  # between a head and its message's end
+    _until_close: bool = False
+    _headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    _url: bytes = b""
+    _reason: bytes = b""
+
+    def __post_init__(self) -> None:
+        kind = httptools.HttpResponseParser if self.response else httptools.HttpRequestParser
+        self._parser = kind(self)
+
+    def feed(self, data: bytes) -> None:
+        if self.spent:
+            return  # nothing after a refusal or a HEAD's answer is read
+        if self._in_head:
+            self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as up:
+            # llhttp pauses after a request that named an Upgrade. The proxy never passes
+            # one on (Upgrade and Connection are hop-by-hop, dropped), so the upstream
+            # answers it as a plain request; what follows is read by a fresh parser, as h11
+            # read it. CONNECT and a 101 are refused at their head (_head).
+            if self.response or not self.events or not isinstance(self.events[-1], End):
+                self._refuse("an Upgrade inside an intercepted connection")
+            else:
+                rest = bytes(data)[int(up.args[0]) :] if up.args else b""
+                self.__post_init__()
+                self.feed(rest)
+        except httptools.HttpParserCallbackError as err:
+            stop = err.__context__
+            if not isinstance(stop, _Stop):
+                raise
+            self.spent = True
+            if stop.event is not None:
+                self.events.append(stop.event)
+        except httptools.HttpParserError as err:
+            # llhttp's reasons are fixed strings ("Invalid header value char"), never the
+            # bytes it read (which could hold the value, on the upstream's side).
+            self._refuse(f"malformed HTTP/1.1 ({err})")
+        if self._in_head and self._head_bytes > HEAD_LIMIT and not self.spent:
+            self._refuse(f"a message head over {HEAD_LIMIT} bytes")
+
+    def eof(self) -> Event:
+        """The peer's end: the end of a response read until close, else Closed."""
+        if self._open and self._until_close and not self.spent:
+            self.spent = True
+            return End()
+        return Closed()
+
+    def _refuse(self, reason: str) -> None:
+        self.spent = True
+        self.events.append(Bad(reason))
+
+    # --- llhttp's callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._in_head, self._head_bytes = True, 0
+        self._headers, self._url, self._reason = [], b"", b""
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # After the head, llhttp reports a chunked body's trailer fields here: dropped (never
+        # passed on, as h11's path dropped them), so nothing rides past the checks below.
+        if self._in_head:
+            self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        head = self._head()
+        if isinstance(head, Bad):
+            raise _Stop(head)
+        self.events.append(head)
+        self._open = True
+        no_body = self.response and (
+            self.no_body or head.status in _NO_BODY_STATUS or head.status < 200
+        )
+        self._until_close = (
+            self.response and not no_body and not head.chunked and not _has(head, b"content-length")
+        )
+        if self.response and self.no_body and head.status >= 200:
+            self.events.append(End())
+            raise _Stop(None)
+
+    def on_body(self, data: bytes) -> None:
+        self.events.append(Body(bytes(data)))
+
+    def on_message_complete(self) -> None:
+        self._open = False
+        self.events.append(End())
+
+    def _head(self) -> Head | Bad:
+        headers = self._headers
+        version = self._parser.get_http_version()
+        if version not in ("1.0", "1.1"):
+            return Bad(f"HTTP/{version} on an intercepted connection")
+        parser = self._parser
+        method = parser.get_method() if isinstance(parser, httptools.HttpRequestParser) else b""
+        status = parser.get_status_code() if isinstance(parser, httptools.HttpResponseParser) else 0
+        if method == b"CONNECT":
+            return Bad("a CONNECT inside an intercepted connection")
+        if status == 101:
+            return Bad("a 101 Switching Protocols (no Upgrade was passed on)")
+        # One joined string searched three times, not three searches a header: a share of
+        # the path's CPU on every message (benchmarks/secrets_proxy.py).
+        flat = b"".join(n + v for n, v in headers)
+        if _forbidden(flat):
+            return Bad("a header with CR, LF or NUL in it")
+        if len(self._url) + len(self._reason) + len(flat) + 4 * len(headers) > HEAD_LIMIT:
+            # A head that came whole in one read (feed counts only heads spread over reads).
+            return Bad(f"a message head over {HEAD_LIMIT} bytes")
+        lengths = [v for k, v in headers if k == b"content-length"]
+        codings = [v for k, v in headers if k == b"transfer-encoding"]
+        if lengths and codings:
+            # An upstream that frames by Content-Length would read the rest as a request
+            # never checked here (the same refusal as the plain path, flows.py).
+            return Bad("a message with both Transfer-Encoding and Content-Length")
+        if len(lengths) > 1 or (lengths and not lengths[0].strip().isdigit()):
+            return Bad("a message with more than one or a malformed Content-Length")
+        if len(codings) > 1 or (codings and codings[0].strip().lower() != b"chunked"):
+            return Bad("a Transfer-Encoding other than one `chunked`")
+        upgrade = any(k == b"upgrade" for k, _ in headers)
+        if upgrade and (codings or any(v.strip() != b"0" for v in lengths)):
+            # httptools tells llhttp to skip the body of a message that upgrades: the body
+            # would be read as the next request, the upstream reading it as this one's.
+            return Bad("an Upgrade request with a body")
+        expect = [v.strip().lower() for k, v in headers if k == b"expect"]
+        return Head(
+            headers=headers,
+            method=method,
+            target=self._url,
+            status=status,
+            reason=self._reason,
+            version=version,
+            keep_alive=bool(self._parser.should_keep_alive()),
+            chunked=bool(codings),
+            expects_continue=version == "1.1" and expect == [b"100-continue"],
+        )
+
+
+def _has(head: Head, name: bytes) -> bool:
+    return any(k == name for k, _ in head.headers)
+
+
+def _forbidden(data: bytes) -> bool:
+    return b"\r" in data or b"\n" in data or b"\0" in data
+
+
+def _lines(first: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    # The value swapped in comes from the caller (config/secrets.py refuses CR, LF and NUL
+    # there); checked again at the one place bytes are written, so no value or scrubbed
+    # header can start a header or a message of its own.
+    if _forbidden(b"".join(n + v for n, v in headers)) or not all(n for n, _ in headers):
+        raise Malformed("a header to be sent held CR, LF or NUL; not sent")
+    out = [first]
+    for name, value in headers:
+        out += [name, b": ", value, b"\r\n"]
+    out.append(b"\r\n")
+    return b"".join(out)
+
+
+def request_head(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    return _lines(method + b" " + target + b" HTTP/1.1\r\n", headers)
+
+
+def response_head(status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    if _forbidden(reason):
+        raise Malformed("a reason phrase held CR, LF or NUL; not sent")
+    return _lines(b"HTTP/1.1 %d %s\r\n" % (status, reason), headers)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
