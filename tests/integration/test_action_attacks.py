@@ -135,3 +135,13 @@ def test_a_working_directory_symlinked_out_of_the_checkout_is_refused(
     finally:
         link.unlink()
         shutil.rmtree(private)
+
+
+@pytest.mark.parametrize("window", ["nan", "inf", "1e400", "-1"])
+def test_a_timeout_that_keeps_no_window_is_refused(runner: Runner, window: str) -> None:  # noqa: F811
+    # `nan` passed sprawl-orch's own range check and the command ran with no window at all.
+    done, _, _ = runner.action("prepare", {"arm": "native"})
+    assert done.returncode == 0, done.stderr
+    done, _, _ = runner.action("run", {"command": "sleep 3; echo outlived", "timeout": window})
+    assert done.returncode == 2 and "input 'timeout'" in done.stderr, done.stdout + done.stderr
+    assert "outlived" not in done.stdout
