@@ -18,6 +18,7 @@ are plain files and directories.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -43,6 +44,18 @@ class InputError(Exception):
 
 def _input(name: str) -> str:
     return os.environ.get(f"SPRAWL_ACTION_{name.upper()}", "").strip()
+
+
+def _seconds(given: str) -> str:
+    # sprawl-orch's --timeout range check lets `nan` through (nan <= 0 is false), and then no
+    # window is kept at all; `inf` ends in E_INTERNAL. A finite positive number or nothing.
+    try:
+        value = float(given)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"input 'timeout' is {given!r}: give a positive number of seconds")
+    return repr(value)
 
 
 def _state_dir() -> Path:
@@ -194,7 +207,7 @@ def run() -> int:
     args = ["exec", "--json", "--config", str(config_path())]
     window = _input("timeout")
     if window:
-        args += ["--timeout", window]
+        args += ["--timeout", _seconds(window)]
     done = _sprawl(*args, "--shell", "--", command, cwd=workdir())
     out = _state_dir() / "artifacts"
     out.mkdir(exist_ok=True)
