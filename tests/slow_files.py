@@ -31,4 +31,5 @@ SLOW_FILES: dict[str, str] = {
     "tests/integration/test_images_python.py": "debootstrap images (also marked in the file)",
     "tests/integration/test_release.py": "builds the sdist and wheel, installs into a fresh venv",
     "tests/integration/test_action.py": "installs the GitHub Action as a runner account, runs it",
+    "tests/integration/test_action_attacks.py": "the Action under hostile inputs: 73 s",
 }

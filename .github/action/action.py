@@ -18,6 +18,7 @@ are plain files and directories.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -45,6 +46,18 @@ def _input(name: str) -> str:
     return os.environ.get(f"SPRAWL_ACTION_{name.upper()}", "").strip()
 
 
+def _seconds(given: str) -> str:
+    # sprawl-orch's --timeout range check lets `nan` through (nan <= 0 is false), and then no
+    # window is kept at all; `inf` ends in E_INTERNAL. A finite positive number or nothing.
+    try:
+        value = float(given)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"input 'timeout' is {given!r}: give a positive number of seconds")
+    return repr(value)
+
+
 def _state_dir() -> Path:
     root = os.environ.get("SPRAWL_ACTION_STATE") or os.path.join(
         os.environ.get("RUNNER_TEMP") or "/tmp", "sprawl-orch-action"
@@ -69,19 +82,40 @@ def _sprawl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 
 
 def config_path() -> Path:
-    """The config file the command runs under: the caller's `config` input as given, else one
-    this action writes from the `arm` and `engine` inputs into its state directory."""
+    """The config file the command runs under: the caller's `config` input inside
+    working-directory, else one this action writes from the `arm` and `engine` inputs into its
+    state directory."""
     given = _input("config")
     if given:
-        path = Path(given)
-        if not path.is_absolute():
-            path = workdir() / path
-        return path
+        return _inside_tree("config", given)
     return _state_dir() / "sprawl.toml"
 
 
+def _inside_tree(name: str, given: str) -> Path:
+    # The file is read (and the config printed to the log) as the runner's account: a symlink
+    # in the repository under test, or `..`, would otherwise hand it the runner's own files
+    # (a sprawl.toml -> ~/.docker/config.json was printed whole before this check).
+    tree = workdir()
+    path = (tree / given).resolve()
+    if not path.is_relative_to(tree):
+        raise InputError(
+            f"input {name!r} is {given!r}: it resolves to {str(path)!r}, outside "
+            f"working-directory {str(tree)!r}; give a file inside that tree (no symlink out of it)"
+        )
+    return path
+
+
 def workdir() -> Path:
-    path = Path(_input("working_directory") or ".").resolve()
+    given = _input("working_directory") or "."
+    path = Path(given).resolve()
+    # A relative working-directory names a tree in the checkout (the step's directory): the
+    # repository under test could make it a symlink to the runner's home, and the command would
+    # run in a copy of that. An absolute path is the workflow author's own choice.
+    if not Path(given).is_absolute() and not path.is_relative_to(Path.cwd().resolve()):
+        raise InputError(
+            f"input 'working-directory' is {given!r}: it resolves to {str(path)!r}, outside "
+            "the checkout; give a directory inside it (no symlink out), or an absolute path"
+        )
     if not path.is_dir():
         raise InputError(f"input 'working-directory' is {str(path)!r}: not a directory")
     return path
@@ -105,7 +139,7 @@ def prepare() -> None:
         config.write_text(f'[sandbox]\narm = "{arm}"\n\n[sandbox.container]\nengine = "{engine}"\n')
     _image(config, engine)
     print(f"sprawl-orch action: config {config}")
-    print(config.read_text(), end="")
+    _log(config.read_text())
 
 
 def _image(config: Path, engine: str) -> None:
@@ -114,7 +148,7 @@ def _image(config: Path, engine: str) -> None:
         raise InputError("inputs 'image' and 'dockerfile' are both set: give one")
     engine_args = [] if engine == "auto" else ["--engine", engine]
     if dockerfile:
-        path = (workdir() / dockerfile).resolve()
+        path = _inside_tree("dockerfile", dockerfile)
         if not path.is_file():
             raise InputError(f"input 'dockerfile' names {str(path)!r}: no such file")
         _must(
@@ -142,12 +176,26 @@ def _image(config: Path, engine: str) -> None:
         # (the arm's admission says which engine it used).
         if done.returncode != 0 and engine != "auto":
             _must(done)
-        print(done.stdout + done.stderr, end="")
+        _log(done.stdout + done.stderr)
+
+
+def _log(text: str) -> None:
+    """Text someone else shaped (the command's output, a Dockerfile's RUN output, the caller's
+    config) into the step's log, where the runner would obey a `::add-mask::`, `::error ...::`,
+    `::set-output` or `##[...]` line in it as a workflow command. `::stop-commands::` with a
+    token made after that text exists turns them off until the token comes back. One stream
+    (stdout) for all of it: the runner reads stdout and stderr on separate readers, so a stop
+    line on one stream does not order lines on the other."""
+    if not text:
+        return
+    token = secrets.token_hex(16)
+    end = "" if text.endswith("\n") else "\n"
+    sys.stdout.write(f"::stop-commands::{token}\n{text}{end}::{token}::\n")
+    sys.stdout.flush()
 
 
 def _must(done: subprocess.CompletedProcess[str]) -> None:
-    print(done.stdout, end="")
-    print(done.stderr, end="", file=sys.stderr)
+    _log(done.stdout + done.stderr)
     if done.returncode != 0:
         raise SystemExit(done.returncode)
 
@@ -159,7 +207,7 @@ def run() -> int:
     args = ["exec", "--json", "--config", str(config_path())]
     window = _input("timeout")
     if window:
-        args += ["--timeout", window]
+        args += ["--timeout", _seconds(window)]
     done = _sprawl(*args, "--shell", "--", command, cwd=workdir())
     out = _state_dir() / "artifacts"
     out.mkdir(exist_ok=True)
@@ -167,11 +215,10 @@ def run() -> int:
         result: dict[str, Any] = json.loads(done.stdout)
     except json.JSONDecodeError:
         # Not a result (a usage error, status 2): show what sprawl-orch said and end with it.
-        print(done.stdout, end="")
-        print(done.stderr, end="", file=sys.stderr)
+        _log(done.stdout + done.stderr)
         _outputs({"status": str(done.returncode)})
         return done.returncode
-    print(done.stderr, end="", file=sys.stderr)
+    _log(done.stderr)
     _replay(result)
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     _changes(result, out)
@@ -193,11 +240,10 @@ def run() -> int:
 
 def _replay(result: dict[str, Any]) -> None:
     """The command's own output into the step's log: the full text where the result cut it."""
-    for stream, sink in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+    for stream in ("stdout", "stderr"):
         full = result.get(f"{stream}_full")
         text = Path(full).read_text(errors="replace") if full and Path(full).is_file() else None
-        sink.write(text if text is not None else str(result.get(stream) or ""))
-        sink.flush()
+        _log(text if text is not None else str(result.get(stream) or ""))
 
 
 def _changes(result: dict[str, Any], out: Path) -> None:
@@ -231,8 +277,22 @@ def _outputs(values: dict[str, str]) -> None:
 
 
 def _cell(text: str) -> str:
-    # A table cell: a pipe or a line break in the statement would end the cell or the table.
+    # A table cell: a pipe or a line break in the statement would end the cell or the table;
+    # `<`, `&` and backticks would let a detail open HTML (`<details>`, `<!--`) or a code span
+    # that swallows the words after it.
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = text.replace("`", "&#96;")
     return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """A code span that holds all of `text`: a command is attacker-shaped, and one backtick in
+    it closed the old single-backtick span, so the rest (`→ status **0** under **container**`)
+    rendered as the summary's own words. The fence is one longer than the longest backtick run
+    inside (CommonMark's rule); spaces pad it so a leading or trailing backtick stays content."""
+    flat = text.replace("\r", " ").replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", flat)), default=0) + 1)
+    return f"{fence} {flat} {fence}"
 
 
 def _summary(result: dict[str, Any], status: int) -> None:
@@ -241,7 +301,7 @@ def _summary(result: dict[str, Any], status: int) -> None:
     rows = [
         "### sprawl-orch",
         "",
-        f"`{_cell(' '.join(result.get('command') or []))}` → status **{status}** "
+        f"{_code(' '.join(result.get('command') or []))} → status **{status}** "
         f"({_cell(str(result.get('outcome')))}) under **{_cell(str(result.get('arm')))}**",
         "",
         "| guarantee | held |",
@@ -250,7 +310,8 @@ def _summary(result: dict[str, Any], status: int) -> None:
         "",
     ]
     if result.get("code"):
-        rows += [f"Refused: `{result['code']}` — {_cell(str(result.get('detail') or ''))}", ""]
+        detail = _cell(str(result.get("detail") or ""))
+        rows += [f"Refused: {_code(str(result['code']))} — {detail}", ""]
     statement = confinement.get("statement")
     if statement:
         rows += [f"> {_cell(str(statement))}", ""]
