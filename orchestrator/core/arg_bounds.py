@@ -10,6 +10,7 @@ it here, the same way, naming the numbers, before a copy is leased or a containe
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -20,6 +21,23 @@ MAX_ARG_STRLEN = 32 * 4096
 # argv) and their environment: room kept below ARG_MAX for them.
 WRAPPER_ROOM = 64 * 1024
 POINTER = 8
+# The most a window may be: past 2**31 - 1 ms a poll() timeout overflows C's int.
+MAX_WINDOW_S = 2_000_000.0
+
+
+def check_window(window: float | None) -> float | None:
+    """``window`` if it is None or a finite number of seconds in (0, MAX_WINDOW_S]; else
+    E_BAD_REQUEST. `nan` kept no window at all (every comparison with it is false: the
+    command ran unbounded) and `inf` ended in an OverflowError as E_INTERNAL (atkaction)."""
+    if window is None or (math.isfinite(window) and 0 < window <= MAX_WINDOW_S):
+        return window
+    raise SprawlError(
+        ErrorCode.BAD_REQUEST,
+        "exec window",
+        f"{window!r} seconds is not a window: it must be a finite number above 0 and at "
+        f"most {MAX_WINDOW_S:,.0f}",
+        "give window= (or the CLI's --timeout) a number of seconds such as 120",
+    )
 
 
 def arg_max() -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sprawl_orch.config import Config
+from sprawl_orch.core.arg_bounds import check_window
 from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.command_input import CommandInput
 from sprawl_orch.core.shell import container_shell, interpreter_name, require_shell, resolve_shell
@@ -52,9 +53,10 @@ def command_argv(command: Sequence[str] | str, shell: bool, interpreter: str) ->
 def window_of(window: float | None, timeout: float | None) -> float | None:
     """`window`, or the deprecated `timeout=` it was called before (issue 28: the CLI's
     ``--timeout`` kills, the library's window moves to the background; one name can't say
-    both). Warns at the caller's caller (the ``exec`` call)."""
+    both). Warns at the caller's caller (the ``exec`` call). A window that is not a finite
+    number of seconds above 0 is refused (core/arg_bounds.check_window)."""
     if timeout is None:
-        return window
+        return check_window(window)
     warnings.warn(
         "exec(timeout=...) is renamed window=: past it the command moves to the background, "
         "it is not killed (pass background_ok=False for that)",
@@ -63,7 +65,7 @@ def window_of(window: float | None, timeout: float | None) -> float | None:
     )
     if window is not None:
         raise TypeError("exec(): give window= (timeout= is its old name), not both")
-    return timeout
+    return check_window(timeout)
 
 
 def shell_argv(

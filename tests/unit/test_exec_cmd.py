@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sprawl_orch import ExecTool
 from sprawl_orch.cli import main
+from sprawl_orch.core.errors import ErrorCode, SprawlError
 
 
 @pytest.fixture
@@ -81,6 +83,24 @@ def test_window_kill_is_124(workdir: Path) -> None:
     code, _, err = run("exec", "-C", str(workdir), "--timeout", "0.3", "--", "sleep", "30")
     assert code == 124
     assert "window of 0.3 s passed" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-1", "0", "3e6"])
+def test_a_timeout_that_keeps_no_window_is_a_usage_error(workdir: Path, value: str) -> None:
+    # nan passed FloatRange(min=0) (nan <= 0 is false) and the command ran with no window;
+    # inf and 1e400 ended in E_INTERNAL (atkaction). Nothing runs: the marker stays absent.
+    code, _, err = run("exec", "-C", str(workdir), "--timeout", value, "--", "touch", "ran")
+    assert code == 2, err
+    assert "--timeout" in err
+    assert not (workdir / "ran").exists()
+
+
+@pytest.mark.parametrize("window", [float("nan"), float("inf"), -1.0, 0.0, 3e6])
+def test_the_library_refuses_a_window_that_is_not_one(workdir: Path, window: float) -> None:
+    with ExecTool(workdir) as tool, pytest.raises(SprawlError) as refused:
+        tool.exec(["touch", "ran"], window=window)
+    assert refused.value.code is ErrorCode.BAD_REQUEST
+    assert "finite number above 0" in refused.value.detail
 
 
 def test_signal_is_128_plus_n(workdir: Path) -> None:
