@@ -34,7 +34,7 @@ from sprawl_orch.changes.workspace_diff import (
     replace_path,
     same_entry,
 )
-from sprawl_orch.changes.workspace_merge import Merge, keep_bits
+from sprawl_orch.changes.workspace_merge import ABSENT, Merge
 from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, UNDO, scan_one
 from sprawl_orch.changes.workspace_walk import Clean
 from sprawl_orch.core.beneath import chmod_dir
@@ -165,7 +165,7 @@ class Flow:
         self.undo_dir.mkdir(mode=0o700, exist_ok=True)
         replace_path(self.base, self.undo_dir, rel)  # absent: makes the parents
         if not os.path.lexists(self.base / rel):
-            Path(str(self.undo_dir / rel) + ".absent").touch()
+            Path(str(self.undo_dir / rel) + ABSENT).touch()
         self._back.append((rel, "undo"))
 
     def undo(self) -> None:
@@ -176,7 +176,7 @@ class Flow:
                 chmod_dir(self.base / rel, where)
             elif where == "tree":
                 replace_path(self.tree, self.base, rel)
-            elif os.path.lexists(str(self.undo_dir / rel) + ".absent"):
+            elif os.path.lexists(str(self.undo_dir / rel) + ABSENT):
                 delete_path(self.base / rel)
             else:
                 replace_path(self.undo_dir, self.base, rel)
@@ -238,13 +238,13 @@ class Flow:
             on_way = self.bases / "/".join(parts[:i])
             if os.path.lexists(on_way) and not os.path.isdir(on_way):
                 return
-            if os.path.lexists(str(on_way) + ".absent"):
+            if os.path.lexists(str(on_way) + ABSENT):
                 return
         kept = self.bases / rel
-        if not os.path.lexists(kept) and not os.path.lexists(str(kept) + ".absent"):
+        if not os.path.lexists(kept) and not os.path.lexists(str(kept) + ABSENT):
             replace_path(self.base, self.bases, rel)  # absent: makes the parents
             if not os.path.lexists(self.base / rel):
-                Path(str(kept) + ".absent").touch()
+                Path(str(kept) + ABSENT).touch()
 
     def finish(
         self, conflicts: set[str], bits_only: set[str] | None = None
@@ -254,7 +254,6 @@ class Flow:
         bits_only = bits_only if bits_only is not None else set()
         agent = {p for p, changed in self.judged.items() if changed}
         flowed: list[str] = []
-        new: list[str] = []
         done: list[str] = []
         merge = Merge(self.tree, self.base, self.bases, self.theirs, conflicts, bits_only)
         merged = self.merged = merge.merged
@@ -267,11 +266,7 @@ class Flow:
                 if merge.both_made_dir(rel):
                     merge.merge(rel)  # a directory both made: its entries judged one by one
                     continue
-                if rel not in conflicts:
-                    new.append(rel)
-                conflicts.add(rel)
-                bits_only.discard(rel)  # now a conflict on the whole entry
-                replace_path(self.base, self.theirs, rel)
+                merge.conflict(rel)  # now a conflict on the whole entry
                 continue
             replace_path(self.base, self.tree, rel)
             flowed.append(rel)
@@ -285,18 +280,13 @@ class Flow:
             if stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode):
                 continue
             if agent_bits:
-                if rel not in conflicts:
-                    new.append(rel)
-                    bits_only.add(rel)
-                conflicts.add(rel)
-                if rel in bits_only:
-                    keep_bits(self.theirs, rel, stat.S_IMODE(b.st_mode))
+                merge.bits_conflict(rel, stat.S_IMODE(b.st_mode))
                 continue
             # No command of the workspace runs (flow-in), yet a link planted earlier must
             # not redirect the chmod: the directory is opened without following one.
             chmod_dir(self.tree / rel, stat.S_IMODE(b.st_mode))
             flowed.append(rel)
-        return flowed + merge.flowed, new + merge.new
+        return flowed + merge.flowed, merge.new
 
 
 def take(ws: Path, rel: str, conflicts: list[str], bits_only: list[str]) -> list[str]:

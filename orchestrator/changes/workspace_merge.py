@@ -84,12 +84,27 @@ class Merge:
             elif not same_entry(self.tree, a, self.base, b, sub):
                 self._conflict(sub)
 
-    def _conflict(self, rel: str) -> None:
+    def conflict(self, rel: str) -> None:
+        """A conflict on the whole entry ``rel``: the agent's version stays in ``tree``, the
+        person's is kept under ``theirs/`` (a conflict on its bits alone becomes this)."""
         if rel not in self.conflicts:
             self.new.append(rel)
         self.conflicts.add(rel)
         self.bits_only.discard(rel)
         replace_path(self.base, self.theirs, rel)
+
+    def bits_conflict(self, rel: str, bits: int) -> None:
+        """A conflict on directory ``rel``'s own bits (the person's are ``bits``); one already
+        named on the whole entry stays that."""
+        if rel not in self.conflicts:
+            self.new.append(rel)
+            self.bits_only.add(rel)
+        self.conflicts.add(rel)
+        if rel in self.bits_only:
+            keep_bits(self.theirs, rel, bits)
+
+    def _conflict(self, rel: str) -> None:
+        self.conflict(rel)
         kept = self.bases / rel
         if not os.path.lexists(kept):  # the agent started this entry from nothing
             os.makedirs(kept.parent, 0o700, exist_ok=True)
@@ -99,12 +114,7 @@ class Merge:
         a, b = scan_one(self.tree, rel), scan_one(self.base, rel)
         if a is None or b is None or stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode):
             return
-        if rel not in self.conflicts:
-            self.new.append(rel)
-            self.bits_only.add(rel)
-        self.conflicts.add(rel)
-        if rel in self.bits_only:
-            keep_bits(self.theirs, rel, stat.S_IMODE(b.st_mode))
+        self.bits_conflict(rel, stat.S_IMODE(b.st_mode))
 
 
 def drop_markers(bases: Path, merged: list[str]) -> None:
