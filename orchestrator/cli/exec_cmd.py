@@ -12,7 +12,6 @@ Exit status: see cli/common.py (the command's own; 124 window; 125 refused; 128+
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -26,28 +25,29 @@ from sprawl_orch.cli.common import (
     find_config,
     say_refusal,
 )
-from sprawl_orch.core.arg_bounds import MAX_WINDOW_S
+from sprawl_orch.core.arg_bounds import check_window
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.terminal import json_safe, safe
 from sprawl_orch.runs.results import ExecResult, Refusal, exceptional
 
 
-class Seconds(click.FloatRange):
-    """A window in seconds: finite, above 0, at most MAX_WINDOW_S. FloatRange(min=0,
-    min_open=True) let `nan` through (nan <= 0 is false: the command ran with no window) and
-    `inf` / `1e400` (an OverflowError deep inside, E_INTERNAL) -- atkaction."""
+class Seconds(click.ParamType[float]):
+    """A window in seconds, by the library's one rule (core/arg_bounds.check_window): finite,
+    above 0, at most MAX_WINDOW_S. FloatRange(min=0, min_open=True) let `nan` through (the
+    command ran with no window) and `inf` / `1e400` (E_INTERNAL) -- atkaction."""
 
     name = "seconds"
 
-    def __init__(self) -> None:
-        super().__init__(min=0, min_open=True, max=MAX_WINDOW_S)
-
     def convert(
-        self, value: float, param: click.Parameter | None, ctx: click.Context | None
+        self, value: float | str, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
-        seconds = float(super().convert(value, param, ctx))
-        if not math.isfinite(seconds):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        try:
+            seconds = float(value)
+            check_window(seconds)
+        except ValueError:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        except SprawlError as refused:
+            self.fail(refused.detail, param, ctx)
         return seconds
 
 
