@@ -110,10 +110,18 @@ class Flow:
         the person's version in whole. The agent's paths are finished as conflicts (their
         theirs/ version is rewritten by the next sync, which compares bytes again)."""
         agent = {p for p, changed in self.judged.items() if changed}
+        back: list[str] = []
         for rel in sorted(p for p in self.judged if not overlaps(p, agent)):
             parts = rel.split("/")
             if any("/".join(parts[:i]) in self.judged for i in range(1, len(parts))):
                 continue  # put back with the path above it
+            back.append(rel)
+        # Paths the tree lacks first: their deletion frees what the sync wrote (a whole new
+        # 400 KB file in base) before a copy needs room; in name order, a copy of `big0`
+        # came first and hit ENOSPC on a disk the deletion of `zbig` would have freed
+        # (1 run in 30, test_workspace_disk_full.py).
+        back.sort(key=lambda rel: os.path.lexists(self.tree / rel))
+        for rel in back:
             replace_path(self.tree, self.base, rel)
         self.judged = {p: c for p, c in self.judged.items() if overlaps(p, agent)}
         return self.finish(conflicts, bits_only)

@@ -84,12 +84,14 @@ print("held")
 """
 
 
-def test_a_full_state_disk_during_the_undo_loses_nothing(tmp_path: Path) -> None:
+def run_on_a_small_disk(tmp_path: Path, scenario: str, size: str) -> None:
+    """Run ``scenario`` with ``tmp_path/state`` a real tmpfs of ``size``, mounted in a private
+    mount namespace of this test's own; it must print "held"."""
     unshare = shutil.which("unshare")
     assert unshare is not None, "util-linux's unshare is needed (CI has it)"
     (tmp_path / "state").mkdir()
     script = tmp_path / "scenario.py"
-    script.write_text(SCENARIO)
+    script.write_text(scenario)
     repo = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [
@@ -98,7 +100,7 @@ def test_a_full_state_disk_during_the_undo_loses_nothing(tmp_path: Path) -> None
             "--map-root-user",
             "sh",
             "-c",
-            'mount -t tmpfs -o size=600k tmpfs "$1/state" && exec "$2" "$3" "$1"',
+            f'mount -t tmpfs -o size={size} tmpfs "$1/state" && exec "$2" "$3" "$1"',
             "sh",
             str(tmp_path),
             sys.executable,
@@ -112,3 +114,36 @@ def test_a_full_state_disk_during_the_undo_loses_nothing(tmp_path: Path) -> None
         check=False,
     )
     assert done.returncode == 0 and "held" in done.stdout, done.stderr
+
+
+def test_a_full_state_disk_during_the_undo_loses_nothing(tmp_path: Path) -> None:
+    run_on_a_small_disk(tmp_path, SCENARIO, "600k")
+
+
+REPLAY = r"""
+import json, os, sys
+from pathlib import Path
+from sprawl_orch.changes.workspace_flow import Flow
+
+ws = Path(sys.argv[1]) / "state" / "w"
+for sub in ("tree", "base", "bases", "theirs"):
+    (ws / sub).mkdir(parents=True)
+# A sync cut short wrote the person's new 300 KB `zbig` whole into base and had deleted
+# base's `big0` (the tree's 150 KB one is the agent's start): 450 KB of a 500 KB disk.
+(ws / "tree" / "big0").write_bytes(b"0" * 150_000)
+(ws / "base" / "zbig").write_bytes(b"2" * 300_000)
+(ws / "flowing").write_text(
+    json.dumps(["big0", False, False]) + "\n" + json.dumps(["zbig", False, False]) + "\n"
+)
+Flow.resume(ws, ws / "flowing").replay(set(), set())
+assert (ws / "base" / "big0").read_bytes() == b"0" * 150_000
+assert not (ws / "base" / "zbig").exists()
+print("held")
+"""
+
+
+def test_a_replay_frees_what_the_cut_sync_wrote_before_it_copies(tmp_path: Path) -> None:
+    """The deterministic form of a failure the scenario above hit 1 run in 30: base held the
+    person's whole new file, and the replay copied `big0` (first by name) before deleting
+    `zbig`; the copy found no room the deletion would have made."""
+    run_on_a_small_disk(tmp_path, REPLAY, "500k")
