@@ -4,7 +4,9 @@
 
 1. throughput: N MB over TLS through a CONNECT tunnel vs the same GET direct (ratio; the
    issue's bound is >= 0.8), the tunnel spliced (the proxy's way) and, side by side, copied
-   through asyncio streams (how it was before splice);
+   through asyncio streams (how it was before splice), and the raw floor: the same TLS
+   stream through a bare relay with no proxy logic (tests/egress/floor_relay.py: splice as
+   relay.py does, and plain recv/sendall), the cost of one more loopback hop by itself;
 2. connection setup: CONNECT + TLS handshake + a tiny GET through the proxy vs direct —
    the added median in ms (bound: <= 5 ms);
 3. listener setup: making the listener inside a held bwrap sandbox's network namespace
@@ -39,6 +41,7 @@ from sprawl_orch.config import parse_config
 from sprawl_orch.egress.netns import listener_in
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
+from tests.egress.floor_relay import copy_pump, serve_floor, splice_pump
 from tests.egress.pip_index import pip_index
 
 
@@ -68,9 +71,19 @@ def proxy_cpu(root: str, args: list[str], reps: int) -> float:
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def proxy_and_upstream(reps: int, mb: int) -> None:
+ROWS = {
+    "proxy": "through the proxy (splice)",
+    "copy": "the proxy copying through streams",
+    "floor": "raw floor, splice",
+    "floor_copy": "raw floor, recv/sendall",
+}
+
+
+def proxy_and_upstream(reps: int, mb: int, extra: dict[str, EgressProxy] | None = None) -> None:
     """Upstream, proxy and client each in a process of their own (in one interpreter they
-    shared its lock, and a 1 ms request took 200 ms under load)."""
+    shared its lock, and a 1 ms request took 200 ms under load). The raw floors (one more
+    loopback hop and nothing else, tests/egress/floor_relay.py) run in the proxy's process,
+    as its relay threads do. `extra`: more proxies, each a row of its own (an A/B)."""
     tmp = Path(tempfile.mkdtemp(prefix="sprawl-egress-bench-"))
     root = str(Path(__file__).resolve().parent.parent)
     server = subprocess.Popen(
@@ -80,20 +93,26 @@ def proxy_and_upstream(reps: int, mb: int) -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
+    closers = []
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
         rules = Rules.parse((f"localhost:{port}", "127.0.0.1", "::1"))
-        proxies = [EgressProxy(rules), EgressProxy(rules, splice=False)]
-        ports = []
-        for proxy in proxies:
+        proxies = {"proxy": EgressProxy(rules), "copy": EgressProxy(rules, splice=False)}
+        proxies.update(extra or {})
+        ports: dict[str, int] = {}
+        for name, proxy in proxies.items():
             proxy.start()
             listener = socket.create_server(("127.0.0.1", 0))
             proxy.serve(listener)
-            ports.append(str(listener.getsockname()[1]))
-        args = [str(tmp / "ca.pem"), str(port), *ports, str(reps), str(mb * 1024 * 1024)]
+            ports[name] = listener.getsockname()[1]
+        for name, pump in (("floor", splice_pump), ("floor_copy", copy_pump)):
+            ports[name], close = serve_floor(port, pump)
+            closers.append(close)
+        size = str(mb * 1024 * 1024)
+        client = [sys.executable, "-m", "tests.egress.bench_client", str(tmp / "ca.pem")]
         done = subprocess.run(
-            [sys.executable, "-m", "tests.egress.bench_client", *args],
+            [*client, str(port), str(reps), size, *(f"{n}={p}" for n, p in ports.items())],
             cwd=root,
             capture_output=True,
             text=True,
@@ -101,37 +120,43 @@ def proxy_and_upstream(reps: int, mb: int) -> None:
         )
         cpu_reps = max(3, reps // 3)
         cpu = [
-            proxy_cpu(root, [str(tmp / "ca.pem"), str(port), p, str(mb * 1024 * 1024)], cpu_reps)
-            for p in ports
+            proxy_cpu(root, [str(tmp / "ca.pem"), str(port), str(ports[name]), size], cpu_reps)
+            for name in ("proxy", "copy", "floor")
         ]
-        for proxy in proxies:
+        for proxy in proxies.values():
             proxy.close()
     finally:
+        for close in closers:
+            close()
         server.communicate("", timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
     times = json.loads(done.stdout)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     for what, key in (("body only", "body"), ("whole GET, setup included", "big")):
-        d, t = statistics.median(times[key]), statistics.median(times[f"{key}_proxy"])
-        c = statistics.median(times[f"{key}_copy"])
-        # Each rep's three GETs ran back to back: their ratios, paired, leave out the load
-        # other sessions add and take away between reps (on 2 shared cores the medians of
-        # whole runs ranged 0.5-0.9 within minutes).
-        paired = statistics.median(
-            a / b for a, b in zip(times[key], times[f"{key}_proxy"], strict=True)
+        d = statistics.median(times[key])
+        print(f"throughput {mb} MB ({what}), bound >= 0.8: direct {mb / d:.0f} MB/s")
+        for name in ports:
+            t = statistics.median(times[f"{key}_{name}"])
+            # Each rep's GETs ran back to back: their ratios, paired, leave out the load
+            # other sessions add and take away between reps (on 2 shared cores the medians of
+            # whole runs ranged 0.5-0.9 within minutes).
+            paired = statistics.median(
+                a / b for a, b in zip(times[key], times[f"{key}_{name}"], strict=True)
+            )
+            print(
+                f"  {ROWS.get(name, name)}: {mb / t:.0f} MB/s, ratio {d / t:.2f}, "
+                f"paired {paired:.2f}"
+            )
+        # Ours against the bare hop, paired: 1.0 means the proxy costs nothing past the hop.
+        vs_floor = statistics.median(
+            a / b for a, b in zip(times[f"{key}_floor"], times[f"{key}_proxy"], strict=True)
         )
-        paired_copy = statistics.median(
-            a / b for a, b in zip(times[key], times[f"{key}_copy"], strict=True)
-        )
-        print(
-            f"throughput {mb} MB ({what}): direct {mb / d:.0f} MB/s, through the proxy "
-            f"(splice) {mb / t:.0f} MB/s, ratio {d / t:.2f}, paired {paired:.2f} (bound >= "
-            f"0.8); copied through streams {mb / c:.0f} MB/s, ratio {d / c:.2f}, paired "
-            f"{paired_copy:.2f}"
-        )
+        print(f"  the proxy (splice) / the raw floor (splice), paired: {vs_floor:.2f}")
     total = mb * cpu_reps
     print(
-        f"proxy CPU (its process, user+system, setup included) per MB carried: splice "
-        f"{cpu[0] * 1000 / total:.2f} ms, copied through streams {cpu[1] * 1000 / total:.2f} ms"
+        f"CPU of the proxy's process (user+system, setup included) per MB carried: splice "
+        f"{cpu[0] * 1000 / total:.2f} ms, copied through streams {cpu[1] * 1000 / total:.2f} "
+        f"ms, raw floor (splice) {cpu[2] * 1000 / total:.2f} ms"
     )
     small, small_proxy = median_ms(times["small"]), median_ms(times["small_proxy"])
     print(
@@ -231,8 +256,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--mb", type=int, default=20)
+    parser.add_argument("--throughput-only", action="store_true", help="rows 1 and 2 only")
     args = parser.parse_args()
     proxy_and_upstream(args.reps, args.mb)
+    if args.throughput_only:
+        return
     listener_setup(args.reps)
     pip_bench(max(5, args.reps // 2))
 

@@ -1,7 +1,8 @@
-"""`python -m tests.egress.bench_client CA PORT PROXY_PORT COPY_PORT REPS SIZE`: the benchmark's
-client, a process of its own like a sandboxed client: direct vs through the proxy (spliced) vs
-through a proxy that copies through its streams, GETs interleaved; prints the sample lists as
-JSON."""
+"""`python -m tests.egress.bench_client CA PORT REPS SIZE NAME=PORT...`: the benchmark's client, a
+process of its own like a sandboxed client: the same GET direct and through each named proxy
+(`proxy` is the real one; the others are side-by-side rows: the stream copy, the raw floor),
+interleaved, their order rotated each rep so no row always runs right after direct; prints the
+sample lists as JSON."""
 
 from __future__ import annotations
 
@@ -37,25 +38,30 @@ def through(ca: str, port: int, proxy: int, reps: int, size: int) -> None:
         assert get(ctx, port, f"/bytes/{size}", proxy)[0] == size
 
 
+def compare(ca: str, port: int, reps: int, size: int, vias: dict[str, int]) -> None:
+    """Keys: `big` (direct) and `big_NAME` (whole GET), `body`/`body_NAME` (body only),
+    `small`/`small_proxy` (a tiny GET: setup)."""
+    ctx = ssl.create_default_context(cafile=ca)
+    rows: list[tuple[str, int | None]] = [("", None), *((f"_{n}", p) for n, p in vias.items())]
+    out: dict[str, list[float]] = {}
+    for rep in range(reps):
+        turn = rep % len(rows)
+        for suffix, via in rows[turn:] + rows[:turn]:
+            start = time.perf_counter()
+            got, body = get(ctx, port, f"/bytes/{size}", via)
+            out.setdefault(f"big{suffix}", []).append(time.perf_counter() - start)
+            out.setdefault(f"body{suffix}", []).append(body)
+            assert got == size
+        for key, via in (("small", None), ("small_proxy", vias["proxy"])):
+            start = time.perf_counter()
+            assert get(ctx, port, "/", via)[0] > 0
+            out.setdefault(key, []).append(time.perf_counter() - start)
+    print(json.dumps(out))
+
+
 if __name__ == "__main__" and sys.argv[1] == "through":
     through(sys.argv[2], *map(int, sys.argv[3:]))
 elif __name__ == "__main__":
-    ca, port, proxy, copying, reps, size = sys.argv[1], *map(int, sys.argv[2:])
-    ctx = ssl.create_default_context(cafile=ca)
-    kinds = ("big", "big_proxy", "big_copy", "small", "small_proxy")
-    out: dict[str, list[float]] = {k: [] for k in (*kinds, "body", "body_proxy", "body_copy")}
-    for _ in range(reps):
-        for key, path, via in (
-            ("big", f"/bytes/{size}", None),
-            ("big_proxy", f"/bytes/{size}", proxy),
-            ("big_copy", f"/bytes/{size}", copying),
-            ("small", "/", None),
-            ("small_proxy", "/", proxy),
-        ):
-            start = time.perf_counter()
-            got, body = get(ctx, port, path, via)
-            out[key].append(time.perf_counter() - start)
-            if key.startswith("big"):
-                out[key.replace("big", "body")].append(body)
-            assert got > 0
-    print(json.dumps(out))
+    ca, port, reps, size = sys.argv[1], *map(int, sys.argv[2:5])
+    named = dict(arg.split("=", 1) for arg in sys.argv[5:])
+    compare(ca, port, reps, size, {name: int(p) for name, p in named.items()})
