@@ -40,7 +40,7 @@ def through(ca: str, port: int, proxy: int, reps: int, size: int) -> None:
 
 def compare(ca: str, port: int, reps: int, size: int, vias: dict[str, int]) -> None:
     """Keys: `big` (direct) and `big_NAME` (whole GET), `body`/`body_NAME` (body only),
-    `small`/`small_proxy` (a tiny GET: setup)."""
+    `small`/`small_NAME` (a tiny GET: setup)."""
     ctx = ssl.create_default_context(cafile=ca)
     rows: list[tuple[str, int | None]] = [("", None), *((f"_{n}", p) for n, p in vias.items())]
     out: dict[str, list[float]] = {}
@@ -52,10 +52,10 @@ def compare(ca: str, port: int, reps: int, size: int, vias: dict[str, int]) -> N
             out.setdefault(f"big{suffix}", []).append(time.perf_counter() - start)
             out.setdefault(f"body{suffix}", []).append(body)
             assert got == size
-        for key, via in (("small", None), ("small_proxy", vias["proxy"])):
+        for suffix, via in rows[turn:] + rows[:turn]:
             start = time.perf_counter()
             assert get(ctx, port, "/", via)[0] > 0
-            out.setdefault(key, []).append(time.perf_counter() - start)
+            out.setdefault(f"small{suffix}", []).append(time.perf_counter() - start)
     print(json.dumps(out))
 
 
