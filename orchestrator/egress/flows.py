@@ -19,6 +19,7 @@ from sprawl_orch.egress.addresses import host_addresses, refused
 from sprawl_orch.egress.hello import RECORD_HEADER, NotTls, parse_hello, record_length
 from sprawl_orch.egress.record import Egress
 from sprawl_orch.egress.rules import AUTHORITY, IpAddress, Rules, literal, normal_host
+from sprawl_orch.egress.workers import Workers
 
 CHUNK = 256 * 1024
 # A stream's read buffer: asyncio's 64 KiB default paused the socket every 128 KiB and halved
@@ -74,6 +75,7 @@ class Hub(Protocol):
     rules: Rules
     connect_timeout: float
     splice: bool
+    workers: Workers
 
     async def resolve(self, host: str, port: int) -> list[IpAddress]: ...
 
@@ -259,7 +261,12 @@ class Flow:
         assert self.upstream is not None
         up_reader, up_writer = self.upstream
         if self.proxy.splice and await relay.both_ways(
-            (self.reader, self.writer), self.upstream, first, self._count_up, self._count_down
+            (self.reader, self.writer),
+            self.upstream,
+            first,
+            self._count_up,
+            self._count_down,
+            self.proxy.workers.run,
         ):
             return
         up_writer.write(first)

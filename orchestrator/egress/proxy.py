@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from sprawl_orch.egress import flows
 from sprawl_orch.egress.record import Egress, Tally
 from sprawl_orch.egress.rules import IpAddress, Rules
+from sprawl_orch.egress.workers import Workers
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.interceptor import Interceptor
@@ -107,6 +108,7 @@ class EgressProxy:
         self.max_connections = max_connections
         # False: tunnels copied through asyncio streams (the benchmark's side-by-side row).
         self.splice = splice
+        self.workers = Workers()  # the relay's threads, kept for the next tunnel
         self.rules = rules
         self._resolve = resolve
         self._observe = observe
@@ -226,6 +228,8 @@ class EgressProxy:
             self._call(self._end())
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
+        # Every tunnel has ended (its sockets cut): the relay's threads end with the proxy.
+        self.workers.close(wait=self.failure is None)
         self._loop = None
         if not self._released:
             self._released = True

@@ -11,8 +11,9 @@ per readable event: side by side in one run (load 2.3-2.4, 30 reps of 20 MB each
 callbacks carried 0.77-0.82x of direct where blocking threads carried 0.82-0.86x, and the
 proxy's CPU per MB fell from 0.57-0.59 to 0.38-0.51 ms (rusage, three runs: one epoll
 round and a callback per ~100 KB chunk gone).
-A thread is two per open tunnel (the proxy caps tunnels at MAX_CONNECTIONS); cutting both
-sockets (shutdown) is what ends a blocked splice when the proxy closes.
+A thread is two per open tunnel (the proxy caps tunnels at MAX_CONNECTIONS), kept by the
+proxy for its next tunnel once a direction ends (workers.py); cutting both sockets (shutdown)
+is what ends a blocked splice when the proxy closes.
 
 Taking a socket from its asyncio transport: reading paused, the transport's write buffer
 flushed to empty, and whatever its StreamReader already buffered sent first (it came before
@@ -28,7 +29,6 @@ import contextlib
 import fcntl
 import os
 import socket
-import threading
 from asyncio.trsock import TransportSocket
 from collections.abc import Callable
 from typing import Protocol
@@ -44,6 +44,7 @@ _SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 1)
 
 Count = Callable[[int], None]
+Run = Callable[[Callable[[], None]], None]
 
 
 def available() -> bool:
@@ -153,13 +154,13 @@ def _cut(*socks: Sock) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-async def one_way(source: Sock, sink: Sock, early: bytes, count: Count) -> None:
+async def one_way(source: Sock, sink: Sock, early: bytes, count: Count, run: Run) -> None:
     """Carry `early` and then everything `source` sends into `sink` on a thread of its own
-    (both sockets blocking); cancelled, cut both sockets so the thread ends, and wait for it
-    (its counts are final once it returned). A pipe or thread that cannot be made (EMFILE,
-    no thread left) cuts both sockets and raises here, in the flow, where it is recorded:
-    made inside the thread, the pipe's EMFILE ended that thread unseen and left the other
-    direction carrying a half-dead tunnel."""
+    (`run` hands it one: the proxy's Workers; both sockets blocking); cancelled, cut both
+    sockets so the thread ends, and wait for it (its counts are final once it returned). A
+    pipe or thread that cannot be made (EMFILE, no thread left) cuts both sockets and raises
+    here, in the flow, where it is recorded: made inside the thread, the pipe's EMFILE ended
+    that thread unseen and left the other direction carrying a half-dead tunnel."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     try:
@@ -168,7 +169,7 @@ async def one_way(source: Sock, sink: Sock, early: bytes, count: Count) -> None:
         _cut(source, sink)
         raise
 
-    def run() -> None:
+    def carry() -> None:
         try:
             _pump(source, sink, pipe, early, count)
         finally:
@@ -177,7 +178,7 @@ async def one_way(source: Sock, sink: Sock, early: bytes, count: Count) -> None:
                 loop.call_soon_threadsafe(_settle, done)
 
     try:
-        threading.Thread(target=run, name="sprawl-egress-splice", daemon=True).start()
+        run(carry)
     except RuntimeError:  # "can't start new thread": the tunnel ends, recorded by the flow
         os.close(pipe[0])
         os.close(pipe[1])
@@ -207,8 +208,10 @@ async def both_ways(
     first: bytes,
     up: Count,
     down: Count,
+    run: Run,
 ) -> bool:
-    """Splice the tunnel (first: the client's bytes already read, sent upstream first).
+    """Splice the tunnel (first: the client's bytes already read, sent upstream first; `run`
+    puts each direction on a thread: workers.Workers.run).
     False, with nothing sent, when either stream cannot be taken over."""
     if not available() or any(
         _buffered(r) is None or _socket_of(w) is None for r, w in (client, upstream)
@@ -231,8 +234,8 @@ async def both_ways(
     os.set_blocking(client_sock.fileno(), True)
     os.set_blocking(upstream_sock.fileno(), True)
     ways = await asyncio.gather(
-        one_way(client_sock, upstream_sock, to_upstream, up),
-        one_way(upstream_sock, client_sock, to_client, down),
+        one_way(client_sock, upstream_sock, to_upstream, up, run),
+        one_way(upstream_sock, client_sock, to_client, down, run),
         return_exceptions=True,
     )
     # Both directions have ended (a failed start cut both sockets, so the other thread

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from sprawl_orch.egress import relay
+from sprawl_orch.egress.workers import Workers
 
 Pair = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -34,9 +35,11 @@ def _tunnel(
     first: bytes = b"",
     buffered: bytes = b"",
 ) -> tuple[bool, int, int]:
-    """Run `body(client_peer, upstream_peer)` on a thread while both_ways carries the tunnel;
-    returns both_ways' answer and the bytes counted up and down."""
+    """Run `body(client_peer, upstream_peer)` on a thread while both_ways carries the tunnel
+    (on threads of its own Workers, as a proxy's); returns both_ways' answer and the bytes
+    counted up and down."""
     counts = [0, 0]
+    workers = Workers()
 
     async def main() -> bool:
         client, client_peer = await _connected()
@@ -52,9 +55,12 @@ def _tunnel(
             counts[1] += n
 
         try:
-            return await asyncio.wait_for(relay.both_ways(client, upstream, first, up, down), 60)
+            return await asyncio.wait_for(
+                relay.both_ways(client, upstream, first, up, down, workers.run), 60
+            )
         finally:
             await asyncio.to_thread(worker.join, 60)
+            workers.close()
             for _, writer in (client, upstream):
                 writer.close()
             client_peer.close()
