@@ -42,7 +42,8 @@ from sprawl_orch.config import parse_config
 from sprawl_orch.egress.netns import listener_in
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
-from tests.egress.floor_relay import Pump, copy_pump, serve_floor, splice_pump
+from sprawl_orch.egress.workers import Workers
+from tests.egress.floor_relay import Pump, copy_pump, new_thread, serve_floor, splice_pump
 from tests.egress.pip_index import pip_index
 
 
@@ -75,13 +76,19 @@ def proxy_cpu(root: str, args: list[str], reps: int) -> float:
 ROWS = {
     "proxy": "through the proxy (splice)",
     "copy": "the proxy copying through streams",
-    "floor": "raw floor, splice",
+    "floor": "raw floor, splice, new threads",
+    "floor_kept": "raw floor, splice, kept threads",
     "floor_copy": "raw floor, recv/sendall",
 }
 
 
-# The raw floors, by row name (an A/B can add its own pump).
-FLOORS: dict[str, Pump] = {"floor": splice_pump, "floor_copy": copy_pump}
+# The raw floors, by row name: (pump, threads kept between connections as the proxy keeps
+# its relay's). An A/B can add its own.
+FLOORS: dict[str, tuple[Pump, bool]] = {
+    "floor": (splice_pump, False),
+    "floor_kept": (splice_pump, True),
+    "floor_copy": (copy_pump, False),
+}
 
 
 def proxy_and_upstream(
@@ -114,9 +121,10 @@ def proxy_and_upstream(
             listener = socket.create_server(("127.0.0.1", 0))
             proxy.serve(listener)
             ports[name] = listener.getsockname()[1]
-        for name, pump in FLOORS.items():
-            ports[name], close = serve_floor(port, pump)
-            closers.append(close)
+        for name, (pump, kept) in FLOORS.items():
+            workers = Workers()
+            ports[name], close = serve_floor(port, pump, workers.run if kept else new_thread)
+            closers += [close, workers.close]
         size = str(mb * 1024 * 1024)
         client = [sys.executable, "-m", "tests.egress.bench_client", str(tmp / "ca.pem")]
         done = subprocess.run(
@@ -156,10 +164,11 @@ def proxy_and_upstream(
                 f"paired {paired:.2f}"
             )
         # Ours against the bare hop, paired: 1.0 means the proxy costs nothing past the hop.
-        vs_floor = statistics.median(
-            a / b for a, b in zip(times[f"{key}_floor"], times[f"{key}_proxy"], strict=True)
-        )
-        print(f"  the proxy (splice) / the raw floor (splice), paired: {vs_floor:.2f}")
+        for floor in ("floor", "floor_kept"):
+            vs = statistics.median(
+                a / b for a, b in zip(times[f"{key}_{floor}"], times[f"{key}_proxy"], strict=True)
+            )
+            print(f"  the proxy (splice) / {ROWS.get(floor, floor)}, paired: {vs:.2f}")
     total = mb * cpu_reps
     print(
         f"CPU of the proxy's process (user+system, setup included) per MB carried: splice "

@@ -4,8 +4,9 @@ direction per tunnel.
 A thread's start (clone, then the starter waiting for the new thread to run) sat on every
 tunnel's setup path twice: 0.08 ms median and 0.9 ms at the 90th percentile on 2 loaded cores,
 and the ServerHello waited for the second. Handing a direction to a thread that is already
-waiting costs one wake-up. Side by side in one run (benchmarks/egress_proxy.py, 3 x 30 reps of
-20 MB, load 2.8-3.8): setup added 2.57 / 2.76 / 1.86 ms kept vs 5.27 / 3.39 / 2.64 ms new.
+waiting costs one wake-up. Side by side in one run (benchmarks/egress_proxy.py, three runs of
+30 reps of 20 MB, load 2.6-3.5), kept vs new threads: whole GET paired 0.86 / 0.84 / 0.84 vs
+0.80 / 0.78 / 0.81 of direct, setup added 3.5 / 4.2 / 2.8 ms vs 4.7 / 3.5 / 4.5 ms.
 
 Bounded as the threads were: a thread is kept only while it waits (at most as many as the
 proxy's busiest moment ran, itself capped by MAX_CONNECTIONS); one that waited IDLE_S for
