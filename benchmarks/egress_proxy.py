@@ -164,7 +164,7 @@ def proxy_and_upstream(
                 f"paired {paired:.2f}"
             )
         # Ours against the bare hop, paired: 1.0 means the proxy costs nothing past the hop.
-        for floor in ("floor", "floor_kept"):
+        for floor in (f for f in FLOORS if f != "floor_copy"):
             vs = statistics.median(
                 a / b for a, b in zip(times[f"{key}_{floor}"], times[f"{key}_proxy"], strict=True)
             )
