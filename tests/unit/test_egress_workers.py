@@ -114,3 +114,31 @@ def test_a_proxy_s_second_tunnel_starts_no_thread(monkeypatch: pytest.MonkeyPatc
     assert all(a.startswith(b"HTTP/1.0 200") and a.endswith(b"hello\n") for a in answers)
     assert proxy.workers.alive() == 0
     assert [r.reason for r in proxy.records()] == ["tunnel closed", "tunnel closed"]
+
+
+def test_a_thread_that_cannot_start_runs_nothing_and_is_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "can't start new thread" reaches the caller (relay.one_way cuts the tunnel and the flow
+    records it); the job never runs later on a thread that frees up, where it would splice
+    on descriptors the flow had closed meanwhile."""
+    workers = Workers()
+    ran: list[str] = []
+    real_start = threading.Thread.start
+
+    def refuse(thread: threading.Thread) -> None:
+        if thread.name == NAME:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with pytest.raises(RuntimeError):
+        workers.run(lambda: ran.append("refused"))
+    assert workers.alive() == 0 and workers.idle() == 0
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    done = threading.Event()
+    workers.run(done.set)
+    assert done.wait(30)
+    assert _until(lambda: workers.idle() == 1)
+    workers.close()
+    assert ran == [] and workers.alive() == 0
