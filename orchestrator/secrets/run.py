@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sprawl_orch.secrets.ca import RunCA
+from sprawl_orch.secrets.disguise import Disguise, disguises
 from sprawl_orch.secrets.spec import Spec, placeholder
 from sprawl_orch.secrets.swap import Bound, holds
 
@@ -70,6 +71,8 @@ class SecretRun:
     # Every form of every value -> its placeholder, what a response is scrubbed of; made once
     # (quoting and base64 per request were a share of the intercepted path's CPU).
     forms: dict[bytes, bytes] = field(default_factory=dict, repr=False)
+    # The value escaped or inside base64, by pattern (disguise.py), compiled once per run.
+    disguises: list[Disguise] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.secrets = tuple(
@@ -84,6 +87,7 @@ class SecretRun:
             for s in self.specs
         )
         self.forms = {f: b.placeholder for b in self.secrets for f in b.forms()}
+        self.disguises = [d for b in self.secrets for d in disguises(b.value, b.placeholder)]
 
     def env(self) -> dict[str, str]:
         """What the command's environment gets: each name set to its placeholder."""

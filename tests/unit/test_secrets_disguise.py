@@ -1,0 +1,74 @@
+"""The value escaped (secrets/disguise.py), found by the response scrub whatever the escaper
+and where the stream is cut."""
+
+from __future__ import annotations
+
+import base64
+import html
+from urllib.parse import unquote
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sprawl_orch.secrets.disguise import disguises
+from sprawl_orch.secrets.swap import Scanner, scrub
+
+PH = b"SPRAWL_PLACEHOLDER_T_" + b"a" * 32
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/+=-_.~:@!$*"
+
+values = st.text(LETTERS, min_size=8, max_size=60).map(str.encode)
+
+
+def _escape(byte: int, how: int) -> bytes:
+    if bytes([byte]).isalnum():
+        return bytes([byte])
+    return [
+        bytes([byte]),
+        b"%%%02X" % byte,
+        b"%%%02x" % byte,
+        b"\\u%04X" % byte,
+        b"\\u%04x" % byte,
+        b"\\x%02x" % byte,
+        b"&#%d;" % byte,
+        b"&#x%x;" % byte,
+        b"&#X%02X;" % byte,
+    ][how % 9]
+
+
+def _fed(scanner: Scanner, data: bytes, cuts: list[int]) -> bytes:
+    out, at = b"", 0
+    for cut in cuts:
+        out += scanner.feed(data[at : at + cut])
+        at += cut
+    return out + scanner.feed(data[at:]) + scanner.end()
+
+
+@given(
+    values,
+    st.lists(st.integers(0, 8), min_size=60, max_size=60),
+    st.booleans(),
+    st.binary(max_size=50),
+    st.lists(st.integers(1, 40), max_size=6),
+)
+def test_the_value_escaped_any_way_is_scrubbed(
+    value: bytes, hows: list[int], upper: bool, around: bytes, cuts: list[int]
+) -> None:
+    written = b"".join(_escape(b, how) for b, how in zip(value, hows, strict=False))
+    if upper:
+        written = written.upper()
+    data = around + written + around
+    out = _fed(Scanner({value: PH}, disguises(value, PH)), data, cuts)
+    assert PH in out
+    plain = unquote(html.unescape(out.decode("latin-1"))).encode("latin-1")
+    assert written not in out and value not in plain.replace(b"\\u00", b"%")
+
+
+def test_a_short_value_without_a_marker_is_still_found() -> None:
+    found = disguises(b"ab+c", PH)
+    assert scrub(b"x ab%2Bc y", {}, found) == b"x " + PH + b" y"
+
+
+def test_a_body_without_the_value_passes_unchanged() -> None:
+    value = b"ghp_atk/value+" + b"9" * 20 + b"=="
+    body = base64.b64encode(bytes(range(256)) * 20) + b" &#43; %2F \\u002B " + value[:-3]
+    assert scrub(body, {value: PH}, disguises(value, PH)) == body
