@@ -1,12 +1,16 @@
 """The value coming back to the command in a form the scrub did not list: escaped the way a
-common server framework escapes it (not only the percent-encoded and `\\/` forms). Real
-proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/raw.py)."""
+common server framework escapes it (not only the percent-encoded and `\\/` forms), or inside
+a Basic blob the run did not send itself (a stored echo of another command's, or the caller's
+own git, request). Real proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/raw.py)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import html
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -71,6 +75,27 @@ def _as(form: str) -> Handler:
     return handler
 
 
+@pytest.fixture
+def two_runs(tmp_path: Path) -> Iterator[tuple[Rig, Rig]]:
+    """Two commands (two runs: two placeholders, two CAs, two proxies), one bound host that
+    keeps request heads and serves the last one back at /last (a request bin)."""
+
+    def stored(head: bytes, earlier: list[bytes]) -> bytes:
+        if b"GET /last" in head and earlier:
+            return _reply(earlier[-1])
+        return _reply(b"ok")
+
+    with raw_upstream(stored) as up:
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        rigs = (Rig(up, tmp_path / "a"), Rig(up, tmp_path / "b"))
+        try:
+            yield rigs
+        finally:
+            for r in rigs:
+                r.proxy.close()
+
+
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_the_value_escaped_as_frameworks_escape_it_is_scrubbed(tmp_path: Path, form: str) -> None:
     """Only the raw value, its fully percent-encoded forms and `\\/` were scrubbed: the same
@@ -100,3 +125,43 @@ def test_the_value_escaped_as_frameworks_escape_it_is_scrubbed(tmp_path: Path, f
         except (ValueError, KeyError):
             plain = text  # the scrub broke the syntax: what is left is read as it is
         assert VALUE.encode() not in plain and VALUE.upper().encode() not in plain, text
+
+
+def _decoded_blobs(text: bytes) -> bytes:
+    """Every base64 run in `text`, decoded (garbage where it does not decode)."""
+    out = []
+    for run in re.findall(rb"[A-Za-z0-9+/]{8,}={0,2}", text):
+        for cut in range(4):
+            piece = run[cut:]
+            piece = piece[: len(piece) - len(piece.rstrip(b"=")) or None]
+            piece = piece.rstrip(b"=")
+            piece += b"=" * (-len(piece) % 4)
+            try:
+                out.append(base64.b64decode(piece))
+            except (binascii.Error, ValueError):
+                continue
+    return b"\n".join(out)
+
+
+@pytest.mark.parametrize("user", ["x-access-token", "oauth2", "user", ""])
+def test_a_basic_blob_another_command_sent_is_scrubbed(
+    two_runs: tuple[Rig, Rig], user: str
+) -> None:
+    """git's `Basic base64(user:placeholder)` is swapped and re-encoded: the re-encoded blob was
+    scrubbed only in the run that sent it (its own list of what it put on the wire). A later
+    command (a new run, same value) fetching the bound host's stored echo got the blob, one
+    `base64 -d` away from the value. The user name sets where the value falls in base64's
+    3-byte groups: each of the three alignments (and none at all)."""
+    first, second = two_runs
+    blob = base64.b64encode(f"{user}:{first.ph}".encode() if user else first.ph.encode())
+    first.send(
+        f"GET /store HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Basic {blob.decode()}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    sent = _auth_of(first.up.heads[0])
+    assert VALUE.encode() in base64.b64decode(sent)  # the bound host did get it
+    got = second.send("GET /last HTTP/1.1\r\nHost: localhost:PORT\r\nConnection: close\r\n\r\n")
+    body = _body(got)
+    assert got.startswith(b"HTTP/1.1 200") and b"authorization" in body.lower(), got
+    assert sent not in body, body
+    assert VALUE.encode() not in _decoded_blobs(body), body

@@ -1,5 +1,5 @@
-"""The value escaped (secrets/disguise.py), found by the response scrub whatever the escaper
-and where the stream is cut."""
+"""The value escaped or inside base64 (secrets/disguise.py), found by the response scrub
+whatever the escaper, the prefix before it in base64 and where the stream is cut."""
 
 from __future__ import annotations
 
@@ -63,8 +63,36 @@ def test_the_value_escaped_any_way_is_scrubbed(
     assert written not in out and value not in plain.replace(b"\\u00", b"%")
 
 
-def test_a_short_value_without_a_marker_is_still_found() -> None:
+@given(
+    values,
+    st.binary(max_size=20),
+    st.binary(max_size=20),
+    st.booleans(),
+    st.lists(st.integers(1, 40), max_size=6),
+)
+def test_the_value_in_base64_after_any_prefix_is_scrubbed(
+    value: bytes, prefix: bytes, suffix: bytes, urlsafe: bool, cuts: list[int]
+) -> None:
+    """`base64(user:value)` a command or the caller sent earlier: the user's length puts the
+    value at any of three alignments; standard or URL-safe letters."""
+    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    decode = base64.urlsafe_b64decode if urlsafe else base64.b64decode
+    blob = encode(prefix + value + suffix)
+    out = _fed(Scanner({}, disguises(value, PH)), b"x " + blob + b" y", cuts)
+    assert blob not in out
+    text = out[2:-2]
+    for start in range(4):  # every alignment the command could decode from
+        piece = text[start:].rstrip(b"=")
+        piece = piece[: len(piece) // 4 * 4]
+        try:
+            assert value not in decode(piece)
+        except ValueError:
+            continue
+
+
+def test_a_short_value_has_no_base64_pattern_and_escapes_still_work() -> None:
     found = disguises(b"ab+c", PH)
+    assert len(found) == 1  # under eight fixed letters: base64 would match unrelated data
     assert scrub(b"x ab%2Bc y", {}, found) == b"x " + PH + b" y"
 
 
