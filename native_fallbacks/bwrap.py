@@ -103,10 +103,13 @@ def bwrap_argv(
     home: str | None = None,
     seccomp_fd: int | None = None,
     env_fd: int | None = None,
+    masks: Sequence[str] = (),
 ) -> list[str]:
     """The wrapped command. Pure: the same inputs give the same list. `copy` None: nothing
     is mounted at `workdir` (the probe), the command still starts there. `env_fd`: the
-    command's environment as bwrap arguments (env_args), read by bwrap from that fd."""
+    command's environment as bwrap arguments (env_args), read by bwrap from that fd.
+    `masks`: paths inside the view covered by an empty read-only file (a secret's `file`
+    under /etc or /opt was one `cat` away from the value)."""
     where = str(workdir)
     out = [bwrap, *NAMESPACE_FLAGS, "--dev", "/dev", "--proc", "/proc"]
     for place in PRIVATE_TMPFS:
@@ -119,6 +122,8 @@ def bwrap_argv(
         out += ["--ro-bind", path, path]
     for target, path in view.links:
         out += ["--symlink", target, path]
+    for path in masks:
+        out += ["--ro-bind", "/dev/null", path]
     if copy is not None:
         out += ["--bind", str(copy), where]
     else:
@@ -130,6 +135,30 @@ def bwrap_argv(
         out += ["--args", str(env_fd)]
     out += ["--", *argv]
     return out
+
+
+def masks_for(view: View, hidden: Sequence[str]) -> tuple[str, ...]:
+    """Where each hidden host file (a secret's `file`, its real path) appears in the view, to
+    be masked. E_SANDBOX_DENIED for one with more than one hard link: its other names could
+    lie anywhere in the view (one under $HOME, another under /opt), where no path-based mask
+    reaches."""
+    out: list[str] = []
+    for real in hidden:
+        try:
+            links = os.stat(real).st_nlink
+        except OSError:
+            continue  # gone since it was read: nothing left to read inside either
+        if links > 1:
+            raise SprawlError(
+                ErrorCode.SANDBOX_DENIED,
+                "bwrap",
+                f"a secret's file {real} has {links} hard links: another name for it could "
+                "lie in the command's read-only view (/etc, /opt, tool directories)",
+                "keep the value in a file with one link (under $HOME: private inside), or "
+                "read it from the environment",
+            )
+        out += view.seen_at(real)
+    return tuple(dict.fromkeys(out))
 
 
 def env_args(env: Mapping[str, str]) -> bytes:
@@ -288,6 +317,7 @@ class BwrapArm(CopiedTreeArm):
         env: Mapping[str, str],
         seccomp_fd: int | None,
         env_fd: int | None = None,
+        hidden: Sequence[str] = (),
     ) -> list[str]:
         view = command_view(env, workdir, copy, self._system, self._guard)
         if self.user is not None:
@@ -301,6 +331,7 @@ class BwrapArm(CopiedTreeArm):
             home=env.get("HOME"),
             seccomp_fd=seccomp_fd,
             env_fd=env_fd,
+            masks=masks_for(view, hidden),
         )
 
     def give(self, copy: Path, view: View) -> None:
@@ -324,7 +355,8 @@ class BwrapArm(CopiedTreeArm):
         fds = [fd]
         try:
             fds.append(open_env_fd(launch.env))
-            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd, fds[1])
+            hidden = launch.egress.hidden if launch.egress is not None else ()
+            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd, fds[1], hidden)
             if launch.egress is not None and launch.egress.bundle_at is not None:
                 argv, bundle_fd = bundle_data(argv, launch.egress)
                 fds.append(bundle_fd)

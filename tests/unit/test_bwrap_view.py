@@ -274,3 +274,16 @@ def test_a_venv_whose_python_is_no_interpreter_is_refused(tmp_path: Path) -> Non
     with pytest.raises(SprawlError) as err:
         command_view({"PATH": ""}, tree, tmp_path / "copy", BASE, guard_for(home))
     assert "not a Python interpreter" in str(err.value)
+
+
+def test_a_host_file_is_seen_at_each_bind_that_shows_its_directory(tmp_path: Path) -> None:
+    """A bind shows its source's real directory at its own path: a secret's file under a
+    linked /opt is seen at /opt/..., the path bwrap masks (integration:
+    test_secret_file_view.py)."""
+    real = tmp_path / "data" / "opt"
+    (real / "app").mkdir(parents=True)
+    (tmp_path / "opt").symlink_to(real)
+    token = str(real / "app" / "token")
+    view = View(binds=(str(tmp_path / "opt"), str(real)), links=())
+    assert view.seen_at(token) == (str(tmp_path / "opt" / "app" / "token"), token)
+    assert View(binds=(str(tmp_path / "other"),), links=()).seen_at(token) == ()
