@@ -1,6 +1,7 @@
-"""The value as servers write it back, matched by pattern rather than listed: escaped per
-character (percent with either hex case, JSON's \\uXXXX, \\xHH, HTML's &#NN; / &#xHH;, `\\/`,
-any letter case), and base64 at each of the three alignments a prefix can give it.
+"""The value as servers write it back, matched by pattern rather than listed: each byte not
+a letter or digit escaped any common way (percent with either hex case, once or encoded
+again; JSON's \\uXXXX, \\xHH, a backslash before it, each escaped again; HTML's &#NN; /
+&#xHH;), any letter case; and base64 at each of the three alignments a prefix can give it.
 
 A list of exact forms missed each framework that escapes otherwise (tests/secrets/
 test_attacks_forms.py): ASP.NET Core's JSON writes '+' as \\u002B, Go's html/template as &#43;,
@@ -19,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 # The longest one byte of the value becomes: `&#x0000HH;` (HTML allows leading zeros; four
-# are what real escapers write at most).
+# are what real escapers write at most); `\\\\u00HH` and `%2525HH` are shorter.
 _WIDEST = 10
 _STD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _URL = _STD[:62] + b"-_"
@@ -70,16 +71,17 @@ def _escaped_byte(byte: int) -> bytes:
         # unreserved, JSON and HTML have no need): kept literal, they give the marker.
         return re.escape(bytes([byte]))
     hx = b"%02x" % byte
+    # Up to four backslashes: an escape escaped again (a stored echo served as a JSON string
+    # inside JSON: PHP's \/ became \\\/, \u002B became \\u002B).
+    slashes = rb"\\{1,4}"
     forms = [
-        re.escape(bytes([byte])),
-        b"%" + hx,  # percent-encoding (the pattern ignores case: %2b and %2B)
-        rb"\\u00" + hx,  # JSON, JavaScript
-        rb"\\x" + hx,  # JavaScript, Python reprs
+        b"(?:" + slashes + b")?" + re.escape(bytes([byte])),  # as is, or backslash-escaped
+        b"%(?:25){0,2}" + hx,  # percent-encoding, up to thrice (either hex case: see below)
+        slashes + b"u00" + hx,  # JSON, JavaScript
+        slashes + b"x" + hx,  # JavaScript, Python reprs
         b"&#0{0,4}" + str(byte).encode() + b";",  # HTML decimal
         b"&#x0{0,4}" + b"%x" % byte + b";",  # HTML hexadecimal
     ]
-    if byte == ord("/"):
-        forms.append(rb"\\/")  # JSON with '/' escaped (PHP's json_encode)
     if byte == ord(" "):
         forms.append(rb"\+")  # a query's form encoding
     named = {b"&": b"&amp;", b"<": b"&lt;", b">": b"&gt;", b'"': b"&quot;", b"'": b"&apos;"}

@@ -54,6 +54,18 @@ def _upper(token: str) -> bytes:
     return ("INVALID CREDENTIAL: " + token.upper()).encode()
 
 
+def _json_in_json(token: str) -> bytes:
+    # A stored echo served as a JSON string inside JSON (a request bin's "raw" field), PHP's
+    # json_encode both times: '/' became \/ and then \\\/, '+' as \u002B became \\u002B.
+    inner = '{"token":"' + token.replace("/", "\\/").replace("+", "\\u002B") + '"}'
+    return json.dumps({"raw": inner}).replace("/", "\\/").encode()
+
+
+def _double_percent(token: str) -> bytes:
+    # A redirect's next= inside another URL's query: percent-encoded twice (%2F -> %252F).
+    return quote(quote(token, safe=""), safe="").encode()
+
+
 FORMS = {
     "dotnet_json": (_dotnet_json, lambda b: json.loads(b)["token"].encode()),
     "go_html": (_go_html, lambda b: html.unescape(b.decode()).encode()),
@@ -61,6 +73,8 @@ FORMS = {
     "go_path_escape": (_go_path_escape, lambda b: unquote(b.decode()).encode()),
     "lower_hex": (_lower_hex, lambda b: unquote(b.decode()).encode()),
     "upper": (_upper, lambda b: b),
+    "json_in_json": (_json_in_json, lambda b: json.loads(json.loads(b)["raw"])["token"].encode()),
+    "double_percent": (_double_percent, lambda b: unquote(unquote(b.decode())).encode()),
 }
 
 
