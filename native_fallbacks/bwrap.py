@@ -50,6 +50,7 @@ from sprawl_orch.core.host_which import host_which
 from sprawl_orch.core.ownership import own_copy
 from sprawl_orch.egress.plan import EgressPlan
 from sprawl_orch.native_fallbacks.bwrap_hold import Hold
+from sprawl_orch.native_fallbacks.bwrap_masks import masks_for
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
@@ -135,30 +136,6 @@ def bwrap_argv(
         out += ["--args", str(env_fd)]
     out += ["--", *argv]
     return out
-
-
-def masks_for(view: View, hidden: Sequence[str]) -> tuple[str, ...]:
-    """Where each hidden host file (a secret's `file`, its real path) appears in the view, to
-    be masked. E_SANDBOX_DENIED for one with more than one hard link: its other names could
-    lie anywhere in the view (one under $HOME, another under /opt), where no path-based mask
-    reaches."""
-    out: list[str] = []
-    for real in hidden:
-        try:
-            links = os.stat(real).st_nlink
-        except OSError:
-            continue  # gone since it was read: nothing left to read inside either
-        if links > 1:
-            raise SprawlError(
-                ErrorCode.SANDBOX_DENIED,
-                "bwrap",
-                f"a secret's file {real} has {links} hard links: another name for it could "
-                "lie in the command's read-only view (/etc, /opt, tool directories)",
-                "keep the value in a file with one link (under $HOME: private inside), or "
-                "read it from the environment",
-            )
-        out += view.seen_at(real)
-    return tuple(dict.fromkeys(out))
 
 
 def env_args(env: Mapping[str, str]) -> bytes:
@@ -331,7 +308,7 @@ class BwrapArm(CopiedTreeArm):
             home=env.get("HOME"),
             seccomp_fd=seccomp_fd,
             env_fd=env_fd,
-            masks=masks_for(view, hidden),
+            masks=masks_for(view, hidden, self.user),
         )
 
     def give(self, copy: Path, view: View) -> None:

@@ -109,3 +109,21 @@ def test_a_hard_linked_secret_file_is_refused_on_bwrap(tmp_path: Path, in_view: 
     result = _exec(tmp_path, {"arm": "native"}, token, [in_view / "token"])
     assert result.code is ErrorCode.SANDBOX_DENIED, result.as_json_dict()
     assert "2 hard links" in (result.detail or "") and VALUE not in repr(result.as_json_dict())
+
+
+def test_a_secret_file_the_command_cannot_reach_still_lets_the_command_run(
+    tmp_path: Path, in_view: Path
+) -> None:
+    """A root caller's 0700 directory under /opt: its command (another uid) cannot pass it,
+    and a mask there failed bwrap's setup (no listener, the command refused)."""
+    if shutil.which("bwrap") is None:
+        missing("bwrap is not installed (run .ci/setup-engines)")
+    private = in_view / "private"
+    private.mkdir(mode=0o700)
+    token = private / "token"
+    token.write_text(VALUE + "\n")
+    token.chmod(0o600)
+    result = _exec(tmp_path, {"arm": "native"}, token, [token])
+    assert result.outcome != "exceptional", result.as_json_dict()
+    assert "ph=SPRAWL_PLACEHOLDER_GH_PAT_" in result.stdout
+    assert VALUE not in result.stdout + result.stderr

@@ -285,5 +285,8 @@ def test_a_host_file_is_seen_at_each_bind_that_shows_its_directory(tmp_path: Pat
     (tmp_path / "opt").symlink_to(real)
     token = str(real / "app" / "token")
     view = View(binds=(str(tmp_path / "opt"), str(real)), links=())
-    assert view.seen_at(token) == (str(tmp_path / "opt" / "app" / "token"), token)
+    assert view.seen_at(token) == (
+        (str(tmp_path / "opt" / "app" / "token"), str(real)),
+        (token, str(real)),
+    )
     assert View(binds=(str(tmp_path / "other"),), links=()).seen_at(token) == ()
