@@ -22,8 +22,8 @@ from sprawl_orch.native_fallbacks.bwrap_view import View
 def _searchable(path: str, user: int | None) -> bool:
     """Whether the command's uid can pass through directory `path`. The caller's own uid
     (`user` None): access(2), ACLs included. A root caller's sandbox uid, which no account
-    holds and no ACL of the person's names: the mode's bits (sandbox_uid.py's search grants
-    lie on the way to the binds, never below them, where this is asked)."""
+    holds and no ACL of the person's names: the mode's bits (sandbox_uid.py's search grants,
+    on the way to each bind, are counted by _reachable)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -37,13 +37,16 @@ def _searchable(path: str, user: int | None) -> bool:
     return bool(st.st_mode & stat.S_IXOTH)
 
 
-def _reachable(real: str, source: str, user: int | None) -> bool:
-    """Whether every directory from the bind's source down to the file's lets `user` pass."""
+def _reachable(real: str, source: str, user: int | None, granted: Sequence[str]) -> bool:
+    """Whether every directory from the bind's source down to the file's lets `user` pass. A
+    directory on the way to another bind (a tool directory nested in /opt) counts as
+    passable: sandbox_uid.py grants search there by an ACL the mode does not show."""
     parts = os.path.relpath(os.path.dirname(real), source).split(os.sep)
     at = source
     for part in [p for p in parts if p not in ("", ".")]:
         at = os.path.join(at, part)
-        if not _searchable(at, user):
+        on_the_way = any(g == at or g.startswith(at.rstrip("/") + "/") for g in granted)
+        if not on_the_way and not _searchable(at, user):
             return False
     return True
 
@@ -55,6 +58,7 @@ def masks_for(view: View, hidden: Sequence[str], user: int | None) -> tuple[str,
     anywhere in the view (one under $HOME, another under /opt), where no path-based mask
     reaches."""
     out: list[str] = []
+    granted = [os.path.realpath(b) for b in view.binds]
     for real in hidden:
         try:
             links = os.stat(real).st_nlink
@@ -69,5 +73,9 @@ def masks_for(view: View, hidden: Sequence[str], user: int | None) -> tuple[str,
                 "keep the value in a file with one link (under $HOME: private inside), or "
                 "read it from the environment",
             )
-        out += [inside for inside, source in view.seen_at(real) if _reachable(real, source, user)]
+        out += [
+            inside
+            for inside, source in view.seen_at(real)
+            if _reachable(real, source, user, granted)
+        ]
     return tuple(dict.fromkeys(out))
