@@ -55,6 +55,11 @@ class Disguise:
             return data, 0
         return self.pattern.subn(self._swap if self.alphabet else self.stand_in, data)
 
+    def found_in(self, data: bytes) -> bool:
+        if self.marker and self.marker not in (data.lower() if self.fold else data):
+            return False
+        return self.pattern.search(data) is not None
+
     def _swap(self, match: re.Match[bytes]) -> bytes:
         out = bytearray(self.stand_in)
         if self.prefix_bits:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sprawl_orch.egress.rules import AUTHORITY, normal_host
 from sprawl_orch.secrets import wire
 from sprawl_orch.secrets.run import SecretRun
-from sprawl_orch.secrets.swap import Scanner, holds, scrub, swap_headers
+from sprawl_orch.secrets.swap import Scanner, scrub, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class Session:
         # A placeholder of a secret not bound here stays what it is (and is counted).
         for key, value in raw:
             for other in self.run.secrets:
-                if other not in bound and holds(value, other.placeholder):
+                if other not in bound and self.run.carries(value, other):
                     self.run.leak(other.name, host, f"header {key.decode('latin-1')}")
         if request.expects_continue:
             await self.client.write(wire.CONTINUE)
@@ -111,7 +111,10 @@ class Session:
         for name in used:
             self.run.injected(name, host)
         await self.upstream.write(out)
-        body = Scanner({s.placeholder: s.placeholder for s in self.run.secrets})
+        body = Scanner(
+            {s.placeholder: s.placeholder for s in self.run.secrets},
+            [d for ways in self.run.spellings.values() for d in ways],
+        )
         while True:
             event = await self._event(self.down, self.client)
             if isinstance(event, wire.Body):

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote
 
 import pytest
@@ -179,3 +180,30 @@ def test_a_basic_blob_another_command_sent_is_scrubbed(
     assert got.startswith(b"HTTP/1.1 200") and b"authorization" in body.lower(), got
     assert sent not in body, body
     assert VALUE.encode() not in _decoded_blobs(body), body
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        lambda ph: quote(ph, safe="").replace("_", "%5F"),  # percent-encoded
+        lambda ph: base64.b64encode(ph.encode()).decode(),  # base64, no Basic scheme
+        lambda ph: base64.urlsafe_b64encode(b"k=" + ph.encode()).decode().rstrip("="),
+        lambda ph: ph.lower(),
+    ],
+)
+def test_a_placeholder_sent_disguised_is_still_counted(tmp_path: Path, spelled: Any) -> None:
+    """docs/secrets.md: a placeholder sent where it is never swapped "is counted as an
+    attempted leak". Only its plain spelling was: percent-encoded or base64 in the URL it
+    went out uncounted, and the result said 0 attempted leaks."""
+    with raw_upstream(_as("upper")) as up:
+        rig = Rig(up, tmp_path)
+        try:
+            hidden = spelled(rig.ph)
+            rig.send(
+                f"GET /?t={hidden} HTTP/1.1\r\nHost: localhost:PORT\r\nConnection: close\r\n\r\n"
+            )
+        finally:
+            rig.proxy.close()
+    assert hidden.encode() in rig.received()  # it went out as written
+    leaks = rig.run.report()["attempted_leaks"]
+    assert [leak["where"] for leak in leaks] == ["url (never swapped)"], leaks
