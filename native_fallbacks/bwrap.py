@@ -50,6 +50,7 @@ from sprawl_orch.core.host_which import host_which
 from sprawl_orch.core.ownership import own_copy
 from sprawl_orch.egress.plan import EgressPlan
 from sprawl_orch.native_fallbacks.bwrap_hold import Hold
+from sprawl_orch.native_fallbacks.bwrap_masks import masks_for
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
 from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
@@ -103,10 +104,13 @@ def bwrap_argv(
     home: str | None = None,
     seccomp_fd: int | None = None,
     env_fd: int | None = None,
+    masks: Sequence[str] = (),
 ) -> list[str]:
     """The wrapped command. Pure: the same inputs give the same list. `copy` None: nothing
     is mounted at `workdir` (the probe), the command still starts there. `env_fd`: the
-    command's environment as bwrap arguments (env_args), read by bwrap from that fd."""
+    command's environment as bwrap arguments (env_args), read by bwrap from that fd.
+    `masks`: paths inside the view covered by an empty read-only file (a secret's `file`
+    under /etc or /opt was one `cat` away from the value)."""
     where = str(workdir)
     out = [bwrap, *NAMESPACE_FLAGS, "--dev", "/dev", "--proc", "/proc"]
     for place in PRIVATE_TMPFS:
@@ -119,6 +123,8 @@ def bwrap_argv(
         out += ["--ro-bind", path, path]
     for target, path in view.links:
         out += ["--symlink", target, path]
+    for path in masks:
+        out += ["--ro-bind", "/dev/null", path]
     if copy is not None:
         out += ["--bind", str(copy), where]
     else:
@@ -288,6 +294,7 @@ class BwrapArm(CopiedTreeArm):
         env: Mapping[str, str],
         seccomp_fd: int | None,
         env_fd: int | None = None,
+        hidden: Sequence[str] = (),
     ) -> list[str]:
         view = command_view(env, workdir, copy, self._system, self._guard)
         if self.user is not None:
@@ -301,6 +308,7 @@ class BwrapArm(CopiedTreeArm):
             home=env.get("HOME"),
             seccomp_fd=seccomp_fd,
             env_fd=env_fd,
+            masks=masks_for(view, hidden, self.user),
         )
 
     def give(self, copy: Path, view: View) -> None:
@@ -324,7 +332,8 @@ class BwrapArm(CopiedTreeArm):
         fds = [fd]
         try:
             fds.append(open_env_fd(launch.env))
-            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd, fds[1])
+            hidden = launch.egress.hidden if launch.egress is not None else ()
+            argv = self.argv_for(launch.argv, launch.cwd, workdir, launch.env, fd, fds[1], hidden)
             if launch.egress is not None and launch.egress.bundle_at is not None:
                 argv, bundle_fd = bundle_data(argv, launch.egress)
                 fds.append(bundle_fd)

@@ -70,6 +70,17 @@ class View:
     def covers(self, path: str) -> bool:
         return any(_under(path, b) for b in self.binds)
 
+    def seen_at(self, real: str) -> tuple[tuple[str, str], ...]:
+        """(path inside, the bind's real source) for every place the host file whose real
+        path is `real` appears: a bind shows its source's real directory at the bind's own
+        path (/opt a link to /data/opt shows /data/opt/token at /opt/token)."""
+        out = []
+        for bind in self.binds:
+            source = os.path.realpath(bind)
+            if _under(real, source):
+                out.append((bind.rstrip("/") + real[len(source.rstrip("/")) :], source))
+        return tuple(dict.fromkeys(out))
+
 
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -216,22 +217,61 @@ def _utf8(data: bytes) -> str | None:
         return None
 
 
+# The most a value's file may hold: a request head past 64 KiB is refused on the intercepted
+# path anyway (secrets/wire.py HEAD_LIMIT), so no longer value could ever be sent.
+MAX_VALUE_FILE = 64 * 1024
+
+
+def _read_file(name: str, file: Path) -> bytes:
+    """The file's bytes, or E_CONFIG_INVALID: read whole with read_bytes, a FIFO with no writer
+    blocked the tool's start for ever and /dev/zero ate memory until the process died
+    (tests/secrets/test_attacks_config.py). Opened without blocking (a FIFO's open waits for a
+    writer), a regular file only, its size checked before a byte is read."""
+
+    def refuse(why: str) -> ConfigError:
+        return _refuse(
+            name,
+            "file",
+            str(file),
+            why,
+            "keep the value in a regular file (mode 0600) of one line, or read it from the "
+            "environment instead",
+        )
+
+    try:
+        fd = os.open(
+            os.path.expanduser(file), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        )
+    except OSError as err:
+        raise refuse(f"cannot be read: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse("is not a regular file (a pipe or a device may never end)")
+        if st.st_size > MAX_VALUE_FILE:
+            raise refuse(f"is {st.st_size} bytes, over {MAX_VALUE_FILE}")
+        data = b""
+        while len(data) <= MAX_VALUE_FILE:
+            more = os.read(fd, MAX_VALUE_FILE + 1 - len(data))
+            if not more:
+                break
+            data += more
+    except OSError as err:
+        raise refuse(f"cannot be read: {err.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_VALUE_FILE:  # grew between fstat and read
+        raise refuse(f"is over {MAX_VALUE_FILE} bytes")
+    return data
+
+
 def read_values(secrets: Mapping[str, SecretConfig], environ: Mapping[str, str]) -> dict[str, str]:
     """Each secret's value from the caller's environment or its file; E_CONFIG_INVALID naming
     the variable or file that is missing (never a value)."""
     out: dict[str, str] = {}
     for name, secret in secrets.items():
         if secret.file is not None:
-            try:
-                data = Path(os.path.expanduser(secret.file)).read_bytes()
-            except OSError as err:
-                raise _refuse(
-                    name,
-                    "file",
-                    str(secret.file),
-                    f"cannot be read: {err.strerror}",
-                    "create it (mode 0600), or read the value from the environment instead",
-                ) from None
+            data = _read_file(name, secret.file)
             # Decoded outside any `except`: a UnicodeDecodeError holds the whole file (its
             # `object`, its args), and raising in its handler would chain it to the refusal.
             text = _utf8(data)

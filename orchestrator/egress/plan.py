@@ -43,6 +43,9 @@ class EgressPlan:
     # host path, and the run whose secrets the proxy puts in.
     bundle_at: str | None = None
     secrets: Interceptor | None = None
+    # Host files the command must not read (secrets' `file`s, real paths): an arm whose view
+    # shows host paths (bwrap's /etc, /opt, tool directories) masks them.
+    hidden: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sprawl_orch.egress.rules import AUTHORITY, normal_host
 from sprawl_orch.secrets import wire
 from sprawl_orch.secrets.run import SecretRun
-from sprawl_orch.secrets.swap import Scanner, holds, swap_headers
+from sprawl_orch.secrets.swap import Scanner, scrub, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
 
 if TYPE_CHECKING:
@@ -38,12 +38,6 @@ _UNSCANNABLE = frozenset({b"accept-encoding", b"range", b"if-range"})
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade"})
 # Response headers the proxy sets itself: the body is re-framed (chunked) after scrubbing.
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
-
-
-def _scrub(data: bytes, forms: dict[bytes, bytes]) -> bytes:
-    for form, placeholder in forms.items():
-        data = data.replace(form, placeholder)
-    return data
 
 
 class Cut(Exception):
@@ -99,7 +93,7 @@ class Session:
         # A placeholder of a secret not bound here stays what it is (and is counted).
         for key, value in raw:
             for other in self.run.secrets:
-                if other not in bound and holds(value, other.placeholder):
+                if other not in bound and self.run.carries(value, other):
                     self.run.leak(other.name, host, f"header {key.decode('latin-1')}")
         if request.expects_continue:
             await self.client.write(wire.CONTINUE)
@@ -117,7 +111,10 @@ class Session:
         for name in used:
             self.run.injected(name, host)
         await self.upstream.write(out)
-        body = Scanner({s.placeholder: s.placeholder for s in self.run.secrets})
+        body = Scanner(
+            {s.placeholder: s.placeholder for s in self.run.secrets},
+            [d for ways in self.run.spellings.values() for d in ways],
+        )
         while True:
             event = await self._event(self.down, self.client)
             if isinstance(event, wire.Body):
@@ -166,6 +163,7 @@ class Session:
         # Every form sent in this run, not this request's only: a stored echo of git's
         # re-encoded Basic blob came back to a later request, on another connection.
         forms.update(self.run.sent_forms(echoes))
+        hidden = self.run.disguises
         head = request.method == b"HEAD"
         self.up.no_body = head
         while True:
@@ -187,7 +185,7 @@ class Session:
         for key, value in event.headers:
             if key in _FRAMING and not (key == b"content-length" and empty and event.status != 204):
                 continue
-            key, value = _scrub(key, forms), _scrub(value, forms)
+            key, value = scrub(key, forms, hidden), scrub(value, forms, hidden)
             if key == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
                 # Every Content-Encoding line, not the last one only (a second `identity`
                 # line hid a gzip body), on every response: a stored echo comes back to a
@@ -203,17 +201,17 @@ class Session:
         if not keep:
             headers.append((b"connection", b"close"))
         # The reason is scrubbed too: an error page's "401 bad token …".
-        reason = _scrub(event.reason, forms)
+        reason = scrub(event.reason, forms, hidden)
         await self.client.write(wire.response_head(event.status, reason, headers))
-        scrub = Scanner(forms)
+        scanner = Scanner(forms, hidden)
         while True:
             event = await self._event(self.up, self.upstream)
             if isinstance(event, wire.Body):
-                data = scrub.feed(event.data)
+                data = scanner.feed(event.data)
                 if data:
                     await self.client.write(wire.chunk(data) if chunked else data)
             elif isinstance(event, wire.End):
-                rest = scrub.end()
+                rest = scanner.end()
                 if rest:
                     await self.client.write(wire.chunk(rest) if chunked else rest)
                 if chunked:
@@ -221,7 +219,7 @@ class Session:
                 break
             else:
                 raise Cut("the upstream closed in the middle of its response")
-        if scrub.found:
+        if scanner.found:
             self.run.echoed(f"{self.flow.host}:{self.flow.port}")
         return keep
 

@@ -59,6 +59,11 @@ def specs_of(sandbox: SandboxConfig, environ: Mapping[str, str]) -> tuple[Spec, 
             header=secret.header,
             format=secret.format,
             basic_user=secret.basic_user,
+            file=(
+                os.path.realpath(os.path.expanduser(secret.file))
+                if secret.file is not None
+                else None
+            ),
         )
         for name, secret in sandbox.secrets.items()
     )
@@ -149,6 +154,10 @@ def with_secrets(
         out.write(base.rstrip(b"\n") + b"\n" + run.ca.pem)
     os.chmod(bundle, 0o644)
     new = dataclasses.replace(
-        plan, bundle=bundle, bundle_at=BUNDLE_INSIDE, secrets=Interception(run)
+        plan,
+        bundle=bundle,
+        bundle_at=BUNDLE_INSIDE,
+        secrets=Interception(run),
+        hidden=tuple(s.file for s in specs if s.file is not None),
     )
     return new, run.env()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sprawl_orch.secrets.ca import RunCA
+from sprawl_orch.secrets.disguise import Disguise, disguises
 from sprawl_orch.secrets.spec import Spec, placeholder
 from sprawl_orch.secrets.swap import Bound, holds
 
@@ -70,6 +71,11 @@ class SecretRun:
     # Every form of every value -> its placeholder, what a response is scrubbed of; made once
     # (quoting and base64 per request were a share of the intercepted path's CPU).
     forms: dict[bytes, bytes] = field(default_factory=dict, repr=False)
+    # The value escaped or inside base64, by pattern (disguise.py), compiled once per run.
+    disguises: list[Disguise] = field(default_factory=list, repr=False)
+    # Each placeholder so spelled too: one sent percent-encoded, in base64 or lower-cased
+    # where it is never swapped went out uncounted (tests/secrets/test_attacks_forms.py).
+    spellings: dict[bytes, list[Disguise]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.secrets = tuple(
@@ -84,6 +90,10 @@ class SecretRun:
             for s in self.specs
         )
         self.forms = {f: b.placeholder for b in self.secrets for f in b.forms()}
+        self.disguises = [d for b in self.secrets for d in disguises(b.value, b.placeholder)]
+        self.spellings = {
+            b.placeholder: disguises(b.placeholder, b.placeholder) for b in self.secrets
+        }
 
     def env(self) -> dict[str, str]:
         """What the command's environment gets: each name set to its placeholder."""
@@ -109,8 +119,15 @@ class SecretRun:
     def check_plain(self, host: str, where: str, data: bytes, bound: tuple[Bound, ...]) -> None:
         """Count a placeholder seen where it is never swapped (a URL, a plain request)."""
         for secret in self.secrets:
-            if holds(data, secret.placeholder):
+            if self.carries(data, secret):
                 self.leak(secret.name, host, f"{where} (never swapped)")
+
+    def carries(self, data: bytes, secret: Bound) -> bool:
+        """Whether `data` holds the secret's placeholder: plainly, in Basic credentials, or
+        spelled otherwise (escaped, in base64, in another case)."""
+        if holds(data, secret.placeholder):
+            return True
+        return any(d.found_in(data) for d in self.spellings.get(secret.placeholder, ()))
 
     def plain_request(self, host: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         """The proxy's plain-HTTP path: nothing is swapped there (the command could read it

@@ -25,6 +25,8 @@ class Spec:
     header: str | None = None
     format: str = "{value}"
     basic_user: str | None = None
+    # The real path of the `file` the value was read from: the bwrap arm's view masks it.
+    file: str | None = None
 
 
 def placeholder(name: str) -> str:

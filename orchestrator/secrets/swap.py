@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, quote_plus
+
+from sprawl_orch.secrets.disguise import Disguise
 
 
 @dataclass(frozen=True)
@@ -114,11 +116,14 @@ def swap_headers(
 
 class Scanner:
     """Finds needles in a stream cut anywhere (a needle split over two chunks is found), and
-    optionally replaces each with its stand-in (same scan, for scrubbing a response)."""
+    optionally replaces each with its stand-in (same scan, for scrubbing a response); the
+    disguises (disguise.py: the value escaped or in base64, matched by pattern) likewise."""
 
-    def __init__(self, needles: dict[bytes, bytes]) -> None:
+    def __init__(self, needles: dict[bytes, bytes], disguises: Sequence[Disguise] = ()) -> None:
         self.needles = {k: v for k, v in needles.items() if k}
-        self.keep = max((len(k) for k in self.needles), default=1) - 1
+        self.disguises = tuple(disguises)
+        widest = [len(k) for k in self.needles] + [d.widest for d in self.disguises]
+        self.keep = max(widest, default=1) - 1
         self.tail = b""
         self.found: set[bytes] = set()
 
@@ -129,6 +134,11 @@ class Scanner:
             if needle in text:
                 self.found.add(needle)
                 text = text.replace(needle, stand_in)
+        # After the exact forms: the run's own blob goes back to the command's, as it was.
+        for disguise in self.disguises:
+            text, count = disguise.sub(text)
+            if count:
+                self.found.add(disguise.stand_in)
         if self.keep <= 0:
             self.tail = b""
             return text
@@ -139,3 +149,9 @@ class Scanner:
     def end(self) -> bytes:
         rest, self.tail = self.tail, b""
         return rest
+
+
+def scrub(data: bytes, needles: dict[bytes, bytes], disguises: Sequence[Disguise]) -> bytes:
+    """One whole piece (a header, a reason phrase) scrubbed."""
+    scanner = Scanner(needles, disguises)
+    return scanner.feed(data) + scanner.end()

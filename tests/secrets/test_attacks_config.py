@@ -6,6 +6,9 @@ the bound host whatever file of the person's the command chose)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,51 @@ def test_a_file_that_is_not_utf8_is_refused_with_a_code_never_quoting_it(tmp_pat
     assert "[sandbox.secrets.GH_PAT] file" in err.detail
     seen = f"{err!r} {err.detail} {err.recovery} {err.args!r} {err.__context__!r}"
     assert VALUE not in seen and err.__cause__ is None
+
+
+_READER = """
+import resource, sys
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from sprawl_orch.core.errors import SprawlError
+from tests.secrets.test_attacks_config import _tool_with_file
+try:
+    _tool_with_file(Path(sys.argv[1]), Path(sys.argv[2]))
+    print("READ")
+except SprawlError as err:
+    print(err.code.value, err.detail)
+"""
+
+
+@pytest.mark.parametrize("shape", ["fifo", "dev-zero", "huge", "directory"])
+def test_a_file_that_never_ends_or_is_no_file_is_refused_at_once(
+    tmp_path: Path, shape: str
+) -> None:
+    """`file` read whole with read_bytes: a FIFO with no writer blocked the tool's start for
+    ever, /dev/zero (or a link to it) ate memory until the process died, a 1 MiB file was
+    taken as a value no request head can carry. The caller's own config, but the tool's start
+    must end, with a refusal naming the key. Run in a child with a 1 GiB address-space cap
+    and a deadline."""
+    (tmp_path / "work").mkdir()
+    file = tmp_path / "token"
+    if shape == "fifo":
+        os.mkfifo(file)
+    elif shape == "dev-zero":
+        file.symlink_to("/dev/zero")
+    elif shape == "huge":
+        file.write_bytes(b"a" * (1 << 20))  # a header can't carry it (HEAD_LIMIT, 64 KiB)
+    else:
+        file.mkdir()
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _READER, str(tmp_path), str(file)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=repo,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the tool's start did not end within 60 s on a {shape}")
+    assert done.stdout.startswith("E_CONFIG_INVALID"), (done.stdout, done.stderr[-2000:])
+    assert "[sandbox.secrets.GH_PAT] file" in done.stdout

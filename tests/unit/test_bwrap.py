@@ -263,3 +263,12 @@ def test_the_command_env_goes_through_args_fd_not_argv() -> None:
     words = env_args({"A": "1 2", "LD_PRELOAD": "/x.so"}).split(b"\0")
     assert words[0] == b"--clearenv" and words[-1] == b""
     assert words[1:-1] == [b"--setenv", b"A", b"1 2", b"--setenv", b"LD_PRELOAD", b"/x.so"]
+
+
+def test_a_masked_secret_file_is_covered_after_the_view_and_before_the_copy() -> None:
+    """bwrap applies mounts in order: a mask before the view's bind of /etc would be under
+    it, unseen."""
+    argv = bwrap_argv("bwrap", VIEW, COPY, WORK, ["true"], masks=["/etc/app/token"])
+    at = argv.index("/etc/app/token")
+    assert argv[at - 2 : at] == ["--ro-bind", "/dev/null"]
+    assert argv.index("/etc") < at < argv.index(COPY)

@@ -274,3 +274,42 @@ def test_a_venv_whose_python_is_no_interpreter_is_refused(tmp_path: Path) -> Non
     with pytest.raises(SprawlError) as err:
         command_view({"PATH": ""}, tree, tmp_path / "copy", BASE, guard_for(home))
     assert "not a Python interpreter" in str(err.value)
+
+
+def test_a_host_file_is_seen_at_each_bind_that_shows_its_directory(tmp_path: Path) -> None:
+    """A bind shows its source's real directory at its own path: a secret's file under a
+    linked /opt is seen at /opt/..., the path bwrap masks (integration:
+    test_secret_file_view.py)."""
+    real = tmp_path / "data" / "opt"
+    (real / "app").mkdir(parents=True)
+    (tmp_path / "opt").symlink_to(real)
+    token = str(real / "app" / "token")
+    view = View(binds=(str(tmp_path / "opt"), str(real)), links=())
+    assert view.seen_at(token) == (
+        (str(tmp_path / "opt" / "app" / "token"), str(real)),
+        (token, str(real)),
+    )
+    assert View(binds=(str(tmp_path / "other"),), links=()).seen_at(token) == ()
+
+
+def test_a_mask_is_kept_where_the_sandbox_uid_passes_and_dropped_where_it_cannot(
+    tmp_path: Path,
+) -> None:
+    """bwrap_masks: a directory the uid cannot search drops the mask (it failed bwrap's
+    setup); one on the way to another bind counts as passable (an ACL grants it there)."""
+    from sprawl_orch.native_fallbacks.bwrap_masks import masks_for
+
+    opt = tmp_path / "opt"
+    (opt / "closed").mkdir(parents=True, mode=0o700)
+    (opt / "tools" / "bin").mkdir(parents=True)
+    (opt / "tools").chmod(0o700)
+    (opt / "open").mkdir()
+    for d in ("closed", "tools", "open"):
+        (opt / d / "token").write_text("v")
+    view = View(binds=(str(opt), str(opt / "tools" / "bin")), links=())
+    uid = 65000  # no owner here: only the mode's "other" bits (or a grant) let it pass
+    hidden = [str(opt / d / "token") for d in ("closed", "tools", "open")]
+    assert masks_for(view, hidden, uid) == (
+        str(opt / "tools" / "token"),
+        str(opt / "open" / "token"),
+    )
