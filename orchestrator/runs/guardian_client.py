@@ -34,6 +34,7 @@ from pathlib import Path
 
 from sprawl_orch.config import Config
 from sprawl_orch.config.state import guardian_socket
+from sprawl_orch.core.exec_place import KEY_NAMES
 from sprawl_orch.engines.engine import ENGINES
 from sprawl_orch.guardian.protocol import (
     Announcement,
@@ -105,6 +106,33 @@ def _stderr_once(problem: str) -> None:
     # stderr closed or broken: nowhere else to say it, and saying must never fail the caller
     with contextlib.suppress(OSError, ValueError):
         print(f"sprawl-orch: {problem}", file=sys.stderr, flush=True)
+
+
+# What a guardian needs from its starter's environment: to find Python's programs and the
+# engines it sweeps (docker's SDK and CLI, podman rootful and rootless), and its own settings.
+# Nothing else: a shared guardian outlives the call that started it and serves later ones,
+# and the caller's environment holds the values of [sandbox.secrets] (atksecrets: the
+# guardian kept GH_PAT's value in its environ, in any core dump of it, for its whole life).
+GUARDIAN_ENV: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "XDG_RUNTIME_DIR",
+    "DBUS_SESSION_BUS_ADDRESS",  # rootless podman's systemd cgroup manager
+    "DOCKER_CERT_PATH",
+    "DOCKER_TLS_VERIFY",
+    *KEY_NAMES,
+)
+
+
+def guardian_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The guardian's environment: the names of GUARDIAN_ENV that are set, nothing else."""
+    return {name: environ[name] for name in dict.fromkeys(GUARDIAN_ENV) if name in environ}
 
 
 class Guardian(Watcher):
@@ -210,7 +238,7 @@ class Guardian(Watcher):
     ) -> subprocess.Popen[bytes]:
         """Start a guardian (per-session or shared) the one way both are started: its own
         session, cwd /, no fd of ours but `pass_fds`, stderr into the log when one is set."""
-        env = dict(self.environ)
+        env = guardian_env(self.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
         log = open(self.log, "ab") if self.log else None  # noqa: SIM115
         try:

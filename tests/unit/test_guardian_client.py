@@ -167,3 +167,36 @@ def test_the_real_guardian_leaves_a_path_not_named_like_a_copy(tmp_path: Path) -
     guardian.close(wait=30)
     assert tree.is_dir()
     assert "not a scratch copy name" in (tmp_path / "guardian.log").read_text()
+
+
+DUMP_ENV = (
+    "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'));"
+    " sys.stdin.buffer.read()"
+)
+
+
+def test_the_guardian_gets_no_name_of_the_callers_but_what_it_needs(tmp_path: Path) -> None:
+    """atksecrets: the guardian inherited the caller's whole environment, a secret's value
+    included, and a shared one keeps it for every later call (and in any core dump)."""
+    import json
+
+    out = tmp_path / "env.json"
+    caller = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/home/someone",
+        "DOCKER_HOST": "unix:///run/x.sock",
+        "XDG_RUNTIME_DIR": "/run/user/1000",
+        "GH_PAT": "ghp_the-real-value",
+        "AWS_SECRET_ACCESS_KEY": "also-secret",
+        "LD_PRELOAD": "/tmp/evil.so",
+    }
+    guardian = Guardian("s1", argv=[sys.executable, "-c", DUMP_ENV, str(out)], environ=caller)
+    guardian.expect("sprawl-s1-1")
+    assert guardian.close(wait=10) == 0
+    seen = json.loads(out.read_text())
+    assert seen["DOCKER_HOST"] == "unix:///run/x.sock"
+    assert seen["XDG_RUNTIME_DIR"] == "/run/user/1000"
+    assert seen["PATH"] == "/usr/bin:/bin"
+    leaked = {"GH_PAT", "AWS_SECRET_ACCESS_KEY", "LD_PRELOAD"} & set(seen)
+    assert leaked == set()
+    assert "ghp_the-real-value" not in out.read_text()
