@@ -22,7 +22,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sprawl_orch.changes.workspace_diff import real_parent, replace_path, same_entry
+from sprawl_orch.changes.workspace_diff import overlaps, real_parent, replace_path, same_entry
 from sprawl_orch.changes.workspace_state import scan_one
 from sprawl_orch.core.beneath import chmod_dir
 from sprawl_orch.core.removal import delete_path
@@ -44,6 +44,7 @@ class Merge:
     flowed: list[str] = field(default_factory=list)
     new: list[str] = field(default_factory=list)
     merged: list[str] = field(default_factory=list)  # markers dropped once the flow is saved
+    unmade: list[str] = field(default_factory=list)  # deleted directories merged three-way
 
     def both_made_dir(self, rel: str) -> bool:
         """Whether ``rel`` is a real directory in both trees where the agent started from
@@ -83,6 +84,51 @@ class Merge:
                 self._bits(sub)
             elif not same_entry(self.tree, a, self.base, b, sub):
                 self._conflict(sub)
+
+    def deleted_dir(self, rel: str) -> bool:
+        """Whether the person deleted directory ``rel`` that the agent holds as a real
+        directory and started from one (``bases/<rel>``): merged three-way, not judged whole."""
+        if scan_one(self.base, rel) is not None or not real_dirs(self.tree, rel):
+            return False
+        return real_dirs(self.bases, rel) and not os.path.lexists(str(self.bases / rel) + ABSENT)
+
+    def unmake(self, rel: str) -> None:
+        """Merge the person's deletion of directory ``rel`` (:meth:`deleted_dir`) against the
+        agent's start, entry by entry: one equal to its start is the person's deletion (gone
+        from ``tree``), one the agent changed or made is a conflict of its own (the person's
+        version: absent). Judged whole, every entry of the agent's ``rel`` was listed as made
+        by the agent, and ``apply d/b`` brought a file the person deleted back. Every step can
+        be done again: the starts stay until the flow is saved (:func:`forget_starts`)."""
+        if rel in self.conflicts:  # named whole by an earlier flow: judged entry by entry now
+            self.conflicts.discard(rel)
+            self.bits_only.discard(rel)
+            delete_path(self.theirs / rel)
+        self._unmake(rel)
+        self.unmade.append(rel)
+
+    def _unmake(self, rel: str) -> None:
+        for name in sorted(os.listdir(self.tree / rel)):
+            sub = f"{rel}/{name}"
+            a, k = scan_one(self.tree, sub), scan_one(self.bases, sub)
+            if a is None:
+                continue  # gone since it was listed
+            if k is None or os.path.lexists(str(self.bases / sub) + ABSENT):
+                self._conflict(sub)  # the agent made it
+            elif stat.S_ISDIR(a.st_mode) and stat.S_ISDIR(k.st_mode):
+                self._unmake(sub)
+            elif same_entry(self.tree, a, self.bases, k, sub):
+                delete_path(self.tree / sub)  # the person's deletion
+                self.flowed.append(sub)
+            else:
+                self.conflict(sub)
+        a, k = scan_one(self.tree, rel), scan_one(self.bases, rel)
+        if a is None or k is None or os.listdir(self.tree / rel):
+            return  # the agent's entries under it hold it (its own bits go with them)
+        if stat.S_IMODE(a.st_mode) == stat.S_IMODE(k.st_mode):
+            os.rmdir(self.tree / rel)  # nothing of the agent's left in it
+            self.flowed.append(rel)
+        else:
+            self.conflict(rel)  # an empty directory whose bits the agent changed
 
     def conflict(self, rel: str) -> None:
         """A conflict on the whole entry ``rel``: the agent's version stays in ``tree``, the
@@ -124,6 +170,74 @@ def drop_markers(bases: Path, merged: list[str]) -> None:
     for rel in merged:
         with contextlib.suppress(FileNotFoundError):  # dropped already, or made a conflict
             os.unlink(str(bases / rel) + ABSENT)
+
+
+def fill_starts(base: Path, bases: Path, rel: str) -> None:
+    """Keep base's version of every entry under directory ``rel`` whose start ``bases/``
+    lacks (one kept already is the older start: it stays)."""
+    if not real_dirs(base, rel) or not real_dirs(bases, rel):
+        return
+    for name in sorted(os.listdir(base / rel)):
+        sub = f"{rel}/{name}"
+        if os.path.lexists(str(bases / sub) + ABSENT):
+            continue
+        if not os.path.lexists(bases / sub):
+            replace_path(base, bases, sub)
+        else:
+            fill_starts(base, bases, sub)
+
+
+def real_dirs(root: Path, rel: str) -> bool:
+    """Whether ``rel`` and every directory on the way to it are real directories under
+    ``root`` (a link an agent's command put on the way is never walked through)."""
+    parts = rel.split("/")
+    for i in range(1, len(parts) + 1):
+        st = scan_one(root, "/".join(parts[:i]))
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            return False
+    return True
+
+
+def forget_starts(bases: Path, unmade: list[str], conflicts: set[str]) -> None:
+    """After the flow is saved: in each directory the person deleted (:meth:`Merge.unmake`),
+    forget the agent's start of every entry that is no conflict now -- the person's deleted
+    entries, settled -- so a later flow never takes them for the agent's start again. A kill
+    before this leaves starts behind that only a deleted entry could match."""
+    for rel in unmade:
+        _forget(bases, rel, conflicts)
+
+
+def _forget(bases: Path, rel: str, conflicts: set[str]) -> None:
+    if not overlaps(rel, conflicts):
+        delete_path(bases / rel)
+        with contextlib.suppress(FileNotFoundError):  # only an entry the agent made has one
+            os.unlink(str(bases / rel) + ABSENT)
+        return
+    if rel in conflicts or not real_dirs(bases, rel):
+        return  # the conflict's own start, kept whole
+    for name in sorted(os.listdir(bases / rel)):
+        if not name.endswith(ABSENT):
+            _forget(bases, f"{rel}/{name}", conflicts)
+        elif not os.path.lexists(bases / rel / name[: -len(ABSENT)]):
+            _forget(bases, f"{rel}/{name[: -len(ABSENT)]}", conflicts)
+
+
+def prune_emptied(tree: Path, base: Path, bases: Path, rel: str) -> None:
+    """After conflict ``rel`` ended with the person's deletion (taken, or both sides absent):
+    the empty directories above it that the person deleted (absent in base, the agent's
+    start a directory) go too; left, `changes` listed them as made by the agent and a plain
+    apply brought the person's deleted directory back."""
+    parts = rel.split("/")
+    for i in range(len(parts) - 1, 0, -1):
+        up = "/".join(parts[:i])
+        if scan_one(base, up) is not None or not real_dirs(bases, up):
+            return
+        if not real_dirs(tree, up) or os.listdir(tree / up):
+            return
+        a, k = scan_one(tree, up), scan_one(bases, up)
+        if a is None or k is None or stat.S_IMODE(a.st_mode) != stat.S_IMODE(k.st_mode):
+            return  # its bits are the agent's: its own change
+        os.rmdir(tree / up)
 
 
 def keep_bits(theirs: Path, rel: str, bits: int) -> None:
