@@ -52,7 +52,10 @@ class Merge:
         a, b = scan_one(self.tree, rel), scan_one(self.base, rel)
         if a is None or b is None or not stat.S_ISDIR(a.st_mode) or not stat.S_ISDIR(b.st_mode):
             return False
-        return os.path.lexists(str(self.bases / rel) + ABSENT)
+        # Or from a directory base then lacked (the person deleted it, :meth:`unmake`, and
+        # makes it anew): judged whole, the person's new files were listed as the agent's
+        # deletions, and applying the conflict by name deleted them.
+        return os.path.lexists(str(self.bases / rel) + ABSENT) or real_dirs(self.bases, rel)
 
     def merge(self, rel: str) -> None:
         """Merge directory ``rel`` (:meth:`both_made_dir` said so) entry by entry. Every
