@@ -1,4 +1,5 @@
-"""A directory both sides made, merged entry by entry at a flow-in (issue 23).
+"""A directory both sides made, or one the person deleted, merged entry by entry at a flow-in
+(issue 23).
 
 The person made directory ``d`` on the host while the agent made ``d`` in its workspace: the
 flow-in judged ``d`` as one path the agent changed (base had nothing there), so the whole of
@@ -12,6 +13,15 @@ differs is a conflict of its own (the person's version kept under ``theirs/``, t
 start recorded as absent for the three-way diff); a directory under it both made is merged the
 same way. Entries only the agent made stay the agent's. Differing bits of ``d`` itself are a
 conflict on its bits alone.
+
+The person deleted directory ``d`` in which the agent changed something: judged whole, ``d``
+was one conflict and every entry of the agent's ``d`` was listed as created by the agent --
+the person's deleted files among them, which ``apply d/b`` brought back. It is merged
+three-way (:meth:`Merge.unmake`) against the agent's start, ``bases/d`` (the person's ``d``
+as of the last flow-in): an entry equal to its start is the person's deletion and goes from
+``tree``; one the agent changed or made is a conflict of its own, the person's version
+absent. The starts of the settled entries are forgotten once the flow is saved
+(:func:`forget_starts`); ``d`` made again later is merged like a directory both made.
 """
 
 from __future__ import annotations
@@ -93,7 +103,11 @@ class Merge:
         directory and started from one (``bases/<rel>``): merged three-way, not judged whole."""
         if scan_one(self.base, rel) is not None or not real_dirs(self.tree, rel):
             return False
-        return real_dirs(self.bases, rel) and not os.path.lexists(str(self.bases / rel) + ABSENT)
+        if not real_dirs(self.bases, rel) or os.path.lexists(str(self.bases / rel) + ABSENT):
+            return False
+        # A directory whose bits the agent changed is its change, judged whole: and one it
+        # made unreadable (chmod 000) is never listed.
+        return same_bits(scan_one(self.tree, rel), scan_one(self.bases, rel))
 
     def unmake(self, rel: str) -> None:
         """Merge the person's deletion of directory ``rel`` (:meth:`deleted_dir`) against the
@@ -117,21 +131,16 @@ class Merge:
                 continue  # gone since it was listed
             if k is None or os.path.lexists(str(self.bases / sub) + ABSENT):
                 self._conflict(sub)  # the agent made it
-            elif stat.S_ISDIR(a.st_mode) and stat.S_ISDIR(k.st_mode):
+            elif stat.S_ISDIR(a.st_mode) and stat.S_ISDIR(k.st_mode) and same_bits(a, k):
                 self._unmake(sub)
             elif same_entry(self.tree, a, self.bases, k, sub):
                 delete_path(self.tree / sub)  # the person's deletion
                 self.flowed.append(sub)
             else:
                 self.conflict(sub)
-        a, k = scan_one(self.tree, rel), scan_one(self.bases, rel)
-        if a is None or k is None or os.listdir(self.tree / rel):
-            return  # the agent's entries under it hold it (its own bits go with them)
-        if stat.S_IMODE(a.st_mode) == stat.S_IMODE(k.st_mode):
-            os.rmdir(self.tree / rel)  # nothing of the agent's left in it
+        if not os.listdir(self.tree / rel):  # nothing of the agent's left in it
+            os.rmdir(self.tree / rel)
             self.flowed.append(rel)
-        else:
-            self.conflict(rel)  # an empty directory whose bits the agent changed
 
     def conflict(self, rel: str) -> None:
         """A conflict on the whole entry ``rel``: the agent's version stays in ``tree``, the
@@ -180,6 +189,8 @@ def fill_starts(base: Path, bases: Path, rel: str) -> None:
     lacks (one kept already is the older start: it stays)."""
     if not real_dirs(base, rel) or not real_dirs(bases, rel):
         return
+    # made for the paths under it (real_parent: 0700), its own start is base's
+    chmod_dir(bases / rel, stat.S_IMODE(os.lstat(base / rel).st_mode))
     for name in sorted(os.listdir(base / rel)):
         sub = f"{rel}/{name}"
         if os.path.lexists(str(bases / sub) + ABSENT):
@@ -188,6 +199,10 @@ def fill_starts(base: Path, bases: Path, rel: str) -> None:
             replace_path(base, bases, sub)
         else:
             fill_starts(base, bases, sub)
+
+
+def same_bits(a: os.stat_result | None, b: os.stat_result | None) -> bool:
+    return a is not None and b is not None and stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode)
 
 
 def real_dirs(root: Path, rel: str) -> bool:

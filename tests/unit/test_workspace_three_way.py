@@ -140,6 +140,35 @@ def test_taking_the_persons_deletion_leaves_no_empty_directory(tmp_path: Path) -
     assert files(tree) == before
 
 
+def test_a_link_or_changed_bits_in_a_deleted_directory_is_the_agents(tmp_path: Path) -> None:
+    """A directory the agent made a link to elsewhere, or one whose bits it changed (here to
+    000: unreadable), is the agent's change, a conflict whole: never walked through, never
+    listed; the person's files beside them still go."""
+    tree, ws = person_tree(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("keep\n")
+    with ws.command():
+        (ws.tree / "d" / "locked").mkdir()
+        (ws.tree / "d" / "locked" / "f").write_text("agent\n")
+        shutil.rmtree(ws.tree / "d" / "sub")
+        (ws.tree / "d" / "sub").symlink_to(elsewhere)
+    (tree / "d" / "locked").mkdir()
+    (tree / "d" / "locked" / "f").write_text("agent\n")
+    with again(tmp_path, tree).command():
+        pass
+    os.chmod(ws.tree / "d" / "locked", 0)
+    try:
+        shutil.rmtree(tree / "d")
+        ws = again(tmp_path, tree)
+        with ws.command() as r:
+            assert r.conflicts == ["d/locked", "d/sub"], r
+        assert sorted(os.listdir(ws.tree / "d")) == ["locked", "sub"]
+        assert files(elsewhere) == {"keep": "keep\n"}
+    finally:
+        os.chmod(ws.tree / "d" / "locked", 0o700)
+
+
 def test_a_deleted_file_the_agent_modified_is_a_conflict(tmp_path: Path) -> None:
     tree, ws = person_tree(tmp_path)
     with ws.command():
