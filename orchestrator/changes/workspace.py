@@ -37,7 +37,7 @@ from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.workspace_apply import apply_entries
 from sprawl_orch.changes.workspace_diff import scan
 from sprawl_orch.changes.workspace_flow import Flow, ended, take
-from sprawl_orch.changes.workspace_merge import drop_markers, forget_starts, prune_emptied
+from sprawl_orch.changes.workspace_merge import prune_emptied, settled
 from sprawl_orch.changes.workspace_state import (
     BASE,
     BASES,
@@ -265,13 +265,12 @@ class Workspace:
         # A conflict ends once both sides hold the same again (a directory's bits, for one
         # on its bits alone).
         over = {c for c in conflicts if ended(self.tree, self.base, c, c in bits)}
-        for c in sorted(over):  # ended with the person's deletion: what it emptied goes too
-            prune_emptied(self.tree, self.base, self.dir / BASES, c)
+        bases = self.dir / BASES
+        prune_emptied(self.tree, self.base, bases, sorted(over))
         conflicts -= over
         self._save(sorted(conflicts), sorted(bits))
         (self.dir / FLOWING).unlink()
-        drop_markers(self.dir / BASES, merged + flow.merged)
-        forget_starts(self.dir / BASES, unmade + flow.unmade, conflicts)
+        settled(bases, merged + flow.merged, unmade + flow.unmade, over - bits, conflicts)
         return Refresh(flowed_in=flowed, conflicts=sorted(conflicts), new_conflicts=new)
 
     def _base_record(self) -> copy_stamps.SyncRecord:

@@ -34,7 +34,13 @@ from sprawl_orch.changes.workspace_diff import (
     replace_path,
     same_entry,
 )
-from sprawl_orch.changes.workspace_merge import ABSENT, Merge, fill_starts, prune_emptied
+from sprawl_orch.changes.workspace_merge import (
+    ABSENT,
+    Merge,
+    fill_starts,
+    forget_start,
+    prune_emptied,
+)
 from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, UNDO, scan_one
 from sprawl_orch.changes.workspace_walk import Clean
 from sprawl_orch.core.beneath import chmod_dir
@@ -320,8 +326,10 @@ def take(ws: Path, rel: str, conflicts: list[str], bits_only: list[str]) -> list
         return [c for c in conflicts if c != rel]
     rel = _take_whole(base, tree, rel)
     delete_path(theirs / rel)
-    prune_emptied(tree, base, ws / BASES, rel)  # a deleted directory it alone held
-    return [c for c in conflicts if not overlaps(c, {rel})]
+    prune_emptied(tree, base, ws / BASES, [rel])  # a deleted directory it alone held
+    left = [c for c in conflicts if not overlaps(c, {rel})]
+    forget_start(ws / BASES, rel, set(left))
+    return left
 
 
 def _take_bits(tree: Path, base: Path, rel: str) -> bool:

@@ -175,6 +175,19 @@ class Merge:
         self.bits_conflict(rel, stat.S_IMODE(b.st_mode))
 
 
+def settled(
+    bases: Path, merged: list[str], unmade: list[str], over: set[str], conflicts: set[str]
+) -> None:
+    """After the flow is saved and its journal gone: the markers of the directories both
+    made (:func:`drop_markers`), the starts of the settled entries of those the person
+    deleted (:func:`forget_starts`), and of the conflicts ``over`` (:func:`forget_start`;
+    one on a directory's bits alone is not among them: starts under it stay)."""
+    drop_markers(bases, merged)
+    forget_starts(bases, unmade, conflicts)
+    for rel in sorted(over):
+        forget_start(bases, rel, conflicts)
+
+
 def drop_markers(bases: Path, merged: list[str]) -> None:
     """After the flow is saved and its journal gone: the agent's start in each merged
     directory is per entry now. A kill before this leaves a marker behind, which only makes
@@ -225,6 +238,17 @@ def forget_starts(bases: Path, unmade: list[str], conflicts: set[str]) -> None:
         _forget(bases, rel, conflicts)
 
 
+def forget_start(bases: Path, rel: str, conflicts: set[str]) -> None:
+    """Conflict ``rel`` is over (taken, or both sides the same again): tree and base agree
+    there, so its start is base's from now on. Kept, an old start made a file the agent left
+    alone since a conflict again when the person deleted its directory. One another
+    conflict needs (under it, or above it) stays."""
+    if not overlaps(rel, conflicts - {rel}):
+        delete_path(bases / rel)
+        with contextlib.suppress(FileNotFoundError):  # only an entry the agent made has one
+            os.unlink(str(bases / rel) + ABSENT)
+
+
 def _forget(bases: Path, rel: str, conflicts: set[str]) -> None:
     if not overlaps(rel, conflicts):
         delete_path(bases / rel)
@@ -240,11 +264,16 @@ def _forget(bases: Path, rel: str, conflicts: set[str]) -> None:
             _forget(bases, f"{rel}/{name[: -len(ABSENT)]}", conflicts)
 
 
-def prune_emptied(tree: Path, base: Path, bases: Path, rel: str) -> None:
-    """After conflict ``rel`` ended with the person's deletion (taken, or both sides absent):
-    the empty directories above it that the person deleted (absent in base, the agent's
-    start a directory) go too; left, `changes` listed them as made by the agent and a plain
-    apply brought the person's deleted directory back."""
+def prune_emptied(tree: Path, base: Path, bases: Path, ended: list[str]) -> None:
+    """After each conflict of ``ended`` ended (taken, or both sides the same again), maybe
+    with the person's deletion: the empty directories above it that the person deleted
+    (absent in base, the agent's start a directory) go too; left, `changes` listed them as
+    made by the agent and a plain apply brought the person's deleted directory back."""
+    for rel in ended:
+        _prune(tree, base, bases, rel)
+
+
+def _prune(tree: Path, base: Path, bases: Path, rel: str) -> None:
     parts = rel.split("/")
     for i in range(len(parts) - 1, 0, -1):
         up = "/".join(parts[:i])

@@ -169,6 +169,47 @@ def test_a_link_or_changed_bits_in_a_deleted_directory_is_the_agents(tmp_path: P
         os.chmod(ws.tree / "d" / "locked", 0o700)
 
 
+def test_a_conflict_the_agent_undid_takes_its_emptied_directory_along(tmp_path: Path) -> None:
+    """The agent removes its own change later: the conflict is over at the next flow, and
+    the directory the person deleted, empty now, goes too (left, `changes` listed it as made
+    by the agent and a plain apply brought it back)."""
+    tree, ws = person_tree(tmp_path)
+    with ws.command():
+        (ws.tree / "d" / "a").write_text("agent a\n")
+    shutil.rmtree(tree / "d")
+    with again(tmp_path, tree).command():
+        pass
+    with again(tmp_path, tree).command():
+        (ws.tree / "d" / "a").unlink()
+    ws = again(tmp_path, tree)
+    with ws.command() as r:
+        assert r.conflicts == [], r
+    assert not os.path.lexists(ws.tree / "d")
+    assert changes(ws) == {}
+
+
+def test_a_taken_conflict_is_no_start_for_a_later_deletion(tmp_path: Path) -> None:
+    """Both changed d/a, the person's version was taken; the agent then changes d/c and the
+    person deletes ``d``: d/c is the conflict, d/a (the person's, as taken) goes. The start
+    kept for the old conflict (the version both started from) made d/a a conflict again."""
+    tree, ws = person_tree(tmp_path)
+    with ws.command():
+        (ws.tree / "d" / "a").write_text("agent a\n")
+    (tree / "d" / "a").write_text("person's new a\n")
+    ws = again(tmp_path, tree)
+    with ws.command() as r:
+        assert r.conflicts == ["d/a"], r
+    ws.take("d/a")
+    with again(tmp_path, tree).command():
+        (ws.tree / "d" / "c").write_text("agent c\n")
+    shutil.rmtree(tree / "d")
+    ws = again(tmp_path, tree)
+    with ws.command() as r:
+        assert r.conflicts == ["d/c"], r
+    assert sorted(os.listdir(ws.tree / "d")) == ["c"]
+    assert changes(ws) == {"d": "created", "d/c": "created"}
+
+
 def test_a_deleted_file_the_agent_modified_is_a_conflict(tmp_path: Path) -> None:
     tree, ws = person_tree(tmp_path)
     with ws.command():
