@@ -54,7 +54,7 @@ def apply_entries(
     # entries in it: workspace_merge.py) comes with a conflict under it chosen by name, as
     # its parent; chosen alone it is held: applying it brought back a directory the person
     # deleted, and nothing of the agent's.
-    holders = {e.path for e in entries if _holds(e.path, named)}
+    holders = {e.path for e in entries if _holds(e, named)}
     wanted = chosen & {e.path for e in entries} - holders
     carried = {h for h in holders if any(c.startswith(h + "/") for c in wanted)}
     consent = (chosen - holders) | carried if conflicts_by_name else set()
@@ -68,7 +68,7 @@ def apply_entries(
     handle = f"ws-{place.name}-{secrets.token_hex(4)}"
     # A chosen path held as a conflict is answered once, as the conflict below (apply would
     # add "not among the changes" for it); choosing only held paths applies nothing.
-    asked = sorted({p for p in chosen if p not in held} | (carried if chosen else set()))
+    asked = sorted({p for p in chosen if p not in held} | carried)
     kept = keep_changes(place.state, handle, place.workdir, tree, record, todo, budget=1 << 62)
     if not kept.kept or (chosen and not asked):
         result = ApplyResult(handle=handle, workdir=str(place.workdir), dry_run=dry_run)
@@ -127,8 +127,13 @@ def _change_record(place: Place) -> change_record.SyncRecord:
     return record
 
 
-def _holds(path: str, named: set[str]) -> bool:
-    """Whether ``path`` holds a named conflict without being one or inside one."""
+def _holds(entry: ChangeEntry, named: set[str]) -> bool:
+    """Whether ``entry`` is a directory the person's tree lacks that holds a named conflict
+    without being one or inside one (a directory whose bits the agent changed stays a
+    change of its own, applied when chosen)."""
+    if entry.change != "created" or entry.kind != "dir":
+        return False
+    path = entry.path
     parts = path.split("/")
     inside = any("/".join(parts[:i]) in named for i in range(1, len(parts) + 1))
     return not inside and any(c.startswith(path + "/") for c in named)
