@@ -210,6 +210,36 @@ def test_a_taken_conflict_is_no_start_for_a_later_deletion(tmp_path: Path) -> No
     assert changes(ws) == {"d": "created", "d/c": "created"}
 
 
+def test_a_deleted_inner_directory_is_merged_the_same(tmp_path: Path) -> None:
+    tree, ws = person_tree(tmp_path)
+    with ws.command():
+        (ws.tree / "d" / "sub" / "new").write_text("agent new\n")
+    shutil.rmtree(tree / "d" / "sub")
+    ws = again(tmp_path, tree)
+    with ws.command() as r:
+        assert r.conflicts == ["d/sub/new"], r
+    assert sorted(os.listdir(ws.tree / "d" / "sub")) == ["new"]
+    assert changes(ws) == {"d/sub": "created", "d/sub/new": "created"}
+    before = files(tree)
+    for chosen in (None, ["d/sub"], ["d/sub/x"]):
+        ws.apply(chosen)
+        assert files(tree) == before, chosen
+
+
+def test_both_deleting_agree(tmp_path: Path) -> None:
+    """The agent deleted a file of ``d`` and changed nothing else, the person deleted ``d``:
+    nothing is left of it and nothing is a conflict."""
+    tree, ws = person_tree(tmp_path)
+    with ws.command():
+        (ws.tree / "d" / "b").unlink()
+    shutil.rmtree(tree / "d")
+    ws = again(tmp_path, tree)
+    with ws.command() as r:
+        assert r.conflicts == [], r
+    assert not os.path.lexists(ws.tree / "d")
+    assert changes(ws) == {}
+
+
 def test_a_deleted_file_the_agent_modified_is_a_conflict(tmp_path: Path) -> None:
     tree, ws = person_tree(tmp_path)
     with ws.command():
