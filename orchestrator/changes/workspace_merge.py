@@ -140,6 +140,8 @@ class Merge:
                 self.conflict(sub)
         if not os.listdir(self.tree / rel):  # nothing of the agent's left in it
             os.rmdir(self.tree / rel)
+            # named once, not each entry (a result listed every file of a big directory)
+            self.flowed[:] = [f for f in self.flowed if not f.startswith(rel + "/")]
             self.flowed.append(rel)
 
     def conflict(self, rel: str) -> None:

@@ -56,6 +56,7 @@ def test_a_deleted_directory_keeps_only_the_agents_change_as_a_conflict(tmp_path
     with ws.command() as r:
         assert r.new_conflicts == ["d/a"], r
         assert r.conflicts == ["d/a"], r
+        assert r.flowed_in == ["d/b", "d/c", "d/sub"], r  # the person's deletion, named once
     # The person's deleted files are gone from the workspace too, not listed as the agent's.
     assert sorted(os.listdir(ws.tree / "d")) == ["a"]
     assert (ws.tree / "d" / "a").read_text() == "agent a\n"
@@ -235,7 +236,7 @@ def test_both_deleting_agree(tmp_path: Path) -> None:
     shutil.rmtree(tree / "d")
     ws = again(tmp_path, tree)
     with ws.command() as r:
-        assert r.conflicts == [], r
+        assert r.conflicts == [] and r.flowed_in == ["d"], r
     assert not os.path.lexists(ws.tree / "d")
     assert changes(ws) == {}
 
