@@ -21,7 +21,9 @@ three-way (:meth:`Merge.unmake`) against the agent's start, ``bases/d`` (the per
 as of the last flow-in): an entry equal to its start is the person's deletion and goes from
 ``tree``; one the agent changed or made is a conflict of its own, the person's version
 absent. The starts of the settled entries are forgotten once the flow is saved
-(:func:`forget_starts`); ``d`` made again later is merged like a directory both made.
+(:func:`forget_starts`). ``d`` made again later (or made a file, then a directory again) is
+merged like a directory both made, three-way where the agent's start of an entry is kept: the
+side still equal to it changed nothing there, and the other side's version stands.
 """
 
 from __future__ import annotations
@@ -89,14 +91,35 @@ class Merge:
             a, b = scan_one(self.tree, sub), scan_one(self.base, sub)
             if b is None:
                 continue  # gone from base since it was listed: nothing of the person's
+            # The agent's start, where it had one (a directory made again: bases/ holds it):
+            # the side still equal to it changed nothing, the other side's version stands.
+            k = self._start(sub)
             if a is None:
+                if k is not None and same_entry(self.base, b, self.bases, k, sub):
+                    continue  # the agent deleted it, the person left it as it was
+                if k is not None:
+                    self._conflict(sub)
+                    continue
                 replace_path(self.base, self.tree, sub)
                 self.flowed.append(sub)
             elif stat.S_ISDIR(a.st_mode) and stat.S_ISDIR(b.st_mode):
                 self._entries(sub)  # made on both sides too
                 self._bits(sub)
-            elif not same_entry(self.tree, a, self.base, b, sub):
-                self._conflict(sub)
+            elif same_entry(self.tree, a, self.base, b, sub):
+                continue
+            elif k is not None and same_entry(self.tree, a, self.bases, k, sub):
+                replace_path(self.base, self.tree, sub)  # the agent left it as it started
+                self.flowed.append(sub)
+            elif k is None or not same_entry(self.base, b, self.bases, k, sub):
+                self._conflict(sub)  # else the person left it as it was: the agent's stands
+
+    def _start(self, rel: str) -> os.stat_result | None:
+        """The agent's start of ``rel`` kept in bases/ (None: none kept, or it had none)."""
+        if os.path.lexists(str(self.bases / rel) + ABSENT) or not real_dirs(
+            self.bases, rel.rpartition("/")[0]
+        ):
+            return None
+        return scan_one(self.bases, rel)
 
     def deleted_dir(self, rel: str) -> bool:
         """Whether the person deleted directory ``rel`` that the agent holds as a real

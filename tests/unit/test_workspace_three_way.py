@@ -99,30 +99,6 @@ def test_the_deleted_entries_starts_are_forgotten(tmp_path: Path) -> None:
     assert changes(ws) == {"d": "created", "d/a": "created"}
 
 
-def test_a_directory_the_person_makes_anew_is_merged_not_judged_whole(tmp_path: Path) -> None:
-    """After the deletion, the person makes ``d`` again: their new files flow in and only
-    the agent's change stays a conflict. Judged whole, ``d`` was one conflict, the person's
-    new files were listed as the agent's deletions and ``apply d`` deleted them."""
-    tree, ws = person_tree(tmp_path)
-    with ws.command():
-        (ws.tree / "d" / "a").write_text("agent a\n")
-    shutil.rmtree(tree / "d")
-    with again(tmp_path, tree).command():
-        pass
-    (tree / "d").mkdir()
-    (tree / "d" / "b").write_text("person's new b\n")
-    ws = again(tmp_path, tree)
-    with ws.command() as r:
-        assert r.conflicts == ["d/a"], r
-        assert r.flowed_in == ["d/b"], r
-    assert files(ws.tree / "d") == {"a": "agent a\n", "b": "person's new b\n"}
-    assert changes(ws) == {"d/a": "created"}
-    before = files(tree)
-    for chosen in (None, ["d"], ["d/b"]):
-        ws.apply(chosen)
-        assert files(tree) == before, chosen
-
-
 def test_taking_the_persons_deletion_leaves_no_empty_directory(tmp_path: Path) -> None:
     tree, ws = person_tree(tmp_path)
     with ws.command():
