@@ -295,6 +295,9 @@ class Flow:
                 merge.conflict(rel)  # now a conflict on the whole entry
                 continue
             replace_path(self.base, self.tree, rel)
+            # Tree and base agree there now: a start kept for it (a directory kept whole
+            # earlier) is older than both, and made it a conflict at a later deletion.
+            forget_start(self.bases, rel, conflicts)
             flowed.append(rel)
             done.append(rel)
         for rel, agent_bits in sorted(self.modes.items()):

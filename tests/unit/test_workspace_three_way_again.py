@@ -85,3 +85,31 @@ def test_a_directory_both_made_then_the_person_deleted(tmp_path: Path) -> None:
         assert r.conflicts == ["d/a", "d/both"], r
     assert sorted(os.listdir(ws.tree / "d")) == ["a", "both"]
     assert changes(ws) == {"d": "created", "d/a": "created", "d/both": "created"}
+
+
+def test_a_start_goes_when_the_persons_edit_flows_in(tmp_path: Path) -> None:
+    """After the merge above bases/d holds the whole old ``d``; the person edits d/c (the
+    agent left it alone: it flows in), then deletes ``d``: d/c goes with it. The old start
+    of d/c, older than the tree's, made it a conflict."""
+    tree, ws = person_tree(tmp_path)
+    with ws.command():
+        (ws.tree / "d" / "a").write_text("agent a\n")
+    kept = tmp_path / "kept"
+    shutil.copytree(tree / "d", kept)
+    shutil.rmtree(tree / "d")
+    (tree / "d").write_text("a file now\n")
+    with again(tmp_path, tree).command():
+        pass
+    (tree / "d").unlink()
+    shutil.copytree(kept, tree / "d")
+    with again(tmp_path, tree).command() as r:
+        assert r.conflicts == [], r
+    (tree / "d" / "c").write_text("person's new c\n")
+    with again(tmp_path, tree).command() as r:
+        assert r.flowed_in == ["d/c"], r
+    shutil.rmtree(tree / "d")
+    ws = again(tmp_path, tree)
+    with ws.command() as r:
+        assert r.conflicts == ["d/a"], r
+    assert sorted(os.listdir(ws.tree / "d")) == ["a"]
+    assert changes(ws) == {"d": "created", "d/a": "created"}
