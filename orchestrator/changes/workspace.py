@@ -37,7 +37,7 @@ from sprawl_orch.changes.changes import ChangeEntry, Changes
 from sprawl_orch.changes.workspace_apply import apply_entries
 from sprawl_orch.changes.workspace_diff import scan
 from sprawl_orch.changes.workspace_flow import Flow, ended, take
-from sprawl_orch.changes.workspace_merge import drop_markers
+from sprawl_orch.changes.workspace_merge import prune_emptied, settled
 from sprawl_orch.changes.workspace_state import (
     BASE,
     BASES,
@@ -231,13 +231,14 @@ class Workspace:
         flowed: list[str] = []
         new: list[str] = []
         merged: list[str] = []
+        unmade: list[str] = []
         if os.path.lexists(self.dir / FLOWING):  # the last one was cut short: finish it
             copy_stamps.forget(self.dir / CLEAN)  # its pairs may vouch where base moved
             self._clean = None
             try:
                 resumed = Flow.resume(self.dir, self.dir / FLOWING)
                 flowed, new = resumed.replay(conflicts, bits)
-                merged = resumed.merged
+                merged, unmade = resumed.merged, resumed.unmade
             except OSError as err:  # a full disk, say: the journal stays for the next command
                 raise replay_failed(self.dir, self.name, self.tree, err) from err
         # The journal (workspace_flow.py); while it stands, _diff walks base instead of
@@ -263,10 +264,13 @@ class Workspace:
         self._clean = clean
         # A conflict ends once both sides hold the same again (a directory's bits, for one
         # on its bits alone).
-        conflicts = {c for c in conflicts if not ended(self.tree, self.base, c, c in bits)}
+        over = {c for c in conflicts if ended(self.tree, self.base, c, c in bits)}
+        bases = self.dir / BASES
+        prune_emptied(self.tree, self.base, bases, sorted(over))
+        conflicts -= over
         self._save(sorted(conflicts), sorted(bits))
         (self.dir / FLOWING).unlink()
-        drop_markers(self.dir / BASES, merged + flow.merged)
+        settled(bases, merged + flow.merged, unmade + flow.unmade, over - bits, conflicts)
         return Refresh(flowed_in=flowed, conflicts=sorted(conflicts), new_conflicts=new)
 
     def _base_record(self) -> copy_stamps.SyncRecord:

@@ -50,18 +50,25 @@ def apply_entries(
     chosen = {p.strip("/") for p in paths or ()}
     bits = set(bits_only)
     named = set(conflicts) - bits
+    # A directory that only holds conflicts (the person deleted it, the agent changed
+    # entries in it: workspace_merge.py) comes with a conflict under it chosen by name, as
+    # its parent; chosen alone it is held: applying it brought back a directory the person
+    # deleted, and nothing of the agent's.
+    holders = {e.path for e in entries if _holds(e, named)}
+    wanted = chosen & {e.path for e in entries} - holders
+    carried = {h for h in holders if any(c.startswith(h + "/") for c in wanted)}
+    consent = (chosen - holders) | carried if conflicts_by_name else set()
     held = [
         e.path
         for e in entries
-        if (overlaps(e.path, named) or e.path in bits)
-        and (e.path not in chosen or not conflicts_by_name)
+        if (overlaps(e.path, named) or e.path in bits) and e.path not in consent
     ]
     todo = [e for e in entries if e.path not in held]
     record = _change_record(place)
     handle = f"ws-{place.name}-{secrets.token_hex(4)}"
     # A chosen path held as a conflict is answered once, as the conflict below (apply would
     # add "not among the changes" for it); choosing only held paths applies nothing.
-    asked = [p for p in chosen if p not in held]
+    asked = sorted({p for p in chosen if p not in held} | carried)
     kept = keep_changes(place.state, handle, place.workdir, tree, record, todo, budget=1 << 62)
     if not kept.kept or (chosen and not asked):
         result = ApplyResult(handle=handle, workdir=str(place.workdir), dry_run=dry_run)
@@ -80,7 +87,13 @@ def apply_entries(
             drop_handle(place.state, handle)
     refused = [
         *result.refused,
-        *(_held(p, place.dir / THEIRS / p) for p in held if not paths or overlaps(p, chosen)),
+        *(
+            _held(p, place.dir / THEIRS / p, sorted(c for c in named if c.startswith(p + "/")))
+            if p in holders
+            else _held(p, place.dir / THEIRS / p, [])
+            for p in held
+            if not paths or overlaps(p, chosen)
+        ),
     ]
     update: dict[str, object] = {"refused": refused}
     if result.command:
@@ -114,7 +127,28 @@ def _change_record(place: Place) -> change_record.SyncRecord:
     return record
 
 
-def _held(path: str, theirs: Path) -> ApplyItem:
+def _holds(entry: ChangeEntry, named: set[str]) -> bool:
+    """Whether ``entry`` is a directory the person's tree lacks that holds a named conflict
+    without being one or inside one (a directory whose bits the agent changed stays a
+    change of its own, applied when chosen)."""
+    if entry.change != "created" or entry.kind != "dir":
+        return False
+    path = entry.path
+    parts = path.split("/")
+    inside = any("/".join(parts[:i]) in named for i in range(1, len(parts) + 1))
+    return not inside and any(c.startswith(path + "/") for c in named)
+
+
+def _held(path: str, theirs: Path, under: list[str]) -> ApplyItem:
+    if under:
+        return ApplyItem(
+            path=path,
+            change="conflict",
+            why=f"it holds the conflicts {', '.join(under)} (the person deleted or changed "
+            "what the agent changed there); choose those by name to apply the agent's "
+            "version, with this directory, or take the person's: "
+            "sprawl-orch workspace take NAME PATH",
+        )
     return ApplyItem(
         path=path,
         change="conflict",

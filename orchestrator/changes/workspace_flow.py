@@ -34,7 +34,13 @@ from sprawl_orch.changes.workspace_diff import (
     replace_path,
     same_entry,
 )
-from sprawl_orch.changes.workspace_merge import ABSENT, Merge
+from sprawl_orch.changes.workspace_merge import (
+    ABSENT,
+    Merge,
+    fill_starts,
+    forget_start,
+    prune_emptied,
+)
 from sprawl_orch.changes.workspace_state import BASE, BASES, THEIRS, TREE, UNDO, scan_one
 from sprawl_orch.changes.workspace_walk import Clean
 from sprawl_orch.core.beneath import chmod_dir
@@ -76,6 +82,7 @@ class Flow:
         self.judged: dict[str, bool] = {}  # path the person changed -> the agent changed it too
         self.modes: dict[str, bool] = {}  # directory whose bits alone the person changed -> same
         self.merged: list[str] = []  # directories both made, merged by finish()
+        self.unmade: list[str] = []  # directories the person deleted, merged by finish()
         self.undo_dir = ws / UNDO
         # The way back, in the order the sync wrote: (path, where its old version is: "tree",
         # "undo", or the directory's old bits). A path under one written whole is not listed.
@@ -249,10 +256,17 @@ class Flow:
             if os.path.lexists(str(on_way) + ABSENT):
                 return
         kept = self.bases / rel
-        if not os.path.lexists(kept) and not os.path.lexists(str(kept) + ABSENT):
+        if os.path.lexists(str(kept) + ABSENT):
+            return
+        if not os.path.lexists(kept):
             replace_path(self.base, self.bases, rel)  # absent: makes the parents
             if not os.path.lexists(self.base / rel):
                 Path(str(kept) + ABSENT).touch()
+            return
+        # A directory kept for paths under it (an earlier conflict there): the starts of its
+        # other entries too, or a three-way merge of its deletion (workspace_merge.py) took
+        # every entry not kept for one the agent made.
+        fill_starts(self.base, self.bases, rel)
 
     def finish(
         self, conflicts: set[str], bits_only: set[str] | None = None
@@ -265,8 +279,9 @@ class Flow:
         done: list[str] = []
         merge = Merge(self.tree, self.base, self.bases, self.theirs, conflicts, bits_only)
         merged = self.merged = merge.merged
+        unmade = self.unmade = merge.unmade
         for rel in sorted(self.judged):
-            if any(rel.startswith(d + "/") for d in (*done, *merged)):
+            if any(rel.startswith(d + "/") for d in (*done, *merged, *unmade)):
                 continue  # inside a directory replaced whole, or merged
             if overlaps(rel, agent):
                 if same(self.tree, self.base, rel):
@@ -274,9 +289,15 @@ class Flow:
                 if merge.both_made_dir(rel):
                     merge.merge(rel)  # a directory both made: its entries judged one by one
                     continue
+                if merge.deleted_dir(rel):
+                    merge.unmake(rel)  # the person deleted it: three-way, entry by entry
+                    continue
                 merge.conflict(rel)  # now a conflict on the whole entry
                 continue
             replace_path(self.base, self.tree, rel)
+            # Tree and base agree there now: a start kept for it (a directory kept whole
+            # earlier) is older than both, and made it a conflict at a later deletion.
+            forget_start(self.bases, rel, conflicts)
             flowed.append(rel)
             done.append(rel)
         for rel, agent_bits in sorted(self.modes.items()):
@@ -308,7 +329,10 @@ def take(ws: Path, rel: str, conflicts: list[str], bits_only: list[str]) -> list
         return [c for c in conflicts if c != rel]
     rel = _take_whole(base, tree, rel)
     delete_path(theirs / rel)
-    return [c for c in conflicts if not overlaps(c, {rel})]
+    prune_emptied(tree, base, ws / BASES, [rel])  # a deleted directory it alone held
+    left = [c for c in conflicts if not overlaps(c, {rel})]
+    forget_start(ws / BASES, rel, set(left))
+    return left
 
 
 def _take_bits(tree: Path, base: Path, rel: str) -> bool:

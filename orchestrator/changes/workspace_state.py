@@ -6,7 +6,8 @@
     base/          the person's tree as of the last flow-in (a synced copy, stamps beside it)
     base.stamps    base's stamp record: the person's stamps apply checks against
     bases/         the base version of every path the agent changed (three-way, kept until
-                   applied or discarded; absent there = the path did not exist)
+                   applied or discarded; absent there = the path did not exist; in a
+                   directory the person deleted, only the conflicts' are kept)
     theirs/        the person's version of every conflicting path
     undo/          during a flow-in: the base's version of each path the agent changed that
                    the base sync overwrites, to put back if the sync fails (workspace_flow.py)

@@ -86,7 +86,7 @@ def test_a_kill_mid_undo_then_a_new_run_loses_nothing(
     assert (ws.dir / THEIRS / "pkg" / "more.py").read_text() == "person\n"
     assert not (ws.dir / FLOWING).exists()
     final = Workspace(state, tree, "w", Bounds(bytes=BOUND))
-    assert sorted(final.conflicts()) == ["old", "pkg/more.py"]
+    assert sorted(final.conflicts()) == ["old/x", "pkg/more.py"]  # old: deleted around it
 
 
 def test_a_bits_conflict_the_agent_then_replaced_by_a_file_loses_nothing(
