@@ -14,7 +14,8 @@ from sprawl_orch.changes.apply import ApplyResult
 from sprawl_orch.changes.apply import apply as apply_changes
 from sprawl_orch.changes.workspace import Workspace
 from sprawl_orch.config import Config
-from sprawl_orch.tool.copies import ToolCopies
+from sprawl_orch.core.errors import SprawlError
+from sprawl_orch.tool.copies import ToolCopies, WorkspaceLease, lease_workspace
 
 
 class ChangesApi:
@@ -65,6 +66,19 @@ class ChangesApi:
             unprotect=self.config.apply.unprotect,
             config_path=self.config.source,
         )
+
+    def _lease_workspace(self, name: str) -> WorkspaceLease:
+        """Hold workspace `name` for one command of this tool (tool/copies.py)."""
+        try:
+            lease = lease_workspace(self.copies, name, name in self._workspaces)
+        except SprawlError:
+            # Reported gone (its state was deleted): the refusal tells the agent to run
+            # again to start afresh, so the next command must not be called gone too.
+            if not self.workspace(name).exists():
+                self._workspaces.discard(name)
+            raise
+        self._workspaces.add(name)
+        return lease
 
     def workspace(self, name: str) -> Workspace:
         """Workspace ``name`` of this working directory (changes/workspace.py).

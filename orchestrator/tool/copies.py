@@ -182,3 +182,18 @@ def workspace_changes(lease: WorkspaceLease) -> Callable[[str], Changes]:
         return Changes.of(view.changes, note="; ".join(notes))
 
     return collect
+
+
+def releaser(copies: ToolCopies, copy: Lease | WorkspaceLease | None) -> Callable[[], None] | None:
+    """How a command's copy goes back when it ends: a workspace's own release, a copy slot
+    through its store (kept for the next command), nothing for the host."""
+    if isinstance(copy, WorkspaceLease):
+        return copy.release
+    if copy is None:
+        return None
+    lease = copy
+
+    def release() -> None:
+        copies.release(lease)
+
+    return release

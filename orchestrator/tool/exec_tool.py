@@ -63,12 +63,7 @@ from sprawl_orch.tool.command import (
     streams_done,
     window_of,
 )
-from sprawl_orch.tool.copies import (
-    ToolCopies,
-    WorkspaceLease,
-    lease_workspace,
-    workspace_changes,
-)
+from sprawl_orch.tool.copies import ToolCopies, WorkspaceLease, releaser, workspace_changes
 from sprawl_orch.tool.lifetime_api import LifetimeApi
 from sprawl_orch.tool.stream import Follower
 
@@ -328,15 +323,7 @@ class ExecTool(ChangesApi, BacklogApi, LifetimeApi):
         changes: Callable[[str], Changes] | None = None
         if arm.name is not ArmName.HOST and workspace is not None:
             watcher = self.guardian()
-            try:
-                copy = lease_workspace(self.copies, workspace, workspace in self._workspaces)
-            except SprawlError:
-                # Reported gone (its state was deleted): the refusal tells the agent to run
-                # again to start afresh, so the next command must not be called gone too.
-                if not self.workspace(workspace).exists():
-                    self._workspaces.discard(workspace)
-                raise
-            self._workspaces.add(workspace)
+            copy = self._lease_workspace(workspace)
             cwd = copy.path
             ready = getattr(arm, "ready_copy", None)
             if ready is not None:
@@ -392,22 +379,16 @@ class ExecTool(ChangesApi, BacklogApi, LifetimeApi):
             if streams is not None:
                 streams.started()
         except BaseException:
-            if isinstance(copy, WorkspaceLease):
-                copy.release()
-            elif copy is not None:
-                self.copies.release(copy)
+            undo = releaser(self.copies, copy)
+            if undo is not None:
+                undo()
             raise
         if window is None:
             window = self.config.sandbox.window_seconds
         pending = Pending(
             arm.name, argv_in, interpreter, self._arms.confinement(arm), work, window, started
         )
-        release_copy: Callable[[], None] | None = None
-        if isinstance(copy, WorkspaceLease):
-            release_copy = copy.release
-        elif copy is not None:
-            lease = copy
-            release_copy = lambda: self.copies.release(lease)  # noqa: E731
+        release_copy = releaser(self.copies, copy)
         drain: Callable[[], None] | None = None
         if follow is not None:
             # With pipes the pump shows every byte itself (the file holds only the cap);
