@@ -182,38 +182,43 @@ class _NativeRefused:
         return None
 _s.meta_path.append(_NativeRefused)
 _s.argv = _s.argv[1:]
-if _s.argv[0] == "-c":
-    _c = _s.argv.pop(1)
-    del _o, _s, _NativeRefused
-    exec(globals().pop("_c"))
+"""
+# The -c code's end and the script's: each command's bootstrap carries only its own (CPython
+# compiles all of it before it runs: the other form's lines cost -c pass 5M fuel).
+_RUN_CODE = """\
+_c = _s.argv.pop(1)
+del _o, _s, _NativeRefused
+exec(globals().pop("_c"))
+"""
+_RUN_SCRIPT = """\
+_p = _o.path.join(_o.getcwd(), _s.argv[0])
+try:
+    with open(_s.argv[0], "rb") as _f:
+        _c = _f.read()
+except IsADirectoryError:
+    _c = b"PK\\x03\\x04"
+except OSError as _e:
+    _s.stderr.write(
+        f"{_s.orig_argv[0]}: can't open file {_p!r}: [Errno {_e.errno}] {_e.strerror}\\n"
+    )
+    raise SystemExit(2)
+_s.path[0] = _o.path.dirname(_o.path.realpath(_s.argv[0]))
+if _c.startswith(b"PK\\x03\\x04"):
+    import runpy as _r
+    _r.run_path(_s.argv[0], run_name="__main__")
 else:
-    _p = _o.path.join(_o.getcwd(), _s.argv[0])
-    try:
-        with open(_s.argv[0], "rb") as _f:
-            _c = _f.read()
-    except IsADirectoryError:
-        _c = b"PK\\x03\\x04"
-    except OSError as _e:
-        _s.stderr.write(
-            f"{_s.orig_argv[0]}: can't open file {_p!r}: [Errno {_e.errno}] {_e.strerror}\\n"
-        )
-        raise SystemExit(2)
-    _s.path[0] = _o.path.dirname(_o.path.realpath(_s.argv[0]))
-    if _c.startswith(b"PK\\x03\\x04"):
-        import runpy as _r
-        _r.run_path(_s.argv[0], run_name="__main__")
-    else:
-        _c = compile(_c, _p, "exec")
-        globals().update(__file__=_p, __cached__=None)
-        del _o, _s, _NativeRefused, _p, _f
-        exec(globals().pop("_c"))
+    _c = compile(_c, _p, "exec")
+    globals().update(__file__=_p, __cached__=None)
+    del _o, _s, _NativeRefused, _p, _f
+    exec(globals().pop("_c"))
 """
 
 
 def guest_argv(workdir: str, argv: list[str], sites: list[str] | None = None) -> list[str]:
     """`python -c CODE ARGS` or `python SCRIPT ARGS` as the guest interpreter's argv; `sites`:
     guest paths of the tree's virtualenv site-packages."""
-    return ["python", "-c", _BOOT, workdir, "\n".join(sites or ()), *argv[1:]]
+    boot = _BOOT + (_RUN_CODE if argv[1] == "-c" else _RUN_SCRIPT)
+    return ["python", "-c", boot, workdir, "\n".join(sites or ()), *argv[1:]]
 
 
 def load(spec: dict[str, Any]) -> tuple[Any, Any]:

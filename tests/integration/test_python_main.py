@@ -90,5 +90,5 @@ def test_the_bootstrap_costs_little_fuel(tool: ExecTool) -> None:
     quick = tool.exec(["python", "-c", "pass"])
     script = tool.exec(["python", "pkg/me.py"])
     assert quick.python is not None and script.python is not None
-    assert quick.python["fuel_used"] < 275_000_000, quick.python
+    assert quick.python["fuel_used"] < 265_000_000, quick.python
     assert script.python["fuel_used"] < 330_000_000, script.python
