@@ -15,6 +15,11 @@ guarantee kept, timed side by side with `run --rm` in the same loop:
 - podman: the CLI's create, inspect, `start --attach`, inspect, rm (no API socket here).
 The thin client's own start (`python -c pass` x ~1.5, cli_oneshot's "client start") comes on
 top of both.
+
+The python arm's row (`--python-only` for it alone) runs `python -c pass` with the server's
+shared runtime (native_fallbacks/wasi_shared.py, started after each call as the server does),
+the runtime's fork round trip and the guest's run timed apart, against the host's
+`python -c pass`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.cli_oneshot import RACY_SECONDS, config_file, raw_run
 from sprawl_orch.core import served_memo
 from sprawl_orch.images.build import build_busybox
+from sprawl_orch.native_fallbacks import wasi_shared
 
 Steps = dict[str, float]
 
@@ -123,7 +129,28 @@ def traced(call: Callable[[], None]) -> Steps:
         finally:
             add("py copy given to the container user (walk)", time.perf_counter() - started)
 
+    from sprawl_orch.native_fallbacks import wasi_forked, wasi_python
+
+    fork, guest_wait = wasi_forked.Runtime.fork, wasi_python.GuestRun.wait
+
+    def timed_fork(self: Any, *a: Any, **kw: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fork(self, *a, **kw)
+        finally:
+            add("python arm: runtime fork round trip", time.perf_counter() - started)
+
+    def timed_guest(self: Any, *a: Any, **kw: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return guest_wait(self, *a, **kw)
+        finally:
+            add("python arm: the guest's run (wait)", time.perf_counter() - started)
+
     # patched through Any: these are timing wrappers around the real functions
+    runtime: Any = wasi_forked.Runtime
+    guest: Any = wasi_python.GuestRun
+    runtime.fork, guest.wait = timed_fork, timed_guest
     owner: Any = ownership
     copies: Any = ToolCopies
     session: Any = requests.Session
@@ -137,6 +164,7 @@ def traced(call: Callable[[], None]) -> Steps:
         call()
     finally:
         copies.lease, copies.changes_hook = lease, hook
+        runtime.fork, guest.wait = fork, guest_wait
         owner.own_copy = own
         session.send = send
         popen.__init__, popen.wait, popen.poll = popen_init, popen_wait, popen_poll
@@ -148,7 +176,7 @@ def traced(call: Callable[[], None]) -> Steps:
     return steps
 
 
-def forked(conf: Path, tree: Path) -> Steps:
+def forked(conf: Path, tree: Path, argv: tuple[str, ...] = ("true",)) -> Steps:
     """One call in a fork of this (preloaded) process, its steps back through a pipe."""
     import json
 
@@ -166,7 +194,7 @@ def forked(conf: Path, tree: Path) -> Steps:
         def call() -> None:
             try:
                 main(
-                    args=["exec", "-C", str(tree), "--config", str(conf), "--", "true"],
+                    args=["exec", "-C", str(tree), "--config", str(conf), "--", *argv],
                     prog_name="sprawl-orch",
                 )
             except SystemExit as done:
@@ -186,6 +214,7 @@ def forked(conf: Path, tree: Path) -> Steps:
     _, status = os.waitpid(pid, 0)
     served_memo.take_learned(learned)
     os.close(learned)
+    wasi_shared.after_call()  # as the server: the python arm's runtime held for the next
     if status != 0 or not data:
         raise SystemExit(f"the profiled call failed ({status}); run it by hand with {conf}")
     answer: Steps = json.loads(data)
@@ -253,15 +282,41 @@ def podman_floor(image: str, tree: Path) -> float:
     return time.perf_counter() - started
 
 
+def python_row(reps: int) -> int:
+    """The python arm's served call (its first call compiles the module: not counted)."""
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-py-") as tmp:
+        work = Path(tmp)
+        (work / "small").mkdir()
+        (work / "small" / "a.txt").write_text("a\n")
+        conf = work / "python.toml"
+        conf.write_text(f'[sandbox]\narm = "python"\n[state]\ndir = "{work / "state"}"\n')
+        argv = ("python", "-c", "pass")
+        try:
+            for _ in range(2):  # compiles, then the server's runtime starts after it
+                forked(conf, work / "small", argv)
+            show(
+                "python arm (shared runtime)",
+                [forked(conf, work / "small", argv) for _ in range(reps)],
+            )
+        finally:
+            wasi_shared.close_all()
+    host = statistics.median(wall([sys.executable, "-c", "pass"]) for _ in range(reps))
+    print(f"  host python -c pass (wall, for the ratio): {host * 1000:.1f} ms")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--files", type=int, default=10_000, help="the big tree's files")
     parser.add_argument("--big-only", action="store_true", help="the big-tree row alone")
+    parser.add_argument("--python-only", action="store_true", help="the python arm's row alone")
     args = parser.parse_args()
     from sprawl_orch.cli.exec_server import preload
 
     preload()
+    if args.python_only:
+        return python_row(args.reps)
     images = {e: build_busybox(e) for e in ("docker", "podman")}
     floors: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-") as tmp:

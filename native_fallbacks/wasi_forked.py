@@ -16,6 +16,12 @@ crashed) or when the cache file changed since it loaded it: VerifiedModule check
 state before every fork and hashes it again when it moved; the new runtime maps the fd that
 check opened. A replaced runtime is not killed (another thread's command may still run on it):
 hung up on, it ends itself once its commands have ended.
+
+A runtime that started but never says it is ready (stopped, wedged in its start) held every
+command waiting on it forever. The wait is bounded (connect): READY_SECONDS after the knock,
+pushed on while a compile runs (the runtime's start competes with it for the CPU; a cold
+compile is seconds quiet and far more under load). Past it the runtime is killed, the command
+fails E_TOOL_UNAVAILABLE with subject STUCK, and the next command starts a fresh runtime.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ import psutil
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs, private_file
-from sprawl_orch.native_fallbacks import wasi_runtime
+from sprawl_orch.native_fallbacks import wasi_module, wasi_runtime
 from sprawl_orch.native_fallbacks.wasi_module import VerifiedModule
+from sprawl_orch.native_fallbacks.wasi_ready import STUCK, NotReady, connect, stuck_error
 from sprawl_orch.runs.launch import Finished, Launch, Watcher
 from sprawl_orch.runs.process import GROUPS, can_use_pidfd
 
@@ -69,6 +76,8 @@ class Runtime:
         self._ever = False
         # A replacement warm() made, said by the next command's result.
         self._said: str | None = None
+        # A stuck runtime warm() killed: the next command fails with it (not a second wait).
+        self._stuck_err: SprawlError | None = None
 
     @property
     def used(self) -> bool:
@@ -92,7 +101,11 @@ class Runtime:
         # the command that follows tries again and says what is wrong
         with self._lock, contextlib.suppress(Exception):
             if not self._closed:
-                self._said = self._ensure() or self._said
+                try:
+                    self._said = self._ensure() or self._said
+                except SprawlError as err:
+                    if err.subject == STUCK:
+                        self._stuck_err = err
 
     def _ensure(self) -> str | None:
         fd = self._module.fd()  # re-checked (hashed again) when the file changed
@@ -122,9 +135,15 @@ class Runtime:
         if self._shared is not None:
             if self._shared.stamp == stamp and self._proc is None:
                 try:
-                    self._sock = connect(self._shared.door)
+                    self._sock = connect(self._shared.door, self._compiling)
                     self._loaded = stamp
                     return said
+                except NotReady as err:
+                    shared, self._shared = self._shared, None  # the next command: our own
+                    shared.kill_stuck()
+                    raise stuck_error(
+                        shared.proc.pid, err.waited, self._logs / "shared.stderr"
+                    ) from err
                 except ConnectionError:  # the server's runtime is gone: we start our own
                     said = said or (
                         "the exec server's python arm runtime process had ended; this call "
@@ -147,7 +166,11 @@ class Runtime:
             os.close(stderr)
         self._door = door
         try:
-            self._sock = connect(door)
+            self._sock = connect(door, self._compiling)
+        except NotReady as err:
+            pid = self._proc.pid
+            self._drop(kill=True)
+            raise stuck_error(pid, err.waited, log) from err
         except ConnectionError as err:
             self._drop(kill=True)
             if err.args and err.args[0]:
@@ -168,6 +191,9 @@ class Runtime:
                 + (last.splitlines()[-1] if last else "(nothing on its stderr)"),
                 f"see {log}; reinstall the runtime: pip install 'sprawl-orch[python]'",
             ) from err
+
+    def _compiling(self) -> bool:
+        return wasi_module.compile_in_progress(self._module.entry.path.parent)
 
     def _drop(self, kill: bool = False) -> None:
         """Hang up. Our own runtime ends by itself once its commands in flight have ended
@@ -209,6 +235,9 @@ class Runtime:
         with self._lock:
             if self._closed:
                 raise _closed()
+            if self._stuck_err is not None:  # warm() waited and killed it: said once
+                stuck, self._stuck_err = self._stuck_err, None
+                raise stuck
             said = self._ensure() or self._said
             self._said = None
             try:
@@ -251,25 +280,6 @@ def _closed() -> SprawlError:
         "the python arm's runtime was used after its tool was closed",
         "open a new ExecTool (or Session) for further commands",
     )
-
-
-def connect(door: socket.socket) -> socket.socket:
-    """A stream of our own to the runtime behind `door`, once it is ready (it answers only
-    after loading the module). ConnectionError: it ended, or (the message) refused."""
-    ours, theirs = socket.socketpair()
-    try:
-        try:
-            socket.send_fds(door, [b"c"], [theirs.fileno()])
-        finally:
-            # ours no more: a runtime that dies before taking it drops it, and we see EOF
-            theirs.close()
-        answer, _ = wasi_runtime.receive(ours)
-    except OSError:  # the runtime is gone (EPIPE, ECONNRESET): said as EOF
-        answer = None
-    if answer is None or "ready" not in answer:
-        ours.close()
-        raise ConnectionError(answer.get("error", "") if answer else "")
-    return ours
 
 
 class ForkedGuest:

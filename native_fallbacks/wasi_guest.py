@@ -150,7 +150,15 @@ BLOCKED_TRAP = (
 # and ignores PWD), so the bootstrap changes into the preopened working directory, puts the
 # tree's virtualenv site-packages on the path (pure-Python packages import; a C extension is
 # refused by the finder appended last, saying why, where CPython would only say "No module
-# named ..."), then runs the script as __main__ or the -c code as `python -c` would.
+# named ..."), then runs the script as __main__ or the -c code as `python -c` would, in
+# __main__'s globals with the bootstrap's own names gone.
+# Its cost is fuel, which is time (benchmarks/python_arm.py, issue 31): the builtin compile()
+# builds the AST types first (~50M fuel), so -c code runs by exec(str), as CPython's own -c
+# does without that; a script is compiled (its filename must be in its code) but without
+# runpy (~400M fuel: its imports), which is kept for what only it runs (a directory or a zip
+# with a __main__.py). A script's sys.argv[0] is as typed, __file__ is the working directory
+# joined to it, unnormalized, sys.path[0] its real directory, and a missing one exits 2 with
+# CPython's message: all as CPython sets them.
 _BOOT = """\
 import os as _o, sys as _s
 _o.chdir(_s.argv.pop(1))
@@ -158,10 +166,11 @@ _s.path.extend(p for p in _s.argv.pop(1).split("\\n") if p)
 class _NativeRefused:
     @classmethod
     def find_spec(cls, name, path=None, target=None):
+        import os, sys
         leaf = name.rpartition(".")[2]
-        for d in path or _s.path:
+        for d in path or sys.path:
             try:
-                names = _o.listdir(d or ".")
+                names = os.listdir(d or ".")
             except OSError:  # gone since the listing (the guest deleted it): not counted
                 continue
             if any(n.startswith(leaf + ".") and n.endswith((".so", ".pyd")) for n in names):
@@ -172,22 +181,44 @@ class _NativeRefused:
                 )
         return None
 _s.meta_path.append(_NativeRefused)
-if _s.argv[1] == "-c":
-    _c = _s.argv[2]
-    _s.argv = ["-c", *_s.argv[3:]]
-    exec(compile(_c, "<string>", "exec"))
-else:
+_s.argv = _s.argv[1:]
+"""
+# The -c code's end and the script's: each command's bootstrap carries only its own (CPython
+# compiles all of it before it runs: the other form's lines cost -c pass 5M fuel).
+_RUN_CODE = """\
+_c = _s.argv.pop(1)
+del _o, _s, _NativeRefused
+exec(globals().pop("_c"))
+"""
+_RUN_SCRIPT = """\
+_p = _o.path.join(_o.getcwd(), _s.argv[0])
+try:
+    with open(_s.argv[0], "rb") as _f:
+        _c = _f.read()
+except IsADirectoryError:
+    _c = b"PK\\x03\\x04"
+except OSError as _e:
+    _s.stderr.write(
+        f"{_s.orig_argv[0]}: can't open file {_p!r}: [Errno {_e.errno}] {_e.strerror}\\n"
+    )
+    raise SystemExit(2)
+_s.path[0] = _o.path.dirname(_o.path.realpath(_s.argv[0]))
+if _c.startswith(b"PK\\x03\\x04"):
     import runpy as _r
-    _s.argv = _s.argv[1:]
-    _s.path[0] = _o.path.dirname(_o.path.abspath(_s.argv[0]))
     _r.run_path(_s.argv[0], run_name="__main__")
+else:
+    _c = compile(_c, _p, "exec")
+    globals().update(__file__=_p, __cached__=None)
+    del _o, _s, _NativeRefused, _p, _f
+    exec(globals().pop("_c"))
 """
 
 
 def guest_argv(workdir: str, argv: list[str], sites: list[str] | None = None) -> list[str]:
     """`python -c CODE ARGS` or `python SCRIPT ARGS` as the guest interpreter's argv; `sites`:
     guest paths of the tree's virtualenv site-packages."""
-    return ["python", "-c", _BOOT, workdir, "\n".join(sites or ()), *argv[1:]]
+    boot = _BOOT + (_RUN_CODE if argv[1] == "-c" else _RUN_SCRIPT)
+    return ["python", "-c", boot, workdir, "\n".join(sites or ()), *argv[1:]]
 
 
 def load(spec: dict[str, Any]) -> tuple[Any, Any]:

@@ -25,11 +25,12 @@ import hashlib
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
-from sprawl_orch.core.private import private_dirs
+from sprawl_orch.core.private import private_dirs, private_file
 from sprawl_orch.native_fallbacks.wasi_guest import (
     CacheRefused,
     Compiled,
@@ -43,6 +44,7 @@ __all__ = [
     "Compiled",
     "VerifiedModule",
     "cached",
+    "compile_in_progress",
     "compiled",
     "make_engine",
     "open_verified",
@@ -140,11 +142,21 @@ def cached(state: Path) -> Compiled | None:
 
 
 def compiled(state: Path, binary: Path | None = None) -> Compiled:
-    """The cache entry for the pinned binary, compiled (seconds) and written if absent."""
+    """The cache entry for the pinned binary, compiled (seconds) and written if absent. One
+    compile at a time per entry (its lock): a second process waits for the first's and maps
+    it, instead of compiling the same bytes beside it on a loaded machine."""
     found = cached(state)
     if found is not None:
         return found
     entry = private_dirs(state / "wasm-cache" / cache_key(PINNED_SHA256))
+    with _compiling(entry):
+        found = cached(state)  # the one we waited for
+        if found is not None:
+            return found
+        return _compile(entry, binary)
+
+
+def _compile(entry: Path, binary: Path | None) -> Compiled:
     module, record = entry / "module.cwasm", entry / "module.sha256"
     source = verified_binary(binary)
     import wasmtime
@@ -160,6 +172,50 @@ def compiled(state: Path, binary: Path | None = None) -> Compiled:
     _write_private(module, blob)
     _write_private(record, digest.encode("ascii") + b"\n")
     return Compiled(module, digest)
+
+
+_LOCK_NAME = "compile.lock"
+_in_process = [0]  # compiles running in this process (serve runs many tools' commands)
+_in_process_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _compiling(entry: Path) -> Iterator[None]:
+    """Held while this process compiles into `entry`: an flock on its lock file (released by
+    the kernel if we die), which compile_in_progress sees from any process."""
+    with _in_process_lock:
+        _in_process[0] += 1
+    fd = private_file(entry / _LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    try:
+        with contextlib.suppress(ImportError):  # Windows: no flock; compiles may overlap
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the flock goes with it
+        with _in_process_lock:
+            _in_process[0] -= 1
+
+
+def compile_in_progress(entry: Path) -> bool:
+    """Whether a compile runs now, in this process or into `entry` in another: a runtime
+    waited on meanwhile is starved of the CPU it competes for (wasi_ready.connect)."""
+    if _in_process[0]:
+        return True
+    try:
+        import fcntl
+
+        fd = private_file(entry / _LOCK_NAME, os.O_RDONLY)
+    except (ImportError, OSError):  # no flock (Windows), or never compiled here: none runs
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _write_private(target: Path, data: bytes | bytearray) -> None:

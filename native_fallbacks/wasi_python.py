@@ -139,11 +139,10 @@ class WasiPythonArm:
         assert self._entry is not None and self._module is not None
         guest = private_dirs(launch.outputs / "guest")
         tmp = private_dirs(guest / "tmp")
-        argv = list(launch.argv)
-        if argv[1] != "-c":
-            argv[1] = str(PurePosixPath(workdir.as_posix()) / argv[1])
         spec: dict[str, object] = {
-            "argv": argv,
+            # A script's path as typed (sys.argv[0], as CPython keeps it): the guest starts
+            # in the working directory, and its bootstrap makes __file__ from both.
+            "argv": list(launch.argv),
             # HOME is the guest's /tmp: the host path the other arms give names nothing here.
             "env": {**dict(launch.env), "HOME": "/tmp"},
             "copy": str(launch.cwd),

@@ -14,6 +14,11 @@ are forked there, each from a runtime that never ran a guest, so nothing of one 
 disagrees with the state that runtime loaded, or that finds it gone, starts a runtime of its
 own, as outside a server, and asks again; the server then replaces it.
 
+A shared runtime that never says it is ready (wasi_ready.connect's bound) is killed by the
+call that waited on it, through the pidfd the server opened when it started it (that process,
+never another that got its number), and asked for again: the server, its parent, reaps it
+after that call and starts a fresh one for the next.
+
 The server holds at most HELD_LIMIT (one per state directory in use, the oldest dropped). A
 replaced or dropped runtime is not killed: its door is closed here, and it ends itself once
 the calls that still hold it (inherited) have ended and its commands are reaped.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -47,6 +53,15 @@ class Shared:
     stamp: tuple[int, ...]
     module: VerifiedModule
     proc: subprocess.Popen[bytes]
+    state: str
+    pidfd: int  # the runtime itself, for a call to kill it stuck (kill_stuck)
+
+    def kill_stuck(self) -> None:
+        """In a call: the runtime never said it was ready. Killed (it is the server's child:
+        a zombie, its number not reused, until the server reaps it) and asked for again."""
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile: nothing to kill
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        want(Path(self.state))
 
 
 _held: dict[str, Shared] = {}
@@ -100,8 +115,16 @@ def _start(state: Path) -> None:
     finally:
         theirs.close()
         os.close(stderr)
+    try:
+        pidfd = os.pidfd_open(proc.pid)  # unreaped (our child): it is this process
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        door.close()
+        module.close()
+        raise
     _drop(str(state))
-    _held[str(state)] = Shared(door, module.stamp(), module, proc)
+    _held[str(state)] = Shared(door, module.stamp(), module, proc, str(state), pidfd)
     while len(_held) > HELD_LIMIT:
         _drop(next(iter(_held)))
 
@@ -111,6 +134,7 @@ def _drop(state: str) -> None:
     if held is not None:
         held.door.close()
         held.module.close()
+        os.close(held.pidfd)
         _retired.append(held.proc)
 
 

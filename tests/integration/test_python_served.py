@@ -149,6 +149,36 @@ def test_a_killed_shared_runtime_is_replaced(served: tuple[Path, dict[str, str]]
     assert shared_runtime(env).pid == replaced.pid
 
 
+def test_a_stuck_shared_runtime_is_killed_and_the_next_call_gets_a_fresh_one(
+    served: tuple[Path, dict[str, str]],
+) -> None:
+    # The server's runtime stopped (SIGSTOP): it can never say it is ready. The call that
+    # waits on it gives up after wasi_ready.READY_SECONDS (the real 30 s: the server's own
+    # bound), kills it through the server's pidfd and says so; the server replaces it.
+    tree, env = served
+    assert call(tree, env, "pass").returncode == 0
+    runtime = shared_runtime(env)
+    runtime.send_signal(signal.SIGSTOP)
+    try:
+        stuck = call(tree, env, "print('never')")
+        assert stuck.returncode != 0
+        said = result(stuck)
+        assert said["code"] == "E_TOOL_UNAVAILABLE", said
+        assert said["subject"] == "python-runtime-stuck", said
+        assert f"pid {runtime.pid}" in str(said["detail"]) and "killed" in str(said["detail"])
+        deadline = time.monotonic() + 10
+        while runtime.is_running() and runtime.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, runtime  # killed by the call, not left stopped
+            time.sleep(0.05)
+    finally:
+        if runtime.is_running():
+            runtime.kill()
+    again = call(tree, env, "print('again')")
+    assert again.returncode == 0, again.stderr
+    assert str(result(again)["stdout"]).strip() == "again"
+    assert shared_runtime(env).pid != runtime.pid
+
+
 def test_each_call_writes_with_its_callers_umask(served: tuple[Path, dict[str, str]]) -> None:
     # The shared runtime is the server's child (umask 077); a file the guest makes in the copy
     # must still get the mode the caller's umask gives, as on every other arm.
