@@ -18,7 +18,7 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from sprawl_orch.egress.rules import AUTHORITY, normal_host
-from sprawl_orch.secrets import wire
+from sprawl_orch.secrets import handoff, wire
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.swap import Scanner, holds, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
@@ -61,12 +61,12 @@ class Session:
         self.down = wire.Reader(response=False)  # the command's side
         self.up = wire.Reader(response=True)  # the real host's side
 
-    async def _event(self, reader: wire.Reader, end: TlsEnd) -> wire.Event:
+    def _event(self, reader: wire.Reader, end: TlsEnd) -> wire.Event:
         while not reader.events:
             # About to wait for a peer: what is queued for either side goes out first.
-            await self.client.flush()
-            await self.upstream.flush()
-            data = await end.read()
+            self.client.flush()
+            self.upstream.flush()
+            data = end.read()
             if not data:
                 return reader.eof()
             reader.feed(data)
@@ -76,17 +76,36 @@ class Session:
             raise Cut(f"{side} sent {event.reason}")
         return event
 
-    async def serve(self) -> None:
+    def carry(self, client_fd: int, client_early: bytes, up_fd: int, up_early: bytes) -> None:
+        """The whole connection after both handshakes, on its own thread (handoff.py):
+        blocking reads and writes on the two sockets."""
+        self.client.attach(client_fd, client_early)
+        self.upstream.attach(up_fd, up_early)
+        try:
+            self.serve()
+            self.upstream.flush()
+            self.client.flush()
+        except wire.Malformed as err:
+            _answered(self.client)
+            raise Cut(f"HTTP/1.1 through the interception failed: {err}") from err
+        except Cut:
+            # A refused request read from the same record as the one before it: that one's
+            # answer (scrubbed, queued) still goes out; it was dropped with the connection.
+            _answered(self.client)
+            raise
+        self.client.close()
+
+    def serve(self) -> None:
         while True:
-            request = await self._event(self.down, self.client)
+            request = self._event(self.down, self.client)
             if isinstance(request, wire.Closed):
                 return
             if not isinstance(request, wire.Head):
                 raise Cut(f"unexpected {type(request).__name__} from the command")
-            if not await self._one(request):
+            if not self._one(request):
                 return
 
-    async def _one(self, request: wire.Head) -> bool:
+    def _one(self, request: wire.Head) -> bool:
         """One request and its answer; whether the connection carries another."""
         bound = self.run.bound_to(self.flow.host, self.flow.port)
         host = f"{self.flow.host}:{self.flow.port}"  # how the result names where it went
@@ -102,7 +121,7 @@ class Session:
                 if other not in bound and holds(value, other.placeholder):
                     self.run.leak(other.name, host, f"header {key.decode('latin-1')}")
         if request.expects_continue:
-            await self.client.write(wire.CONTINUE)
+            self.client.write(wire.CONTINUE)
         # Every request here asks identity, not only one carrying the value: a bound host that
         # keeps what it received (a request bin, a debug page) serves it back to a later
         # request that carries none, and a gzip answer to that passed unread
@@ -116,23 +135,23 @@ class Session:
         out = wire.request_head(request.method, target, headers)  # Malformed: never sent
         for name in used:
             self.run.injected(name, host)
-        await self.upstream.write(out)
+        self.upstream.write(out)
         body = Scanner({s.placeholder: s.placeholder for s in self.run.secrets})
         while True:
-            event = await self._event(self.down, self.client)
+            event = self._event(self.down, self.client)
             if isinstance(event, wire.Body):
                 body.feed(event.data)
-                await self.upstream.write(wire.chunk(event.data) if request.chunked else event.data)
+                self.upstream.write(wire.chunk(event.data) if request.chunked else event.data)
             elif isinstance(event, wire.End):
                 if request.chunked:
-                    await self.upstream.write(wire.LAST_CHUNK)
+                    self.upstream.write(wire.LAST_CHUNK)
                 break
             else:
                 raise Cut("the command closed in the middle of its request")
         for secret in self.run.secrets:
             if secret.placeholder in body.found:
                 self.run.leak(secret.name, host, "request body (never swapped)")
-        return await self._answer(request, echoes)
+        return self._answer(request, echoes)
 
     def _same_host(self, request: wire.Head) -> None:
         """The request must be for the host the tunnel was checked for. A CDN routes by Host:
@@ -161,7 +180,7 @@ class Session:
                     f"{self.flow.host}:{self.flow.port} (Host must name the tunnel's host)"
                 )
 
-    async def _answer(self, request: wire.Head, echoes: dict[bytes, bytes]) -> bool:
+    def _answer(self, request: wire.Head, echoes: dict[bytes, bytes]) -> bool:
         forms = dict(self.run.forms)
         # Every form sent in this run, not this request's only: a stored echo of git's
         # re-encoded Basic blob came back to a later request, on another connection.
@@ -169,7 +188,7 @@ class Session:
         head = request.method == b"HEAD"
         self.up.no_body = head
         while True:
-            event = await self._event(self.up, self.upstream)
+            event = self._event(self.up, self.upstream)
             if isinstance(event, wire.Head) and event.status >= 200:
                 break
             if isinstance(event, (wire.Head, wire.End)):
@@ -204,20 +223,20 @@ class Session:
             headers.append((b"connection", b"close"))
         # The reason is scrubbed too: an error page's "401 bad token …".
         reason = _scrub(event.reason, forms)
-        await self.client.write(wire.response_head(event.status, reason, headers))
+        self.client.write(wire.response_head(event.status, reason, headers))
         scrub = Scanner(forms)
         while True:
-            event = await self._event(self.up, self.upstream)
+            event = self._event(self.up, self.upstream)
             if isinstance(event, wire.Body):
                 data = scrub.feed(event.data)
                 if data:
-                    await self.client.write(wire.chunk(data) if chunked else data)
+                    self.client.write(wire.chunk(data) if chunked else data)
             elif isinstance(event, wire.End):
                 rest = scrub.end()
                 if rest:
-                    await self.client.write(wire.chunk(rest) if chunked else rest)
+                    self.client.write(wire.chunk(rest) if chunked else rest)
                 if chunked:
-                    await self.client.write(wire.LAST_CHUNK)
+                    self.client.write(wire.LAST_CHUNK)
                 break
             else:
                 raise Cut("the upstream closed in the middle of its response")
@@ -253,28 +272,19 @@ async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
             if isinstance(other, BaseException):
                 raise other
         session = Session(run, flow, client, upstream)
-        try:
-            await session.serve()
-            await upstream.flush()
-            await client.flush()
-        except wire.Malformed as err:
-            await _answered(client)
-            raise Cut(f"HTTP/1.1 through the interception failed: {err}") from err
-        except Cut:
-            # A refused request read from the same record as the one before it: that one's
-            # answer (scrubbed, queued) still goes out; it was dropped with the connection.
-            await _answered(client)
-            raise
-        await client.close()
+        await handoff.on_thread((flow.reader, flow.writer), flow.upstream, session.carry)
+    except handoff.NoHandoff as err:
+        raise Cut(str(err)) from None
     finally:
+        # After the thread returned (handoff waits for it, cancelled too): the counts are final.
         flow.up += upstream.raw_out
         flow.down += client.raw_out
 
 
-async def _answered(client: TlsEnd) -> None:
+def _answered(client: TlsEnd) -> None:
     # The command may be gone already: then nothing is owed to it.
     with contextlib.suppress(ssl.SSLError, OSError):
-        await client.flush()
+        client.flush()
 
 
 class Interception:
