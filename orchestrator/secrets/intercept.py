@@ -60,12 +60,26 @@ class Session:
         self.upstream = upstream
         self.down = wire.Reader(response=False)  # the command's side
         self.up = wire.Reader(response=True)  # the real host's side
+        # What each request would otherwise work out again (a share of its CPU,
+        # benchmarks/secrets_proxy.py): the run's bindings never change, nor the tunnel's host.
+        self.bound = run.bound_to(flow.host, flow.port)
+        self.others = tuple(s for s in run.secrets if s not in self.bound)
+        self.where = f"{flow.host}:{flow.port}"  # how the result names where it went
+        self.placeholders = {s.placeholder: s.placeholder for s in run.secrets}
+        # Host lines already checked for an origin-form request (the same bytes, the same
+        # answer: _same_host).
+        self.hosts_ok: set[bytes] = set()
 
     def _event(self, reader: wire.Reader, end: TlsEnd) -> wire.Event:
         while not reader.events:
-            # About to wait for a peer: what is queued for either side goes out first.
-            self.client.flush()
-            self.upstream.flush()
+            # About to wait for a peer: what is queued for either side goes out first. Only
+            # a read of the upstream that cannot wait skips the command's flush: an answer's
+            # body already arrived behind its head then goes out with it, one write and one
+            # wake-up of the command instead of two.
+            if self.client.queued and not (end is self.upstream and end.ready()):
+                self.client.flush()
+            if self.upstream.queued:
+                self.upstream.flush()
             data = end.read()
             if not data:
                 return reader.eof()
@@ -107,8 +121,8 @@ class Session:
 
     def _one(self, request: wire.Head) -> bool:
         """One request and its answer; whether the connection carries another."""
-        bound = self.run.bound_to(self.flow.host, self.flow.port)
-        host = f"{self.flow.host}:{self.flow.port}"  # how the result names where it went
+        bound = self.bound
+        host = self.where
         target = request.target
         self._same_host(request)
         self.run.check_plain(host, "url", target, bound)
@@ -116,9 +130,9 @@ class Session:
         echoes: dict[bytes, bytes] = {}
         headers, used = swap_headers(raw, bound, echoes)
         # A placeholder of a secret not bound here stays what it is (and is counted).
-        for key, value in raw:
-            for other in self.run.secrets:
-                if other not in bound and holds(value, other.placeholder):
+        for key, value in raw if self.others else ():
+            for other in self.others:
+                if holds(value, other.placeholder):
                     self.run.leak(other.name, host, f"header {key.decode('latin-1')}")
         if request.expects_continue:
             self.client.write(wire.CONTINUE)
@@ -136,10 +150,11 @@ class Session:
         for name in used:
             self.run.injected(name, host)
         self.upstream.write(out)
-        body = Scanner({s.placeholder: s.placeholder for s in self.run.secrets})
+        body: Scanner | None = None  # made for a request that has one
         while True:
             event = self._event(self.down, self.client)
             if isinstance(event, wire.Body):
+                body = body or Scanner(self.placeholders)
                 body.feed(event.data)
                 self.upstream.write(wire.chunk(event.data) if request.chunked else event.data)
             elif isinstance(event, wire.End):
@@ -148,8 +163,9 @@ class Session:
                 break
             else:
                 raise Cut("the command closed in the middle of its request")
+        found = body.found if body is not None else ()
         for secret in self.run.secrets:
-            if secret.placeholder in body.found:
+            if secret.placeholder in found:
                 self.run.leak(secret.name, host, "request body (never swapped)")
         return self._answer(request, echoes)
 
@@ -161,6 +177,9 @@ class Session:
         if len(hosts) > 1:
             # A front end may route by the first of two, this check by either.
             raise Cut("a request with more than one Host header")
+        origin = request.target.startswith(b"/") or request.target == b"*"
+        if origin and hosts and hosts[0] in self.hosts_ok:
+            return
         said = [hosts[0].decode("latin-1") if hosts else ""]
         target = request.target.decode("latin-1")
         if not target.startswith("/") and target != "*":
@@ -179,12 +198,13 @@ class Session:
                     f"a request for {authority!r} inside the tunnel to "
                     f"{self.flow.host}:{self.flow.port} (Host must name the tunnel's host)"
                 )
+        if origin and hosts:
+            self.hosts_ok.add(hosts[0])
 
     def _answer(self, request: wire.Head, echoes: dict[bytes, bytes]) -> bool:
-        forms = dict(self.run.forms)
         # Every form sent in this run, not this request's only: a stored echo of git's
         # re-encoded Basic blob came back to a later request, on another connection.
-        forms.update(self.run.sent_forms(echoes))
+        forms = self.run.sent_forms(echoes)
         head = request.method == b"HEAD"
         self.up.no_body = head
         while True:
@@ -202,11 +222,21 @@ class Session:
         # A HEAD's answer ends the connection too: llhttp cannot be told its response has
         # no body, so the reader stops at its head (wire.Reader.no_body).
         keep = request.keep_alive and event.keep_alive and not head and (empty or chunked)
+        # One look over the whole head first: most answers hold no form, and scrubbing each
+        # name and value with each form was a share of the request's CPU.
+        # The forms found there, in the same order as each piece is scrubbed below; a form
+        # never holds a line break (config/secrets.py), so none matches across two pieces.
+        blob = b"\n".join([event.reason, *(k + b"\n" + v for k, v in event.headers)])
+        head_forms = {}
+        for form, placeholder in forms.items():
+            if form in blob:
+                head_forms[form] = placeholder
+                blob = blob.replace(form, placeholder)
         headers = []
         for key, value in event.headers:
             if key in _FRAMING and not (key == b"content-length" and empty and event.status != 204):
                 continue
-            key, value = _scrub(key, forms), _scrub(value, forms)
+            key, value = _scrub(key, head_forms), _scrub(value, head_forms)
             if key == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
                 # Every Content-Encoding line, not the last one only (a second `identity`
                 # line hid a gzip body), on every response: a stored echo comes back to a
@@ -222,7 +252,7 @@ class Session:
         if not keep:
             headers.append((b"connection", b"close"))
         # The reason is scrubbed too: an error page's "401 bad token …".
-        reason = _scrub(event.reason, forms)
+        reason = _scrub(event.reason, head_forms)
         self.client.write(wire.response_head(event.status, reason, headers))
         scrub = Scanner(forms)
         while True:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import ssl
 
 CHUNK = 256 * 1024
@@ -42,7 +43,7 @@ class TlsEnd:
         if first:
             self._in.write(first)
         self.raw_in = len(first)
-        self._queued = bytearray()
+        self.queued = bytearray()  # written, not yet sent (the session checks it)
         self.raw_out = 0
         self.fd = -1  # the socket's descriptor, blocking, once attached (after the handshake)
 
@@ -83,6 +84,8 @@ class TlsEnd:
         """From now on the end reads and writes `fd` (blocking); `early` is what the stream
         had read from it but not handed out, fed first."""
         self.fd = fd
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
         if early:
             self._in.write(early)
             self.raw_in += len(early)
@@ -103,6 +106,11 @@ class TlsEnd:
         else:
             self._in.write_eof()
 
+    def ready(self) -> bool:
+        """Whether the peer's bytes are in hand (decrypted) or at the socket: a read would
+        not wait for the peer to send more (unless a record is only partly there)."""
+        return bool(self.tls.pending() or self._poll.poll(0))
+
     def read(self) -> bytes:
         """Decrypted bytes; b"" at the end (close_notify, or the peer just went)."""
         while True:
@@ -110,7 +118,8 @@ class TlsEnd:
                 # Nothing in hand to decrypt: wait for the peer first, rather than raise and
                 # catch SSLWantReadError on every read (a share of the intercepted
                 # request's CPU, benchmarks/secrets_proxy.py).
-                self._send()
+                if self._out.pending:
+                    self._send()
                 self._fill()
             try:
                 return self._more(self.tls.read(CHUNK))
@@ -146,23 +155,23 @@ class TlsEnd:
         sends before, and a small keep-alive request cost twice the tunnel's time
         (benchmarks/secrets_proxy.py); a streamed response still flows, since every wait
         for the upstream flushes what came before it."""
-        self._queued += data
-        if len(self._queued) >= FLUSH_AT:
+        self.queued += data
+        if len(self.queued) >= FLUSH_AT:
             self.flush()
 
     def flush(self) -> None:
-        if not self._queued:
+        if not self.queued:
             return
         # One record for what is queued (a head and a small body), the queue's own bytes
         # handed to SSL_write without a copy first.
-        view = memoryview(self._queued)
+        view = memoryview(self.queued)
         try:
             while view:
                 sent = self.tls.write(view)
                 view = view[sent:]
         finally:
             view.release()
-            self._queued.clear()
+            self.queued.clear()
         self._send()
 
     def close(self) -> None:
