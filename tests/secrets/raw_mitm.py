@@ -97,6 +97,9 @@ class RawMitm:
                 _carry(client, up)
 
     def close(self) -> None:
+        # close() alone does not return a blocked accept() on Linux; shutdown does.
+        with contextlib.suppress(OSError):  # never listened on: nothing to wake
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         with self._lock:
             socks, threads = list(self._socks), list(self._threads)
