@@ -134,16 +134,34 @@ class ThreadRig:
 
 
 def _answered(tls: ssl.SSLSocket, count: int) -> bytes:
+    """Read until `count` answers came whole (by their Content-Length, or chunked)."""
     out = b""
-    while out.count(b"HTTP/1.1 200") < count or not out.endswith(b"\r\n0\r\n\r\n"):
+    while out.count(b"HTTP/1.1 200") < count or not _ends_whole(out):
         chunk = tls.recv(65536)
         assert chunk, out
         out += chunk
     return out
 
 
+def _ends_whole(data: bytes) -> bool:
+    head, found, rest = data[data.rindex(b"HTTP/1.1 ") :].partition(b"\r\n\r\n")
+    if not found:
+        return False
+    for line in head.lower().split(b"\r\n"):
+        if line.startswith(b"content-length:"):
+            return len(rest) >= int(line.partition(b":")[2])
+    return rest.endswith(b"\r\n0\r\n\r\n")
+
+
 def _sessions() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == SESSION]
+
+
+def _sessions_ended() -> bool:
+    """Every session thread returns (it hands its end to the loop just before it does)."""
+    for thread in _sessions():
+        thread.join(timeout=30)
+    return _sessions() == []
 
 
 def _records(rig: ThreadRig, count: int) -> tuple[Egress, ...]:
@@ -200,7 +218,7 @@ def test_the_proxy_closed_mid_request_ends_the_thread_and_closes_its_descriptors
     assert len(rig.up.heads) == 2  # the held request reached the upstream
     assert len(_sessions()) == 1
     rig.proxy.close()
-    assert _sessions() == []
+    assert _sessions_ended()
     assert len(held) == 2
     for fd, inode in held:
         try:
@@ -236,7 +254,7 @@ def test_a_second_request_to_another_host_on_the_thread_is_cut(rig: ThreadRig) -
     assert [h.split(b" ")[1] for h in rig.up.heads] == [b"/one"]
     assert got.count(b"HTTP/1.1 200") == 1
     _no_value(got)
-    assert _sessions() == []
+    assert _sessions_ended()
     rig.exact(record)
 
 
@@ -261,5 +279,5 @@ def test_kept_alive_requests_on_the_thread_are_swapped_scrubbed_and_counted(
     assert len(bodies) == 10 and all(rig.ph.encode() in body for body in bodies)
     assert rig.run.report()["injected"][0]["requests"] == 10
     assert rig.run.report()["echoes_scrubbed"] == {f"localhost:{rig.upstream.port}": 10}
-    assert _sessions() == []
+    assert _sessions_ended()
     rig.exact(record)
