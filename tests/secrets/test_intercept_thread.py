@@ -184,6 +184,8 @@ def rig(tmp_path: Path, hold: threading.Event) -> Iterator[ThreadRig]:
     def handler(head: bytes, earlier: list[bytes]) -> bytes:
         if b" /hold " in head.split(b"\r\n")[0]:
             hold.wait(60)
+        if b" /big " in head.split(b"\r\n")[0]:
+            return _reply(b"x" * 70_000 + b"seen " + head)
         return _reply(b"seen " + head)
 
     with raw_upstream(handler) as up:
@@ -280,4 +282,27 @@ def test_kept_alive_requests_on_the_thread_are_swapped_scrubbed_and_counted(
     assert rig.run.report()["injected"][0]["requests"] == 10
     assert rig.run.report()["echoes_scrubbed"] == {f"localhost:{rig.upstream.port}": 10}
     assert _sessions_ended()
+    rig.exact(record)
+
+
+def test_a_small_answer_goes_whole_with_its_scrubbed_length_a_big_one_chunked(
+    rig: ThreadRig,
+) -> None:
+    """The echo holds the value (longer than its placeholder): a small answer comes with the
+    Content-Length of its scrubbed body (read whole first), one past 64 KiB streamed chunked;
+    both scrubbed, the connection kept for the next."""
+    tls = rig.connect()
+    rig.get(tls, "/small")
+    small = _answered(tls, 1)
+    rig.get(tls, "/big")
+    big = _answered(tls, 1)
+    tls.close()
+    ((head, body),) = _responses(small)
+    assert f"content-length: {len(body)}".encode() in head.lower()
+    assert small.endswith(body) and rig.ph.encode() in body
+    ((head, body),) = _responses(big)
+    assert b"transfer-encoding: chunked" in head.lower() and len(body) > 70_000
+    assert rig.ph.encode() in body
+    _no_value(small, big)
+    (record,) = _records(rig, 1)
     rig.exact(record)
