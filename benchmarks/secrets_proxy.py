@@ -11,6 +11,9 @@ their own (one interpreter's lock would be shared otherwise), the arms interleav
    meet the same moment's load), and again arm after arm; the proxy's CPU per request;
 2. a fresh connection (CONNECT + TLS + one GET): median, the milliseconds added (bound
    <= 10 ms).
+Beside both, the floor (tests/secrets/raw_mitm.py): a man-in-the-middle with the same TLS
+library and no policy (no HTTP reader, swap, scrub or record), a third connection in the
+alternating client and a CPU row of its own: how far above the mechanism the policy is.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from sprawl_orch.egress.rules import Rules
 from sprawl_orch.secrets.intercept import Interception
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.spec import Spec
+from tests.secrets.raw_mitm import RawMitm
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -46,10 +50,12 @@ def one(
     n: int,
     fresh: int | None = None,
     client: str = "bench_client",
+    raw: bool = False,
 ) -> dict[str, Any]:
     """One client run through a proxy of its own; with `fresh`, that many fresh connections
     (else N/10). Adds "cpu": the proxy's CPU seconds (this process's, whose only other
-    thread waits for the client)."""
+    thread waits for the client). `raw`: the floor (raw_mitm.py) beside the proxy, the
+    pair client's third arm; with bench_client, the client goes through the floor alone."""
     host = "localhost" if bound else "elsewhere.invalid"
     spec = Spec("TOKEN", Rules.parse((host,)), (host,), "real-value-for-the-benchmark")
     run = SecretRun((spec,), upstream_cafile=str(tmp / "ca.pem"))
@@ -61,8 +67,14 @@ def one(
     proxy.serve(listener)
     bundle = tmp / "bundle.pem"
     bundle.write_bytes((tmp / "ca.pem").read_bytes() + run.ca.pem)
-    args = [str(bundle), str(port), str(listener.getsockname()[1]), str(n)]
+    floor = None
+    if raw:
+        floor = RawMitm(run.ca.server_context("localhost"), run.upstream_context(), port)
+    via = listener.getsockname()[1] if floor is None or client == "bench_pair" else floor.port
+    args = [str(bundle), str(port), str(via), str(n)]
     extra = [] if fresh is None else [str(fresh)]
+    if floor is not None and client == "bench_pair":
+        extra = [str(floor.port)]
     before = resource.getrusage(resource.RUSAGE_SELF)
     try:
         done = subprocess.run(
@@ -74,6 +86,8 @@ def one(
         )
     finally:
         proxy.close()
+        if floor is not None:
+            floor.close()
     after = resource.getrusage(resource.RUSAGE_SELF)
     got = dict(json.loads(done.stdout))
     got["cpu"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -103,15 +117,20 @@ def main() -> None:
         samples: dict[bool, dict[str, list[float]]] = {
             b: {"request": [], "connect": [], "cpu": []} for b in (False, True)
         }
-        pair: dict[str, list[float]] = {"tunnel": [], "intercepted": []}
+        pair: dict[str, list[float]] = {"tunnel": [], "intercepted": [], "raw": []}
         pair_rounds: list[float] = []
+        raw_rounds: list[float] = []
+        raw_cpu: list[float] = []
         for _ in range(args.rounds):
-            got = one(tmp, port, True, args.requests, client="bench_pair")
+            got = one(tmp, port, True, args.requests, client="bench_pair", raw=True)
             for arm in pair:
                 pair[arm] += got[arm]
             pair_rounds.append(
                 statistics.median(got["intercepted"]) / statistics.median(got["tunnel"])
             )
+            raw_rounds.append(statistics.median(got["raw"]) / statistics.median(got["tunnel"]))
+            cpu = one(tmp, port, True, args.requests, fresh=0, raw=True)["cpu"]
+            raw_cpu.append(cpu / (args.requests + 1))
             for bound in (False, True):
                 got = one(tmp, port, bound, args.requests)
                 for key in ("request", "connect"):
@@ -134,6 +153,13 @@ def main() -> None:
         f"{inter / tunnel:.2f} "
         f"(bound <= 1.5); per round: {', '.join(f'{r:.2f}' for r in pair_rounds)}"
     )
+    floor = statistics.median(pair["raw"]) * 1000
+    print(
+        f"  the floor in the same client (raw man-in-the-middle, same TLS library, no policy): "
+        f"{floor:.2f} ms, ratio raw / tunnel {floor / tunnel:.2f}, intercepted / raw "
+        f"{inter / floor:.2f}; per round (raw / tunnel): "
+        + ", ".join(f"{r:.2f}" for r in raw_rounds)
+    )
     tunnel, inter = ms(False, "request"), ms(True, "request")
     ratios = [
         i / t for t, i in zip(per_round[False]["request"], per_round[True]["request"], strict=True)
@@ -146,7 +172,8 @@ def main() -> None:
     cpu_t, cpu_i = ms(False, "cpu"), ms(True, "cpu")
     print(
         f"proxy CPU per request (requests-only runs): tunnel {cpu_t:.3f} ms, intercepted "
-        f"{cpu_i:.3f} ms (the tunnel's bytes move in the kernel, splice)"
+        f"{cpu_i:.3f} ms, the raw floor {statistics.median(raw_cpu) * 1000:.3f} ms (the "
+        "tunnel's bytes move in the kernel, splice)"
     )
     tunnel_c, inter_c = ms(False, "connect"), ms(True, "connect")
     print(

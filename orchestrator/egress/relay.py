@@ -64,7 +64,7 @@ class Sock(Protocol):
     def shutdown(self, how: int, /) -> None: ...
 
 
-def _socket_of(writer: asyncio.StreamWriter) -> Sock | None:
+def socket_of(writer: asyncio.StreamWriter) -> Sock | None:
     sock = writer.get_extra_info("socket")
     if not isinstance(sock, (socket.socket, TransportSocket)) or sock.fileno() < 0:
         return None
@@ -73,8 +73,10 @@ def _socket_of(writer: asyncio.StreamWriter) -> Sock | None:
 
 async def take_over(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:
     """Pause the stream, flush what it still has to write, and return what it had read but not
-    handed out (to be sent ahead of the spliced bytes); None when splicing cannot take it."""
-    if not available() or _buffered(reader) is None or _socket_of(writer) is None:
+    handed out (to be sent ahead of the spliced bytes); None when its internals are not what
+    this expects. The socket is then the caller's to make blocking and use from a thread
+    (the splice here, the interception's session in secrets/handoff.py)."""
+    if _buffered(reader) is None or socket_of(writer) is None:
         return None
     transport = writer.transport
     if not isinstance(transport, asyncio.Transport):
@@ -123,7 +125,7 @@ def _pump(source: Sock, sink: Sock, pipe: tuple[int, int], early: bytes, count: 
         with contextlib.suppress(OSError):  # the peer already went: nothing left to end
             sink.shutdown(socket.SHUT_WR)
     except OSError:  # a reset or error on either side: both directions end (below)
-        _cut(source, sink)
+        cut(source, sink)
     finally:
         os.close(pipe_in)
         os.close(pipe_out)
@@ -147,7 +149,7 @@ def _send_now(sink: Sock, data: bytes, count: Count) -> bytes:
     return data[sent:]
 
 
-def _cut(*socks: Sock) -> None:
+def cut(*socks: Sock) -> None:
     """Both directions end: a blocked splice on either socket returns (0 or EPIPE)."""
     for sock in socks:
         with contextlib.suppress(OSError):  # already shut or reset: nothing left to end
@@ -166,7 +168,7 @@ async def one_way(source: Sock, sink: Sock, early: bytes, count: Count, run: Run
     try:
         pipe = _pipe()
     except OSError:
-        _cut(source, sink)
+        cut(source, sink)
         raise
 
     def carry() -> None:
@@ -182,12 +184,12 @@ async def one_way(source: Sock, sink: Sock, early: bytes, count: Count, run: Run
     except RuntimeError:  # "can't start new thread": the tunnel ends, recorded by the flow
         os.close(pipe[0])
         os.close(pipe[1])
-        _cut(source, sink)
+        cut(source, sink)
         raise
     try:
         await asyncio.shield(done)
     except asyncio.CancelledError:
-        _cut(source, sink)
+        cut(source, sink)
         # The caller closes both sockets once this returns; a thread still in splice on a
         # closed (and reused) descriptor number would move some other file's bytes. A second
         # cancel must not end the wait: the cut makes it short.
@@ -214,12 +216,12 @@ async def both_ways(
     puts each direction on a thread: workers.Workers.run).
     False, with nothing sent, when either stream cannot be taken over."""
     if not available() or any(
-        _buffered(r) is None or _socket_of(w) is None for r, w in (client, upstream)
+        _buffered(r) is None or socket_of(w) is None for r, w in (client, upstream)
     ):
         return False
     from_client = await take_over(*client)
     from_upstream = await take_over(*upstream)
-    client_sock, upstream_sock = _socket_of(client[1]), _socket_of(upstream[1])
+    client_sock, upstream_sock = socket_of(client[1]), socket_of(upstream[1])
     if from_client is None or from_upstream is None or client_sock is None or not upstream_sock:
         # Both are plain TCP transports from start_server/open_connection, checked above;
         # this only guards a loop that hands out something else.

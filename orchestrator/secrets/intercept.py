@@ -18,13 +18,14 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from sprawl_orch.egress.rules import AUTHORITY, normal_host
-from sprawl_orch.secrets import wire
+from sprawl_orch.secrets import handoff, wire
 from sprawl_orch.secrets.run import SecretRun
-from sprawl_orch.secrets.swap import Scanner, scrub, swap_headers
+from sprawl_orch.secrets.swap import Scanner, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.flows import Flow
+    from sprawl_orch.secrets.disguise import Disguise
 
 # What a Host header or an absolute-form target's authority may be: a name or an IP literal and
 # an optional port (RFC 9110 §7.2 has no userinfo there).
@@ -36,8 +37,32 @@ _UNSCANNABLE = frozenset({b"accept-encoding", b"range", b"if-range"})
 
 # Request headers the proxy does not pass on (hop-by-hop; RFC 9110 §7.6.1).
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade"})
-# Response headers the proxy sets itself: the body is re-framed (chunked) after scrubbing.
+# Response headers the proxy sets itself: the body is re-framed after scrubbing (chunked, or
+# a small one read whole and sent with its new length: _answer).
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
+
+
+# The largest body of a stated length read whole before its head goes out (_answer).
+WHOLE = 64 * 1024
+
+
+def _length(headers: list[tuple[bytes, bytes]]) -> int:
+    """A response's Content-Length (wire.py lets only one plain number through); without
+    one, past WHOLE (a chunked or until-close body is streamed)."""
+    for key, value in headers:
+        if key == b"content-length":
+            return int(value)
+    return WHOLE + 1
+
+
+def _scrub(data: bytes, forms: dict[bytes, bytes], hidden: list[Disguise]) -> bytes:
+    """One whole piece (a header, the reason) scrubbed: the exact forms, then the disguises
+    (swap.scrub's order, without a Scanner per piece)."""
+    for form, placeholder in forms.items():
+        data = data.replace(form, placeholder)
+    for disguise in hidden:
+        data, _ = disguise.sub(data)
+    return data
 
 
 class Cut(Exception):
@@ -54,13 +79,29 @@ class Session:
         self.upstream = upstream
         self.down = wire.Reader(response=False)  # the command's side
         self.up = wire.Reader(response=True)  # the real host's side
+        # What each request would otherwise work out again (a share of its CPU,
+        # benchmarks/secrets_proxy.py): the run's bindings never change, nor the tunnel's host.
+        self.bound = run.bound_to(flow.host, flow.port)
+        self.others = tuple(s for s in run.secrets if s not in self.bound)
+        self.where = f"{flow.host}:{flow.port}"  # how the result names where it went
+        self.placeholders = {s.placeholder: s.placeholder for s in run.secrets}
+        # ... and each spelled otherwise (disguise.py): found in a body, counted, never swapped
+        self.spelled = [d for ways in run.spellings.values() for d in ways]
+        # Host lines already checked for an origin-form request (the same bytes, the same
+        # answer: _same_host).
+        self.hosts_ok: set[bytes] = set()
 
-    async def _event(self, reader: wire.Reader, end: TlsEnd) -> wire.Event:
+    def _event(self, reader: wire.Reader, end: TlsEnd) -> wire.Event:
         while not reader.events:
-            # About to wait for a peer: what is queued for either side goes out first.
-            await self.client.flush()
-            await self.upstream.flush()
-            data = await end.read()
+            # About to wait for a peer: what is queued for either side goes out first. Only
+            # a read of the upstream that cannot wait skips the command's flush: an answer's
+            # body already arrived behind its head then goes out with it, one write and one
+            # wake-up of the command instead of two.
+            if self.client.queued and not (end is self.upstream and end.ready()):
+                self.client.flush()
+            if self.upstream.queued:
+                self.upstream.flush()
+            data = end.read()
             if not data:
                 return reader.eof()
             reader.feed(data)
@@ -70,20 +111,39 @@ class Session:
             raise Cut(f"{side} sent {event.reason}")
         return event
 
-    async def serve(self) -> None:
+    def carry(self, client_fd: int, client_early: bytes, up_fd: int, up_early: bytes) -> None:
+        """The whole connection after both handshakes, on its own thread (handoff.py):
+        blocking reads and writes on the two sockets."""
+        self.client.attach(client_fd, client_early)
+        self.upstream.attach(up_fd, up_early)
+        try:
+            self.serve()
+            self.upstream.flush()
+            self.client.flush()
+        except wire.Malformed as err:
+            _answered(self.client)
+            raise Cut(f"HTTP/1.1 through the interception failed: {err}") from err
+        except Cut:
+            # A refused request read from the same record as the one before it: that one's
+            # answer (scrubbed, queued) still goes out; it was dropped with the connection.
+            _answered(self.client)
+            raise
+        self.client.close()
+
+    def serve(self) -> None:
         while True:
-            request = await self._event(self.down, self.client)
+            request = self._event(self.down, self.client)
             if isinstance(request, wire.Closed):
                 return
             if not isinstance(request, wire.Head):
                 raise Cut(f"unexpected {type(request).__name__} from the command")
-            if not await self._one(request):
+            if not self._one(request):
                 return
 
-    async def _one(self, request: wire.Head) -> bool:
+    def _one(self, request: wire.Head) -> bool:
         """One request and its answer; whether the connection carries another."""
-        bound = self.run.bound_to(self.flow.host, self.flow.port)
-        host = f"{self.flow.host}:{self.flow.port}"  # how the result names where it went
+        bound = self.bound
+        host = self.where
         target = request.target
         self._same_host(request)
         self.run.check_plain(host, "url", target, bound)
@@ -91,12 +151,12 @@ class Session:
         echoes: dict[bytes, bytes] = {}
         headers, used = swap_headers(raw, bound, echoes)
         # A placeholder of a secret not bound here stays what it is (and is counted).
-        for key, value in raw:
-            for other in self.run.secrets:
-                if other not in bound and self.run.carries(value, other):
+        for key, value in raw if self.others else ():
+            for other in self.others:
+                if self.run.carries(value, other):
                     self.run.leak(other.name, host, f"header {key.decode('latin-1')}")
         if request.expects_continue:
-            await self.client.write(wire.CONTINUE)
+            self.client.write(wire.CONTINUE)
         # Every request here asks identity, not only one carrying the value: a bound host that
         # keeps what it received (a request bin, a debug page) serves it back to a later
         # request that carries none, and a gzip answer to that passed unread
@@ -110,26 +170,38 @@ class Session:
         out = wire.request_head(request.method, target, headers)  # Malformed: never sent
         for name in used:
             self.run.injected(name, host)
-        await self.upstream.write(out)
-        body = Scanner(
-            {s.placeholder: s.placeholder for s in self.run.secrets},
-            [d for ways in self.run.spellings.values() for d in ways],
-        )
+        self.upstream.write(out)
+        body: Scanner | None = None  # made for a request that has one
         while True:
-            event = await self._event(self.down, self.client)
+            event = self._event(self.down, self.client)
             if isinstance(event, wire.Body):
+                body = body or Scanner(self.placeholders, self.spelled)
                 body.feed(event.data)
-                await self.upstream.write(wire.chunk(event.data) if request.chunked else event.data)
+                self.upstream.write(wire.chunk(event.data) if request.chunked else event.data)
             elif isinstance(event, wire.End):
                 if request.chunked:
-                    await self.upstream.write(wire.LAST_CHUNK)
+                    self.upstream.write(wire.LAST_CHUNK)
                 break
             else:
                 raise Cut("the command closed in the middle of its request")
+        found = body.found if body is not None else ()
         for secret in self.run.secrets:
-            if secret.placeholder in body.found:
+            if secret.placeholder in found:
                 self.run.leak(secret.name, host, "request body (never swapped)")
-        return await self._answer(request, echoes)
+        return self._answer(request, echoes)
+
+    def _whole(self, scrub: Scanner) -> bytes:
+        """The answer's body to its end, scrubbed."""
+        out = []
+        while True:
+            event = self._event(self.up, self.upstream)
+            if isinstance(event, wire.Body):
+                out.append(scrub.feed(event.data))
+            elif isinstance(event, wire.End):
+                out.append(scrub.end())
+                return b"".join(out)
+            else:
+                raise Cut("the upstream closed in the middle of its response")
 
     def _same_host(self, request: wire.Head) -> None:
         """The request must be for the host the tunnel was checked for. A CDN routes by Host:
@@ -139,6 +211,9 @@ class Session:
         if len(hosts) > 1:
             # A front end may route by the first of two, this check by either.
             raise Cut("a request with more than one Host header")
+        origin = request.target.startswith(b"/") or request.target == b"*"
+        if origin and hosts and hosts[0] in self.hosts_ok:
+            return
         said = [hosts[0].decode("latin-1") if hosts else ""]
         target = request.target.decode("latin-1")
         if not target.startswith("/") and target != "*":
@@ -157,35 +232,44 @@ class Session:
                     f"a request for {authority!r} inside the tunnel to "
                     f"{self.flow.host}:{self.flow.port} (Host must name the tunnel's host)"
                 )
+        if origin and hosts and len(self.hosts_ok) < 8:  # spellings of one name: a few
+            self.hosts_ok.add(hosts[0])
 
-    async def _answer(self, request: wire.Head, echoes: dict[bytes, bytes]) -> bool:
-        forms = dict(self.run.forms)
+    def _answer(self, request: wire.Head, echoes: dict[bytes, bytes]) -> bool:
         # Every form sent in this run, not this request's only: a stored echo of git's
         # re-encoded Basic blob came back to a later request, on another connection.
-        forms.update(self.run.sent_forms(echoes))
+        forms = self.run.sent_forms(echoes)
         hidden = self.run.disguises
         head = request.method == b"HEAD"
         self.up.no_body = head
         while True:
-            event = await self._event(self.up, self.upstream)
+            event = self._event(self.up, self.upstream)
             if isinstance(event, wire.Head) and event.status >= 200:
                 break
             if isinstance(event, (wire.Head, wire.End)):
                 continue  # a 100 the command was already given, or 1xx it did not ask for
             raise Cut(f"the upstream answered {type(event).__name__}")
         # No body: HEAD's answer (its Content-Length says the GET's), 204, 304. Otherwise the
-        # body goes chunked (scrubbing may change its length), or to an HTTP/1.0 client
-        # until the connection closes.
+        # body goes chunked (scrubbing may change its length) or whole with its new length
+        # (below), or to an HTTP/1.0 client until the connection closes.
         empty = head or event.status in (204, 304)
         chunked = not empty and request.version == "1.1"
         # A HEAD's answer ends the connection too: llhttp cannot be told its response has
         # no body, so the reader stops at its head (wire.Reader.no_body).
         keep = request.keep_alive and event.keep_alive and not head and (empty or chunked)
+        # One look over the whole head first: most answers hold no form, and scrubbing each
+        # name and value with each form was a share of the request's CPU. Every form in any
+        # piece is in the joined head (one across two pieces too: only a needless replace),
+        # kept in the run's order.
+        blob = b"\n".join([event.reason, *(k + b"\n" + v for k, v in event.headers)])
+        head_forms = {form: ph for form, ph in forms.items() if form in blob}
+        head_hidden = [d for d in hidden if d.found_in(blob)]  # a piece's match is the blob's
         headers = []
         for key, value in event.headers:
             if key in _FRAMING and not (key == b"content-length" and empty and event.status != 204):
                 continue
-            key, value = scrub(key, forms, hidden), scrub(value, forms, hidden)
+            key = _scrub(key, head_forms, head_hidden)
+            value = _scrub(value, head_forms, head_hidden)
             if key == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
                 # Every Content-Encoding line, not the last one only (a second `identity`
                 # line hid a gzip body), on every response: a stored echo comes back to a
@@ -196,30 +280,42 @@ class Session:
                     "passed on"
                 )
             headers.append((key, value))
-        if chunked:
+        scrub = Scanner(forms, hidden)
+        whole: bytes | None = None
+        if chunked and _length(event.headers) <= WHOLE:
+            # A small body of a stated length is read to its end first, scrubbed, and sent
+            # with its own length and its head in one write: chunked, a head the upstream
+            # sent apart from its body went out alone (two writes, two wake-ups of the
+            # command), and the chunk framing was work on both sides
+            # (benchmarks/secrets_proxy.py). The command cannot use the head before the
+            # body in any case; a reverse proxy buffers so too (nginx's proxy_buffering).
+            whole = self._whole(scrub)
+            headers.append((b"content-length", b"%d" % len(whole)))
+        elif chunked:
             headers.append((b"transfer-encoding", b"chunked"))
         if not keep:
             headers.append((b"connection", b"close"))
         # The reason is scrubbed too: an error page's "401 bad token …".
-        reason = scrub(event.reason, forms, hidden)
-        await self.client.write(wire.response_head(event.status, reason, headers))
-        scanner = Scanner(forms, hidden)
-        while True:
-            event = await self._event(self.up, self.upstream)
+        reason = _scrub(event.reason, head_forms, head_hidden)
+        self.client.write(wire.response_head(event.status, reason, headers))
+        while whole is None:
+            event = self._event(self.up, self.upstream)
             if isinstance(event, wire.Body):
-                data = scanner.feed(event.data)
+                data = scrub.feed(event.data)
                 if data:
-                    await self.client.write(wire.chunk(data) if chunked else data)
+                    self.client.write(wire.chunk(data) if chunked else data)
             elif isinstance(event, wire.End):
-                rest = scanner.end()
+                rest = scrub.end()
                 if rest:
-                    await self.client.write(wire.chunk(rest) if chunked else rest)
+                    self.client.write(wire.chunk(rest) if chunked else rest)
                 if chunked:
-                    await self.client.write(wire.LAST_CHUNK)
+                    self.client.write(wire.LAST_CHUNK)
                 break
             else:
                 raise Cut("the upstream closed in the middle of its response")
-        if scanner.found:
+        if whole is not None:
+            self.client.write(whole)
+        if scrub.found:
             self.run.echoed(f"{self.flow.host}:{self.flow.port}")
         return keep
 
@@ -251,28 +347,19 @@ async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:
             if isinstance(other, BaseException):
                 raise other
         session = Session(run, flow, client, upstream)
-        try:
-            await session.serve()
-            await upstream.flush()
-            await client.flush()
-        except wire.Malformed as err:
-            await _answered(client)
-            raise Cut(f"HTTP/1.1 through the interception failed: {err}") from err
-        except Cut:
-            # A refused request read from the same record as the one before it: that one's
-            # answer (scrubbed, queued) still goes out; it was dropped with the connection.
-            await _answered(client)
-            raise
-        await client.close()
+        await handoff.on_thread((flow.reader, flow.writer), flow.upstream, session.carry)
+    except handoff.NoHandoff as err:
+        raise Cut(str(err)) from None
     finally:
+        # After the thread returned (handoff waits for it, cancelled too): the counts are final.
         flow.up += upstream.raw_out
         flow.down += client.raw_out
 
 
-async def _answered(client: TlsEnd) -> None:
+def _answered(client: TlsEnd) -> None:
     # The command may be gone already: then nothing is owed to it.
     with contextlib.suppress(ssl.SSLError, OSError):
-        await client.flush()
+        client.flush()
 
 
 class Interception:

@@ -1,12 +1,20 @@
-"""One TLS end over an asyncio stream, driven through ssl.MemoryBIO (the ssl module does all
-of TLS; this only moves bytes). asyncio's own start_tls can't be used on the client's side:
-the proxy has already read the ClientHello (to check its SNI), and start_tls would not see
-those bytes again; a MemoryBIO is fed them first."""
+"""One TLS end driven through ssl.MemoryBIO (the ssl module does all of TLS; this only moves
+bytes). asyncio's own start_tls can't be used on the client's side: the proxy has already read
+the ClientHello (to check its SNI), and start_tls would not see those bytes again; a MemoryBIO
+is fed them first.
+
+The handshake runs on the proxy's loop, over the asyncio stream. Then the connection moves to a
+thread of its own (handoff.py) and every read and write after it is a blocking call on the
+socket's descriptor: the loop's three wake-ups per request (the request, the answer's head and
+its body) were most of what the intercepted request cost above the tunnel
+(benchmarks/secrets_proxy.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import select
 import ssl
 
 CHUNK = 256 * 1024
@@ -35,17 +43,20 @@ class TlsEnd:
         if first:
             self._in.write(first)
         self.raw_in = len(first)
-        self._queued = bytearray()
+        self.queued = bytearray()  # written, not yet sent (the session checks it)
         self.raw_out = 0
+        self.fd = -1  # the socket's descriptor, blocking, once attached (after the handshake)
 
-    async def _flush(self) -> None:
+    # --- the handshake, on the loop ---------------------------------------------------------
+
+    async def _flush_async(self) -> None:
         data = self._out.read()
         if data:
             self.writer.write(data)
             self.raw_out += len(data)
             await self.writer.drain()
 
-    async def _fill(self) -> None:
+    async def _fill_async(self) -> None:
         data = await self.reader.read(CHUNK)
         if data:
             self._in.write(data)
@@ -59,30 +70,64 @@ class TlsEnd:
                 try:
                     self.tls.do_handshake()
                 except ssl.SSLWantReadError:
-                    await self._flush()
-                    await self._fill()
+                    await self._flush_async()
+                    await self._fill_async()
                     continue
-                await self._flush()
+                await self._flush_async()
                 return
 
         await asyncio.wait_for(shake(), HANDSHAKE_TIMEOUT)
 
-    async def read(self) -> bytes:
+    # --- after it, on the connection's thread -----------------------------------------------
+
+    def attach(self, fd: int, early: bytes) -> None:
+        """From now on the end reads and writes `fd` (blocking); `early` is what the stream
+        had read from it but not handed out, fed first."""
+        self.fd = fd
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+        if early:
+            self._in.write(early)
+            self.raw_in += len(early)
+
+    def _send(self) -> None:
+        data = self._out.read()
+        view = memoryview(data)
+        while view:
+            sent = os.write(self.fd, view)
+            self.raw_out += sent
+            view = view[sent:]
+
+    def _fill(self) -> None:
+        data = os.read(self.fd, CHUNK)
+        if data:
+            self._in.write(data)
+            self.raw_in += len(data)
+        else:
+            self._in.write_eof()
+
+    def ready(self) -> bool:
+        """Whether the peer's bytes are in hand (decrypted) or at the socket: a read would
+        not wait for the peer to send more (unless a record is only partly there)."""
+        return bool(self.tls.pending() or self._poll.poll(0))
+
+    def read(self) -> bytes:
         """Decrypted bytes; b"" at the end (close_notify, or the peer just went)."""
         while True:
             if not self.tls.pending() and not self._in.pending and not self._in.eof:
                 # Nothing in hand to decrypt: wait for the peer first, rather than raise and
                 # catch SSLWantReadError on every read (a share of the intercepted
                 # request's CPU, benchmarks/secrets_proxy.py).
-                await self._flush()
-                await self._fill()
+                if self._out.pending:
+                    self._send()
+                self._fill()
             try:
                 return self._more(self.tls.read(CHUNK))
             except ssl.SSLWantReadError:
-                await self._flush()
+                self._send()
                 if self._in.eof:
                     return b""
-                await self._fill()
+                self._fill()
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return b""
 
@@ -104,31 +149,36 @@ class TlsEnd:
             out += more
         return bytes(out)
 
-    async def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         """Queued; sent once the queue passes FLUSH_AT or at `flush` (the session flushes
         before it waits for any peer). A response's head, body and end went out as three
         sends before, and a small keep-alive request cost twice the tunnel's time
         (benchmarks/secrets_proxy.py); a streamed response still flows, since every wait
         for the upstream flushes what came before it."""
-        self._queued += data
-        if len(self._queued) >= FLUSH_AT:
-            await self.flush()
+        self.queued += data
+        if len(self.queued) >= FLUSH_AT:
+            self.flush()
 
-    async def flush(self) -> None:
-        if not self._queued:
+    def flush(self) -> None:
+        if not self.queued:
             return
-        view = memoryview(bytes(self._queued))
-        self._queued.clear()
-        while view:
-            sent = self.tls.write(view)
-            view = view[sent:]
-        await self._flush()
+        # One record for what is queued (a head and a small body), the queue's own bytes
+        # handed to SSL_write without a copy first.
+        view = memoryview(self.queued)
+        try:
+            while view:
+                sent = self.tls.write(view)
+                view = view[sent:]
+        finally:
+            view.release()
+            self.queued.clear()
+        self._send()
 
-    async def close(self) -> None:
+    def close(self) -> None:
         # The peer may already be gone: then there is no close_notify to exchange, and the
         # flow closes the socket next anyway.
         with contextlib.suppress(ssl.SSLError, OSError):
-            await self.flush()
+            self.flush()
             self.tls.unwrap()
         with contextlib.suppress(OSError):  # the peer may be gone: the flow closes it next
-            await self._flush()
+            self._send()

@@ -91,6 +91,7 @@ class Reader:
     _headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     _url: bytes = b""
     _reason: bytes = b""
+    _lengths: bool = False  # the last head read had a Content-Length
 
     def __post_init__(self) -> None:
         kind = httptools.HttpResponseParser if self.response else httptools.HttpRequestParser
@@ -167,9 +168,7 @@ class Reader:
         no_body = self.response and (
             self.no_body or head.status in _NO_BODY_STATUS or head.status < 200
         )
-        self._until_close = (
-            self.response and not no_body and not head.chunked and not _has(head, b"content-length")
-        )
+        self._until_close = self.response and not no_body and not head.chunked and not self._lengths
         if self.response and self.no_body and head.status >= 200:
             self.events.append(End())
             raise _Stop(None)
@@ -195,14 +194,28 @@ class Reader:
             return Bad("a 101 Switching Protocols (no Upgrade was passed on)")
         # One joined string searched three times, not three searches a header: a share of
         # the path's CPU on every message (benchmarks/secrets_proxy.py).
-        flat = b"".join(n + v for n, v in headers)
+        flat = b"".join(map(b"".join, headers))
         if _forbidden(flat):
             return Bad("a header with CR, LF or NUL in it")
         if len(self._url) + len(self._reason) + len(flat) + 4 * len(headers) > HEAD_LIMIT:
             # A head that came whole in one read (feed counts only heads spread over reads).
             return Bad(f"a message head over {HEAD_LIMIT} bytes")
-        lengths = [v for k, v in headers if k == b"content-length"]
-        codings = [v for k, v in headers if k == b"transfer-encoding"]
+        # One pass over the headers for what the framing checks read (four passes were a
+        # share of every message's CPU, benchmarks/secrets_proxy.py).
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
+        expect: list[bytes] = []
+        upgrade = False
+        for k, v in headers:
+            if k == b"content-length":
+                lengths.append(v)
+            elif k == b"transfer-encoding":
+                codings.append(v)
+            elif k == b"upgrade":
+                upgrade = True
+            elif k == b"expect":
+                expect.append(v.strip().lower())
+        self._lengths = bool(lengths)
         if lengths and codings:
             # An upstream that frames by Content-Length would read the rest as a request
             # never checked here (the same refusal as the plain path, flows.py).
@@ -211,12 +224,10 @@ class Reader:
             return Bad("a message with more than one or a malformed Content-Length")
         if len(codings) > 1 or (codings and codings[0].strip().lower() != b"chunked"):
             return Bad("a Transfer-Encoding other than one `chunked`")
-        upgrade = any(k == b"upgrade" for k, _ in headers)
         if upgrade and (codings or any(v.strip() != b"0" for v in lengths)):
             # httptools tells llhttp to skip the body of a message that upgrades: the body
             # would be read as the next request, the upstream reading it as this one's.
             return Bad("an Upgrade request with a body")
-        expect = [v.strip().lower() for k, v in headers if k == b"expect"]
         return Head(
             headers=headers,
             method=method,
@@ -228,10 +239,6 @@ class Reader:
             chunked=bool(codings),
             expects_continue=version == "1.1" and expect == [b"100-continue"],
         )
-
-
-def _has(head: Head, name: bytes) -> bool:
-    return any(k == name for k, _ in head.headers)
 
 
 def _forbidden(data: bytes) -> bool:

@@ -1,7 +1,9 @@
-"""`python -m tests.secrets.bench_pair CA_BUNDLE PORT PROXY_PORT N HEADER`: two connections
-through the proxy to the same upstream, one an opaque tunnel (CONNECT 127.0.0.1, no secret
-bound) and one intercepted (CONNECT localhost, bound), N small GETs on each, alternating one
-by one; prints {"tunnel": [s...], "intercepted": [s...]} as JSON. Alternating puts both arms
+"""`python -m tests.secrets.bench_pair CA_BUNDLE PORT PROXY_PORT N HEADER [RAW_PORT]`: two
+connections through the proxy to the same upstream, one an opaque tunnel (CONNECT 127.0.0.1, no
+secret bound) and one intercepted (CONNECT localhost, bound), and with RAW_PORT a third through
+the policy-free man-in-the-middle there (raw_mitm.py, the floor), N small GETs on each,
+alternating one by one; prints {"tunnel": [s...], "intercepted": [s...], "raw": [s...]} as
+JSON. Alternating puts both arms
 under the same moment's load: on 2 busy cores a run of one arm then the other measured the
 load's swings, with ratios from 0.3 to 10 for the same code."""
 
@@ -23,9 +25,12 @@ def main() -> None:
         sys.argv[5],
     )
     ctx = ssl.create_default_context(cafile=bundle)
+    arms = [("tunnel", "127.0.0.1", proxy_port), ("intercepted", "localhost", proxy_port)]
+    if len(sys.argv) > 6:
+        arms.append(("raw", "localhost", int(sys.argv[6])))
     conns = {}
-    for arm, host in (("tunnel", "127.0.0.1"), ("intercepted", "localhost")):
-        conn = http.client.HTTPSConnection("127.0.0.1", proxy_port, context=ctx, timeout=60)
+    for arm, host, via in arms:
+        conn = http.client.HTTPSConnection("127.0.0.1", via, context=ctx, timeout=60)
         conn.set_tunnel(host, port)
         conns[arm] = conn
 
