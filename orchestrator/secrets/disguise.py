@@ -50,15 +50,25 @@ class Disguise:
     prefix_bits: int = 0
     padding: int = 0
 
-    def sub(self, data: bytes) -> tuple[bytes, int]:
-        if self.marker and self.marker not in (data.lower() if self.fold else data):
+    def sub(self, data: bytes, lowered: bytes | None = None) -> tuple[bytes, int]:
+        """`data` with every match replaced, and how many; `lowered`: `data.lower()` when
+        the caller has it (one lower() for all of a run's disguises, not one each)."""
+        if self._absent(data, lowered):
             return data, 0
         return self.pattern.subn(self._swap if self.alphabet else self.stand_in, data)
 
-    def found_in(self, data: bytes) -> bool:
-        if self.marker and self.marker not in (data.lower() if self.fold else data):
+    def found_in(self, data: bytes, lowered: bytes | None = None) -> bool:
+        if self._absent(data, lowered):
             return False
         return self.pattern.search(data) is not None
+
+    def _absent(self, data: bytes, lowered: bytes | None) -> bool:
+        """The marker is not there: no match can be."""
+        if not self.marker:
+            return False
+        if self.fold:
+            return self.marker not in (data.lower() if lowered is None else lowered)
+        return self.marker not in data
 
     def _swap(self, match: re.Match[bytes]) -> bytes:
         out = bytearray(self.stand_in)

@@ -57,7 +57,8 @@ def _length(headers: list[tuple[bytes, bytes]]) -> int:
 
 def _scrub(data: bytes, forms: dict[bytes, bytes], hidden: list[Disguise]) -> bytes:
     """One whole piece (a header, the reason) scrubbed: the exact forms, then the disguises
-    (swap.scrub's order, without a Scanner per piece)."""
+    (swap.scrub's order, without a Scanner per piece). Called only with what the whole head
+    was seen to hold (_answer): most heads hold nothing and skip this."""
     for form, placeholder in forms.items():
         data = data.replace(form, placeholder)
     for disguise in hidden:
@@ -263,13 +264,16 @@ class Session:
         # kept in the run's order.
         blob = b"\n".join([event.reason, *(k + b"\n" + v for k, v in event.headers)])
         head_forms = {form: ph for form, ph in forms.items() if form in blob}
-        head_hidden = [d for d in hidden if d.found_in(blob)]  # a piece's match is the blob's
+        low = blob.lower()
+        head_hidden = [d for d in hidden if d.found_in(blob, low)]  # a piece's match is the blob's
+        clean = not head_forms and not head_hidden
         headers = []
         for key, value in event.headers:
             if key in _FRAMING and not (key == b"content-length" and empty and event.status != 204):
                 continue
-            key = _scrub(key, head_forms, head_hidden)
-            value = _scrub(value, head_forms, head_hidden)
+            if not clean:
+                key = _scrub(key, head_forms, head_hidden)
+                value = _scrub(value, head_forms, head_hidden)
             if key == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
                 # Every Content-Encoding line, not the last one only (a second `identity`
                 # line hid a gzip body), on every response: a stored echo comes back to a
@@ -296,7 +300,7 @@ class Session:
         if not keep:
             headers.append((b"connection", b"close"))
         # The reason is scrubbed too: an error page's "401 bad token …".
-        reason = _scrub(event.reason, head_forms, head_hidden)
+        reason = event.reason if clean else _scrub(event.reason, head_forms, head_hidden)
         self.client.write(wire.response_head(event.status, reason, headers))
         while whole is None:
             event = self._event(self.up, self.upstream)

@@ -130,7 +130,9 @@ class SecretRun:
         spelled otherwise (escaped, in base64, in another case)."""
         if holds(data, secret.placeholder):
             return True
-        return any(d.found_in(data) for d in self.spellings.get(secret.placeholder, ()))
+        spelled = self.spellings.get(secret.placeholder, ())
+        lowered = data.lower() if spelled else None
+        return any(d.found_in(data, lowered) for d in spelled)
 
     def plain_request(self, host: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         """The proxy's plain-HTTP path: nothing is swapped there (the command could read it

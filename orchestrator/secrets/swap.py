@@ -122,6 +122,7 @@ class Scanner:
     def __init__(self, needles: dict[bytes, bytes], disguises: Sequence[Disguise] = ()) -> None:
         self.needles = {k: v for k, v in needles.items() if k}
         self.disguises = tuple(disguises)
+        self.folds = any(d.fold for d in self.disguises)
         widest = [len(k) for k in self.needles] + [d.widest for d in self.disguises]
         self.keep = max(widest, default=1) - 1
         self.tail = b""
@@ -135,10 +136,13 @@ class Scanner:
                 self.found.add(needle)
                 text = text.replace(needle, stand_in)
         # After the exact forms: the run's own blob goes back to the command's, as it was.
+        # One lower() for every folding disguise's marker, made again after a replacement.
+        lowered = text.lower() if self.folds else None
         for disguise in self.disguises:
-            text, count = disguise.sub(text)
+            text, count = disguise.sub(text, lowered)
             if count:
                 self.found.add(disguise.stand_in)
+                lowered = text.lower() if self.folds else None
         if self.keep <= 0:
             self.tail = b""
             return text
