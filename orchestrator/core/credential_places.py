@@ -107,6 +107,27 @@ class Guard:
     # a non-root caller's bwrap binds as the caller, who can reach nothing more through it.
     grants: bool = True
 
+    def __hash__(self) -> int:
+        # _by_name's cache hashes the guard on every lookup: a view's build asks hundreds of
+        # times, and hashing ~600 paths each time was most of the guard's cost (issue 26)
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.own_homes, self.other_homes, self.never, self.grants))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Guard):
+            return NotImplemented
+        return (self.own_homes, self.other_homes, self.never, self.grants) == (
+            other.own_homes,
+            other.other_homes,
+            other.never,
+            other.grants,
+        )
+
     def refusal(self, where: Path) -> str | None:
         """Why `where` (a real, absolute path) may not be bound, or None. The rules on the
         path's name are remembered; the way's modes are looked at every time (a chmod can
