@@ -80,7 +80,7 @@ def _pack(guard: Guard) -> served_memo.Json:
     }
 
 
-def _unpack(value: object) -> Guard | None:
+def _unpack(value: served_memo.Json) -> Guard | None:
     if not isinstance(value, dict):
         return None
     own, others, never, grants = (value.get(k) for k in ("own", "others", "never", "grants"))
@@ -91,12 +91,17 @@ def _unpack(value: object) -> Guard | None:
     paths = [*own, *others, *never]
     if not all(isinstance(p, str) for p in paths):
         return None
-    return Guard(
+    guard = Guard(
         tuple(Path(str(p)) for p in own),
         tuple(Path(str(p)) for p in others),
         tuple(Path(str(p)) for p in never),
         grants,
     )
+    guard.index()  # built here, in the server: every fork has it
+    return guard
+
+
+served_memo.decoder(KIND, _unpack)
 
 
 def served_guard(
@@ -107,8 +112,8 @@ def served_guard(
     place_list = tuple(str(p) for p in places)
     system_list = tuple(system)
     key = _key(caller_home, place_list, system_list, grants)
-    known = _unpack(served_memo.recall(KIND, key))
-    if known is not None:
+    known = served_memo.recall_decoded(KIND, key)
+    if isinstance(known, Guard):
         return known
     guard = make_guard(caller_home, [Path(p) for p in place_list], system_list, grants=grants)
     served_memo.learn(KIND, key, _pack(guard))
