@@ -30,8 +30,10 @@
   another uid: the user namespace maps it onto the caller's own, and the axis is not kept.
 
 The probe runs the same arguments (as the same uid) with `/bin/true`, before any copy is
-made, and is never cached: an LSM policy or a sysctl (`kernel.apparmor_restrict_
-unprivileged_userns`, `user.max_user_namespaces`) can change between two commands.
+made. A pass is kept (probe_memo.py) only under bwrap's identity and the values of every
+sysctl that governs user namespaces (`kernel.apparmor_restrict_unprivileged_userns`,
+`user.max_user_namespaces`, ...), read again each time; a failure never. A change none of
+those show fails the command closed: bwrap cannot make the namespaces, nothing runs.
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ def _note_hops(read: Read | None, path: str) -> None:
         try:
             target = os.readlink(path)
         except OSError:
-            return
+            return  # not a link (or gone): the chain ends here, its way is noted
         path = os.path.normpath(os.path.join(os.path.dirname(path), target))
         _note_way(read, os.path.dirname(path))
 

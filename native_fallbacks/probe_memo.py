@@ -51,7 +51,7 @@ def key(bwrap: str, workdir: str, user: int | None, view: served_memo.Json) -> s
         st = os.stat(bwrap)
         userns = os.stat("/proc/self/ns/user").st_ino
     except OSError:
-        return None
+        return None  # nothing to key on: the probe runs, and its answer is not kept
     binary: list[served_memo.Json] = [os.path.realpath(bwrap), st.st_dev, st.st_ino, st.st_size]
     binary += [st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid]
     kernel: list[served_memo.Json] = [os.uname().release, userns]
