@@ -8,8 +8,10 @@ caller's account home and $HOME, our places, and the real path of each of them (
 that became a link to elsewhere is a new key). So a remembered guard is exactly the guard
 make_guard would build now; only the joining and the building are skipped.
 
-The value is the guard without what is derived from it (each home's SECRETS, RUNTIME):
-small enough for the call's one message back to the server.
+What the call sends back is only the key: the server builds the guard itself, once, with
+its never-bind index (served_memo's decoders), and every later fork has it built. So no
+guard ever comes from a call's message -- a batch forged on the channel could only make the
+server build a real guard.
 """
 
 from __future__ import annotations
@@ -71,37 +73,29 @@ def _key(
     ]
 
 
-def _pack(guard: Guard) -> served_memo.Json:
-    return {
-        "own": [str(p) for p in guard.own_homes],
-        "others": [str(p) for p in guard.other_homes],
-        "never": [str(p) for p in guard.never],
-        "grants": guard.grants,
-    }
-
-
-def _unpack(value: served_memo.Json) -> Guard | None:
-    if not isinstance(value, dict):
+def _build(key: served_memo.Json, _value: served_memo.Json) -> Guard | None:
+    """The server's decoder: the guard built *here* from the inputs the key names, when the
+    key is what those inputs give now -- never a guard a call sent (the value is only `true`:
+    a batch forged on the call's channel could at most ask for a real guard to be built)."""
+    if not (isinstance(key, list) and len(key) == 10):
         return None
-    own, others, never, grants = (value.get(k) for k in ("own", "others", "never", "grants"))
-    if not (isinstance(own, list) and isinstance(others, list) and isinstance(never, list)):
+    caller_home, places, system, grants = key[1], key[5], key[6], key[7]
+    if not (caller_home is None or isinstance(caller_home, str)) or not isinstance(grants, bool):
         return None
-    if not isinstance(grants, bool):
+    if not (isinstance(places, list) and isinstance(system, list)):
         return None
-    paths = [*own, *others, *never]
-    if not all(isinstance(p, str) for p in paths):
+    if not all(isinstance(p, str) for p in (*places, *system)):
         return None
-    guard = Guard(
-        tuple(Path(str(p)) for p in own),
-        tuple(Path(str(p)) for p in others),
-        tuple(Path(str(p)) for p in never),
-        grants,
-    )
+    place_list = tuple(str(p) for p in places)
+    system_list = tuple(str(p) for p in system)
+    if _key(caller_home, place_list, system_list, grants) != key:
+        return None  # an account, $HOME's target or a place moved since: built by the call
+    guard = make_guard(caller_home, [Path(p) for p in place_list], system_list, grants=grants)
     guard.index()  # built here, in the server: every fork has it
     return guard
 
 
-served_memo.decoder(KIND, _unpack)
+served_memo.decoder(KIND, _build)
 
 
 def served_guard(
@@ -116,7 +110,7 @@ def served_guard(
     if isinstance(known, Guard):
         return known
     guard = make_guard(caller_home, [Path(p) for p in place_list], system_list, grants=grants)
-    served_memo.learn(KIND, key, _pack(guard))
+    served_memo.learn(KIND, key, True)  # the server builds it (_build) for the next calls
     return guard
 
 

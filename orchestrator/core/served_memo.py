@@ -39,7 +39,7 @@ _learned: dict[str, Json] = {}
 # their index, ~5 ms to build); the server decodes what it is taught, once, and every fork
 # has the object from the start. Nothing decoded is trusted more than its JSON: the object
 # is what the decoder makes of the value kept under the same key.
-_decoders: dict[str, Callable[[Json], object]] = {}
+_decoders: dict[str, Callable[[Json, Json], object]] = {}
 _decoded: dict[str, object] = {}
 
 
@@ -72,8 +72,9 @@ def _trim() -> None:
         del _memo[next(iter(_memo))]
 
 
-def decoder(kind: str, decode: Callable[[Json], object]) -> None:
-    """Register how facts of `kind` become objects (at import: the server imports it)."""
+def decoder(kind: str, decode: Callable[[Json, Json], object]) -> None:
+    """Register how facts of `kind` become objects, from (key, value) (at import: the server
+    imports it)."""
     _decoders[kind] = decode
 
 
@@ -87,7 +88,7 @@ def recall_decoded(kind: str, key: Json) -> object:
     if isinstance(value, _Miss):
         return MISS
     decode = _decoders.get(kind)
-    _decoded[slot] = made = value if decode is None else decode(value)
+    _decoded[slot] = made = value if decode is None else decode(key, value)
     return made
 
 
@@ -160,9 +161,9 @@ def take_learned(fd: int) -> None:
 
 def _decode_ahead(slot: str, value: Json) -> None:
     try:
-        kind = json.loads(slot)[0]
-    except (ValueError, IndexError, KeyError, TypeError):
+        kind, key = json.loads(slot)
+    except (ValueError, TypeError):
         return  # not a slot of ours: kept as JSON, never decoded
     decode = _decoders.get(kind) if isinstance(kind, str) else None
     if decode is not None:
-        _decoded[slot] = decode(value)
+        _decoded[slot] = decode(key, value)

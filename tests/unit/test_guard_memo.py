@@ -31,11 +31,29 @@ def test_a_kept_guard_is_the_built_one_and_is_used(tmp_path: Path) -> None:
     state = tmp_path / "state"
     built = make_guard(str(tmp_path), [state], SYSTEM_DIRS, grants=False)
     first = guard_memo.served_copy_guard(str(tmp_path), (state,))
-    assert first == built and len(kept()) == 1
-    [value] = kept()
-    assert isinstance(value, dict)
-    value["own"] = ["/planted"]  # answered from the memo: the planted home comes back
-    assert guard_memo.served_copy_guard(str(tmp_path), (state,)).own_homes[0] == Path("/planted")
+    assert first == built and kept() == [True]  # only the key travels
+    second = guard_memo.served_copy_guard(str(tmp_path), (state,))
+    assert second == built and guard_memo.served_copy_guard(str(tmp_path), (state,)) is second
+
+
+def test_a_forged_guard_sent_to_the_server_is_never_used(tmp_path: Path) -> None:
+    """A batch forged on the call's channel names a real key with an empty guard: the server
+    builds the guard itself from the key's inputs, the forged value is never read."""
+    guard_memo.served_copy_guard(str(tmp_path), (tmp_path / "state",))
+    [slot] = [s for s in served_memo._learned if f'["{guard_memo.KIND}",' in s]
+    served_memo._learned[slot] = {"own": [], "others": [], "never": [], "grants": False}
+    learned, teach = served_memo.channel()
+    try:
+        served_memo.send_learned(teach)
+        os.close(teach)
+        served_memo._memo.clear()
+        served_memo._decoded.clear()
+        served_memo.take_learned(learned)
+    finally:
+        os.close(learned)
+    guard = guard_memo.served_copy_guard(str(tmp_path), (tmp_path / "state",))
+    assert guard == make_guard(str(tmp_path), [tmp_path / "state"], SYSTEM_DIRS, grants=False)
+    assert guard.never and _by_name(guard, tmp_path / ".ssh") is not None
 
 
 def test_a_home_retargeted_between_two_calls_is_a_new_guard(tmp_path: Path) -> None:
