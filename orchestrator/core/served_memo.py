@@ -19,6 +19,7 @@ second one on the channel (someone else's) drops the batch.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -152,18 +153,26 @@ def take_learned(fd: int) -> None:
     except ValueError:
         return
     if isinstance(batch, dict):
+        made = 0
         for slot, value in batch.items():
             _memo[slot] = value
             _decoded.pop(slot, None)
-            _decode_ahead(slot, value)
+            made += _decode_ahead(slot, value)
         _trim()
+        if made:
+            # What was decoded (a guard: thousands of objects) lives as long as the server:
+            # out of the collector's reach, or each fork's first full collection walks it --
+            # and every page of the heap it touches is copied (~20 ms a call, measured).
+            gc.freeze()
 
 
-def _decode_ahead(slot: str, value: Json) -> None:
+def _decode_ahead(slot: str, value: Json) -> int:
     try:
         kind, key = json.loads(slot)
     except (ValueError, TypeError):
-        return  # not a slot of ours: kept as JSON, never decoded
+        return 0  # not a slot of ours: kept as JSON, never decoded
     decode = _decoders.get(kind) if isinstance(kind, str) else None
-    if decode is not None:
-        _decoded[slot] = decode(key, value)
+    if decode is None:
+        return 0
+    _decoded[slot] = decode(key, value)
+    return 1
