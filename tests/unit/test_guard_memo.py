@@ -3,6 +3,7 @@ a changed $HOME, a home that now leads elsewhere, other places of ours are a new
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,13 +112,17 @@ def test_the_indexed_judgement_is_the_judgement_as_ever(tmp_path: Path) -> None:
 def test_a_taught_guard_is_decoded_by_the_server_before_any_fork(tmp_path: Path) -> None:
     guard_memo.served_copy_guard(str(tmp_path), (tmp_path / "state",))
     learned, teach = served_memo.channel()
+    gc.unfreeze()
     try:
         served_memo.send_learned(teach)
         os.close(teach)
         served_memo._memo.clear()  # the server's memory: not this call's
         served_memo._decoded.clear()
         served_memo.take_learned(learned)
+        # out of the collector's reach: no fork's full collection walks (and copies) it
+        assert gc.get_freeze_count() > 0
     finally:
+        gc.unfreeze()
         os.close(learned)
     [guard] = [g for s, g in served_memo._decoded.items() if guard_memo.KIND in s]
     assert isinstance(guard, Guard) and "_index" in guard.__dict__
