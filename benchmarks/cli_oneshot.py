@@ -1,6 +1,7 @@
 """A one-shot `sprawl-orch exec -- true` against the raw mechanism, interleaved in one run.
 
     . .ci/env && python benchmarks/cli_oneshot.py [--reps N] [--big-reps M] [--files F]
+    . .ci/env && python benchmarks/cli_oneshot.py --native-only [--reps N]  # no engine
 
 The rows of issue #12's table, whole processes, second and later calls (a first call per
 arm is made and not counted: it admits the engine and leaves its evidence in this run's
@@ -188,15 +189,21 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--big-reps", type=int, default=3)
     parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument(
+        "--native-only", action="store_true", help="the small-tree native rows alone, no engine"
+    )
     args = parser.parse_args()
-    images = {e: build_busybox(e) for e in ("docker", "podman")}
+    if args.native_only:
+        images = {"docker": "sha256:" + "0" * 64, "podman": "sha256:" + "0" * 64}
+    else:
+        images = {e: build_busybox(e) for e in ("docker", "podman")}
     table: list[tuple[str, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-oneshot-") as tmp:
         work = Path(tmp)
         small = tree(work / "small", 0, 0)
         (small / "a.txt").write_text("a\n")
         (small / "b.txt").write_text("b\n")
-        big = tree(work / "big", args.files, 16 * 1024)
+        big = tree(work / "big", 0 if args.native_only else args.files, 16 * 1024)
         # A person's files are older than the last second: a file written within the
         # filesystem's timestamp granularity of a sync is compared by bytes (the racy-clean
         # rule, copy_sync), which a tree made a moment ago would pay on the first resyncs.
@@ -207,12 +214,13 @@ def main() -> int:
         runtime_dir.mkdir(mode=0o700)
         served = {**os.environ, "XDG_RUNTIME_DIR": str(runtime_dir)}
         paths = [("", CLI, None), (" (server)", [PROGRAM], served)]
-        for arm, engine in (
+        every = (
             ("docker", "docker"),
             ("podman", "podman"),
             ("linux_namespaces", "auto"),
             ("copied_tree", "auto"),
-        ):
+        )
+        for arm, engine in every[2:] if args.native_only else every:
             asked = (
                 "container"
                 if arm in ("docker", "podman")
@@ -233,7 +241,7 @@ def main() -> int:
                     args.reps,
                     table,
                 )
-        for arm in ("docker", "copied_tree"):
+        for arm in () if args.native_only else ("docker", "copied_tree"):
             asked = "container" if arm == "docker" else arm
             conf = config_file(work / f"big-{arm}.toml", asked, "docker", images, state)
             raw_argv = raw_run("docker", images["docker"], big, None) if arm == "docker" else pypass
@@ -262,7 +270,8 @@ def main() -> int:
             args.reps,
             table,
         )
-        library_row(images, work, args.reps, table)
+        if not args.native_only:
+            library_row(images, work, args.reps, table)
         bwrap = ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
         bw = statistics.median(timed(bwrap) for _ in range(args.reps))
     print(

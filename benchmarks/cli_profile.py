@@ -305,18 +305,47 @@ def python_row(reps: int) -> int:
     return 0
 
 
+def native_rows(reps: int) -> int:
+    """The two native rows alone, with `python -c pass` timed in the same loop (no engine
+    needed: the images named in the config are never asked for)."""
+    images = {"docker": "sha256:" + "0" * 64, "podman": "sha256:" + "0" * 64}
+    python = [sys.executable, "-c", "pass"]
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-") as tmp:
+        work = Path(tmp)
+        small = work / "small"
+        small.mkdir()
+        (small / "a.txt").write_text("a\n")
+        (small / "b.txt").write_text("b\n")
+        time.sleep(RACY_SECONDS)
+        for arm, asked in (("linux_namespaces", "native"), ("copied_tree", "copied_tree")):
+            conf = config_file(work / f"{arm}.toml", asked, "auto", images, work / "state")
+            forked(conf, small)  # makes the copy, teaches the server: not counted
+            runs, pypass = [], []
+            for _ in range(reps):
+                runs.append(forked(conf, small))
+                pypass.append(wall(python))
+            show(arm, runs)
+            print(f"  {'python -c pass (same loop)':44} {statistics.median(pypass) * 1000:7.1f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--files", type=int, default=10_000, help="the big tree's files")
     parser.add_argument("--big-only", action="store_true", help="the big-tree row alone")
     parser.add_argument("--python-only", action="store_true", help="the python arm's row alone")
+    parser.add_argument(
+        "--native-only", action="store_true", help="the linux_namespaces and copied_tree rows"
+    )
     args = parser.parse_args()
     from sprawl_orch.cli.exec_server import preload
 
     preload()
     if args.python_only:
         return python_row(args.reps)
+    if args.native_only:
+        return native_rows(args.reps)
     images = {e: build_busybox(e) for e in ("docker", "podman")}
     floors: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-") as tmp:

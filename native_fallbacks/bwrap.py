@@ -30,8 +30,10 @@
   another uid: the user namespace maps it onto the caller's own, and the axis is not kept.
 
 The probe runs the same arguments (as the same uid) with `/bin/true`, before any copy is
-made, and is never cached: an LSM policy or a sysctl (`kernel.apparmor_restrict_
-unprivileged_userns`, `user.max_user_namespaces`) can change between two commands.
+made. A pass is kept (probe_memo.py) only under bwrap's identity and the values of every
+sysctl that governs user namespaces (`kernel.apparmor_restrict_unprivileged_userns`,
+`user.max_user_namespaces`, ...), read again each time; a failure never. A change none of
+those show fails the command closed: bwrap cannot make the namespaces, nothing runs.
 """
 
 from __future__ import annotations
@@ -41,14 +43,16 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sprawl_orch.core import served_memo
 from sprawl_orch.core.arms import ArmName, linux_namespaces_assurances, user_namespace
 from sprawl_orch.core.assurances import Assurances
-from sprawl_orch.core.credential_places import make_guard
 from sprawl_orch.core.environment import host_side_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.guard_memo import served_guard
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.core.ownership import own_copy
 from sprawl_orch.egress.plan import EgressPlan
+from sprawl_orch.native_fallbacks import probe_memo
 from sprawl_orch.native_fallbacks.bwrap_hold import Hold
 from sprawl_orch.native_fallbacks.bwrap_masks import masks_for
 from sprawl_orch.native_fallbacks.bwrap_view import View, command_view, system_view
@@ -206,7 +210,15 @@ def _probe_once(bwrap: str, workdir: Path | str, user: int | None) -> tuple[bool
 
 
 def probe(bwrap: str, workdir: Path | str, user: int | None = None) -> tuple[bool, str]:
-    """The probe, tried again (up to PROBE_ATTEMPTS) only when it lost the mount-table race."""
+    """The probe, tried again (up to PROBE_ATTEMPTS) only when it lost the mount-table race;
+    a pass is kept by the exec server under all it depends on (probe_memo.py)."""
+    view = system_view()
+    seen: served_memo.Json = [list(view.binds), [list(link) for link in view.links]]
+    the_key = probe_memo.key(bwrap, str(workdir), user, seen)
+    return probe_memo.remembered(the_key, lambda: _probe_tries(bwrap, workdir, user))
+
+
+def _probe_tries(bwrap: str, workdir: Path | str, user: int | None) -> tuple[bool, str]:
     ok, why = _probe_once(bwrap, workdir, user)
     for _ in range(PROBE_ATTEMPTS - 1):
         if ok or MOUNT_RACE not in why:
@@ -245,7 +257,7 @@ class BwrapArm(CopiedTreeArm):
         self.bwrap = bwrap
         self.user = drop_uid() if user == -1 else user
         self._system = system_view()
-        self._guard = make_guard(
+        self._guard = served_guard(
             caller_home if caller_home is not None else os.environ.get("HOME"),
             places,
             self._system.binds,
@@ -273,7 +285,8 @@ class BwrapArm(CopiedTreeArm):
         )
 
     def prepare(self, workdir: Path) -> None:
-        # Never cached: the kernel's or the LSM's answer can change between two commands.
+        # A pass is kept under the kernel's settings and bwrap's identity (probe_memo.py), a
+        # failure never: and a namespace refused after a kept pass fails the command closed.
         ok, why = probe(self.bwrap, workdir, self.user)
         if ok:
             return

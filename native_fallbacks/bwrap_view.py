@@ -35,7 +35,6 @@ import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from sprawl_orch.core.credential_places import Guard, make_guard
@@ -107,15 +106,21 @@ def _prefix_of(target: Path) -> Path:
     return target.parent.parent if target.parent.name in TOOL_DIR_NAMES else target.parent
 
 
-def _linked_prefixes(bin_dir: Path, guard: Guard, covered: tuple[str, ...]) -> Iterable[Path]:
+def _linked_prefixes(
+    bin_dir: Path, guard: Guard, covered: tuple[str, ...], read: Read | None = None
+) -> Iterable[Path]:
+    _note(read, str(bin_dir))
     try:
         entries = list(os.scandir(bin_dir))[:LINKS_SCANNED]
     except OSError:
         return
     for entry in entries:
         if entry.is_symlink():
+            _note_hops(read, entry.path)
             target = Path(os.path.realpath(entry.path))
             prefix = _prefix_of(target)
+            _note_way(read, str(prefix))
+            _note(read, str(target.parent))
             if target.parent == bin_dir or _covered(str(prefix), covered):
                 continue  # /usr/bin's links into /usr: nothing to judge or bind
             if not _prefix_root(prefix, guard):
@@ -145,36 +150,122 @@ def _covered(path: str, binds: tuple[str, ...]) -> bool:
     return any(_under(path, b) for b in binds)
 
 
-def path_tools(path_env: str, guard: Guard, covered: tuple[str, ...] = ()) -> PathPart:
+def path_tools(
+    path_env: str,
+    guard: Guard,
+    covered: tuple[str, ...] = (),
+    *,
+    read: Read | None = None,
+    rules: list[tuple[Path, str]] | None = None,
+) -> PathPart:
     """What the programs on PATH need (absolute entries only: a relative entry means the
-    working directory, which is the copy), each judged on its real path by the guard."""
+    working directory, which is the copy), each judged on its real path by the guard.
+    `read` collects a stamp of every directory looked at, taken before it is read, and
+    `rules` each bind with the rule that let it in (view_memo.py: the server's memo)."""
     out: list[Path] = []
     roots: list[Path] = []
     venvs: list[Path] = []
+
+    def add(path: Path, rule: str) -> None:
+        out.append(path)
+        if rules is not None:
+            rules.append((path, rule))
+
     for entry in path_env.split(os.pathsep):
-        if not entry.startswith("/") or not os.path.isdir(entry):
+        if not entry.startswith("/"):
+            continue
+        _note_way(read, os.path.normpath(entry))
+        _note_hops(read, entry)
+        if not os.path.isdir(entry):
             continue
         real = Path(os.path.realpath(entry))
-        if not guard.allows(real) or (guard.home_child(real) and real.name not in TOOL_DIR_NAMES):
+        _note_way(read, str(real))
+        if not bind_rule_holds(real, ENTRY, guard):
             continue  # ~/.kaggle on PATH is no tool's directory; ~/bin is
+        for pyenv_code in (real.parent, real.parent.parent.parent):
+            _note(read, str(pyenv_code / "libexec"))  # where pyenv_root looks
         pyenv = pyenv_root(real)
         if pyenv is not None:
-            out.append(real)
+            add(real, ENTRY)
             roots.append(pyenv)
             continue
         root = real.parent if real.name in TOOL_DIR_NAMES else real
-        if root != real and not (guard.allows(root) and _prefix_root(root, guard)):
+        if root != real and not bind_rule_holds(root, PREFIX, guard):
             root = real
-        out.append(root)
+        add(root, ENTRY if root == real else PREFIX)
         if root == real:
-            out.extend(_linked_prefixes(real, guard, covered))
+            for prefix in _linked_prefixes(real, guard, covered, read):
+                add(prefix, PREFIX)
             if real.name == "bin" and real.parent.name == ".cargo":
                 rustup = real.parent.parent / ".rustup"
                 if guard.allows(rustup):
-                    out.append(rustup)
+                    add(rustup, PLAIN)
         if (root / "pyvenv.cfg").is_file():
             venvs.append(root)
     return PathPart(tuple(out), tuple(dict.fromkeys(roots)), tuple(venvs))
+
+
+# The rules a bind of the PATH part passed (view_memo.py judges a remembered bind again by
+# its own): a PATH entry itself; an install prefix (a home's child only when laid out as
+# one); anything else the guard allows (rustup's ~/.rustup beside ~/.cargo/bin).
+ENTRY, PREFIX, PLAIN = "entry", "prefix", "plain"
+
+
+def bind_rule_holds(path: Path, rule: str, guard: Guard) -> bool:
+    if not guard.allows(path):
+        return False
+    if rule == ENTRY:
+        return not guard.home_child(path) or path.name in TOOL_DIR_NAMES
+    if rule == PREFIX:
+        return _prefix_root(path, guard)
+    return rule == PLAIN
+
+
+Stamp = list[int] | None
+Read = dict[str, Stamp]
+
+
+def stamp(directory: str) -> Stamp:
+    """(dev, ino, mtime_ns, ctime_ns, mode) of what `directory` names now, None if nothing:
+    an entry added, removed or retargeted in it moves its mtime and ctime; a chmod its
+    ctime (which no one can set back)."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None  # absent now: its appearance is a change
+    return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
+
+
+def _note(read: Read | None, directory: str) -> None:
+    if read is not None and directory not in read:
+        read[directory] = stamp(directory)
+
+
+def _note_way(read: Read | None, path: str) -> None:
+    """`path` and every directory above it (a component turned into a link is a change in
+    its parent)."""
+    if read is None:
+        return
+    while True:
+        _note(read, path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
+def _note_hops(read: Read | None, path: str) -> None:
+    """The way to every hop of the link chain at `path` (a link retargeted anywhere along
+    it changes a directory noted here)."""
+    if read is None:
+        return
+    for _ in range(40):  # the kernel's own limit of links followed
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return  # not a link (or gone): the chain ends here, its way is noted
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        _note_way(read, os.path.dirname(path))
 
 
 def tree_venvs(workdir: Path) -> list[Path]:
@@ -200,11 +291,6 @@ def _minimal(paths: Iterable[Path], base: View, inside: str, hidden: str) -> tup
     return tuple(kept)
 
 
-@lru_cache(maxsize=16)
-def _path_part(path_env: str, guard: Guard, covered: tuple[str, ...]) -> PathPart:
-    return path_tools(path_env, guard, covered)
-
-
 def default_guard(base: View) -> Guard:
     """The guard when the arm names none: the caller's own homes, no places of ours."""
     return make_guard(os.environ.get("HOME"), (), base.binds)
@@ -218,13 +304,15 @@ def command_view(
     guard: Guard | None = None,
 ) -> View:
     """The whole view for one command: system + PATH tools + the tree's venv interpreters.
-    The PATH part is cached per (PATH, guard); the tree is looked at every time (a venv or
-    a .python-version can appear between two commands). Nothing at or around the working
-    directory is bound: the copy is mounted there. Raises E_SANDBOX_DENIED for a venv
-    whose pyvenv.cfg lies (view_tools.py)."""
+    The PATH part is kept by the exec server (view_memo.py); the tree is looked at every
+    time (a venv or a .python-version can appear between two commands). Nothing at or
+    around the working directory is bound: the copy is mounted there. Raises
+    E_SANDBOX_DENIED for a venv whose pyvenv.cfg lies (view_tools.py)."""
     base = base or system_view()
     guard = guard or default_guard(base)
-    part = _path_part(env.get("PATH", ""), guard, base.binds)
+    from sprawl_orch.native_fallbacks.view_memo import served_path_part
+
+    part = served_path_part(env.get("PATH", ""), guard, base.binds)
     tools = list(part.binds)
     for root in part.pyenv_roots:
         tools += pyenv_parts(root, workdir, env, guard)

@@ -66,8 +66,9 @@ from sprawl_orch.changes.workspace_walk import Clean, diff_walk, record_of
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.sync import sync_with_record
-from sprawl_orch.core.credential_places import Guard, copy_guard
+from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.guard_memo import served_copy_guard
 from sprawl_orch.core.private import private_dirs
 from sprawl_orch.core.removal import delete_path
 
@@ -93,7 +94,7 @@ class Workspace:
         # What a link of the tree out of it may bring (design §5, issue 30): a workspace's
         # base and tree are copies like any other; the exec tool passes its own guard, the
         # CLI's workspace commands get one from the state directory and $HOME.
-        self.guard = guard or copy_guard(os.environ.get("HOME"), (self.state,))
+        self.guard = guard or served_copy_guard(os.environ.get("HOME"), (self.state,))
         self.workdir = Path(os.path.realpath(workdir))
         self.dir = workspaces_root(self.state) / workdir_key(self.workdir) / name
         self.place = Place(self.state, self.workdir, self.name, self.dir)

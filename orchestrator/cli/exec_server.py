@@ -70,6 +70,7 @@ LAZY = (
     "sprawl_orch.native_fallbacks.bwrap",
     "sprawl_orch.native_fallbacks.copied_tree",
     "sprawl_orch.native_fallbacks.probe",
+    "sprawl_orch.native_fallbacks.view_memo",
     # every arm's offer asks whether Landlock is there (found the same way, 2026-12-02:
     # ~16 ms of a copied_tree call's 60 ms were these imports)
     "sprawl_orch.native_fallbacks.landlock",

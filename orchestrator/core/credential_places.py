@@ -25,6 +25,7 @@ real path (links resolved: a PATH entry that links to $HOME is $HOME):
 
 from __future__ import annotations
 
+import bisect
 import os
 import pwd
 import stat
@@ -107,6 +108,39 @@ class Guard:
     # a non-root caller's bwrap binds as the caller, who can reach nothing more through it.
     grants: bool = True
 
+    def __hash__(self) -> int:
+        # _by_name's cache hashes the guard on every lookup: a view's build asks hundreds of
+        # times, and hashing ~600 paths each time was most of the guard's cost (issue 26)
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.own_homes, self.other_homes, self.never, self.grants))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Guard):
+            return NotImplemented
+        return (self.own_homes, self.other_homes, self.never, self.grants) == (
+            other.own_homes,
+            other.other_homes,
+            other.never,
+            other.grants,
+        )
+
+    def index(self) -> tuple[tuple[str, ...], frozenset[str], list[str]]:
+        """(homes, never, never sorted) as strings, built once per guard: _by_name asks
+        "is any of them at, above or below this path" for every candidate bind, and ~600
+        string comparisons each time were most of a view's cost (issue 26)."""
+        built = self.__dict__.get("_index")
+        if built is None:
+            homes = tuple(str(h) for h in (*self.own_homes, *self.other_homes))
+            never = [str(p) for p in self.never]
+            built = (homes, frozenset(never), sorted(never))
+            object.__setattr__(self, "_index", built)
+        return built
+
     def refusal(self, where: Path) -> str | None:
         """Why `where` (a real, absolute path) may not be bound, or None. The rules on the
         path's name are remembered; the way's modes are looked at every time (a chmod can
@@ -134,13 +168,31 @@ def _by_name(guard: Guard, where: Path) -> str | None:
     if len(where.parts) <= 2:
         return f"{where} is / or a top-level directory"
     path = str(where)
-    for home in (*guard.own_homes, *guard.other_homes):
-        if _under(str(home), path):
+    homes, never, ordered = guard.index()
+    for home in homes:
+        if _under(home, path):
             return f"{path} is a home directory ({home}) or holds one"
-    for place in map(str, guard.never):
-        if _under(path, place) or _under(place, path):
-            return f"{path} is or holds {place} (credentials, state or runtime files)"
+    if _near(path, never, ordered):
+        # the first in the guard's own order, as ever: the message names the same place
+        for place in map(str, guard.never):
+            if _under(path, place) or _under(place, path):
+                return f"{path} is or holds {place} (credentials, state or runtime files)"
     return None
+
+
+def _near(path: str, never: frozenset[str], ordered: list[str]) -> bool:
+    """Some place of `never` is `path`, above it or below it (_under either way)."""
+    up = path
+    while True:
+        if up in never:
+            return True
+        parent = os.path.dirname(up)
+        if parent == up:
+            break
+        up = parent
+    below = path.rstrip("/") + "/"
+    at = bisect.bisect_left(ordered, below)
+    return at < len(ordered) and ordered[at].startswith(below)
 
 
 def _public_way(path: Path) -> bool:

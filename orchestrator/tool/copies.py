@@ -24,8 +24,8 @@ from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.store import CopyStore, Lease, copy_key
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
-from sprawl_orch.core.credential_places import copy_guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.guard_memo import served_copy_guard
 from sprawl_orch.core.protected import protection_for
 from sprawl_orch.runs.launch import Arm
 
@@ -41,7 +41,7 @@ class ToolCopies:
         # against the caller's homes and sprawl-orch's own places, as the native view is.
         scratch = config.sandbox.scratch_dir
         places = (state, *((scratch.expanduser(),) if scratch is not None else ()))
-        self.guard = copy_guard(caller_home, places)
+        self.guard = served_copy_guard(caller_home, places)
         self.store = CopyStore(state / "copies", copies.budget_bytes)
         self.bounds = Bounds(copies.max_files, copies.max_bytes, copies.max_depth)
         self.excludes = Excludes(copies.exclude)

@@ -81,3 +81,20 @@ def test_a_changed_busybox_is_asked_about_again(
     fake.unlink()
     shutil.copy(os.path.realpath(dynamic), fake)  # a new inode: a dynamic executable
     assert egress_hold.static_busybox() is None
+
+
+def test_a_fact_too_large_for_the_batch_leaves_the_others_their_way() -> None:
+    """One large fact (a guard on a machine of many accounts) is left out, not the batch."""
+    served_memo._learned.clear()
+    served_memo.learn("unit-kind", ["small"], True)
+    served_memo.learn("unit-kind", ["large"], "x" * served_memo.BATCH_LIMIT)
+    learned, teach = served_memo.channel()
+    try:
+        served_memo.send_learned(teach)
+        os.close(teach)
+        served_memo._memo.clear()
+        served_memo.take_learned(learned)
+    finally:
+        os.close(learned)
+    assert served_memo.recall("unit-kind", ["small"]) is True
+    assert served_memo.recall("unit-kind", ["large"]) is served_memo.MISS
