@@ -60,6 +60,7 @@ from sprawl_orch.native_fallbacks.copied_tree import CopiedTreeArm
 from sprawl_orch.native_fallbacks.probe import run_probe
 from sprawl_orch.native_fallbacks.sandbox_uid import grant_search, sandbox_uid
 from sprawl_orch.native_fallbacks.seccomp_filter import SeccompUnsupported, program_fd
+from sprawl_orch.native_fallbacks.view_memo import served_path_part
 from sprawl_orch.runs.launch import Launch, Running
 from sprawl_orch.runs.process import HostProcess
 from sprawl_orch.runs.yielding import Yielders, yield_prefix
@@ -309,7 +310,7 @@ class BwrapArm(CopiedTreeArm):
         env_fd: int | None = None,
         hidden: Sequence[str] = (),
     ) -> list[str]:
-        view = command_view(env, workdir, copy, self._system, self._guard)
+        view = command_view(env, workdir, copy, self._system, self._guard, served_path_part)
         if self.user is not None:
             self.give(copy, view)
         return bwrap_argv(

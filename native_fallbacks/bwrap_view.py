@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -302,17 +302,17 @@ def command_view(
     copy: Path,
     base: View | None = None,
     guard: Guard | None = None,
+    part_of: Callable[[str, Guard, tuple[str, ...]], PathPart] = path_tools,
 ) -> View:
     """The whole view for one command: system + PATH tools + the tree's venv interpreters.
-    The PATH part is kept by the exec server (view_memo.py); the tree is looked at every
+    The PATH part comes from `part_of`: the arms pass view_memo.served_path_part (kept by the
+    exec server; passed in, as view_memo builds on this module); the tree is looked at every
     time (a venv or a .python-version can appear between two commands). Nothing at or
     around the working directory is bound: the copy is mounted there. Raises
     E_SANDBOX_DENIED for a venv whose pyvenv.cfg lies (view_tools.py)."""
     base = base or system_view()
     guard = guard or default_guard(base)
-    from sprawl_orch.native_fallbacks.view_memo import served_path_part
-
-    part = served_path_part(env.get("PATH", ""), guard, base.binds)
+    part = part_of(env.get("PATH", ""), guard, base.binds)
     tools = list(part.binds)
     for root in part.pyenv_roots:
         tools += pyenv_parts(root, workdir, env, guard)

@@ -52,6 +52,7 @@ from sprawl_orch.native_fallbacks.probe import run_probe
 from sprawl_orch.native_fallbacks.sandbox_uid import grant_search
 from sprawl_orch.native_fallbacks.seccomp_filter import SeccompUnsupported
 from sprawl_orch.native_fallbacks.seccomp_landlock import program
+from sprawl_orch.native_fallbacks.view_memo import served_path_part
 from sprawl_orch.runs.launch import Launch, Running
 from sprawl_orch.runs.process import HostProcess
 from sprawl_orch.runs.yielding import Yielders, yield_prefix
@@ -240,7 +241,9 @@ class LandlockArm(CopiedTreeArm):
         tmp = launch.outputs / "tmp"
         tmp.mkdir(mode=0o700, exist_ok=True)
         env = {**launch.env, "TMPDIR": str(tmp)}
-        view = command_view(launch.env, workdir, launch.cwd, self._system, self._guard)
+        view = command_view(
+            launch.env, workdir, launch.cwd, self._system, self._guard, served_path_part
+        )
         writable = [launch.cwd, tmp] + ([home] if home.is_relative_to(launch.outputs) else [])
         streams = [launch.outputs / "stdout", launch.outputs / "stderr"]
         if self.user is not None:
