@@ -26,6 +26,10 @@ _SERVER_HELLO = 2
 # record header (5), handshake type (1) and length (3), legacy_version (2): then the random.
 _RANDOM_AT = RECORD_HEADER + 4 + 2
 _PASSED = frozenset({20, 21, 23})  # change_cipher_spec, alert, application_data (early data)
+# What may pass before the second hello: a change_cipher_spec, and early data sent before the
+# retry came (a server's max_early_data is commonly 16 KiB). Unbounded, a client could make the
+# proxy hold what it sends for the whole 30 s deadline (gigabytes over a loopback).
+MAX_PASSED = 256 * 1024
 
 Read = Callable[[], Awaitable[bytes]]
 Check = Callable[[bytes], None]
@@ -85,6 +89,8 @@ async def second_hello(pending: bytes, read: Read, check: Check) -> bytes:
             raise NotTls(f"the client closed after {len(passed) + len(record)} bytes of its retry")
         if record[0] in _PASSED:
             passed += record
+            if len(passed) > MAX_PASSED:
+                raise NotTls(f"more than {MAX_PASSED} bytes before the retried ClientHello")
             continue
         record_length(record)  # a handshake record of a plausible size, else NotTls
         check(record)

@@ -5,6 +5,7 @@ Against the real proxy and a real TLS server on 127.0.0.1 (Python's ssl, trustme
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import ssl
@@ -151,3 +152,29 @@ def test_a_second_hello_naming_the_same_server_goes_through(
     (record,) = proxy.records()
     # The ServerHello after the retry came back: the tunnel carried both hellos' answers.
     assert record.allowed and record.bytes_down > len(answer) // 2 > 0, record
+
+
+def test_what_passes_before_a_second_hello_is_bounded(server: _Server) -> None:
+    # The proxy holds the records a client sends between a retry and its second hello; a
+    # stream of change_cipher_spec records must end the tunnel, not grow the proxy.
+    proxy = EgressProxy(Rules.parse((f"localhost:{server.port}", "127.0.0.1", "::1")))
+    proxy.start()
+    listener = socket.create_server(("127.0.0.1", 0))
+    proxy.serve(listener)
+    sock = socket.create_connection(listener.getsockname(), timeout=30)
+    target = f"localhost:{server.port}"
+    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nhost: {target}\r\n\r\n".encode())
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    sock.sendall(_hello("localhost", None, os.urandom(32), os.urandom(32)))
+    assert _record(sock)[11:43] == RETRY_RANDOM
+    change_cipher_spec = bytes([20, 3, 3, 0, 1, 1])
+    sent = 0
+    with contextlib.suppress(OSError):  # cut: the proxy stopped taking them
+        while sent < 64 * 1024 * 1024:
+            sock.sendall(change_cipher_spec * 4096)
+            sent += len(change_cipher_spec) * 4096
+    sock.close()
+    proxy.close()
+    (record,) = proxy.records()
+    assert not record.allowed and "before the retried ClientHello" in record.reason, record
+    assert sent < 64 * 1024 * 1024
