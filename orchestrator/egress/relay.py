@@ -131,7 +131,8 @@ def _pump(source: Sock, sink: Sock, pipe: tuple[int, int], early: bytes, count: 
 
 def _send_now(sink: Sock, data: bytes, count: Count) -> bytes:
     """Send what the socket takes at once (still non-blocking) from the loop, before any
-    thread starts; the rest, if any, is the thread's to send first. The checked ClientHello
+    thread starts; the rest, if any, is the thread's to send first. (The checked hello itself
+    now goes up before this, alone, so the server's first record can be read: retry.py.) The checked ClientHello
     went out only once its thread had started: on 2 loaded cores a thread's start took 0.15 ms
     median, 3 ms at the 90th percentile (benchmarks/egress_proxy.py's setup row), every ms of
     it added to the tunnel's setup, where now it overlaps the server's answer. A refusal
