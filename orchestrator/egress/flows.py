@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import h11
 
-from sprawl_orch.egress import relay
+from sprawl_orch.egress import relay, retry
 from sprawl_orch.egress.addresses import host_addresses, refused
 from sprawl_orch.egress.hello import RECORD_HEADER, NotTls, parse_hello, record_length
 from sprawl_orch.egress.record import Egress
@@ -239,7 +239,15 @@ class Flow:
             length = record_length(buffer)
             while len(buffer) < RECORD_HEADER + length:
                 buffer += await self._more(len(buffer))
-            hello = parse_hello(buffer[: RECORD_HEADER + length])
+        except NotTls as err:
+            raise Refused(f"the tunnel to {self.host} did not start with TLS: {err}") from err
+        self._check_name(buffer[: RECORD_HEADER + length])
+        return buffer
+
+    def _check_name(self, record: bytes) -> None:
+        """The ClientHello record's SNI equals the CONNECT host (none only for an IP literal)."""
+        try:
+            hello = parse_hello(record)
         except NotTls as err:
             raise Refused(f"the tunnel to {self.host} did not start with TLS: {err}") from err
         name = hello.server_name
@@ -249,7 +257,6 @@ class Flow:
                 raise Refused(f"the TLS ClientHello names no server; CONNECT named {expected}")
         elif normal_host(name) != expected:
             raise Refused(f"TLS SNI {name!r} differs from the CONNECT host {expected!r}")
-        return buffer
 
     async def _more(self, have: int) -> bytes:
         data = await self.reader.read(CHUNK)
@@ -260,6 +267,18 @@ class Flow:
     async def pipe(self, first: bytes) -> None:
         assert self.upstream is not None
         up_reader, up_writer = self.upstream
+        try:  # the hello alone first: a retry's second hello is checked too (retry.py)
+            first = await retry.through(
+                first,
+                (self.upstream, (self.reader, self.writer)),
+                self._check_name,
+                (self._count_up, self._count_down),
+                HEAD_TIMEOUT,
+            )
+        except NotTls as err:
+            raise Refused(f"the retried hello to {self.host}: {err}") from err
+        except TimeoutError as err:
+            raise Refused(f"no server answer or retried hello in {HEAD_TIMEOUT:g} s") from err
         if self.proxy.splice and await relay.both_ways(
             (self.reader, self.writer),
             self.upstream,

@@ -23,8 +23,10 @@ import contextlib
 import os
 import resource
 import socket
+import struct
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -123,6 +125,10 @@ class EgressProxy:
         # client connections not yet ended normally.
         self._listeners: list[socket.socket] = []
         self._writers: set[asyncio.StreamWriter] = set()
+        # Every transport a connection made (the client's, the upstream's) until collected: a
+        # closed transport with unsent bytes (a command that stopped reading) waits to flush
+        # before it closes its socket, and a stopped loop never flushes; _end aborts them.
+        self._transports: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
         self._closing = False
         self.failure: str | None = None
         self.cap_note = ""  # why max_connections is below what was asked, if it is
@@ -179,6 +185,12 @@ class EgressProxy:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Whatever is still open or flushing ends now: the run is over, nobody reads it. A
+        # reset, not a FIN: a FIN after unsent bytes left the kernel holding them (an orphan
+        # in FIN-WAIT-1) and the command's end of the connection open until they drained.
+        for transport in list(self._transports):
+            _reset(transport)
+        await asyncio.sleep(0)  # abort closes its socket on the loop's next round
 
     def _call(self, coro: Awaitable[object]) -> object:
         assert self._loop is not None, "start() first"
@@ -259,7 +271,9 @@ class EgressProxy:
             else:
                 record = await flow.run()
         except asyncio.CancelledError:
-            # Cancelled by close() (the run ended) or by _abandon (the loop died first).
+            # Cancelled by close() (the run ended) or by _abandon (the loop died first): the
+            # command's connection is cut now, not closed behind what it had not read yet.
+            _reset(writer.transport)
             ended = "the proxy closed (the run ended)"
             if self.failure is not None:
                 ended = f"the proxy failed, which cut this connection: {self.failure}"
@@ -271,6 +285,9 @@ class EgressProxy:
         finally:
             writer.close()
             self._tasks.discard(task)
+            self._transports.add(writer.transport)
+            if flow.upstream is not None:
+                self._transports.add(flow.upstream[1].transport)
         self._note(record)
         # Only on a normal end: a loop dying in this flow leaves it for _abandon to cut.
         self._writers.discard(writer)
@@ -304,3 +321,13 @@ def _no_delay(writer: asyncio.StreamWriter) -> None:
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):  # a client already gone: the flow notices next
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _reset(transport: asyncio.BaseTransport) -> None:
+    """Close with a reset (SO_LINGER 0), whatever the transport still had to send."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed: abort below is a no-op too
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    if isinstance(transport, asyncio.WriteTransport):
+        transport.abort()

@@ -133,10 +133,11 @@ def _pump(source: Sock, sink: Sock, pipe: tuple[int, int], early: bytes, count: 
 
 def _send_now(sink: Sock, data: bytes, count: Count) -> bytes:
     """Send what the socket takes at once (still non-blocking) from the loop, before any
-    thread starts; the rest, if any, is the thread's to send first. The checked ClientHello
-    went out only once its thread had started: on 2 loaded cores a thread's start took 0.15 ms
-    median, 3 ms at the 90th percentile (benchmarks/egress_proxy.py's setup row), every ms of
-    it added to the tunnel's setup, where now it overlaps the server's answer. A refusal
+    thread starts; the rest, if any, is the thread's to send first. (The checked hello itself
+    now goes up before this, alone, so the server's first record can be read: retry.py.)
+    Bytes once went out only when their thread had started: on 2 loaded cores a thread's start
+    took 0.15 ms median, 3 ms at the 90th percentile (benchmarks/egress_proxy.py's setup row),
+    every ms of it added to the tunnel's setup. A refusal
     (EAGAIN: full; or the peer gone) sends nothing here: the thread meets the same socket and
     a reset there ends both directions, as before."""
     if not data:
@@ -156,20 +157,18 @@ def cut(*socks: Sock) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-async def one_way(source: Sock, sink: Sock, early: bytes, count: Count, run: Run) -> None:
+async def one_way(
+    source: Sock, sink: Sock, pipe: tuple[int, int], early: bytes, count: Count, run: Run
+) -> None:
     """Carry `early` and then everything `source` sends into `sink` on a thread of its own
     (`run` hands it one: the proxy's Workers; both sockets blocking); cancelled, cut both
     sockets so the thread ends, and wait for it (its counts are final once it returned). A
-    pipe or thread that cannot be made (EMFILE, no thread left) cuts both sockets and raises
-    here, in the flow, where it is recorded: made inside the thread, the pipe's EMFILE ended
-    that thread unseen and left the other direction carrying a half-dead tunnel."""
+    pipe (made by both_ways, before any byte left) is the thread's to close; a thread that
+    cannot be had (none left) closes it, cuts both sockets and raises here, in the flow, where
+    it is recorded.
+    """
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
-    try:
-        pipe = _pipe()
-    except OSError:
-        cut(source, sink)
-        raise
 
     def carry() -> None:
         try:
@@ -231,13 +230,26 @@ async def both_ways(
     # descriptor limit (proxy.FDS_PER_TUNNEL). The transports are paused with nothing left
     # to write and are closed only after both threads returned (below, and one_way's
     # cancel). O_NONBLOCK is the open file's; TransportSocket refuses setblocking(True).
+    # Both pipes before any byte leaves from here: a tunnel that cannot have them (EMFILE)
+    # sends nothing more either way (the server's flight, read by then, would have let the
+    # client finish its handshake on a tunnel that is cut next).
+    pipes: list[tuple[int, int]] = []
+    try:
+        pipes.append(_pipe())
+        pipes.append(_pipe())
+    except OSError:
+        for made in pipes:
+            os.close(made[0])
+            os.close(made[1])
+        cut(client_sock, upstream_sock)
+        raise
     to_upstream = _send_now(upstream_sock, first + from_client, up)
     to_client = _send_now(client_sock, from_upstream, down)
     os.set_blocking(client_sock.fileno(), True)
     os.set_blocking(upstream_sock.fileno(), True)
     ways = await asyncio.gather(
-        one_way(client_sock, upstream_sock, to_upstream, up, run),
-        one_way(upstream_sock, client_sock, to_client, down, run),
+        one_way(client_sock, upstream_sock, pipes[0], to_upstream, up, run),
+        one_way(upstream_sock, client_sock, pipes[1], to_client, down, run),
         return_exceptions=True,
     )
     # Both directions have ended (a failed start cut both sockets, so the other thread
