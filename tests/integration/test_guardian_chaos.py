@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 from guardian_support import (
     Orchestrator,
     force_remove,
@@ -80,6 +81,15 @@ def one_run(arm: str, image: str | None, tmp: Path, rng: random.Random, prefix: 
     return outcome
 
 
+def described(proc: psutil.Process) -> str:
+    """What a process left behind is, for the failure's message (its status alone said
+    nothing: `[{'status': 'sleeping'}]`)."""
+    try:
+        return f"{proc.pid} ({proc.ppid()}) {proc.status()}: {' '.join(proc.cmdline())[:300]}"
+    except psutil.Error as err:
+        return f"{proc.pid}: gone ({err})"
+
+
 def test_sigkill_at_random_moments_leaves_nothing(
     docker_image: str, podman_image: str, tmp_path: Path
 ) -> None:
@@ -134,7 +144,7 @@ def test_sigkill_at_random_moments_leaves_nothing(
             for o in outcomes
             if o.scratch_left
         ]
-        assert [p.info for p in processes] == []
+        assert [described(p) for p in processes] == []
         assert [o for o in outcomes if o.guardian.get("left") or "missing" in o.guardian] == []
     finally:
         for o in outcomes:
