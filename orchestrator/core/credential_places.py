@@ -219,7 +219,8 @@ def _account_homes() -> list[str]:
         return []
 
 
-def _own_account_home() -> str | None:
+def own_account_home() -> str | None:
+    """The home of the account we run as, from the account database (None: no entry)."""
     try:
         return pwd.getpwuid(os.geteuid()).pw_dir
     except (KeyError, OSError):
@@ -241,7 +242,7 @@ def make_guard(
     home is /bin or /usr/sbin does not make /usr unbindable). `runtime`, `accounts` (the
     account database's homes): tests pass their own."""
     sys_binds = [Path(s) for s in system]
-    own = {_real(h) for h in (caller_home, _own_account_home()) if h and h.startswith("/")}
+    own = {_real(h) for h in (caller_home, own_account_home()) if h and h.startswith("/")}
     others: set[Path] = set()
     for h in _account_homes() if accounts is None else accounts:
         if not h.startswith("/"):

@@ -28,6 +28,7 @@ from sprawl_orch.core.credential_places import (
     SYSTEM_DIRS,
     Guard,
     make_guard,
+    own_account_home,
 )
 
 KIND = "guard"
@@ -41,19 +42,11 @@ def _homes() -> list[str] | None:
         return None
 
 
-def _own() -> str | None:
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_dir
-    except (KeyError, OSError):
-        # no passwd entry for our uid: as make_guard, $HOME is the only home known
-        return None
-
-
 def _key(
     caller_home: str | None, places: tuple[str, ...], system: tuple[str, ...], grants: bool
 ) -> served_memo.Json:
     homes = _homes()
-    own = _own()
+    own = own_account_home()
     read = [h for h in (caller_home, own, *(homes or ()), *places) if h and h.startswith("/")]
     # every path make_guard resolves, with what it resolves to now: a link retargeted
     # between two calls (a home moved behind a link) is a new key, never a stale guard
