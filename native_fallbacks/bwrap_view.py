@@ -125,7 +125,7 @@ def _linked_prefixes(
                 continue  # /usr/bin's links into /usr: nothing to judge or bind
             if not _prefix_root(prefix, guard):
                 prefix = target.parent
-            if guard.allows(prefix) and _prefix_root(prefix, guard):
+            if bind_rule_holds(prefix, PREFIX, guard):
                 yield prefix
 
 
