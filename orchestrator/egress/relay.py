@@ -157,44 +157,53 @@ def cut(*socks: Sock) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-async def one_way(
-    source: Sock, sink: Sock, pipe: tuple[int, int], early: bytes, count: Count, run: Run
-) -> None:
-    """Carry `early` and then everything `source` sends into `sink` on a thread of its own
-    (`run` hands it one: the proxy's Workers; both sockets blocking); cancelled, cut both
-    sockets so the thread ends, and wait for it (its counts are final once it returned). A
-    pipe (made by both_ways, before any byte left) is the thread's to close; a thread that
-    cannot be had (none left) closes it, cuts both sockets and raises here, in the flow, where
-    it is recorded.
-    """
+async def carried(job: Callable[[], None], run: Run, socks: tuple[Sock, Sock]) -> None:
+    """Run `job` on the thread `run` hands it (both sockets blocking) and wait for its end.
+    Cancelled, cut `socks` so the thread returns, and wait for it still: the caller closes
+    both sockets once this returns, and a thread still in a call on a closed (and reused)
+    descriptor number would move some other file's bytes; a second cancel must not end the
+    wait (the cut makes it short). No thread to be had (RuntimeError from `run`: none left,
+    or the proxy closed): `socks` are cut and it is raised here, in the flow, where it is
+    recorded. The relay's directions and an intercepted connection's session
+    (secrets/handoff.py) both run so."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
 
     def carry() -> None:
         try:
-            _pump(source, sink, pipe, early, count)
+            job()
         finally:
-            # RuntimeError: the proxy's loop already closed (nobody waits for this direction).
+            # RuntimeError: the proxy's loop already closed (nobody waits for this thread).
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, done)
 
     try:
         run(carry)
-    except RuntimeError:  # "can't start new thread": the tunnel ends, recorded by the flow
-        os.close(pipe[0])
-        os.close(pipe[1])
-        cut(source, sink)
+    except RuntimeError:
+        cut(*socks)
         raise
     try:
         await asyncio.shield(done)
     except asyncio.CancelledError:
-        cut(source, sink)
-        # The caller closes both sockets once this returns; a thread still in splice on a
-        # closed (and reused) descriptor number would move some other file's bytes. A second
-        # cancel must not end the wait: the cut makes it short.
+        cut(*socks)
         while not done.done():
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(done)
+        raise
+
+
+async def one_way(
+    source: Sock, sink: Sock, pipe: tuple[int, int], early: bytes, count: Count, run: Run
+) -> None:
+    """Carry `early` and then everything `source` sends into `sink` on a thread of its own
+    (`run` hands it one: the proxy's Workers), as `carried` says. A pipe (made by both_ways,
+    before any byte left) is the thread's to close; when no thread can be had it is closed
+    here and the RuntimeError raised in the flow."""
+    try:
+        await carried(lambda: _pump(source, sink, pipe, early, count), run, (source, sink))
+    except RuntimeError:  # the job never ran: its pipe is ours to close
+        os.close(pipe[0])
+        os.close(pipe[1])
         raise
 
 

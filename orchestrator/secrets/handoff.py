@@ -14,7 +14,6 @@ final when the flow writes them."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -48,39 +47,20 @@ async def on_thread(
     client_fd, upstream_fd = client_sock.fileno(), upstream_sock.fileno()
     os.set_blocking(client_fd, True)
     os.set_blocking(upstream_fd, True)
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
     failed: list[BaseException] = []
 
-    def run() -> None:
+    def session() -> None:
         try:
             work(client_fd, from_client, upstream_fd, from_upstream)
         except BaseException as err:  # handed to the flow, which records it
             failed.append(err)
-        finally:
-            # RuntimeError: the proxy's loop already closed (nobody waits for this thread).
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, done)
+
+    def start(job: Callable[[], None]) -> None:
+        threading.Thread(target=job, name="sprawl-secrets-session", daemon=True).start()
 
     try:
-        threading.Thread(target=run, name="sprawl-secrets-session", daemon=True).start()
+        await relay.carried(session, start, (client_sock, upstream_sock))
     except RuntimeError:  # "can't start new thread": the connection ends, recorded
-        relay.cut(client_sock, upstream_sock)
         raise NoHandoff("no thread could be started for an intercepted connection") from None
-    try:
-        await asyncio.shield(done)
-    except asyncio.CancelledError:
-        relay.cut(client_sock, upstream_sock)
-        # A second cancel must not end the wait: the cut makes it short, and the caller
-        # closes both descriptors once this returns.
-        while not done.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(done)
-        raise
     if failed:
         raise failed[0]
-
-
-def _settle(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
