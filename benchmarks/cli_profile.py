@@ -12,7 +12,9 @@ The floor of each container row is the raw mechanism's minimal equivalent with e
 guarantee kept, timed side by side with `run --rm` in the same loop:
 - docker: one connection held (as a server would), `docker create` by the CLI with our
   argv, the verifying inspect, attach + start, wait, the inspect that reads OOMKilled, rm.
-- podman: the CLI's create, inspect, `start --attach`, inspect, rm (no API socket here).
+- podman: the CLI's create, inspect, `start --attach`, inspect, rm (no API socket here);
+  and its floor over podman's API service, three rows (benchmarks/podman_service_floor.py
+  says what each keeps and loses; run alone, it prints them alone).
 The thin client's own start (`python -c pass` x ~1.5, cli_oneshot's "client start") comes on
 top of both.
 
@@ -38,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.cli_oneshot import RACY_SECONDS, config_file, raw_run
+from benchmarks.podman_service_floor import podman_floor, podman_service_rows
 from sprawl_orch.core import served_memo
 from sprawl_orch.images.build import build_busybox
 from sprawl_orch.native_fallbacks import wasi_shared
@@ -270,18 +273,6 @@ def docker_floor(image: str, tree: Path) -> float:
     return took
 
 
-def podman_floor(image: str, tree: Path) -> float:
-    argv = raw_run("podman", image, tree, "runc")
-    create = ["podman", "create", *argv[3:]]
-    started = time.perf_counter()
-    cid = subprocess.run(create, capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run(["podman", "container", "inspect", cid], capture_output=True, check=True)
-    subprocess.run(["podman", "start", "--attach", cid], capture_output=True, check=True)
-    subprocess.run(["podman", "container", "inspect", cid], capture_output=True, check=True)
-    subprocess.run(["podman", "rm", "-f", cid], capture_output=True, check=True)
-    return time.perf_counter() - started
-
-
 def python_row(reps: int) -> int:
     """The python arm's served call (its first call compiles the module: not counted)."""
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-py-") as tmp:
@@ -392,6 +383,8 @@ def main() -> int:
                 theirs.append(wall(raw))
             pypass = statistics.median(wall(python) for _ in range(args.reps))
             floors.append((engine, statistics.median(ours), statistics.median(theirs), pypass))
+            if engine == "podman":  # the API service's rows, side by side again
+                podman_service_rows(images[engine], small, raw, args.reps)
     print(f"\n{'floor (every guarantee, one held connection)':48} {'floor':>8} {'run --rm':>8}")
     for engine, ours_s, raw_s, py_s in floors:
         # + the thin client's own start: ~1.5x `python -c pass` (cli_oneshot's client row)

@@ -28,6 +28,7 @@ SMALL: dict[str, tuple[list[str], str]] = {
     "workspace_exec.py": (["--files", "100", "--reps", "1"], "workspace command"),
     "python_arm.py": (["--reps", "1", "--cli-reps", "1"], "ratio CLI python arm / host python"),
     "secrets_proxy.py": (["--requests", "20", "--rounds", "1"], "ratio intercepted"),
+    "podman_service_floor.py": (["--reps", "1"], "every guarantee"),
 }
 
 
