@@ -20,17 +20,18 @@ What it measured, and why the rows are what they are (podman 4.3.1, conmon 2.1.6
   the bundle (engines/podman.py). A container whose conmon the service starts (the API's
   init, attach or start) inherits the *service's* cwd: an OOM-killed command reads
   `OOMKilled: false` (seen: exit 137, false; the same container started by the CLI from its
-  bundle: true). Only a CLI `podman init` run from the bundle keeps it, so the row that
-  keeps every guarantee is "cli create + cli init + api". The two rows without it say so.
-  The marker does land in the service's own (private) cwd, so a service that runs one
-  container at a time could attribute it (seen: "oom" there after exit 137, absent after
-  `true`) -- a lease per call, not built: the rows below do not read it.
+  bundle: true). A CLI `podman init` run from the bundle keeps it: the row that keeps every
+  guarantee is "cli create + cli init + api". The marker lands in the service's own
+  (private) cwd instead, so a service that runs one container at a time can attribute it:
+  the all-API row reads it there (a lease of one service per running call; not built in
+  the exec server). Each run first OOM-kills one command per row and prints what each read.
 - The all-API row's create is a libpod spec written after raw_run's argv (same limits,
-  user, caps, no-new-privileges, network none, read-only, mounts). container/verify.py's
-  verify passes on its inspect as on the CLI's; what differs in the inspect: no /run and
-  /var/tmp tmpfs (the CLI's --read-only-tmpfs adds them), no sdNotifyMode, the order of
-  Env and bind options. The real argv (userns, seccomp, env file, tty, entrypoint, gVisor)
-  is not translated: the row prices the create step, it proves no equivalence.
+  user, caps, no-new-privileges, network none, read-only, mounts, and the /run and
+  /var/tmp tmpfs the CLI's --read-only-tmpfs adds). container/verify.py's verify passes on
+  its inspect as on the CLI's; what else differs in the inspect: no sdNotifyMode, no
+  cri-o TTY annotation, the order of Env and bind options. The real argv (userns, seccomp,
+  env file, tty, entrypoint, gVisor) is not translated: the row prices the create step, it
+  proves no equivalence.
 """
 
 from __future__ import annotations
@@ -149,14 +150,16 @@ class Service:
         os.rmdir(self.dir)
 
 
-def api_spec(image: str, tree: Path) -> dict[str, Any]:
-    """A libpod create spec written after container/argv.py's create argv for `true`
-    (benchmarks/cli_oneshot.raw_run's values): prices the API create, proves nothing."""
+def api_spec(image: str, tree: Path, command: list[str], memory: int) -> dict[str, Any]:
+    """A libpod create spec written after container/argv.py's create argv (raw_run's values,
+    and the /run and /var/tmp tmpfs the CLI's --read-only-tmpfs adds): prices the API
+    create, proves no equivalence."""
     where = str(tree)
+    podman_tmpfs = ["rw", "rprivate", "nosuid", "nodev", "tmpcopyup"]
     limit = {"type": "nofile", "soft": 1024, "hard": 1024}
     return {
         "image": image,
-        "command": ["true"],
+        "command": command,
         "user": "65534:65534",
         "work_dir": where,
         "read_only_filesystem": True,
@@ -167,7 +170,7 @@ def api_spec(image: str, tree: Path) -> dict[str, Any]:
         "log_configuration": {"driver": "none"},
         "oci_runtime": "runc",
         "resource_limits": {
-            "memory": {"limit": 536870912, "swap": 536870912},
+            "memory": {"limit": memory, "swap": memory},
             "cpu": {"shares": 512, "quota": 100000, "period": 100000},
             "pids": {"limit": 256},
         },
@@ -175,17 +178,20 @@ def api_spec(image: str, tree: Path) -> dict[str, Any]:
         "mounts": [
             {"destination": where, "source": where, "type": "bind", "options": ["rbind"]},
             {"destination": "/tmp", "source": "tmpfs", "type": "tmpfs", "options": ["mode=1777"]},
+            *(
+                {"destination": d, "source": "tmpfs", "type": "tmpfs", "options": podman_tmpfs}
+                for d in ("/run", "/var/tmp")
+            ),
         ],
     }
 
 
-def service_floor(
-    service: Service, create_argv: list[str], image: str, tree: Path, how: str
-) -> Steps:
-    """One `true` through the service, each step timed. how: "cli-init" (cli create, cli
-    init from the bundle, the rest over the API: every guarantee), "api" (cli create, the
-    rest over the API: OOMKilled lost), "api-create" (all over the API: OOMKilled lost, the
-    create not proven equivalent)."""
+def service_floor(service: Service, create: list[str], spec: dict[str, Any], how: str) -> Steps:
+    """One command through the service, each step timed; `create` is the CLI's create argv,
+    `spec` the same as a libpod spec. how: "cli-init" (cli create, cli init from the bundle,
+    the rest over the API: every guarantee), "api" (cli create, the rest over the API:
+    OOMKilled lost), "api-create" (all over the API, OOMKilled read from the service's own
+    marker: this service runs one container at a time; the create not proven equivalent)."""
     steps: Steps = {}
     mark = first = time.perf_counter()
 
@@ -197,10 +203,10 @@ def service_floor(
 
     conn = service.conn
     if how == "api-create":
-        cid = call(conn, "POST", "/containers/create", api_spec(image, tree))["Id"]
+        cid = call(conn, "POST", "/containers/create", spec)["Id"]
         lap("api create")
     else:
-        done = subprocess.run(create_argv, capture_output=True, text=True, check=True)
+        done = subprocess.run(create, capture_output=True, text=True, check=True)
         cid = done.stdout.strip().splitlines()[-1]
         lap("cli create")
     bundle = call(conn, "GET", f"/containers/{cid}/json")["StaticDir"]
@@ -220,12 +226,16 @@ def service_floor(
     while (state := call(conn, "GET", f"/containers/{cid}/json")["State"])["Status"] == "running":
         time.sleep(pause)  # the command closed its streams and runs on
         pause = min(pause * 2, 0.1)
+    marker = Path(service.dir) / "oom"  # conmon's, when the service started it
+    oom = bool(state["OOMKilled"]) or (how == "api-create" and marker.exists())
+    marker.unlink(missing_ok=True)
     lap("api inspect (exit code, OOMKilled)")
     unmount_shm(bundle)  # as PodmanEngine.remove: rm's shm race (engines/podman.py)
     call(conn, "DELETE", f"/containers/{cid}?force=true")
     lap("api rm")
     steps["TOTAL"] = time.perf_counter() - first
     steps["_exit"] = float(state["ExitCode"])
+    steps["_oom"] = float(oom)
     return steps
 
 
@@ -265,19 +275,29 @@ def podman_service_rows(image: str, tree: Path, raw: list[str], reps: int) -> No
     three service rows, `python -c pass`; medians, ratios to `run --rm`, and each service
     row's steps. The client's start is counted as 1.8x `python -c pass` (cli_oneshot)."""
     create = ["podman", "create", *raw[3:]]
+    spec = api_spec(image, tree, ["true"], int(raw[raw.index("--memory") + 1]))
+    # the same, OOM-killed: 32 MiB, `tail /dev/zero` (it reads on until the kernel kills it)
+    small = [*raw[3:-1], "sh", "-c", "tail /dev/zero"]
+    for flag in ("--memory", "--memory-swap"):
+        small[small.index(flag) + 1] = str(32 << 20)
+    oom_spec = api_spec(image, tree, ["sh", "-c", "tail /dev/zero"], 32 << 20)
     service = Service()
     starts = [service.start_seconds]
     hows = ("cli-init", "api", "api-create")
     runs: dict[str, list[float]] = {k: [] for k in ("run --rm", "cli x5", *hows, "python")}
     steps: dict[str, list[Steps]] = {how: [] for how in hows}
+    oom_read: dict[str, bool] = {}
     try:
-        for how in hows:  # the first of each: not counted
-            service_floor(service, create, image, tree, how)
+        for how in hows:  # what each row reads of an OOM kill; then one `true`, not counted
+            oom_read[how] = (
+                service_floor(service, ["podman", "create", *small], oom_spec, how)["_oom"] == 1.0
+            )
+            service_floor(service, create, spec, how)
         for _ in range(reps):
             runs["run --rm"].append(wall(raw))
             runs["cli x5"].append(podman_floor(image, tree))
             for how in hows:
-                took = service_floor(service, create, image, tree, how)
+                took = service_floor(service, create, spec, how)
                 if took["_exit"] != 0:
                     raise SystemExit(f"the {how} row's `true` ended {took['_exit']}")
                 steps[how].append(took)
@@ -296,7 +316,7 @@ def podman_service_rows(image: str, tree: Path, raw: list[str], reps: int) -> No
         "cli x5": "floor: cli create, inspect, start --attach, inspect, rm",
         "cli-init": "floor: cli create + cli init + api (every guarantee)",
         "api": "api after cli create (OOMKilled lost)",
-        "api-create": "all api (OOMKilled lost, create unproven)",
+        "api-create": "all api, OOMKilled by marker (create unproven)",
         "python": "python -c pass",
     }
     print(f"\npodman over its API service, load {os.getloadavg()[0]:.1f}, medians of {reps}")
@@ -308,6 +328,7 @@ def podman_service_rows(image: str, tree: Path, raw: list[str], reps: int) -> No
             f"  +client start {(took + client) / base:5.2f}x"
         )
     print(f"  (issue 26's bound: <= 1.10x with the client start, {client * 1000:.0f} ms)")
+    print(f"  an OOM-killed command, OOMKilled read: {oom_read}")
     for how in hows:
         keys = [k for k in steps[how][0] if not k.startswith("_")]
         parts = ", ".join(
