@@ -4,15 +4,17 @@
 
 (benchmarks/cli_profile.py prints the same rows after its own podman floor.)
 
-Podman 4.3.1 has no daemon here; `podman system service --time 0 unix://<path>` serves the
+Podman 4.3.1 has no daemon here; `podman system service --time 60 unix://<path>` serves the
 libpod API (/v4.3.1/libpod/...) on a socket 0600 in a 0700 directory of ours, started per
-run (~40-150 ms to its first /_ping answer) and ended with it. Every read and connect has a
-timeout: a call into a service that does not answer raises, it never hangs.
+run (~40-200 ms to its first /_ping answer) and stopped with it; should this script be
+killed, the service ends itself after 60 s without a request (seen with --time 2: gone,
+socket removed). Every connect and read has a timeout: a service that does not answer
+raises, never hangs.
 
 What it measured, and why the rows are what they are (podman 4.3.1, conmon 2.1.6, runc):
-- `POST /containers/{id}/wait` (any condition, any `interval`) answers ~200-300 ms after
-  the command ended: it waits for conmon to exit, and conmon first runs its exit command
-  (`podman container cleanup`, a podman process). The attach stream ends when the
+- `POST /containers/{id}/wait` answers ~200-300 ms after the command ended (conditions
+  stopped and exited, `interval=5ms` too): libpod's WaitForExit waits for conmon to exit
+  (podman PR #16088 describes its 250 ms poll loop). The attach stream ends when the
   command's streams do; an inspect right after it reads "stopped" and the exit code (a
   command that closes its streams and runs on is caught by polling inspect until it is no
   longer "running", as here).
@@ -20,7 +22,8 @@ What it measured, and why the rows are what they are (podman 4.3.1, conmon 2.1.6
   the bundle (engines/podman.py). A container whose conmon the service starts (the API's
   init, attach or start) inherits the *service's* cwd: an OOM-killed command reads
   `OOMKilled: false` (seen: exit 137, false; the same container started by the CLI from its
-  bundle: true). A CLI `podman init` run from the bundle keeps it: the row that keeps every
+  bundle: true; conmon issue #504, fixed by podman PR #21523's persist dir in podman 5).
+  A CLI `podman init` run from the bundle keeps it: the row that keeps every
   guarantee is "cli create + cli init + api". The marker lands in the service's own
   (private) cwd instead, so a service that runs one container at a time can attribute it:
   the all-API row reads it there (a lease of one service per running call; not built in
@@ -91,7 +94,7 @@ class Service:
         self.path = os.path.join(self.dir, "podman.sock")
         started = time.perf_counter()
         self.proc = subprocess.Popen(
-            ["podman", "system", "service", "--time", "0", f"unix://{self.path}"],
+            ["podman", "system", "service", "--time", "60", f"unix://{self.path}"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
