@@ -9,7 +9,10 @@ libpod API (/v4.3.1/libpod/...) on a socket 0600 in a 0700 directory of ours, st
 run (~40-200 ms to its first /_ping answer) and stopped with it; should this script be
 killed, the service ends itself after 60 s without a request (seen with --time 2: gone,
 socket removed). Every connect and read has a timeout: a service that does not answer
-raises, never hangs.
+raises, never hangs. Two calls that never end by themselves (seen, 5 s and 3 s timeouts):
+an attach read as a plain response (200, raw-stream) streams until the container ends, so
+start goes on another connection; a wait on a container not yet started blocks until it
+ends.
 
 What it measured, and why the rows are what they are (podman 4.3.1, conmon 2.1.6, runc):
 - `POST /containers/{id}/wait` answers ~200-300 ms after the command ended (conditions
