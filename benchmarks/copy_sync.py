@@ -10,6 +10,13 @@ directory, then measures the median of R repetitions of:
   and, for reference, plain ``rsync -a --delete`` (size + mtime only, not safe enough for us);
 - a metadata-only walk (scandir + stat of both sides, no file reads): the floor the
   racy-clean stamp record (copy_stamps) can reach; the target is ours <= 1.3x this walk;
+- issue 26 item 4 (docs/design.md §5.1, the remembered copy side): the same walk of the
+  person's tree only (scandir + lstat of one side), the floor of a resync that trusts a
+  memory of the copy, and a sketch of that resync's per-entry work (one-side walk + the
+  racy-clean rule on the source half of each record entry, the copy half taken from the
+  record), both against the both-sides walk; the target is a resync <= 0.6x that walk. The
+  sketch runs twice: on the record as loaded, and on the form a server would keep between
+  calls (by directory, only entries the racy-clean rule already vouches for);
 - the same resync without the stamp record (every same-length file's bytes compared), for
   reference: what the record saves.
 
@@ -22,7 +29,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import stat
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -33,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sprawl_orch.copy import pool as copy_pool
+from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.sync import Bounds, FileWork, sync
 
 
@@ -78,6 +88,95 @@ def stat_walk(src: Path, dst: Path) -> None:
                     os.stat(other, follow_symlinks=False)
                 if entry.is_dir():
                     stack.append((entry.path, other))
+
+
+def one_side_walk(src: Path) -> None:
+    """The floor of a resync that trusts a memory of the copy's side: list every directory of
+    the person's tree and lstat every entry in it; the copy is not touched."""
+    stack = [str(src)]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for entry in it:
+                entry.stat(follow_symlinks=False)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+
+
+_SOURCE_HALF = 40  # (size, mtime_ns, ctime_ns, ino, dev) of the source, first in ENTRY
+_COPY_TIMES = 48  # where the copy's (mtime_ns, ctime_ns) start in ENTRY, after its size
+
+
+def memory_walk_sketch(src: Path, record: copy_stamps.SyncRecord) -> int:
+    """What a resync with a valid memory of the copy does per entry (a sketch, not the
+    product: no bounds, no links, no excludes): one-side walk, and each regular file vouched
+    for by the racy-clean rule on its source stamp against the record, the copy's recorded
+    stamp standing for the copy. Returns how many files it could not vouch for (0 expected)."""
+    offsets, entries = record.offsets(), record.entries
+    edge = record.started_ns - record.granularity_ns
+    half, times = struct.Struct("<QqqQQ"), struct.Struct("<qq")
+    unsure = 0
+    stack = [(str(src), "")]
+    while stack:
+        path, rel = stack.pop()
+        prefix = rel + os.sep if rel else ""
+        with os.scandir(path) as it:
+            for entry in it:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((entry.path, prefix + entry.name))
+                    continue
+                at = offsets.get(prefix + entry.name)
+                packed = half.pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+                if (
+                    at is None
+                    or entries[at : at + _SOURCE_HALF] != packed
+                    or max(
+                        st.st_mtime_ns,
+                        st.st_ctime_ns,
+                        *times.unpack_from(entries, at + _COPY_TIMES),
+                    )
+                    >= edge
+                ):
+                    unsure += 1
+    return unsure
+
+
+def vouched_by_dir(record: copy_stamps.SyncRecord) -> dict[str, dict[str, bytes]]:
+    """The memory in the form a server would keep it between calls (built once, after the
+    command's walk): by directory, each file's packed source stamp, only for files whose
+    recorded stamps (both sides) are older than the record's start minus the margin -- so
+    equality alone is the racy-clean rule."""
+    edge = record.started_ns - record.granularity_ns
+    entries, size = record.entries, copy_stamps.ENTRY.size
+    by_dir: dict[str, dict[str, bytes]] = {}
+    for i, rel in enumerate(record.paths):
+        at = i * size
+        v = copy_stamps.ENTRY.unpack_from(entries, at)
+        if max(v[1], v[2], v[6], v[7]) < edge:
+            head, _, name = rel.rpartition(os.sep)
+            by_dir.setdefault(head, {})[name] = bytes(entries[at : at + _SOURCE_HALF])
+    return by_dir
+
+
+def memory_walk_by_dir(src: Path, by_dir: dict[str, dict[str, bytes]]) -> int:
+    """memory_walk_sketch over vouched_by_dir's form: per file one lstat, one pack, one
+    lookup. Returns how many files it could not vouch for (0 expected)."""
+    pack = struct.Struct("<QqqQQ").pack
+    unsure = 0
+    stack = [(str(src), "")]
+    while stack:
+        path, rel = stack.pop()
+        known = by_dir.get(rel, {})
+        with os.scandir(path) as it:
+            for entry in it:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((entry.path, rel + os.sep + entry.name if rel else entry.name))
+                elif known.get(entry.name) != pack(
+                    st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
+                ):
+                    unsure += 1
+    return unsure
 
 
 def main() -> None:
@@ -129,6 +228,15 @@ def main() -> None:
         re_sum: list[float] = []
         re_plain: list[float] = []
         re_stat: list[float] = []
+        re_one: list[float] = []
+        re_sketch: list[float] = []
+        kept = copy_stamps.load(record)
+        if kept is None or memory_walk_sketch(src, kept):
+            sys.exit("the sketch of the remembered-copy resync could not vouch for every file")
+        by_dir = vouched_by_dir(kept)
+        if memory_walk_by_dir(src, by_dir):
+            sys.exit("the per-directory sketch could not vouch for every file")
+        re_by_dir: list[float] = []
         no_change = (
             f"created=0 rewritten=0 removed=0 walked={args.files + len(os.listdir(src))} "
             "excluded=() refused_links=() skipped=()"
@@ -142,6 +250,9 @@ def main() -> None:
             re_sum.append(timed(lambda: run(checksum)))
             re_plain.append(timed(lambda: run(plain)))
             re_stat.append(timed(lambda: stat_walk(src, ours), "walk"))
+            re_one.append(timed(lambda: one_side_walk(src), "one"))
+            re_sketch.append(timed(lambda: memory_walk_sketch(src, kept), "sketch"))
+            re_by_dir.append(timed(lambda: memory_walk_by_dir(src, by_dir), "by_dir"))
             for done in work[-2:]:
                 if str(done) != no_change:
                     sys.exit(f"resync was not a no-change resync: {done}")
@@ -161,6 +272,49 @@ def main() -> None:
             med(CPU["walk"]),
         ),
         ("no-change resync", "sync()", ours_re, "sync() without stamp record", med(re_bytes)),
+        # Issue 26 item 4: what remembering the copy's side can save (target: <= 0.6x).
+        (
+            "floor, one side",
+            "one-side walk",
+            med(re_one),
+            "metadata-only walk, both sides",
+            med(re_stat),
+        ),
+        (
+            "  same, CPU time",
+            "one-side walk",
+            med(CPU["one"]),
+            "metadata-only walk, both sides",
+            med(CPU["walk"]),
+        ),
+        (
+            "sketch, one side",
+            "memory sketch",
+            med(re_sketch),
+            "metadata-only walk, both sides",
+            med(re_stat),
+        ),
+        (
+            "  same, CPU time",
+            "memory sketch",
+            med(CPU["sketch"]),
+            "metadata-only walk, both sides",
+            med(CPU["walk"]),
+        ),
+        (
+            "sketch, kept by dir",
+            "memory by dir",
+            med(re_by_dir),
+            "metadata-only walk, both sides",
+            med(re_stat),
+        ),
+        (
+            "  same, CPU time",
+            "memory by dir",
+            med(CPU["by_dir"]),
+            "metadata-only walk, both sides",
+            med(CPU["walk"]),
+        ),
     ]
     print(
         f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "
