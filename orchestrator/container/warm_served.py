@@ -154,7 +154,7 @@ def _lock(name: str) -> int | None:
     )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    except BlockingIOError:  # another call holds it now: it is not ours to take
         os.close(fd)
         return None
     return fd

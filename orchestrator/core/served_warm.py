@@ -116,7 +116,7 @@ def take_messages(fd: int, pid: int) -> None:
         while True:
             try:
                 data, fds, _, _ = socket.recv_fds(sock, MESSAGE_LIMIT, 4, socket.MSG_CMSG_CLOEXEC)
-            except (BlockingIOError, OSError):
+            except OSError:  # EAGAIN: every message read; what it held and did not say is dropped
                 break
             if not data:
                 break
