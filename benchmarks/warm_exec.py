@@ -15,11 +15,12 @@ Prints medians in ms and the ratios; the target is warm/exec <= 1.5.
 With --cli (issue 26's served warm call), per engine, interleaved in the same run:
 - exec (CLI):      `docker exec` / `podman exec` into the plain running container;
 - served warm:     `sprawl-orch exec -C tree --config warm.toml -- true` through the exec
-                   server (client/exec_client.py), as it is today;
+                   server (client/exec_client.py): a kept container after the first call
+                   (core/served_warm.py);
 - client start:    a client's interpreter, imports and connect to the running server;
 - python -c pass;
 - served floor:    client start + the library's warm command (both medians): the least a
-                   served warm call can cost if the server hands the fork a kept container.
+                   served warm call can cost (the server hands the fork a kept container).
 Targets (issue 26): served warm <= 0.5x `run --rm` and <= 1.2x `exec` (the CLI).
 """
 
@@ -103,7 +104,7 @@ def cli_rows(engine: str, image: str, tmp: Path, plain: str) -> dict[str, Callab
     call(served, env)  # starts the server, admits the engine: not counted
     return {
         "exec (CLI)": lambda: call([engine, "exec", plain, "true"]),
-        "served warm (today)": lambda: call(served, env),
+        "served warm (CLI)": lambda: call(served, env),
         "client start (connect)": lambda: call([sys.executable, "-c", CONNECT], env),
         "python -c pass": lambda: call([sys.executable, "-c", "pass"]),
     }
@@ -194,7 +195,7 @@ def main() -> None:
             start = med["client start (connect)"] / med["python -c pass"]
             print(f"  client start / python -c pass: {start:.2f}")
             for name, value in (
-                ("served warm (today)", med["served warm (today)"]),
+                ("served warm (CLI)", med["served warm (CLI)"]),
                 ("served floor", floor),
             ):
                 print(

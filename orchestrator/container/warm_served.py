@@ -11,6 +11,7 @@ container to itself, as before.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -139,6 +140,9 @@ class ServedWarmPool(WarmPool):
     def _let_go(self, name: str, drop: bool) -> None:
         if drop:
             served_warm.drop(name)
+            # a call that opened it meanwhile locks a name no one holds: it reads no `clean`
+            with contextlib.suppress(FileNotFoundError):  # never made, or removed already
+                os.unlink(_lock_place() / f"{name}.lock")
         fd = self._locks.pop(name, None)
         self._gens.pop(name, None)
         self._sessions.pop(name, None)
@@ -146,11 +150,15 @@ class ServedWarmPool(WarmPool):
             os.close(fd)
 
 
-def _lock(name: str) -> int | None:
+def _lock_place() -> Path:
     place = runtime_dir(dict(os.environ)) / "warm"
     place.mkdir(mode=0o700, exist_ok=True)
+    return place
+
+
+def _lock(name: str) -> int | None:
     fd = os.open(
-        place / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+        _lock_place() / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
     )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
