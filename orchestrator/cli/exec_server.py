@@ -15,6 +15,10 @@ The caller's connection is the call's lifeline: EOF on it kills the call's proce
 SIGKILL, and the state directory's guardian removes its container, copy lease and process
 group exactly as when the in-process CLI is killed (design §4). The server's own end does
 not matter to a running call: it is a separate process with its own guardian connection.
+
+With `warm = true` the server also keeps the calls' warm containers (core/served_warm.py):
+each owned by a guardian connection the making call hands it, closed -- and the container
+removed by the guardian -- when a call holding it dies, at `server stop`, or with the server.
 """
 
 from __future__ import annotations

@@ -106,13 +106,20 @@ class ServedWarmPool(WarmPool):
         owned = dataclasses.replace(launch, session=session, watcher=link)
         name = container_name(owned.tag)
         fd = _lock(name)
-        if fd is None:
-            raise OSError(f"the lock of a new warm container {name} is held")
+        try:
+            if fd is None:
+                raise OSError(f"the lock of a new warm container {name} is held")
+            # before the container exists: its owner is the server from the first byte
+            served_warm.hold(name, self._key(launch), link.link())  # type: ignore[attr-defined]
+        except OSError:
+            # no connection of its own to the guardian, or no way to the server: this
+            # call's container is its own, made and removed by it as before
+            if fd is not None:
+                os.close(fd)
+            return super()._make(launch)
         _say(fd, "busy")
         self._locks[name], self._gens[name] = fd, 0
         self._sessions[name] = session
-        # before the container exists: its owner is the server from the first byte
-        served_warm.hold(name, self._key(launch), link.link())  # type: ignore[attr-defined]
         try:
             warm = super()._make(owned)
         except BaseException:
