@@ -24,6 +24,11 @@ verification, the run or the removal. Afterwards, once the guardians are done:
   made in every state directory that still has one), so none is left afterwards;
 - kept outputs (`<state>/kept-output/`): their count and bytes, within the default budget.
 
+With --warm-served (issue 26): `warm = true`, every call through the exec server (the
+`sprawl-orch` program, a runtime directory of this run's own), and every 7th kill SIGKILLs
+the server too; the server is stopped before counting, so every container it kept must be
+gone as well (the guardian removes them: core/served_warm.py).
+
 Prints the counts and exits 1 if anything was left. Not a timing: a check with numbers.
 """
 
@@ -76,10 +81,20 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def config(path: Path, engine: str, image: dict[str, str], state: Path, scratch: Path) -> Path:
+PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
+
+
+def config(
+    path: Path,
+    engine: str,
+    image: dict[str, str],
+    state: Path,
+    scratch: Path,
+    warm: bool = False,
+) -> Path:
     path.write_text(
         f'[sandbox]\narm = "container"\nscratch_dir = "{scratch}"\n'
-        f'[sandbox.container]\nengine = "{engine}"\n'
+        f'[sandbox.container]\nengine = "{engine}"\nwarm = {str(warm).lower()}\n'
         f'images = {{ docker = "{image["docker"]}", podman = "{image["podman"]}" }}\n'
         f'[state]\ndir = "{state}"\n'
     )
@@ -162,6 +177,17 @@ def containers_from(base: Path) -> dict[str, list[str]]:
     return left
 
 
+def kill_server(runtime: Path) -> int:
+    """SIGKILL this run's exec server, if one runs (its pid is in its lock file)."""
+    for lock in (runtime / "sprawl-orch").glob("exec-*.sock.lock"):
+        with contextlib.suppress(OSError, ValueError):  # none there, or gone: nothing to kill
+            pid = int(lock.read_text().strip())
+            if str(runtime).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+                return 1
+    return 0
+
+
 def next_call(
     state: Path, person: Path, images: dict[str, str], scratch: Path, env: dict[str, str]
 ) -> None:
@@ -180,6 +206,7 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=100)
     parser.add_argument("--within", type=float, default=1.5)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--warm-served", action="store_true", help="issue 26's served warm calls")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else secrets.randbits(32)
     rng = random.Random(seed)
@@ -202,15 +229,21 @@ def main() -> int:
             "TMPDIR": str(probes),
             "SPRAWL_GUARDIAN_LOG": str(base / "guardian.log"),
         }
-        phases: dict[str, int] = {"docker": 0, "podman": 0, "fresh-admission": 0}
+        phases: dict[str, int] = {"docker": 0, "podman": 0, "fresh-admission": 0, "server": 0}
+        runtime = base / "run"
+        runtime.mkdir(mode=0o700)
+        cli = CLI
+        if args.warm_served:
+            cli = [PROGRAM]
+            env["XDG_RUNTIME_DIR"] = str(runtime)
         for i in range(args.kills):
             engine = ("docker", "podman")[i % 2]
             fresh = i % 3 == 0
             state = base / (f"state-{i}" if fresh else "state")
-            conf = config(base / f"c{i}.toml", engine, images, state, scratch)
+            conf = config(base / f"c{i}.toml", engine, images, state, scratch, args.warm_served)
             command = rng.choice(COMMANDS)
             proc = subprocess.Popen(
-                [*CLI, "exec", "-C", str(person), "--config", str(conf), "--", *command],
+                [*cli, "exec", "-C", str(person), "--config", str(conf), "--", *command],
                 env=env,
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,
@@ -218,9 +251,13 @@ def main() -> int:
             )
             time.sleep(rng.uniform(0, args.within))
             proc.send_signal(signal.SIGKILL)
+            if args.warm_served and i % 7 == 6:
+                phases["server"] += kill_server(runtime)
             proc.wait()
             phases[engine] += 1
             phases["fresh-admission"] += fresh
+        if args.warm_served:
+            subprocess.run([PROGRAM, "server", "stop"], env=env, capture_output=True, check=False)
         deadline = time.monotonic() + SETTLE_SECONDS
         while ours(mark, base) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -256,7 +293,12 @@ def main() -> int:
         print(
             f"seed {seed}: {args.kills} SIGKILLs within {args.within:g} s of start "
             f"({phases['docker']} docker, {phases['podman']} podman, "
-            f"{phases['fresh-admission']} from an empty state directory)"
+            f"{phases['fresh-admission']} from an empty state directory"
+            + (
+                f"; {phases['server']} exec servers SIGKILLed, warm = true)"
+                if args.warm_served
+                else ")"
+            )
         )
         print(
             "where the kills landed (the guardian's view at each lifeline's end): "

@@ -11,11 +11,23 @@ Per engine, with the same busybox image, interleaved (warm, exec_run, fresh, run
 - fresh:    ExecTool.exec(["true"]) without warm: a fresh, verified container per command.
 - run --rm: `docker run --rm IMAGE true` / `podman run --rm IMAGE true` (the CLI).
 Prints medians in ms and the ratios; the target is warm/exec <= 1.5.
+
+With --cli (issue 26's served warm call), per engine, interleaved in the same run:
+- exec (CLI):      `docker exec` / `podman exec` into the plain running container;
+- served warm:     `sprawl-orch exec -C tree --config warm.toml -- true` through the exec
+                   server (client/exec_client.py): a kept container after the first call
+                   (core/served_warm.py);
+- client start:    a client's interpreter, imports and connect to the running server;
+- python -c pass;
+- served floor:    client start + the library's warm command (both medians): the least a
+                   served warm call can cost (the server hands the fork a kept container).
+Targets (issue 26): served warm <= 0.5x `run --rm` and <= 1.2x `exec` (the CLI).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -64,7 +76,46 @@ def ok(result: Any) -> None:
     assert result.exit_code == 0, result
 
 
-def bench(engine: str, reps: int) -> Times:
+CONNECT = (
+    "import os; from sprawl_orch.client.exec_client import connect; "
+    "from sprawl_orch.core.exec_place import socket_path; "
+    "connect(socket_path(dict(os.environ))).close()"
+)
+PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
+
+
+def cli_rows(engine: str, image: str, tmp: Path, plain: str) -> dict[str, Callable[[], Any]]:
+    """The served rows of --cli: each a whole process, as a caller pays it."""
+    conf = tmp / "warm.toml"
+    conf.write_text(
+        f'[sandbox]\narm = "container"\nscratch_dir = "{tmp}"\n'
+        f'[sandbox.container]\nengine = "{engine}"\nwarm = true\n'
+        f'images = {{ {engine} = "{image}" }}\n[state]\ndir = "{tmp / "state-cli"}"\n'
+    )
+    run_dir = tmp / "run"
+    run_dir.mkdir(mode=0o700, exist_ok=True)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir)}
+    served = [PROGRAM, "exec", "-C", str(tmp / "tree"), "--config", str(conf), "--", "true"]
+
+    def call(argv: list[str], with_env: dict[str, str] | None = None) -> None:
+        done = subprocess.run(argv, capture_output=True, env=with_env, check=False)
+        assert done.returncode == 0, (argv[:4], done.returncode, done.stderr[-1500:])
+
+    call(served, env)  # starts the server, admits the engine: not counted
+    return {
+        "exec (CLI)": lambda: call([engine, "exec", plain, "true"]),
+        "served warm (CLI)": lambda: call(served, env),
+        "client start (connect)": lambda: call([sys.executable, "-c", CONNECT], env),
+        "python -c pass": lambda: call([sys.executable, "-c", "pass"]),
+    }
+
+
+def stop_server(tmp: Path) -> None:
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp / "run")}
+    subprocess.run([PROGRAM, "server", "stop"], capture_output=True, env=env, check=False)
+
+
+def bench(engine: str, reps: int, cli: bool = False) -> Times:
     times: Times = {}
     image = build_busybox(engine)
     plain = f"sprawl-bench-plain-{engine}"
@@ -97,7 +148,10 @@ def bench(engine: str, reps: int) -> Times:
                 subprocess.run(["podman", "exec", plain, "true"], check=True)
 
         raw_exec()
+        extra = cli_rows(engine, image, tmp, plain) if cli else {}
         for _ in range(reps):
+            for key, fn in extra.items():
+                timed(times, key, fn)
             timed(times, "warm (sprawl-orch)", lambda: ok(warm.exec(["true"])))
             timed(times, "exec into a running container", raw_exec)
             timed(times, "fresh (sprawl-orch)", lambda: ok(fresh.exec(["true"])))
@@ -107,6 +161,8 @@ def bench(engine: str, reps: int) -> Times:
                 lambda: subprocess.run([engine, "run", "--rm", *flags, image, "true"], check=True),
             )
     finally:
+        if cli:
+            stop_server(tmp)
         warm.close()
         fresh.close()
         subprocess.run([engine, "rm", "-f", plain], capture_output=True)
@@ -119,9 +175,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--engines", default="docker,podman")
+    parser.add_argument("--cli", action="store_true", help="issue 26's served rows too")
     args = parser.parse_args()
     for engine in args.engines.split(","):
-        times = bench(engine, args.reps)
+        times = bench(engine, args.reps, args.cli)
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"\n{engine}: medians of {args.reps} interleaved runs of `true` (ms)")
         for key, value in med.items():
@@ -131,6 +188,20 @@ def main() -> None:
         print(f"  ratio warm / exec:      {warm / exec_ms:.2f} (target <= 1.5)")
         print(f"  ratio warm / fresh:     {warm / med['fresh (sprawl-orch)']:.2f}")
         print(f"  ratio warm / run --rm:  {warm / med['run --rm']:.2f}")
+        if args.cli:
+            floor = med["client start (connect)"] + warm
+            rm, cli_exec = med["run --rm"], med["exec (CLI)"]
+            print(f"  served floor (client start + warm): {floor:8.1f}")
+            start = med["client start (connect)"] / med["python -c pass"]
+            print(f"  client start / python -c pass: {start:.2f}")
+            for name, value in (
+                ("served warm (CLI)", med["served warm (CLI)"]),
+                ("served floor", floor),
+            ):
+                print(
+                    f"  {name:22} / run --rm {value / rm:.2f} (target <= 0.5),"
+                    f" / exec (CLI) {value / cli_exec:.2f} (target <= 1.2)"
+                )
 
 
 if __name__ == "__main__":

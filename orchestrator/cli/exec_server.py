@@ -15,6 +15,10 @@ The caller's connection is the call's lifeline: EOF on it kills the call's proce
 SIGKILL, and the state directory's guardian removes its container, copy lease and process
 group exactly as when the in-process CLI is killed (design §4). The server's own end does
 not matter to a running call: it is a separate process with its own guardian connection.
+
+With `warm = true` the server also keeps the calls' warm containers (core/served_warm.py):
+each owned by a guardian connection the making call hands it, closed -- and the container
+removed by the guardian -- when a call holding it dies, at `server stop`, or with the server.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import time
 from pathlib import Path
 from typing import TypedDict
 
-from sprawl_orch.core import served_memo
+from sprawl_orch.core import served_memo, served_warm
 from sprawl_orch.core.exec_place import context, peer
 from sprawl_orch.native_fallbacks import wasi_shared
 
@@ -135,8 +139,9 @@ def serve(path: Path, idle: float) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    # pidfd -> (pid, the caller's conn, the read end of what the call learned)
-    calls: dict[int, tuple[int, socket.socket, int]] = {}
+    # pidfd -> (pid, the caller's conn, the read end of what the call learned, the server's
+    # end of the call's warm channel: core/served_warm.py)
+    calls: dict[int, tuple[int, socket.socket, int, int]] = {}
     poller = select.poll()
     poller.register(listener, select.POLLIN)
     last = time.monotonic()
@@ -156,26 +161,35 @@ def serve(path: Path, idle: float) -> int:
                         conn.close()  # another uid's or context's: nothing read or answered
                         continue
                     learned, teach = served_memo.channel()
+                    kept, keep = served_warm.channel()
                     pid = os.fork()
                     if pid == 0:
                         listener.close()
                         os.close(learned)
+                        os.close(kept)
                         # other callers' connections and calls are not this call's: held
                         # here, a dead server's caller waited on a live call's copy for EOF
-                        for pidfd, (_, other, theirs) in calls.items():
+                        for pidfd, (_, other, theirs, warm) in calls.items():
                             os.close(pidfd)
                             os.close(theirs)
+                            os.close(warm)
                             other.close()
+                        served_warm.in_call(keep)
                         _call(conn, teach)  # never returns
                     os.close(teach)
+                    os.close(keep)
                     pidfd = os.pidfd_open(pid)
-                    calls[pidfd] = (pid, conn, learned)
+                    calls[pidfd] = (pid, conn, learned, kept)
                     poller.register(pidfd, select.POLLIN)
                 elif fd in calls:
-                    pid, conn, learned = calls.pop(fd)
+                    pid, conn, learned, kept = calls.pop(fd)
                     poller.unregister(fd)
                     os.close(fd)
                     _, status = os.waitpid(pid, 0)
+                    # what the call kept or gave back, before its caller hears the status:
+                    # a killed call's container is the guardian's to remove from now on
+                    served_warm.take_messages(kept, pid)
+                    os.close(kept)
                     _answer(conn, status)
                     # after the answer: the caller does not wait for the server's memory
                     served_memo.take_learned(learned)
@@ -184,6 +198,7 @@ def serve(path: Path, idle: float) -> int:
                     wasi_shared.after_call()
                     last = time.monotonic()
     finally:
+        served_warm.close_all()  # the guardian removes every kept warm container
         wasi_shared.close_all()
         if listener.fileno() >= 0:
             listener.close()

@@ -352,9 +352,17 @@ class ContainerArm:
 
     def warm_pool(self) -> WarmPool:
         if self._warm is None:
-            from sprawl_orch.container.warm import WarmPool
+            from sprawl_orch.core import served_warm
 
-            self._warm = WarmPool(self)
+            if served_warm.served():
+                # a call of the exec server: idle containers wait in the server (issue 26)
+                from sprawl_orch.container.warm_served import ServedWarmPool
+
+                self._warm = ServedWarmPool(self)
+            else:
+                from sprawl_orch.container.warm import WarmPool
+
+                self._warm = WarmPool(self)
         return self._warm
 
     def userns_flags(self, admission: Admission, copy: Path) -> tuple[str, ...]:

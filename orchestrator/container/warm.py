@@ -94,12 +94,8 @@ class WarmPool:
         refused = rootless_refusal(self.arm.admission().userns)
         if refused is not None:
             raise refused
-        copy = launch.cwd.resolve()
         replaced: str | None = None
-        with self._lock:
-            warm = next((w for w in self._idle if w.copy == copy and w.run == launch.run), None)
-            if warm is not None:
-                self._idle.remove(warm)
+        warm = self._take(launch)
         if warm is not None:
             replaced = self._still_good(warm)
             if replaced is not None:
@@ -125,6 +121,15 @@ class WarmPool:
                 self.release(warm)  # nothing ran in it
                 raise
         return WarmRun(self, warm, launch, command, replaced)
+
+    def _take(self, launch: Launch) -> Warm | None:
+        """An idle container of this copy and run, now ours (checked by the caller)."""
+        copy = launch.cwd.resolve()
+        with self._lock:
+            warm = next((w for w in self._idle if w.copy == copy and w.run == launch.run), None)
+            if warm is not None:
+                self._idle.remove(warm)
+        return warm
 
     def _make(self, launch: Launch) -> Warm:
         engine = self.arm.engine

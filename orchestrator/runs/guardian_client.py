@@ -299,6 +299,32 @@ class Guardian(Watcher):
         ours.setblocking(False)
         self._sock, self._fd = ours, ours.fileno()
 
+    def sibling(self, session: str, fd: int | None = None) -> Guardian:
+        """Another connection to this (shared) guardian, with a session of its own: the owner
+        of one warm container the exec server keeps (core/served_warm.py). With `fd`: that
+        connection, already open (held by the server; a copy of it is used and never shut
+        down here -- a shutdown would end it for every holder)."""
+        other = Guardian(
+            session,
+            self.engines,
+            grace=self.grace,
+            environ=self.environ,
+            on_problem=self.on_problem,
+            socket_path=self.socket_path,
+        )
+        if fd is None:
+            other.start()
+        else:
+            other._sock = socket.socket(fileno=os.dup(fd))
+            other._fd = other._sock.fileno()
+        return other
+
+    def link(self) -> int:
+        """The connection's descriptor (to hand it to the exec server: served_warm.hold)."""
+        if self._fd is None or self._sock is None:
+            raise OSError(self.problem or "no connection to the shared guardian")
+        return self._fd
+
     def tell(self, message: Announcement) -> None:
         """The Watcher: every announcement method (orchestrator/runs/launch.py) lands here."""
         try:
