@@ -1,6 +1,6 @@
 """Synced-copy cost against the raw mechanisms, measured side by side in one run.
 
-    python benchmarks/copy_sync.py [--files N] [--size BYTES] [--reps R]
+    python benchmarks/copy_sync.py [--files N] [--size BYTES] [--reps R] [--workers W] [--tmp DIR]
 
 Builds a tree of N files (default 10 000 of 16 KiB, in ~100 directories) in a temporary
 directory, then measures the median of R repetitions of:
@@ -229,6 +229,22 @@ def same_tree(a: Path, b: Path) -> str | None:
     return None
 
 
+def filesystem(path: Path) -> str:
+    """The type of the filesystem ``path`` is on (as /proc/mounts names it), or "?"."""
+    try:
+        with open("/proc/mounts") as mounts:
+            found = [line.split() for line in mounts]
+    except OSError:
+        return "?"
+    real = os.path.realpath(path)
+    best = max(
+        (m for m in found if real == m[1] or real.startswith(m[1].rstrip("/") + "/")),
+        key=lambda m: len(m[1]),
+        default=None,
+    )
+    return best[2] if best else "?"
+
+
 def run(argv: list[str]) -> None:
     subprocess.run(argv, check=True)
 
@@ -257,6 +273,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=16 * 1024)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument(
+        "--tmp",
+        default=None,
+        help="where the trees are made (default: the temporary directory; e.g. /dev/shm to "
+        "take the disk out and compare CPU work only)",
+    )
+    parser.add_argument(
         "--workers", type=int, default=None, help="copy workers (default: copy.pool.WORKERS)"
     )
     args = parser.parse_args()
@@ -268,8 +290,9 @@ def main() -> None:
     total = args.files * args.size
     bounds = Bounds(files=max(args.files, 1), bytes=max(total, 1))
 
-    with tempfile.TemporaryDirectory(prefix="sprawl-bench-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-", dir=args.tmp) as tmp_name:
         tmp = Path(tmp_name)
+        trees_in = f"{tmp.parent} ({filesystem(tmp)})"
         src = tmp / "src"
         src.mkdir()
         build_tree(src, args.files, args.size)
@@ -354,7 +377,8 @@ def main() -> None:
     ]
     print(
         f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "
-        f"median of {args.reps}, {copy_pool.WORKERS} copy workers, load {os.getloadavg()[0]:.1f}"
+        f"median of {args.reps}, {copy_pool.WORKERS} copy workers, {_CORES} cores, "
+        f"load {os.getloadavg()[0]:.1f}, trees in {trees_in}"
     )
     print(f"{'case':<26}{'ours':<26}{'ms':>8}  {'raw':<32}{'ms':>8}  {'ratio':>6}")
     for case, ours_name, ours_ms, raw_name, raw_ms in rows:
