@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -302,15 +303,11 @@ def main() -> None:
         first_cp: list[float] = []
         floors: dict[str, list[float]] = {name: [] for name, _, _ in FLOORS}
         for i in range(args.reps):  # interleaved so all see the same disk state
-            first_ours.append(timed(lambda i=i: sync(src, tmp / f"ours{i}", bounds), "first"))
-            first_cp.append(
-                timed(lambda i=i: run(["cp", "-a", str(src), str(tmp / f"cp{i}")]), "cp")
-            )
+            first_ours.append(timed(partial(sync, src, tmp / f"ours{i}", bounds), "first"))
+            first_cp.append(timed(partial(run, ["cp", "-a", str(src), str(tmp / f"cp{i}")]), "cp"))
             for name, workers, procs in FLOORS:
                 where = str(tmp / f"floor-{workers}-{procs}-{i}")
-                floors[name].append(
-                    timed(lambda w=where, n=workers, p=procs: floor_copy(str(src), w, n, p))
-                )
+                floors[name].append(timed(partial(floor_copy, str(src), where, workers, procs)))
         for name, workers, procs in FLOORS:  # each floor copy holds what the sync's does
             if (
                 differs := same_tree(tmp / "ours0", tmp / f"floor-{workers}-{procs}-0")
