@@ -1,11 +1,14 @@
 """Synced-copy cost against the raw mechanisms, measured side by side in one run.
 
-    python benchmarks/copy_sync.py [--files N] [--size BYTES] [--reps R]
+    python benchmarks/copy_sync.py [--files N] [--size BYTES] [--reps R] [--workers W] [--tmp DIR]
 
 Builds a tree of N files (default 10 000 of 16 KiB, in ~100 directories) in a temporary
 directory, then measures the median of R repetitions of:
 
-- first sync: ``orchestrator.copy_sync.sync`` into a fresh directory vs ``cp -a``;
+- first sync: ``orchestrator.copy_sync.sync`` into a fresh directory vs ``cp -a``, wall and CPU
+  time (ours: all our threads; cp: the child's user + system time); and the floor of a checked
+  first sync (floor_copy below: the fewest syscalls per file that keep every check,
+  serial, then on as many threads and as many processes as cores) vs the same ``cp -a``;
 - no-change resync: our sync vs ``rsync -a --delete --checksum`` (reads both sides, as we do)
   and, for reference, plain ``rsync -a --delete`` (size + mtime only, not safe enough for us);
 - a metadata-only walk (scandir + stat of both sides, no file reads): the floor the
@@ -28,19 +31,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import stat
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.floors.copy_side import (
+    memory_walk_by_dir,
+    memory_walk_sketch,
+    one_side_walk,
+    vouched_by_dir,
+)
+from benchmarks.floors.first_sync import floor_copy
 from sprawl_orch.copy import pool as copy_pool
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.sync import Bounds, FileWork, sync
@@ -55,17 +66,72 @@ def build_tree(root: Path, files: int, size: int) -> None:
 
 
 CPU: dict[str, list[float]] = {}
+_CORES = os.cpu_count() or 1
+# The floor of a checked first sync (floor_copy below): (row name, workers, processes).
+FLOORS = [
+    ("checked syscalls, serial", 1, False),
+    (f"same, {_CORES} threads", _CORES, False),
+    (f"same, {_CORES} processes", _CORES, True),
+]
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process (all its threads) and of its waited-for children (cp)."""
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def timed(step: Callable[[], object], cpu: str | None = None) -> float:
-    """Wall ms of ``step``; with ``cpu``, its process CPU ms is kept under that name too (on
-    a machine shared with other jobs the CPU time is the steadier of the two)."""
+    """Wall ms of ``step``; with ``cpu``, its CPU ms (this process's threads and its children,
+    e.g. cp) is kept under that name too (on a machine shared with other jobs the CPU time
+    is the steadier of the two)."""
     os.sync()
-    start, start_cpu = time.perf_counter(), time.process_time()
+    start, start_cpu = time.perf_counter(), _cpu_s()
     step()
     if cpu is not None:
-        CPU.setdefault(cpu, []).append((time.process_time() - start_cpu) * 1000)
+        CPU.setdefault(cpu, []).append((_cpu_s() - start_cpu) * 1000)
     return (time.perf_counter() - start) * 1000
+
+
+def same_tree(a: Path, b: Path) -> str | None:
+    """None when trees ``a`` and ``b`` hold the same names, sizes, permission bits and mtimes
+    (ns; directories too), else the first difference: the floor rows must do the sync's work."""
+    for here, dirs, files in os.walk(a):
+        for name in ("", *dirs, *files):
+            x = os.path.join(here, name)
+            y = os.path.join(b, os.path.relpath(x, a))
+            try:
+                sx, sy = os.lstat(x), os.lstat(y)
+            except OSError as err:
+                return str(err)
+            if (sx.st_size if not stat.S_ISDIR(sx.st_mode) else 0, sx.st_mode, sx.st_mtime_ns) != (
+                sy.st_size if not stat.S_ISDIR(sy.st_mode) else 0,
+                sy.st_mode,
+                sy.st_mtime_ns,
+            ):
+                return f"{y} differs from {x}"
+        if len(os.listdir(here)) != len(os.listdir(os.path.join(b, os.path.relpath(here, a)))):
+            return f"{here}: a different number of entries"
+    return None
+
+
+def filesystem(path: Path) -> str:
+    """The type of the filesystem ``path`` is on (as /proc/mounts names it), or "?"."""
+    try:
+        with open("/proc/mounts") as mounts:
+            found = [line.split() for line in mounts]
+    except OSError:
+        return "?"
+    real = os.path.realpath(path)
+    best = max(
+        (m for m in found if real == m[1] or real.startswith(m[1].rstrip("/") + "/")),
+        key=lambda m: len(m[1]),
+        default=None,
+    )
+    return best[2] if best else "?"
 
 
 def run(argv: list[str]) -> None:
@@ -90,100 +156,17 @@ def stat_walk(src: Path, dst: Path) -> None:
                     stack.append((entry.path, other))
 
 
-def one_side_walk(src: Path) -> None:
-    """The floor of a resync that trusts a memory of the copy's side: list every directory of
-    the person's tree and lstat every entry in it; the copy is not touched."""
-    stack = [str(src)]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for entry in it:
-                entry.stat(follow_symlinks=False)
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-
-
-_SOURCE_HALF = 40  # (size, mtime_ns, ctime_ns, ino, dev) of the source, first in ENTRY
-_COPY_TIMES = 48  # where the copy's (mtime_ns, ctime_ns) start in ENTRY, after its size
-
-
-def memory_walk_sketch(src: Path, record: copy_stamps.SyncRecord) -> int:
-    """What a resync with a valid memory of the copy does per entry (a sketch, not the
-    product: no bounds, no links, no excludes): one-side walk, and each regular file vouched
-    for by the racy-clean rule on its source stamp against the record, the copy's recorded
-    stamp standing for the copy. Returns how many files it could not vouch for (0 expected)."""
-    offsets, entries = record.offsets(), record.entries
-    edge = record.started_ns - record.granularity_ns
-    half, times = struct.Struct("<QqqQQ"), struct.Struct("<qq")
-    unsure = 0
-    stack = [(str(src), "")]
-    while stack:
-        path, rel = stack.pop()
-        prefix = rel + os.sep if rel else ""
-        with os.scandir(path) as it:
-            for entry in it:
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append((entry.path, prefix + entry.name))
-                    continue
-                at = offsets.get(prefix + entry.name)
-                packed = half.pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-                if (
-                    at is None
-                    or entries[at : at + _SOURCE_HALF] != packed
-                    or max(
-                        st.st_mtime_ns,
-                        st.st_ctime_ns,
-                        *times.unpack_from(entries, at + _COPY_TIMES),
-                    )
-                    >= edge
-                ):
-                    unsure += 1
-    return unsure
-
-
-def vouched_by_dir(record: copy_stamps.SyncRecord) -> dict[str, dict[str, bytes]]:
-    """The memory in the form a server would keep it between calls (built once, after the
-    command's walk): by directory, each file's packed source stamp, only for files whose
-    recorded stamps (both sides) are older than the record's start minus the margin -- so
-    equality alone is the racy-clean rule."""
-    edge = record.started_ns - record.granularity_ns
-    entries, size = record.entries, copy_stamps.ENTRY.size
-    by_dir: dict[str, dict[str, bytes]] = {}
-    for i, rel in enumerate(record.paths):
-        at = i * size
-        v = copy_stamps.ENTRY.unpack_from(entries, at)
-        if max(v[1], v[2], v[6], v[7]) < edge:
-            head, _, name = rel.rpartition(os.sep)
-            by_dir.setdefault(head, {})[name] = bytes(entries[at : at + _SOURCE_HALF])
-    return by_dir
-
-
-def memory_walk_by_dir(src: Path, by_dir: dict[str, dict[str, bytes]]) -> int:
-    """memory_walk_sketch over vouched_by_dir's form: per file one lstat, one pack, one
-    lookup. Returns how many files it could not vouch for (0 expected)."""
-    pack = struct.Struct("<QqqQQ").pack
-    unsure = 0
-    stack = [(str(src), "")]
-    while stack:
-        path, rel = stack.pop()
-        known = by_dir.get(rel, {})
-        with os.scandir(path) as it:
-            for entry in it:
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append((entry.path, rel + os.sep + entry.name if rel else entry.name))
-                elif known.get(entry.name) != pack(
-                    st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
-                ):
-                    unsure += 1
-    return unsure
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=16 * 1024)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--tmp",
+        default=None,
+        help="where the trees are made (default: the temporary directory; e.g. /dev/shm to "
+        "take the disk out and compare CPU work only)",
+    )
     parser.add_argument(
         "--workers", type=int, default=None, help="copy workers (default: copy.pool.WORKERS)"
     )
@@ -196,8 +179,9 @@ def main() -> None:
     total = args.files * args.size
     bounds = Bounds(files=max(args.files, 1), bytes=max(total, 1))
 
-    with tempfile.TemporaryDirectory(prefix="sprawl-bench-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="sprawl-bench-", dir=args.tmp) as tmp_name:
         tmp = Path(tmp_name)
+        trees_in = f"{tmp.parent} ({filesystem(tmp)})"
         src = tmp / "src"
         src.mkdir()
         build_tree(src, args.files, args.size)
@@ -205,9 +189,18 @@ def main() -> None:
         # ext4 (mounted with discard here) is ~3x slower to allocate right after a big delete.
         first_ours: list[float] = []
         first_cp: list[float] = []
-        for i in range(args.reps):  # interleaved so both see the same disk state
-            first_ours.append(timed(lambda i=i: sync(src, tmp / f"ours{i}", bounds)))
-            first_cp.append(timed(lambda i=i: run(["cp", "-a", str(src), str(tmp / f"cp{i}")])))
+        floors: dict[str, list[float]] = {name: [] for name, _, _ in FLOORS}
+        for i in range(args.reps):  # interleaved so all see the same disk state
+            first_ours.append(timed(partial(sync, src, tmp / f"ours{i}", bounds), "first"))
+            first_cp.append(timed(partial(run, ["cp", "-a", str(src), str(tmp / f"cp{i}")]), "cp"))
+            for name, workers, procs in FLOORS:
+                where = str(tmp / f"floor-{workers}-{procs}-{i}")
+                floors[name].append(timed(partial(floor_copy, str(src), where, workers, procs)))
+        for name, workers, procs in FLOORS:  # each floor copy holds what the sync's does
+            if (
+                differs := same_tree(tmp / "ours0", tmp / f"floor-{workers}-{procs}-0")
+            ) is not None:
+                sys.exit(f"the floor copy ({name}) is not the sync's: {differs}")
         ours = tmp / "ours0"
         record = tmp / "ours0.stamps"
 
@@ -259,8 +252,14 @@ def main() -> None:
 
     med = statistics.median
     ours_re = med(re_ours)
+    cp_ms = med(first_cp)
     rows = [
-        ("first sync", "sync()", med(first_ours), "cp -a", med(first_cp)),
+        ("first sync", "sync()", med(first_ours), "cp -a", cp_ms),
+        ("  same, CPU time", "sync()", med(CPU["first"]), "cp -a", med(CPU["cp"])),
+        *(
+            (f"first sync floor {i}", name, med(floors[name]), "cp -a", cp_ms)
+            for i, (name, _, _) in enumerate(FLOORS, 1)
+        ),
         ("no-change resync", "sync()", ours_re, "rsync -a --delete --checksum", med(re_sum)),
         ("no-change resync", "sync()", ours_re, "rsync -a --delete (mtime+size)", med(re_plain)),
         ("no-change resync", "sync()", ours_re, "metadata-only walk, both sides", med(re_stat)),
@@ -318,12 +317,13 @@ def main() -> None:
     ]
     print(
         f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "
-        f"median of {args.reps}, {copy_pool.WORKERS} copy workers, load {os.getloadavg()[0]:.1f}"
+        f"median of {args.reps}, {copy_pool.WORKERS} copy workers, {_CORES} cores, "
+        f"load {os.getloadavg()[0]:.1f}, trees in {trees_in}"
     )
-    print(f"{'case':<26}{'ours':<17}{'ms':>8}  {'raw':<32}{'ms':>8}  {'ratio':>6}")
+    print(f"{'case':<26}{'ours':<26}{'ms':>8}  {'raw':<32}{'ms':>8}  {'ratio':>6}")
     for case, ours_name, ours_ms, raw_name, raw_ms in rows:
         print(
-            f"{case:<26}{ours_name:<17}{ours_ms:>8.0f}  {raw_name:<32}{raw_ms:>8.0f}  "
+            f"{case:<26}{ours_name:<26}{ours_ms:>8.0f}  {raw_name:<32}{raw_ms:>8.0f}  "
             f"{ours_ms / raw_ms:>6.2f}"
         )
 

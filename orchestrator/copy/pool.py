@@ -35,6 +35,12 @@ T = TypeVar("T")
 # better than 4 below; more were not tried). Measured here (benchmarks/copy_sync.py
 # --workers, 10 000 files of 16 KiB) only at load 8-13 on 2 cores, where 2, 4 and 8 workers
 # were all within noise of each other.
+# Where the time goes (2026-12-03, 2 cores, load 4-10): the sync makes as few syscalls per file
+# as the floor that keeps every check (~10.4: 2 open, 3.2 stat, 2 close, sendfile, fchmod,
+# futimens; cp -a makes ~17) but the hand-over between the walk and the workers adds ~63 futex
+# calls per file (GIL and queue wake-ups): on tmpfs a serial sync took 0.70-0.78 s CPU, with
+# workers 0.97-1.19 s, cp -a 0.47 s and the checked floor 0.51 s (benchmarks/copy_sync.py
+# floor rows). Batching 8 jobs per queue put measured within noise at load 8-10 (not kept).
 WORKERS = min(8, max(4, os.cpu_count() or 1))
 # Jobs handed out and not yet settled: each holds a source fd open; enough to keep every worker
 # busy while the walk judges the next entries.

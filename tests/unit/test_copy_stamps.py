@@ -8,6 +8,7 @@ timestamps, which is exactly the case the rule exists for.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -214,6 +215,24 @@ def test_a_damaged_record_means_compare_bytes(
     # f0's mtime moved with its bytes (settle waited past the tick): it is copied afresh
     # without a comparison; the other 19 have their bytes compared.
     assert count.calls == 19
+    assert_same(src, copy)
+
+
+def test_a_version_3_record_is_not_trusted(
+    setup: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's digest became SHA-256 (version 4, copy_stamps.MAGIC): a record the last
+    version wrote -- its magic, a BLAKE2b digest -- loads as None, and every byte is compared."""
+    src, copy, record = setup
+    settle(src, copy, record)
+    body = record.read_bytes()[:-32]
+    old = b"SPRSTMP3" + body[len(copy_stamps.MAGIC) :]
+    record.write_bytes(old + hashlib.blake2b(old, digest_size=32).digest())
+    assert copy_stamps.load(record) is None
+    count = Counting(monkeypatch)
+    assert sync(src, copy, record=record) == FileWork(created=0, rewritten=0, removed=0, walked=21)
+    assert count.calls == 20
+    assert copy_stamps.load(record) is not None  # written anew in the current version
     assert_same(src, copy)
 
 
