@@ -74,6 +74,30 @@ def test_the_client_imports_no_heavy_library() -> None:
     assert loaded & HEAVY == set(), loaded & HEAVY
 
 
+# Paid by every call's client start, and avoidable (core/exec_place.py): typing ~3 ms, socket.py
+# ~4 ms (its enums and selectors), hashlib ~3 ms (OpenSSL), next to `python -c pass`'s ~29 ms.
+AVOIDED = {"typing", "socket", "selectors", "hashlib", "_hashlib"}
+
+
+def test_the_client_start_imports_none_of_the_avoidable_modules() -> None:
+    code = (
+        "import sys, sprawl_orch.client.entry, sprawl_orch.client.exec_client;"
+        "print(sorted(sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(done.stdout.replace("'", '"')))
+    assert loaded & AVOIDED == set(), loaded & AVOIDED
+
+
+def test_the_peer_is_read_as_the_kernel_says() -> None:
+    """SO_PEERCRED's three ints, read without struct: our own pid and uid on a socketpair."""
+    from sprawl_orch.core.exec_place import peer
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        assert peer(ours) == (os.getpid(), os.getuid())
+
+
 CASES = [
     [
         "exec",
