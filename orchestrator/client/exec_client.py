@@ -18,6 +18,7 @@ the in-process CLI runs instead, and stderr says so once.
 from __future__ import annotations
 
 import _socket
+import contextlib  # loaded by site already: free
 import json
 import os
 import signal
@@ -178,7 +179,7 @@ def _forward(conn: _socket.socket, signum: int) -> None:
 def _exit(answer: str) -> NoReturn:
     kind, _, value = answer.partition(" ")
     if kind == "exit" and value.isdigit():
-        raise SystemExit(int(value))
+        _leave(int(value))
     if kind == "signal" and value.isdigit():
         sys.stdout.flush()
         signal.signal(int(value), signal.SIG_DFL)
@@ -188,6 +189,18 @@ def _exit(answer: str) -> NoReturn:
         f"({answer or 'no answer'}); what you can do: run it again, or with {OFF}=0\n"
     )
     raise SystemExit(125)
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit with `code` now, without the interpreter's teardown (module and object cleanup:
+    ~3-6 ms of CPU, a sixth of what the client adds to `python -c pass`, measured
+    2026-12-03). Nothing here needs it: the command's bytes went into our descriptors from
+    the server's side, the terminal is restored already, no atexit hook is ours -- only our
+    own std streams may hold bytes, flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # the reader left: nothing owed
+            stream.flush()
+    os._exit(code)
 
 
 def _terminal_state() -> list[Any] | None:

@@ -98,6 +98,33 @@ def test_the_peer_is_read_as_the_kernel_says() -> None:
         assert peer(ours) == (os.getpid(), os.getuid())
 
 
+def test_a_served_call_ends_the_client_without_the_interpreter_teardown(
+    tree: Path, env: dict[str, str]
+) -> None:
+    """The client exits with the call's status by os._exit (exec_client._leave): an atexit
+    hook registered before it never runs, and what the client itself printed is flushed."""
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('teardown', file=sys.stderr));"
+        "print('before', end=''); from sprawl_orch.client.exec_client import run;"
+        f"run(['-C', {str(tree)!r}, '--', 'sh', '-c', 'exit 7'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 7, done.stderr
+    assert done.stdout.startswith(b"before"), done.stdout
+    assert b"teardown" not in done.stderr, done.stderr
+    # the in-process path (no server) keeps the ordinary exit: its hooks run
+    off = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        env={**env, "SPRAWL_EXEC_SERVER": "0"},
+        timeout=120,
+        check=False,
+    )
+    assert off.returncode == 7 and b"teardown" in off.stderr, off.stderr
+
+
 CASES = [
     [
         "exec",
