@@ -16,6 +16,13 @@ guarantee kept, timed side by side with `run --rm` in the same loop:
 The thin client's own start (`python -c pass` x ~1.5, cli_oneshot's "client start") comes on
 top of both.
 
+`--native-only` ends with a side-by-side table per native arm (issue 26), every column timed in
+the same loop: the whole served call (`sprawl-orch exec -- true` through this run's own
+server), `python -c pass`, the client's own start (connect), the call as the fork runs it, and
+the program it ran (ionice, nice, bwrap and its view, the command) run bare with the same argv,
+uid and environment. floor = client start + the program bare: what a served call costs with
+none of our Python in the fork; whole - floor is the accept, the fork, our Python and the exit.
+
 The python arm's row (`--python-only` for it alone) runs `python -c pass` with the server's
 shared runtime (native_fallbacks/wasi_shared.py, started after each call as the server does),
 the runtime's fork round trip and the guest's run timed apart, against the host's
