@@ -382,7 +382,8 @@ def native_rows(reps: int) -> int:
         "-c",
         "import os; from sprawl_orch.client.exec_client import connect; "
         "from sprawl_orch.core.exec_place import socket_path; "
-        "connect(socket_path(dict(os.environ))).close()",
+        # ended as the client ends a served call (exec_client._leave: no teardown)
+        "connect(socket_path(dict(os.environ))).close(); os._exit(0)",
     ]
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-") as tmp:
         work = Path(tmp)
