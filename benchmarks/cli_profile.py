@@ -18,6 +18,13 @@ guarantee kept, timed side by side with `run --rm` in the same loop:
 The thin client's own start (`python -c pass` x ~1.5, cli_oneshot's "client start") comes on
 top of both.
 
+`--native-only` ends with a side-by-side table per native arm (issue 26), every column timed in
+the same loop: the whole served call (`sprawl-orch exec -- true` through this run's own
+server), `python -c pass`, the client's own start (connect), the call as the fork runs it, and
+the program it ran (ionice, nice, bwrap and its view, the command) run bare with the same argv,
+uid and environment. floor = client start + the program bare: what a served call costs with
+none of our Python in the fork; whole - floor is the accept, the fork, our Python and the exit.
+
 The python arm's row (`--python-only` for it alone) runs `python -c pass` with the server's
 shared runtime (native_fallbacks/wasi_shared.py, started after each call as the server does),
 the runtime's fork round trip and the guest's run timed apart, against the host's
@@ -46,6 +53,10 @@ from sprawl_orch.images.build import build_busybox
 from sprawl_orch.native_fallbacks import wasi_shared
 
 Steps = dict[str, float]
+# The programs a profiled call ran (argv, the uid it ran them as, their environment): the
+# floor rows run the same ones bare (native_floor).
+Program = tuple[list[str], int | None, dict[str, str] | None]
+PROGRAMS: list[Program] = []
 
 
 def traced(call: Callable[[], None]) -> Steps:
@@ -78,6 +89,8 @@ def traced(call: Callable[[], None]) -> Steps:
         self._bench_started = time.perf_counter()
         words = [Path(str(argv[0])).name, *(str(w) for w in argv[1:2])]
         self._bench_name = f"run {' '.join(words)}"
+        env = kw.get("env")
+        PROGRAMS.append(([str(w) for w in argv], kw.get("user"), dict(env) if env else None))
         popen_init(self, argv, *a, **kw)
 
     def ended(self: Any) -> None:
@@ -204,9 +217,10 @@ def forked(conf: Path, tree: Path, argv: tuple[str, ...] = ("true",)) -> Steps:
                 if done.code not in (0, None):
                     raise RuntimeError(f"exec ended {done.code}") from None
 
+        PROGRAMS.clear()
         steps = traced(call)
         served_memo.send_learned(teach)  # what the server keeps for the next call
-        os.write(write, json.dumps(steps).encode())
+        os.write(write, json.dumps({"steps": steps, "programs": PROGRAMS}).encode())
         os._exit(0)
     os.close(write)
     os.close(teach)
@@ -220,8 +234,10 @@ def forked(conf: Path, tree: Path, argv: tuple[str, ...] = ("true",)) -> Steps:
     wasi_shared.after_call()  # as the server: the python arm's runtime held for the next
     if status != 0 or not data:
         raise SystemExit(f"the profiled call failed ({status}); run it by hand with {conf}")
-    answer: Steps = json.loads(data)
-    return answer
+    answer = json.loads(data)
+    PROGRAMS[:] = [(list(a), u, e) for a, u, e in answer["programs"]]
+    steps: Steps = answer["steps"]
+    return steps
 
 
 def show(arm: str, runs: list[Steps]) -> None:
@@ -296,27 +312,128 @@ def python_row(reps: int) -> int:
     return 0
 
 
+def wall_env(argv: list[str], env: dict[str, str] | None = None) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, capture_output=True, check=True, env=env)
+    return time.perf_counter() - started
+
+
+def bare(program: Program) -> float:
+    """A program a call ran, run bare: the same argv, uid and environment, with bwrap's
+    seccomp program and the command's environment (--args) on fds made afresh (the call's
+    closed with it) -- the mechanism's own cost with every guarantee it carries."""
+    from sprawl_orch.native_fallbacks.bwrap import open_env_fd
+    from sprawl_orch.native_fallbacks.seccomp_filter import program_fd
+
+    argv, user, env = list(program[0]), program[1], program[2]
+    fds: list[int] = []
+    try:
+        command_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+        for flag, make in (("--seccomp", program_fd), ("--args", lambda: open_env_fd(command_env))):
+            if flag in argv:
+                fds.append(make())
+                argv[argv.index(flag) + 1] = str(fds[-1])
+        started = time.perf_counter()
+        subprocess.run(
+            argv,
+            env=env,
+            user=user,
+            group=user,
+            extra_groups=None if user is None else [],
+            pass_fds=fds,
+            capture_output=True,
+            check=True,
+        )
+        return time.perf_counter() - started
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _med(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
 def native_rows(reps: int) -> int:
-    """The two native rows alone, with `python -c pass` timed in the same loop (no engine
-    needed: the images named in the config are never asked for)."""
+    """The two native rows, each call measured whole beside its parts and its floor, in one
+    loop (no engine needed: the images named in the config are never asked for):
+    - the whole served call: the `sprawl-orch` program (thin client + this run's own server);
+    - `python -c pass`, the host's floor for any Python client;
+    - the client's own start: python, its imports, the socket's name and checks, connect;
+    - the call as the server's fork runs it (in-fork TOTAL, its program run apart);
+    - the program the call ran (ionice, nice, bwrap and its view, the command), run bare.
+    The floor is client start + the program bare: what a served call costs with none of our
+    Python in the fork (accept, fork, config, guards, copy sync, guardian, statement)."""
+    from benchmarks.cli_oneshot import PROGRAM
+
     images = {"docker": "sha256:" + "0" * 64, "podman": "sha256:" + "0" * 64}
     python = [sys.executable, "-c", "pass"]
+    connect = [
+        sys.executable,
+        "-c",
+        "import os; from sprawl_orch.client.exec_client import connect; "
+        "from sprawl_orch.core.exec_place import socket_path; "
+        # ended as the client ends a served call (exec_client._leave: no teardown)
+        "connect(socket_path(dict(os.environ))).close(); os._exit(0)",
+    ]
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-") as tmp:
         work = Path(tmp)
         small = work / "small"
         small.mkdir()
         (small / "a.txt").write_text("a\n")
         (small / "b.txt").write_text("b\n")
+        runtime_dir = work / "run"
+        runtime_dir.mkdir(mode=0o700)
+        # this run's own exec server, gone 20 s after the last call
+        served = {
+            **os.environ,
+            "XDG_RUNTIME_DIR": str(runtime_dir),
+            "SPRAWL_EXEC_SERVER_IDLE": "20",
+        }
         time.sleep(RACY_SECONDS)
+        table: list[tuple[str, float, float, float, float, float]] = []
         for arm, asked in (("linux_namespaces", "native"), ("copied_tree", "copied_tree")):
             conf = config_file(work / f"{arm}.toml", asked, "auto", images, work / "state")
-            forked(conf, small)  # makes the copy, teaches the server: not counted
-            runs, pypass = [], []
+            whole_argv = [PROGRAM, "exec", "-C", str(small), "--config", str(conf), "--", "true"]
+            forked(conf, small)  # makes the copy, teaches this process: not counted
+            wall_env(whole_argv, served)  # starts the server, teaches it: not counted
+            runs: list[Steps] = []
+            whole, pypass, client, mechanism = [], [], [], []
             for _ in range(reps):
-                runs.append(forked(conf, small))
+                whole.append(wall_env(whole_argv, served))
                 pypass.append(wall(python))
+                client.append(wall_env(connect, served))
+                runs.append(forked(conf, small))
+                program = [p for p in PROGRAMS if "sprawl_orch.guardian" not in p[0]][-1]
+                mechanism.append(bare(program))
             show(arm, runs)
-            print(f"  {'python -c pass (same loop)':44} {statistics.median(pypass) * 1000:7.1f}")
+            print(f"  {'python -c pass (same loop)':44} {_med(pypass):7.1f}")
+            table.append(
+                (
+                    arm,
+                    _med(whole),
+                    _med(pypass),
+                    _med(client),
+                    statistics.median(r["TOTAL"] for r in runs) * 1000,
+                    _med(mechanism),
+                )
+            )
+    print(
+        f"\n{'served call, side by side (ms)':20} {'whole':>7} {'python':>7} {'client':>7}"
+        f" {'in-fork':>8} {'bare':>7} {'floor':>7} {'ours/py':>8} {'floor/py':>9}"
+    )
+    for arm, whole_ms, py_ms, client_ms, fork_ms, bare_ms in table:
+        floor = client_ms + bare_ms
+        print(
+            f"{arm:30} {whole_ms:7.1f} {py_ms:7.1f} {client_ms:7.1f} {fork_ms:8.1f} {bare_ms:7.1f}"
+            f" {floor:7.1f} {whole_ms / py_ms:7.2f}x {floor / py_ms:8.2f}x"
+        )
+    print(
+        "  whole: `sprawl-orch exec -- true` through the thin client; client: its start alone"
+        " (connect);\n  in-fork: the call as the server's fork runs it; bare: the program it"
+        " ran (ionice, nice, bwrap, true),\n  same argv, uid and environment; floor = client"
+        " + bare; whole - floor = accept, fork, our Python, exit."
+    )
     return 0
 
 

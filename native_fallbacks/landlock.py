@@ -40,9 +40,9 @@ from pathlib import Path
 
 from sprawl_orch.core.arms import ArmName, landlock_assurances, landlock_too_old
 from sprawl_orch.core.assurances import Assurances
-from sprawl_orch.core.credential_places import make_guard
 from sprawl_orch.core.environment import host_side_env
 from sprawl_orch.core.errors import ErrorCode, SprawlError
+from sprawl_orch.core.guard_memo import served_guard
 from sprawl_orch.core.ownership import own_copy
 from sprawl_orch.native_fallbacks import landlock_helper as kernel
 from sprawl_orch.native_fallbacks.bwrap import drop_uid
@@ -163,7 +163,9 @@ class LandlockArm(CopiedTreeArm):
         self.user = drop_uid() if user == -1 else user
         self.abi = abi() if found is None else found
         self._system = system_view()
-        self._guard = make_guard(
+        # Kept by the exec server as bwrap's is (core/guard_memo.py: keyed by every account
+        # home, the real path of each and the places): built once, not ~5 ms every call.
+        self._guard = served_guard(
             caller_home if caller_home is not None else os.environ.get("HOME"),
             places,
             self._system.binds,

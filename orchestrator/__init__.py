@@ -16,9 +16,13 @@ docstrings (tests/unit/test_api_page.py). Everything else is implementation.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not typing (~3 ms): the thin client imports this package on every `sprawl-orch exec`, and
+# mypy reads any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from sprawl_orch.config import Config, load_config, parse_config
     from sprawl_orch.core.errors import (
         BadRequest,

@@ -143,6 +143,12 @@ class Lease:
         meta = self.slot / META
         old = _read_meta(self.slot)
         kept = old.get("bytes", 0)
+        if size is not None and size == kept and old.get("workdir") == str(self.workdir):
+            # A resync that left the size as on file (an unchanged tree, every served call):
+            # release() writes the release time -- one write and rename a call, not two
+            # (issue 26; a rename took 3 ms under load). Killed before it, the slot keeps the
+            # last release's time, as an idle copy's should.
+            return
         synced = size if size is not None else kept if isinstance(kept, int) else 0
         data = {"workdir": str(self.workdir), "bytes": synced, "released": time.time()}
         tmp = meta.with_name(META + ".tmp")

@@ -15,12 +15,28 @@ environment and descriptors.
 
 from __future__ import annotations
 
-import hashlib
+import _socket
 import os
-import socket
 import stat
-import struct
+import sys
 from pathlib import Path
+
+# The thin client imports this module on every `sprawl-orch exec`: `_socket` (the socket
+# module's C half) and the builtin SHA-256 spare it socket.py's enum conversions and selectors
+# and hashlib's OpenSSL load -- ~4 ms and ~3 ms of a client's start, next to `python -c pass`'s
+# ~29 ms (benchmarks/cli_oneshot.py's client row). The digest is the same SHA-256.
+# (typing is not imported either: ~3 ms; mypy reads any name TYPE_CHECKING as true.)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hashlib import sha256
+else:
+    try:
+        from _sha256 import sha256  # CPython 3.11
+    except ImportError:  # 3.12 renamed it; a Python without it has hashlib's
+        try:
+            from _sha2 import sha256
+        except ImportError:
+            from hashlib import sha256
 
 # The environment that chooses the state directory and the engines' endpoints.
 KEY_NAMES = (
@@ -45,7 +61,7 @@ class Refused(Exception):
 def code_stamp() -> str:
     """The installed code: every .py file's path, size and mtime (~200 lstats)."""
     here = Path(__file__).resolve().parent.parent  # the sprawl_orch package
-    digest = hashlib.sha256()
+    digest = sha256()
     roots = [here] + [here.parent / r for r in ROOTS if (here.parent / r).is_dir()]
     for root in dict.fromkeys(roots):
         for dirpath, dirnames, filenames in os.walk(root):
@@ -134,17 +150,17 @@ def context(pid: int | str = "self") -> str:
 
 def socket_path(environ: dict[str, str]) -> Path:
     key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in KEY_NAMES)]
-    name = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
+    name = sha256(repr(key).encode()).hexdigest()[:20]
     return runtime_dir(environ) / f"exec-{name}.sock"
 
 
-def peer_uid(conn: socket.socket) -> int:
+def peer_uid(conn: _socket.socket) -> int:
     """The connected peer's uid, as the kernel says (SO_PEERCRED: pid, uid, gid)."""
     return peer(conn)[1]
 
 
-def peer(conn: socket.socket) -> tuple[int, int]:
+def peer(conn: _socket.socket) -> tuple[int, int]:
     """The connected peer's (pid, uid), as the kernel says (SO_PEERCRED: pid, uid, gid)."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _ = struct.unpack("3i", raw)
-    return int(pid), int(uid)
+    raw = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # struct ucred: 3 ints
+    pid, uid = (int.from_bytes(raw[at : at + 4], sys.byteorder, signed=True) for at in (0, 4))
+    return pid, uid

@@ -57,13 +57,16 @@ class Offerings:
         evidence: Evidence | None = None,
         watcher: Watcher | None = None,
         with_native: bool | None = True,
+        with_python: bool = True,
     ) -> Offerings:
         """Sample the machine. Engine admission runs real probe containers (announced to
         `watcher`; skipped while `evidence` kept on disk holds), so it is skipped
         (`with_engines=False`) when the chosen arm cannot be a container. The user-namespace
         probe runs bwrap: `with_native=False` skips it (the arm asked cannot be native; the
         offering then says "not probed"), None runs it only when no engine was admitted
-        (what `auto` needs: it steps down to native only then)."""
+        (what `auto` needs: it steps down to native only then). `with_python=False` leaves
+        the python arm's runtime "not examined" (only that arm asks: ~0.8 ms of every served
+        call's fork, issue 26)."""
         scratch, problem = _scratch(config)
         engines: tuple[EngineOffer, ...] = ()
         if with_engines:
@@ -106,7 +109,7 @@ class Offerings:
             nice=host_which("nice"),
             ionice=host_which("ionice"),
             taskpolicy=host_which("taskpolicy") if sys.platform == "darwin" else None,
-            python_missing=_python_missing(),
+            python_missing=_python_missing() if with_python else "not examined",
         )
 
 

@@ -67,6 +67,7 @@ class ToolArm:
                     evidence=self.evidence,
                     watcher=self._watcher() if engines else None,
                     with_native=native,
+                    with_python=asked == "python",  # no other arm, auto included, reads it
                 )
             return self._offerings
 

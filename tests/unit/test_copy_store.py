@@ -119,3 +119,25 @@ def test_a_refused_sync_deletes_the_copy_and_its_record(tmp_path: Path, src: Pat
         lease.sync(src, Bounds(files=1), Excludes())
     assert not lease.path.exists() and not lease.record_path.exists()
     lease.release()
+
+
+def test_an_unchanged_resync_leaves_the_slot_meta_to_the_release(tmp_path: Path, src: Path) -> None:
+    """The bookkeeping is written once a call for an unchanged tree (by release), and again
+    after a sync whenever the size on file is no longer the copy's."""
+    store = CopyStore(tmp_path / "copies", budget_bytes=10**9)
+    key = copy_key(src, "{}")
+    lease = store.lease(src, key)
+    lease.sync(src, Bounds(), Excludes())
+    lease.release()
+    meta = lease.slot / "meta.json"
+    before = meta.stat().st_ino
+    lease = store.lease(src, key)
+    lease.sync(src, Bounds(), Excludes())
+    assert meta.stat().st_ino == before  # not rewritten (a write makes a new inode: rename)
+    lease.release()
+    assert meta.stat().st_ino != before
+    (src / "README").write_bytes(b"hello, longer now\n")
+    lease = store.lease(src, key)
+    lease.sync(src, Bounds(), Excludes())
+    assert [i.bytes for i in store.info()] == [len(b"x = 1\n" * 100) + 18]
+    lease.release()

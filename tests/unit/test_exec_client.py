@@ -74,6 +74,57 @@ def test_the_client_imports_no_heavy_library() -> None:
     assert loaded & HEAVY == set(), loaded & HEAVY
 
 
+# Paid by every call's client start, and avoidable (core/exec_place.py): typing ~3 ms, socket.py
+# ~4 ms (its enums and selectors), hashlib ~3 ms (OpenSSL), next to `python -c pass`'s ~29 ms.
+AVOIDED = {"typing", "socket", "selectors", "hashlib", "_hashlib"}
+
+
+def test_the_client_start_imports_none_of_the_avoidable_modules() -> None:
+    code = (
+        "import sys, sprawl_orch.client.entry, sprawl_orch.client.exec_client;"
+        "print(sorted(sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(done.stdout.replace("'", '"')))
+    assert loaded & AVOIDED == set(), loaded & AVOIDED
+
+
+def test_the_peer_is_read_as_the_kernel_says() -> None:
+    """SO_PEERCRED's three ints, read without struct: our own pid and uid on a socketpair."""
+    from sprawl_orch.core.exec_place import peer
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        assert peer(ours) == (os.getpid(), os.getuid())
+
+
+def test_a_served_call_ends_the_client_without_the_interpreter_teardown(
+    tree: Path, env: dict[str, str]
+) -> None:
+    """The client exits with the call's status by os._exit (exec_client._leave): an atexit
+    hook registered before it never runs, and what the client itself printed is flushed."""
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('teardown', file=sys.stderr));"
+        "print('before', end=''); from sprawl_orch.client.exec_client import run;"
+        f"run(['-C', {str(tree)!r}, '--', 'sh', '-c', 'exit 7'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 7, done.stderr
+    assert done.stdout.startswith(b"before"), done.stdout
+    assert b"teardown" not in done.stderr, done.stderr
+    # the in-process path (no server) keeps the ordinary exit: its hooks run
+    off = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        env={**env, "SPRAWL_EXEC_SERVER": "0"},
+        timeout=120,
+        check=False,
+    )
+    assert off.returncode == 7 and b"teardown" in off.stderr, off.stderr
+
+
 CASES = [
     [
         "exec",

@@ -127,3 +127,22 @@ def test_a_taught_guard_is_decoded_by_the_server_before_any_fork(tmp_path: Path)
     [guard] = [g for s, g in served_memo._decoded.items() if guard_memo.KIND in s]
     assert isinstance(guard, Guard) and "_index" in guard.__dict__
     assert guard_memo.served_copy_guard(str(tmp_path), (tmp_path / "state",)) is guard
+
+
+def test_the_landlock_arm_takes_its_guard_from_the_memo_as_bwrap_does(tmp_path: Path) -> None:
+    """LandlockArm built its guard per call (make_guard); it asks the memo now, under the same
+    key as bwrap's: what it gets equals what make_guard builds now, and a kept one is reused."""
+    from sprawl_orch.native_fallbacks.landlock import LandlockArm
+    from sprawl_orch.runs.yielding import Yielders
+
+    places = (tmp_path / "state",)
+
+    def arm() -> LandlockArm:
+        return LandlockArm(Yielders(None, None, None), caller_home=str(tmp_path), places=places)
+
+    first = arm()
+    assert len(kept()) == 1  # learned, for the server to build
+    second, third = arm(), arm()
+    assert second._guard is third._guard  # the kept guard, decoded once
+    built = make_guard(str(tmp_path), places, first._system.binds, grants=first.user is not None)
+    assert second._guard == built == first._guard

@@ -60,3 +60,19 @@ def test_auto_probes_only_when_no_engine_was_admitted(
     found = Offerings.this_machine(config(tmp_path, "auto"), with_native=None)  # type: ignore[arg-type]
     assert probes == ["/usr/bin/bwrap"] and found.user_namespace is True
     assert choose("auto", found).arm is ArmName.LINUX_NAMESPACES
+
+
+def test_only_the_python_arm_examines_its_runtime(tmp_path: Path) -> None:
+    """The python arm's runtime (two find_spec walks of sys.path, ~0.8 ms of a served call's
+    fork) is looked at only when that arm is asked: `choose` reads it for no other."""
+    from sprawl_orch.tool.exec_tool import ExecTool
+
+    def examined(arm: str) -> str | None:
+        state, tree = tmp_path / "state", tmp_path / "tree"
+        tree.mkdir(exist_ok=True)
+        conf = parse_config({"sandbox": {"arm": arm}, "state": {"dir": str(state)}})
+        with ExecTool(conf, tree, record=False) as tool:
+            return tool.offerings.python_missing
+
+    assert examined("copied_tree") == "not examined"
+    assert examined("python") != "not examined"  # None, or what is missing
