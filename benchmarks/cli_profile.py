@@ -47,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.cli_oneshot import RACY_SECONDS, config_file, raw_run
+from benchmarks.floors.programs import Program, bare, docker_floor, lstat_walk, med, wall, wall_env
 from benchmarks.podman_service_floor import podman_floor, podman_service_rows
 from sprawl_orch.core import served_memo
 from sprawl_orch.images.build import build_busybox
@@ -55,7 +56,6 @@ from sprawl_orch.native_fallbacks import wasi_shared
 Steps = dict[str, float]
 # The programs a profiled call ran (argv, the uid it ran them as, their environment): the
 # floor rows run the same ones bare (native_floor).
-Program = tuple[list[str], int | None, dict[str, str] | None]
 PROGRAMS: list[Program] = []
 
 
@@ -251,44 +251,6 @@ def show(arm: str, runs: list[Steps]) -> None:
         print(f"  {key:44} {statistics.median(values):7.1f}")
 
 
-def lstat_walk(roots: list[Path]) -> float:
-    """A metadata-only walk: one lstat per entry, as a no-change resync needs at least."""
-    started = time.perf_counter()
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in (*dirnames, *filenames):
-                os.lstat(os.path.join(dirpath, name))
-    return time.perf_counter() - started
-
-
-def wall(argv: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(argv, capture_output=True, check=True)
-    return time.perf_counter() - started
-
-
-def docker_floor(image: str, tree: Path) -> float:
-    """create (CLI, our argv) -> inspect -> attach+start -> wait -> inspect -> rm."""
-    import docker
-    from docker.utils import kwargs_from_env
-
-    argv = raw_run("docker", image, tree, None)
-    create = ["docker", "create", *argv[3:]]  # drop `run --rm`
-    api = docker.APIClient(**kwargs_from_env(), version="auto")
-    started = time.perf_counter()
-    cid = subprocess.run(create, capture_output=True, text=True, check=True).stdout.strip()
-    api.inspect_container(cid)
-    sock = api.attach_socket(cid, params={"stdout": 1, "stderr": 1, "stream": 1})
-    api.start(cid)
-    api.wait(cid)
-    sock.close()
-    api.inspect_container(cid)
-    api.remove_container(cid, force=True)
-    took = time.perf_counter() - started
-    api.close()
-    return took
-
-
 def python_row(reps: int) -> int:
     """The python arm's served call (its first call compiles the module: not counted)."""
     with tempfile.TemporaryDirectory(prefix="sprawl-bench-profile-py-") as tmp:
@@ -310,48 +272,6 @@ def python_row(reps: int) -> int:
     host = statistics.median(wall([sys.executable, "-c", "pass"]) for _ in range(reps))
     print(f"  host python -c pass (wall, for the ratio): {host * 1000:.1f} ms")
     return 0
-
-
-def wall_env(argv: list[str], env: dict[str, str] | None = None) -> float:
-    started = time.perf_counter()
-    subprocess.run(argv, capture_output=True, check=True, env=env)
-    return time.perf_counter() - started
-
-
-def bare(program: Program) -> float:
-    """A program a call ran, run bare: the same argv, uid and environment, with bwrap's
-    seccomp program and the command's environment (--args) on fds made afresh (the call's
-    closed with it) -- the mechanism's own cost with every guarantee it carries."""
-    from sprawl_orch.native_fallbacks.bwrap import open_env_fd
-    from sprawl_orch.native_fallbacks.seccomp_filter import program_fd
-
-    argv, user, env = list(program[0]), program[1], program[2]
-    fds: list[int] = []
-    try:
-        command_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
-        for flag, make in (("--seccomp", program_fd), ("--args", lambda: open_env_fd(command_env))):
-            if flag in argv:
-                fds.append(make())
-                argv[argv.index(flag) + 1] = str(fds[-1])
-        started = time.perf_counter()
-        subprocess.run(
-            argv,
-            env=env,
-            user=user,
-            group=user,
-            extra_groups=None if user is None else [],
-            pass_fds=fds,
-            capture_output=True,
-            check=True,
-        )
-        return time.perf_counter() - started
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _med(values: list[float]) -> float:
-    return statistics.median(values) * 1000
 
 
 def native_rows(reps: int) -> int:
@@ -407,15 +327,15 @@ def native_rows(reps: int) -> int:
                 program = [p for p in PROGRAMS if "sprawl_orch.guardian" not in p[0]][-1]
                 mechanism.append(bare(program))
             show(arm, runs)
-            print(f"  {'python -c pass (same loop)':44} {_med(pypass):7.1f}")
+            print(f"  {'python -c pass (same loop)':44} {med(pypass):7.1f}")
             table.append(
                 (
                     arm,
-                    _med(whole),
-                    _med(pypass),
-                    _med(client),
+                    med(whole),
+                    med(pypass),
+                    med(client),
                     statistics.median(r["TOTAL"] for r in runs) * 1000,
-                    _med(mechanism),
+                    med(mechanism),
                 )
             )
     print(
