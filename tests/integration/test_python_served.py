@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from sprawl_orch.native_fallbacks import wasi_forked
+from tests.integration.test_python_runtime import guests
 
 PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
 
@@ -121,7 +122,7 @@ def test_calls_share_the_servers_runtime_and_each_starts_clean(
         assert str(result(found)["stdout"]).strip() == "False False [] None None"
     # both went through the one runtime the server holds: no restart, no second runtime
     assert shared_runtime(env).pid == runtime.pid
-    assert runtime.children() == []  # each command reaped by its call
+    assert guests(runtime) == []  # each command reaped by its call
     # no call's runtime of its own: they were the server's only
     assert len(server_runtimes(env)) == 1
 
