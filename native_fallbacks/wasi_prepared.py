@@ -120,10 +120,10 @@ class Held:
     def kill(self) -> None:
         """Not used: killed, reaped, its /tmp removed."""
         self.chan.close()
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError):  # it ended already: nothing to signal
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         os.close(self.pidfd)
-        with contextlib.suppress(ChildProcessError):
+        with contextlib.suppress(ChildProcessError):  # reaped already (never: only here)
             os.waitpid(self.pid, 0)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -162,20 +162,21 @@ def prepare(
 def sweep(where: str) -> None:
     """Remove the /tmp of prepared guests whose runtime is gone (killed: a tool kills its own
     runtime at close, its prepared guest dying with it before anyone removed its /tmp)."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError):  # no prepare dir yet: nothing to sweep
         for name in os.listdir(where):
             parts = name.split("-")
             if len(parts) != 3 or parts[0] != "prep" or not parts[1].isdigit():
                 continue
             try:
                 os.kill(int(parts[1]), 0)
-            except ProcessLookupError:
+            except ProcessLookupError:  # its runtime is gone: the /tmp is litter
                 shutil.rmtree(os.path.join(where, name), ignore_errors=True)
             except PermissionError:  # another user's process: alive, not ours to judge
                 continue
 
 
 def _name(name: bytes) -> None:
+    # no /proc: the name only tells a prepared guest apart (tests, ps)
     with contextlib.suppress(OSError), open("/proc/self/comm", "wb") as f:
         f.write(name)
 
@@ -207,14 +208,14 @@ def prepared(
     def handoff() -> None:
         try:
             message, fds = receive(chan)
-        except OSError:
+        except OSError:  # reset: the runtime died, taken as EOF
             message, fds = None, []
         if message is None:  # the runtime dropped it
             os._exit(UNUSED_EXIT)
         command = message["spec"]
         why = None
         st = None
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # unreadable: refused below
             st = os.stat(command["copy"])
         if key(command) != key(spec):
             why = "another key"
@@ -229,7 +230,7 @@ def prepared(
             if why is None and not meter.ended.is_set():
                 taken.update(command)
         if not taken:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # the runtime is gone: we exit anyway
                 send(chan, {"refused": why or "the prepared guest ended"})
             os._exit(UNUSED_EXIT)
         out, errs, go = fds
