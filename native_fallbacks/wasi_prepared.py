@@ -46,6 +46,7 @@ from typing import Any
 
 START_ALLOWANCE = 400_000_000
 IDLE_SECONDS = 60.0
+HANDOFF_SECONDS = 10.0
 UNUSED_EXIT = 124  # a prepared guest that never ran a command
 GATE_EXIT = 125  # as a cold command's (wasi_runtime): never released, never run
 _KEY = ("env", "copy", "workdir", "sites", "fuel", "memory_bytes", "wall_seconds", "prepare")
@@ -105,10 +106,13 @@ class Held:
         """Whether it took the command (then its pid is the command's); else it is gone."""
         if key(spec) != self.key or header(spec["argv"]) is None:
             return False
+        # Bounded: a prepared guest that never answers (stopped, wedged) would hold every
+        # command of this runtime; it answers before its start is done, at once.
+        self.chan.settimeout(HANDOFF_SECONDS)
         try:
             send(self.chan, {"spec": spec}, fds)
             answer, _ = receive(self.chan)
-        except OSError:  # it died meanwhile: a cold start
+        except OSError:  # it died meanwhile, or said nothing in time: a cold start
             return False
         return answer is not None and "taken" in answer
 
