@@ -40,7 +40,7 @@ import psutil
 
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs, private_file
-from sprawl_orch.native_fallbacks import wasi_module, wasi_runtime
+from sprawl_orch.native_fallbacks import wasi_module, wasi_prepared, wasi_runtime
 from sprawl_orch.native_fallbacks.wasi_module import VerifiedModule
 from sprawl_orch.native_fallbacks.wasi_ready import STUCK, NotReady, connect, stuck_error
 from sprawl_orch.runs.launch import Finished, Launch, Watcher
@@ -210,6 +210,8 @@ class Runtime:
             if kill or not self._started:
                 self._proc.kill()
                 self._proc.wait()
+                # its pre-started guest died with it, its /tmp left behind
+                wasi_prepared.sweep(str(self._logs / "prepared"))
             else:
                 self._retired.append(self._proc)
             self._proc = None

@@ -236,35 +236,95 @@ def load(spec: dict[str, Any]) -> tuple[Any, Any]:
 def run(spec: dict[str, Any], loaded: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """One guest in a fresh Store and instance; `loaded`: the engine and module a runtime
     process (wasi_runtime.py) loaded once before it forked this process, else load here."""
+    engine, module = loaded or load(spec)
+    argv = guest_argv(spec["workdir"], spec["argv"], spec.get("sites"))
+    store, instance = instantiate(engine, module, spec, spec["fuel"], wasi_config(spec, argv))
+    meter = Meter(engine)
+    meter.begin(spec)
+    return drive(store, instance, meter, spec["memory_bytes"], spec["fuel"])
+
+
+def wasi_config(
+    spec: dict[str, Any],
+    argv: list[str],
+    copy: str | None = None,
+    tmp: str | None = None,
+    stdin: str | None = None,
+) -> Any:
+    """The guest's argv, environment, the copy preopened at the working directory's path and
+    its /tmp; stdin empty unless `stdin` (a path) is given (wasi_prepared.py's command pipe).
+    wasmtime opens each path here, when it is set."""
     import wasmtime
 
-    engine, module = loaded or load(spec)
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = argv
+    wasi.env = [(k, v) for k, v in spec["env"].items()]
+    wasi.preopen_dir(copy or spec["copy"], spec["workdir"])
+    wasi.preopen_dir(tmp or spec["tmp"], "/tmp")
+    if stdin is not None:
+        wasi.stdin_file = stdin
+    wasi.inherit_stdout()
+    wasi.inherit_stderr()
+    return wasi
+
+
+def instantiate(
+    engine: Any, module: Any, spec: dict[str, Any], fuel: int, wasi: Any
+) -> tuple[Any, Any]:
+    """A fresh Store (its fuel, memory limit and epoch deadline) and instance."""
+    import wasmtime
+
     assert isinstance(engine, wasmtime.Engine) and isinstance(module, wasmtime.Module)
     store = wasmtime.Store(engine)
-    store.set_fuel(spec["fuel"])
+    store.set_fuel(fuel)
     store.set_limits(memory_size=spec["memory_bytes"])
     store.set_epoch_deadline(1)
-    ended = threading.Event()
-    ending = threading.Lock()
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    return store, linker.instantiate(store, module)
 
-    def deadline() -> None:
-        engine.increment_epoch()
-        if ended.wait(BLOCKED_GRACE):
+
+class Meter:
+    """One command's wall-time deadline and /tmp watcher, started (begin) once its spec is
+    known: at once for a guest started for it, at hand-off for a prepared one."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.ended = threading.Event()
+        self.ending = threading.Lock()
+        self.began: float | None = None
+        self._timer: threading.Timer | None = None
+
+    def begin(self, spec: dict[str, Any]) -> None:
+        timer = threading.Timer(spec["wall_seconds"], self._deadline, (spec,))
+        timer.daemon = True
+        self._timer = timer
+        self.began = time.monotonic()
+        timer.start()
+        threading.Thread(target=self._watch_tmp, args=(spec,), daemon=True).start()
+
+    def end(self) -> None:
+        with self.ending:
+            self.ended.set()
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _deadline(self, spec: dict[str, Any]) -> None:
+        self.engine.increment_epoch()
+        if self.ended.wait(BLOCKED_GRACE):
             return
-        with ending:
-            if ended.is_set():
+        with self.ending:
+            if self.ended.is_set():
                 return
             # The store is the main thread's (inside the host call): no fuel or memory read.
             report = {"exit_code": LIMIT_EXIT, "trap": BLOCKED_TRAP, "limit": "time"}
             Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
             os._exit(LIMIT_EXIT)
 
-    timer = threading.Timer(spec["wall_seconds"], deadline)
-    timer.daemon = True
-
-    def watch_tmp() -> None:
+    def _watch_tmp(self, spec: dict[str, Any]) -> None:
         pause = TMP_POLL
-        while not ended.wait(pause):
+        while not self.ended.wait(pause):
             began = time.monotonic()
             held = tmp_bytes(spec["tmp"])
             # A /tmp of many entries takes long to sum: look less often, so the watcher (host
@@ -272,8 +332,8 @@ def run(spec: dict[str, Any], loaded: tuple[Any, Any] | None = None) -> dict[str
             pause = max(TMP_POLL, 4 * (time.monotonic() - began))
             if held <= spec["memory_bytes"]:
                 continue
-            with ending:
-                if ended.is_set():
+            with self.ending:
+                if self.ended.is_set():
                     return
                 trap = (
                     f"the guest's /tmp held {held} bytes, past memory_bytes "
@@ -283,23 +343,15 @@ def run(spec: dict[str, Any], loaded: tuple[Any, Any] | None = None) -> dict[str
                 Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
                 os._exit(LIMIT_EXIT)
 
-    watcher = threading.Thread(target=watch_tmp, daemon=True)
-    wasi = wasmtime.WasiConfig()
-    wasi.argv = guest_argv(spec["workdir"], spec["argv"], spec.get("sites"))
-    wasi.env = [(k, v) for k, v in spec["env"].items()]
-    wasi.preopen_dir(spec["copy"], spec["workdir"])
-    wasi.preopen_dir(spec["tmp"], "/tmp")
-    wasi.inherit_stdout()
-    wasi.inherit_stderr()
-    store.set_wasi(wasi)
-    linker = wasmtime.Linker(engine)
-    linker.define_wasi()
-    instance = linker.instantiate(store, module)
+
+def drive(store: Any, instance: Any, meter: Meter, memory_bytes: int, fuel: int) -> dict[str, Any]:
+    """Run the guest's `_start` to its end; what ended it, as the report. `fuel`: what the
+    store was given."""
+    import wasmtime
+
     report: dict[str, Any] = {"exit_code": 0, "trap": None, "limit": None}
     start = instance.exports(store)["_start"]
     assert isinstance(start, wasmtime.Func)
-    timer.start()
-    watcher.start()
     run_began = time.monotonic()
     try:
         start(store)
@@ -325,19 +377,14 @@ def run(spec: dict[str, Any], loaded: tuple[Any, Any] | None = None) -> dict[str
         report["trap"] = str(err).split("\n\nCaused by:\n")[-1].strip()
         report["exit_code"] = TRAP_EXIT
     finally:
-        with ending:
-            ended.set()
-        timer.cancel()
+        meter.end()
     # The guest's own run, for benchmarks/python_arm.py (what the command costs around it).
-    report["guest_ms"] = round((time.monotonic() - run_began) * 1000, 1)
+    report["guest_ms"] = round((time.monotonic() - (meter.began or run_began)) * 1000, 1)
     memory = instance.exports(store)["memory"]
     assert isinstance(memory, wasmtime.Memory)
     report["memory_bytes_at_end"] = memory.data_len(store)
-    report["fuel_used"] = spec["fuel"] - store.get_fuel()
-    if (
-        report["limit"] is None
-        and report["memory_bytes_at_end"] + MEMORY_MARK > spec["memory_bytes"]
-    ):
+    report["fuel_used"] = fuel - store.get_fuel()
+    if report["limit"] is None and report["memory_bytes_at_end"] + MEMORY_MARK > memory_bytes:
         report["limit"] = "memory"
     return report
 

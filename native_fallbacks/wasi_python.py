@@ -28,7 +28,13 @@ from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.private import private_dirs
 from sprawl_orch.core.removal import delete_quietly
-from sprawl_orch.native_fallbacks import wasi_forked, wasi_guest, wasi_module, wasi_shared
+from sprawl_orch.native_fallbacks import (
+    wasi_forked,
+    wasi_guest,
+    wasi_module,
+    wasi_prepared,
+    wasi_shared,
+)
 from sprawl_orch.runs.launch import Finished, Launch, Running
 from sprawl_orch.runs.process import HostProcess
 
@@ -100,7 +106,9 @@ class WasiPythonArm:
             "It runs CPython 3.12 compiled to WebAssembly (wasip1) under wasmtime: the guest "
             "sees only the copy, at the working directory's path, and a private /tmp; its CPU "
             f"is {self.config.fuel} fuel, its memory {self.config.memory_bytes} bytes, its "
-            f"wall time {self.config.wall_seconds} s. The runtime runs as your uid."
+            f"wall time {self.config.wall_seconds} s (a command handed to a pre-started "
+            f"guest may run up to {wasi_prepared.START_ALLOWANCE} fuel more, less its "
+            "interpreter's start). The runtime runs as your uid."
         )
 
     def prepare(self, workdir: Path) -> None:
@@ -123,6 +131,7 @@ class WasiPythonArm:
             )
             if wasi_forked.usable():
                 logs = self.state / "wasm-runtime"
+                wasi_prepared.sweep(str(logs / "prepared"))  # a killed runtime's leftovers
                 self._runtime = wasi_forked.Runtime(self._module, logs, shared)
         assert self._module is not None
         self._module.fd()  # checked before any copy is made; a failed check refuses here
@@ -156,6 +165,10 @@ class WasiPythonArm:
             "umask": _umask(),
         }
         if self._runtime is not None:
+            # Where the runtime pre-starts the next guest of this key (wasi_prepared.py): its
+            # /tmp is moved to the command's, so it is made beside this state's outputs.
+            spec["prepare"] = str(private_dirs(self.state / "wasm-runtime" / "prepared"))
+            spec["prepare_idle"] = wasi_prepared.IDLE_SECONDS
             forked = wasi_forked.ForkedGuest(self._runtime, spec, launch)
             return GuestRun(forked, guest, self.config, forked.said)
         module_fd = self._module.fd()
@@ -233,6 +246,7 @@ class GuestRun:
             "memory_bytes": self._config.memory_bytes,
             "wall_seconds": self._config.wall_seconds,
             **report,
+            "prepared": bool(report.get("prepared")),
         }
         if not report and not done.killed:
             info["runtime_failed"] = f"the wasmtime runtime ended with status {done.exit_code}"

@@ -16,6 +16,9 @@ inherits nothing a guest can reach from here: this process never runs a guest, s
 command starts from the same clean state whoever asked before. It waits on its go fd before
 running, so sprawl-orch can announce it and put it in the run's cgroup first (EOF instead of a
 byte: its owner is gone, it ends 125). It dies with this process (PR_SET_PDEATHSIG).
+Once a command is reaped, the next guest of its key is pre-started (wasi_prepared.py): a
+command of the same key is handed to it instead of a fork (the same answer, its pid), one of
+another key kills it first; it is killed too when idle or when this process ends its loop.
 
 DOOR is a SOCK_SEQPACKET socket: each owner hands over one end of a stream socket pair on it
 (SCM_RIGHTS) and is answered `{"ready": PID}` (or `{"error": ...}` when the module did not
@@ -90,11 +93,11 @@ def spawn(door: socket.socket, module_fd: int, stderr: int) -> subprocess.Popen[
     )
 
 
-def _guest_module() -> Any:
+def _guest_module(name: str = "wasi_guest") -> Any:
     # By path, as this file is run: -I keeps native_fallbacks/ off sys.path, and importing
     # sprawl_orch here would cost its package's import in this process for nothing.
-    where = Path(__file__).with_name("wasi_guest.py")
-    spec = importlib.util.spec_from_file_location("_sprawl_wasi_guest", where)
+    where = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_sprawl_{name}", where)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses looks its module up there
@@ -159,6 +162,7 @@ class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.pids: set[int] = set()
+        self.specs: dict[int, dict[str, Any]] = {}  # what a pre-started guest is made after
 
 
 class _Server:
@@ -170,6 +174,8 @@ class _Server:
         self.orphans: dict[int, int] = {}  # pidfd -> pid: commands whose owner hung up
         self.poller = select.poll()
         self.deathsig = _deathsig()
+        self.prep = _guest_module("wasi_prepared")
+        self.prepared: Any = None  # wasi_prepared.Held: the one pre-started guest, or None
 
     def serve(self) -> None:
         self.poller.register(self.door, select.POLLIN)
@@ -177,8 +183,14 @@ class _Server:
         # Ends when no one can reach it and nothing of its is left to reap: a replaced
         # runtime lives on, unkilled, until the commands it still runs have ended.
         while door_open or self.conns or self.orphans:
-            for fd, _ in self.poller.poll():
-                if fd == self.door.fileno():
+            held = self.prepared
+            events = self.poller.poll(None if held is None else held.idle_ms())
+            if held is not None and held is self.prepared and not events and not held.idle_ms():
+                self._unprepare()  # not used within IDLE_SECONDS: killed
+            for fd, _ in events:
+                if self.prepared is not None and fd == self.prepared.pidfd:
+                    self._unprepare()  # it ended unused (its start failed): reaped
+                elif fd == self.door.fileno():
                     door_open = self._knock()
                 elif fd in self.conns:
                     self._request(fd)
@@ -188,6 +200,7 @@ class _Server:
                     os.close(fd)
                     with contextlib.suppress(ChildProcessError):  # reaped already
                         os.waitpid(pid, 0)
+        self._unprepare()
 
     def _knock(self) -> bool:
         """A connection handed over the door (its fd); False at EOF: no owner holds the
@@ -215,13 +228,17 @@ class _Server:
                 os.close(extra)
             self._hung_up(fd, conn)
             return
+        after = None
         if message.get("op") == "run" and len(fds) == 3:
-            pid = self._fork(message["spec"], fds)
+            spec = message["spec"]
+            pid = self._take(spec, fds) or self._fork(spec, fds)
             conn.pids.add(pid)
+            conn.specs[pid] = spec
             answer: dict[str, Any] = {"pid": pid}
         elif message.get("op") == "reap":
             for extra in fds:
                 os.close(extra)
+            after = conn.specs.pop(message.get("pid"), None)  # type: ignore[arg-type]
             answer = self._reap(conn, message.get("pid"))
         else:
             for extra in fds:
@@ -229,6 +246,43 @@ class _Server:
             answer = {"refused": "unknown request"}
         with contextlib.suppress(OSError):  # the owner is gone: its EOF comes next
             send(conn.sock, answer)
+        if after is not None and answer.get("status") is not None:
+            self._prepare(after)
+
+    def _take(self, spec: dict[str, Any], fds: list[int]) -> int | None:
+        """The pre-started guest's pid if it took this command (its key equal, its copy the
+        same directory), else None: it is gone, and the command starts cold."""
+        held = self.prepared
+        if held is None:
+            return None
+        self.poller.unregister(held.pidfd)
+        self.prepared = None
+        if held.handoff(spec, fds, send, receive):
+            held.release()
+            for fd in fds:
+                os.close(fd)
+            return int(held.pid)
+        held.kill()
+        return None
+
+    def _prepare(self, spec: dict[str, Any]) -> None:
+        """A guest pre-started for the next command of `spec`'s key (wasi_prepared.py)."""
+        self._unprepare()
+        if self.prep.key(spec) is None:
+            return
+        wire = (send, receive)
+        # a prepare dir gone or full: the next command starts cold, as before
+        with contextlib.suppress(OSError):
+            held = self.prep.prepare(spec, self._spawn, self.guest, self.loaded, wire)
+            self.prepared = held
+            self.poller.register(held.pidfd, select.POLLIN)
+
+    def _unprepare(self) -> None:
+        if self.prepared is not None:
+            held, self.prepared = self.prepared, None
+            with contextlib.suppress(KeyError):  # never registered, or unregistered already
+                self.poller.unregister(held.pidfd)
+            held.kill()
 
     def _reap(self, conn: _Conn, pid: object) -> dict[str, Any]:
         if not isinstance(pid, int) or pid not in conn.pids:
@@ -255,6 +309,14 @@ class _Server:
             self.poller.register(pidfd, select.POLLIN)
 
     def _fork(self, spec: dict[str, Any], fds: list[int]) -> int:
+        pid = self._spawn(lambda: _child(self.guest, self.loaded, spec, fds))
+        for fd in fds:
+            os.close(fd)
+        return pid
+
+    def _spawn(self, body: Any) -> int:
+        """Fork a process in a session of its own that dies with this one and runs `body`
+        (which never returns); its pid once it is in its session."""
         me = os.getpid()
         ready_r, ready_w = os.pipe()
         pid = os.fork()
@@ -265,6 +327,9 @@ class _Server:
                 conn.sock.close()
             for pidfd in self.orphans:
                 os.close(pidfd)
+            if self.prepared is not None:
+                self.prepared.chan.close()
+                os.close(self.prepared.pidfd)
             os.setsid()  # before sprawl-orch hears the pid: the group it kills is this
             # Dies with the runtime: a killed runtime left its commands running, orphans
             # for init to reap. Checked after: the runtime may have died before the prctl.
@@ -273,12 +338,13 @@ class _Server:
             if os.getppid() != me:
                 os._exit(_GATE_EXIT)
             os.close(ready_w)
-            _child(self.guest, self.loaded, spec, fds)
+            try:
+                body()
+            finally:
+                os._exit(1)
         os.close(ready_w)
         os.read(ready_r, 1)  # EOF once the child is in its session (or died)
         os.close(ready_r)
-        for fd in fds:
-            os.close(fd)
         return pid
 
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from sprawl_orch import ExecResult, ExecTool
-from sprawl_orch.native_fallbacks import wasi_forked
+from sprawl_orch.native_fallbacks import wasi_forked, wasi_prepared
 from tests.integration.test_python_arm import state, tool_for, tree
 
 __all__ = ["state", "tree"]  # test_python_arm.py's fixtures, used here by name
@@ -44,6 +44,32 @@ def runtimes() -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def guests(runtime: psutil.Process) -> list[psutil.Process]:
+    """The runtime's command processes: not its pre-started guest (wasi_prepared.py), which
+    waits for the next command under its own name."""
+    found = []
+    for child in runtime.children():
+        try:
+            if child.name() != wasi_prepared.PREPARED_NAME.decode():
+                found.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def prepared_guest(runtime: psutil.Process, within: float = 30.0) -> psutil.Process:
+    """The runtime's one pre-started guest (forked once the last command was reaped)."""
+    name = wasi_prepared.PREPARED_NAME.decode()
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        found = [c for c in runtime.children() if c.name() == name]
+        if found:
+            (one,) = found
+            return one
+        time.sleep(0.05)
+    raise AssertionError(f"no prepared guest under {runtime.pid}: {runtime.children()}")
 
 
 def the_runtime() -> psutil.Process:
@@ -84,15 +110,15 @@ def test_each_command_is_its_own_process_in_its_own_session(tool: ExecTool) -> N
     assert result.outcome == "backgrounded" and result.handle is not None
     runtime = the_runtime()
     assert runtime.ppid() == os.getpid()
-    (guest,) = runtime.children()
+    (guest,) = guests(runtime)
     assert os.getpgid(guest.pid) == guest.pid and os.getsid(guest.pid) == guest.pid
     assert tool.halt(result.handle).exit_code == 137
     other = tool.exec(["python", "-c", "while True: pass"], window=0.5)
     assert other.handle is not None
-    (second,) = runtime.children()
+    (second,) = guests(runtime)
     assert second.pid != guest.pid
     tool.halt(other.handle)
-    assert runtime.children() == []  # halted and reaped: not even a zombie
+    assert guests(runtime) == []  # halted and reaped: not even a zombie
 
 
 def test_a_killed_runtime_is_replaced_and_said(tool: ExecTool) -> None:
@@ -134,7 +160,7 @@ def test_a_crash_mid_command_leaves_no_process(tool: ExecTool) -> None:
     result = tool.exec(["python", "-c", "while True: pass"], window=0.5)
     assert result.handle is not None
     runtime = the_runtime()
-    (guest,) = runtime.children()
+    (guest,) = guests(runtime)
     # As a crash of wasmtime itself ends it (a Rust panic aborts). Not SIGSEGV: wasmtime's
     # handler takes one that lands while wasm code runs for a guest's own memory fault.
     guest.send_signal(signal.SIGABRT)
@@ -142,7 +168,7 @@ def test_a_crash_mid_command_leaves_no_process(tool: ExecTool) -> None:
     assert crashed.exit_code == 128 + signal.SIGABRT
     assert crashed.python is not None and "runtime_failed" in crashed.python
     assert not psutil.pid_exists(guest.pid)
-    assert runtime.children() == []
+    assert guests(runtime) == []
     assert tool.exec(["python", "-c", "pass"]).exit_code == 0  # the runtime lives on
 
 
@@ -151,7 +177,7 @@ def test_a_trap_leaves_no_process(tool: ExecTool) -> None:
     result = tool.exec(["python", "-c", code])
     assert result.exit_code not in (0, None)
     assert result.python is not None and "runtime_failed" not in result.python
-    assert the_runtime().children() == []
+    assert guests(the_runtime()) == []
 
 
 def test_limits_reach_the_result_through_one_runtime(tree: Path, state: Path) -> None:
@@ -165,7 +191,7 @@ def test_limits_reach_the_result_through_one_runtime(tree: Path, state: Path) ->
         sleep = tool.exec(["python", "-c", "import time; time.sleep(3600)"])
         after = tool.exec(["python", "-c", "print('fine')"])
         assert the_runtime().pid == runtime.pid
-        assert runtime.children() == []
+        assert guests(runtime) == []
     assert fuel.limits_hit == ["fuel"] and fuel.exit_code == 137
     assert fuel.python is not None and "fuel" in fuel.python["trap"]
     assert memory.limits_hit == ["memory"], memory.stderr

@@ -22,7 +22,13 @@ from sprawl_orch import ExecTool
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.native_fallbacks import wasi_forked, wasi_runtime
 from tests.integration.test_python_arm import state, tool_for, tree
-from tests.integration.test_python_runtime import harvested, the_runtime, tool
+from tests.integration.test_python_runtime import (
+    guests,
+    harvested,
+    prepared_guest,
+    the_runtime,
+    tool,
+)
 
 __all__ = ["state", "tool", "tree"]  # fixtures, used here by name
 
@@ -42,7 +48,7 @@ def test_a_guest_exit_status_past_125_is_a_trap_not_a_runtime_failure(
     assert "runtime_failed" not in result.python, result.stderr
     assert result.exit_code == 134
     assert "invalid exit status" in str(result.python["trap"])
-    assert the_runtime().children() == []
+    assert guests(the_runtime()) == []
 
 
 def test_many_commands_at_once_from_threads_keep_their_own_output_and_status(
@@ -62,7 +68,7 @@ def test_many_commands_at_once_from_threads_keep_their_own_output_and_status(
         t.join(120)
     assert got == {i: (f"n {i}", i) for i in range(8)}
     runtime = the_runtime()
-    assert runtime.children() == []  # every one reaped, not a zombie left
+    assert guests(runtime) == []  # every one reaped, not a zombie left
     assert len(runtime.threads()) == 1  # forking stays safe
 
 
@@ -72,15 +78,17 @@ def test_the_runtime_holds_no_environment_and_only_its_own_fds(tool: ExecTool) -
     # and the tool's stream.
     assert tool.exec(["python", "-c", "pass"]).exit_code == 0
     runtime = the_runtime()
+    prepared_guest(runtime)  # its channel and pidfd are the runtime's too
     assert Path(f"/proc/{runtime.pid}/environ").read_bytes() == b""
     held = {
         fd: os.readlink(f"/proc/{runtime.pid}/fd/{fd}")
         for fd in os.listdir(f"/proc/{runtime.pid}/fd")
     }
     targets = set(held.values())
-    allowed = ("/dev/null", "runtime.stderr", "memfd:sprawl-wasm-module", "socket:[")
+    allowed = ("/dev/null", "runtime.stderr", "memfd:sprawl-wasm-module", "socket:[", "[pidfd]")
     assert all(any(a in t for a in allowed) for t in targets), held
-    assert sum(t.startswith("socket:[") for t in targets) == 2, held  # door, stream
+    # the door, the tool's stream and the pre-started guest's channel (wasi_prepared.py)
+    assert sum(t.startswith("socket:[") for t in targets) == 3, held
     out = tool.exec(["python", "-c", "import os; print(sorted(os.environ))"])
     assert "SPRAWL_PY_SECRET" not in out.stdout and "s3cret" not in out.stdout
 
@@ -93,7 +101,7 @@ def test_a_runtime_killed_mid_command_takes_its_command_along(tool: ExecTool) ->
     result = tool.exec(["python", "-c", code], window=0.5)
     assert result.handle is not None
     runtime = the_runtime()
-    (guest,) = runtime.children()
+    (guest,) = guests(runtime)
     runtime.send_signal(signal.SIGKILL)
     runtime.wait(10)
     # Its runtime gone, the dead orphan is init's to reap (this machine's init does, lazily).
@@ -114,7 +122,7 @@ def test_a_runtime_reaps_only_what_it_forked_for_that_owner(tree: Path, state: P
         runtime = the_runtime()
         mine = tool.exec(["python", "-c", "import time; time.sleep(3600)"], window=0.5)
         assert mine.handle is not None
-        (guest,) = runtime.children()
+        (guest,) = guests(runtime)
         door = [
             int(fd)
             for fd in os.listdir(f"/proc/{runtime.pid}/fd")
