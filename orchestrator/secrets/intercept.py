@@ -194,6 +194,9 @@ class Session:
             elif isinstance(event, wire.End):
                 if request.chunked:
                     self.upstream.write(wire.LAST_CHUNK)
+                # The request is whole: it goes out now, and the counting below and the
+                # answer's set-up run while the upstream works on it, not before it sees it.
+                self.upstream.flush()
                 break
             else:
                 raise Cut("the command closed in the middle of its request")
@@ -307,6 +310,10 @@ class Session:
             self.client.write(whole)
         else:
             echoed = self._stream(chunked, Scanner(forms, hidden))
+        if not self.down.events:
+            # No pipelined request in hand (its answer would go out with this one): the
+            # answer goes now, the record's counting after it.
+            self.client.flush()
         if echoed:
             self.run.echoed(f"{self.flow.host}:{self.flow.port}")
         return keep
