@@ -191,3 +191,28 @@ def scrub_found(
             found = True
             lowered = None
     return data, found
+
+
+def scrub_head(
+    reason: bytes,
+    headers: list[tuple[bytes, bytes]],
+    needles: dict[bytes, bytes],
+    disguises: Sequence[Disguise],
+) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """A response's reason and headers scrubbed in one pass over them joined by LF, split
+    back after: scrubbed piece by piece (each form and disguise over each name and value),
+    an echoing upstream's head cost 40 us of the request's path, against 6 for the joined
+    head (benchmarks/secrets_proxy.py). No header holds an LF (wire.py refuses one) and
+    nothing put in for a match holds one (a placeholder, base64 letters), so a match across
+    two pieces would lower the count of LFs: then each piece is scrubbed on its own, as
+    before."""
+    pieces = [reason]
+    for key, value in headers:
+        pieces += (key, value)
+    scrubbed, found = scrub_found(b"\n".join(pieces), needles, disguises)
+    if not found:
+        return reason, headers
+    parts = scrubbed.split(b"\n")
+    if len(parts) != len(pieces):
+        parts = [scrub_found(piece, needles, disguises)[0] for piece in pieces]
+    return parts[0], list(zip(parts[1::2], parts[2::2], strict=True))
