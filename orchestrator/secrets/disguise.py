@@ -49,6 +49,9 @@ class Disguise:
     alphabet: bytes = b""
     prefix_bits: int = 0
     padding: int = 0
+    # The shortest text a match can be: a shorter piece (a URL path, most headers, a small
+    # body's read) is skipped before the marker is looked for, one len() instead of a lower().
+    shortest: int = 0
 
     def sub(self, data: bytes, lowered: bytes | None = None) -> tuple[bytes, int]:
         """`data` with every match replaced, and how many; `lowered`: `data.lower()` when
@@ -63,7 +66,9 @@ class Disguise:
         return self.pattern.search(data) is not None
 
     def _absent(self, data: bytes, lowered: bytes | None) -> bool:
-        """The marker is not there: no match can be."""
+        """Too short, or the marker is not there: no match can be."""
+        if len(data) < self.shortest:
+            return True
         if not self.marker:
             return False
         if self.fold:
@@ -118,6 +123,8 @@ def escaped(value: bytes, stand_in: bytes) -> Disguise:
         sum(1 if bytes([b]).isalnum() else _WIDEST for b in value),
         marker=marker if len(marker) >= _MIN_MARKER else b"",
         fold=True,
+        # Every byte's shortest form is itself (a letter, or the byte without a backslash).
+        shortest=len(value),
     )
 
 
@@ -172,6 +179,7 @@ def in_base64(value: bytes, stand_in: bytes) -> list[Disguise]:
                     alphabet=alphabet,
                     prefix_bits=(0xFC0 >> (8 * shift % 6)) & 63 if shift else 0,
                     padding=-(shift + len(stand_in)) % 3,
+                    shortest=len(letters),  # one character each; the padding may be none
                 )
             )
     return out

@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 from sprawl_orch.egress.rules import AUTHORITY, normal_host
 from sprawl_orch.secrets import handoff, wire
 from sprawl_orch.secrets.run import SecretRun
-from sprawl_orch.secrets.swap import Scanner, swap_headers
+from sprawl_orch.secrets.swap import Scanner, scrub_found, scrub_head, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.flows import Flow
-    from sprawl_orch.secrets.disguise import Disguise
 
 # What a Host header or an absolute-form target's authority may be: a name or an IP literal and
 # an optional port (RFC 9110 §7.2 has no userinfo there).
@@ -53,17 +52,6 @@ def _length(headers: list[tuple[bytes, bytes]]) -> int:
         if key == b"content-length":
             return int(value)
     return WHOLE + 1
-
-
-def _scrub(data: bytes, forms: dict[bytes, bytes], hidden: list[Disguise]) -> bytes:
-    """One whole piece (a header, the reason) scrubbed: the exact forms, then the disguises
-    (swap.scrub's order, without a Scanner per piece). Called only with what the whole head
-    was seen to hold (_answer): most heads hold nothing and skip this."""
-    for form, placeholder in forms.items():
-        data = data.replace(form, placeholder)
-    for disguise in hidden:
-        data, _ = disguise.sub(data)
-    return data
 
 
 class Cut(Exception):
@@ -182,6 +170,9 @@ class Session:
             elif isinstance(event, wire.End):
                 if request.chunked:
                     self.upstream.write(wire.LAST_CHUNK)
+                # The request is whole: it goes out now, and the counting below and the
+                # answer's set-up run while the upstream works on it, not before it sees it.
+                self.upstream.flush()
                 break
             else:
                 raise Cut("the command closed in the middle of its request")
@@ -191,15 +182,14 @@ class Session:
                 self.run.leak(secret.name, host, "request body (never swapped)")
         return self._answer(request, echoes)
 
-    def _whole(self, scrub: Scanner) -> bytes:
-        """The answer's body to its end, scrubbed."""
+    def _whole(self) -> bytes:
+        """The answer's body to its end, as it came (scrubbed whole by the caller)."""
         out = []
         while True:
             event = self._event(self.up, self.upstream)
             if isinstance(event, wire.Body):
-                out.append(scrub.feed(event.data))
+                out.append(event.data)
             elif isinstance(event, wire.End):
-                out.append(scrub.end())
                 return b"".join(out)
             else:
                 raise Cut("the upstream closed in the middle of its response")
@@ -258,23 +248,13 @@ class Session:
         # A HEAD's answer ends the connection too: llhttp cannot be told its response has
         # no body, so the reader stops at its head (wire.Reader.no_body).
         keep = request.keep_alive and event.keep_alive and not head and (empty or chunked)
-        # One look over the whole head first: most answers hold no form, and scrubbing each
-        # name and value with each form was a share of the request's CPU. Every form in any
-        # piece is in the joined head (one across two pieces too: only a needless replace),
-        # kept in the run's order.
-        blob = b"\n".join([event.reason, *(k + b"\n" + v for k, v in event.headers)])
-        head_forms = {form: ph for form, ph in forms.items() if form in blob}
-        low = blob.lower()
-        head_hidden = [d for d in hidden if d.found_in(blob, low)]  # a piece's match is the blob's
-        clean = not head_forms and not head_hidden
+        # The head in one pass (most answers hold no form; an echo's head does).
+        reason, scrubbed = scrub_head(event.reason, event.headers, forms, hidden)
         headers = []
-        for key, value in event.headers:
+        for (key, _), (name, value) in zip(event.headers, scrubbed, strict=True):
             if key in _FRAMING and not (key == b"content-length" and empty and event.status != 204):
                 continue
-            if not clean:
-                key = _scrub(key, head_forms, head_hidden)
-                value = _scrub(value, head_forms, head_hidden)
-            if key == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
+            if name == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
                 # Every Content-Encoding line, not the last one only (a second `identity`
                 # line hid a gzip body), on every response: a stored echo comes back to a
                 # request that carried no value.
@@ -283,9 +263,9 @@ class Session:
                     "intercepted connection; it could hold the value unseen, so it was not "
                     "passed on"
                 )
-            headers.append((key, value))
-        scrub = Scanner(forms, hidden)
+            headers.append((name, value))
         whole: bytes | None = None
+        echoed = False
         if chunked and _length(event.headers) <= WHOLE:
             # A small body of a stated length is read to its end first, scrubbed, and sent
             # with its own length and its head in one write: chunked, a head the upstream
@@ -293,16 +273,30 @@ class Session:
             # command), and the chunk framing was work on both sides
             # (benchmarks/secrets_proxy.py). The command cannot use the head before the
             # body in any case; a reverse proxy buffers so too (nginx's proxy_buffering).
-            whole = self._whole(scrub)
+            # Scrubbed as one piece: what a Scanner fed it and ended would give.
+            whole, echoed = scrub_found(self._whole(), forms, hidden)
             headers.append((b"content-length", b"%d" % len(whole)))
         elif chunked:
             headers.append((b"transfer-encoding", b"chunked"))
         if not keep:
             headers.append((b"connection", b"close"))
-        # The reason is scrubbed too: an error page's "401 bad token …".
-        reason = event.reason if clean else _scrub(event.reason, head_forms, head_hidden)
+        # The reason was scrubbed with the head: an error page's "401 bad token …".
         self.client.write(wire.response_head(event.status, reason, headers))
-        while whole is None:
+        if whole is not None:
+            self.client.write(whole)
+        else:
+            echoed = self._stream(chunked, Scanner(forms, hidden))
+        if not self.down.events:
+            # No pipelined request in hand (its answer would go out with this one): the
+            # answer goes now, the record's counting after it.
+            self.client.flush()
+        if echoed:
+            self.run.echoed(f"{self.flow.host}:{self.flow.port}")
+        return keep
+
+    def _stream(self, chunked: bool, scrub: Scanner) -> bool:
+        """The answer's body passed on as it comes, scrubbed; whether the scrub found any."""
+        while True:
             event = self._event(self.up, self.upstream)
             if isinstance(event, wire.Body):
                 data = scrub.feed(event.data)
@@ -314,14 +308,9 @@ class Session:
                     self.client.write(wire.chunk(rest) if chunked else rest)
                 if chunked:
                     self.client.write(wire.LAST_CHUNK)
-                break
+                return bool(scrub.found)
             else:
                 raise Cut("the upstream closed in the middle of its response")
-        if whole is not None:
-            self.client.write(whole)
-        if scrub.found:
-            self.run.echoed(f"{self.flow.host}:{self.flow.port}")
-        return keep
 
 
 async def intercept(run: SecretRun, flow: Flow, first: bytes) -> None:

@@ -79,6 +79,8 @@ class SecretRun:
     # forms and every form sent so far, remade only when a new one is sent: copied per request
     # it was a share of the intercepted path's CPU. Never changed once handed out.
     _scrub: dict[bytes, bytes] | None = field(default=None, repr=False)
+    # The shortest text any of a placeholder's spellings can be (carries skips shorter ones).
+    _spelled_floor: dict[bytes, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.secrets = tuple(
@@ -96,6 +98,9 @@ class SecretRun:
         self.disguises = [d for b in self.secrets for d in disguises(b.value, b.placeholder)]
         self.spellings = {
             b.placeholder: disguises(b.placeholder, b.placeholder) for b in self.secrets
+        }
+        self._spelled_floor = {
+            ph: min(d.shortest for d in ways) for ph, ways in self.spellings.items() if ways
         }
 
     def env(self) -> dict[str, str]:
@@ -131,7 +136,10 @@ class SecretRun:
         if holds(data, secret.placeholder):
             return True
         spelled = self.spellings.get(secret.placeholder, ())
-        lowered = data.lower() if spelled else None
+        if not spelled or len(data) < self._spelled_floor[secret.placeholder]:
+            # Shorter than any spelling (most URLs and header values): no pattern runs.
+            return False
+        lowered = data.lower()
         return any(d.found_in(data, lowered) for d in spelled)
 
     def plain_request(self, host: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:

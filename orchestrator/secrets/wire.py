@@ -248,14 +248,20 @@ def _forbidden(data: bytes) -> bool:
 def _lines(first: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
     # The value swapped in comes from the caller (config/secrets.py refuses CR, LF and NUL
     # there); checked again at the one place bytes are written, so no value or scrubbed
-    # header can start a header or a message of its own.
-    if _forbidden(b"".join(n + v for n, v in headers)) or not all(n for n, _ in headers):
-        raise Malformed("a header to be sent held CR, LF or NUL; not sent")
+    # header can start a header or a message of its own: a message of n headers holds
+    # exactly n + 2 CRs and LFs, its line ends (counted over the message written, not over
+    # the headers joined apart first: a share of every message's path).
     out = [first]
     for name, value in headers:
-        out += [name, b": ", value, b"\r\n"]
+        if not name:
+            raise Malformed("a header to be sent had no name; not sent")
+        out += (name, b": ", value, b"\r\n")
     out.append(b"\r\n")
-    return b"".join(out)
+    data = b"".join(out)
+    ends = len(headers) + 2
+    if data.count(b"\r") != ends or data.count(b"\n") != ends or b"\0" in data:
+        raise Malformed("a header to be sent held CR, LF or NUL; not sent")
+    return data
 
 
 def request_head(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:

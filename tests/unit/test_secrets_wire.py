@@ -115,3 +115,15 @@ def test_nothing_written_carries_a_line_break(bad: bytes) -> None:
     assert (
         wire.request_head(b"GET", b"/", [(b"host", b"a")]) == b"GET / HTTP/1.1\r\nhost: a\r\n\r\n"
     )
+
+
+@pytest.mark.parametrize("bad", [b"x\r\nX-Injected", b"x\n", b"x\r", b"x\x00", b""])
+def test_no_header_name_written_carries_a_line_break_or_is_empty(bad: bytes) -> None:
+    """The check counts line ends over the message written (wire._lines): a name counts as a
+    value does, and a target too."""
+    with pytest.raises(wire.Malformed):
+        wire.request_head(b"GET", b"/", [(b"host", b"a"), (bad, b"v")])
+    with pytest.raises(wire.Malformed):
+        wire.response_head(200, b"OK", [(bad, b"v")])
+    with pytest.raises(wire.Malformed):
+        wire.request_head(b"GET", b"/" + bad[1:] + b"\n", [(b"host", b"a")])
