@@ -1,0 +1,124 @@
+"""Attacks on the response scrub and the counting (issue 25) with inputs the other attack
+files did not try: a value whose base64 holds '+' or '/' echoed inside a blob a server
+escapes (PHP's JSON, ASP.NET Core's JSON, a URL's query), and placeholders sent where the
+counting did not look. Real proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/raw.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from sprawl_orch.egress.proxy import EgressProxy
+from sprawl_orch.egress.rules import Rules
+from sprawl_orch.secrets.intercept import Interception
+from sprawl_orch.secrets.run import SecretRun
+from sprawl_orch.secrets.spec import Spec
+from tests.secrets.raw import Handler, Raw, exchange, raw_upstream
+from tests.secrets.test_attacks import _auth_of, _body, _reply
+
+# A password with '?' and '~': base64 writes each as a 6-bit group of 62 or 63 ('+', '/'),
+# whatever the user before it. Plain ASCII letters, digits, '_', '/', '+' and '=' never give
+# either (tests/secrets/test_attacks.py's VALUE has none: its blobs hold no '+' or '/').
+QVALUE = "pw_Summer?2026~release~key?x"
+
+
+class Rig:
+    """tests/secrets/test_attacks.py's Rig with a value of the test's choosing."""
+
+    def __init__(self, up: Raw, tmp_path: Path, value: str, others: tuple[str, ...] = ()) -> None:
+        self.up = up
+        where = f"localhost:{up.port}"
+        specs = [Spec(name="GH_PAT", hosts=Rules.parse((where,)), host_list=(where,), value=value)]
+        # A second secret bound elsewhere: its placeholder is never swapped here.
+        specs += [
+            Spec(name=name, hosts=Rules.parse(("elsewhere.example",)), host_list=(), value=name * 3)
+            for name in others
+        ]
+        self.run = SecretRun(tuple(specs), upstream_cafile=str(up.ca_file(tmp_path)))
+        self.proxy = EgressProxy(Rules.parse((where, "127.0.0.1")), secrets=Interception(self.run))
+        self.proxy.start()
+        listener = socket.create_server(("127.0.0.1", 0))
+        self.proxy.serve(listener)
+        self.port = listener.getsockname()[1]
+        self.bundle = tmp_path / "bundle.pem"
+        self.bundle.write_bytes(self.run.ca.pem)
+        self.ph = self.run.env()["GH_PAT"]
+
+    def send(self, request: str) -> bytes:
+        data = request.replace("PH", self.ph).replace("PORT", str(self.up.port))
+        for name, ph in self.run.env().items():
+            data = data.replace(f"<{name}>", ph)
+        return exchange(self.port, "localhost", self.up.port, self.bundle, data.encode())
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+    made: list[tuple[Rig, Iterator[Raw]]] = []
+
+    def make(handler: Handler, value: str = QVALUE, others: tuple[str, ...] = ()) -> Rig:
+        upstream = raw_upstream(handler)
+        rig = Rig(upstream.__enter__(), tmp_path, value, others)
+        made.append((rig, upstream))  # type: ignore[arg-type]
+        return rig
+
+    yield make
+    for rig, upstream in made:
+        rig.proxy.close()
+        upstream.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+
+def _php_json(blob: bytes) -> bytes:
+    # PHP's json_encode (a request bin's "headers" page): '/' written as \/.
+    return json.dumps({"authorization": "Basic " + blob.decode()}).replace("/", "\\/").encode()
+
+
+def _aspnet_json(blob: bytes) -> bytes:
+    # System.Text.Json's default encoder: '+' as \u002B.
+    return json.dumps({"authorization": "Basic " + blob.decode()}).replace("+", "\\u002B").encode()
+
+
+def _query(blob: bytes) -> bytes:
+    # A login page's next= or a redirect's query: the blob percent-encoded.
+    return b"/login?auth=" + blob.replace(b"+", b"%2B").replace(b"/", b"%2F")
+
+
+def _unescaped(body: bytes, how: str) -> bytes:
+    if how == "query":
+        return unquote(body.decode().split("auth=")[1]).encode()
+    return json.loads(body)["authorization"].split(" ")[1].encode()
+
+
+@pytest.mark.parametrize("how", ["php", "aspnet", "query"])
+@pytest.mark.parametrize("user", ["x-access-token", "git", "ab"])
+def test_a_basic_blob_with_escaped_plus_or_slash_is_scrubbed(
+    make_rig: Callable[..., Rig], how: str, user: str
+) -> None:
+    """git's `Basic base64(user:placeholder)` swapped and re-encoded, echoed back by the bound
+    host inside JSON or a URL: the server escapes the blob's '+' or '/'. Neither the blob the
+    run sent (an exact form) nor the base64 pattern (literal letters) matched; the command's
+    json.loads and one `base64 -d` gave the value. Each user length is one alignment."""
+    write = {"php": _php_json, "aspnet": _aspnet_json, "query": _query}[how]
+
+    def echo_blob(head: bytes, earlier: list[bytes]) -> bytes:
+        return _reply(write(_auth_of(head)))
+
+    rig = make_rig(echo_blob)
+    blob = base64.b64encode(f"{user}:{rig.ph}".encode()).decode()
+    got = rig.send(
+        f"GET /headers HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Basic {blob}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    sent = _auth_of(rig.up.heads[0])
+    assert QVALUE.encode() in base64.b64decode(sent)  # the bound host did get it
+    assert b"+" in sent or b"/" in sent  # and the blob has a letter servers escape
+    body = _body(got)
+    assert got.startswith(b"HTTP/1.1 200"), got
+    back = _unescaped(body, how)
+    assert QVALUE.encode() not in base64.b64decode(back + b"=" * (-len(back) % 4)), body
+    assert rig.run.report()["echoes_scrubbed"], rig.run.report()
