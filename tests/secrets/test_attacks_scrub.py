@@ -6,8 +6,11 @@ counting did not look. Real proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
+import ssl
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import unquote
@@ -122,3 +125,58 @@ def test_a_basic_blob_with_escaped_plus_or_slash_is_scrubbed(
     back = _unescaped(body, how)
     assert QVALUE.encode() not in base64.b64decode(back + b"=" * (-len(back) % 4)), body
     assert rig.run.report()["echoes_scrubbed"], rig.run.report()
+
+
+def _ok(head: bytes, earlier: list[bytes]) -> bytes:
+    return _reply(b"ok")
+
+
+def _tls_pieces(rig: Rig, pieces: list[bytes]) -> bytes:
+    """CONNECT, TLS, then each piece as its own record, a pause between (the proxy reads and
+    forwards the first before the next arrives)."""
+    sock = socket.create_connection(("127.0.0.1", rig.port), timeout=60)
+    host = f"localhost:{rig.up.port}"
+    with sock:
+        sock.sendall(f"CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += sock.recv(4096)
+        ctx = ssl.create_default_context(cafile=str(rig.bundle))
+        with ctx.wrap_socket(sock, server_hostname="localhost") as tls:
+            out = b""
+            for piece in pieces:
+                tls.sendall(piece.replace(b"PH", rig.ph.encode()))
+                time.sleep(0.3)
+            with contextlib.suppress(OSError, ssl.SSLError):
+                while chunk := tls.recv(65536):
+                    out += chunk
+            return out
+
+
+def _upstream_saw(rig: Rig, what: bytes) -> bool:
+    return any(what in head for head in rig.up.heads)
+
+
+def test_a_body_placeholder_forwarded_before_the_request_is_cut_is_counted(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """A chunked POST whose first chunk holds the placeholder: the proxy forwards that chunk
+    upstream while it waits for the next, then the command sends a malformed chunk and the
+    request is cut. The body's placeholders were counted only once the request was whole: the
+    upstream had the placeholder and the result said 0 attempted leaks."""
+    rig = make_rig(_ok)
+    # The chunk ends in a blank line so raw.py's upstream, which keeps what precedes one,
+    # keeps the forwarded chunk.
+    chunk = b"token=" + rig.ph.encode() + b"\r\n\r\n"
+    _tls_pieces(
+        rig,
+        [
+            b"POST /b HTTP/1.1\r\nHost: localhost:" + str(rig.up.port).encode() + b"\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(chunk) + chunk + b"\r\n",
+            b"zz-not-a-chunk-size\r\n\r\n",
+        ],
+    )
+    assert _upstream_saw(rig, b"token=" + rig.ph.encode())
+    assert [leak["where"] for leak in rig.run.report()["attempted_leaks"]] == [
+        "request body (never swapped)"
+    ], rig.run.report()
