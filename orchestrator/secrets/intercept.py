@@ -163,11 +163,8 @@ class Session:
         raw = [(k, v) for k, v in request.headers if k not in _HOP]
         echoes: dict[bytes, bytes] = {}
         headers, used = swap_headers(raw, bound, echoes)
-        # A placeholder of a secret not bound here stays what it is (and is counted).
-        for key, value in raw if self.others else ():
-            for other in self.others:
-                if self.run.carries(value, other):
-                    self.run.leak(other.name, host, f"header {key.decode('latin-1')}")
+        # A placeholder left as it is (another secret's, or in a header's name) is counted.
+        self.run.check_headers(host, raw, self.others)
         if request.expects_continue:
             self.client.write(wire.CONTINUE)
         # Every request here asks identity, not only one carrying the value: a bound host that

@@ -180,3 +180,41 @@ def test_a_body_placeholder_forwarded_before_the_request_is_cut_is_counted(
     assert [leak["where"] for leak in rig.run.report()["attempted_leaks"]] == [
         "request body (never swapped)"
     ], rig.run.report()
+
+
+@pytest.mark.parametrize(
+    ("line", "where"),
+    [
+        # llhttp hands names lower-cased: the placeholder as a name is never swapped.
+        ("PH: 1", "a header's name (never swapped)"),
+        ("X-<NPM_TOKEN>: 1", "a header's name (never swapped)"),
+    ],
+)
+def test_a_placeholder_the_swap_leaves_in_a_header_is_counted(
+    make_rig: Callable[..., Rig], line: str, where: str
+) -> None:
+    """docs/secrets.md: every placeholder seen where it is never swapped is counted. Headers
+    were looked at for another secret's placeholder in a value only: one in a header's name
+    (a valid token) reached the upstream uncounted."""
+    rig = make_rig(_ok, others=("NPM_TOKEN",))
+    got = rig.send(
+        f"GET /h HTTP/1.1\r\nHost: localhost:PORT\r\n{line}\r\nConnection: close\r\n\r\n"
+    )
+    assert got.startswith(b"HTTP/1.1 200"), got
+    secret = "NPM_TOKEN" if "NPM" in line else "GH_PAT"
+    sent = rig.run.env()[secret].lower().encode()
+    assert _upstream_saw(rig, sent) or _upstream_saw(rig, sent.upper())  # it went out
+    assert rig.run.report()["attempted_leaks"] == [
+        {"secret": secret, "host": f"localhost:{rig.up.port}", "where": where}
+    ], rig.run.report()
+
+
+def test_a_placeholder_as_a_plain_requests_header_name_is_counted(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """The plain-HTTP path (egress/proxy.py hands it the request's headers) looked at values."""
+    rig = make_rig(_ok)
+    rig.run.plain_request("example.org", b"/", [(rig.ph.lower().encode(), b"1")])
+    assert [leak["where"] for leak in rig.run.report()["attempted_leaks"]] == [
+        "plain HTTP header name (never swapped)"
+    ]
