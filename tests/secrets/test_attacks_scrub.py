@@ -218,3 +218,24 @@ def test_a_placeholder_as_a_plain_requests_header_name_is_counted(
     assert [leak["where"] for leak in rig.run.report()["attempted_leaks"]] == [
         "plain HTTP header name (never swapped)"
     ]
+
+
+def _in_a_header(head: bytes, earlier: list[bytes]) -> bytes:
+    # A debug header quoting the credential it got (the body says nothing).
+    return _reply(b"ok", b"x-debug-auth: " + _auth_of(head))
+
+
+def test_an_echo_in_a_response_header_is_counted_as_scrubbed(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """docs/secrets.md: `echoes_scrubbed` counts every response in which the value came back
+    and was scrubbed. Only a body's scrub was counted: the value in a header (or the reason)
+    was scrubbed and the result said no echo."""
+    rig = make_rig(_in_a_header)
+    got = rig.send(
+        "GET /e HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Bearer PH\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    assert b"x-debug-auth: " + rig.ph.encode() in got, got
+    assert QVALUE.encode() not in got
+    assert rig.run.report()["echoes_scrubbed"] == {f"localhost:{rig.up.port}": 1}
