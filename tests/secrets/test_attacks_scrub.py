@@ -239,3 +239,45 @@ def test_an_echo_in_a_response_header_is_counted_as_scrubbed(
     assert b"x-debug-auth: " + rig.ph.encode() in got, got
     assert QVALUE.encode() not in got
     assert rig.run.report()["echoes_scrubbed"] == {f"localhost:{rig.up.port}": 1}
+
+
+def _chunked(body: bytes, size: int) -> bytes:
+    pieces = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def _framed(how: str) -> Handler:
+    """The value (QVALUE, as the proxy sent it) echoed with a framing the fast paths assume
+    things about: the whole-body size bound, chunk boundaries, escaped across chunks."""
+
+    def reply(head: bytes, earlier: list[bytes]) -> bytes:
+        value = _auth_of(head)
+        if how == "whole-edge":  # exactly the largest body read whole, the value at its end
+            body = b"x" * (64 * 1024 - len(value)) + value
+        elif how == "past-whole":  # one byte more: streamed, the value across 64 KiB
+            body = b"x" * (64 * 1024 - len(value) // 2) + value + b"y" * 7
+        else:
+            body = b"a" * 3 + (value.replace(b"~", b"%7E") if how == "escaped-chunks" else value)
+        if how in ("chunks", "escaped-chunks"):
+            return b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + _chunked(body, 3)
+        return _reply(body)
+
+    return reply
+
+
+@pytest.mark.parametrize("how", ["whole-edge", "past-whole", "chunks", "escaped-chunks"])
+def test_the_value_framed_at_a_fast_paths_edge_is_scrubbed(
+    make_rig: Callable[..., Rig], how: str
+) -> None:
+    """Tried against the per-request fast paths (passed before and after): a body of exactly
+    the size read whole with the value at its last byte, one of WHOLE + 1 the value across
+    64 KiB, the value (and percent-escaped) in 3-byte chunks."""
+    rig = make_rig(_framed(how))
+    got = rig.send(
+        "GET /f HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Bearer PH\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    body = _body(got)
+    assert got.startswith(b"HTTP/1.1 200") and body.endswith((rig.ph.encode(), b"y" * 7)), got
+    assert QVALUE.encode() not in unquote(body.decode()).encode()
+    assert rig.run.report()["echoes_scrubbed"]
