@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 from sprawl_orch.egress.rules import AUTHORITY, normal_host
 from sprawl_orch.secrets import handoff, wire
 from sprawl_orch.secrets.run import SecretRun
-from sprawl_orch.secrets.swap import Scanner, scrub_found, swap_headers
+from sprawl_orch.secrets.swap import Scanner, scrub_found, scrub_head, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
 
 if TYPE_CHECKING:
     from sprawl_orch.egress.flows import Flow
-    from sprawl_orch.secrets.disguise import Disguise
 
 # What a Host header or an absolute-form target's authority may be: a name or an IP literal and
 # an optional port (RFC 9110 §7.2 has no userinfo there).
@@ -53,30 +52,6 @@ def _length(headers: list[tuple[bytes, bytes]]) -> int:
         if key == b"content-length":
             return int(value)
     return WHOLE + 1
-
-
-def _scrubbed_head(
-    event: wire.Head, forms: dict[bytes, bytes], hidden: list[Disguise]
-) -> tuple[bytes, list[tuple[bytes, bytes]], bool]:
-    """A response's reason and headers scrubbed in one pass over them joined by LF, split
-    back after: scrubbed piece by piece (each form and disguise over each name and value),
-    an echoing upstream's head cost 40 us of the request's path, against 4 for the joined
-    head (benchmarks/secrets_proxy.py). No header holds an LF (wire.py refuses one) and
-    nothing put in for a match holds one (a placeholder, base64 letters), so a match across
-    two pieces would lower the count of LFs: then each piece is scrubbed on its own, as
-    before. And whether anything was (an echo in a header is one, as in a body)."""
-    pieces = [event.reason]
-    for key, value in event.headers:
-        pieces += (key, value)
-    blob = b"\n".join(pieces)
-    scrubbed, found = scrub_found(blob, forms, hidden)
-    if not found:
-        return event.reason, event.headers, False
-    parts = scrubbed.split(b"\n")
-    if len(parts) != len(pieces):
-        each = [scrub_found(piece, forms, hidden) for piece in pieces]
-        parts, found = [part for part, _ in each], any(hit for _, hit in each)
-    return parts[0], list(zip(parts[1::2], parts[2::2], strict=True)), found
 
 
 class Cut(Exception):
@@ -275,7 +250,7 @@ class Session:
         # no body, so the reader stops at its head (wire.Reader.no_body).
         keep = request.keep_alive and event.keep_alive and not head and (empty or chunked)
         # The head in one pass (most answers hold no form; an echo's head does).
-        reason, scrubbed, in_head = _scrubbed_head(event, forms, hidden)
+        reason, scrubbed, in_head = scrub_head(event.reason, event.headers, forms, hidden)
         headers = []
         for (key, _), (name, value) in zip(event.headers, scrubbed, strict=True):
             if key in _FRAMING and not (key == b"content-length" and empty and event.status != 204):

@@ -1,5 +1,5 @@
 """The response scrub run once over a whole piece (swap.scrub_found: a small answer's body, the
-head joined by LF in intercept._scrubbed_head) and the disguises' length floor
+head joined by LF in swap.scrub_head) and the disguises' length floor
 (Disguise.shortest): each gives what the streaming Scanner and the piece-by-piece scrub gave,
 found or not, and the floor never skips a text a disguise matches."""
 
@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 from sprawl_orch.egress.rules import Rules
 from sprawl_orch.secrets import wire
 from sprawl_orch.secrets.disguise import disguises
-from sprawl_orch.secrets.intercept import _scrubbed_head
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.spec import Spec
-from sprawl_orch.secrets.swap import Scanner, scrub_found
+from sprawl_orch.secrets.swap import Scanner, scrub_found, scrub_head
 
 PH = b"SPRAWL_PLACEHOLDER_T_" + b"a" * 32
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/+=-_.~:@!$*"
@@ -111,7 +110,9 @@ def test_the_head_scrubbed_in_one_pass_is_each_piece_scrubbed(
         reason=b"bad " + choices[reason],
     )
     forms = {value: PH}
-    assert _scrubbed_head(head, forms, disguises(value, PH))[:2] == _pieced(head, forms, value)
+    assert scrub_head(head.reason, head.headers, forms, disguises(value, PH))[:2] == _pieced(
+        head, forms, value
+    )
 
 
 def test_a_form_across_two_pieces_falls_back_to_each_piece() -> None:
@@ -120,7 +121,7 @@ def test_a_form_across_two_pieces_falls_back_to_each_piece() -> None:
     value = b"real-value-for-the-test"
     head = wire.Head(headers=[(b"x-a", b"tail" + value), (b"x-b", b"c")], status=200)
     forms = {value: PH, b"x-a\ntail": b"CROSSED"}
-    assert _scrubbed_head(head, forms, disguises(value, PH)) == (
+    assert scrub_head(head.reason, head.headers, forms, disguises(value, PH)) == (
         b"",
         [(b"x-a", b"tail" + PH), (b"x-b", b"c")],
         True,
