@@ -31,6 +31,30 @@ _MIN_CORE = 8
 _MIN_MARKER = 4
 
 
+def _escapes_of(char: bytes) -> bytes:
+    r"""A standard base64 letter that is not a letter or digit, as servers escape it around the
+    blob: PHP's json_encode writes '/' as \/, ASP.NET Core's JSON '+' as \u002B, a URL's query
+    %2B / %2F, HTML &#43; (escaped()'s forms for one byte). The pattern matched only the
+    literal letter: a stored Basic blob of a value with '?', '>' or '~' (whose base64 holds
+    '+' or '/') came back so escaped, unscrubbed (tests/secrets/test_attacks_scrub.py)."""
+    hx = b"".join(b"[%c%c]" % (c, bytes([c]).upper()[0]) for c in b"%02x" % char[0])
+    forms = [
+        rb"(?:\\{1,4})?" + re.escape(char),
+        b"%(?:25){0,2}" + hx,
+        rb"\\{1,4}[uU]00" + hx,
+        rb"\\{1,4}[xX]" + hx,
+        b"&#0{0,4}%d;" % char[0],
+        b"&#[xX]0{0,4}" + hx + b";",
+    ]
+    return b"(?:" + b"|".join(forms) + b")"
+
+
+# What each may be written as (the standard alphabet's: '-' and '_' are never escaped), and
+# the longest of those (four backslashes and u002B, or &#x00002B;): what a stream holds back.
+_ESCAPED = {c: _escapes_of(c) for c in (b"+", b"/")}
+_WIDEST_LETTER = 10
+
+
 @dataclass(frozen=True)
 class Disguise:
     """One compiled pattern, what a match becomes, and the longest match (a stream holds back
@@ -78,9 +102,9 @@ class Disguise:
     def _swap(self, match: re.Match[bytes]) -> bytes:
         out = bytearray(self.stand_in)
         if self.prefix_bits:
-            theirs = self.alphabet.index(match.group(0)[:1])
+            theirs = self.alphabet.index(_letter_of(match.group("first")))
             out[0] = self.alphabet[(theirs & self.prefix_bits) | self.alphabet.index(out[:1])]
-        if match.group(2) is not None:  # the value ended the blob: the stand-in's padding
+        if match.group("end") is not None:  # the value ended the blob: the stand-in's padding
             out += b"=" * self.padding
         return bytes(out)
 
@@ -137,15 +161,25 @@ def _letters(data: bytes, start: int, end: int, alphabet: bytes, exact: bool) ->
         six = (number >> (total - first - 6)) & 63
         lo, hi = max(first, start), min(first + 6, end)
         if lo == first and hi == first + 6:
-            out.append(re.escape(alphabet[six : six + 1]))
+            letter = alphabet[six : six + 1]
+            out.append(letter if exact else _ESCAPED.get(letter, re.escape(letter)))
             continue
         mask = sum(1 << (first + 5 - bit) for bit in range(lo, hi))
         if exact:  # the stand-in: the known bits, zeros elsewhere
             out.append(alphabet[six & mask : (six & mask) + 1])
             continue
         same = bytes(alphabet[k] for k in range(64) if k & mask == six & mask)
-        out.append(b"[" + re.escape(same) + b"]")
+        rest = [_ESCAPED[bytes([c])] for c in same if bytes([c]) in _ESCAPED]
+        out.append(b"(?:" + b"|".join([b"[" + re.escape(same) + b"]", *rest]) + b")")
     return out
+
+
+def _letter_of(text: bytes) -> bytes:
+    """The base64 letter a matched letter stands for: itself, or the '+' or '/' it escapes."""
+    if len(text) == 1:
+        return text
+    low = text.lower()
+    return b"+" if low.endswith((b"+", b"2b", b"2b;", b"43;")) else b"/"
 
 
 def in_base64(value: bytes, stand_in: bytes) -> list[Disguise]:
@@ -159,23 +193,30 @@ def in_base64(value: bytes, stand_in: bytes) -> list[Disguise]:
             letters = _letters(
                 pad + value + b"\0\0", start, start + 8 * len(value), alphabet, False
             )
-            if sum(not part.startswith(b"[") for part in letters) < _MIN_CORE:
+            known = _letters(pad + value + b"\0\0", start, start + 8 * len(value), alphabet, True)
+            mixed = [part.startswith(b"(?:[") for part in letters]  # shares bits with the prefix
+            if mixed.count(False) < _MIN_CORE:
                 continue
             instead = b"".join(
                 _letters(pad + stand_in + b"\0\0", start, start + 8 * len(stand_in), alphabet, True)
             )
-            core = b"".join(part[-1:] for part in letters if not part.startswith(b"["))
+            # The marker: the longest run of the letters the value alone fixes that no server
+            # escapes ('+' and '/' may come back as %2B, \/, ...: a marker holding one was
+            # absent from the escaped blob, and the pattern never ran).
+            core = b"".join(k for k, m in zip(known, mixed, strict=True) if not m)
+            marker = max(re.split(rb"[+/]", core), key=len)
             # Then its padding, and whether the blob ends there (no letter follows).
-            after = b"(=*)((?![" + re.escape(alphabet) + b"]))?"
-            pattern = re.compile(b"".join(letters) + after)
+            after = b"(?P<pad>=*)(?P<end>(?![" + re.escape(alphabet) + b"]))?"
+            pattern = re.compile(b"(?P<first>" + letters[0] + b")" + b"".join(letters[1:]) + after)
             if any(d.pattern == pattern for d in out):  # no '+' or '/' in it: both alike
                 continue
             out.append(
                 Disguise(
                     pattern,
                     instead,
-                    len(letters) + 2,
-                    marker=core,
+                    # An escaped '+' or '/' is up to ten characters, any other letter one.
+                    sum(_WIDEST_LETTER if b"|" in part else 1 for part in letters) + 2,
+                    marker=marker if len(marker) >= _MIN_MARKER else b"",
                     alphabet=alphabet,
                     prefix_bits=(0xFC0 >> (8 * shift % 6)) & 63 if shift else 0,
                     padding=-(shift + len(stand_in)) % 3,

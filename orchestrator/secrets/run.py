@@ -81,6 +81,7 @@ class SecretRun:
     _scrub: dict[bytes, bytes] | None = field(default=None, repr=False)
     # The shortest text any of a placeholder's spellings can be (carries skips shorter ones).
     _spelled_floor: dict[bytes, int] = field(default_factory=dict, repr=False)
+    _floor: int = 0
 
     def __post_init__(self) -> None:
         self.secrets = tuple(
@@ -102,6 +103,11 @@ class SecretRun:
         self._spelled_floor = {
             ph: min(d.shortest for d in ways) for ph, ways in self.spellings.items() if ways
         }
+        # No text shorter than this holds any placeholder in any spelling (check_headers).
+        self._floor = min(
+            [len(b.placeholder) for b in self.secrets] + list(self._spelled_floor.values()),
+            default=0,
+        )
 
     def env(self) -> dict[str, str]:
         """What the command's environment gets: each name set to its placeholder."""
@@ -142,12 +148,34 @@ class SecretRun:
         lowered = data.lower()
         return any(d.found_in(data, lowered) for d in spelled)
 
+    def check_headers(
+        self,
+        host: str,
+        sent: list[tuple[bytes, bytes]],
+        others: tuple[Bound, ...],
+    ) -> None:
+        """Count each placeholder a request's headers carry where it is never swapped: another
+        secret's in a value, any in a name (a placeholder is a valid token: sent as a name it
+        went out uncounted, tests/secrets/test_attacks_scrub.py)."""
+        for key, value in sent if others else ():
+            for other in others:
+                if self.carries(value, other):
+                    self.leak(other.name, host, f"header {key.decode('latin-1')}")
+        # A name shorter than every spelling of every placeholder holds none (most names: one
+        # len() each; searching a joined head cost 3-13 us of every request's path here).
+        floor = self._floor
+        for key in [k for k, _ in sent if len(k) >= floor]:
+            for secret in self.secrets:
+                if self.carries(key, secret):
+                    self.leak(secret.name, host, "a header's name (never swapped)")
+
     def plain_request(self, host: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         """The proxy's plain-HTTP path: nothing is swapped there (the command could read it
         on the wire); a placeholder in it is counted as an attempted leak."""
         self.check_plain(host, "plain HTTP url", target, ())
         for key, value in headers:
             self.check_plain(host, f"plain HTTP header {key.decode('latin-1')}", value, ())
+            self.check_plain(host, "plain HTTP header name", key, ())
 
     def sent_forms(self, new: dict[bytes, bytes]) -> dict[bytes, bytes]:
         """Every form of every value (`forms`) and every header form of a value sent so far in

@@ -198,21 +198,23 @@ def scrub_head(
     headers: list[tuple[bytes, bytes]],
     needles: dict[bytes, bytes],
     disguises: Sequence[Disguise],
-) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+) -> tuple[bytes, list[tuple[bytes, bytes]], bool]:
     """A response's reason and headers scrubbed in one pass over them joined by LF, split
     back after: scrubbed piece by piece (each form and disguise over each name and value),
     an echoing upstream's head cost 40 us of the request's path, against 6 for the joined
     head (benchmarks/secrets_proxy.py). No header holds an LF (wire.py refuses one) and
     nothing put in for a match holds one (a placeholder, base64 letters), so a match across
     two pieces would lower the count of LFs: then each piece is scrubbed on its own, as
-    before."""
+    before. And whether anything was: an echo in a head is one, as in a body (it went
+    uncounted in `echoes_scrubbed`, tests/secrets/test_attacks_scrub.py)."""
     pieces = [reason]
     for key, value in headers:
         pieces += (key, value)
     scrubbed, found = scrub_found(b"\n".join(pieces), needles, disguises)
     if not found:
-        return reason, headers
+        return reason, headers, False
     parts = scrubbed.split(b"\n")
     if len(parts) != len(pieces):
-        parts = [scrub_found(piece, needles, disguises)[0] for piece in pieces]
-    return parts[0], list(zip(parts[1::2], parts[2::2], strict=True))
+        each = [scrub_found(piece, needles, disguises) for piece in pieces]
+        parts, found = [part for part, _ in each], any(hit for _, hit in each)
+    return parts[0], list(zip(parts[1::2], parts[2::2], strict=True)), found

@@ -112,3 +112,42 @@ def test_a_stream_holds_back_only_what_an_escaped_value_can_span() -> None:
     value = b"sk-proj-" + b"A1" * 40
     (found, *_) = disguises(value, PH)
     assert found.widest == len(value) + 2 * 9
+
+
+@given(
+    st.text(LETTERS + "?>~", min_size=8, max_size=40).map(str.encode),
+    st.binary(max_size=12),
+    st.lists(st.integers(0, 6), min_size=80, max_size=80),
+    st.lists(st.integers(1, 40), max_size=6),
+)
+def test_the_value_in_base64_with_its_plus_and_slash_escaped_is_scrubbed(
+    value: bytes, prefix: bytes, hows: list[int], cuts: list[int]
+) -> None:
+    """A blob echoed inside JSON or a URL has its '+' and '/' escaped (PHP's \\/, ASP.NET's
+    \\u002B, %2B): the pattern matched only the literal letters. Undone by the command, the
+    scrubbed blob must not decode to the value at any alignment."""
+    blob = base64.b64encode(prefix + value)
+    forms = [
+        lambda c: c,
+        lambda c: b"\\" + c,
+        lambda c: b"%%%02X" % c[0],
+        lambda c: b"%%%02x" % c[0],
+        lambda c: b"\\u%04X" % c[0],
+        lambda c: b"&#%d;" % c[0],
+        lambda c: b"%%25%02X" % c[0],
+    ]
+    written = b"".join(
+        forms[how](bytes([c])) if c in b"+/" else bytes([c])
+        for c, how in zip(blob, hows + [0] * len(blob), strict=False)
+    )
+    out = _fed(Scanner({}, disguises(value, PH)), b'{"a":"' + written + b'"}', cuts)
+    text = unquote(unquote(html.unescape(out.decode("latin-1")))).encode("latin-1")
+    text = text.replace(b"\\u002B", b"+").replace(b"\\u002F", b"/").replace(b"\\", b"")
+    text = text[6:-2]
+    for start in range(4):
+        piece = text[start:].rstrip(b"=")
+        piece = piece[: len(piece) // 4 * 4]
+        try:
+            assert value not in base64.b64decode(piece)
+        except ValueError:
+            continue

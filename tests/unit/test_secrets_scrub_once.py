@@ -72,8 +72,8 @@ def test_no_match_is_shorter_than_its_disguises_floor_and_one_that_long_is_found
         for echo in _echoes(value, hows):
             for match in disguise.pattern.finditer(echo):
                 text = match.group(0)
-                if disguise.alphabet:  # base64: its padding (group 1) may be left off
-                    text = text[: match.start(1) - match.start()]
+                if disguise.alphabet:  # base64: its padding may be left off
+                    text = text[: match.start("pad") - match.start()]
                 assert len(text) >= disguise.shortest
                 assert disguise.found_in(text)
                 shortest = len(text) if shortest is None else min(shortest, len(text))
@@ -110,7 +110,7 @@ def test_the_head_scrubbed_in_one_pass_is_each_piece_scrubbed(
         reason=b"bad " + choices[reason],
     )
     forms = {value: PH}
-    assert scrub_head(head.reason, head.headers, forms, disguises(value, PH)) == _pieced(
+    assert scrub_head(head.reason, head.headers, forms, disguises(value, PH))[:2] == _pieced(
         head, forms, value
     )
 
@@ -124,6 +124,7 @@ def test_a_form_across_two_pieces_falls_back_to_each_piece() -> None:
     assert scrub_head(head.reason, head.headers, forms, disguises(value, PH)) == (
         b"",
         [(b"x-a", b"tail" + PH), (b"x-b", b"c")],
+        True,
     )
 
 
