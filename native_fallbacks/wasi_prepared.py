@@ -14,7 +14,9 @@ owner then announces it to the guardian and joins it to the run's cgroup, as any
 and only after the go byte starts the command's wall-time deadline and /tmp watcher and
 writes the command (its argv) into the pipe, which it then closes: the guest's stdin is empty
 after it, as a cold guest's. Any difference of key, a refusal or a dead prepared guest means a
-cold start as before. One prepared guest serves exactly one command and is then gone; one not
+cold start as before. An environment under which CPython's start may read a file (START_SAFE)
+is never prepared: the start would read the copy before the command's sync. One prepared guest
+serves exactly one command and is then gone; one not
 used (another key came, IDLE_SECONDS passed, the runtime ends) is killed and reaped, and its
 /tmp removed. It dies with its runtime (PR_SET_PDEATHSIG), as every command.
 
@@ -53,9 +55,45 @@ _PR_SET_NAME = 15
 PREPARED_NAME = b"wasm-prepared"  # its comm until a command is handed to it (tests tell it apart)
 
 
+# PYTHON* variables that shape CPython's start without naming a file or a module in it. Any
+# other (PYTHONPATH, PYTHONUSERBASE, PYTHONHOME, PYTHONSTARTUP, PYTHONPLATLIBDIR, one unknown)
+# may make the start read the copy -- PYTHONPATH=<tree> imported sitecustomize.py from it --
+# and a prepared guest starts before the sync of its command: a file one command planted (an
+# extra the sync deletes) or the person's previous version ran in the next (atkprep).
+START_SAFE = frozenset(
+    {
+        "PYTHONHASHSEED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONNOUSERSITE",  # HOME is the private /tmp: its user site is empty either way
+        "PYTHONSAFEPATH",
+        "PYTHONOPTIMIZE",
+        "PYTHONVERBOSE",
+        "PYTHONDEBUG",
+        "PYTHONDEVMODE",
+        "PYTHONFAULTHANDLER",
+        "PYTHONTRACEMALLOC",
+        "PYTHONINTMAXSTRDIGITS",
+        "PYTHONNODEBUGRANGES",
+        "PYTHONCOERCECLOCALE",
+        # imports a category's module at the start, before any of the tree is on sys.path:
+        # the standard library's only, as a cold guest's
+        "PYTHONWARNINGS",
+    }
+)
+
+
+def reads_tree_at_start(env: dict[str, str]) -> bool:
+    """Whether CPython's start may read a file of the copy under this environment."""
+    return any(n.startswith("PYTHON") and n not in START_SAFE for n in env)
+
+
 def key(spec: dict[str, Any]) -> str | None:
-    """What a prepared guest must share with the command it takes; None: never prepared."""
-    if not spec.get("prepare"):
+    """What a prepared guest must share with the command it takes; None: never prepared
+    (also when its start could read the copy before the command's sync)."""
+    if not spec.get("prepare") or reads_tree_at_start(spec.get("env") or {}):
         return None
     return json.dumps({k: spec.get(k) for k in _KEY}, sort_keys=True)
 

@@ -1,0 +1,89 @@
+"""Attacks on pre-started guests (native_fallbacks/wasi_prepared.py), for real: what a prepared
+guest does before its command is known must be nothing a cold guest would not do for that
+command, and nothing of one command may reach the next through it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sprawl_orch.native_fallbacks import wasi_forked, wasi_prepared
+from tests.integration.test_python_arm import state, tool_for, tree
+from tests.integration.test_python_runtime import the_runtime
+
+__all__ = ["state", "tree"]  # test_python_arm.py's fixtures, used here by name
+
+pytestmark = pytest.mark.skipif(
+    not wasi_forked.usable(), reason="the runtime process needs fork, sessions and pidfds"
+)
+
+NAME = wasi_prepared.PREPARED_NAME.decode()
+
+
+def settled(runtime: psutil.Process) -> psutil.Process | None:
+    """The runtime's prepared guest once it waits for its command (its main thread parked
+    while wasmtime's stdin worker reads the pipe: CPython's start is over), or None when it
+    made none. Whatever the start does, it has done by then: the next command cannot race it."""
+    found: list[psutil.Process] = []
+    seen = time.monotonic() + 3  # forked just after the reap's answer, when it is made
+    while not found and time.monotonic() < seen:
+        found = [c for c in runtime.children() if c.name() == NAME]
+        time.sleep(0.02)
+    if not found:
+        return None
+    (guest,) = found
+    parked = 0
+    deadline = time.monotonic() + 60
+    while parked < 5 and time.monotonic() < deadline:
+        wchan = Path(f"/proc/{guest.pid}/task/{guest.pid}/wchan").read_text()
+        parked = parked + 1 if "futex" in wchan else 0
+        time.sleep(0.02)
+    assert parked == 5, f"prepared guest {guest.pid} never reached its read"
+    return guest
+
+
+# Planted by one command in the copy (an extra the next sync deletes): CPython imports
+# sitecustomize from sys.path at its start, and PYTHONPATH (passed through) names the tree.
+PLANT = (
+    "open('sitecustomize.py', 'w').write('import builtins; builtins.PLANTED = \"ran ahead\"\\n')"
+)
+LOOK = "import builtins; print(getattr(builtins, 'PLANTED', None))"
+
+
+def test_a_file_planted_in_the_copy_never_runs_in_the_next_command(
+    tree: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A project that passes PYTHONPATH (a src layout, the tree itself): a cold guest imports
+    # sitecustomize from the copy as it is when its command starts, after the sync.
+    monkeypatch.setenv("PYTHONPATH", str(tree))
+    with tool_for(tree, state, env_passthrough=["PYTHONPATH"]) as tool:
+        planted = tool.exec(["python", "-c", PLANT])
+        assert planted.exit_code == 0, planted.stderr
+        settled(the_runtime())  # the agent thinks between two commands
+        assert not (tree / "sitecustomize.py").exists()  # only the copy had it
+        after = tool.exec(["python", "-c", LOOK])
+    # The sync deleted the extra before this command: nothing of the first may run here.
+    assert after.stdout.strip() == "None", (after.python, after.stderr)
+    # a start that reads the copy is never made ahead of its command
+    assert after.python is not None and after.python["prepared"] is False
+
+
+def test_a_tree_change_before_the_command_is_what_the_command_runs(
+    tree: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The person edits their sitecustomize between two commands: the second runs the new one.
+    monkeypatch.setenv("PYTHONPATH", str(tree))
+    (tree / "sitecustomize.py").write_text("import builtins; builtins.PLANTED = 'old'\n")
+    with tool_for(tree, state, env_passthrough=["PYTHONPATH"]) as tool:
+        first = tool.exec(["python", "-c", LOOK])
+        assert first.stdout.strip() == "old", first.stderr
+        settled(the_runtime())
+        (tree / "sitecustomize.py").write_text("import builtins; builtins.PLANTED = 'new'\n")
+        os.utime(tree / "sitecustomize.py", (1, 1))  # another mtime whatever the clock
+        second = tool.exec(["python", "-c", LOOK])
+    assert second.stdout.strip() == "new", (second.python, second.stderr)
