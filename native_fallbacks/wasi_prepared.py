@@ -55,11 +55,15 @@ _PR_SET_NAME = 15
 PREPARED_NAME = b"wasm-prepared"  # its comm until a command is handed to it (tests tell it apart)
 
 
-# PYTHON* variables that shape CPython's start without naming a file or a module in it. Any
-# other (PYTHONPATH, PYTHONUSERBASE, PYTHONHOME, PYTHONSTARTUP, PYTHONPLATLIBDIR, one unknown)
-# may make the start read the copy -- PYTHONPATH=<tree> imported sitecustomize.py from it --
-# and a prepared guest starts before the sync of its command: a file one command planted (an
-# extra the sync deletes) or the person's previous version ran in the next (atkprep).
+# PYTHON* variables that shape CPython's start without naming a file or a module in it, and
+# without making it write or cost more. Any other (PYTHONPATH, PYTHONUSERBASE, PYTHONHOME,
+# PYTHONSTARTUP, PYTHONPLATLIBDIR, one unknown) means a cold start (atkprep):
+# - it may make the start read the copy, and a prepared guest starts before the sync of its
+#   command: PYTHONPATH=<tree> ran a sitecustomize.py one command planted (an extra the sync
+#   deletes) or the person's previous version in the next command;
+# - PYTHONVERBOSE, PYTHONCOERCECLOCALE=warn, PYTHONWARNINGS, PYTHONDEVMODE make the start write
+#   to stderr, which is the runtime's log until the hand-off: the command's stderr lacked
+#   what a cold one's held (and PYTHONTRACEMALLOC=25 made the start cost 1.6G fuel, not 250M).
 START_SAFE = frozenset(
     {
         "PYTHONHASHSEED",
@@ -70,17 +74,9 @@ START_SAFE = frozenset(
         "PYTHONNOUSERSITE",  # HOME is the private /tmp: its user site is empty either way
         "PYTHONSAFEPATH",
         "PYTHONOPTIMIZE",
-        "PYTHONVERBOSE",
-        "PYTHONDEBUG",
-        "PYTHONDEVMODE",
         "PYTHONFAULTHANDLER",
-        "PYTHONTRACEMALLOC",
         "PYTHONINTMAXSTRDIGITS",
         "PYTHONNODEBUGRANGES",
-        "PYTHONCOERCECLOCALE",
-        # imports a category's module at the start, before any of the tree is on sys.path:
-        # the standard library's only, as a cold guest's
-        "PYTHONWARNINGS",
     }
 )
 

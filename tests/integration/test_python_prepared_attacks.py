@@ -87,3 +87,19 @@ def test_a_tree_change_before_the_command_is_what_the_command_runs(
         os.utime(tree / "sitecustomize.py", (1, 1))  # another mtime whatever the clock
         second = tool.exec(["python", "-c", LOOK])
     assert second.stdout.strip() == "new", (second.python, second.stderr)
+
+
+def test_what_the_start_writes_is_the_commands_as_in_a_cold_guest(
+    tree: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PYTHONVERBOSE: CPython's start writes its imports to stderr. A prepared guest started
+    # before its command had the runtime's stderr (its log), not the command's.
+    monkeypatch.setenv("PYTHONVERBOSE", "1")
+    with tool_for(tree, state, env_passthrough=["PYTHONVERBOSE"]) as tool:
+        cold = tool.exec(["python", "-c", "pass"])
+        settled(the_runtime())
+        second = tool.exec(["python", "-c", "pass"])
+    assert "import 'encodings'" in cold.stderr, cold.stderr[-500:]
+    assert "import 'encodings'" in second.stderr, (second.python, second.stderr[-500:])
+    log = (state / "wasm-runtime" / "runtime.stderr").read_text(errors="replace")
+    assert "encodings" not in log, log[-500:]
