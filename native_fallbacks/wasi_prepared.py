@@ -201,12 +201,30 @@ def sweep(where: str) -> None:
             parts = name.split("-")
             if len(parts) != 3 or parts[0] != "prep" or not parts[1].isdigit():
                 continue
-            try:
-                os.kill(int(parts[1]), 0)
-            except ProcessLookupError:
+            if not _runtime_alive(int(parts[1])):
                 shutil.rmtree(os.path.join(where, name), ignore_errors=True)
-            except PermissionError:  # another user's process: alive, not ours to judge
-                continue
+
+
+def _runtime_alive(pid: int) -> bool:
+    """Whether `pid` is a runtime process still running. A zombie is not (a runtime killed with
+    its owner waits a moment for init to reap it: the next tool's sweep passed its /tmp by,
+    atkprep), nor a process that took its number since (its /tmp stayed for good)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            runtime = b"wasi_runtime.py" in f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc to read: as far as a signal tells
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's process: alive, not ours to judge
+            return True
+        return True
+    return runtime and state != b"Z"
 
 
 def _name(name: bytes) -> None:

@@ -5,7 +5,10 @@ command, and nothing of one command may reach the next through it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -103,3 +106,75 @@ def test_what_the_start_writes_is_the_commands_as_in_a_cold_guest(
     assert "import 'encodings'" in second.stderr, (second.python, second.stderr[-500:])
     log = (state / "wasm-runtime" / "runtime.stderr").read_text(errors="replace")
     assert "encodings" not in log, log[-500:]
+
+
+def prepared_of(state: Path) -> list[psutil.Process]:
+    """Live prepared guests whose /tmp is in this state directory (whoever's child)."""
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] != NAME:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if any(str(state) in f.path for f in proc.open_files()) or any(
+                str(state) in os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+                for fd in os.listdir(f"/proc/{proc.pid}/fd")
+            ):
+                found.append(proc)
+    return found
+
+
+def gone(state: Path, within: float = 30.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + within
+    left = prepared_of(state)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = prepared_of(state)
+    return left
+
+
+OWNER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from tests.integration.test_python_arm import tool_for
+tool = tool_for(Path(sys.argv[2]), Path(sys.argv[3]))
+print(tool.exec(["python", "-c", "pass"]).exit_code, flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("victim", ["owner", "runtime"])
+def test_a_waiting_prepared_guest_dies_with_its_owner_or_runtime_and_leaves_nothing(
+    tree: Path, state: Path, victim: str
+) -> None:
+    root = Path(__file__).resolve().parents[2]
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(root), str(tree), str(state)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "0"
+        runtime = next(
+            c
+            for c in psutil.Process(owner.pid).children()
+            if any(p.endswith("wasi_runtime.py") for p in c.cmdline())
+        )
+        guest = settled(runtime)
+        assert guest is not None
+        (psutil.Process(owner.pid) if victim == "owner" else runtime).kill()
+        assert gone(state) == []  # no prepared guest left running, whoever's
+        if victim == "owner":  # the runtime saw its door close: killed it and removed its /tmp
+            runtime.wait(30)
+            assert prepared_dirs(state) == []
+    finally:
+        owner.kill()
+        owner.wait()
+    # a killed runtime's leftover /tmp: the next tool on this state sweeps it
+    with tool_for(tree, state) as tool:
+        assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+    assert prepared_dirs(state) == []
+
+
+def prepared_dirs(state: Path) -> list[str]:
+    return sorted(os.listdir(state / "wasm-runtime" / "prepared"))
