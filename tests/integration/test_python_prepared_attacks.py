@@ -18,8 +18,9 @@ import pytest
 from sprawl_orch.native_fallbacks import wasi_forked, wasi_prepared
 from tests.integration.test_python_arm import state, tool_for, tree
 from tests.integration.test_python_runtime import the_runtime
+from tests.integration.test_python_served import PROGRAM, call, served, shared_runtime
 
-__all__ = ["state", "tree"]  # test_python_arm.py's fixtures, used here by name
+__all__ = ["served", "state", "tree"]  # fixtures of other test files, used here by name
 
 pytestmark = pytest.mark.skipif(
     not wasi_forked.usable(), reason="the runtime process needs fork, sessions and pidfds"
@@ -178,3 +179,37 @@ def test_a_waiting_prepared_guest_dies_with_its_owner_or_runtime_and_leaves_noth
 
 def prepared_dirs(state: Path) -> list[str]:
     return sorted(os.listdir(state / "wasm-runtime" / "prepared"))
+
+
+def its_tmp(guest: psutil.Process) -> Path:
+    """The prepared guest's own /tmp (the prep-* directory it preopened)."""
+    for fd in os.listdir(f"/proc/{guest.pid}/fd"):
+        target = os.readlink(f"/proc/{guest.pid}/fd/{fd}")
+        if "/wasm-runtime/prepared/prep-" in target:
+            return Path(target)
+    raise AssertionError(f"pid {guest.pid} holds no prepared /tmp")
+
+
+@pytest.mark.parametrize("stop", ["server stop", "SIGKILL"])
+def test_the_exec_servers_prepared_guest_ends_with_the_server(
+    served: tuple[Path, dict[str, str]], stop: str
+) -> None:
+    tree, env = served
+    assert call(tree, env, "pass").returncode == 0  # starts the server, then its runtime
+    runtime = shared_runtime(env)
+    second = call(tree, env, "pass")
+    assert second.returncode == 0, second.stderr
+    guest = settled(runtime)
+    assert guest is not None
+    tmp = its_tmp(guest)
+    if stop == "SIGKILL":
+        runtime.parent().kill()
+    else:
+        done = subprocess.run(
+            [PROGRAM, "server", "stop"], env=env, capture_output=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    # its runtime saw the door close: it killed and reaped the guest and removed its /tmp
+    runtime.wait(30)
+    assert not psutil.pid_exists(guest.pid)
+    assert not tmp.exists()
