@@ -213,3 +213,37 @@ def test_the_exec_servers_prepared_guest_ends_with_the_server(
     runtime.wait(30)
     assert not psutil.pid_exists(guest.pid)
     assert not tmp.exists()
+
+
+# What a guest can reach of its host descriptors and stdin, its randomness and hash seed.
+REACH = (
+    "import os, random, sys\n"
+    "fds = []\n"
+    "for fd in range(64):\n"
+    "    try:\n"
+    "        st = os.fstat(fd)\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    fds.append((fd, st.st_mode))\n"
+    "print(fds, repr(os.read(0, 64)), repr(sys.stdin.read()))\n"
+    "print(random.random(), hash('abc'), os.urandom(8).hex())\n"
+)
+
+
+def test_a_prepared_guest_reaches_what_a_cold_one_does_and_shares_no_randomness(
+    tree: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    with tool_for(tree, state, env_passthrough=["PYTHONHASHSEED"]) as tool:
+        runs = [tool.exec(["python", "-c", REACH]) for _ in range(3)]
+        monkeypatch.setitem(tool.environ, "PYTHONHASHSEED", "0")
+        seeded = [tool.exec(["python", "-c", "print(hash('abc'))"]) for _ in range(2)]
+    ran = [r.python["prepared"] if r.python else None for r in (*runs, *seeded)]
+    assert ran == [False, True, True, False, True]
+    reach = {r.stdout.splitlines()[0] for r in runs}
+    # the same descriptors (stdin empty, read to its end: no header left) as a cold guest's
+    assert len(reach) == 1 and "b'' ''" in reach.pop(), [r.stdout for r in runs]
+    # a fresh hash seed and random state each: none forked from another guest's
+    assert len({r.stdout.splitlines()[1] for r in runs}) == 3
+    # a start-only variable is its command's: the seed a cold guest would have
+    assert seeded[0].stdout == seeded[1].stdout, [s.stdout for s in seeded]
