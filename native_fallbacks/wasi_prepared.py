@@ -48,6 +48,7 @@ from typing import Any
 
 START_ALLOWANCE = 400_000_000
 IDLE_SECONDS = 60.0
+HANDOFF_SECONDS = 10.0
 UNUSED_EXIT = 124  # a prepared guest that never ran a command
 GATE_EXIT = 125  # as a cold command's (wasi_runtime): never released, never run
 _KEY = ("env", "copy", "workdir", "sites", "fuel", "memory_bytes", "wall_seconds", "prepare")
@@ -139,10 +140,13 @@ class Held:
         """Whether it took the command (then its pid is the command's); else it is gone."""
         if key(spec) != self.key or header(spec["argv"]) is None:
             return False
+        # Bounded: a prepared guest that never answers (stopped, wedged) would hold every
+        # command of this runtime; it answers before its start is done, at once.
+        self.chan.settimeout(HANDOFF_SECONDS)
         try:
             send(self.chan, {"spec": spec}, fds)
             answer, _ = receive(self.chan)
-        except OSError:  # it died meanwhile: a cold start
+        except OSError:  # it died meanwhile, or said nothing in time: a cold start
             return False
         return answer is not None and "taken" in answer
 
@@ -154,10 +158,10 @@ class Held:
     def kill(self) -> None:
         """Not used: killed, reaped, its /tmp removed."""
         self.chan.close()
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError):  # it ended already: nothing to signal
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         os.close(self.pidfd)
-        with contextlib.suppress(ChildProcessError):
+        with contextlib.suppress(ChildProcessError):  # reaped already (never: only here)
             os.waitpid(self.pid, 0)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -196,12 +200,12 @@ def prepare(
 def sweep(where: str) -> None:
     """Remove the /tmp of prepared guests whose runtime is gone (killed: a tool kills its own
     runtime at close, its prepared guest dying with it before anyone removed its /tmp)."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError):  # no prepare dir yet: nothing to sweep
         for name in os.listdir(where):
             parts = name.split("-")
             if len(parts) != 3 or parts[0] != "prep" or not parts[1].isdigit():
                 continue
-            if not _runtime_alive(int(parts[1])):
+            if not _runtime_alive(int(parts[1])):  # gone: its /tmp is litter
                 shutil.rmtree(os.path.join(where, name), ignore_errors=True)
 
 
@@ -228,6 +232,7 @@ def _runtime_alive(pid: int) -> bool:
 
 
 def _name(name: bytes) -> None:
+    # no /proc: the name only tells a prepared guest apart (tests, ps)
     with contextlib.suppress(OSError), open("/proc/self/comm", "wb") as f:
         f.write(name)
 
@@ -259,14 +264,14 @@ def prepared(
     def handoff() -> None:
         try:
             message, fds = receive(chan)
-        except OSError:
+        except OSError:  # reset: the runtime died, taken as EOF
             message, fds = None, []
         if message is None:  # the runtime dropped it
             os._exit(UNUSED_EXIT)
         command = message["spec"]
         why = None
         st = None
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # unreadable: refused below
             st = os.stat(command["copy"])
         if key(command) != key(spec):
             why = "another key"
@@ -281,7 +286,7 @@ def prepared(
             if why is None and not meter.ended.is_set():
                 taken.update(command)
         if not taken:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # the runtime is gone: we exit anyway
                 send(chan, {"refused": why or "the prepared guest ended"})
             os._exit(UNUSED_EXIT)
         out, errs, go = fds

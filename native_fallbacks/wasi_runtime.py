@@ -16,6 +16,9 @@ inherits nothing a guest can reach from here: this process never runs a guest, s
 command starts from the same clean state whoever asked before. It waits on its go fd before
 running, so sprawl-orch can announce it and put it in the run's cgroup first (EOF instead of a
 byte: its owner is gone, it ends 125). It dies with this process (PR_SET_PDEATHSIG).
+Once a command is reaped, the next guest of its key is pre-started (wasi_prepared.py): a
+command of the same key is handed to it instead of a fork (the same answer, its pid), one of
+another key kills it first; it is killed too when idle or when this process ends its loop.
 
 DOOR is a SOCK_SEQPACKET socket: each owner hands over one end of a stream socket pair on it
 (SCM_RIGHTS) and is answered `{"ready": PID}` (or `{"error": ...}` when the module did not

@@ -158,3 +158,16 @@ def test_halt_kills_a_command_handed_to_a_prepared_guest(tree: Path, state: Path
         halted = tool.halt(run.handle)
         assert halted.exit_code == 137
         assert not psutil.pid_exists(guest.pid)
+
+
+def test_a_stopped_prepared_guest_holds_no_command(tree: Path, state: Path) -> None:
+    # It answers the hand-off at once, before its start is done; one that does not (stopped
+    # here, wedged) held the runtime, and every command of it, forever.
+    with tool_for(tree, state) as tool:
+        assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+        guest = prepared_guest(the_runtime())
+        guest.suspend()
+        ran = tool.exec(["python", "-c", "print('cold')"])
+    assert ran.stdout.strip() == "cold" and ran.python is not None, ran.stderr
+    assert ran.python["prepared"] is False
+    assert not psutil.pid_exists(guest.pid)  # killed and reaped

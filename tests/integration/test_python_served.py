@@ -116,10 +116,14 @@ def test_calls_share_the_servers_runtime_and_each_starts_clean(
     leave = call(tree, {**env, "TZ": "Leak/A"}, LEAVE)
     assert leave.returncode == 0, leave.stderr
     assert "Leak/A ['left.txt']" in str(result(leave)["stdout"])
-    for _ in range(2):
+    for n in range(2):
         found = call(tree, env, FIND)
         assert found.returncode == 0, found.stderr
         assert str(result(found)["stdout"]).strip() == "False False [] None None"
+        # the first after the attacker's (another TZ: another key) starts cold; the second
+        # is handed to the guest the runtime pre-started after the first (wasi_prepared.py)
+        ran = result(found)["python"]
+        assert isinstance(ran, dict) and ran["prepared"] is (n == 1), ran
     # both went through the one runtime the server holds: no restart, no second runtime
     assert shared_runtime(env).pid == runtime.pid
     assert guests(runtime) == []  # each command reaped by its call
