@@ -247,3 +247,23 @@ def test_a_prepared_guest_reaches_what_a_cold_one_does_and_shares_no_randomness(
     assert len({r.stdout.splitlines()[1] for r in runs}) == 3
     # a start-only variable is its command's: the seed a cold guest would have
     assert seeded[0].stdout == seeded[1].stdout, [s.stdout for s in seeded]
+
+
+def test_a_prepared_command_gets_at_least_the_configured_fuel_after_its_hand_off(
+    tree: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 120 KB variable in the environment made CPython's start cost ~700M fuel, more than
+    # START_ALLOWANCE: the prepared command had configured + 400M - 700M left at its hand-off.
+    monkeypatch.setenv("BIG", "x" * 120_000)
+    fuel = 1_500_000_000
+    limits = {"fuel": fuel, "memory_bytes": 64 * 1024 * 1024, "wall_seconds": 120}
+    with tool_for(tree, state, limits, env_passthrough=["BIG"]) as tool:
+        bare = tool.exec(["python", "-c", "pass"])  # cold: what this environment's start costs
+        burn = tool.exec(["python", "-c", "while True: pass"])
+    assert bare.python is not None and burn.python is not None
+    assert burn.limits_hit == ["fuel"], burn.python
+    start = int(bare.python["fuel_used"])
+    used = int(burn.python["fuel_used"])
+    # prepared: what it burnt after its start; cold: all of it, the start included, as always
+    own = used - start if burn.python["prepared"] else used
+    assert own >= fuel, (start, burn.python)
