@@ -92,7 +92,8 @@ def start_unsafe(env: dict[str, str]) -> bool:
     """Whether CPython's start under this environment may read a file of the copy, write, or
     cost more than START_ALLOWANCE: then it is never prepared."""
     size = sum(
-        len(k.encode(errors="surrogateescape")) + len(v.encode(errors="surrogateescape")) + 2 for k, v in env.items()
+        len(k.encode(errors="surrogateescape")) + len(v.encode(errors="surrogateescape")) + 2
+        for k, v in env.items()
     )
     return size > START_ENV_BYTES or any(
         n.startswith("PYTHON") and n not in START_SAFE for n in env
@@ -297,6 +298,9 @@ def prepared(
         with lock:
             if why is None and not meter.ended.is_set():
                 taken.update(command)
+                # in its report also when the deadline or the /tmp watcher ends it (atkprep:
+                # a sleep past wall_seconds said prepared False, no allowance)
+                meter.marks.update(prepared=True, fuel_start_allowance=START_ALLOWANCE)
         if not taken:
             with contextlib.suppress(OSError):  # the runtime is gone: we exit anyway
                 send(chan, {"refused": why or "the prepared guest ended"})
@@ -327,8 +331,7 @@ def prepared(
         command = dict(taken)
     if not command:  # ended before any command came (its start failed): never used
         os._exit(UNUSED_EXIT)
-    report["prepared"] = True
-    report["fuel_start_allowance"] = START_ALLOWANCE
+    report.update(meter.marks)
     with open(command["report"], "w", encoding="utf-8") as f:
         json.dump(report, f)
     os._exit(int(report["exit_code"]))

@@ -267,3 +267,21 @@ def test_a_prepared_command_gets_at_least_the_configured_fuel_after_its_hand_off
     # prepared: what it burnt after its start; cold: all of it, the start included, as always
     own = used - start if burn.python["prepared"] else used
     assert own >= fuel, (start, burn.python)
+
+
+def test_a_prepared_commands_wall_time_runs_from_its_hand_off(tree: Path, state: Path) -> None:
+    limits = {"wall_seconds": 2}
+    with tool_for(tree, state, limits) as tool:
+        assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+        settled(the_runtime())
+        time.sleep(3)  # the prepared guest waits past wall_seconds: none of it is its command's
+        waited = tool.exec(["python", "-c", "print('ok')"])
+        asleep = tool.exec(["python", "-c", "import time; time.sleep(60)"])
+        spin = tool.exec(["python", "-c", "while True: pass"])
+    ran = [r.python["prepared"] if r.python else None for r in (waited, asleep, spin)]
+    assert ran == [True, True, True]
+    assert waited.exit_code == 0 and waited.stdout == "ok\n", waited.python
+    # blocked in a host call: ended by the runtime BLOCKED_GRACE after the deadline
+    assert asleep.limits_hit == ["time"] and asleep.exit_code == 137, asleep.python
+    assert spin.limits_hit == ["time"] and spin.exit_code == 137, spin.python
+    assert asleep.duration_ms < 30_000 and spin.duration_ms < 30_000
