@@ -231,12 +231,12 @@ def _runtime_alive(pid: int) -> bool:
             state = f.read().rpartition(b")")[2].split()[0]
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             runtime = b"wasi_runtime.py" in f.read()
-    except FileNotFoundError:
+    except FileNotFoundError:  # no such process: its runtime is gone
         return False
     except OSError:  # no /proc to read: as far as a signal tells
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+        except ProcessLookupError:  # no such process: its runtime is gone
             return False
         except PermissionError:  # another user's process: alive, not ours to judge
             return True
