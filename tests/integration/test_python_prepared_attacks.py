@@ -285,3 +285,32 @@ def test_a_prepared_commands_wall_time_runs_from_its_hand_off(tree: Path, state:
     assert asleep.limits_hit == ["time"] and asleep.exit_code == 137, asleep.python
     assert spin.limits_hit == ["time"] and spin.exit_code == 137, spin.python
     assert asleep.duration_ms < 30_000 and spin.duration_ms < 30_000
+
+
+def test_an_activated_venv_on_path_runs_nothing_of_the_copy_at_the_start(
+    tree: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PATH (always passed) names the tree's venv, as an activated one does: CPython's getpath
+    # could find bin/python there and take pyvenv.cfg's prefix, whose site-packages' .pth
+    # files site runs at the start -- before the sync, in a prepared guest. It does not: the
+    # guest's sys.executable stays empty, and the venv is only put on sys.path by the
+    # bootstrap. One command plants a .pth in the copy; the next must not run it.
+    venv = tree / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\n")
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / "pyvenv.cfg").write_text("home = /usr/local/bin\nversion = 3.12.0\n")
+    site = venv / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}:/usr/bin:/bin")
+    plant = (
+        "open('.venv/lib/python3.12/site-packages/x.pth', 'w')"
+        ".write('import builtins; builtins.PLANTED = 1\\n')"
+    )
+    look = "import builtins, sys; print(getattr(builtins, 'PLANTED', None), repr(sys.executable))"
+    with tool_for(tree, state) as tool:
+        assert tool.exec(["python", "-c", plant]).exit_code == 0
+        settled(the_runtime())
+        after = tool.exec(["python", "-c", look])
+    assert after.python is not None and after.python["prepared"] is True
+    assert after.stdout.strip() == "None ''", after.stderr
