@@ -314,3 +314,19 @@ def test_an_activated_venv_on_path_runs_nothing_of_the_copy_at_the_start(
         after = tool.exec(["python", "-c", look])
     assert after.python is not None and after.python["prepared"] is True
     assert after.stdout.strip() == "None ''", after.stderr
+
+
+def test_a_prepared_commands_tmp_is_the_one_watched(tree: Path, state: Path) -> None:
+    # The prepared guest's /tmp became the command's at the hand-off (a rename): the watcher
+    # sums the command's path, so it must be the directory the guest writes.
+    limits = {"memory_bytes": 32 * 1024 * 1024, "wall_seconds": 120}
+    fill = (
+        "import os\nwhile True:\n"
+        "    open(f'/tmp/f{os.urandom(4).hex()}', 'wb').write(b'x' * (1 << 20))"
+    )
+    with tool_for(tree, state, limits) as tool:
+        assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+        full = tool.exec(["python", "-c", fill])
+    assert full.python is not None and full.python["prepared"] is True, full.python
+    assert full.limits_hit == ["memory"] and full.exit_code == 137, full.python
+    assert "/tmp held" in str(full.python["trap"])
