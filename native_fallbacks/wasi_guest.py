@@ -294,6 +294,7 @@ class Meter:
         self.ended = threading.Event()
         self.ending = threading.Lock()
         self.began: float | None = None
+        self.marks: dict[str, Any] = {}  # in every report, the deadline's too (wasi_prepared)
         self._timer: threading.Timer | None = None
 
     def begin(self, spec: dict[str, Any]) -> None:
@@ -318,7 +319,7 @@ class Meter:
             if self.ended.is_set():
                 return
             # The store is the main thread's (inside the host call): no fuel or memory read.
-            report = {"exit_code": LIMIT_EXIT, "trap": BLOCKED_TRAP, "limit": "time"}
+            report = {"exit_code": LIMIT_EXIT, "trap": BLOCKED_TRAP, "limit": "time", **self.marks}
             Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
             os._exit(LIMIT_EXIT)
 
@@ -339,7 +340,7 @@ class Meter:
                     f"the guest's /tmp held {held} bytes, past memory_bytes "
                     f"{spec['memory_bytes']} (a tmpfs on the other arms, charged to memory)"
                 )
-                report = {"exit_code": LIMIT_EXIT, "trap": trap, "limit": "memory"}
+                report = {"exit_code": LIMIT_EXIT, "trap": trap, "limit": "memory", **self.marks}
                 Path(spec["report"]).write_text(json.dumps(report), encoding="utf-8")
                 os._exit(LIMIT_EXIT)
 

@@ -14,7 +14,9 @@ owner then announces it to the guardian and joins it to the run's cgroup, as any
 and only after the go byte starts the command's wall-time deadline and /tmp watcher and
 writes the command (its argv) into the pipe, which it then closes: the guest's stdin is empty
 after it, as a cold guest's. Any difference of key, a refusal or a dead prepared guest means a
-cold start as before. One prepared guest serves exactly one command and is then gone; one not
+cold start as before. An environment under which CPython's start may read a file (START_SAFE)
+is never prepared: the start would read the copy before the command's sync. One prepared guest
+serves exactly one command and is then gone; one not
 used (another key came, IDLE_SECONDS passed, the runtime ends) is killed and reaped, and its
 /tmp removed. It dies with its runtime (PR_SET_PDEATHSIG), as every command.
 
@@ -54,9 +56,54 @@ _PR_SET_NAME = 15
 PREPARED_NAME = b"wasm-prepared"  # its comm until a command is handed to it (tests tell it apart)
 
 
+# PYTHON* variables that shape CPython's start without naming a file or a module in it, and
+# without making it write or cost more. Any other (PYTHONPATH, PYTHONUSERBASE, PYTHONHOME,
+# PYTHONSTARTUP, PYTHONPLATLIBDIR, one unknown) means a cold start (atkprep):
+# - it may make the start read the copy, and a prepared guest starts before the sync of its
+#   command: PYTHONPATH=<tree> ran a sitecustomize.py one command planted (an extra the sync
+#   deletes) or the person's previous version in the next command;
+# - PYTHONVERBOSE, PYTHONCOERCECLOCALE=warn, PYTHONWARNINGS, PYTHONDEVMODE make the start write
+#   to stderr, which is the runtime's log until the hand-off: the command's stderr lacked
+#   what a cold one's held (and PYTHONTRACEMALLOC=25 made the start cost 1.6G fuel, not 250M).
+START_SAFE = frozenset(
+    {
+        "PYTHONHASHSEED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONNOUSERSITE",  # HOME is the private /tmp: its user site is empty either way
+        "PYTHONSAFEPATH",
+        "PYTHONOPTIMIZE",
+        "PYTHONFAULTHANDLER",
+        "PYTHONINTMAXSTRDIGITS",
+        "PYTHONNODEBUGRANGES",
+    }
+)
+
+
+# CPython's start costs ~4K fuel per byte of its environment (measured: 250M bare, 320M with
+# 16 KB, 700M with one 120 KB variable). Past this size it may cost more than START_ALLOWANCE,
+# and the command would get less than the configured fuel after the hand-off (atkprep).
+START_ENV_BYTES = 16 * 1024
+
+
+def start_unsafe(env: dict[str, str]) -> bool:
+    """Whether CPython's start under this environment may read a file of the copy, write, or
+    cost more than START_ALLOWANCE: then it is never prepared."""
+    size = sum(
+        len(k.encode(errors="surrogateescape")) + len(v.encode(errors="surrogateescape")) + 2
+        for k, v in env.items()
+    )
+    return size > START_ENV_BYTES or any(
+        n.startswith("PYTHON") and n not in START_SAFE for n in env
+    )
+
+
 def key(spec: dict[str, Any]) -> str | None:
-    """What a prepared guest must share with the command it takes; None: never prepared."""
-    if not spec.get("prepare"):
+    """What a prepared guest must share with the command it takes; None: never prepared
+    (also when its start could read the copy before the command's sync)."""
+    if not spec.get("prepare") or start_unsafe(spec.get("env") or {}):
         return None
     return json.dumps({k: spec.get(k) for k in _KEY}, sort_keys=True)
 
@@ -171,12 +218,30 @@ def sweep(where: str) -> None:
             parts = name.split("-")
             if len(parts) != 3 or parts[0] != "prep" or not parts[1].isdigit():
                 continue
-            try:
-                os.kill(int(parts[1]), 0)
-            except ProcessLookupError:  # its runtime is gone: the /tmp is litter
+            if not _runtime_alive(int(parts[1])):  # gone: its /tmp is litter
                 shutil.rmtree(os.path.join(where, name), ignore_errors=True)
-            except PermissionError:  # another user's process: alive, not ours to judge
-                continue
+
+
+def _runtime_alive(pid: int) -> bool:
+    """Whether `pid` is a runtime process still running. A zombie is not (a runtime killed with
+    its owner waits a moment for init to reap it: the next tool's sweep passed its /tmp by,
+    atkprep), nor a process that took its number since (its /tmp stayed for good)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            runtime = b"wasi_runtime.py" in f.read()
+    except FileNotFoundError:  # no such process: its runtime is gone
+        return False
+    except OSError:  # no /proc to read: as far as a signal tells
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:  # no such process: its runtime is gone
+            return False
+        except PermissionError:  # another user's process: alive, not ours to judge
+            return True
+        return True
+    return runtime and state != b"Z"
 
 
 def _name(name: bytes) -> None:
@@ -233,6 +298,9 @@ def prepared(
         with lock:
             if why is None and not meter.ended.is_set():
                 taken.update(command)
+                # in its report also when the deadline or the /tmp watcher ends it (atkprep:
+                # a sleep past wall_seconds said prepared False, no allowance)
+                meter.marks.update(prepared=True, fuel_start_allowance=START_ALLOWANCE)
         if not taken:
             with contextlib.suppress(OSError):  # the runtime is gone: we exit anyway
                 send(chan, {"refused": why or "the prepared guest ended"})
@@ -263,8 +331,7 @@ def prepared(
         command = dict(taken)
     if not command:  # ended before any command came (its start failed): never used
         os._exit(UNUSED_EXIT)
-    report["prepared"] = True
-    report["fuel_start_allowance"] = START_ALLOWANCE
+    report.update(meter.marks)
     with open(command["report"], "w", encoding="utf-8") as f:
         json.dump(report, f)
     os._exit(int(report["exit_code"]))
