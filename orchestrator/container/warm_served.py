@@ -79,7 +79,13 @@ class ServedWarmPool(WarmPool):
     # -- taking one ------------------------------------------------------------------------
     def _take(self, launch: Launch) -> Warm | None:
         if not self._shared(launch):
+            served_warm.keep_only(None)
             return super()._take(launch)
+        warm = self._take_kept(launch)
+        served_warm.keep_only(None if warm is None else warm.name)
+        return warm
+
+    def _take_kept(self, launch: Launch) -> Warm | None:
         key = self._key(launch)
         for name, entry in served_warm.offers(key):
             assert entry.record is not None

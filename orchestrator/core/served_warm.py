@@ -95,6 +95,15 @@ def hold(name: str, key: str, link: int) -> None:
     _send({"op": "hold", "name": name, "key": key}, (link,))
 
 
+def keep_only(name: str | None) -> None:
+    """In a call, before its command: every inherited owning connection closed but that of
+    the container it took (`name`). Held through a command, they kept the guardian from
+    seeing EOF after the server closed its copy: a killed client's container, and the
+    command running on in it, lived as long as any call forked after it was given back."""
+    for other in [n for n in kept if n != name]:
+        _close(other)
+
+
 def take(name: str) -> None:
     _send({"op": "take", "name": name})
 

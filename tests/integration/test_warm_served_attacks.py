@@ -1,0 +1,58 @@
+"""Attacks on the served warm call (issue 26, docs/warm.md), on real docker and podman:
+what one call leaves must not reach the next one, and a killed client's command must end
+even while other calls run."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.integration.test_warm_served import HOLD, WAIT, Place, _holding, _in_container
+from tests.integration.test_warm_served import place as place  # the fixture
+
+
+def _started(place: Place, tree: object, config: object, token: str) -> subprocess.Popen[bytes]:
+    client = subprocess.Popen(
+        place.argv(tree, config, "sh", "-c", HOLD, token, as_json=False),  # type: ignore[arg-type]
+        env=place.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert client.stdout is not None
+    assert client.stdout.readline() == b"started\n"
+    return client
+
+
+@pytest.mark.parametrize("other", ["warm = true", "warm = false", 'arm = "native"'])
+def test_a_killed_clients_command_ends_while_another_call_runs(place: Place, other: str) -> None:
+    """Every call forked after a container was given back inherits its owning connection:
+    while any such call runs (here a long command in another directory, warm or cold),
+    closing the server's copy is no EOF at the guardian, and the killed client's command
+    ran on."""
+    tree, config = place.tree("t"), place.config("c")
+    kept = str(place.call(tree, config, "true")["id"])
+    cold = place.config("cold")
+    said = cold.read_text()
+    cold.write_text(said.replace(other.split(" = ")[0] + " = ", f"{other}\n# was: ", 1))
+    other = f"warm-served-{secrets.token_hex(6)}"
+    long = _started(place, place.tree("u"), cold, other)  # forked with the kept one's link
+    try:
+        token = f"warm-served-{secrets.token_hex(6)}"
+        client = _started(place, tree, config, token)
+        assert any(_in_container(pid, kept) for pid in _holding(token)), "in the kept one"
+        os.kill(client.pid, signal.SIGKILL)
+        client.wait()
+        deadline = time.monotonic() + WAIT
+        while _holding(token):
+            assert time.monotonic() < deadline, f"still running: {_holding(token)}"
+            time.sleep(0.2)
+        place.wait_gone({kept})
+        assert long.poll() is None, "the other call ran all along"
+    finally:
+        os.kill(long.pid, signal.SIGKILL)
+        long.wait(timeout=60)
