@@ -170,9 +170,14 @@ def _lock_place() -> Path:
 
 
 def _lock(name: str) -> int | None:
-    fd = os.open(
-        _lock_place() / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
-    )
+    try:
+        fd = os.open(
+            _lock_place() / f"{name}.lock",
+            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+            0o600,
+        )
+    except OSError:  # replaced by a link (ELOOP), made unreadable (EACCES): not one to take
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:  # another call holds it now: it is not ours to take

@@ -56,3 +56,16 @@ def test_a_killed_clients_command_ends_while_another_call_runs(place: Place, oth
     finally:
         os.kill(long.pid, signal.SIGKILL)
         long.wait(timeout=60)
+
+
+def test_a_lock_file_replaced_by_a_link_is_not_followed_nor_fatal(place: Place) -> None:
+    tree, config = place.tree("t"), place.config("c")
+    first = place.call(tree, config, "true")
+    (lock,) = (place.root / "run" / "sprawl-orch" / "warm").glob("*.lock")
+    target = place.root / "elsewhere"
+    target.write_text(lock.read_text())
+    lock.unlink()
+    lock.symlink_to(target)
+    after = place.call(tree, config, "true")
+    assert after["id"] != first["id"]  # not taken through a link
+    assert target.read_text() == "clean 1\n"
