@@ -141,7 +141,11 @@ class ServedWarmPool(WarmPool):
             return
         generation = self._gens.get(warm.name, 0) + 1
         _say(fd, f"clean {generation}")
-        served_warm.back(warm.name, generation, encode(warm, self._sessions[warm.name]))
+        try:
+            served_warm.back(warm.name, generation, encode(warm, self._sessions[warm.name]))
+        except OSError:  # the server died meanwhile (ECONNRESET): no one keeps it; removed now
+            self.remove(warm)
+            return
         self._let_go(warm.name, drop=False)
 
     def remove(self, warm: Warm) -> str | None:
@@ -152,7 +156,8 @@ class ServedWarmPool(WarmPool):
 
     def _let_go(self, name: str, drop: bool) -> None:
         if drop:
-            served_warm.drop(name)
+            with contextlib.suppress(OSError):  # the server is gone: nothing to tell it
+                served_warm.drop(name)
             # a call that opened it meanwhile locks a name no one holds: it reads no `clean`
             with contextlib.suppress(FileNotFoundError):  # never made, or removed already
                 os.unlink(_lock_place() / f"{name}.lock")

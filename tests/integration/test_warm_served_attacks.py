@@ -4,6 +4,7 @@ even while other calls run."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -69,3 +70,25 @@ def test_a_lock_file_replaced_by_a_link_is_not_followed_nor_fatal(place: Place) 
     after = place.call(tree, config, "true")
     assert after["id"] != first["id"]  # not taken through a link
     assert target.read_text() == "clean 1\n"
+
+
+def test_a_server_killed_while_a_call_holds_its_container_loses_no_result(place: Place) -> None:
+    """The call runs on (its client is alive) and must say its command's result; giving the
+    container back to a dead server reset the channel and ended the call with E_INTERNAL."""
+    tree, config = place.tree("t"), place.config("c")
+    kept = str(place.call(tree, config, "true")["id"])
+    token = f"warm-served-{secrets.token_hex(6)}"
+    argv = place.argv(tree, config, "sh", "-c", "sleep 4; echo done; true", token)
+    client = subprocess.Popen(argv, env=place.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + WAIT
+    while not any(_in_container(pid, kept) for pid in _holding(token)):
+        assert time.monotonic() < deadline and client.poll() is None, "never ran in the kept one"
+        time.sleep(0.05)
+    os.kill(place.server_pid(), signal.SIGKILL)
+    out, err = client.communicate(timeout=240)
+    assert client.returncode == 0, err[-2000:]
+    said = json.loads(out)
+    assert (said["exit_code"], said["stdout"]) == (0, "done\n"), said
+    place.wait_gone({kept})
+    after = place.call(tree, config, "true")  # a new server
+    assert after["id"] != kept
