@@ -10,6 +10,7 @@ import secrets
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,20 @@ def test_a_server_killed_while_a_call_holds_its_container_loses_no_result(place:
     place.wait_gone({kept})
     after = place.call(tree, config, "true")  # a new server
     assert after["id"] != kept
+
+
+def test_server_stop_and_a_killed_client_leave_no_lock_file(place: Place) -> None:
+    tree, config = place.tree("t"), place.config("c")
+    place.call(tree, config, "true")
+    client = _started(place, tree, config, f"warm-served-{secrets.token_hex(6)}")
+    os.kill(client.pid, signal.SIGKILL)  # the server drops what it held
+    client.wait()
+    place.call(place.tree("u"), config, "true")
+    warm = place.root / "run" / "sprawl-orch" / "warm"
+    server = place.server_pid()
+    place.stop()
+    deadline = time.monotonic() + WAIT
+    while Path(f"/proc/{server}").exists():  # `stop` returns when the socket is gone
+        assert time.monotonic() < deadline, f"the server {server} still runs"
+        time.sleep(0.1)
+    assert sorted(p.name for p in warm.iterdir()) == []
