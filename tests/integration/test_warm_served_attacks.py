@@ -110,3 +110,27 @@ def test_server_stop_and_a_killed_client_leave_no_lock_file(place: Place) -> Non
         assert time.monotonic() < deadline, f"the server {server} still runs"
         time.sleep(0.1)
     assert sorted(p.name for p in warm.iterdir()) == []
+
+
+def test_what_a_command_leaves_in_the_container_does_not_reach_the_next(place: Place) -> None:
+    tree, config = place.tree("t"), place.config("c")
+    token = f"warm-served-{secrets.token_hex(6)}"
+    first = place.call(
+        tree,
+        config,
+        "sh",
+        "-c",
+        f"(setsid sh -c 'sleep 1000; echo {token}' &) ; "
+        "echo x > /dev/shm/left; echo x > /tmp/left; mkdir -p /tmp/d/e; "
+        "head -c 1048576 /dev/zero > /dev/shm/big; true",
+    )
+    second = place.call(
+        tree,
+        config,
+        "sh",
+        "-c",
+        'test ! -e /tmp/left && test ! -e /tmp/d && test -z "$(ls -A /dev/shm)" && '
+        "! ps -o args | grep -q '[s]leep 1000'",
+    )
+    assert second["reused"] is True and second["id"] == first["id"]
+    assert not _holding(token)
