@@ -48,6 +48,7 @@ from sprawl_orch.container.gvisor import gvisor_note
 from sprawl_orch.container.ownership import give_copy, given_away, take_back
 from sprawl_orch.container.run import ContainerRun
 from sprawl_orch.container.userns import Userns, host_owner
+from sprawl_orch.core import served_warm
 from sprawl_orch.core.arms import ArmName, container_assurances
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.engine_offer import EngineOffer
@@ -254,6 +255,7 @@ class ContainerArm:
         if self.config.warm and launch.given is None:
             # -i/-t run cold: a warm exec has no stdin or terminal of its own yet (issue 26)
             return warm_start(self.warm_pool(), launch, command)
+        served_warm.keep_only(None)  # a cold command holds no kept container's owner
         engine = self.engine
         venv = command_venv(launch, command)
         held = Held.of(launch, engine.name, self.egress_gap)
@@ -352,8 +354,6 @@ class ContainerArm:
 
     def warm_pool(self) -> WarmPool:
         if self._warm is None:
-            from sprawl_orch.core import served_warm
-
             if served_warm.served():
                 # a call of the exec server: idle containers wait in the server (issue 26)
                 from sprawl_orch.container.warm_served import ServedWarmPool

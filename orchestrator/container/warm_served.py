@@ -79,7 +79,13 @@ class ServedWarmPool(WarmPool):
     # -- taking one ------------------------------------------------------------------------
     def _take(self, launch: Launch) -> Warm | None:
         if not self._shared(launch):
+            served_warm.keep_only(None)
             return super()._take(launch)
+        warm = self._take_kept(launch)
+        served_warm.keep_only(None if warm is None else warm.name)
+        return warm
+
+    def _take_kept(self, launch: Launch) -> Warm | None:
         key = self._key(launch)
         for name, entry in served_warm.offers(key):
             assert entry.record is not None
@@ -135,7 +141,11 @@ class ServedWarmPool(WarmPool):
             return
         generation = self._gens.get(warm.name, 0) + 1
         _say(fd, f"clean {generation}")
-        served_warm.back(warm.name, generation, encode(warm, self._sessions[warm.name]))
+        try:
+            served_warm.back(warm.name, generation, encode(warm, self._sessions[warm.name]))
+        except OSError:  # the server died meanwhile (ECONNRESET): no one keeps it; removed now
+            self.remove(warm)
+            return
         self._let_go(warm.name, drop=False)
 
     def remove(self, warm: Warm) -> str | None:
@@ -146,7 +156,8 @@ class ServedWarmPool(WarmPool):
 
     def _let_go(self, name: str, drop: bool) -> None:
         if drop:
-            served_warm.drop(name)
+            with contextlib.suppress(OSError):  # the server is gone: nothing to tell it
+                served_warm.drop(name)
             # a call that opened it meanwhile locks a name no one holds: it reads no `clean`
             with contextlib.suppress(FileNotFoundError):  # never made, or removed already
                 os.unlink(_lock_place() / f"{name}.lock")
@@ -164,9 +175,14 @@ def _lock_place() -> Path:
 
 
 def _lock(name: str) -> int | None:
-    fd = os.open(
-        _lock_place() / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
-    )
+    try:
+        fd = os.open(
+            _lock_place() / f"{name}.lock",
+            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+            0o600,
+        )
+    except OSError:  # replaced by a link (ELOOP), made unreadable (EACCES): not one to take
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:  # another call holds it now: it is not ours to take

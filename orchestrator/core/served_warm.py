@@ -34,6 +34,8 @@ import socket
 from dataclasses import dataclass
 from typing import Final
 
+from sprawl_orch.core.exec_place import runtime_dir
+
 KEEP_PER_KEY: Final = 4  # as the library's warm.IDLE: the oldest idle one goes first
 MESSAGE_LIMIT: Final = 200_000
 
@@ -93,6 +95,15 @@ def offers(key: str) -> list[tuple[str, Kept]]:
 def hold(name: str, key: str, link: int) -> None:
     """A new kept container's owning connection, to the server before the container exists."""
     _send({"op": "hold", "name": name, "key": key}, (link,))
+
+
+def keep_only(name: str | None) -> None:
+    """In a call, before its command: every inherited owning connection closed but that of
+    the container it took (`name`). Held through a command, they kept the guardian from
+    seeing EOF after the server closed its copy: a killed client's container, and the
+    command running on in it, lived as long as any call forked after it was given back."""
+    for other in [n for n in kept if n != name]:
+        _close(other, unlink=False)  # still the server's: only this call's copy closed
 
 
 def take(name: str) -> None:
@@ -166,11 +177,15 @@ def _trim() -> None:
             _close(name)
 
 
-def _close(name: str) -> None:
+def _close(name: str, unlink: bool = True) -> None:
     entry = kept.pop(name, None)
     if entry is not None:
         with contextlib.suppress(OSError):  # closed already: the guardian saw EOF
             os.close(entry.fd)
+    if unlink:  # the server dropped it: its lock file goes too (a call holding it reads no
+        # `clean` in a file made again at that name)
+        with contextlib.suppress(OSError):  # never made, or unlinked by the call that dropped it
+            os.unlink(runtime_dir(dict(os.environ)) / "warm" / f"{name}.lock")
 
 
 def close_all() -> None:

@@ -36,6 +36,7 @@ from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy.store import Lease
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core import served_warm
 from sprawl_orch.core.arg_bounds import check_arguments
 from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.command_input import CommandInput
@@ -367,6 +368,8 @@ class ExecTool(ChangesApi, BacklogApi, LifetimeApi):
             try:
                 if given is not None:
                     given.into(outputs / "stdout")  # a writer before the pump counts them
+                if arm.name != ArmName.CONTAINER:  # it keeps or lets go in container/arm.py
+                    served_warm.keep_only(None)  # inherited owners: core/served_warm.py
                 running = arm.start(launch)
             except BaseException:
                 if given is not None:
