@@ -190,3 +190,16 @@ def python_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if why is not None:
         missing(f"the python arm's runtime: {why} (pip install -e '.[test]')")
     return tmp_path_factory.mktemp("pystate")
+
+
+def holding(token: str) -> list[int]:
+    """The pids whose command line holds ``token`` (a command a test started and tagged)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # gone since listed
+                continue
+    return found

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import holding as _holding
 from tests.integration.test_exec_input import tree  # noqa: F401 -- the per-arm tree fixture
 
 PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
@@ -46,18 +47,6 @@ def test_a_call_through_the_server_is_the_in_process_one(
         == local.stderr.splitlines()[1].split(b":")[:2]
     )
     assert b"exec server is not used" not in served.stderr
-
-
-def _holding(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if token.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:  # gone since listed
-                continue
-    return found
 
 
 def _containers(token: str) -> list[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import holding as _holding
 from tests.integration.conftest import missing
 
 PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
@@ -125,18 +126,6 @@ def _raw_call(env: dict[str, str], token: str) -> socket.socket:
 def _token() -> str:
     """A sleep's argument no other process has: 300 s and a random fraction."""
     return f"300.{secrets.randbelow(10**9):09d}"
-
-
-def _holding(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if token.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:  # gone since listed
-                continue
-    return found
 
 
 def _until(condition: object, seconds: float = 120.0) -> bool:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import holding as _holding
+
 PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
 # not the last command: busybox sh would exec it, and its line (the token) would be gone
 HOLD = "echo started; sleep 300; echo never"
@@ -108,18 +110,6 @@ def place(tmp_path: Path, engine_image: tuple[str, str]) -> Iterator[Place]:
     finally:
         made.stop()
         made.wait_gone(made.made)
-
-
-def _holding(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if token.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:  # gone since listed
-                continue
-    return found
 
 
 def test_a_second_call_reuses_the_container_and_another_place_gets_another(place: Place) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_warm_served import HOLD, WAIT, Place, _holding, _in_container
+from tests.integration.conftest import holding as _holding
+from tests.integration.test_warm_served import HOLD, WAIT, Place, _in_container
 from tests.integration.test_warm_served import place as place  # the fixture
 
 
