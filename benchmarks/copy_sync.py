@@ -56,6 +56,9 @@ from sprawl_orch.copy import pool as copy_pool
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.sync import Bounds, FileWork, sync
 
+Row = tuple[str, str, float, str, float]
+"""case, ours, ours' ms, raw, raw's ms: one line of the table."""
+
 
 def build_tree(root: Path, files: int, size: int) -> None:
     dirs = max(1, files // 100)
@@ -253,7 +256,17 @@ def main() -> None:
     med = statistics.median
     ours_re = med(re_ours)
     cp_ms = med(first_cp)
-    rows = [
+    walk_ms, walk_cpu = med(re_stat), med(CPU["walk"])
+
+    def against_walk(case: str, name: str, ms: float, cpu: list[float]) -> list[Row]:
+        """A row against the metadata-only walk of both sides, and its CPU-time row."""
+        walk = "metadata-only walk, both sides"
+        return [
+            (case, name, ms, walk, walk_ms),
+            ("  same, CPU time", name, med(cpu), walk, walk_cpu),
+        ]
+
+    rows: list[Row] = [
         ("first sync", "sync()", med(first_ours), "cp -a", cp_ms),
         ("  same, CPU time", "sync()", med(CPU["first"]), "cp -a", med(CPU["cp"])),
         *(
@@ -262,58 +275,12 @@ def main() -> None:
         ),
         ("no-change resync", "sync()", ours_re, "rsync -a --delete --checksum", med(re_sum)),
         ("no-change resync", "sync()", ours_re, "rsync -a --delete (mtime+size)", med(re_plain)),
-        ("no-change resync", "sync()", ours_re, "metadata-only walk, both sides", med(re_stat)),
-        (
-            "  same, CPU time",
-            "sync()",
-            med(CPU["ours"]),
-            "metadata-only walk, both sides",
-            med(CPU["walk"]),
-        ),
+        *against_walk("no-change resync", "sync()", ours_re, CPU["ours"]),
         ("no-change resync", "sync()", ours_re, "sync() without stamp record", med(re_bytes)),
         # Issue 26 item 4: what remembering the copy's side can save (target: <= 0.6x).
-        (
-            "floor, one side",
-            "one-side walk",
-            med(re_one),
-            "metadata-only walk, both sides",
-            med(re_stat),
-        ),
-        (
-            "  same, CPU time",
-            "one-side walk",
-            med(CPU["one"]),
-            "metadata-only walk, both sides",
-            med(CPU["walk"]),
-        ),
-        (
-            "sketch, one side",
-            "memory sketch",
-            med(re_sketch),
-            "metadata-only walk, both sides",
-            med(re_stat),
-        ),
-        (
-            "  same, CPU time",
-            "memory sketch",
-            med(CPU["sketch"]),
-            "metadata-only walk, both sides",
-            med(CPU["walk"]),
-        ),
-        (
-            "sketch, kept by dir",
-            "memory by dir",
-            med(re_by_dir),
-            "metadata-only walk, both sides",
-            med(re_stat),
-        ),
-        (
-            "  same, CPU time",
-            "memory by dir",
-            med(CPU["by_dir"]),
-            "metadata-only walk, both sides",
-            med(CPU["walk"]),
-        ),
+        *against_walk("floor, one side", "one-side walk", med(re_one), CPU["one"]),
+        *against_walk("sketch, one side", "memory sketch", med(re_sketch), CPU["sketch"]),
+        *against_walk("sketch, kept by dir", "memory by dir", med(re_by_dir), CPU["by_dir"]),
     ]
     print(
         f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "
