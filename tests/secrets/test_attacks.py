@@ -32,13 +32,20 @@ def _echo(head: bytes, earlier: list[bytes]) -> bytes:
 
 
 class Rig:
-    def __init__(self, up: Raw, tmp_path: Path) -> None:
+    """A proxy binding GH_PAT (`value`) to the raw upstream; `others`: secrets bound elsewhere,
+    whose placeholders are never swapped here (written `<NAME>` in a request)."""
+
+    def __init__(
+        self, up: Raw, tmp_path: Path, value: str = VALUE, others: tuple[str, ...] = ()
+    ) -> None:
         self.up = up
         where = f"localhost:{up.port}"
-        self.run = SecretRun(
-            (Spec(name="GH_PAT", hosts=Rules.parse((where,)), host_list=(where,), value=VALUE),),
-            upstream_cafile=str(up.ca_file(tmp_path)),
-        )
+        specs = [Spec(name="GH_PAT", hosts=Rules.parse((where,)), host_list=(where,), value=value)]
+        specs += [
+            Spec(name=name, hosts=Rules.parse(("elsewhere.example",)), host_list=(), value=name * 3)
+            for name in others
+        ]
+        self.run = SecretRun(tuple(specs), upstream_cafile=str(up.ca_file(tmp_path)))
         # 127.0.0.1 allowed: the loopback refusal would otherwise stop the CONNECT first.
         self.proxy = EgressProxy(Rules.parse((where, "127.0.0.1")), secrets=Interception(self.run))
         self.proxy.start()
@@ -51,6 +58,8 @@ class Rig:
 
     def send(self, request: str) -> bytes:
         data = request.replace("PH", self.ph).replace("PORT", str(self.up.port))
+        for name, ph in self.run.env().items():
+            data = data.replace(f"<{name}>", ph)
         return exchange(self.port, "localhost", self.up.port, self.bundle, data.encode())
 
     def received(self) -> bytes:

@@ -17,47 +17,13 @@ from urllib.parse import unquote
 
 import pytest
 
-from sprawl_orch.egress.proxy import EgressProxy
-from sprawl_orch.egress.rules import Rules
-from sprawl_orch.secrets.intercept import Interception
-from sprawl_orch.secrets.run import SecretRun
-from sprawl_orch.secrets.spec import Spec
-from tests.secrets.raw import Handler, Raw, exchange, raw_upstream
-from tests.secrets.test_attacks import _auth_of, _body, _reply
+from tests.secrets.raw import Handler, Raw, raw_upstream
+from tests.secrets.test_attacks import Rig, _auth_of, _body, _reply
 
 # A password with '?' and '~': base64 writes each as a 6-bit group of 62 or 63 ('+', '/'),
 # whatever the user before it. Plain ASCII letters, digits, '_', '/', '+' and '=' never give
 # either (tests/secrets/test_attacks.py's VALUE has none: its blobs hold no '+' or '/').
 QVALUE = "pw_Summer?2026~release~key?x"
-
-
-class Rig:
-    """tests/secrets/test_attacks.py's Rig with a value of the test's choosing."""
-
-    def __init__(self, up: Raw, tmp_path: Path, value: str, others: tuple[str, ...] = ()) -> None:
-        self.up = up
-        where = f"localhost:{up.port}"
-        specs = [Spec(name="GH_PAT", hosts=Rules.parse((where,)), host_list=(where,), value=value)]
-        # A second secret bound elsewhere: its placeholder is never swapped here.
-        specs += [
-            Spec(name=name, hosts=Rules.parse(("elsewhere.example",)), host_list=(), value=name * 3)
-            for name in others
-        ]
-        self.run = SecretRun(tuple(specs), upstream_cafile=str(up.ca_file(tmp_path)))
-        self.proxy = EgressProxy(Rules.parse((where, "127.0.0.1")), secrets=Interception(self.run))
-        self.proxy.start()
-        listener = socket.create_server(("127.0.0.1", 0))
-        self.proxy.serve(listener)
-        self.port = listener.getsockname()[1]
-        self.bundle = tmp_path / "bundle.pem"
-        self.bundle.write_bytes(self.run.ca.pem)
-        self.ph = self.run.env()["GH_PAT"]
-
-    def send(self, request: str) -> bytes:
-        data = request.replace("PH", self.ph).replace("PORT", str(self.up.port))
-        for name, ph in self.run.env().items():
-            data = data.replace(f"<{name}>", ph)
-        return exchange(self.port, "localhost", self.up.port, self.bundle, data.encode())
 
 
 @pytest.fixture
