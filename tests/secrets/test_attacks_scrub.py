@@ -6,11 +6,7 @@ counting did not look. Real proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import socket
-import ssl
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import unquote
@@ -19,6 +15,7 @@ import pytest
 
 from tests.secrets.raw import Handler, Raw, raw_upstream
 from tests.secrets.test_attacks import Rig, _auth_of, _body, _reply
+from tests.secrets.test_attacks_wire import _pieces
 
 # A password with '?' and '~': base64 writes each as a 6-bit group of 62 or 63 ('+', '/'),
 # whatever the user before it. Plain ASCII letters, digits, '_', '/', '+' and '=' never give
@@ -97,28 +94,6 @@ def _ok(head: bytes, earlier: list[bytes]) -> bytes:
     return _reply(b"ok")
 
 
-def _tls_pieces(rig: Rig, pieces: list[bytes]) -> bytes:
-    """CONNECT, TLS, then each piece as its own record, a pause between (the proxy reads and
-    forwards the first before the next arrives)."""
-    sock = socket.create_connection(("127.0.0.1", rig.port), timeout=60)
-    host = f"localhost:{rig.up.port}"
-    with sock:
-        sock.sendall(f"CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-        reply = b""
-        while b"\r\n\r\n" not in reply:
-            reply += sock.recv(4096)
-        ctx = ssl.create_default_context(cafile=str(rig.bundle))
-        with ctx.wrap_socket(sock, server_hostname="localhost") as tls:
-            out = b""
-            for piece in pieces:
-                tls.sendall(piece.replace(b"PH", rig.ph.encode()))
-                time.sleep(0.3)
-            with contextlib.suppress(OSError, ssl.SSLError):
-                while chunk := tls.recv(65536):
-                    out += chunk
-            return out
-
-
 def _upstream_saw(rig: Rig, what: bytes) -> bool:
     return any(what in head for head in rig.up.heads)
 
@@ -134,14 +109,13 @@ def test_a_body_placeholder_forwarded_before_the_request_is_cut_is_counted(
     # The chunk ends in a blank line so raw.py's upstream, which keeps what precedes one,
     # keeps the forwarded chunk.
     chunk = b"token=" + rig.ph.encode() + b"\r\n\r\n"
-    _tls_pieces(
-        rig,
-        [
-            b"POST /b HTTP/1.1\r\nHost: localhost:" + str(rig.up.port).encode() + b"\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(chunk) + chunk + b"\r\n",
-            b"zz-not-a-chunk-size\r\n\r\n",
-        ],
-    )
+    # each piece its own record, 0.3 s apart: the proxy forwards the first before the next
+    pieces = [
+        b"POST /b HTTP/1.1\r\nHost: localhost:" + str(rig.up.port).encode() + b"\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(chunk) + chunk + b"\r\n",
+        b"zz-not-a-chunk-size\r\n\r\n",
+    ]
+    _pieces(rig, [piece.decode() for piece in pieces], pause=0.3)
     assert _upstream_saw(rig, b"token=" + rig.ph.encode())
     assert [leak["where"] for leak in rig.run.report()["attempted_leaks"]] == [
         "request body (never swapped)"
