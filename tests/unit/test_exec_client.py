@@ -64,13 +64,18 @@ def program(
     )
 
 
-def test_the_client_imports_no_heavy_library() -> None:
+def _client_modules() -> set[str]:
+    """Every module a fresh Python holds after importing the thin client's two modules."""
     code = (
         "import sys, sprawl_orch.client.entry, sprawl_orch.client.exec_client;"
-        "print(sorted({m.split('.')[0] for m in sys.modules}))"
+        "print(sorted(sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = set(json.loads(done.stdout.replace("'", '"')))
+    return set(json.loads(done.stdout.replace("'", '"')))
+
+
+def test_the_client_imports_no_heavy_library() -> None:
+    loaded = {m.split(".")[0] for m in _client_modules()}
     assert loaded & HEAVY == set(), loaded & HEAVY
 
 
@@ -80,12 +85,7 @@ AVOIDED = {"typing", "socket", "selectors", "hashlib", "_hashlib"}
 
 
 def test_the_client_start_imports_none_of_the_avoidable_modules() -> None:
-    code = (
-        "import sys, sprawl_orch.client.entry, sprawl_orch.client.exec_client;"
-        "print(sorted(sys.modules))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = set(json.loads(done.stdout.replace("'", '"')))
+    loaded = _client_modules()
     assert loaded & AVOIDED == set(), loaded & AVOIDED
 
 
