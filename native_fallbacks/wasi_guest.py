@@ -153,12 +153,16 @@ BLOCKED_TRAP = (
 # named ..."), then runs the script as __main__ or the -c code as `python -c` would, in
 # __main__'s globals with the bootstrap's own names gone.
 # Its cost is fuel, which is time (benchmarks/python_arm.py, issue 31): the builtin compile()
-# builds the AST types first (~50M fuel), so -c code runs by exec(str), as CPython's own -c
-# does without that; a script is compiled (its filename must be in its code) but without
-# runpy (~400M fuel: its imports), which is kept for what only it runs (a directory or a zip
-# with a __main__.py). A script's sys.argv[0] is as typed, __file__ is the working directory
-# joined to it, unnormalized, sys.path[0] its real directory, and a missing one exits 2 with
-# CPython's message: all as CPython sets them.
+# builds the AST types first (~51M fuel), so -c code runs by exec(str), as CPython's own -c
+# does; a script is compiled (its filename must be in its code) but without runpy (~400M
+# fuel: its imports), which is kept for what only it runs (a directory or a zip with a
+# __main__.py). The AST types are built at the end of this start, for every guest: a
+# prepared guest (wasi_prepared.py) then spares a served script call those 51M after its
+# hand-off (each paid them, so scripts gained less than -c from it), and a cold guest builds
+# them too, so that both forms meet the same interpreter cold or prepared (its classes
+# included); a cold -c pays them in its start. A script's sys.argv[0] is as typed, __file__
+# is the working directory joined to it, unnormalized, sys.path[0] its real directory, and a
+# missing one exits 2 with CPython's message: all as CPython sets them.
 _BOOT = """\
 import os as _o, sys as _s
 _o.chdir(_s.argv.pop(1))
@@ -182,6 +186,7 @@ class _NativeRefused:
         return None
 _s.meta_path.append(_NativeRefused)
 _s.argv = _s.argv[1:]
+compile("", "", "exec")
 """
 # The -c code's end and the script's: each command's bootstrap carries only its own (CPython
 # compiles all of it before it runs: the other form's lines cost -c pass 5M fuel).

@@ -80,6 +80,30 @@ def test_a_script_runs_in_a_prepared_guest_as_in_a_cold_one(tree: Path, state: P
     assert warm.stdout == cold.stdout == "args ['pkg/show.py', 'x']\n", warm.stderr
 
 
+# The interpreter's own classes: a cold and a prepared guest must show the same ones.
+CLASSES = "print(sorted(c.__name__ for c in object.__subclasses__()))"
+
+
+def test_a_script_handed_to_a_prepared_guest_pays_no_more_than_a_code_line(
+    tree: Path, state: Path
+) -> None:
+    # A script's bootstrap compiles its file with the builtin compile(), whose first call
+    # builds CPython's AST types (~51M fuel, 10-12 ms of CPU here): after the hand-off, in
+    # each served script call, until the start built them (issue 31, pyserve).
+    with tool_for(tree, state) as tool:
+        cold = tool.exec(["python", "-c", CLASSES])
+        code = tool.exec(["python", "-c", "pass"])
+        script = tool.exec(["python", "pkg/show.py", "x"])
+        warm = tool.exec(["python", "-c", CLASSES])
+    runs = (cold, code, script, warm)
+    assert [r.python["prepared"] if r.python else None for r in runs] == [False, True, True, True]
+    assert code.python is not None and script.python is not None
+    extra = int(script.python["fuel_used"]) - int(code.python["fuel_used"])
+    assert extra < 15_000_000, (code.python, script.python)
+    # the same interpreter either way: the start builds them for a cold guest too
+    assert warm.stdout == cold.stdout and "'AST'" in cold.stdout, warm.stderr
+
+
 def test_a_replaced_copy_is_never_handed_over(tree: Path, state: Path, tmp_path: Path) -> None:
     with tool_for(tree, state) as tool:
         assert tool.exec(["python", "-c", "pass"]).exit_code == 0
