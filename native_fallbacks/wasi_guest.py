@@ -156,13 +156,18 @@ BLOCKED_TRAP = (
 # builds the AST types first (~51M fuel), so -c code runs by exec(str), as CPython's own -c
 # does; a script is compiled (its filename must be in its code) but without runpy (~400M
 # fuel: its imports), which is kept for what only it runs (a directory or a zip with a
-# __main__.py). The AST types are built at the end of this start, for every guest: a
-# prepared guest (wasi_prepared.py) then spares a served script call those 51M after its
-# hand-off (each paid them, so scripts gained less than -c from it), and a cold guest builds
-# them too, so that both forms meet the same interpreter cold or prepared (its classes
-# included); a cold -c pays them in its start. A script's sys.argv[0] is as typed, __file__
-# is the working directory joined to it, unnormalized, sys.path[0] its real directory, and a
-# missing one exits 2 with CPython's message: all as CPython sets them.
+# __main__.py). A prepared guest (wasi_prepared.py) builds the AST types in its start, so a
+# served script handed to it does not pay those 51M after its hand-off (each did, which is
+# why scripts gained less than -c from prepared guests). Then (_FREEZE) the start's objects
+# are frozen (gc.freeze, as CPython advises before a fork): CPython's finalization collects
+# every object several times, and ~36M of the ~49M fuel a `-c pass` spent after its
+# hand-off (10-20 ms of each served call) went on the start's own objects, which no
+# collection frees. The command's objects are collected as before (a cycle's __del__ still
+# runs at exit); only gc.get_objects() and gc.get_referrers() no longer list the start's,
+# and gc.get_freeze_count() is not 0. `gc` is left out of sys.modules, as at a plain start.
+# A script's sys.argv[0] is as typed, __file__ is the working directory joined to it,
+# unnormalized, sys.path[0] its real directory, and a missing one exits 2 with CPython's
+# message: all as CPython sets them.
 _BOOT = """\
 import os as _o, sys as _s
 _o.chdir(_s.argv.pop(1))
@@ -186,14 +191,21 @@ class _NativeRefused:
         return None
 _s.meta_path.append(_NativeRefused)
 _s.argv = _s.argv[1:]
-compile("", "", "exec")
+"""
+# The start's objects frozen, and the command's __main__ a module made after it: a frozen
+# one (and its globals) would keep what the command left in its globals from the exit's
+# first collection (a cycle's __del__ then never ran).
+_FREEZE = """\
+import gc as _g
+_g.freeze()
+del _g, _s.modules["gc"]
+_s.modules["__main__"] = type(_s)("__main__")
+_s.modules["__main__"].__dict__.update((k, v) for k, v in globals().items() if k[:2] == "__")
 """
 # The -c code's end and the script's: each command's bootstrap carries only its own (CPython
 # compiles all of it before it runs: the other form's lines cost -c pass 5M fuel).
 _RUN_CODE = """\
-_c = _s.argv.pop(1)
-del _o, _s, _NativeRefused
-exec(globals().pop("_c"))
+exec(_s.argv.pop(1), _s.modules["__main__"].__dict__)
 """
 _RUN_SCRIPT = """\
 _p = _o.path.join(_o.getcwd(), _s.argv[0])
@@ -212,17 +224,15 @@ if _c.startswith(b"PK\\x03\\x04"):
     import runpy as _r
     _r.run_path(_s.argv[0], run_name="__main__")
 else:
-    _c = compile(_c, _p, "exec")
-    globals().update(__file__=_p, __cached__=None)
-    del _o, _s, _NativeRefused, _p, _f
-    exec(globals().pop("_c"))
+    _s.modules["__main__"].__dict__.update(__file__=_p, __cached__=None)
+    exec(compile(_c, _p, "exec"), _s.modules["__main__"].__dict__)
 """
 
 
 def guest_argv(workdir: str, argv: list[str], sites: list[str] | None = None) -> list[str]:
     """`python -c CODE ARGS` or `python SCRIPT ARGS` as the guest interpreter's argv; `sites`:
     guest paths of the tree's virtualenv site-packages."""
-    boot = _BOOT + (_RUN_CODE if argv[1] == "-c" else _RUN_SCRIPT)
+    boot = _BOOT + _FREEZE + (_RUN_CODE if argv[1] == "-c" else _RUN_SCRIPT)
     return ["python", "-c", boot, workdir, "\n".join(sites or ()), *argv[1:]]
 
 
