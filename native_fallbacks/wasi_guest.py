@@ -150,21 +150,12 @@ BLOCKED_TRAP = (
 # and ignores PWD), so the bootstrap changes into the preopened working directory, puts the
 # tree's virtualenv site-packages on the path (pure-Python packages import; a C extension is
 # refused by the finder appended last, saying why, where CPython would only say "No module
-# named ..."), then runs the script as __main__ or the -c code as `python -c` would, in
-# __main__'s globals with the bootstrap's own names gone.
-# Its cost is fuel, which is time (benchmarks/python_arm.py, issue 31): the builtin compile()
-# builds the AST types first (~51M fuel), so -c code runs by exec(str), as CPython's own -c
-# does; a script is compiled (its filename must be in its code) but without runpy (~400M
-# fuel: its imports), which is kept for what only it runs (a directory or a zip with a
-# __main__.py). A prepared guest (wasi_prepared.py) builds the AST types in its start, so a
-# served script handed to it does not pay those 51M after its hand-off (each did, which is
-# why scripts gained less than -c from prepared guests). Then (_FREEZE) the start's objects
-# are frozen (gc.freeze, as CPython advises before a fork): CPython's finalization collects
-# every object several times, and ~36M of the ~49M fuel a `-c pass` spent after its
-# hand-off (10-20 ms of each served call) went on the start's own objects, which no
-# collection frees. The command's objects are collected as before (a cycle's __del__ still
-# runs at exit); only gc.get_objects() and gc.get_referrers() no longer list the start's,
-# and gc.get_freeze_count() is not 0. `gc` is left out of sys.modules, as at a plain start.
+# named ..."), then runs the script as __main__ or the -c code as `python -c` would, in the
+# globals of a __main__ without the bootstrap's names (_FREEZE). Its cost is fuel, which is
+# time (issue 31; docs/python.md "Speed"): the builtin compile() builds the AST types first
+# (51M fuel), so -c code runs by exec(str), as CPython's own -c does; a script is compiled
+# (its filename must be in its code; a prepared guest built the AST types in its start) but
+# without runpy (~400M fuel: its imports), kept for a directory or a zip with a __main__.py.
 # A script's sys.argv[0] is as typed, __file__ is the working directory joined to it,
 # unnormalized, sys.path[0] its real directory, and a missing one exits 2 with CPython's
 # message: all as CPython sets them.
@@ -192,9 +183,11 @@ class _NativeRefused:
 _s.meta_path.append(_NativeRefused)
 _s.argv = _s.argv[1:]
 """
-# The start's objects frozen, and the command's __main__ a module made after it: a frozen
-# one (and its globals) would keep what the command left in its globals from the exit's
-# first collection (a cycle's __del__ then never ran).
+# The start's objects frozen (gc.freeze): CPython's exit collects every object several times,
+# ~36M of a served -c pass's ~49M fuel after its hand-off; frozen ones are skipped (absent
+# from gc.get_objects(); `gc` left out of sys.modules). The command's __main__ is made after
+# it: a frozen one kept what the command left in its globals from the exit's first
+# collection (a cycle's __del__ never ran).
 _FREEZE = """\
 import gc as _g
 _g.freeze()
