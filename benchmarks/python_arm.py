@@ -19,7 +19,8 @@ after:
   host's `python -c pass`, and against the CLI on the copied tree running the same: in-process
   (`main()` in a fresh Python: the runtime started per call), and served -- the `sprawl-orch`
   program, a thin client, through its exec server, which holds one runtime for every call
-  (native_fallbacks/wasi_shared.py; the path of the day);
+  (native_fallbacks/wasi_shared.py; the path of the day), served also for a script
+  (`python a.py`, whose bootstrap compiles a file);
 - the fuel rate: how much fuel a second of `while True: pass` burns here, to read
   `[sandbox.python] fuel` as seconds.
 Ratios are ours / raw.
@@ -121,9 +122,10 @@ def served(base: Path, tree: Path, reps: int) -> dict[str, list[float]]:
         for _ in range(3):  # the server's start, then its runtime's load
             call("python", PASS)
             call("copied_tree", host)
-        times: dict[str, list[float]] = {"py": [], "ct": [], "raw": []}
-        for _ in range(reps):  # interleaved: the load drifts alike for all three
+        times: dict[str, list[float]] = {"py": [], "script": [], "ct": [], "raw": []}
+        for _ in range(reps):  # interleaved: the load drifts alike for all four
             times["py"].append(timed(lambda: call("python", PASS)))
+            times["script"].append(timed(lambda: call("python", ["python", "a.py"])))
             times["ct"].append(timed(lambda: call("copied_tree", host)))
             times["raw"].append(timed(lambda: must(host)))
         return times
@@ -243,6 +245,7 @@ def main() -> None:
             "cli_ct": cli_ct,
             "cli_raw": cli_raw,
             "srv_py": srv["py"],
+            "srv_script": srv["script"],
             "srv_ct": srv["ct"],
             "srv_raw": srv["raw"],
         }.items()
@@ -267,6 +270,8 @@ def main() -> None:
     print(f"served CLI, copied tree (host python):{m['srv_ct']:9.1f} ms")
     print(f"  host python -c pass, same rounds:   {m['srv_raw']:9.1f} ms")
     print(f"ratio served python arm / host python:{m['srv_py'] / m['srv_raw']:9.2f}")
+    print(f"  served python a.py (a script):      {m['srv_script']:9.1f} ms")
+    print(f"ratio served script / host python:    {m['srv_script'] / m['srv_raw']:9.2f}")
     print(f"ratio served python arm / served copied:{m['srv_py'] / m['srv_ct']:7.2f}")
     print(f"served python arm less the arm alone: {m['srv_py'] - m['alone']:9.1f} ms")
     print(f"fuel rate: {fuel / (loop / 1000):.3g} per second ({fuel} fuel in {loop:.0f} ms)")

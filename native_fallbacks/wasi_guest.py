@@ -150,15 +150,15 @@ BLOCKED_TRAP = (
 # and ignores PWD), so the bootstrap changes into the preopened working directory, puts the
 # tree's virtualenv site-packages on the path (pure-Python packages import; a C extension is
 # refused by the finder appended last, saying why, where CPython would only say "No module
-# named ..."), then runs the script as __main__ or the -c code as `python -c` would, in
-# __main__'s globals with the bootstrap's own names gone.
-# Its cost is fuel, which is time (benchmarks/python_arm.py, issue 31): the builtin compile()
-# builds the AST types first (~50M fuel), so -c code runs by exec(str), as CPython's own -c
-# does without that; a script is compiled (its filename must be in its code) but without
-# runpy (~400M fuel: its imports), which is kept for what only it runs (a directory or a zip
-# with a __main__.py). A script's sys.argv[0] is as typed, __file__ is the working directory
-# joined to it, unnormalized, sys.path[0] its real directory, and a missing one exits 2 with
-# CPython's message: all as CPython sets them.
+# named ..."), then runs the script as __main__ or the -c code as `python -c` would, in the
+# globals of a __main__ without the bootstrap's names (_FREEZE). Its cost is fuel, which is
+# time (issue 31; docs/python.md "Speed"): the builtin compile() builds the AST types first
+# (51M fuel), so -c code runs by exec(str), as CPython's own -c does; a script is compiled
+# (its filename must be in its code; a prepared guest built the AST types in its start) but
+# without runpy (~400M fuel: its imports), kept for a directory or a zip with a __main__.py.
+# A script's sys.argv[0] is as typed, __file__ is the working directory joined to it,
+# unnormalized, sys.path[0] its real directory, and a missing one exits 2 with CPython's
+# message: all as CPython sets them.
 _BOOT = """\
 import os as _o, sys as _s
 _o.chdir(_s.argv.pop(1))
@@ -183,12 +183,22 @@ class _NativeRefused:
 _s.meta_path.append(_NativeRefused)
 _s.argv = _s.argv[1:]
 """
+# The start's objects frozen (gc.freeze): CPython's exit collects every object several times,
+# ~36M of a served -c pass's ~49M fuel after its hand-off; frozen ones are skipped (absent
+# from gc.get_objects(); `gc` left out of sys.modules). The command's __main__ is made after
+# it: a frozen one kept what the command left in its globals from the exit's first
+# collection (a cycle's __del__ never ran).
+_FREEZE = """\
+import gc as _g
+_g.freeze()
+del _g, _s.modules["gc"]
+_s.modules["__main__"] = type(_s)("__main__")
+_s.modules["__main__"].__dict__.update((k, v) for k, v in globals().items() if k[:2] == "__")
+"""
 # The -c code's end and the script's: each command's bootstrap carries only its own (CPython
 # compiles all of it before it runs: the other form's lines cost -c pass 5M fuel).
 _RUN_CODE = """\
-_c = _s.argv.pop(1)
-del _o, _s, _NativeRefused
-exec(globals().pop("_c"))
+exec(_s.argv.pop(1), _s.modules["__main__"].__dict__)
 """
 _RUN_SCRIPT = """\
 _p = _o.path.join(_o.getcwd(), _s.argv[0])
@@ -207,17 +217,15 @@ if _c.startswith(b"PK\\x03\\x04"):
     import runpy as _r
     _r.run_path(_s.argv[0], run_name="__main__")
 else:
-    _c = compile(_c, _p, "exec")
-    globals().update(__file__=_p, __cached__=None)
-    del _o, _s, _NativeRefused, _p, _f
-    exec(globals().pop("_c"))
+    _s.modules["__main__"].__dict__.update(__file__=_p, __cached__=None)
+    exec(compile(_c, _p, "exec"), _s.modules["__main__"].__dict__)
 """
 
 
 def guest_argv(workdir: str, argv: list[str], sites: list[str] | None = None) -> list[str]:
     """`python -c CODE ARGS` or `python SCRIPT ARGS` as the guest interpreter's argv; `sites`:
     guest paths of the tree's virtualenv site-packages."""
-    boot = _BOOT + (_RUN_CODE if argv[1] == "-c" else _RUN_SCRIPT)
+    boot = _BOOT + _FREEZE + (_RUN_CODE if argv[1] == "-c" else _RUN_SCRIPT)
     return ["python", "-c", boot, workdir, "\n".join(sites or ()), *argv[1:]]
 
 

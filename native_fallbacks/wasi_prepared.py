@@ -126,6 +126,10 @@ def boot(guest: Any) -> str:
     code, script = ("".join("    " + line for line in t.splitlines(True)) for t in tails)
     return str(
         guest._BOOT
+        # CPython's AST types, which a script's compile() builds first (51M fuel): built
+        # before the hand-off, not in each served script call (issue 31, pyserve)
+        + 'compile("", "", "exec")\n'
+        + guest._FREEZE
         + '_s.argv = _s.stdin.buffer.read().decode("utf-8").split("\\0")\n'
         + 'if _s.argv[0] == "-c":\n'
         + code

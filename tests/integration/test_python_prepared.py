@@ -80,6 +80,67 @@ def test_a_script_runs_in_a_prepared_guest_as_in_a_cold_one(tree: Path, state: P
     assert warm.stdout == cold.stdout == "args ['pkg/show.py', 'x']\n", warm.stderr
 
 
+# The interpreter's own classes (object's direct subclasses), by name.
+CLASSES = "print(sorted(c.__name__ for c in object.__subclasses__()))"
+
+
+def test_a_script_handed_to_a_prepared_guest_pays_no_more_than_a_code_line(
+    tree: Path, state: Path
+) -> None:
+    # A script's bootstrap compiles its file with the builtin compile(), whose first call
+    # builds CPython's AST types (~51M fuel, 10-12 ms of CPU here): after the hand-off, in
+    # each served script call, until the start built them (issue 31, pyserve).
+    with tool_for(tree, state) as tool:
+        cold = tool.exec(["python", "-c", CLASSES])
+        code = tool.exec(["python", "-c", "pass"])
+        script = tool.exec(["python", "pkg/show.py", "x"])
+        warm = tool.exec(["python", "-c", CLASSES])
+    runs = (cold, code, script, warm)
+    assert [r.python["prepared"] if r.python else None for r in runs] == [False, True, True, True]
+    assert code.python is not None and script.python is not None
+    extra = int(script.python["fuel_used"]) - int(code.python["fuel_used"])
+    assert extra < 15_000_000, (code.python, script.python)
+    # built in the prepared start, as a script's own start builds them: the one class a
+    # prepared -c guest has that a cold -c guest lacks
+    first, later = (set(eval(r.stdout)) for r in (cold, warm))
+    assert later - first == {"AST"} and first <= later, (cold.stdout, warm.stdout)
+
+
+AT_EXIT = (
+    "import atexit, sys\n"
+    "class Cycle:\n"
+    "    def __del__(self): sys.stdout.write('collected at exit\\n')\n"
+    "c = Cycle(); c.me = c\n"
+    "atexit.register(print, 'atexit ran')\n"
+    "sys.stdout.write('unflushed ')"
+)
+
+
+def test_a_guests_exit_skips_its_starts_objects_and_keeps_what_exit_does(
+    tree: Path, state: Path
+) -> None:
+    # CPython's finalization collects every object several times over: ~36M of the ~49M
+    # fuel a -c pass spent after its hand-off went on the start's own objects (10-20 ms on
+    # every served call's path). The start freezes them (gc.freeze); the command's are
+    # collected as before.
+    with tool_for(tree, state) as tool:
+        assert tool.exec(["python", "-c", "pass"]).exit_code == 0
+        quit_ = tool.exec(["python", "-c", "import os; os._exit(0)"])
+        done = tool.exec(["python", "-c", "pass"])
+        kept = tool.exec(["python", "-c", AT_EXIT])
+        tool.environ["TZ"] = "Other/Zone"  # another key: a cold guest
+        cold = tool.exec(["python", "-c", AT_EXIT])
+    runs = (quit_, done, kept, cold)
+    assert [r.python["prepared"] if r.python else None for r in runs] == [True, True, True, False]
+    assert quit_.python is not None and done.python is not None
+    # both counted from their store's start, which varies by ~0.5M
+    finalization = int(done.python["fuel_used"]) - int(quit_.python["fuel_used"])
+    assert finalization < 25_000_000, (quit_.python, done.python)
+    # the exit's own work, prepared and cold alike: flush, atexit, a cycle collected
+    for ran in (kept, cold):
+        assert ran.stdout == "unflushed atexit ran\ncollected at exit\n", ran.stderr
+
+
 def test_a_replaced_copy_is_never_handed_over(tree: Path, state: Path, tmp_path: Path) -> None:
     with tool_for(tree, state) as tool:
         assert tool.exec(["python", "-c", "pass"]).exit_code == 0
