@@ -59,18 +59,38 @@ class Refused(Exception):
 
 
 def code_stamp() -> str:
-    """The installed code: every .py file's path, size and mtime (~200 lstats)."""
+    """The installed code: every .py file's path, size and mtime (~230 lstats)."""
     here = Path(__file__).resolve().parent.parent  # the sprawl_orch package
-    digest = sha256()
-    roots = [here] + [here.parent / r for r in ROOTS if (here.parent / r).is_dir()]
+    roots = [str(here)] + [str(here.parent / r) for r in ROOTS if (here.parent / r).is_dir()]
+    lines: list[str] = []
     for root in dict.fromkeys(roots):
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-            for name in sorted(filenames):
-                if name.endswith(".py"):
-                    st = os.lstat(os.path.join(dirpath, name))
-                    digest.update(f"{dirpath}/{name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
+        _stamp_tree(root, lines)
+    return sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _stamp_tree(top: str, lines: list[str]) -> None:
+    """`top`'s .py files as "path:size:mtime" lines, depth first in name order, __pycache__
+    skipped. By scandir of an open directory: the kind of each entry comes with the listing,
+    and each file's lstat is relative to the directory, not a walk of its whole path -- the
+    os.walk this replaced cost every client start ~1.9 ms of CPU for the same facts, this
+    ~1.45 ms (measured side by side, 2026-12-03)."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+        subdirs = []
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if name != "__pycache__":
+                    subdirs.append(name)
+            elif name.endswith(".py"):
+                st = entry.stat(follow_symlinks=False)
+                lines.append(f"{top}/{name}:{st.st_size}:{st.st_mtime_ns}\n")
+    finally:
+        os.close(fd)
+    for name in subdirs:
+        _stamp_tree(f"{top}/{name}", lines)
 
 
 def runtime_dir(environ: dict[str, str]) -> Path:
