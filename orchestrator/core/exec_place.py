@@ -150,22 +150,38 @@ def context(pid: int | str = "self") -> str:
     """Everything that confines process `pid` besides its uid: status fields, namespaces,
     cgroup, root directory and resource limits. A call runs in the server's context, so the
     server serves only callers of exactly its own; OSError when it can't be read."""
-    proc = Path("/proc") / str(pid)
+    proc = f"/proc/{pid}"
     parts = [
         line
-        for line in (proc / "status").read_text().splitlines()
+        for line in _proc_text(f"{proc}/status").splitlines()
         if line.split(":", 1)[0] in STATUS_FIELDS
     ]
     for name in NAMESPACES:
         try:
-            parts.append(os.readlink(proc / "ns" / name))
+            parts.append(os.readlink(f"{proc}/ns/{name}"))
         except FileNotFoundError:  # a kernel without this namespace kind: same for all
             parts.append(f"{name}:none")
-    root = os.stat(proc / "root")
+    root = os.stat(f"{proc}/root")
     parts.append(f"root:{root.st_dev}:{root.st_ino}")
-    parts.append((proc / "cgroup").read_text())
-    parts.append((proc / "limits").read_text())
+    parts.append(_proc_text(f"{proc}/cgroup"))
+    parts.append(_proc_text(f"{proc}/limits"))
     return "\n".join(parts)
+
+
+def _proc_text(path: str) -> str:
+    """A /proc file's text, read raw. Read by both ends of every call (the client names its
+    server by it, the server checks each caller): Path.read_text's buffered text layer cost
+    ~0.17 ms of each context()'s 0.3. Undecodable bytes are kept escaped, not an error: the
+    process name in `status` is whatever file the caller ran (a name not in UTF-8 crashed
+    the client with UnicodeDecodeError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def socket_path(environ: dict[str, str]) -> Path:

@@ -310,6 +310,30 @@ def test_server_status_and_stop(tree: Path, env: dict[str, str]) -> None:
     assert b"no exec server" in program(["server", "status"], env).stdout
 
 
+def test_a_caller_whose_name_is_not_utf8_is_served_and_the_server_lives(
+    tree: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """/proc/PID/status names the file a process ran, in whatever bytes: both ends read it
+    (core/exec_place.context). Such a client crashed with UnicodeDecodeError; a caller so
+    named that connects by hand must not take the server down either."""
+    odd = os.path.join(os.fsencode(tmp_path), b"\xffsprawl")
+    os.symlink(PROGRAM, odd)
+    args = ["exec", "-C", str(tree), "--", "true"]
+    done = subprocess.run([odd, *args], capture_output=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0 and b"Runs under copied_tree" in done.stderr, done.stderr[-2000:]
+    before = program(["server", "status"], env).stdout
+    hand = (
+        "import ctypes, os; from sprawl_orch.client.exec_client import connect; "
+        "from sprawl_orch.core.exec_place import socket_path; "
+        "path = socket_path(dict(os.environ)); "
+        "ctypes.CDLL(None).prctl(15, b'\\xffnamed', 0, 0, 0); "  # PR_SET_NAME
+        "connect(path).close()"
+    )
+    subprocess.run([sys.executable, "-c", hand], env=env, timeout=60, check=True)
+    assert program(args, env).returncode == 0
+    assert program(["server", "status"], env).stdout == before  # the same server, same pid
+
+
 def test_a_call_outlives_a_killed_server_and_says_its_status(
     tree: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
