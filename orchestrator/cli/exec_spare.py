@@ -102,11 +102,11 @@ def fork_spare(
     None when it can't be made: calls are forked as before."""
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    except OSError:
+    except OSError:  # out of descriptors: no spare, the next call is forked as before
         return None
     try:
         pid = os.fork()
-    except OSError:
+    except OSError:  # out of processes or memory: no spare, the next call is forked as before
         ours.close()
         theirs.close()
         return None
@@ -129,7 +129,7 @@ def hand(spare: Spare, conn: socket.socket, teach: int, keep: int) -> bool:
     """Give the spare this call; False (the spare ended) when it can't take it."""
     try:
         socket.send_fds(spare.handoff, [b"call"], [conn.fileno(), teach, keep])
-    except OSError:
+    except OSError:  # the spare died (EPIPE): reaped, and the call is forked as before
         end(spare)
         return False
     spare.handoff.close()
@@ -138,9 +138,9 @@ def hand(spare: Spare, conn: socket.socket, teach: int, keep: int) -> bool:
 
 def end(spare: Spare) -> None:
     """Kill an unused spare and reap it (it holds no call: nothing is lost)."""
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError):  # ended already: a zombie, reaped below
         os.kill(spare.pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
+    with contextlib.suppress(ChildProcessError):  # reaped already: nothing left of it
         os.waitpid(spare.pid, 0)
     spare.handoff.close()
 
