@@ -27,17 +27,24 @@ def _server(env: dict[str, str]) -> int:
 
 
 def _spares(server: int, timeout: float = 30.0) -> list[int]:
-    """The server's idle children: its spare (a running call has its command as a child)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [
+    """The server's idle children: its spare. A running call has its command as a child; one
+    that has just said its status may still be exiting for a moment, so only children seen
+    idle on two looks 0.2 s apart count."""
+
+    def idle() -> list[int]:
+        return sorted(
             p.pid
             for p in psutil.Process(server).children()
             if p.status() != "zombie" and not p.children()
-        ]
+        )
+
+    deadline = time.monotonic() + timeout
+    while True:
+        first = idle()
+        time.sleep(0.2)
+        found = sorted(set(first) & set(idle()))
         if found or time.monotonic() > deadline:
             return found
-        time.sleep(0.02)
 
 
 def _gone(pids: list[int], timeout: float = 30.0) -> bool:
