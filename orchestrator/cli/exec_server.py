@@ -314,7 +314,11 @@ def _end_children() -> None:
     import psutil
 
     from sprawl_orch.runs.guardian_client import STARTED
+    from sprawl_orch.runs.process import STARTING
 
+    # no command starts from here on (one being started is listed below); bounded: a start
+    # stuck past it is what the guardian is for
+    STARTING.acquire(timeout=5.0)
     mine = os.getpgid(0)
     try:
         children = psutil.Process().children(recursive=True)
