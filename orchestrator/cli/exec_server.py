@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import TypedDict
 
+from sprawl_orch.cli import exec_spare
+from sprawl_orch.cli.exec_spare import preload
 from sprawl_orch.core import served_memo, served_warm
 from sprawl_orch.core.exec_place import context, peer
 from sprawl_orch.native_fallbacks import wasi_shared
@@ -48,56 +50,6 @@ FORWARDED = {
 HEADER_LIMIT = 8 << 20  # argv + environment; the kernel's ARG_MAX is far below
 _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _PR_GET_DUMPABLE = 3
-
-
-# What a call imports lazily, inside functions (found by listing sys.modules after one call
-# per arm): 49 modules, ~100 ms a call paid again in every fork until named here.
-LAZY = (
-    "psutil",
-    "resource",
-    "netrc",
-    "docker",
-    "sprawl_orch.cli.copy_progress",
-    "sprawl_orch.cli.exec_cmd",
-    "sprawl_orch.cli.exec_input",
-    "sprawl_orch.tool.exec_tool",
-    "sprawl_orch.runs.process",
-    "sprawl_orch.container.arm",
-    "sprawl_orch.container.create",
-    "sprawl_orch.container.admission",
-    "sprawl_orch.container.probe_container",
-    "sprawl_orch.container.stale_probes",
-    "sprawl_orch.container.offer",
-    "sprawl_orch.engines.docker",
-    "sprawl_orch.engines.docker_attach",
-    "sprawl_orch.engines.podman",
-    "sprawl_orch.native_fallbacks.bwrap",
-    "sprawl_orch.native_fallbacks.copied_tree",
-    "sprawl_orch.native_fallbacks.probe",
-    "sprawl_orch.native_fallbacks.view_memo",
-    # every arm's offer asks whether Landlock is there (found the same way, 2026-12-02:
-    # ~16 ms of a copied_tree call's 60 ms were these imports)
-    "sprawl_orch.native_fallbacks.landlock",
-    "sprawl_orch.native_fallbacks.landlock_helper",
-    "sprawl_orch.native_fallbacks.seccomp_landlock",
-    # the python arm's side of a call (its runtime is held apart: native_fallbacks/wasi_shared)
-    "sprawl_orch.native_fallbacks.wasi_python",
-    "encodings.ascii",
-)
-
-
-def preload() -> None:
-    """What a call would import: paid once here, shared by every fork (copy-on-write)."""
-    import importlib
-
-    from sprawl_orch.cli import main
-
-    for name in LAZY:
-        # an optional one (the docker SDK for podman/native users) is imported by the call
-        # that needs it, or is never needed
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-    main.get_command(None, "exec")  # type: ignore[arg-type]
 
 
 def serve(path: Path, idle: float) -> int:
@@ -145,6 +97,31 @@ def serve(path: Path, idle: float) -> int:
     poller = select.poll()
     poller.register(listener, select.POLLIN)
     last = time.monotonic()
+    ended = 0  # calls ended so far: a spare forked before the last end is not used
+    spare: exec_spare.Spare | None = None
+
+    def leave() -> None:
+        """In a child (a call, a spare): the listener and other calls' connections and
+        channels are not its own -- held there, a dead server's caller waited on a live
+        call's copy for EOF."""
+        listener.close()
+        for pidfd, (_, other, theirs, warm) in calls.items():
+            os.close(pidfd)
+            os.close(theirs)
+            os.close(warm)
+            other.close()
+
+    def call(conn: socket.socket, teach: int, keep: int) -> None:
+        served_warm.in_call(keep)
+        _call(conn, teach)  # never returns
+
+    def renew() -> None:
+        """A spare for the next call, when one may be used (exec_spare.py)."""
+        nonlocal spare
+        if spare is None and not stopping and not served_warm.kept:
+            spare = exec_spare.fork_spare(ended, leave, call)
+
+    renew()
     try:
         while not (stopping and not calls):
             if stopping and listener.fileno() >= 0:
@@ -162,20 +139,19 @@ def serve(path: Path, idle: float) -> int:
                         continue
                     learned, teach = served_memo.channel()
                     kept, keep = served_warm.channel()
-                    pid = os.fork()
-                    if pid == 0:
-                        listener.close()
-                        os.close(learned)
-                        os.close(kept)
-                        # other callers' connections and calls are not this call's: held
-                        # here, a dead server's caller waited on a live call's copy for EOF
-                        for pidfd, (_, other, theirs, warm) in calls.items():
-                            os.close(pidfd)
-                            os.close(theirs)
-                            os.close(warm)
-                            other.close()
-                        served_warm.in_call(keep)
-                        _call(conn, teach)  # never returns
+                    ready, spare = spare, None
+                    if ready is not None and (ready.generation != ended or served_warm.kept):
+                        exec_spare.end(ready)  # not what a fork made now would be
+                        ready = None
+                    if ready is not None and exec_spare.hand(ready, conn, teach, keep):
+                        pid = ready.pid
+                    else:
+                        pid = os.fork()
+                        if pid == 0:
+                            leave()
+                            os.close(learned)
+                            os.close(kept)
+                            call(conn, teach, keep)  # never returns
                     os.close(teach)
                     os.close(keep)
                     pidfd = os.pidfd_open(pid)
@@ -186,6 +162,7 @@ def serve(path: Path, idle: float) -> int:
                     poller.unregister(fd)
                     os.close(fd)
                     _, status = os.waitpid(pid, 0)
+                    ended += 1
                     # what the call kept or gave back, before its caller hears the status:
                     # a killed call's container is the guardian's to remove from now on
                     served_warm.take_messages(kept, pid)
@@ -197,7 +174,13 @@ def serve(path: Path, idle: float) -> int:
                     # the python arm's runtime a call asked for, held for the next calls
                     wasi_shared.after_call()
                     last = time.monotonic()
+                    if spare is not None:
+                        exec_spare.end(spare)  # forked before this end: not used
+                        spare = None
+                    renew()
     finally:
+        if spare is not None:
+            exec_spare.end(spare)
         served_warm.close_all()  # the guardian removes every kept warm container
         wasi_shared.close_all()
         if listener.fileno() >= 0:
@@ -331,7 +314,11 @@ def _end_children() -> None:
     import psutil
 
     from sprawl_orch.runs.guardian_client import STARTED
+    from sprawl_orch.runs.process import STARTING
 
+    # no command starts from here on (one being started is listed below); bounded: a start
+    # stuck past it is what the guardian is for
+    STARTING.acquire(timeout=5.0)
     mine = os.getpgid(0)
     try:
         children = psutil.Process().children(recursive=True)

@@ -59,18 +59,38 @@ class Refused(Exception):
 
 
 def code_stamp() -> str:
-    """The installed code: every .py file's path, size and mtime (~200 lstats)."""
+    """The installed code: every .py file's path, size and mtime (~230 lstats)."""
     here = Path(__file__).resolve().parent.parent  # the sprawl_orch package
-    digest = sha256()
-    roots = [here] + [here.parent / r for r in ROOTS if (here.parent / r).is_dir()]
+    roots = [str(here)] + [str(here.parent / r) for r in ROOTS if (here.parent / r).is_dir()]
+    lines: list[str] = []
     for root in dict.fromkeys(roots):
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-            for name in sorted(filenames):
-                if name.endswith(".py"):
-                    st = os.lstat(os.path.join(dirpath, name))
-                    digest.update(f"{dirpath}/{name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
+        _stamp_tree(root, lines)
+    return sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _stamp_tree(top: str, lines: list[str]) -> None:
+    """`top`'s .py files as "path:size:mtime" lines, depth first in name order, __pycache__
+    skipped. By scandir of an open directory: the kind of each entry comes with the listing,
+    and each file's lstat is relative to the directory, not a walk of its whole path -- the
+    os.walk this replaced cost every client start ~1.9 ms of CPU for the same facts, this
+    ~1.45 ms (measured side by side, 2026-12-03)."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+        subdirs = []
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if name != "__pycache__":
+                    subdirs.append(name)
+            elif name.endswith(".py"):
+                st = entry.stat(follow_symlinks=False)
+                lines.append(f"{top}/{name}:{st.st_size}:{st.st_mtime_ns}\n")
+    finally:
+        os.close(fd)
+    for name in subdirs:
+        _stamp_tree(f"{top}/{name}", lines)
 
 
 def runtime_dir(environ: dict[str, str]) -> Path:
@@ -130,22 +150,38 @@ def context(pid: int | str = "self") -> str:
     """Everything that confines process `pid` besides its uid: status fields, namespaces,
     cgroup, root directory and resource limits. A call runs in the server's context, so the
     server serves only callers of exactly its own; OSError when it can't be read."""
-    proc = Path("/proc") / str(pid)
+    proc = f"/proc/{pid}"
     parts = [
         line
-        for line in (proc / "status").read_text().splitlines()
+        for line in _proc_text(f"{proc}/status").splitlines()
         if line.split(":", 1)[0] in STATUS_FIELDS
     ]
     for name in NAMESPACES:
         try:
-            parts.append(os.readlink(proc / "ns" / name))
+            parts.append(os.readlink(f"{proc}/ns/{name}"))
         except FileNotFoundError:  # a kernel without this namespace kind: same for all
             parts.append(f"{name}:none")
-    root = os.stat(proc / "root")
+    root = os.stat(f"{proc}/root")
     parts.append(f"root:{root.st_dev}:{root.st_ino}")
-    parts.append((proc / "cgroup").read_text())
-    parts.append((proc / "limits").read_text())
+    parts.append(_proc_text(f"{proc}/cgroup"))
+    parts.append(_proc_text(f"{proc}/limits"))
     return "\n".join(parts)
+
+
+def _proc_text(path: str) -> str:
+    """A /proc file's text, read raw. Read by both ends of every call (the client names its
+    server by it, the server checks each caller): Path.read_text's buffered text layer cost
+    ~0.17 ms of each context()'s 0.3. Undecodable bytes are kept escaped, not an error: the
+    process name in `status` is whatever file the caller ran (a name not in UTF-8 crashed
+    the client with UnicodeDecodeError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def socket_path(environ: dict[str, str]) -> Path:

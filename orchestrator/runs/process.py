@@ -23,6 +23,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -36,6 +37,13 @@ from sprawl_orch.runs.launch import Finished, Join, NullWatcher, Watcher
 
 # How long a SIGKILLed process may take to be gone (delivery is asynchronous).
 TERM_GRACE_SECONDS = 1.0
+# Held while a command is started. The exec server's lifeline (cli/exec_server.py
+# _end_children) takes it, and never gives it back, before it lists this process's children:
+# a command is then started before the listing (and killed with its group) or not at all.
+# Without it a command started between the listing and the call's own SIGKILL was neither
+# listed nor yet told to the guardian, and outlived its killed client (2 of 126 SIGKILLs of
+# served copied_tree clients, 2026-12-03).
+STARTING = threading.Lock()
 # Wait for the go line on stdin, then give the command /dev/null as stdin, as without a gate.
 _GATE_NULL = "read -r _ || exit 125; exec </dev/null;"
 _GATE_READ = "read -r _ || exit 125;"
@@ -110,6 +118,7 @@ class HostProcess:
             with (
                 os.fdopen(private_file(self.stdout_path), "wb") as out,
                 os.fdopen(private_file(self.stderr_path), "wb") as err,
+                STARTING,
             ):
                 self._popen = subprocess.Popen(
                     list(argv),
