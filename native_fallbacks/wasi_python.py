@@ -34,6 +34,7 @@ from sprawl_orch.native_fallbacks import (
     wasi_module,
     wasi_prepared,
     wasi_shared,
+    wasi_tiering,
 )
 from sprawl_orch.runs.launch import Finished, Launch, Running
 from sprawl_orch.runs.process import HostProcess
@@ -112,7 +113,15 @@ class WasiPythonArm:
         )
 
     def prepare(self, workdir: Path) -> None:
-        # The first command of a binary pays the compile (seconds); later ones map the cache.
+        # The first command of a binary pays Winch's compile (~1 s quiet) and starts
+        # Cranelift's in the background (wasi_tiering.py); later ones map the cache, and the
+        # first after Cranelift's entry exists moves to it (a runtime of its compiler).
+        if self._entry is not None and self._entry.compiler == wasi_tiering.QUICK:
+            optimized = wasi_module.cached(self.state, wasi_tiering.OPTIMIZED)
+            if optimized is not None:
+                self._retire()
+            else:
+                wasi_tiering.start_background(self.state)  # a compile that died: again
         if self._entry is None:
             why = wasi_module.missing_why()
             if why is not None:
@@ -122,7 +131,7 @@ class WasiPythonArm:
                     f"the python arm's runtime is not installed: {why}",
                     wasi_module.INSTALL,
                 )
-            self._entry = wasi_module.compiled(self.state)
+            self._entry = wasi_tiering.choose(self.state)
             # In a call the exec server serves: its runtime and the module state it verified
             # (wasi_shared.py), so the call pays neither the runtime's start nor the hash.
             shared = wasi_shared.lookup(self.state, self._entry)
@@ -137,6 +146,15 @@ class WasiPythonArm:
         self._module.fd()  # checked before any copy is made; a failed check refuses here
         if self._runtime is not None:
             self._runtime.warm()
+
+    def _retire(self) -> None:
+        """Let go of the Winch entry's module and runtime; its commands still running end
+        on it (wasi_forked: a replaced runtime ends once its commands have)."""
+        if self._runtime is not None:
+            self._runtime.close()
+        if self._module is not None:
+            self._module.close()
+        self._entry = self._module = self._runtime = None
 
     def check_command(self, argv: Sequence[str], workdir: Path) -> None:
         check_command(argv, workdir)
@@ -163,6 +181,7 @@ class WasiPythonArm:
             "wall_seconds": self.config.wall_seconds,
             "report": str(guest / "report.json"),
             "umask": _umask(),
+            "compiler": self._entry.compiler,  # the engine its module needs
         }
         if self._runtime is not None:
             # Where the runtime pre-starts the next guest of this key (wasi_prepared.py): its
@@ -170,7 +189,7 @@ class WasiPythonArm:
             spec["prepare"] = str(private_dirs(self.state / "wasm-runtime" / "prepared"))
             spec["prepare_idle"] = wasi_prepared.IDLE_SECONDS
             forked = wasi_forked.ForkedGuest(self._runtime, spec, launch)
-            return GuestRun(forked, guest, self.config, forked.said)
+            return GuestRun(forked, guest, self.config, forked.said, self._entry.compiler)
         module_fd = self._module.fd()
         spec["module_fd"] = module_fd
         spec_path = guest / "spec.json"
@@ -190,7 +209,7 @@ class WasiPythonArm:
             watcher=launch.watcher,
             pass_fds=(module_fd,),
         )
-        return GuestRun(process, guest, self.config)
+        return GuestRun(process, guest, self.config, compiler=self._entry.compiler)
 
     def close(self) -> None:
         if self._runtime is not None:
@@ -219,7 +238,9 @@ class GuestRun:
         guest: Path,
         config: PythonConfig,
         said: str | None = None,
+        compiler: str = wasi_tiering.OPTIMIZED,
     ) -> None:
+        self._compiler = compiler
         self._process = process
         self._said = said
         self._guest = guest
@@ -245,6 +266,8 @@ class GuestRun:
             "fuel": self._config.fuel,
             "memory_bytes": self._config.memory_bytes,
             "wall_seconds": self._config.wall_seconds,
+            # the entry's compiler; the guest's report says the engine's own when it ran
+            "compiler": self._compiler,
             **report,
             "prepared": bool(report.get("prepared")),
         }
