@@ -67,6 +67,31 @@ def best(state: Path) -> Compiled | None:
     return wasi_module.cached(state, OPTIMIZED) or wasi_module.cached(state, QUICK)
 
 
+def describe(state: Path) -> str:
+    """doctor's python row: which compiler the next command runs on. Only looks (no
+    directory made, wasmtime not imported)."""
+    if wasi_module.missing_why() is not None:
+        return ""
+
+    def there(compiler: str) -> Path | None:
+        entry = state / "wasm-cache" / wasi_module.cache_key(wasi_module.PINNED_SHA256, compiler)
+        return entry if (entry / "module.sha256").is_file() else None
+
+    if there(OPTIMIZED) is not None:
+        return "python.compiler: cranelift (its entry is compiled)"
+    quick = there(QUICK)
+    if quick is None:
+        return (
+            "python.compiler: none compiled yet (the first command compiles Winch's entry, "
+            "~1 s quiet, and starts Cranelift's in the background)"
+        )
+    optimized = state / "wasm-cache" / wasi_module.cache_key(wasi_module.PINNED_SHA256, OPTIMIZED)
+    running = optimized.is_dir() and wasi_module.compile_in_progress(optimized)
+    return "python.compiler: winch (guest 1.8-2.4x slower) until Cranelift's entry exists; its " + (
+        "background compile is running" if running else "compile starts with the next command"
+    )
+
+
 def start_background(state: Path) -> int | None:
     """The background compile's pid if this started one; None when one runs already (its
     lock is held) or the entry exists."""
