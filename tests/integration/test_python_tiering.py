@@ -24,9 +24,10 @@ import psutil
 import pytest
 
 from sprawl_orch import Config, ExecTool
+from sprawl_orch.core import served_memo
 from sprawl_orch.core.errors import ErrorCode
 from sprawl_orch.core.private import private_file
-from sprawl_orch.native_fallbacks import wasi_module, wasi_tiering
+from sprawl_orch.native_fallbacks import wasi_module, wasi_shared, wasi_tiering
 
 WINCH, CRANELIFT = wasi_tiering.QUICK, wasi_tiering.OPTIMIZED
 PASS = ["python", "-c", "print('ran')"]
@@ -230,3 +231,33 @@ def test_a_winch_runtimes_prepared_guest_never_runs_a_cranelift_command(
     assert moved.python["prepared"] is False  # the Winch runtime's guest was not handed it
     assert next_.python is not None and next_.python["compiler"] == CRANELIFT
     assert next_.python["prepared"] is True  # now the Cranelift runtime's own
+
+
+def test_the_exec_servers_shared_runtime_moves_to_cranelift(
+    tree: Path, fresh: Path, winch_source: Path
+) -> None:
+    """Driven in-process as the exec server drives it (test_python_stuck.py does the same)."""
+    adopt(winch_source, fresh, WINCH)
+    served_memo.take(wasi_shared.KIND)  # asks other tests left in this process
+    try:
+        with compile_lock_held(fresh):
+            wasi_shared.want(fresh)
+            wasi_shared.after_call()
+            held = wasi_shared._held[str(fresh)]
+            assert held.module.entry.compiler == WINCH
+            with tool_for(tree, fresh) as tool:  # a served call: it finds the held runtime
+                on_winch = tool.exec(PASS)
+            assert on_winch.python is not None and on_winch.python["compiler"] == WINCH
+        adopt(winch_source, fresh, CRANELIFT)
+        with tool_for(tree, fresh) as tool:  # not the held runtime's entry: a runtime of its own
+            own = tool.exec(PASS)
+        assert own.python is not None and own.python["compiler"] == CRANELIFT, own
+        wasi_shared.after_call()  # the server, after that call: replaced
+        moved = wasi_shared._held[str(fresh)]
+        assert moved.module.entry.compiler == CRANELIFT and moved.proc.pid != held.proc.pid
+        with tool_for(tree, fresh) as tool:
+            shared = tool.exec(PASS)
+        assert shared.python is not None and shared.python["compiler"] == CRANELIFT
+        assert wasi_shared._held[str(fresh)].proc.pid == moved.proc.pid
+    finally:
+        wasi_shared.close_all()
