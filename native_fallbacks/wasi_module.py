@@ -172,8 +172,9 @@ def compile_held(entry: Path, binary: Path | None, compiler: str) -> Compiled:
     for stale in entry.glob(".module.*-*"):  # a killed compile's temp file: ours (the lock)
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
+    # A record left of an earlier module names other bytes (absent: nothing to remove).
     with contextlib.suppress(FileNotFoundError):
-        record.unlink()  # a record left of an earlier module names other bytes
+        record.unlink()
     source = verified_binary(binary)
     import wasmtime
 
