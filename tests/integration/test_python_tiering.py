@@ -27,7 +27,7 @@ from sprawl_orch import Config, ExecTool
 from sprawl_orch.core import served_memo
 from sprawl_orch.core.errors import ErrorCode
 from sprawl_orch.core.private import private_file
-from sprawl_orch.native_fallbacks import wasi_module, wasi_shared, wasi_tiering
+from sprawl_orch.native_fallbacks import wasi_forked, wasi_module, wasi_shared, wasi_tiering
 
 WINCH, CRANELIFT = wasi_tiering.QUICK, wasi_tiering.OPTIMIZED
 PASS = ["python", "-c", "print('ran')"]
@@ -261,3 +261,19 @@ def test_the_exec_servers_shared_runtime_moves_to_cranelift(
         assert wasi_shared._held[str(fresh)].proc.pid == moved.proc.pid
     finally:
         wasi_shared.close_all()
+
+
+def test_without_fork_the_per_command_runtime_makes_a_winch_engine_too(
+    tree: Path, fresh: Path, winch_source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where there is no fork a Python per command loads the module (wasi_guest.py by path):
+    the spec names the compiler its engine needs."""
+    monkeypatch.setattr(wasi_forked, "usable", lambda: False)
+    adopt(winch_source, fresh, WINCH)
+    with compile_lock_held(fresh), tool_for(tree, fresh, {"fuel": 300_000_000}) as tool:
+        ran = tool.exec(PASS)
+        spun = tool.exec(["python", "-c", "while True: pass"])
+    assert ran.stdout.strip() == "ran" and ran.python is not None, ran
+    assert ran.python["compiler"] == WINCH
+    assert spun.limits_hit == ["fuel"] and spun.exit_code == 137, spun
+    assert spun.python is not None and spun.python["compiler"] == WINCH
