@@ -16,6 +16,7 @@ import hashlib
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -277,3 +278,40 @@ def test_without_fork_the_per_command_runtime_makes_a_winch_engine_too(
     assert ran.python["compiler"] == WINCH
     assert spun.limits_hit == ["fuel"] and spun.exit_code == 137, spun
     assert spun.python is not None and spun.python["compiler"] == WINCH
+
+
+def test_a_command_starting_on_winch_while_another_moves_to_cranelift_still_runs(
+    tree: Path, fresh: Path, winch_source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve runs one tool's commands from many threads: the Winch runtime is retired under
+    them only once none is starting on it (a closed runtime refuses to fork). One command is
+    held just before its fork (the real fork, only later) while another moves the tool to
+    Cranelift's entry; then it is let go."""
+    adopt(winch_source, fresh, WINCH)
+    real = wasi_forked.ForkedGuest.__init__
+    arrived, go = threading.Event(), threading.Event()
+
+    def held_fork(self: wasi_forked.ForkedGuest, runtime: object, *args: object) -> None:
+        if threading.current_thread().name == "held":
+            arrived.set()
+            go.wait(timeout=300)
+        real(self, runtime, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wasi_forked.ForkedGuest, "__init__", held_fork)
+    results = []
+    with tool_for(tree, fresh) as tool:
+        with compile_lock_held(fresh):
+            assert tool.exec(PASS).exit_code == 0
+            thread = threading.Thread(target=lambda: results.append(tool.exec(PASS)), name="held")
+            thread.start()
+            assert arrived.wait(timeout=300)
+        adopt(winch_source, fresh, CRANELIFT)
+        moved = tool.exec(PASS)  # retires the Winch runtime the held command is starting on
+        go.set()
+        thread.join(timeout=300)
+        last = tool.exec(PASS)
+    assert moved.python is not None and moved.python["compiler"] == CRANELIFT, moved
+    (held,) = results
+    assert held.exit_code == 0 and held.stdout.strip() == "ran", held
+    assert held.python is not None and held.python["compiler"] == WINCH
+    assert last.python is not None and last.python["compiler"] == CRANELIFT
