@@ -160,7 +160,7 @@ class Runtime:
         log = private_dirs(self._logs) / "runtime.stderr"
         stderr = private_file(log)
         try:
-            self._proc = wasi_runtime.spawn(theirs, module_fd, stderr)
+            self._proc = wasi_runtime.spawn(theirs, module_fd, stderr, self._module.entry.compiler)
         finally:
             theirs.close()
             os.close(stderr)

@@ -40,6 +40,7 @@ class Compiled:
 
     path: Path
     sha256: str
+    compiler: str = "cranelift"  # its engine must be made by the same (make_engine)
 
 
 def engine_settings() -> dict[str, bool]:
@@ -47,12 +48,26 @@ def engine_settings() -> dict[str, bool]:
     return {"consume_fuel": True, "epoch_interruption": True}
 
 
-def make_engine() -> object:
+# wasmtime's compilers: Cranelift optimizes; Winch (baseline) compiles in ~1/5 the CPU, its
+# code runs 1.8-2.4x slower (wasi_tiering.py). A module loads only in an engine of its own.
+COMPILERS = ("cranelift", "winch")
+_WINCH = 2  # the C API's WASMTIME_STRATEGY_WINCH; wasmtime-py 50's setter knows no "winch"
+MADE_BY = ["cranelift"]
+
+
+def make_engine(compiler: str = "cranelift") -> object:
     import wasmtime
 
     config = wasmtime.Config()
     for key, value in engine_settings().items():
         setattr(config, key, value)
+    MADE_BY[0] = compiler  # said in each report (drive): one engine per process
+    if compiler == "winch":
+        from wasmtime import _ffi
+
+        _ffi.wasmtime_config_strategy_set(config.ptr(), _WINCH)
+    elif compiler != "cranelift":
+        raise ValueError(f"unknown compiler {compiler!r}: one of {COMPILERS}")
     return wasmtime.Engine(config)
 
 
@@ -234,7 +249,7 @@ def load(spec: dict[str, Any]) -> tuple[Any, Any]:
     inherited: the bytes hashed are the bytes mapped. /dev/fd/N opens that same file."""
     import wasmtime
 
-    engine = make_engine()
+    engine = make_engine(str(spec.get("compiler", "cranelift")))
     fd = int(spec["module_fd"])
     module = wasmtime.Module.deserialize_file(engine, f"/dev/fd/{fd}")  # type: ignore[arg-type]
     os.close(fd)
@@ -387,6 +402,7 @@ def drive(store: Any, instance: Any, meter: Meter, memory_bytes: int, fuel: int)
         report["exit_code"] = TRAP_EXIT
     finally:
         meter.end()
+    report["compiler"] = MADE_BY[0]
     # The guest's own run, for benchmarks/python_arm.py (what the command costs around it).
     report["guest_ms"] = round((time.monotonic() - (meter.began or run_began)) * 1000, 1)
     memory = instance.exports(store)["memory"]

@@ -44,8 +44,10 @@ __all__ = [
     "Compiled",
     "VerifiedModule",
     "cached",
+    "compile_held",
     "compile_in_progress",
     "compiled",
+    "entry_dir",
     "make_engine",
     "open_verified",
     "verified_binary",
@@ -94,10 +96,16 @@ def digest_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def cache_key(binary_sha256: str) -> str:
+def cache_key(binary_sha256: str, compiler: str = "cranelift") -> str:
+    """Each compiler its own entry (wasi_tiering.py): a module loads only in an engine made
+    by the compiler that made it."""
     settings = ",".join(f"{k}={v}" for k, v in sorted(engine_settings().items()))
-    text = f"{binary_sha256}|wasmtime {wasmtime_version()}|{settings}"
+    text = f"{binary_sha256}|wasmtime {wasmtime_version()}|{settings}|compiler={compiler}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def entry_dir(state: Path, compiler: str = "cranelift") -> Path:
+    return private_dirs(state / "wasm-cache" / cache_key(PINNED_SHA256, compiler))
 
 
 @cache
@@ -128,40 +136,49 @@ def verified_binary(path: Path | None = None) -> Path:
     return _verified_binary(where, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
 
 
-def cached(state: Path) -> Compiled | None:
+def cached(state: Path, compiler: str = "cranelift") -> Compiled | None:
     """The cache entry for the pinned binary if it was compiled, else None (never compiles:
     the exec server asks this, and a compile is seconds of a call's, not of the server's)."""
-    entry = private_dirs(state / "wasm-cache" / cache_key(PINNED_SHA256))
+    entry = entry_dir(state, compiler)
     module, record = entry / "module.cwasm", entry / "module.sha256"
     # absent or torn: compiled anew by compiled(); the runtime re-checks the digest anyway
     with contextlib.suppress(OSError, ValueError):
         found = record.read_text(encoding="ascii").strip()
         if len(found) == 64 and module.lstat().st_size > 0:
-            return Compiled(module, found)
+            return Compiled(module, found, compiler)
     return None
 
 
-def compiled(state: Path, binary: Path | None = None) -> Compiled:
+def compiled(state: Path, binary: Path | None = None, compiler: str = "cranelift") -> Compiled:
     """The cache entry for the pinned binary, compiled (seconds) and written if absent. One
     compile at a time per entry (its lock): a second process waits for the first's and maps
     it, instead of compiling the same bytes beside it on a loaded machine."""
-    found = cached(state)
+    found = cached(state, compiler)
     if found is not None:
         return found
-    entry = private_dirs(state / "wasm-cache" / cache_key(PINNED_SHA256))
+    entry = entry_dir(state, compiler)
     with _compiling(entry):
-        found = cached(state)  # the one we waited for
+        found = cached(state, compiler)  # the one we waited for
         if found is not None:
             return found
-        return _compile(entry, binary)
+        return compile_held(entry, binary, compiler)
 
 
-def _compile(entry: Path, binary: Path | None) -> Compiled:
+def compile_held(entry: Path, binary: Path | None, compiler: str) -> Compiled:
+    """Compile into `entry`, whose lock the caller holds (compiled(), or the background
+    compile: wasi_tiering.py). The module is written before its record, each by a rename:
+    a compile killed at any point leaves no record of bytes it did not finish."""
     module, record = entry / "module.cwasm", entry / "module.sha256"
+    for stale in entry.glob(".module.*-*"):  # a killed compile's temp file: ours (the lock)
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+    # A record left of an earlier module names other bytes (absent: nothing to remove).
+    with contextlib.suppress(FileNotFoundError):
+        record.unlink()
     source = verified_binary(binary)
     import wasmtime
 
-    engine = make_engine()
+    engine = make_engine(compiler)
     data = source.read_bytes()
     # Hashed again from the bytes compiled: the file may have changed since it was verified.
     if hashlib.sha256(data).hexdigest() != PINNED_SHA256:
@@ -171,10 +188,10 @@ def _compile(entry: Path, binary: Path | None) -> Compiled:
     digest = hashlib.sha256(blob).hexdigest()
     _write_private(module, blob)
     _write_private(record, digest.encode("ascii") + b"\n")
-    return Compiled(module, digest)
+    return Compiled(module, digest, compiler)
 
 
-_LOCK_NAME = "compile.lock"
+LOCK_NAME = _LOCK_NAME = "compile.lock"
 _in_process = [0]  # compiles running in this process (serve runs many tools' commands)
 _in_process_lock = threading.Lock()
 
@@ -199,10 +216,17 @@ def _compiling(entry: Path) -> Iterator[None]:
 
 
 def compile_in_progress(entry: Path) -> bool:
-    """Whether a compile runs now, in this process or into `entry` in another: a runtime
-    waited on meanwhile is starved of the CPU it competes for (wasi_ready.connect)."""
+    """Whether a compile runs now, in this process or into `entry` or another entry of its
+    cache (the background compile: wasi_tiering.py) in another: a runtime waited on
+    meanwhile is starved of the CPU it competes for (wasi_ready.connect)."""
     if _in_process[0]:
         return True
+    with contextlib.suppress(OSError):  # the cache unreadable: only `entry` is asked
+        return any(_locked(e) for e in sorted(entry.parent.iterdir()) if e.is_dir())
+    return _locked(entry)
+
+
+def _locked(entry: Path) -> bool:
     try:
         import fcntl
 

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
@@ -34,6 +35,7 @@ from sprawl_orch.native_fallbacks import (
     wasi_module,
     wasi_prepared,
     wasi_shared,
+    wasi_tiering,
 )
 from sprawl_orch.runs.launch import Finished, Launch, Running
 from sprawl_orch.runs.process import HostProcess
@@ -97,6 +99,11 @@ class WasiPythonArm:
         self._entry: wasi_module.Compiled | None = None
         self._module: wasi_module.VerifiedModule | None = None
         self._runtime: wasi_forked.Runtime | None = None
+        # serve starts commands from many threads: the move to Cranelift's entry (prepare)
+        # retires the Winch module and runtime only once no command is starting on them.
+        self._lock = threading.Lock()
+        self._starting: dict[wasi_module.VerifiedModule, int] = {}
+        self._retired: list[tuple[wasi_module.VerifiedModule, wasi_forked.Runtime | None]] = []
 
     def assurances(self) -> Assurances:
         return ASSURANCES[self.name]
@@ -112,7 +119,19 @@ class WasiPythonArm:
         )
 
     def prepare(self, workdir: Path) -> None:
-        # The first command of a binary pays the compile (seconds); later ones map the cache.
+        with self._lock:
+            self._prepare()
+
+    def _prepare(self) -> None:
+        # The first command of a binary pays Winch's compile (~1 s quiet) and starts
+        # Cranelift's in the background (wasi_tiering.py); later ones map the cache, and the
+        # first after Cranelift's entry exists moves to it (a runtime of its compiler).
+        if self._entry is not None and self._entry.compiler == wasi_tiering.QUICK:
+            optimized = wasi_module.cached(self.state, wasi_tiering.OPTIMIZED)
+            if optimized is not None:
+                self._retire()
+            else:
+                wasi_tiering.start_background(self.state)  # a compile that died: again
         if self._entry is None:
             why = wasi_module.missing_why()
             if why is not None:
@@ -122,7 +141,7 @@ class WasiPythonArm:
                     f"the python arm's runtime is not installed: {why}",
                     wasi_module.INSTALL,
                 )
-            self._entry = wasi_module.compiled(self.state)
+            self._entry = wasi_tiering.choose(self.state)
             # In a call the exec server serves: its runtime and the module state it verified
             # (wasi_shared.py), so the call pays neither the runtime's start nor the hash.
             shared = wasi_shared.lookup(self.state, self._entry)
@@ -138,14 +157,53 @@ class WasiPythonArm:
         if self._runtime is not None:
             self._runtime.warm()
 
+    def _retire(self) -> None:
+        """Let go of the Winch entry's module and runtime (closed now, or by the last
+        command starting on them); its commands still running end on it (wasi_forked: a
+        replaced runtime ends once its commands have)."""
+        if self._module is not None:
+            self._retired.append((self._module, self._runtime))
+            self._close_retired()
+        self._entry = self._module = self._runtime = None
+
+    def _close_retired(self) -> None:
+        for module, runtime in [r for r in self._retired if not self._starting.get(r[0])]:
+            self._retired.remove((module, runtime))
+            if runtime is not None:
+                runtime.close()
+            module.close()
+
+    def _started(self, module: wasi_module.VerifiedModule) -> None:
+        with self._lock:
+            self._starting[module] -= 1
+            if not self._starting[module]:
+                del self._starting[module]
+            self._close_retired()
+
     def check_command(self, argv: Sequence[str], workdir: Path) -> None:
         check_command(argv, workdir)
 
     def start(self, launch: Launch) -> Running:
         workdir = launch.workdir or launch.cwd
         check_command(launch.argv, workdir)
-        self.prepare(workdir)
-        assert self._entry is not None and self._module is not None
+        with self._lock:
+            self._prepare()
+            entry, module, runtime = self._entry, self._module, self._runtime
+            assert entry is not None and module is not None
+            self._starting[module] = self._starting.get(module, 0) + 1
+        try:
+            return self._start(launch, workdir, entry, module, runtime)
+        finally:
+            self._started(module)
+
+    def _start(
+        self,
+        launch: Launch,
+        workdir: Path,
+        entry: wasi_module.Compiled,
+        module: wasi_module.VerifiedModule,
+        runtime: wasi_forked.Runtime | None,
+    ) -> Running:
         guest = private_dirs(launch.outputs / "guest")
         tmp = private_dirs(guest / "tmp")
         spec: dict[str, object] = {
@@ -163,15 +221,16 @@ class WasiPythonArm:
             "wall_seconds": self.config.wall_seconds,
             "report": str(guest / "report.json"),
             "umask": _umask(),
+            "compiler": entry.compiler,  # the engine its module needs
         }
-        if self._runtime is not None:
+        if runtime is not None:
             # Where the runtime pre-starts the next guest of this key (wasi_prepared.py): its
             # /tmp is moved to the command's, so it is made beside this state's outputs.
             spec["prepare"] = str(private_dirs(self.state / "wasm-runtime" / "prepared"))
             spec["prepare_idle"] = wasi_prepared.IDLE_SECONDS
-            forked = wasi_forked.ForkedGuest(self._runtime, spec, launch)
-            return GuestRun(forked, guest, self.config, forked.said)
-        module_fd = self._module.fd()
+            forked = wasi_forked.ForkedGuest(runtime, spec, launch)
+            return GuestRun(forked, guest, self.config, forked.said, entry.compiler)
+        module_fd = module.fd()
         spec["module_fd"] = module_fd
         spec_path = guest / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -190,9 +249,12 @@ class WasiPythonArm:
             watcher=launch.watcher,
             pass_fds=(module_fd,),
         )
-        return GuestRun(process, guest, self.config)
+        return GuestRun(process, guest, self.config, compiler=entry.compiler)
 
     def close(self) -> None:
+        with self._lock:
+            self._starting.clear()  # the tool is closing: nothing starts any more
+            self._close_retired()
         if self._runtime is not None:
             if not self._runtime.shared and self._runtime.used:
                 wasi_shared.want(self.state)  # the server starts one for the next call
@@ -219,7 +281,9 @@ class GuestRun:
         guest: Path,
         config: PythonConfig,
         said: str | None = None,
+        compiler: str = wasi_tiering.OPTIMIZED,
     ) -> None:
+        self._compiler = compiler
         self._process = process
         self._said = said
         self._guest = guest
@@ -245,6 +309,8 @@ class GuestRun:
             "fuel": self._config.fuel,
             "memory_bytes": self._config.memory_bytes,
             "wall_seconds": self._config.wall_seconds,
+            # the entry's compiler; the guest's report says the engine's own when it ran
+            "compiler": self._compiler,
             **report,
             "prepared": bool(report.get("prepared")),
         }

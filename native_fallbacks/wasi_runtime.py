@@ -1,4 +1,4 @@
-"""`python -I .../wasi_runtime.py DOOR MODULE_FD`: the python arm's runtime process.
+"""`python -I .../wasi_runtime.py DOOR MODULE_FD [COMPILER]`: the python arm's runtime process.
 
 A fresh Python per command spent 0.9-1.2 s before the guest ran (the interpreter's start,
 `import wasmtime`, the module mapped: issue 31), so this process pays that once: it imports
@@ -78,11 +78,14 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     return json.loads(body), fds
 
 
-def spawn(door: socket.socket, module_fd: int, stderr: int) -> subprocess.Popen[bytes]:
+def spawn(
+    door: socket.socket, module_fd: int, stderr: int, compiler: str = "cranelift"
+) -> subprocess.Popen[bytes]:
     """This file run as the runtime process (by sprawl-orch), its end of the door and the
-    verified module's fd its only descriptors; an empty environment."""
+    verified module's fd its only descriptors; an empty environment. `compiler`: the one
+    that made the module (wasi_tiering.py), which its engine must be configured with."""
     return subprocess.Popen(
-        [sys.executable, "-I", __file__, str(door.fileno()), str(module_fd)],
+        [sys.executable, "-I", __file__, str(door.fileno()), str(module_fd), compiler],
         env={},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -105,14 +108,14 @@ def _guest_module(name: str = "wasi_guest") -> Any:
     return module
 
 
-def load(guest: Any, module_fd: int) -> tuple[Any, Any]:
+def load(guest: Any, module_fd: int, compiler: str = "cranelift") -> tuple[Any, Any]:
     """The module mapped through the fd sprawl-orch verified (the bytes hashed are the bytes
     mapped), as the per-command child did. Reading and hashing it again here cost a one-shot
     CLI command ~0.1-0.3 s for nothing: sprawl-orch checks the file's state before every
     fork (VerifiedModule) and replaces this process when it changed."""
     import wasmtime
 
-    engine = guest.make_engine()
+    engine = guest.make_engine(compiler)
     module = wasmtime.Module.deserialize_file(engine, f"/dev/fd/{module_fd}")
     os.close(module_fd)
     return engine, module
@@ -361,7 +364,7 @@ def main() -> int:
     door = socket.socket(fileno=int(sys.argv[1]))
     guest = _guest_module()
     try:
-        loaded = load(guest, int(sys.argv[2]))
+        loaded = load(guest, int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cranelift")
     except Exception as err:
         _refuse_all(door, f"{type(err).__name__}: {err}")
         return 1

@@ -37,7 +37,7 @@ from pathlib import Path
 from sprawl_orch.core import served_memo
 from sprawl_orch.core.errors import SprawlError
 from sprawl_orch.core.private import private_dirs, private_file
-from sprawl_orch.native_fallbacks import wasi_module, wasi_runtime
+from sprawl_orch.native_fallbacks import wasi_runtime, wasi_tiering
 from sprawl_orch.native_fallbacks.wasi_module import Compiled, VerifiedModule
 
 KIND = "python-runtime"
@@ -91,7 +91,10 @@ def after_call() -> None:
         if held is not None and held.proc.poll() is None:
             with contextlib.suppress(SprawlError, OSError):  # refused: replaced below
                 held.module.fd()  # hashed again if the file changed since
-                if held.module.stamp() == held.stamp:
+                # and replaced once the Cranelift entry exists beside its Winch one
+                if held.module.stamp() == held.stamp and (
+                    held.module.entry == wasi_tiering.best(Path(state))
+                ):
                     continue
         # a bad or missing entry: the calls start their own runtime, which says why
         with contextlib.suppress(SprawlError, OSError):
@@ -99,7 +102,7 @@ def after_call() -> None:
 
 
 def _start(state: Path) -> None:
-    entry = wasi_module.cached(state)
+    entry = wasi_tiering.best(state)
     if entry is None:
         return
     module = VerifiedModule(entry)
@@ -107,7 +110,7 @@ def _start(state: Path) -> None:
     door, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     stderr = private_file(private_dirs(state / "wasm-runtime") / "shared.stderr")
     try:
-        proc = wasi_runtime.spawn(theirs, fd, stderr)
+        proc = wasi_runtime.spawn(theirs, fd, stderr, entry.compiler)
     except BaseException:
         door.close()
         module.close()

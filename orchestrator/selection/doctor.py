@@ -146,7 +146,7 @@ def _landlock_row(offerings: Offerings) -> ArmRow:
     return _row("landlock", ArmName.LANDLOCK, assurances, choice, detail=detail)
 
 
-def arm_rows(offerings: Offerings, configured: str = "auto") -> list[ArmRow]:
+def arm_rows(offerings: Offerings, configured: str = "auto", python: str = "") -> list[ArmRow]:
     """Every arm's row. `configured` is `[sandbox.container] engine`: the other engine is not
     examined then, and its row says so instead of advising to install what runs (an outsider's
     doctor said "install docker.io" beside a running docker: issue 27, item 12)."""
@@ -205,7 +205,8 @@ def arm_rows(offerings: Offerings, configured: str = "auto") -> list[ArmRow]:
             ArmName.PYTHON,
             ASSURANCES[ArmName.PYTHON],
             choose("python", offerings),
-            detail="CPython 3.12 (wasm32-wasip1) under wasmtime; runs python -c CODE or a script",
+            detail="CPython 3.12 (wasm32-wasip1) under wasmtime; runs python -c CODE or a script"
+            + (f"; {python}" if python else ""),
         )
     )
     rows.append(
@@ -266,6 +267,17 @@ def _resolve(enabled: bool, interpreter: str, environ: Mapping[str, str]) -> She
     return resolve_shell(enabled, interpreter, environ)  # type: ignore[arg-type]
 
 
+def _python_compiler(config: Config, environ: Mapping[str, str]) -> str:
+    """Which compiler the python arm's next command runs on (native_fallbacks/wasi_tiering)."""
+    from sprawl_orch.config.state import state_dir
+    from sprawl_orch.native_fallbacks.wasi_tiering import describe
+
+    try:
+        return describe(state_dir(config, environ))
+    except (OSError, ValueError):  # no state directory to read: nothing to say
+        return ""
+
+
 def doctor_report(
     offerings: Offerings,
     config: Config,
@@ -280,7 +292,7 @@ def doctor_report(
         scratch=str(offerings.scratch) if offerings.scratch else None,
         scratch_problem=offerings.scratch_problem,
         yielding=_yielding(offerings),
-        arms=arm_rows(offerings, engine),
+        arms=arm_rows(offerings, engine, _python_compiler(config, environ)),
         auto=resolution("auto", offerings, engine, sandbox.native.mechanism),
         configured=resolution(sandbox.arm, offerings, engine, sandbox.native.mechanism),
         shell=shell_row(sandbox.interpreter, resolve(sandbox.shell, sandbox.interpreter, environ)),

@@ -182,14 +182,18 @@ def engine_image(request: pytest.FixtureRequest) -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def python_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One state directory for the python arm's tests: the first command compiles the 26 MB
-    module (5-50 s on the 2-core machine), every later one, in any test file, loads it."""
+    """One state directory for the python arm's tests: the 26 MB module's Cranelift entry is
+    compiled here (5-50 s on the 2-core machine), and every command, in any test file, loads
+    it -- never a Winch one whose background compile would move later commands under a test
+    (that is test_python_tiering.py's, on states of its own)."""
     from sprawl_orch.native_fallbacks import wasi_module
 
     why = wasi_module.missing_why()
     if why is not None:
         missing(f"the python arm's runtime: {why} (pip install -e '.[test]')")
-    return tmp_path_factory.mktemp("pystate")
+    state = tmp_path_factory.mktemp("pystate")
+    wasi_module.compiled(state)
+    return state
 
 
 def holding(token: str) -> list[int]:

@@ -31,6 +31,7 @@ SMALL: dict[str, tuple[list[str], str]] = {
     "podman_service_floor.py": (["--reps", "1"], "every guarantee"),
     # Winch alone: its compile is ~1/5 of Cranelift's (the other two would add ~20 CPU s)
     "python_compilers.py": (["--only", "winch", "--reps", "1"], '"limits"'),
+    "python_tiering.py": (["--reps", "1"], "ratio after / before"),
 }
 
 

@@ -51,8 +51,10 @@ def stopped(
     real = wasi_runtime.spawn
     held: list[psutil.Process] = []
 
-    def spawn(door: object, module_fd: int, stderr: int) -> subprocess.Popen[bytes]:
-        proc = real(door, module_fd, stderr)  # type: ignore[arg-type]
+    def spawn(
+        door: object, module_fd: int, stderr: int, compiler: str = "cranelift"
+    ) -> subprocess.Popen[bytes]:
+        proc = real(door, module_fd, stderr, compiler)  # type: ignore[arg-type]
         if not held:
             os.kill(proc.pid, signal.SIGSTOP)
             held.append(psutil.Process(proc.pid))

@@ -107,6 +107,25 @@ def test_the_python_row_from_its_runtime() -> None:
     assert "wasmtime" in row.missing[0].phrase and "sprawl-orch[python]" in row.missing[0].recovery
 
 
+def test_the_python_row_says_which_compiler_the_next_command_runs_on(tmp_path: Path) -> None:
+    from sprawl_orch.native_fallbacks import wasi_module
+
+    config = parse_config({"state": {"dir": str(tmp_path)}})
+
+    def detail() -> str:
+        found = doctor_report(replace(linux(), python_missing=None), config, V1, {}, resolver())
+        return {r.label: r for r in found.arms}["python"].detail
+
+    assert "python.compiler: none compiled yet" in detail()
+    assert not (tmp_path / "wasm-cache").exists()  # doctor only looks
+    for compiler in ("winch", "cranelift"):  # an entry's record, as a compile leaves it
+        key = wasi_module.cache_key(wasi_module.PINNED_SHA256, compiler)
+        (tmp_path / "wasm-cache" / key).mkdir(parents=True)
+        (tmp_path / "wasm-cache" / key / "module.sha256").write_text("0" * 64 + "\n")
+        assert f"python.compiler: {compiler} " in detail()
+    assert "background compile" not in detail()
+
+
 def test_rows_carry_the_five_axes_of_their_arm() -> None:
     rows = {r.label: r for r in report(linux()).arms}
     assert rows["container (docker)"].assurances == {
