@@ -55,7 +55,7 @@ _ESCAPED = {c: _escapes_of(c) for c in (b"+", b"/")}
 _WIDEST_LETTER = 10
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Disguise:
     """One compiled pattern, what a match becomes, and the longest match (a stream holds back
     that many bytes minus one). `marker` is a piece every match holds as it is (lower-cased

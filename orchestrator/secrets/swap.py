@@ -92,7 +92,14 @@ def swap_headers(
     used: set[str] = set()
     for secret in bound:
         swapped = []
+        placeholder = secret.placeholder
         for key, value in out:
+            # swap_value's two tests written out, the call made only for a value that can
+            # hold the placeholder (plainly, or in a `Basic` blob: _basic's scheme test): most
+            # of a request's headers hold neither, a call and a partition each before.
+            if placeholder not in value and value[:6].lower() != b"basic ":
+                swapped.append((key, value))
+                continue
             new = swap_value(value, secret)
             if new != value:
                 used.add(secret.name)
