@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, quote_plus
 
-from sprawl_orch.secrets.disguise import Disguise
+from sprawl_orch.secrets.disguise import Disguise, Marked
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,8 @@ def scrub_found(
         if needle and needle in data:
             found = True
             data = data.replace(needle, stand_in)
+    if isinstance(disguises, Marked) and disguises.none_in(data):
+        return data, found  # every disguise's marker absent: the loop below would skip each
     lowered: bytes | None = None
     for disguise in disguises:
         # Disguise._absent's test written out here: a call per disguise and piece was most

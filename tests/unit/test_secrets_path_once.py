@@ -1,6 +1,7 @@
 """This round's shortcuts on the intercepted request's path (benchmarks/secrets_proxy.py), each
 against the plain way it replaced: swap_headers calls swap_value only for a value that holds a
-placeholder or starts `basic ` (it called it on every header), check_plain skips a text
+placeholder or starts `basic ` (it called it on every header), scrub_found skips the
+disguises when none of their markers is in a text (it tried each disguise), check_plain skips a text
 shorter than every spelling of every placeholder (it asked carries() of each secret), the
 response parser's head read without an isinstance per message, and the request's counting
 run after it went upstream (still counted when it is cut or never sent)."""
@@ -15,9 +16,10 @@ from hypothesis import strategies as st
 
 from sprawl_orch.egress.rules import Rules
 from sprawl_orch.secrets import wire
+from sprawl_orch.secrets.disguise import Marked, disguises
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.spec import Spec
-from sprawl_orch.secrets.swap import Bound, swap_headers, swap_value
+from sprawl_orch.secrets.swap import Bound, scrub_found, swap_headers, swap_value
 
 VALUE = b"real-value-for-the-test"
 
@@ -175,3 +177,32 @@ def test_a_head_is_read_as_before(status: bytes, framing: bytes, head: bool, met
         first = got[0]
         assert isinstance(first, wire.Head) and first.method == method and first.status == 0
         assert isinstance(got[-1], wire.End)
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/+=-_.~:@!$*"
+PH = b"SPRAWL_PLACEHOLDER_T_" + b"a" * 32
+
+
+@given(
+    st.text(LETTERS, min_size=3, max_size=40).map(str.encode),
+    st.lists(st.integers(0, 5), max_size=4),
+    st.binary(max_size=24),
+)
+def test_marked_disguises_scrub_as_the_plain_loop(
+    value: bytes, hows: list[int], around: bytes
+) -> None:
+    """scrub_found skips the disguises' loop when Marked.none_in says no marker is there: the
+    same text and the same `found` as the loop over the plain list (a value too short for a
+    marker, whose pattern runs everywhere, included)."""
+    ways = disguises(value, PH)
+    echoes = [
+        value,
+        value.upper(),
+        value.replace(b"-", b"%2D").replace(b"/", b"\\/"),
+        base64.b64encode(b"u:" + value),
+        base64.urlsafe_b64encode(b"us:" + value),
+        value[: len(value) // 2],
+    ]
+    text = around + b"".join(echoes[h] + around for h in hows)
+    forms = {b"Bearer " + value: b"Bearer " + PH}
+    assert scrub_found(text, forms, Marked(ways)) == scrub_found(text, forms, list(ways))
