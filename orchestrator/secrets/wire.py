@@ -31,7 +31,7 @@ class Malformed(Exception):
     """What was read or would be written is not HTTP/1.1 the interception passes on."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Head:
     headers: list[tuple[bytes, bytes]]  # names lower-cased, in order, repeats kept
     method: bytes = b""  # a request's
@@ -44,7 +44,7 @@ class Head:
     expects_continue: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Body:
     data: bytes
 
@@ -241,16 +241,18 @@ class Reader:
             # httptools tells llhttp to skip the body of a message that upgrades: the body
             # would be read as the next request, the upstream reading it as this one's.
             return Bad("an Upgrade request with a body")
+        # In the fields' order, not by name: a dataclass __init__ called with nine keywords
+        # matched each name, about twice the call (two heads a request).
         return Head(
-            headers=headers,
-            method=method,
-            target=self._url,
-            status=status,
-            reason=self._reason,
-            version=version,
-            keep_alive=bool(parser.should_keep_alive()),
-            chunked=bool(codings),
-            expects_continue=version == "1.1" and expect == [b"100-continue"],
+            headers,
+            method,
+            self._url,
+            status,
+            self._reason,
+            version,
+            bool(parser.should_keep_alive()),
+            bool(codings),
+            version == "1.1" and expect == [b"100-continue"],
         )
 
 
