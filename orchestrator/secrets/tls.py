@@ -114,11 +114,13 @@ class TlsEnd:
     def _send(self) -> None:
         data = self._out.read()
         sent = os.write(self.fd, data)
-        if sent < len(data):  # a full socket buffer: the rest as it drains
+        self.raw_out += sent  # as it goes: a peer gone mid-way leaves the count of what went
+        if sent < len(data):  # the rest as the socket drains (a memoryview only then)
             view = memoryview(data)[sent:]
             while view:
-                view = view[os.write(self.fd, view) :]
-        self.raw_out += len(data)
+                sent = os.write(self.fd, view)
+                self.raw_out += sent
+                view = view[sent:]
 
     def _fill(self) -> None:
         got = os.readv(self.fd, (self._buf,))
