@@ -17,6 +17,7 @@ bits with the value's are matched by the set of letters with those value bits.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # The longest one byte of the value becomes: `&#x0000HH;` (HTML allows leading zeros; four
@@ -55,7 +56,7 @@ _ESCAPED = {c: _escapes_of(c) for c in (b"+", b"/")}
 _WIDEST_LETTER = 10
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Disguise:
     """One compiled pattern, what a match becomes, and the longest match (a stream holds back
     that many bytes minus one). `marker` is a piece every match holds as it is (lower-cased
@@ -107,6 +108,40 @@ class Disguise:
         if match.group("end") is not None:  # the value ended the blob: the stand-in's padding
             out += b"=" * self.padding
         return bytes(out)
+
+
+class Marked(tuple[Disguise, ...]):
+    """A run's disguises, in order, with their markers gathered once: a text that holds none
+    of them (most answers' heads and bodies) is told apart in one `in` per distinct marker,
+    not a turn of swap.scrub_found's loop per disguise (7 for one secret; the base64 ones at
+    the standard and the URL-safe alphabet share a marker unless it holds '-' or '_')."""
+
+    plain: tuple[bytes, ...]
+    folded: tuple[bytes, ...]
+    marked: bool
+
+    def __new__(cls, disguises: Iterable[Disguise]) -> Marked:
+        self = super().__new__(cls, disguises)
+        self.plain = tuple(dict.fromkeys(d.marker for d in self if not d.fold))
+        self.folded = tuple(dict.fromkeys(d.marker for d in self if d.fold))
+        # A disguise without a marker runs its pattern on every text: no shortcut then.
+        self.marked = all(d.marker for d in self)
+        return self
+
+    def none_in(self, data: bytes) -> bool:
+        """Whether no disguise can match `data`: each one's marker is absent (as each
+        Disguise._absent would say, over `data` as it is, before any replacement)."""
+        if not self.marked:
+            return False
+        for marker in self.plain:
+            if marker in data:
+                return False
+        if self.folded:
+            lowered = data.lower()
+            for marker in self.folded:
+                if marker in lowered:
+                    return False
+        return True
 
 
 def _escaped_byte(byte: int) -> bytes:

@@ -135,30 +135,28 @@ class Session:
         host = self.where
         target = request.target
         self._same_host(request)
-        self.run.check_plain(host, "url", target, bound)
         raw = [(k, v) for k, v in request.headers if k not in _HOP]
         echoes: dict[bytes, bytes] = {}
         headers, used = swap_headers(raw, bound, echoes)
-        # A placeholder left as it is (another secret's, or in a header's name) is counted.
-        self.run.check_headers(host, raw, self.others)
-        if request.expects_continue:
-            self.client.write(wire.CONTINUE)
-        # Every request here asks identity, not only one carrying the value: a bound host that
-        # keeps what it received (a request bin, a debug page) serves it back to a later
-        # request that carries none, and a gzip answer to that passed unread
-        # (tests/secrets/test_attacks.py).
-        # Range likewise, on every request: each response is scanned on its own, and ranged
-        # answers (to the request itself, or later to a stored echo) handed the value back
-        # in pieces shorter than any needle, 10 bytes at a time. A server may answer any
-        # request whole (RFC 9110 §14.2); a resumed download to a bound host starts over.
-        headers = [(k, v) for k, v in headers if k != b"expect" and k not in _UNSCANNABLE]
-        headers.append((b"accept-encoding", b"identity"))
-        out = wire.request_head(request.method, target, headers)  # Malformed: never sent
-        for name in used:
-            self.run.injected(name, host)
-        self.upstream.write(out)
         body: Scanner | None = None  # made for a request that has one
+        sent = False
         try:
+            if request.expects_continue:
+                self.client.write(wire.CONTINUE)
+            # Every request here asks identity, not only one carrying the value: a bound
+            # host that keeps what it received (a request bin, a debug page) serves it back
+            # to a later request that carries none, and a gzip answer to that passed unread
+            # (tests/secrets/test_attacks.py).
+            # Range likewise, on every request: each response is scanned on its own, and
+            # ranged answers (to the request itself, or later to a stored echo) handed the
+            # value back in pieces shorter than any needle, 10 bytes at a time. A server may
+            # answer any request whole (RFC 9110 §14.2); a resumed download to a bound host
+            # starts over.
+            headers = [(k, v) for k, v in headers if k != b"expect" and k not in _UNSCANNABLE]
+            headers.append((b"accept-encoding", b"identity"))
+            out = wire.request_head(request.method, target, headers)  # Malformed: never sent
+            sent = True
+            self.upstream.write(out)
             while True:
                 event = self._event(self.down, self.client)
                 if isinstance(event, wire.Body):
@@ -175,6 +173,15 @@ class Session:
                 else:
                     raise Cut("the command closed in the middle of its request")
         finally:
+            # The counting only records (it never stops a request): after the request went
+            # upstream, not on its path (benchmarks/secrets_proxy.py), in the order it was
+            # counted before it, and also when the request is cut or never sent (Malformed).
+            # A placeholder in the URL, or left as it is in a header (another secret's, or in
+            # a header's name), is counted.
+            self.run.check_plain(host, "url", target, bound)
+            self.run.check_headers(host, raw, self.others)
+            for name in used if sent else ():
+                self.run.injected(name, host)
             # Also when the request is cut: its pieces went upstream as they came (a
             # placeholder in one went uncounted; tests/secrets/test_attacks_scrub.py).
             found = body.found if body is not None else ()

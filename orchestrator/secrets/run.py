@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import ssl
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sprawl_orch.secrets.ca import RunCA
-from sprawl_orch.secrets.disguise import Disguise, disguises
+from sprawl_orch.secrets.disguise import Disguise, Marked, disguises
 from sprawl_orch.secrets.spec import Spec, placeholder
 from sprawl_orch.secrets.swap import Bound, holds
 
@@ -72,7 +73,7 @@ class SecretRun:
     # (quoting and base64 per request were a share of the intercepted path's CPU).
     forms: dict[bytes, bytes] = field(default_factory=dict, repr=False)
     # The value escaped or inside base64, by pattern (disguise.py), compiled once per run.
-    disguises: list[Disguise] = field(default_factory=list, repr=False)
+    disguises: Sequence[Disguise] = field(default=(), repr=False)
     # Each placeholder so spelled too: one sent percent-encoded, in base64 or lower-cased
     # where it is never swapped went out uncounted (tests/secrets/test_attacks_forms.py).
     spellings: dict[bytes, list[Disguise]] = field(default_factory=dict, repr=False)
@@ -96,7 +97,7 @@ class SecretRun:
             for s in self.specs
         )
         self.forms = {f: b.placeholder for b in self.secrets for f in b.forms()}
-        self.disguises = [d for b in self.secrets for d in disguises(b.value, b.placeholder)]
+        self.disguises = Marked(d for b in self.secrets for d in disguises(b.value, b.placeholder))
         self.spellings = {
             b.placeholder: disguises(b.placeholder, b.placeholder) for b in self.secrets
         }
@@ -132,6 +133,11 @@ class SecretRun:
 
     def check_plain(self, host: str, where: str, data: bytes, bound: tuple[Bound, ...]) -> None:
         """Count a placeholder seen where it is never swapped (a URL, a plain request)."""
+        if len(data) < self._floor:
+            # Shorter than every spelling of every placeholder (carries: a Basic blob decodes
+            # shorter than itself): a URL's path like `/small` holds none, one len() instead
+            # of a carries() per secret.
+            return
         for secret in self.secrets:
             if self.carries(data, secret):
                 self.leak(secret.name, host, f"{where} (never swapped)")

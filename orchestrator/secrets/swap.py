@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, quote_plus
 
-from sprawl_orch.secrets.disguise import Disguise
+from sprawl_orch.secrets.disguise import Disguise, Marked
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,14 @@ def swap_headers(
     used: set[str] = set()
     for secret in bound:
         swapped = []
+        placeholder = secret.placeholder
         for key, value in out:
+            # swap_value's two tests written out, the call made only for a value that can
+            # hold the placeholder (plainly, or in a `Basic` blob: _basic's scheme test): most
+            # of a request's headers hold neither, a call and a partition each before.
+            if placeholder not in value and value[:6].lower() != b"basic ":
+                swapped.append((key, value))
+                continue
             new = swap_value(value, secret)
             if new != value:
                 used.add(secret.name)
@@ -172,6 +179,8 @@ def scrub_found(
         if needle and needle in data:
             found = True
             data = data.replace(needle, stand_in)
+    if isinstance(disguises, Marked) and disguises.none_in(data):
+        return data, found  # every disguise's marker absent: the loop below would skip each
     lowered: bytes | None = None
     for disguise in disguises:
         # Disguise._absent's test written out here: a call per disguise and piece was most

@@ -16,6 +16,7 @@ import contextlib
 import os
 import select
 import ssl
+from collections.abc import Callable
 
 # What one read of a socket, and one turn of reading the TLS records in hand, takes at most.
 # A call that may return n bytes allocates n first (os.read, SSLObject.read) and shrinks the
@@ -49,6 +50,13 @@ class TlsEnd:
         self.tls = ctx.wrap_bio(
             self._in, self._out, server_side=server_side, server_hostname=hostname
         )
+        # ssl.SSLObject's read, write and pending are each a Python frame around the _ssl
+        # object's method of the same signature: ~6 a small request, called directly here
+        # (the public methods when a later ssl module has no `_sslobj`).
+        inner = getattr(self.tls, "_sslobj", self.tls)
+        self._read: Callable[[int], bytes] = inner.read
+        self._write: Callable[[bytearray], int] = inner.write
+        self._pending: Callable[[], int] = inner.pending
         if first:
             self._in.write(first)
         self.raw_in = len(first)
@@ -95,35 +103,43 @@ class TlsEnd:
         self.fd = fd
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
+        # One buffer every socket read lands in: os.read(fd, n) allocates n bytes per call
+        # and shrinks them after.
+        self._buf = bytearray(CHUNK)
+        self._view = memoryview(self._buf)
         if early:
             self._in.write(early)
             self.raw_in += len(early)
 
     def _send(self) -> None:
         data = self._out.read()
-        view = memoryview(data)
-        while view:
-            sent = os.write(self.fd, view)
-            self.raw_out += sent
-            view = view[sent:]
+        sent = os.write(self.fd, data)
+        self.raw_out += sent  # as it goes: a peer gone mid-way leaves the count of what went
+        if sent < len(data):  # the rest as the socket drains (a memoryview only then)
+            view = memoryview(data)[sent:]
+            while view:
+                sent = os.write(self.fd, view)
+                self.raw_out += sent
+                view = view[sent:]
 
     def _fill(self) -> None:
-        data = os.read(self.fd, CHUNK)
-        if data:
-            self._in.write(data)
-            self.raw_in += len(data)
+        got = os.readv(self.fd, (self._buf,))
+        if got:
+            self._in.write(self._view[:got])
+            self.raw_in += got
         else:
             self._in.write_eof()
 
     def ready(self) -> bool:
         """Whether the peer's bytes are in hand (decrypted) or at the socket: a read would
         not wait for the peer to send more (unless a record is only partly there)."""
-        return bool(self.tls.pending() or self._poll.poll(0))
+        return bool(self._pending() or self._poll.poll(0))
 
     def read(self) -> bytes:
         """Decrypted bytes; b"" at the end (close_notify, or the peer just went)."""
+        bio = self._in
         while True:
-            if not self.tls.pending() and not self._in.pending and not self._in.eof:
+            if not bio.pending and not bio.eof and not self._pending():
                 # Nothing in hand to decrypt: wait for the peer first, rather than raise and
                 # catch SSLWantReadError on every read (a share of the intercepted
                 # request's CPU, benchmarks/secrets_proxy.py).
@@ -131,26 +147,28 @@ class TlsEnd:
                     self._send()
                 self._fill()
             try:
-                return self._more(self.tls.read(RECORD))
+                data = self._read(RECORD)
             except ssl.SSLWantReadError:
                 self._send()
-                if self._in.eof:
+                if bio.eof:
                     return b""
                 self._fill()
+                continue
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return b""
+            if data and (bio.pending or self._pending()):
+                return self._more(data)
+            return data  # one record (most small messages): no copies
 
     def _more(self, data: bytes) -> bytes:
         """`data` and every whole record already in hand after it. SSL_read hands out one
         record at a time: a response whose head and body came as two records in one segment
         was parsed as a head alone, whose wait for the body flushed the head to the command
         by itself."""
-        if not data or not (self.tls.pending() or self._in.pending):
-            return data  # one record (most small messages): no copies
         out = bytearray(data)
-        while len(out) < CHUNK and (self.tls.pending() or self._in.pending):
+        while len(out) < CHUNK and (self._pending() or self._in.pending):
             try:
-                more = self.tls.read(min(RECORD, CHUNK - len(out)))
+                more = self._read(min(RECORD, CHUNK - len(out)))
             except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 break  # nothing more in hand; the end, if it is one, comes with the next read
             if not more:
@@ -169,18 +187,19 @@ class TlsEnd:
             self.flush()
 
     def flush(self) -> None:
-        if not self.queued:
+        queued = self.queued
+        if not queued:
             return
         # One record for what is queued (a head and a small body), the queue's own bytes
-        # handed to SSL_write without a copy first.
-        view = memoryview(self.queued)
+        # handed to SSL_write without a copy first (it takes a buffer). A memory BIO takes
+        # all of it in one call; the loop only guards an SSL_write that took part.
         try:
-            while view:
-                sent = self.tls.write(view)
-                view = view[sent:]
+            sent = self._write(queued)
+            while sent < len(queued):
+                del queued[:sent]
+                sent = self._write(queued)
         finally:
-            view.release()
-            self.queued.clear()
+            queued.clear()
         self._send()
 
     def close(self) -> None:
