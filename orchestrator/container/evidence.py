@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -55,16 +56,25 @@ def boot_id() -> str:
         return ""
 
 
-def version() -> str:
-    """sprawl-orch's version, and a stamp of the container arm's sources: admission's
-    checks are code, and an edited checkout keeps its version number."""
+@functools.cache
+def installed_version() -> str:
+    """The installed distribution's version, read once per process: importlib.metadata scans
+    every sys.path entry for it, ~16 ms of each served call (issue 26). The exec server reads
+    it at its start (cli/exec_server.py preload), so every fork has it; a newer install under
+    a running server is not the code that server runs anyway (its modules are in memory)."""
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as dist_version
 
     try:
-        number = dist_version("sprawl-orch")
+        return dist_version("sprawl-orch")
     except PackageNotFoundError:
-        number = "unknown"
+        return "unknown"
+
+
+def version() -> str:
+    """sprawl-orch's version, and a stamp of the container arm's sources: admission's
+    checks are code, and an edited checkout keeps its version number."""
+    number = installed_version()
     digest = hashlib.sha256()
     for source in sorted(p for folder in _SOURCES for p in folder.glob("*.py")):
         digest.update(f"{source.name}:{stamp(source)}".encode())
