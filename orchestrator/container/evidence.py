@@ -8,8 +8,9 @@ the engine's *identity* at that moment. A later call reads the identity again --
 see `ContainerEngine.identity` -- and reuses the admission only when it is equal:
 
 - docker: the daemon's ID and every fact admission reads (`GET /info` + `GET /version`,
-  ~10 ms over the socket): a daemon restarted with other flags (userns-remap, another
-  default runtime, cgroup driver) has other facts, another daemon another ID;
+  ~10 ms over the socket; answered from memory while the same dockerd process with the
+  same config file answers, engines/docker_daemon.py): a daemon restarted with other flags
+  (userns-remap, another default runtime, cgroup driver) has other facts;
 - podman (no service, `podman info` costs ~200 ms): stamps of the podman binary (its
   version), of each OCI runtime binary, of every containers.conf / storage.conf podman
   reads, and the storage root's device and inode (a reset store is a new directory);

@@ -219,7 +219,8 @@ class DockerEngine:
 
     def identity(self) -> dict[str, Any]:
         """The daemon's ID and every fact admission reads, and which CLI creates: two API
-        calls on the connection the command uses next (~10 ms; see container/evidence.py)."""
+        calls on the connection the command uses next (~10 ms; see container/evidence.py),
+        none when this dockerd process answered them before (docker_daemon.py)."""
         import docker.errors
 
         from sprawl_orch.engines.engine import stamp
