@@ -106,7 +106,7 @@ def preload() -> None:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     main.get_command(None, "exec")  # type: ignore[arg-type]
-    from sprawl_orch.container.evidence import installed_version
+    from sprawl_orch.core.dist_version import installed_version
 
     installed_version()  # admission's key: a sys.path scan, once here instead of per call
 

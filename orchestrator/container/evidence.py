@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import os
@@ -39,6 +38,7 @@ from typing import Any
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.core.dist_version import installed_version
 from sprawl_orch.core.private import private_dirs
 from sprawl_orch.engines.engine import EngineFacts, stamp
 
@@ -55,21 +55,6 @@ def boot_id() -> str:
     except OSError:
         # no boot id (not Linux): evidence then never outlives this stamp's other facts
         return ""
-
-
-@functools.cache
-def installed_version() -> str:
-    """The installed distribution's version, read once per process: importlib.metadata scans
-    every sys.path entry for it, ~16 ms of each served call (issue 26). The exec server reads
-    it at its start (cli/exec_server.py preload), so every fork has it; a newer install under
-    a running server is not the code that server runs anyway (its modules are in memory)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("sprawl-orch")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def version() -> str:

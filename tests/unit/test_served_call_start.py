@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sprawl_orch.container import evidence
+from sprawl_orch.core.dist_version import installed_version
 
 WARM = sorted(
     f"sprawl_orch.container.{p.stem}" for p in Path(evidence.__file__).parent.glob("warm*.py")
@@ -44,7 +45,7 @@ def test_the_installed_version_is_read_once_and_the_sources_every_time(
     source = tmp_path / "admission_rule.py"
     source.write_text("RULE = 1\n")
     monkeypatch.setattr(evidence, "_SOURCES", (tmp_path,))
-    evidence.installed_version.cache_clear()
+    installed_version.cache_clear()
     first = evidence.version()
     assert evidence.version() == first
     time.sleep(0.01)  # a later mtime even on a coarse clock
@@ -52,4 +53,4 @@ def test_the_installed_version_is_read_once_and_the_sources_every_time(
     edited = evidence.version()
     assert edited != first and edited.split("+")[0] == first.split("+")[0]
     assert reads == ["sprawl-orch"]
-    evidence.installed_version.cache_clear()
+    installed_version.cache_clear()
