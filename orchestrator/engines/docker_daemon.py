@@ -10,9 +10,10 @@ key that changes whenever the daemon could answer otherwise:
 - the listening process (SO_PEERCRED on a connect: the pid, ~0.1 ms) and its start time
   (a restarted daemon is another process, a recycled pid has another start time);
 - its config file's inode, size, mtime and ctime (`--config-file`, default
-  /etc/docker/daemon.json): dockerd re-reads it on SIGHUP, which changes `default-runtime`
-  and `runtimes` without a restart; everything else /info reports (userns-remap, cgroup
-  driver, rootless, root dir, security options) needs a restart.
+  /etc/docker/daemon.json for a root dockerd; a rootless one without `--config-file` reads
+  its own $XDG_CONFIG_HOME's and gets no key): dockerd re-reads it on SIGHUP, which changes
+  `default-runtime` and `runtimes` without a restart; everything else /info reports
+  (userns-remap, cgroup driver, rootless, root dir, security options) needs a restart.
 
 Only a listener that is itself `dockerd` is keyed (its /proc/<pid>/stat names it): a socket
 held by pid 1 (systemd socket activation: the same listener across daemon restarts), by a
@@ -37,13 +38,13 @@ DEFAULT_CONFIG = "/etc/docker/daemon.json"
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
-def _config_file(argv: list[str]) -> str:
+def _config_file(argv: list[str]) -> str | None:
     for n, arg in enumerate(argv):
         if arg.startswith("--config-file="):
             return arg.split("=", 1)[1]
         if arg == "--config-file" and n + 1 < len(argv):
             return argv[n + 1]
-    return DEFAULT_CONFIG
+    return None
 
 
 def _file_stamp(path: str) -> list[int] | None:
@@ -66,9 +67,8 @@ def daemon_key(host: str) -> list[Any] | None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
             probe.settimeout(2.0)
             probe.connect(path)
-            pid = _CRED.unpack(probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))[
-                0
-            ]
+            cred = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+        pid, uid, _ = _CRED.unpack(cred)
         if pid <= 1:
             return None
         proc = Path(f"/proc/{pid}")
@@ -79,6 +79,10 @@ def daemon_key(host: str) -> list[Any] | None:
         started = line[line.rindex(")") + 2 :].split()[19]  # field 22: start time in ticks
         argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0")]
         config = _config_file(argv)
+        if config is None:
+            if uid != 0:
+                return None  # rootless: its default file is under its own $XDG_CONFIG_HOME
+            config = DEFAULT_CONFIG
         return [
             path,
             [sock_stat.st_dev, sock_stat.st_ino],

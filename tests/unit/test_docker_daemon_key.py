@@ -15,10 +15,12 @@ import pytest
 from sprawl_orch.engines import docker_daemon
 
 LISTENER = """
-import ctypes, socket, sys
+import ctypes, os, socket, sys
 ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)  # PR_SET_NAME: the comm
 server = socket.socket(socket.AF_UNIX)
 server.bind(sys.argv[2])
+if sys.argv[3] == "rootless" and os.getuid() == 0:
+    os.setuid(65534)  # SO_PEERCRED reports who called listen()
 server.listen(8)
 print("ready", flush=True)
 sys.stdin.read()
@@ -26,13 +28,12 @@ sys.stdin.read()
 
 
 class Listener:
-    def __init__(self, place: Path, name: str) -> None:
+    def __init__(self, place: Path, name: str, as_root: bool = True) -> None:
         self.sock, self.conf = place / "d.sock", place / "daemon.json"
         self.sock.unlink(missing_ok=True)
-        argv = [sys.executable, "-c", LISTENER, name, str(self.sock), "--config-file"]
-        self.proc = subprocess.Popen(
-            [*argv, str(self.conf)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
+        argv = [sys.executable, "-c", LISTENER, name, str(self.sock)]
+        argv += ["--config-file", str(self.conf)] if as_root else ["rootless"]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None and self.proc.stdout.readline() == "ready\n"
 
     @property
@@ -89,5 +90,11 @@ def test_a_listener_that_is_not_dockerd_gets_no_key(place: Path) -> None:
         assert docker_daemon.recall(None) is None
     finally:
         forwarder.stop()
+    # a rootless dockerd without --config-file reads its own user's file: not keyed
+    rootless = Listener(place, "dockerd", as_root=False)
+    try:
+        assert docker_daemon.daemon_key(rootless.host) is None
+    finally:
+        rootless.stop()
     for host in ("tcp://127.0.0.1:2375", "ssh://someone@somewhere", f"unix://{place}"):
         assert docker_daemon.daemon_key(host) is None, host
