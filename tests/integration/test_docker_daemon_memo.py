@@ -81,3 +81,46 @@ def test_another_daemon_behind_the_same_path_is_asked(
     # the house's dockerds read (the same ID), so it cannot key what a daemon answers
     assert remapped["facts"]["userns_remap"] and not plain["facts"]["userns_remap"]
     assert remapped["host"] == plain["host"]
+
+
+def test_the_arm_made_from_an_offer_drives_the_offer_s_client(
+    docker_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import docker
+
+    from sprawl_orch.config import parse_config
+    from sprawl_orch.container.admission import clear_cache
+    from sprawl_orch.container.arm import ContainerArm
+    from sprawl_orch.container.offer import offer_engines
+
+    made: list[object] = []
+    original = docker.APIClient.__init__
+
+    def counted(self: Any, *args: Any, **kw: Any) -> None:
+        made.append(self)
+        original(self, *args, **kw)
+
+    monkeypatch.setattr(docker.APIClient, "__init__", counted)
+    config = parse_config(
+        {
+            "sandbox": {
+                "arm": "container",
+                "container": {"engine": "docker", "images": {"docker": docker_image}},
+            },
+            "state": {"dir": str(tmp_path / "state")},
+        }
+    )
+    clear_cache()
+    try:
+        (offer,) = offer_engines(config)
+        # the offer's admission: its client (and the probe container's attach client)
+        assert offer.admitted and made
+        before = list(made)
+        arm = ContainerArm.from_offer(offer, config.sandbox.container)
+        assert arm.engine.local_image(docker_image) == docker_image
+        assert made == before  # the arm asked through the offer's client
+        # a second arm of the same offer makes its own: no two arms close one client
+        other = ContainerArm.from_offer(offer, config.sandbox.container)
+        assert other.engine is not arm.engine
+    finally:
+        clear_cache()
