@@ -22,6 +22,9 @@ With --cli (issue 26's served warm call), per engine, interleaved in the same ru
 - served floor:    client start + the library's warm command (both medians): the least a
                    served warm call can cost (the server hands the fork a kept container).
 Targets (issue 26): served warm <= 0.5x `run --rm` and <= 1.2x `exec` (the CLI).
+Run from an editable install (`pip install -e`), every row that starts a Python process pays
+setuptools' editable finder at `site` (~40 ms at load 4-9, `python -X importtime`): a
+`pip install .` venv's client does not (docs/warm.md).
 """
 
 from __future__ import annotations

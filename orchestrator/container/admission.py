@@ -196,6 +196,23 @@ def _limits_dropped(words: str) -> bool:
 
 _cache: dict[tuple[str, str, str], Admission] = {}
 _lock = threading.Lock()
+# The engine object an offer admitted (offer.py), for the arm made from that offer next: one
+# client per call (issue 26: the arm's own backend() was a second docker client, a second
+# connection and, before docker_daemon.py, a second `GET /version`). Only the offer's, whose
+# engines nothing else holds, and taken once, so no two arms share (and close) one engine.
+_admitted: dict[tuple[str, str], ContainerEngine] = {}
+
+
+def hand_over(engine: ContainerEngine) -> None:
+    with _lock:
+        _admitted[(engine.name, engine.endpoint())] = engine
+
+
+def admitted_engine(name: str, docker_host: str | None) -> ContainerEngine:
+    """The engine admit_each admitted under this name and endpoint, else a new backend."""
+    made = backend(name, docker_host)
+    with _lock:
+        return _admitted.pop((name, made.endpoint()), made)
 
 
 def wrappers_dir(evidence: Evidence | None) -> Path:

@@ -19,11 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sprawl_orch.config import ContainerConfig
-from sprawl_orch.container.admission import (
-    admit,
-    admit_each,
-    preferred,
-)
+from sprawl_orch.container.admission import admit, admit_each, admitted_engine, preferred
 from sprawl_orch.container.admitted import Admission
 from sprawl_orch.container.argv import (
     HostLimits,
@@ -53,7 +49,6 @@ from sprawl_orch.core.arms import ArmName, container_assurances
 from sprawl_orch.core.assurances import Assurances
 from sprawl_orch.core.engine_offer import EngineOffer
 from sprawl_orch.core.errors import ErrorCode, SprawlError
-from sprawl_orch.engines.backends import backend
 from sprawl_orch.engines.engine import ContainerEngine
 from sprawl_orch.runs.launch import Launch, Running, Watcher
 
@@ -103,9 +98,8 @@ class ContainerArm:
         evidence: Evidence | None = None,
         watcher: Watcher | None = None,
     ) -> ContainerArm:
-        return cls(
-            config, backend(offer.engine, config.docker_host), evidence=evidence, watcher=watcher
-        )
+        engine = admitted_engine(offer.engine, config.docker_host)
+        return cls(config, engine, evidence=evidence, watcher=watcher)
 
     @property
     def host(self) -> HostLimits:

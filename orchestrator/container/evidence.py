@@ -8,8 +8,9 @@ the engine's *identity* at that moment. A later call reads the identity again --
 see `ContainerEngine.identity` -- and reuses the admission only when it is equal:
 
 - docker: the daemon's ID and every fact admission reads (`GET /info` + `GET /version`,
-  ~10 ms over the socket): a daemon restarted with other flags (userns-remap, another
-  default runtime, cgroup driver) has other facts, another daemon another ID;
+  ~10 ms over the socket; answered from memory while the same dockerd process with the
+  same config file answers, engines/docker_daemon.py): a daemon restarted with other flags
+  (userns-remap, another default runtime, cgroup driver) has other facts;
 - podman (no service, `podman info` costs ~200 ms): stamps of the podman binary (its
   version), of each OCI runtime binary, of every containers.conf / storage.conf podman
   reads, and the storage root's device and inode (a reset store is a new directory);
@@ -37,6 +38,7 @@ from typing import Any
 
 from sprawl_orch.config import ContainerConfig
 from sprawl_orch.container.argv import HostLimits
+from sprawl_orch.core.dist_version import installed_version
 from sprawl_orch.core.private import private_dirs
 from sprawl_orch.engines.engine import EngineFacts, stamp
 
@@ -58,13 +60,7 @@ def boot_id() -> str:
 def version() -> str:
     """sprawl-orch's version, and a stamp of the container arm's sources: admission's
     checks are code, and an edited checkout keeps its version number."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        number = dist_version("sprawl-orch")
-    except PackageNotFoundError:
-        number = "unknown"
+    number = installed_version()
     digest = hashlib.sha256()
     for source in sorted(p for folder in _SOURCES for p in folder.glob("*.py")):
         digest.update(f"{source.name}:{stamp(source)}".encode())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sprawl_orch.config import Config
-from sprawl_orch.container.admission import admit_each
+from sprawl_orch.container.admission import admit_each, hand_over
 from sprawl_orch.container.admitted import Admission
 from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.core.engine_offer import EngineOffer
@@ -41,4 +41,7 @@ def offer_engines(
     found = admit_each(
         config.sandbox.container, first_only=not every, evidence=evidence, watcher=watcher
     )
+    for engine, admission in found:
+        if admission.admitted:
+            hand_over(engine)  # the arm made from this offer drives the same client
     return tuple(offer_of(admission) for _, admission in found)

@@ -19,6 +19,9 @@ from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.host_which import host_which
 from sprawl_orch.engines._docker_cli_config import cli_config
 from sprawl_orch.engines.docker_attach import API_TIMEOUT, DockerAttached
+from sprawl_orch.engines.docker_daemon import daemon_key
+from sprawl_orch.engines.docker_daemon import learn as learn_daemon
+from sprawl_orch.engines.docker_daemon import recall as recall_daemon
 from sprawl_orch.engines.engine import EngineFacts, engine_error, run_cli
 
 if TYPE_CHECKING:
@@ -133,8 +136,11 @@ class DockerEngine:
         self._home = env.get("HOME") or os.path.expanduser("~")
         self._api: APIClient | None = None
         self._streams: APIClient | None = None
-        # the daemon's /version as api() read it, for the identity() that follows it
+        # the daemon's /version as api() read it (or /version and /info as kept for this
+        # daemon process: docker_daemon.py), for the identity() that follows it
         self._seen_version: dict[str, Any] | None = None
+        self._seen_info: dict[str, Any] | None = None
+        self._daemon_key: list[Any] | None = None
 
     def endpoint(self) -> str:
         return self.host
@@ -146,17 +152,24 @@ class DockerEngine:
             from docker.constants import MINIMUM_DOCKER_API_VERSION
             from docker.utils import kwargs_from_env
 
+            self._daemon_key = daemon_key(self.host)
+            kept = recall_daemon(self._daemon_key)
             try:
                 # version="auto" asks /version, and identity() (admission, every call) asks
                 # it again: one answer serves both, a round trip less per call (issue 26).
+                # The same daemon process answered both before (docker_daemon.py): neither
+                # is asked, the client starts on the version it negotiated then.
                 api = docker.APIClient(
                     **kwargs_from_env(environment=self._conn),
-                    version=MINIMUM_DOCKER_API_VERSION,
+                    version=str(kept[0]["ApiVersion"]) if kept else MINIMUM_DOCKER_API_VERSION,
                     timeout=self.api_timeout,
                 )
                 one_pool(api)
-                seen = dict(api.version(api_version=False))
-                api._version = str(seen["ApiVersion"])  # what "auto" sets
+                if kept:
+                    seen, self._seen_info = kept
+                else:
+                    seen = dict(api.version(api_version=False))
+                    api._version = str(seen["ApiVersion"])  # what "auto" sets
             except Exception as err:  # what the SDK's "auto" turns into DockerException
                 raise engine_error(
                     "docker",
@@ -206,19 +219,23 @@ class DockerEngine:
 
     def identity(self) -> dict[str, Any]:
         """The daemon's ID and every fact admission reads, and which CLI creates: two API
-        calls on the connection the command uses next (~10 ms; see container/evidence.py)."""
+        calls on the connection the command uses next (~10 ms; see container/evidence.py),
+        none when this dockerd process answered them before (docker_daemon.py)."""
         import docker.errors
 
         from sprawl_orch.engines.engine import stamp
 
         api = self.api()
         seen, self._seen_version = self._seen_version, None  # once: a re-admission asks anew
+        kept, self._seen_info = self._seen_info, None
         try:
-            info, version = api.info(), seen or api.version()
+            info, version = kept or api.info(), seen or api.version()
         except docker.errors.APIError as err:
             raise engine_error(
                 "docker", "info", str(err.explanation or err), connect_recovery(self.host, str(err))
             ) from err
+        if kept is None:
+            learn_daemon(self._daemon_key, dict(version), dict(info))
         return {
             "daemon": info.get("ID"),
             "host": self.host,

@@ -1,0 +1,116 @@
+"""The docker daemon's `GET /version` and `GET /info`, kept per daemon process (issue 26).
+
+Every served call is a fresh fork: its docker client negotiated the API version (`GET
+/version`) and admission read the daemon's identity (`GET /info`), ~25-60 ms a call on a
+loaded host for answers that cannot change while the same daemon runs with the same config.
+They are kept in served_memo (so the exec server hands them to every later fork) under a
+key that changes whenever the daemon could answer otherwise:
+
+- the socket's path, device and inode (a restarted daemon makes its socket anew);
+- the listening process (SO_PEERCRED on a connect: the pid, ~0.1 ms) and its start time
+  (a restarted daemon is another process, a recycled pid has another start time);
+- its config file's inode, size, mtime and ctime (`--config-file`, default
+  /etc/docker/daemon.json for a root dockerd; a rootless one without `--config-file` reads
+  its own $XDG_CONFIG_HOME's and gets no key): dockerd re-reads it on SIGHUP, which changes
+  `default-runtime` and `runtimes` without a restart; everything else /info reports
+  (userns-remap, cgroup driver, rootless, root dir, security options) needs a restart.
+
+Only a listener that is itself `dockerd` is keyed (its /proc/<pid>/stat names it): a socket
+held by pid 1 (systemd socket activation: the same listener across daemon restarts), by a
+forwarder (socat, ssh, a proxy: the daemon behind it can change under the same pid) or not
+visible from here (pid 0: another pid namespace) gives no key, and each call asks, as
+before. A tcp:// or ssh:// endpoint also asks each time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+from sprawl_orch.core import served_memo
+
+KIND = "docker-daemon"
+DEFAULT_CONFIG = "/etc/docker/daemon.json"
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def _config_file(argv: list[str]) -> str | None:
+    for n, arg in enumerate(argv):
+        if arg.startswith("--config-file="):
+            return arg.split("=", 1)[1]
+        if arg == "--config-file" and n + 1 < len(argv):
+            return argv[n + 1]
+    return None
+
+
+def _file_stamp(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None  # dockerd runs on its defaults; a file made later is a new key
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def daemon_key(host: str) -> list[Any] | None:
+    """The key of the daemon process listening at `host`, None when it cannot be told."""
+    if not host.startswith("unix://"):
+        return None
+    path = host[len("unix://") :]
+    try:
+        sock_stat = os.stat(path)
+        if not stat.S_ISSOCK(sock_stat.st_mode):
+            return None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+            probe.settimeout(2.0)
+            probe.connect(path)
+            cred = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+        pid, uid, _ = _CRED.unpack(cred)
+        if pid <= 1:
+            return None
+        proc = Path(f"/proc/{pid}")
+        line = (proc / "stat").read_text()
+        comm = line[line.index("(") + 1 : line.rindex(")")]
+        if comm != "dockerd":
+            return None
+        started = line[line.rindex(")") + 2 :].split()[19]  # field 22: start time in ticks
+        argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0")]
+        config = _config_file(argv)
+        if config is None:
+            if uid != 0:
+                return None  # rootless: its default file is under its own $XDG_CONFIG_HOME
+            config = DEFAULT_CONFIG
+        return [
+            path,
+            [sock_stat.st_dev, sock_stat.st_ino],
+            pid,
+            started,
+            config,
+            _file_stamp(config),
+        ]
+    except (OSError, ValueError, IndexError, struct.error):
+        # gone, unreadable or not a daemon we can tell apart: ask it, as before
+        return None
+
+
+def recall(key: list[Any] | None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the /version, the /info) kept for this daemon process, or None."""
+    if key is None:
+        return None
+    kept = served_memo.recall(KIND, key)
+    if not isinstance(kept, dict):
+        return None
+    version, info = kept.get("version"), kept.get("info")
+    if not isinstance(version, dict) or not isinstance(info, dict):
+        return None
+    if not version.get("ApiVersion"):
+        return None
+    return dict(version), dict(info)
+
+
+def learn(key: list[Any] | None, version: dict[str, Any], info: dict[str, Any]) -> None:
+    if key is not None:
+        served_memo.learn(KIND, key, {"version": version, "info": info})
