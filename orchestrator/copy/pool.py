@@ -101,6 +101,10 @@ class CopyPool(Generic[T]):
     ) -> None:
         """Copy source fd ``sfd`` (owned from now on: closed by the worker) into the new entry
         ``name`` of copy directory ``dst_fd`` (the caller keeps it open until settled)."""
+        if not self.workers:  # no workers: copied here, on the walk's thread, settled next
+            self.inflight += 1
+            self._run((token, sfd, sst, path, name, dst_fd, mode, budget))
+            return
         if len(self._threads) < self.workers:
             thread = threading.Thread(target=self._work, name="sprawl-copy", daemon=True)
             thread.start()
@@ -119,19 +123,23 @@ class CopyPool(Generic[T]):
             yield done.get()
 
     def _work(self) -> None:
-        jobs, done = self._jobs, self._done
+        jobs, run = self._jobs, self._run
         while (job := jobs.get()) is not None:
-            token, sfd, sst, path, name, dst_fd, mode, budget = job
-            if self._cancel:
-                os.close(sfd)
-                done.put((token, None, None))
-                continue
-            try:
-                result = copy_opened_into(sfd, sst, path, name, dst_fd, mode, budget)
-            except BaseException as err:  # handed to the walk, which raises it
-                done.put((token, None, err))
-            else:
-                done.put((token, result, None))
+            run(job)
+
+    def _run(self, job: Job[T]) -> None:
+        token, sfd, sst, path, name, dst_fd, mode, budget = job
+        done = self._done
+        if self._cancel:
+            os.close(sfd)
+            done.put((token, None, None))
+            return
+        try:
+            result = copy_opened_into(sfd, sst, path, name, dst_fd, mode, budget)
+        except BaseException as err:  # handed to the walk, which raises it
+            done.put((token, None, err))
+        else:
+            done.put((token, result, None))
 
     def shutdown(self) -> None:
         """Cancel the jobs not started and wait for the running ones (the threads end)."""
