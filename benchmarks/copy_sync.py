@@ -209,13 +209,16 @@ def main() -> None:
         c_floors: dict[str, list[float]] = {name: [] for name, _ in C_FLOORS}
         by_workers: dict[int, list[float]] = {w: [] for w in also}
         for i in range(args.reps):  # interleaved so all see the same disk state
-            copy_pool.WORKERS = default_workers
-            first_ours.append(timed(partial(sync, src, tmp / f"ours{i}", bounds), "first"))
-            for w in also:
-                copy_pool.WORKERS = w
-                by_workers[w].append(
-                    timed(partial(sync, src, tmp / f"ours-w{w}-{i}", bounds), f"first-w{w}")
+            # The default and the compared counts take turns going first: whichever ran
+            # first in each repetition measured slower (2026-12-03), whatever its count.
+            order = [None, *also] if i % 2 == 0 else [*also, None]
+            for w in order:
+                copy_pool.WORKERS = default_workers if w is None else w
+                where, name = (
+                    (f"ours{i}", "first") if w is None else (f"ours-w{w}-{i}", f"first-w{w}")
                 )
+                took = timed(partial(sync, src, tmp / where, bounds), name)
+                (first_ours if w is None else by_workers[w]).append(took)
             copy_pool.WORKERS = default_workers
             first_cp.append(timed(partial(run, ["cp", "-a", str(src), str(tmp / f"cp{i}")]), "cp"))
             for name, workers, procs in FLOORS:

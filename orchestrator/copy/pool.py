@@ -29,28 +29,30 @@ from sprawl_orch.copy.fileops import copy_opened_into
 
 T = TypeVar("T")
 
-# One worker per core, at least 2, at most 8 (a bound on threads per sync; more were not tried).
-# Why not 4 on 2 cores, as before: each worker's system calls hand the GIL back and forth (the
-# ~63 futex calls per file below), so a worker more than there are cores adds CPU and no
-# overlap. Measured side by side (benchmarks/copy_sync.py --compare-workers 0,1,2, 10 000
-# files of 16 KiB, 2 cores, 2026-12-03, load 7.3-9.9 from other sessions, ratio to cp -a's
-# CPU in the same run): 2 workers took the least CPU in 6 of 7 runs (ext4 in RAM 1.26, 1.65,
-# 1.56; tmpfs 1.70, 2.18, 1.73; the disk 1.62) against 4 workers' 1.51, 1.61, 2.17; 2.56,
-# 2.98, 2.01; 1.88; 1 worker 1.47-2.30, none (0: on the walk's thread) 1.68-2.15. Wall time
-# swung 3x between repetitions at that load: median of the 7 runs 1.26x cp -a with 2 workers,
-# 1.33x with 4 (tmpfs 1.25 vs 2.33-2.54; ext4 in RAM 0.81-1.29 vs 1.00-1.23; the disk, one run,
-# 1.54 vs 1.33); none was 1.24-3.02x on ext4 (nothing overlaps the journal's waits).
+# At least 4: on this 2-core machine the raw mechanism (open, create, sendfile per file) with
+# 4 threads cost 0.29-0.45x cp -a against 0.59x serial (issue 23's last session), the work
+# being mostly waits in the filesystem. At most 8: a bound on threads per sync (more not tried).
+# Fewer workers, measured side by side (benchmarks/copy_sync.py --compare-workers, 10 000 files of
+# 16 KiB, 2 cores, 2026-12-03, load 6.9-14 from other sessions): 2 workers took less CPU than 4
+# (ratio to cp -a's CPU: ext4 in RAM 1.66 vs 1.97, tmpfs 1.77 vs 2.72 and 1.90 vs 2.09, in the runs
+# where the two took turns going first) but no less wall time (1.49 vs 1.24x cp -a, 1.64 vs 1.53x,
+# 1.79 vs 1.85x): the extra threads overlap the filesystem's waits and, on a loaded machine, get
+# more of its CPU. Kept at 4, the issue's measure being wall time. (Runs where the default always
+# went first in each repetition had shown 2 workers ahead on both: whichever goes first there
+# measures slower, so copy_sync now alternates the order.) 1 worker: 1.21-1.54x wall, 1.47-2.30x
+# CPU; none (0: the copy on the walk's thread) 1.24-3.02x wall on ext4 (nothing overlaps the
+# journal's waits), 1.68-2.15x CPU.
 # Where the time goes (2026-12-03, 2 cores, load 4-10): the sync makes as few syscalls per file
 # as the floor that keeps every check (~10.4: 2 open, 3.2 stat, 2 close, sendfile, fchmod,
 # futimens; cp -a makes ~17) but the hand-over between the walk and the workers adds ~63 futex
 # calls per file (GIL and queue wake-ups): on tmpfs a serial sync took 0.70-0.78 s CPU, with
 # workers 0.97-1.19 s, cp -a 0.47 s and the checked floor 0.51 s (benchmarks/copy_sync.py
 # floor rows). Batching 8 jobs per queue put measured within noise at load 8-10 (not kept).
-# The floor without an interpreter (benchmarks/floors/first_sync.c, same runs): the checked
-# syscalls cost 0.70-1.04x cp -a's CPU in C and 0.95-1.31x in Python, so the 0.6x target is
-# reachable only by running files in parallel on idle cores (C on 2 threads: 0.60-1.25x wall
-# at that load), which one interpreter's threads do not do (docs/design.md §5.2).
-WORKERS = min(8, max(2, os.cpu_count() or 1))
+# The floor without an interpreter (benchmarks/floors/first_sync.c, same runs, CPU ratio to
+# cp -a's): the checked syscalls cost 0.57-1.08x in C and 0.71-1.32x in Python, so 0.6x wall
+# needs files copied in parallel on idle cores, which one interpreter's threads do not give
+# (docs/design.md §5.2 has every run).
+WORKERS = min(8, max(4, os.cpu_count() or 1))
 # Jobs handed out and not yet settled: each holds a source fd open; enough to keep every worker
 # busy while the walk judges the next entries.
 MAX_INFLIGHT = 64

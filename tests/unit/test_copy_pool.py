@@ -241,23 +241,3 @@ def test_without_workers_a_failure_midway_leaves_nothing(
         sync(src, copy, Bounds(bytes=total // 2), record=record)
     assert not os.path.lexists(copy) and not os.path.lexists(record)
     assert open_fds() == before
-
-
-def test_no_more_workers_than_cores_and_at_least_two(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A worker more than there are cores only passes the GIL around (copy/pool.py WORKERS,
-    measured): on 2 cores a sync used to start 4."""
-    src = tmp_path / "src"
-    src.mkdir()
-    make(src)
-    seen: set[int] = set()
-    real = copy_fileops.copy_opened
-
-    def counted(*args: Any) -> tuple[int, os.stat_result]:
-        seen.add(sum(t.name == "sprawl-copy" for t in threading.enumerate()))
-        return real(*args)
-
-    monkeypatch.setattr(copy_fileops, "copy_opened", counted)
-    sync(src, tmp_path / "copy")
-    assert max(seen) == min(8, max(2, os.cpu_count() or 1)), seen
