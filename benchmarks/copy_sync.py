@@ -52,6 +52,8 @@ from benchmarks.floors.copy_side import (
     vouched_by_dir,
 )
 from benchmarks.floors.first_sync import floor_copy
+from benchmarks.floors.first_sync_c import build as build_c_floor
+from benchmarks.floors.first_sync_c import c_floor_copy
 from sprawl_orch.copy import pool as copy_pool
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.sync import Bounds, FileWork, sync
@@ -76,6 +78,8 @@ FLOORS = [
     (f"same, {_CORES} threads", _CORES, False),
     (f"same, {_CORES} processes", _CORES, True),
 ]
+# The same floor in C (floors/first_sync.c, no interpreter): (row name, threads).
+C_FLOORS = [("same in C, serial", 1), (f"same in C, {_CORES} threads", _CORES)]
 
 
 def _cpu_s() -> float:
@@ -173,7 +177,15 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="copy workers (default: copy.pool.WORKERS)"
     )
+    parser.add_argument(
+        "--compare-workers",
+        default="",
+        help="also time the first sync with these worker counts, side by side (e.g. 0,1,2,4; "
+        "0: the copy on the walk's thread)",
+    )
     args = parser.parse_args()
+    also = [int(w) for w in args.compare_workers.split(",") if w.strip()]
+    default_workers = copy_pool.WORKERS if args.workers is None else args.workers
     if args.workers is not None:
         copy_pool.WORKERS = args.workers
     for tool in ("cp", "rsync"):
@@ -193,16 +205,36 @@ def main() -> None:
         first_ours: list[float] = []
         first_cp: list[float] = []
         floors: dict[str, list[float]] = {name: [] for name, _, _ in FLOORS}
+        c_program = build_c_floor(tmp)
+        c_floors: dict[str, list[float]] = {name: [] for name, _ in C_FLOORS}
+        by_workers: dict[int, list[float]] = {w: [] for w in also}
         for i in range(args.reps):  # interleaved so all see the same disk state
-            first_ours.append(timed(partial(sync, src, tmp / f"ours{i}", bounds), "first"))
+            # The default and the compared counts take turns going first: whichever ran
+            # first in each repetition measured slower (2026-12-03), whatever its count.
+            order = [None, *also] if i % 2 == 0 else [*also, None]
+            for w in order:
+                copy_pool.WORKERS = default_workers if w is None else w
+                where, name = (
+                    (f"ours{i}", "first") if w is None else (f"ours-w{w}-{i}", f"first-w{w}")
+                )
+                took = timed(partial(sync, src, tmp / where, bounds), name)
+                (first_ours if w is None else by_workers[w]).append(took)
+            copy_pool.WORKERS = default_workers
             first_cp.append(timed(partial(run, ["cp", "-a", str(src), str(tmp / f"cp{i}")]), "cp"))
             for name, workers, procs in FLOORS:
                 where = str(tmp / f"floor-{workers}-{procs}-{i}")
-                floors[name].append(timed(partial(floor_copy, str(src), where, workers, procs)))
-        for name, workers, procs in FLOORS:  # each floor copy holds what the sync's does
-            if (
-                differs := same_tree(tmp / "ours0", tmp / f"floor-{workers}-{procs}-0")
-            ) is not None:
+                copy = partial(floor_copy, str(src), where, workers, procs)
+                floors[name].append(timed(copy, f"floor {name}"))
+            for name, threads in C_FLOORS if c_program is not None else ():
+                os.sync()  # its own time (first to last syscall), not timed(): no exec in it
+                where, start_cpu = str(tmp / f"floor-c-{threads}-{i}"), _cpu_s()
+                c_floors[name].append(c_floor_copy(c_program, str(src), where, threads))
+                CPU.setdefault(f"floor {name}", []).append((_cpu_s() - start_cpu) * 1000)
+        copies = [(name, f"floor-{workers}-{procs}-0") for name, workers, procs in FLOORS]
+        if c_program is not None:
+            copies += [(name, f"floor-c-{threads}-0") for name, threads in C_FLOORS]
+        for name, copy in copies:  # each floor copy holds what the sync's does
+            if (differs := same_tree(tmp / "ours0", tmp / copy)) is not None:
                 sys.exit(f"the floor copy ({name}) is not the sync's: {differs}")
         ours = tmp / "ours0"
         record = tmp / "ours0.stamps"
@@ -270,8 +302,32 @@ def main() -> None:
         ("first sync", "sync()", med(first_ours), "cp -a", cp_ms),
         ("  same, CPU time", "sync()", med(CPU["first"]), "cp -a", med(CPU["cp"])),
         *(
-            (f"first sync floor {i}", name, med(floors[name]), "cp -a", cp_ms)
-            for i, (name, _, _) in enumerate(FLOORS, 1)
+            row
+            for w in also
+            for row in (
+                ("first sync", f"sync(), {w} workers", med(by_workers[w]), "cp -a", cp_ms),
+                (
+                    "  same, CPU time",
+                    f"sync(), {w} workers",
+                    med(CPU[f"first-w{w}"]),
+                    "cp -a",
+                    med(CPU["cp"]),
+                ),
+            )
+        ),
+        *(
+            row
+            for i, (name, ms) in enumerate(
+                [
+                    *((name, floors[name]) for name, _, _ in FLOORS),
+                    *((name, c_floors[name]) for name, _ in C_FLOORS if c_floors[name]),
+                ],
+                1,
+            )
+            for row in (
+                (f"first sync floor {i}", name, med(ms), "cp -a", cp_ms),
+                ("  same, CPU time", name, med(CPU[f"floor {name}"]), "cp -a", med(CPU["cp"])),
+            )
         ),
         ("no-change resync", "sync()", ours_re, "rsync -a --delete --checksum", med(re_sum)),
         ("no-change resync", "sync()", ours_re, "rsync -a --delete (mtime+size)", med(re_plain)),
@@ -288,6 +344,8 @@ def main() -> None:
         f"load {os.getloadavg()[0]:.1f}, trees in {trees_in}"
     )
     print(f"{'case':<26}{'ours':<26}{'ms':>8}  {'raw':<32}{'ms':>8}  {'ratio':>6}")
+    if not any(c_floors.values()):
+        print("first sync floor 4-5: the C floor is absent (no C compiler)")
     for case, ours_name, ours_ms, raw_name, raw_ms in rows:
         print(
             f"{case:<26}{ours_name:<26}{ours_ms:>8.0f}  {raw_name:<32}{raw_ms:>8.0f}  "

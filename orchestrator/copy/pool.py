@@ -31,16 +31,27 @@ T = TypeVar("T")
 
 # At least 4: on this 2-core machine the raw mechanism (open, create, sendfile per file) with
 # 4 threads cost 0.29-0.45x cp -a against 0.59x serial (issue 23's last session), the work
-# being mostly waits in the filesystem. At most 8: a bound on threads per sync (8 measured no
-# better than 4 below; more were not tried). Measured here (benchmarks/copy_sync.py
-# --workers, 10 000 files of 16 KiB) only at load 8-13 on 2 cores, where 2, 4 and 8 workers
-# were all within noise of each other.
+# being mostly waits in the filesystem. At most 8: a bound on threads per sync (more not tried).
+# Fewer workers, measured side by side (benchmarks/copy_sync.py --compare-workers, 10 000 files of
+# 16 KiB, 2 cores, 2026-12-03, load 6.9-14 from other sessions): 2 workers took less CPU than 4
+# (ratio to cp -a's CPU: ext4 in RAM 1.66 vs 1.97, tmpfs 1.77 vs 2.72 and 1.90 vs 2.09, in the runs
+# where the two took turns going first) but no less wall time (1.49 vs 1.24x cp -a, 1.64 vs 1.53x,
+# 1.79 vs 1.85x): the extra threads overlap the filesystem's waits and, on a loaded machine, get
+# more of its CPU. Kept at 4, the issue's measure being wall time. (Runs where the default always
+# went first in each repetition had shown 2 workers ahead on both: whichever goes first there
+# measures slower, so copy_sync now alternates the order.) 1 worker: 1.21-1.54x wall, 1.47-2.30x
+# CPU; none (0: the copy on the walk's thread) 1.24-3.02x wall on ext4 (nothing overlaps the
+# journal's waits), 1.68-2.15x CPU.
 # Where the time goes (2026-12-03, 2 cores, load 4-10): the sync makes as few syscalls per file
 # as the floor that keeps every check (~10.4: 2 open, 3.2 stat, 2 close, sendfile, fchmod,
 # futimens; cp -a makes ~17) but the hand-over between the walk and the workers adds ~63 futex
 # calls per file (GIL and queue wake-ups): on tmpfs a serial sync took 0.70-0.78 s CPU, with
 # workers 0.97-1.19 s, cp -a 0.47 s and the checked floor 0.51 s (benchmarks/copy_sync.py
 # floor rows). Batching 8 jobs per queue put measured within noise at load 8-10 (not kept).
+# The floor without an interpreter (benchmarks/floors/first_sync.c, same runs, CPU ratio to
+# cp -a's): the checked syscalls cost 0.57-1.08x in C and 0.71-1.32x in Python, so 0.6x wall
+# needs files copied in parallel on idle cores, which one interpreter's threads do not give
+# (docs/design.md §5.2 has every run).
 WORKERS = min(8, max(4, os.cpu_count() or 1))
 # Jobs handed out and not yet settled: each holds a source fd open; enough to keep every worker
 # busy while the walk judges the next entries.
@@ -101,6 +112,10 @@ class CopyPool(Generic[T]):
     ) -> None:
         """Copy source fd ``sfd`` (owned from now on: closed by the worker) into the new entry
         ``name`` of copy directory ``dst_fd`` (the caller keeps it open until settled)."""
+        if not self.workers:  # no workers: copied here, on the walk's thread, settled next
+            self.inflight += 1
+            self._run((token, sfd, sst, path, name, dst_fd, mode, budget))
+            return
         if len(self._threads) < self.workers:
             thread = threading.Thread(target=self._work, name="sprawl-copy", daemon=True)
             thread.start()
@@ -119,19 +134,23 @@ class CopyPool(Generic[T]):
             yield done.get()
 
     def _work(self) -> None:
-        jobs, done = self._jobs, self._done
+        jobs, run = self._jobs, self._run
         while (job := jobs.get()) is not None:
-            token, sfd, sst, path, name, dst_fd, mode, budget = job
-            if self._cancel:
-                os.close(sfd)
-                done.put((token, None, None))
-                continue
-            try:
-                result = copy_opened_into(sfd, sst, path, name, dst_fd, mode, budget)
-            except BaseException as err:  # handed to the walk, which raises it
-                done.put((token, None, err))
-            else:
-                done.put((token, result, None))
+            run(job)
+
+    def _run(self, job: Job[T]) -> None:
+        token, sfd, sst, path, name, dst_fd, mode, budget = job
+        done = self._done
+        if self._cancel:
+            os.close(sfd)
+            done.put((token, None, None))
+            return
+        try:
+            result = copy_opened_into(sfd, sst, path, name, dst_fd, mode, budget)
+        except BaseException as err:  # handed to the walk, which raises it
+            done.put((token, None, err))
+        else:
+            done.put((token, result, None))
 
     def shutdown(self) -> None:
         """Cancel the jobs not started and wait for the running ones (the threads end)."""

@@ -182,3 +182,62 @@ def test_a_worker_failure_is_the_error_and_nothing_is_left(
     monkeypatch.setattr(copy_fileops, "copy_opened", real)
     sync(src, copy, record=record)
     assert_kept(src, copy)
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_any_worker_count_makes_the_same_copy_and_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    """WORKERS is chosen by measurement (copy/pool.py); 0 copies on the walk's thread. The
+    copy, its record and who wrote it follow the count; nothing else does."""
+    src = tmp_path / "src"
+    src.mkdir()
+    make(src)
+    sync(src, tmp_path / "ref", record=tmp_path / "ref.stamps")
+    monkeypatch.setattr(copy_pool, "WORKERS", count)
+    names = writers(monkeypatch)
+    copy, record = tmp_path / "copy", tmp_path / "copy.stamps"
+    work = sync(src, copy, record=record)
+    assert names == ({threading.current_thread().name} if count == 0 else {"sprawl-copy"})
+    assert work.created == MANY + 20 + 3
+    assert assert_kept(src, copy) == MANY + 20 + 3 + 5 + 6
+    got, ref = copy_stamps.load(record), copy_stamps.load(tmp_path / "ref.stamps")
+    assert got is not None and ref is not None
+    assert (got.paths, got.dirs, got.links) == (ref.paths, ref.dirs, ref.links)
+    for rel in got.paths:
+        entry = got.file(rel)
+        assert entry is not None and entry.copy == copy_stamps.stamp_of((copy / rel).stat())
+    assert not [t for t in threading.enumerate() if t.name == "sprawl-copy"]
+
+
+def test_without_workers_a_failure_midway_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src, copy, record = tmp_path / "src", tmp_path / "copy", tmp_path / "copy.stamps"
+    src.mkdir()
+    make(src)
+    monkeypatch.setattr(copy_pool, "WORKERS", 0)
+    real = copy_fileops.copy_opened
+    calls = [0]
+
+    def full_disk_at_the_hundredth(*args: Any) -> tuple[int, os.stat_result]:
+        calls[0] += 1
+        if calls[0] == 100:
+            os.close(args[0])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args)
+
+    monkeypatch.setattr(copy_fileops, "copy_opened", full_disk_at_the_hundredth)
+    before = open_fds()
+    with pytest.raises(SprawlError) as failed:
+        sync(src, copy, record=record)
+    assert "No space left on device" in failed.value.detail
+    assert calls[0] == 100  # raised at once: the walk settles an inline job before the next
+    assert not os.path.lexists(copy) and not os.path.lexists(record)
+    assert open_fds() == before
+    total = sum(f.stat().st_size for f in src.rglob("*") if f.is_file() and not f.is_symlink())
+    monkeypatch.setattr(copy_fileops, "copy_opened", real)
+    with pytest.raises(CopyBoundError):
+        sync(src, copy, Bounds(bytes=total // 2), record=record)
+    assert not os.path.lexists(copy) and not os.path.lexists(record)
+    assert open_fds() == before
