@@ -14,6 +14,11 @@ key that changes whenever the daemon could answer otherwise:
   its own $XDG_CONFIG_HOME's and gets no key): dockerd re-reads it on SIGHUP, which changes
   `default-runtime` and `runtimes` without a restart; everything else /info reports
   (userns-remap, cgroup driver, rootless, root dir, security options) needs a restart.
+  The file's stamp says what the file holds, not what the daemon loaded: an edit not yet
+  reloaded (setup-engines' register_runsc writes, then SIGHUPs; a loaded daemon takes
+  seconds) would key the old answer under the new stamp and keep it past the reload. So
+  an answer is kept only when its runtimes and default runtime are the file's (`agrees`):
+  then the daemon has loaded this file, and a reload of it changes nothing /info says.
 
 Only a listener that is itself `dockerd` is keyed (its /proc/<pid>/stat names it): a socket
 held by pid 1 (systemd socket activation: the same listener across daemon restarts), by a
@@ -111,6 +116,35 @@ def recall(key: list[Any] | None) -> tuple[dict[str, Any], dict[str, Any]] | Non
     return dict(version), dict(info)
 
 
+def _runtime(entry: Any) -> tuple[str, list[str]] | None:
+    if not isinstance(entry, dict):
+        return None
+    return str(entry.get("path") or ""), [str(a) for a in entry.get("runtimeArgs") or []]
+
+
+def agrees(info: dict[str, Any], config: str, stamp: Any) -> bool:
+    """The daemon's reloadable answers (runtimes, default runtime) are what `config`, still
+    at `stamp`, says: it has loaded this file. Anything else (an edit not reloaded yet, a
+    runtime added by a flag or by a file since changed) is not kept: asked every call."""
+    import json
+
+    try:
+        held = json.loads(Path(config).read_bytes()) if stamp is not None else {}
+    except (OSError, ValueError):
+        return False
+    if _file_stamp(config) != stamp or not isinstance(held, dict):
+        return False  # changed while read
+    wanted = held.get("runtimes") or {}
+    answered = info.get("Runtimes") or {}
+    if not isinstance(wanted, dict) or not isinstance(answered, dict):
+        return False
+    # runc and containerd's own (io.containerd.*) are dockerd's built-ins, never the file's
+    extra = {n: _runtime(e) for n, e in answered.items() if n != "runc" and "." not in n}
+    if extra != {n: _runtime(e) for n, e in wanted.items()}:
+        return False
+    return str(info.get("DefaultRuntime") or "runc") == str(held.get("default-runtime") or "runc")
+
+
 def learn(key: list[Any] | None, version: dict[str, Any], info: dict[str, Any]) -> None:
-    if key is not None:
+    if key is not None and agrees(info, str(key[4]), key[5]):
         served_memo.learn(KIND, key, {"version": version, "info": info})
