@@ -52,6 +52,21 @@ def _config_file(argv: list[str]) -> str | None:
     return None
 
 
+def _as_the_daemon_sees(proc: Path, config: str) -> str | None:
+    """The path of the daemon's config file from here: through its root (a dockerd in
+    another mount namespace -- in a container, its socket bind-mounted out -- reads its own
+    /etc/docker/daemon.json) and, for a relative `--config-file`, its working directory.
+    A daemon of another uid hides both (a docker-group user's root dockerd): an absolute
+    path is then taken as seen from here, a relative one gives no key."""
+    try:
+        base = os.readlink(proc / "cwd") if not config.startswith("/") else ""
+        root = proc / "root"
+        os.stat(root)
+    except PermissionError:
+        return config if config.startswith("/") else None
+    return f"{root}{os.path.join(base, config)}"
+
+
 def _file_stamp(path: str) -> list[int] | None:
     try:
         st = os.stat(path)
@@ -88,6 +103,9 @@ def daemon_key(host: str) -> list[Any] | None:
             if uid != 0:
                 return None  # rootless: its default file is under its own $XDG_CONFIG_HOME
             config = DEFAULT_CONFIG
+        config = _as_the_daemon_sees(proc, config)
+        if config is None:
+            return None
         return [
             path,
             [sock_stat.st_dev, sock_stat.st_ino],

@@ -6,6 +6,7 @@ exec root, socket, pidfile and config file; the house's two are never touched)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,15 +22,20 @@ import pytest
 
 from sprawl_orch.core import served_memo
 from sprawl_orch.engines.docker import DockerEngine
-from sprawl_orch.engines.docker_daemon import KIND, daemon_key
+from sprawl_orch.engines.docker_daemon import KIND, daemon_key, recall
 
 RUNSC_ARGS = ["--network=none", "--oci-seccomp"]
 
 
-def _write_config(conf: Path, args: list[str]) -> None:
+def _write_config(conf: Path, args: list[str] | None, default: str | None = None) -> None:
     runsc = shutil.which("runsc") or "/usr/bin/runsc"
     made = conf.with_suffix(".new")
-    made.write_text(json.dumps({"runtimes": {"runsc": {"path": runsc, "runtimeArgs": args}}}))
+    held: dict[str, Any] = {}
+    if args is not None:
+        held["runtimes"] = {"runsc": {"path": runsc, "runtimeArgs": args}}
+    if default is not None:
+        held["default-runtime"] = default
+    made.write_text(json.dumps(held))
     made.replace(conf)  # as an editor saves it: a new file under the same name
 
 
@@ -44,19 +50,21 @@ def _fresh_info(host: str) -> dict[str, Any]:
 
 
 class Daemon:
-    def __init__(self, place: Path) -> None:
+    def __init__(self, place: Path, relative: bool = False) -> None:
         if shutil.which("dockerd") is None:
             pytest.fail("dockerd is not installed (.ci/setup-engines installs it)")
         self.conf = place / "daemon.json"
         self.sock = place / "d.sock"
         self.host = f"unix://{self.sock}"
-        _write_config(self.conf, RUNSC_ARGS)
+        _write_config(self.conf, None if relative else RUNSC_ARGS)
+        self.relative = relative
         self.log = (place / "d.log").open("w")
         self.proc = subprocess.Popen(
             ["dockerd", "--host", self.host, "--data-root", str(place / "root"),
              "--exec-root", str(place / "x"), "--pidfile", str(place / "d.pid"),
-             "--iptables=false", "--bridge=none", "--config-file", str(self.conf)],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+             "--iptables=false", "--bridge=none",
+             "--config-file", self.conf.name if relative else str(self.conf)],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=place,
         )  # fmt: skip
         deadline = time.monotonic() + 180  # a first start on a loaded machine
         while True:
@@ -67,6 +75,9 @@ class Daemon:
                 return
             except Exception:
                 time.sleep(0.5)
+
+    def default_runtime(self) -> str:
+        return str(_fresh_info(self.host)["DefaultRuntime"])
 
     def runsc_args(self) -> str:
         return " ".join(_fresh_info(self.host)["Runtimes"]["runsc"].get("runtimeArgs") or [])
@@ -81,17 +92,30 @@ class Daemon:
         self.log.close()
 
 
-@pytest.fixture
-def daemon() -> Iterator[Daemon]:
+@contextlib.contextmanager
+def _started(relative: bool) -> Iterator[Daemon]:
     served_memo.take(KIND)
     # short: the socket's path and containerd's under the exec root are at most 107 bytes
     with tempfile.TemporaryDirectory(prefix="ad-", dir="/var/tmp") as made:
-        started = Daemon(Path(made))
+        started = Daemon(Path(made), relative=relative)
         try:
             yield started
         finally:
             started.stop()
             served_memo.take(KIND)
+
+
+@pytest.fixture
+def daemon() -> Iterator[Daemon]:
+    with _started(relative=False) as started:
+        yield started
+
+
+@pytest.fixture
+def relative_daemon() -> Iterator[Daemon]:
+    """Started as `dockerd --config-file daemon.json` in its own directory."""
+    with _started(relative=True) as started:
+        yield started
 
 
 def _runsc_args(identity: dict[str, Any]) -> str:
@@ -121,5 +145,35 @@ def test_an_answer_read_before_the_reload_is_not_kept_past_it(daemon: Daemon) ->
 
 
 def test_a_daemon_whose_file_never_changed_is_still_kept(daemon: Daemon) -> None:
-    """What held: a config file older than the daemon keys it (no round trips)."""
-    assert daemon_key(daemon.host) is not None
+    """What held: a daemon that loaded the file its key stamps is answered from memory."""
+    engine = DockerEngine(environ={**os.environ, "DOCKER_HOST": daemon.host})
+    try:
+        facts = engine.identity()["facts"]
+    finally:
+        engine.close()
+    kept = recall(daemon_key(daemon.host))
+    assert kept is not None and kept[1]["Runtimes"]["runsc"]["runtimeArgs"] == RUNSC_ARGS
+    assert facts["default_runtime"] == "runc"
+
+
+def test_a_relative_config_file_is_the_daemon_s(relative_daemon: Daemon) -> None:
+    """`dockerd --config-file daemon.json` reads it from its own working directory (or
+    root: a dockerd in another mount namespace); the stamp of a file of that name seen
+    from here (none, in this test's cwd) is not its file's."""
+    daemon = relative_daemon
+    assert not Path("daemon.json").exists()
+    environ = {**os.environ, "DOCKER_HOST": daemon.host}
+    assert DockerEngine(environ=environ).identity()["facts"]["default_runtime"] == "runc"
+    # the daemon's own file now makes gVisor the default runtime, and it reloads it
+    _write_config(daemon.conf, RUNSC_ARGS, default="runsc")
+    os.kill(daemon.proc.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 120
+    while daemon.default_runtime() != "runsc":
+        assert time.monotonic() < deadline, "the test's dockerd did not reload in 120 s"
+        time.sleep(0.5)
+    after = DockerEngine(environ=environ)
+    try:
+        # every container it runs now runs under runsc: an admission saying runc is false
+        assert after.identity()["facts"]["default_runtime"] == "runsc"
+    finally:
+        after.close()
