@@ -20,7 +20,7 @@ key that changes whenever the daemon could answer otherwise:
   an answer is kept only when its runtimes and default runtime are the file's (`agrees`):
   then the daemon has loaded this file, and a reload of it changes nothing /info says.
 
-Only a listener that is itself `dockerd` is keyed (its /proc/<pid>/stat names it): a socket
+Only a listener that is itself `dockerd` is keyed (its /proc/<pid>/stat and exe name it): a socket
 held by pid 1 (systemd socket activation: the same listener across daemon restarts), by a
 forwarder (socat, ssh, a proxy: the daemon behind it can change under the same pid) or not
 visible from here (pid 0: another pid namespace) gives no key, and each call asks, as
@@ -50,6 +50,17 @@ def _config_file(argv: list[str]) -> str | None:
         if arg == "--config-file" and n + 1 < len(argv):
             return argv[n + 1]
     return None
+
+
+def _runs_dockerd(proc: Path) -> bool:
+    """Its executable is named dockerd, not only its comm: any process sets its comm
+    (prctl PR_SET_NAME), and a forwarder so named kept the key while the daemon it
+    forwarded to changed. A daemon of another uid hides its executable: its comm decides."""
+    try:
+        exe = os.readlink(proc / "exe")
+    except PermissionError:
+        return True
+    return os.path.basename(exe).removesuffix(" (deleted)") == "dockerd"  # an upgraded one
 
 
 def _as_the_daemon_sees(proc: Path, config: str) -> str | None:
@@ -94,7 +105,7 @@ def daemon_key(host: str) -> list[Any] | None:
         proc = Path(f"/proc/{pid}")
         line = (proc / "stat").read_text()
         comm = line[line.index("(") + 1 : line.rindex(")")]
-        if comm != "dockerd":
+        if comm != "dockerd" or not _runs_dockerd(proc):
             return None
         started = line[line.rindex(")") + 2 :].split()[19]  # field 22: start time in ticks
         argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0")]
