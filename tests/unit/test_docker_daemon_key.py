@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sysconfig
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
