@@ -234,7 +234,12 @@ class DockerEngine:
             raise engine_error(
                 "docker", "info", str(err.explanation or err), connect_recovery(self.host, str(err))
             ) from err
-        if kept is None:
+        if kept is None and daemon_key(self.host) == self._daemon_key:
+            # kept only under the key of the daemon that answered: the one read when this
+            # client was made is another's when the path reaches another daemon since (a
+            # re-admission, a symlink swapped), and its answer kept under the first one's
+            # key was recalled when the path came back to it (userns-remap said on for the
+            # plain daemon). The same key before and after: the same daemon answered.
             learn_daemon(self._daemon_key, dict(version), dict(info))
         return {
             "daemon": info.get("ID"),
