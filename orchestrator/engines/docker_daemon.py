@@ -44,12 +44,15 @@ _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def _config_file(argv: list[str]) -> str | None:
+    # the last one given: dockerd's flags (pflag) let a repeated flag's last value win, and
+    # the first was the stamp of a file the daemon never read
+    found = None
     for n, arg in enumerate(argv):
         if arg.startswith("--config-file="):
-            return arg.split("=", 1)[1]
-        if arg == "--config-file" and n + 1 < len(argv):
-            return argv[n + 1]
-    return None
+            found = arg.split("=", 1)[1]
+        elif arg == "--config-file" and n + 1 < len(argv):
+            found = argv[n + 1]
+    return found
 
 
 def _runs_dockerd(proc: Path) -> bool:

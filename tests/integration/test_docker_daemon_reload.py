@@ -50,7 +50,7 @@ def _fresh_info(host: str) -> dict[str, Any]:
 
 
 class Daemon:
-    def __init__(self, place: Path, relative: bool = False) -> None:
+    def __init__(self, place: Path, relative: bool = False, before: tuple[str, ...] = ()) -> None:
         if shutil.which("dockerd") is None:
             pytest.fail("dockerd is not installed (.ci/setup-engines installs it)")
         self.conf = place / "daemon.json"
@@ -60,10 +60,10 @@ class Daemon:
         self.relative = relative
         self.log = (place / "d.log").open("w")
         self.proc = subprocess.Popen(
-            ["dockerd", "--host", self.host, "--data-root", str(place / "root"),
+            ["dockerd", *before, "--host", self.host, "--data-root", str(place / "root"),
              "--exec-root", str(place / "x"), "--pidfile", str(place / "d.pid"),
              "--iptables=false", "--bridge=none",
-             "--config-file", self.conf.name if relative else str(self.conf)],
+             "--config-file", self.conf.name if relative and not before else str(self.conf)],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=place,
         )  # fmt: skip
         deadline = time.monotonic() + 180  # a first start on a loaded machine
@@ -93,11 +93,15 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def _started(relative: bool) -> Iterator[Daemon]:
+def _started(relative: bool, decoy: bool = False) -> Iterator[Daemon]:
     served_memo.take(KIND)
     # short: the socket's path and containerd's under the exec root are at most 107 bytes
     with tempfile.TemporaryDirectory(prefix="ad-", dir="/var/tmp") as made:
-        started = Daemon(Path(made), relative=relative)
+        before: tuple[str, ...] = ()
+        if decoy:  # a --config-file the daemon does not read: the last one given wins
+            (Path(made) / "decoy.json").write_text("{}")
+            before = ("--config-file", str(Path(made) / "decoy.json"))
+        started = Daemon(Path(made), relative=relative or decoy, before=before)
         try:
             yield started
         finally:
@@ -108,6 +112,13 @@ def _started(relative: bool) -> Iterator[Daemon]:
 @pytest.fixture
 def daemon() -> Iterator[Daemon]:
     with _started(relative=False) as started:
+        yield started
+
+
+@pytest.fixture
+def decoy_daemon() -> Iterator[Daemon]:
+    """Started as `dockerd --config-file decoy.json ... --config-file daemon.json`."""
+    with _started(relative=False, decoy=True) as started:
         yield started
 
 
@@ -160,8 +171,16 @@ def test_a_relative_config_file_is_the_daemon_s(relative_daemon: Daemon) -> None
     """`dockerd --config-file daemon.json` reads it from its own working directory (or
     root: a dockerd in another mount namespace); the stamp of a file of that name seen
     from here (none, in this test's cwd) is not its file's."""
-    daemon = relative_daemon
     assert not Path("daemon.json").exists()
+    _becomes_gvisor_by_default(relative_daemon)
+
+
+def test_the_last_config_file_flag_is_the_daemon_s(decoy_daemon: Daemon) -> None:
+    """dockerd's flags (pflag) take the last of a repeated --config-file."""
+    _becomes_gvisor_by_default(decoy_daemon)
+
+
+def _becomes_gvisor_by_default(daemon: Daemon) -> None:
     environ = {**os.environ, "DOCKER_HOST": daemon.host}
     assert DockerEngine(environ=environ).identity()["facts"]["default_runtime"] == "runc"
     # the daemon's own file now makes gVisor the default runtime, and it reloads it
