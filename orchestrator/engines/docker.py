@@ -165,6 +165,9 @@ class DockerEngine:
                     timeout=self.api_timeout,
                 )
                 one_pool(api)
+                # what an earlier client of this engine was told and identity() never read
+                # (closed since) is that client's daemon's: never this one's
+                self._seen_info = None
                 if kept:
                     seen, self._seen_info = kept
                 else:
@@ -343,3 +346,4 @@ class DockerEngine:
             if client is not None:
                 client.close()
         self._api = self._streams = None
+        self._seen_version = self._seen_info = None  # the closed client's daemon's answers

@@ -42,3 +42,31 @@ def test_a_re_admission_through_a_swapped_path_keeps_nothing_under_the_old_key(
         finally:
             again.close()
             served_memo.take(KIND)
+
+
+def test_a_closed_engine_made_again_forgets_what_it_was_told(
+    docker_userns: tuple[dict[str, str], str],
+) -> None:
+    """An engine closed before its identity() was read, then used again after its path
+    reaches another daemon, describes the daemon it reaches now (not the first one's
+    /info, kept from its first client)."""
+    plain = os.environ["DOCKER_HOST"].removeprefix("unix://")
+    remapped = docker_userns[0]["DOCKER_HOST"].removeprefix("unix://")
+    served_memo.take(KIND)
+    with tempfile.TemporaryDirectory(prefix="rk-", dir="/var/tmp") as made:
+        link = Path(made) / "docker.sock"
+        environ = {**os.environ, "DOCKER_HOST": f"unix://{link}"}
+        link.symlink_to(plain)
+        first = DockerEngine(environ=environ)
+        first.identity()  # the plain daemon's answers, kept
+        first.close()
+        engine = DockerEngine(environ=environ)
+        try:
+            engine.api()  # its client, from memory: nothing asked
+            engine.close()
+            link.unlink()
+            link.symlink_to(remapped)
+            assert engine.identity()["facts"]["userns_remap"]
+        finally:
+            engine.close()
+            served_memo.take(KIND)
