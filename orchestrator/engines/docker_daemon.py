@@ -61,7 +61,7 @@ def _runs_dockerd(proc: Path) -> bool:
     forwarded to changed. A daemon of another uid hides its executable: its comm decides."""
     try:
         exe = os.readlink(proc / "exe")
-    except PermissionError:
+    except PermissionError:  # another uid's process: its comm said dockerd
         return True
     return os.path.basename(exe).removesuffix(" (deleted)") == "dockerd"  # an upgraded one
 
@@ -76,7 +76,7 @@ def _as_the_daemon_sees(proc: Path, config: str) -> str | None:
         base = os.readlink(proc / "cwd") if not config.startswith("/") else ""
         root = proc / "root"
         os.stat(root)
-    except PermissionError:
+    except PermissionError:  # another uid's daemon: its root and cwd are hidden
         return config if config.startswith("/") else None
     return f"{root}{os.path.join(base, config)}"
 
@@ -162,7 +162,7 @@ def agrees(info: dict[str, Any], config: str, stamp: Any) -> bool:
 
     try:
         held = json.loads(Path(config).read_bytes()) if stamp is not None else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # unreadable or not JSON: not known to agree, not kept
         return False
     if _file_stamp(config) != stamp or not isinstance(held, dict):
         return False  # changed while read
