@@ -58,12 +58,18 @@ def _config_file(argv: list[str]) -> str | None:
 def _runs_dockerd(proc: Path) -> bool:
     """Its executable is named dockerd, not only its comm: any process sets its comm
     (prctl PR_SET_NAME), and a forwarder so named kept the key while the daemon it
-    forwarded to changed. A daemon of another uid hides its executable: its comm decides."""
+    forwarded to changed. A daemon of another uid hides its executable: its comm decides.
+    A forwarder root copied under the name dockerd still passes (root's own doing)."""
     try:
         exe = os.readlink(proc / "exe")
+        held = os.stat(proc / "exe")
     except PermissionError:  # another uid's process: its comm said dockerd
         return True
-    return os.path.basename(exe).removesuffix(" (deleted)") == "dockerd"  # an upgraded one
+    if os.path.basename(exe).removesuffix(" (deleted)") != "dockerd":  # " (deleted)": upgraded
+        return False
+    # root's, as a package installs it: a user's copy of a forwarder (socat, python) named
+    # dockerd is the user's file, and so is anything a user could rewrite
+    return held.st_uid == 0 and not held.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _as_the_daemon_sees(proc: Path, config: str) -> str | None:

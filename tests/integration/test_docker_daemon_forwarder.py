@@ -6,8 +6,10 @@ forwards to changes, so what the first daemon answered must not be kept for the 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,13 +53,29 @@ def place() -> Iterator[Path]:
 def test_a_forwarder_named_dockerd_gets_no_key(
     place: Path, docker_userns: tuple[dict[str, str], str]
 ) -> None:
+    _forwarded(place, docker_userns, [sys.executable])
+
+
+def test_a_forwarder_copied_as_dockerd_by_a_user_gets_no_key(
+    place: Path, docker_userns: tuple[dict[str, str], str]
+) -> None:
+    """A program a user copied under the name dockerd (socat, python) is the user's file:
+    a dockerd's executable is root's, as its package installed it."""
+    copy = place / "dockerd"
+    shutil.copy(os.path.realpath(sys.executable), copy)
+    os.chown(copy, 65534, 65534)
+    _forwarded(place, docker_userns, [str(copy)])
+
+
+def _forwarded(place: Path, docker_userns: tuple[dict[str, str], str], program: list[str]) -> None:
     plain = os.environ["DOCKER_HOST"].removeprefix("unix://")
     remapped = docker_userns[0]["DOCKER_HOST"].removeprefix("unix://")
     config = f"{os.environ.get('SPRAWL_RUN_DIR', '/run/sprawl-orch')}/dockerd.json"
     sock, target = place / "f.sock", place / "target"
     target.write_text(plain)
-    argv = [sys.executable, "-c", FORWARDER, str(sock), str(target), "--config-file", config]
-    forwarder = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    argv = [*program, "-c", FORWARDER, str(sock), str(target), "--config-file", config]
+    libs = {**os.environ, "LD_LIBRARY_PATH": str(sysconfig.get_config_var("LIBDIR") or "")}
+    forwarder = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=libs)
     try:
         assert forwarder.stdout is not None and forwarder.stdout.readline() == "ready\n"
         environ = {**os.environ, "DOCKER_HOST": f"unix://{sock}"}
