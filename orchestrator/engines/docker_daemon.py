@@ -154,12 +154,6 @@ def recall(key: list[Any] | None) -> tuple[dict[str, Any], dict[str, Any]] | Non
     return dict(version), dict(info)
 
 
-def _runtime(entry: Any) -> tuple[str, list[str]] | None:
-    if not isinstance(entry, dict):
-        return None
-    return str(entry.get("path") or ""), [str(a) for a in entry.get("runtimeArgs") or []]
-
-
 def agrees(info: dict[str, Any], config: str, stamp: Any) -> bool:
     """The daemon's reloadable answers (runtimes, default runtime) are what `config`, still
     at `stamp`, says: it has loaded this file. Anything else (an edit not reloaded yet, a
@@ -177,8 +171,10 @@ def agrees(info: dict[str, Any], config: str, stamp: Any) -> bool:
     if not isinstance(wanted, dict) or not isinstance(answered, dict):
         return False
     # runc and containerd's own (io.containerd.*) are dockerd's built-ins, never the file's
-    extra = {n: _runtime(e) for n, e in answered.items() if n != "runc" and "." not in n}
-    if extra != {n: _runtime(e) for n, e in wanted.items()}:
+    # whole entries: a reload of a newer dockerd's runtimeType or options changes what runs
+    # under a name whose path and args stay (an entry /info words otherwise: not kept)
+    extra = {n: e for n, e in answered.items() if n != "runc" and "." not in n}
+    if extra != wanted:
         return False
     return str(info.get("DefaultRuntime") or "runc") == str(held.get("default-runtime") or "runc")
 
