@@ -162,10 +162,10 @@ def agrees(info: dict[str, Any], config: str, stamp: Any) -> bool:
 
     try:
         held = json.loads(Path(config).read_bytes()) if stamp is not None else {}
+        if _file_stamp(config) != stamp or not isinstance(held, dict):
+            return False  # changed while read
     except (OSError, ValueError):  # unreadable or not JSON: not known to agree, not kept
         return False
-    if _file_stamp(config) != stamp or not isinstance(held, dict):
-        return False  # changed while read
     wanted = held.get("runtimes") or {}
     answered = info.get("Runtimes") or {}
     if not isinstance(wanted, dict) or not isinstance(answered, dict):
