@@ -165,6 +165,9 @@ class DockerEngine:
                     timeout=self.api_timeout,
                 )
                 one_pool(api)
+                # what an earlier client of this engine was told and identity() never read
+                # (closed since) is that client's daemon's: never this one's
+                self._seen_info = None
                 if kept:
                     seen, self._seen_info = kept
                 else:
@@ -234,7 +237,12 @@ class DockerEngine:
             raise engine_error(
                 "docker", "info", str(err.explanation or err), connect_recovery(self.host, str(err))
             ) from err
-        if kept is None:
+        if kept is None and daemon_key(self.host) == self._daemon_key:
+            # kept only under the key of the daemon that answered: the one read when this
+            # client was made is another's when the path reaches another daemon since (a
+            # re-admission, a symlink swapped), and its answer kept under the first one's
+            # key was recalled when the path came back to it (userns-remap said on for the
+            # plain daemon). The same key before and after: the same daemon answered.
             learn_daemon(self._daemon_key, dict(version), dict(info))
         return {
             "daemon": info.get("ID"),
@@ -338,3 +346,4 @@ class DockerEngine:
             if client is not None:
                 client.close()
         self._api = self._streams = None
+        self._seen_version = self._seen_info = None  # the closed client's daemon's answers

@@ -4,8 +4,11 @@ none (asked each call). The listener is a real process on a real unix socket."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,9 +34,18 @@ class Listener:
     def __init__(self, place: Path, name: str, as_root: bool = True) -> None:
         self.sock, self.conf = place / "d.sock", place / "daemon.json"
         self.sock.unlink(missing_ok=True)
-        argv = [sys.executable, "-c", LISTENER, name, str(self.sock)]
+        # a dockerd's executable is named dockerd: this python, copied under that name
+        program = sys.executable
+        if name == "dockerd":
+            program = str(place / "dockerd")
+            shutil.copy(os.path.realpath(sys.executable), program)
+        argv = [program, "-c", LISTENER, name, str(self.sock)]
         argv += ["--config-file", str(self.conf)] if as_root else ["rootless"]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        # a python linked to its libpython finds it from the copy too
+        libs = {**os.environ, "LD_LIBRARY_PATH": str(sysconfig.get_config_var("LIBDIR") or "")}
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=libs
+        )
         assert self.proc.stdout is not None and self.proc.stdout.readline() == "ready\n"
 
     @property
