@@ -126,10 +126,16 @@ def run(args: list[str]) -> NoReturn:
     if os.environ.get(OFF) == "0":
         in_process(args, None)
     try:
+        cwd = os.getcwd()
+    except OSError as err:
+        # a deleted directory has no name to send (the server's chdir would be to whatever
+        # is at its old path now); the in-process CLI runs in it as it is
+        in_process(args, f"the working directory can't be named: {err.strerror}")
+    try:
         conn = reach()
     except (Refused, OSError) as err:
         in_process(args, str(err))
-    header = call_header(args, os.getcwd(), dict(os.environ), _umask())
+    header = call_header(args, cwd, dict(os.environ), _umask())
     saved = _terminal_state()
     try:
         _send_fds(conn, len(header).to_bytes(4, "big"), (0, 1, 2))
