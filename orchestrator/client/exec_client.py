@@ -73,9 +73,9 @@ def start_server(path: Path) -> subprocess.Popen[bytes]:
     import subprocess
 
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "XDG_RUNTIME_DIR", "SPRAWL_EXEC_SERVER_IDLE")
-    from sprawl_orch.core.exec_place import KEY_NAMES
+    from sprawl_orch.core.exec_place import CODE_NAMES, KEY_NAMES
 
-    env = {k: os.environ[k] for k in (*keep, *KEY_NAMES) if k in os.environ}
+    env = {k: os.environ[k] for k in (*keep, *KEY_NAMES, *CODE_NAMES) if k in os.environ}
     return subprocess.Popen(
         [sys.executable, "-m", "sprawl_orch.cli.exec_server", str(path)],
         env=env,

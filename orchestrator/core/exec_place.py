@@ -52,6 +52,10 @@ KEY_NAMES = (
     "XDG_DATA_HOME",
 )
 ROOTS = ("orchestrator", "guardian", "native_fallbacks")
+# The environment that chooses which code Python imports: the server gets the caller's (and
+# is keyed by it), else it ran the installed sprawl_orch under a socket named for the code on
+# the caller's PYTHONPATH (atkspare: the code stamp is of the client's code).
+CODE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE")
 
 
 class Refused(Exception):
@@ -185,7 +189,8 @@ def _proc_text(path: str) -> str:
 
 
 def socket_path(environ: dict[str, str]) -> Path:
-    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in KEY_NAMES)]
+    names = (*KEY_NAMES, *CODE_NAMES)
+    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in names)]
     name = sha256(repr(key).encode()).hexdigest()[:20]
     return runtime_dir(environ) / f"exec-{name}.sock"
 

@@ -2,15 +2,20 @@
 real program on copied_tree (atkspare, 2026-12-03):
 
 - a caller whose working directory was deleted runs as it does in-process (the client's
-  os.getcwd() raised: a traceback, status 1).
+  os.getcwd() raised: a traceback, status 1);
+- a caller whose `sprawl_orch` comes from PYTHONPATH is served by that code, not the
+  installed one (the server was started without it: its socket named the caller's code, its
+  calls ran the installed code).
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
-from tests.unit.test_exec_client import PROGRAM, env, tree
+import sprawl_orch
+from tests.unit.test_exec_client import PROGRAM, env, program, tree
 
 __all__ = ["env", "tree"]  # the fixtures, shared with test_exec_client
 
@@ -34,3 +39,27 @@ def test_a_deleted_working_directory_runs_as_in_process(
     assert (runs["0"].returncode, runs["0"].stdout) == (0, b"hi\n"), runs["0"].stderr
     assert (runs["1"].returncode, runs["1"].stdout) == (0, b"hi\n"), runs["1"].stderr
     assert b"Traceback" not in runs["1"].stderr
+
+
+def test_a_package_from_pythonpath_is_the_code_that_serves(
+    tree: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The code stamp names the caller's code; the server must run that code."""
+    alt = tmp_path / "alt" / "sprawl_orch"
+    shutil.copytree(
+        Path(sprawl_orch.__file__).parent, alt, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    said = alt / "core" / "assurances.py"
+    text = said.read_text()
+    assert 'f"Runs under {arm}: "' in text
+    said.write_text(text.replace('f"Runs under {arm}: "', 'f"ALT-CODE runs under {arm}: "'))
+    moved = {**env, "PYTHONPATH": str(alt.parent)}
+    for _ in range(2):  # the server's start, then a call it serves (its spare)
+        done = program(["exec", "-C", str(tree), "--", "true"], moved)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert b"ALT-CODE runs under copied_tree" in done.stderr, done.stderr[-2000:]
+        assert b"exec server is not used" not in done.stderr
+    # and the installed code's callers are not served by it
+    plain = program(["exec", "-C", str(tree), "--", "true"], env)
+    assert b"ALT-CODE" not in plain.stderr
+    program(["server", "stop"], env)
