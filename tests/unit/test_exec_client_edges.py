@@ -5,14 +5,21 @@ real program on copied_tree (atkspare, 2026-12-03):
   os.getcwd() raised: a traceback, status 1);
 - a caller whose `sprawl_orch` comes from PYTHONPATH is served by that code, not the
   installed one (the server was started without it: its socket named the caller's code, its
-  calls ran the installed code).
+  calls ran the installed code);
+- a call still running after its server was SIGKILLed does not hold the server's start lock
+  (every new server lost its start to it: each caller waited 10 s, then ran in-process).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
+
+import psutil
 
 import sprawl_orch
 from tests.unit.test_exec_client import PROGRAM, env, program, tree
@@ -63,3 +70,33 @@ def test_a_package_from_pythonpath_is_the_code_that_serves(
     plain = program(["exec", "-C", str(tree), "--", "true"], env)
     assert b"ALT-CODE" not in plain.stderr
     program(["server", "stop"], env)
+
+
+def test_a_killed_server_s_running_call_does_not_keep_the_next_server_from_starting(
+    tree: Path, env: dict[str, str]
+) -> None:
+    """A call outlives its SIGKILLed server (test_exec_client); the server's start lock is not
+    the call's to hold: while it did, every new server lost its start "race" and each caller
+    waited START_SECONDS for a socket that never came, then ran in-process."""
+    assert program(["exec", "-C", str(tree), "--", "true"], env).returncode == 0
+    listed = program(["server", "status"], env).stdout
+    server = int(listed.split(b"pid ")[1].split()[0])
+    long = subprocess.Popen(
+        [PROGRAM, "exec", "-C", str(tree), "--", "sleep", "60"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p.name() == "sleep" for p in psutil.Process(server).children(True)):
+            assert time.monotonic() < deadline, "the long call never started"
+            time.sleep(0.05)
+        os.kill(server, signal.SIGKILL)
+        done = program(["exec", "-C", str(tree), "--", "echo", "hi"], env)
+        assert (done.returncode, done.stdout) == (0, b"hi\n"), done.stderr[-2000:]
+        assert b"exec server is not used" not in done.stderr, done.stderr[-2000:]
+    finally:
+        long.kill()
+        long.wait(timeout=60)
+        program(["server", "stop"], env)
