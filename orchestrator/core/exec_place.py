@@ -146,14 +146,18 @@ STATUS_FIELDS = (
     "NoNewPrivs",
     "Seccomp",
     "Seccomp_filters",
+    # where it may run: a `taskset -c 0` caller's command ran on every CPU (atkspare)
+    "Cpus_allowed",
+    "Mems_allowed",
 )
 NAMESPACES = ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup", "time")
 
 
 def context(pid: int | str = "self") -> str:
     """Everything that confines process `pid` besides its uid: status fields, namespaces,
-    cgroup, root directory and resource limits. A call runs in the server's context, so the
-    server serves only callers of exactly its own; OSError when it can't be read."""
+    cgroup, root directory, resource limits and scheduling. A call runs in the server's
+    context, so the server serves only callers of exactly its own; OSError when it can't be
+    read."""
     proc = f"/proc/{pid}"
     parts = [
         line
@@ -169,6 +173,12 @@ def context(pid: int | str = "self") -> str:
     parts.append(f"root:{root.st_dev}:{root.st_ino}")
     parts.append(_proc_text(f"{proc}/cgroup"))
     parts.append(_proc_text(f"{proc}/limits"))
+    # how it is scheduled -- nice, rt_priority, policy: fields 19, 40 and 41 of stat, counted
+    # from 3 after the name's last ")" -- inherited by what it starts, as its limits are: a
+    # `nice -n 19` or `chrt -b` caller's command ran at the server's (atkspare)
+    sched = _proc_text(f"{proc}/stat")
+    fields = sched[sched.rindex(")") + 2 :].split()
+    parts.append(f"sched:{fields[16]}:{fields[37]}:{fields[38]}")
     return "\n".join(parts)
 
 
