@@ -179,6 +179,9 @@ def context(pid: int | str = "self") -> str:
     sched = _proc_text(f"{proc}/stat")
     fields = sched[sched.rindex(")") + 2 :].split()
     parts.append(f"sched:{fields[16]}:{fields[37]}:{fields[38]}")
+    # whom the OOM killer takes first: a `choom -n 800` caller's command ran at the 500 of the
+    # caller that started the server (atkspare)
+    parts.append(f"oom:{_proc_text(f'{proc}/oom_score_adj').strip()}")
     return "\n".join(parts)
 
 

@@ -8,8 +8,8 @@ real program on copied_tree (atkspare, 2026-12-03):
   calls ran the installed code);
 - a call still running after its server was SIGKILLed does not hold the server's start lock
   (every new server lost its start to it: each caller waited 10 s, then ran in-process);
-- a niced, CPU-pinned, SCHED_BATCH caller's command runs niced, pinned and batch, as
-  in-process (the server's own were used).
+- a niced, CPU-pinned, SCHED_BATCH, OOM-first caller's command runs so, as in-process (the
+  server's own were used).
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 import sprawl_orch
 from tests.unit.test_exec_client import PROGRAM, env, program, tree
@@ -104,33 +106,37 @@ def test_a_killed_server_s_running_call_does_not_keep_the_next_server_from_start
         program(["server", "stop"], env)
 
 
-def _yielding() -> None:
-    """The caller's process as a background job sets itself: lower priority, one CPU, batch."""
-    os.nice(5)
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+SETTINGS: dict[str, Callable[[], object]] = {
+    "nice": lambda: os.nice(5),
+    "affinity": lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    "batch": lambda: os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)),
+    "oom": lambda: Path("/proc/self/oom_score_adj").write_text("700"),  # raising: no privilege
+}
 
 
-def test_a_niced_pinned_batch_caller_s_command_runs_as_in_process(
-    tree: Path, env: dict[str, str]
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_a_niced_pinned_batch_or_oom_first_caller_s_command_runs_as_in_process(
+    setting: str, tree: Path, env: dict[str, str]
 ) -> None:
-    """Niceness, CPU affinity and scheduling policy are the caller's, as its rlimits: a server
-    (started by a normal caller) ran a `nice -n 5 taskset -c 0 chrt -b` caller's command at
-    the server's nice, on every CPU, as SCHED_OTHER."""
+    """Niceness, CPU affinity, scheduling policy and OOM score are the caller's, as its
+    rlimits: a server (started by a normal caller) ran a `nice -n 5`, `taskset -c 0`,
+    `chrt -b` or `choom -n 700` caller's command with the server's own."""
     assert program(["exec", "-C", str(tree), "--", "true"], env).returncode == 0  # a server
-    shown = "nice; grep ^Cpus_allowed_list /proc/$$/status; cut -d' ' -f41 /proc/$$/stat"
+    shown = (
+        "nice; grep ^Cpus_allowed_list /proc/$$/status; cut -d' ' -f41 /proc/$$/stat;"
+        " cat /proc/$$/oom_score_adj"
+    )
     runs = {}
     for served in ("1", "0"):
         runs[served] = subprocess.run(
             [PROGRAM, "exec", "-C", str(tree), "--", "sh", "-c", shown],
             env={**env, "SPRAWL_EXEC_SERVER": served},
-            preexec_fn=_yielding,  # the caller sets its own before it runs
+            preexec_fn=SETTINGS[setting],  # the caller sets its own before it runs
             capture_output=True,
             timeout=120,
             check=False,
         )
     assert runs["0"].returncode == 0, runs["0"].stderr[-2000:]
     assert (runs["1"].returncode, runs["1"].stdout) == (0, runs["0"].stdout), runs["1"].stderr
-    assert runs["0"].stdout.split(b"\n")[2] == b"3"  # SCHED_BATCH: what was set is what is seen
     assert b"exec server is not used" not in runs["1"].stderr  # served, by a server of its own
     program(["server", "stop"], env)
