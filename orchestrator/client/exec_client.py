@@ -144,7 +144,10 @@ def run(args: list[str]) -> NoReturn:
         conn.close()
         in_process(args, f"the server hung up before the call: {err.strerror}")
     for sig in FORWARDED:
-        _signal.signal(sig, lambda signum, frame: _forward(conn, signum))
+        # one we were started ignoring (nohup's SIGHUP, a script's `&` job's SIGINT) stays
+        # ignored, as in-process: forwarded, it killed the call
+        if _signal.getsignal(sig) != _signal.SIG_IGN:
+            _signal.signal(sig, lambda signum, frame: _forward(conn, signum))
     answer = b""
     while not answer.endswith(b"\n"):
         try:

@@ -9,7 +9,8 @@ real program on copied_tree (atkspare, 2026-12-03):
 - a call still running after its server was SIGKILLed does not hold the server's start lock
   (every new server lost its start to it: each caller waited 10 s, then ran in-process);
 - a niced, CPU-pinned, SCHED_BATCH, OOM-first caller's command runs so, as in-process (the
-  server's own were used).
+  server's own were used);
+- a signal the caller ignores (nohup's SIGHUP, a background job's SIGINT) is not forwarded.
 """
 
 from __future__ import annotations
@@ -139,4 +140,27 @@ def test_a_niced_pinned_batch_or_oom_first_caller_s_command_runs_as_in_process(
     assert runs["0"].returncode == 0, runs["0"].stderr[-2000:]
     assert (runs["1"].returncode, runs["1"].stdout) == (0, runs["0"].stdout), runs["1"].stderr
     assert b"exec server is not used" not in runs["1"].stderr  # served, by a server of its own
+    program(["server", "stop"], env)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT])
+def test_a_signal_the_caller_ignores_is_not_forwarded(
+    sig: signal.Signals, tree: Path, env: dict[str, str]
+) -> None:
+    """`nohup sprawl-orch exec ...` (SIGHUP ignored) and a script's `sprawl-orch exec ... &`
+    (SIGINT ignored): in-process the call survives the signal; the client installed its
+    forwarder over the ignoring, and the served call was killed by it."""
+    assert program(["exec", "-C", str(tree), "--", "true"], env).returncode == 0  # a server
+    for served in ("1", "0"):
+        caller = subprocess.Popen(
+            [PROGRAM, "exec", "-C", str(tree), "--", "sh", "-c", "sleep 2; echo survived"],
+            env={**env, "SPRAWL_EXEC_SERVER": served},
+            preexec_fn=lambda: signal.signal(sig, signal.SIG_IGN),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(1.0)  # the client is started and waits on its call
+        caller.send_signal(sig)
+        out, err = caller.communicate(timeout=120)
+        assert (caller.returncode, out) == (0, b"survived\n"), (served, err[-2000:])
     program(["server", "stop"], env)
