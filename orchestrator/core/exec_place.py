@@ -204,6 +204,10 @@ def _proc_text(path: str) -> str:
 def socket_path(environ: dict[str, str]) -> Path:
     names = (*KEY_NAMES, *CODE_NAMES)
     key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in names)]
+    # the personality (`setarch -R`), inherited by the command as the context is: in the
+    # socket's name only -- it confines nothing, and another process's is not ours to read
+    # under Yama's ptrace scope (the server's check of its caller could not read it)
+    key.append(_proc_text("/proc/self/personality"))
     name = sha256(repr(key).encode()).hexdigest()[:20]
     return runtime_dir(environ) / f"exec-{name}.sock"
 

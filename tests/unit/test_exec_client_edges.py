@@ -10,7 +10,8 @@ real program on copied_tree (atkspare, 2026-12-03):
   (every new server lost its start to it: each caller waited 10 s, then ran in-process);
 - a niced, CPU-pinned, SCHED_BATCH, OOM-first caller's command runs so, as in-process (the
   server's own were used);
-- a signal the caller ignores (nohup's SIGHUP, a background job's SIGINT) is not forwarded.
+- a signal the caller ignores (nohup's SIGHUP, a background job's SIGINT) is not forwarded;
+- a `setarch -R` caller's command runs without address randomization, as in-process.
 """
 
 from __future__ import annotations
@@ -163,4 +164,33 @@ def test_a_signal_the_caller_ignores_is_not_forwarded(
         caller.send_signal(sig)
         out, err = caller.communicate(timeout=120)
         assert (caller.returncode, out) == (0, b"survived\n"), (served, err[-2000:])
+    program(["server", "stop"], env)
+
+
+def _no_randomize() -> None:
+    """`setarch -R`: the caller's personality, inherited by what it runs."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.personality(0x0040000) != -1  # ADDR_NO_RANDOMIZE
+
+
+def test_a_caller_s_personality_is_its_command_s(tree: Path, env: dict[str, str]) -> None:
+    """A `setarch -R` caller (no address randomization, for a reproducible debug run): its
+    command ran with the server's personality, randomized."""
+    assert program(["exec", "-C", str(tree), "--", "true"], env).returncode == 0  # a server
+    shown = ["exec", "-C", str(tree), "--", "sh", "-c", "cat /proc/$$/personality"]
+    runs = {}
+    for served in ("1", "0"):
+        runs[served] = subprocess.run(
+            [PROGRAM, *shown],
+            env={**env, "SPRAWL_EXEC_SERVER": served},
+            preexec_fn=_no_randomize,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    assert (runs["0"].returncode, runs["0"].stdout) == (0, b"00040000\n"), runs["0"].stderr
+    assert (runs["1"].returncode, runs["1"].stdout) == (0, b"00040000\n"), runs["1"].stderr
+    assert b"exec server is not used" not in runs["1"].stderr
     program(["server", "stop"], env)
