@@ -103,8 +103,11 @@ def serve(path: Path, idle: float) -> int:
     def leave() -> None:
         """In a child (a call, a spare): the listener and other calls' connections and
         channels are not its own -- held there, a dead server's caller waited on a live
-        call's copy for EOF."""
+        call's copy for EOF. Nor is the start lock: held by a call that outlived its killed
+        server, every new server lost its start to it (each caller waited 10 s, then ran
+        in-process)."""
         listener.close()
+        os.close(lock)
         for pidfd, (_, other, theirs, warm) in calls.items():
             os.close(pidfd)
             os.close(theirs)

@@ -73,9 +73,9 @@ def start_server(path: Path) -> subprocess.Popen[bytes]:
     import subprocess
 
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "XDG_RUNTIME_DIR", "SPRAWL_EXEC_SERVER_IDLE")
-    from sprawl_orch.core.exec_place import KEY_NAMES
+    from sprawl_orch.core.exec_place import CODE_NAMES, KEY_NAMES
 
-    env = {k: os.environ[k] for k in (*keep, *KEY_NAMES) if k in os.environ}
+    env = {k: os.environ[k] for k in (*keep, *KEY_NAMES, *CODE_NAMES) if k in os.environ}
     return subprocess.Popen(
         [sys.executable, "-m", "sprawl_orch.cli.exec_server", str(path)],
         env=env,
@@ -126,10 +126,16 @@ def run(args: list[str]) -> NoReturn:
     if os.environ.get(OFF) == "0":
         in_process(args, None)
     try:
+        cwd = os.getcwd()
+    except OSError as err:
+        # a deleted directory has no name to send (the server's chdir would be to whatever
+        # is at its old path now); the in-process CLI runs in it as it is
+        in_process(args, f"the working directory can't be named: {err.strerror}")
+    try:
         conn = reach()
     except (Refused, OSError) as err:
         in_process(args, str(err))
-    header = call_header(args, os.getcwd(), dict(os.environ), _umask())
+    header = call_header(args, cwd, dict(os.environ), _umask())
     saved = _terminal_state()
     try:
         _send_fds(conn, len(header).to_bytes(4, "big"), (0, 1, 2))
@@ -138,7 +144,10 @@ def run(args: list[str]) -> NoReturn:
         conn.close()
         in_process(args, f"the server hung up before the call: {err.strerror}")
     for sig in FORWARDED:
-        _signal.signal(sig, lambda signum, frame: _forward(conn, signum))
+        # one we were started ignoring (nohup's SIGHUP, a script's `&` job's SIGINT) stays
+        # ignored, as in-process: forwarded, it killed the call
+        if _signal.getsignal(sig) != _signal.SIG_IGN:
+            _signal.signal(sig, lambda signum, frame: _forward(conn, signum))
     answer = b""
     while not answer.endswith(b"\n"):
         try:

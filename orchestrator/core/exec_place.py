@@ -52,6 +52,10 @@ KEY_NAMES = (
     "XDG_DATA_HOME",
 )
 ROOTS = ("orchestrator", "guardian", "native_fallbacks")
+# The environment that chooses which code Python imports: the server gets the caller's (and
+# is keyed by it), else it ran the installed sprawl_orch under a socket named for the code on
+# the caller's PYTHONPATH (atkspare: the code stamp is of the client's code).
+CODE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE")
 
 
 class Refused(Exception):
@@ -142,14 +146,18 @@ STATUS_FIELDS = (
     "NoNewPrivs",
     "Seccomp",
     "Seccomp_filters",
+    # where it may run: a `taskset -c 0` caller's command ran on every CPU (atkspare)
+    "Cpus_allowed",
+    "Mems_allowed",
 )
 NAMESPACES = ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup", "time")
 
 
 def context(pid: int | str = "self") -> str:
     """Everything that confines process `pid` besides its uid: status fields, namespaces,
-    cgroup, root directory and resource limits. A call runs in the server's context, so the
-    server serves only callers of exactly its own; OSError when it can't be read."""
+    cgroup, root directory, resource limits and scheduling. A call runs in the server's
+    context, so the server serves only callers of exactly its own; OSError when it can't be
+    read."""
     proc = f"/proc/{pid}"
     parts = [
         line
@@ -165,6 +173,15 @@ def context(pid: int | str = "self") -> str:
     parts.append(f"root:{root.st_dev}:{root.st_ino}")
     parts.append(_proc_text(f"{proc}/cgroup"))
     parts.append(_proc_text(f"{proc}/limits"))
+    # how it is scheduled -- nice, rt_priority, policy: fields 19, 40 and 41 of stat, counted
+    # from 3 after the name's last ")" -- inherited by what it starts, as its limits are: a
+    # `nice -n 19` or `chrt -b` caller's command ran at the server's (atkspare)
+    sched = _proc_text(f"{proc}/stat")
+    fields = sched[sched.rindex(")") + 2 :].split()
+    parts.append(f"sched:{fields[16]}:{fields[37]}:{fields[38]}")
+    # whom the OOM killer takes first: a `choom -n 800` caller's command ran at the 500 of the
+    # caller that started the server (atkspare)
+    parts.append(f"oom:{_proc_text(f'{proc}/oom_score_adj').strip()}")
     return "\n".join(parts)
 
 
@@ -185,7 +202,12 @@ def _proc_text(path: str) -> str:
 
 
 def socket_path(environ: dict[str, str]) -> Path:
-    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in KEY_NAMES)]
+    names = (*KEY_NAMES, *CODE_NAMES)
+    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in names)]
+    # the personality (`setarch -R`), inherited by the command as the context is: in the
+    # socket's name only -- it confines nothing, and another process's is not ours to read
+    # under Yama's ptrace scope (the server's check of its caller could not read it)
+    key.append(_proc_text("/proc/self/personality"))
     name = sha256(repr(key).encode()).hexdigest()[:20]
     return runtime_dir(environ) / f"exec-{name}.sock"
 

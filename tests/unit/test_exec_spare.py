@@ -2,19 +2,23 @@
 
 - the next call runs in the spare the server forked before the caller came;
 - a spare forked before another call ended is not used (killed: the call is forked anew);
-- no spare outlives its server: stopped, or SIGKILLed (the hand-off socket's EOF ends it).
+- no spare outlives its server: stopped, or SIGKILLed (the hand-off socket's EOF ends it);
+- a call handed to a spare is run even when the spare's rehearsal failed.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
+from sprawl_orch.cli import exec_spare
 from tests.unit.test_exec_client import PROGRAM, env, program, tree
 
 __all__ = ["env", "tree"]  # the fixtures, shared with test_exec_client
@@ -110,3 +114,35 @@ def test_no_spare_outlives_a_stopped_or_killed_server(tree: Path, env: dict[str,
         else:
             os.kill(server, signal.SIGKILL)
         assert _gone([server, *spares]), f"left after {end}: {spares}"
+
+
+def test_a_call_handed_to_a_spare_whose_rehearsal_failed_is_still_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rehearsal only warms pages; a call handed while it ran is owed its run even when it
+    fails (it reads a sprawl.toml at a fixed path of no one's: an invalid one there, or no
+    memory, ended the spare with the caller's connection in its queue -- E_INTERNAL, 125)."""
+
+    def failing() -> None:
+        time.sleep(0.3)  # the call is handed meanwhile
+        raise RuntimeError("the rehearsal failed")
+
+    monkeypatch.setattr(exec_spare, "_rehearse", failing)
+    told, tell = os.pipe()
+
+    def run(conn: socket.socket, teach: int, keep: int) -> None:
+        os.write(tell, b"ran")
+        os._exit(0)
+
+    spare = exec_spare.fork_spare(0, lambda: None, run)
+    assert spare is not None
+    ours, theirs = socket.socketpair()
+    try:
+        assert exec_spare.hand(spare, ours, told, told)
+        _, status = os.waitpid(spare.pid, 0)
+        os.close(tell)
+        assert os.read(told, 16) == b"ran", f"the handed call was dropped (status {status})"
+    finally:
+        os.close(told)
+        ours.close()
+        theirs.close()
