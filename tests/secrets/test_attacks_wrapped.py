@@ -1,0 +1,72 @@
+"""Attacks on the response scrub with base64 as encoders write it in lines: Ruby's
+Base64.encode64 (60 letters a line), Python's base64.encodebytes and MIME (76), OpenSSL's
+`base64` and PEM (64), each line ended by LF (written `\\n` inside a JSON string). A stored
+echo of the request's Authorization header so encoded came back with the value's letters cut
+by a line end: the base64 pattern wants them contiguous, and `base64 -d` (which skips line
+ends) gave the value. Real proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/raw.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.secrets.raw import Handler, raw_upstream
+from tests.secrets.test_attacks import VALUE, Rig, _auth_of, _body, _reply
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path) -> Iterator[Callable[[Handler], Rig]]:
+    made = []
+
+    def make(handler: Handler) -> Rig:
+        upstream = raw_upstream(handler)
+        rig = Rig(upstream.__enter__(), tmp_path, VALUE)
+        made.append((rig, upstream))
+        return rig
+
+    yield make
+    for rig, upstream in made:
+        rig.proxy.close()
+        upstream.__exit__(None, None, None)
+
+
+def _lines(data: bytes, width: int) -> bytes:
+    flat = base64.b64encode(data)
+    return b"".join(flat[i : i + width] + b"\n" for i in range(0, len(flat), width))
+
+
+def _wrapped(width: int, skip: int, how: str) -> Handler:
+    """The header line as received, after `skip` bytes of other stored fields, base64 in
+    lines of `width`; in a JSON string, raw, or past the size read whole (streamed)."""
+
+    def reply(head: bytes, earlier: list[bytes]) -> bytes:
+        blob = _lines(b"x" * skip + b"authorization: Bearer " + _auth_of(head), width)
+        if how == "json":
+            return _reply(json.dumps({"raw": blob.decode()}).encode())
+        if how == "streamed":
+            return _reply(b"y" * (70 * 1024) + blob)
+        return _reply(blob)
+
+    return reply
+
+
+@pytest.mark.parametrize("how", ["raw", "json", "streamed"])
+@pytest.mark.parametrize("width", [60, 64, 76])
+@pytest.mark.parametrize("skip", [0, 1, 2, 20, 21, 22])
+def test_the_value_in_line_wrapped_base64_is_scrubbed(
+    make_rig: Callable[[Handler], Rig], how: str, width: int, skip: int
+) -> None:
+    rig = make_rig(_wrapped(width, skip, how))
+    got = rig.send(
+        "GET /stored HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Bearer PH\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    assert got.startswith(b"HTTP/1.1 200"), got
+    body = _body(got)
+    text = json.loads(body)["raw"].encode() if how == "json" else body.lstrip(b"y")
+    assert VALUE.encode() not in base64.b64decode(text.replace(b"\n", b"")), body[-300:]
+    assert rig.run.report()["echoes_scrubbed"], rig.run.report()
