@@ -1,7 +1,8 @@
 """The value as servers write it back, matched by pattern rather than listed: each byte not
 a letter or digit escaped any common way (percent with either hex case, once or encoded
 again; JSON's \\uXXXX, \\xHH, a backslash before it, each escaped again; HTML's &#NN; /
-&#xHH;), any letter case; and base64 at each of the three alignments a prefix can give it.
+&#xHH; / an HTML5 name), any letter case; and base64 at each of the three alignments a
+prefix can give it.
 
 A list of exact forms missed each framework that escapes otherwise (tests/secrets/
 test_attacks_forms.py): ASP.NET Core's JSON writes '+' as \\u002B, Go's html/template as &#43;,
@@ -19,10 +20,32 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from html.entities import html5
 
+
+# HTML5's names for ASCII characters other than letters and digits (`&sol;`, `&lowbar;`,
+# `&plus;`, `&equals;`, `&colon;`, ...; several for some). PHP's htmlentities with ENT_HTML5
+# writes each so: a debug page escaping the request's headers that way gave the command the
+# value through html.unescape (tests/secrets/test_attacks_wrapped.py).
+def _html5_names() -> dict[int, tuple[bytes, ...]]:
+    out: dict[int, tuple[bytes, ...]] = {}
+    for name, char in html5.items():
+        if name.endswith(";") and len(char) == 1 and char.isascii() and not char.isalnum():
+            out[ord(char)] = (*out.get(ord(char), ()), b"&" + name.encode())
+    return out
+
+
+_NAMED = _html5_names()
 # The longest one byte of the value becomes: `&#x0000HH;` (HTML allows leading zeros; four
-# are what real escapers write at most); `\\\\u00HH` and `%2525HH` are shorter.
+# are what real escapers write at most) or its longest HTML5 name (`&DiacriticalGrave;`);
+# `\\\\u00HH` and `%2525HH` are shorter.
 _WIDEST = 10
+
+
+def _widest(byte: int) -> int:
+    return max([_WIDEST, *map(len, _NAMED.get(byte, ()))])
+
+
 _STD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _URL = _STD[:62] + b"-_"
 # Fewer base64 letters than this fixed by the value alone would match unrelated base64 (an
@@ -46,6 +69,7 @@ def _escapes_of(char: bytes) -> bytes:
         rb"\\{1,4}[xX]" + hx,
         b"&#0{0,4}%d;" % char[0],
         b"&#[xX]0{0,4}" + hx + b";",
+        *_NAMED[char[0]],  # &plus; &sol;
     ]
     return b"(?:" + b"|".join(forms) + b")"
 
@@ -174,9 +198,7 @@ def _escaped_byte(byte: int) -> bytes:
     ]
     if byte == ord(" "):
         forms.append(rb"\+")  # a query's form encoding
-    named = {b"&": b"&amp;", b"<": b"&lt;", b">": b"&gt;", b'"': b"&quot;", b"'": b"&apos;"}
-    if bytes([byte]) in named:
-        forms.append(named[bytes([byte])])
+    forms += [re.escape(name) for name in _NAMED.get(byte, ())]  # &amp;, &sol;, &lowbar; ...
     return b"(?:" + b"|".join(forms) + b")"
 
 
@@ -190,7 +212,7 @@ def escaped(value: bytes, stand_in: bytes) -> Disguise:
         stand_in,
         # What a stream holds back: a letter or digit is one byte, only the rest widen (a
         # token of letters and a few '-' holds back little more than the exact forms did).
-        sum(1 if bytes([b]).isalnum() else _WIDEST for b in value),
+        sum(1 if bytes([b]).isalnum() else _widest(b) for b in value),
         markers=(marker,) if len(marker) >= _MIN_MARKER else (),
         fold=True,
         # Every byte's shortest form is itself (a letter, or the byte without a backslash).

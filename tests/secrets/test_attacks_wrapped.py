@@ -3,11 +3,13 @@ Base64.encode64 (60 letters a line), Python's base64.encodebytes and MIME (76), 
 `base64` and PEM (64), each line ended by LF (written `\\n` inside a JSON string). A stored
 echo of the request's Authorization header so encoded came back with the value's letters cut
 by a line end: the base64 pattern wants them contiguous, and `base64 -d` (which skips line
-ends) gave the value. Real proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/raw.py)."""
+ends) gave the value. And the value with its punctuation written by HTML5 name.
+Real proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/raw.py)."""
 
 from __future__ import annotations
 
 import base64
+import html
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,15 +18,16 @@ import pytest
 
 from tests.secrets.raw import Handler, raw_upstream
 from tests.secrets.test_attacks import VALUE, Rig, _auth_of, _body, _reply
+from tests.secrets.test_attacks_scrub import QVALUE
 
 
 @pytest.fixture
-def make_rig(tmp_path: Path) -> Iterator[Callable[[Handler], Rig]]:
+def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
     made = []
 
-    def make(handler: Handler) -> Rig:
+    def make(handler: Handler, value: str = VALUE) -> Rig:
         upstream = raw_upstream(handler)
-        rig = Rig(upstream.__enter__(), tmp_path, VALUE)
+        rig = Rig(upstream.__enter__(), tmp_path, value)
         made.append((rig, upstream))
         return rig
 
@@ -58,7 +61,7 @@ def _wrapped(width: int, skip: int, how: str) -> Handler:
 @pytest.mark.parametrize("width", [60, 64, 76])
 @pytest.mark.parametrize("skip", [0, 1, 2, 20, 21, 22])
 def test_the_value_in_line_wrapped_base64_is_scrubbed(
-    make_rig: Callable[[Handler], Rig], how: str, width: int, skip: int
+    make_rig: Callable[..., Rig], how: str, width: int, skip: int
 ) -> None:
     rig = make_rig(_wrapped(width, skip, how))
     got = rig.send(
@@ -69,4 +72,39 @@ def test_the_value_in_line_wrapped_base64_is_scrubbed(
     body = _body(got)
     text = json.loads(body)["raw"].encode() if how == "json" else body.lstrip(b"y")
     assert VALUE.encode() not in base64.b64decode(text.replace(b"\n", b"")), body[-300:]
+    assert rig.run.report()["echoes_scrubbed"], rig.run.report()
+
+
+# PHP's htmlentities($text, ENT_QUOTES | ENT_HTML5) writes every ASCII character that has an
+# HTML5 name by its name (`http&colon;&sol;&sol;`): a debug page so escaping the request's
+# headers. The disguises knew only the five XML names and numeric references.
+_HTML5 = {"_": "&lowbar;", "/": "&sol;", "+": "&plus;", "=": "&equals;", ":": "&colon;"}
+
+
+@pytest.mark.parametrize("underscore", ["&lowbar;", "&UnderBar;"])
+@pytest.mark.parametrize("where", ["body", "streamed", "blob"])
+def test_the_value_in_html5_named_references_is_scrubbed(
+    make_rig: Callable[..., Rig], underscore: str, where: str
+) -> None:
+    names = {**_HTML5, "_": underscore}
+
+    def page(head: bytes, earlier: list[bytes]) -> bytes:
+        text = "authorization: Bearer " + _auth_of(head).decode()
+        if where == "blob":  # a Basic blob's '+' and '/' so named (QVALUE's has both)
+            text = base64.b64encode(b"git:" + _auth_of(head)).decode()
+        html = "".join(names.get(c, c) for c in text).encode()
+        return _reply((b"y" * (70 * 1024) if where == "streamed" else b"") + b"<pre>" + html)
+
+    value = QVALUE if where == "blob" else VALUE
+    assert b"+" in base64.b64encode(b"git:" + QVALUE.encode())  # what the names hide
+    rig = make_rig(page, value)
+    got = rig.send(
+        "GET /debug HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Bearer PH\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    assert got.startswith(b"HTTP/1.1 200"), got
+    text = html.unescape(_body(got).decode()).split("<pre>")[1].encode()
+    if where == "blob":
+        text = base64.b64decode(text + b"=" * (-len(text) % 4))
+    assert value.encode() not in text, text
     assert rig.run.report()["echoes_scrubbed"], rig.run.report()
