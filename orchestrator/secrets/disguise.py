@@ -1,7 +1,8 @@
 """The value as servers write it back, matched by pattern rather than listed: each byte not
 a letter or digit escaped any common way (percent with either hex case, once or encoded
 again; JSON's \\uXXXX, \\xHH, a backslash before it, each escaped again; HTML's &#NN; /
-&#xHH;), any letter case; and base64 at each of the three alignments a prefix can give it.
+&#xHH; / an HTML5 name), any letter case; and base64 at each of the three alignments a
+prefix can give it.
 
 A list of exact forms missed each framework that escapes otherwise (tests/secrets/
 test_attacks_forms.py): ASP.NET Core's JSON writes '+' as \\u002B, Go's html/template as &#43;,
@@ -19,10 +20,32 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from html.entities import html5
 
+
+# HTML5's names for ASCII characters other than letters and digits (`&sol;`, `&lowbar;`,
+# `&plus;`, `&equals;`, `&colon;`, ...; several for some). PHP's htmlentities with ENT_HTML5
+# writes each so: a debug page escaping the request's headers that way gave the command the
+# value through html.unescape (tests/secrets/test_attacks_wrapped.py).
+def _html5_names() -> dict[int, tuple[bytes, ...]]:
+    out: dict[int, tuple[bytes, ...]] = {}
+    for name, char in html5.items():
+        if name.endswith(";") and len(char) == 1 and char.isascii() and not char.isalnum():
+            out[ord(char)] = (*out.get(ord(char), ()), b"&" + name.encode())
+    return out
+
+
+_NAMED = _html5_names()
 # The longest one byte of the value becomes: `&#x0000HH;` (HTML allows leading zeros; four
-# are what real escapers write at most); `\\\\u00HH` and `%2525HH` are shorter.
+# are what real escapers write at most) or its longest HTML5 name (`&DiacriticalGrave;`);
+# `\\\\u00HH` and `%2525HH` are shorter.
 _WIDEST = 10
+
+
+def _widest(byte: int) -> int:
+    return max([_WIDEST, *map(len, _NAMED.get(byte, ()))])
+
+
 _STD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _URL = _STD[:62] + b"-_"
 # Fewer base64 letters than this fixed by the value alone would match unrelated base64 (an
@@ -46,6 +69,7 @@ def _escapes_of(char: bytes) -> bytes:
         rb"\\{1,4}[xX]" + hx,
         b"&#0{0,4}%d;" % char[0],
         b"&#[xX]0{0,4}" + hx + b";",
+        *_NAMED[char[0]],  # &plus; &sol;
     ]
     return b"(?:" + b"|".join(forms) + b")"
 
@@ -59,15 +83,17 @@ _WIDEST_LETTER = 10
 @dataclass(frozen=True, slots=True)
 class Disguise:
     """One compiled pattern, what a match becomes, and the longest match (a stream holds back
-    that many bytes minus one). `marker` is a piece every match holds as it is (lower-cased
-    first when `fold`): the pattern runs only where it is there. A pattern run on every byte
+    that many bytes minus one). `markers`: pieces every match holds one of as it is (lower-cased
+    first when `fold`): the pattern runs only where one is there. A pattern run on every byte
     of a body scanned 21 MB/s against 3 GB/s for the exact forms; with the marker, a body
     without the value costs one `in` (one `lower()` besides for the escaped form)."""
 
     pattern: re.Pattern[bytes]
     stand_in: bytes
     widest: int
-    marker: bytes = b""
+    # Pieces of which every match holds at least one as it is: one for the escaped form; the
+    # base64 core cut in pieces (a line end may cut one of them, never all: _markers_of).
+    markers: tuple[bytes, ...] = ()
     fold: bool = False
     # base64 only: its letters, the bits of the first matched letter that are the prefix's
     # (kept, so `user:` still decodes), and the padding the stand-in needs at the blob's end.
@@ -94,11 +120,11 @@ class Disguise:
         """Too short, or the marker is not there: no match can be."""
         if len(data) < self.shortest:
             return True
-        if not self.marker:
+        if not self.markers:
             return False
         if self.fold:
-            return self.marker not in (data.lower() if lowered is None else lowered)
-        return self.marker not in data
+            return not held(self.markers, data.lower() if lowered is None else lowered)
+        return not held(self.markers, data)
 
     def _swap(self, match: re.Match[bytes]) -> bytes:
         out = bytearray(self.stand_in)
@@ -122,10 +148,10 @@ class Marked(tuple[Disguise, ...]):
 
     def __new__(cls, disguises: Iterable[Disguise]) -> Marked:
         self = super().__new__(cls, disguises)
-        self.plain = tuple(dict.fromkeys(d.marker for d in self if not d.fold))
-        self.folded = tuple(dict.fromkeys(d.marker for d in self if d.fold))
+        self.plain = tuple(dict.fromkeys(m for d in self if not d.fold for m in d.markers))
+        self.folded = tuple(dict.fromkeys(m for d in self if d.fold for m in d.markers))
         # A disguise without a marker runs its pattern on every text: no shortcut then.
-        self.marked = all(d.marker for d in self)
+        self.marked = all(d.markers for d in self)
         return self
 
     def none_in(self, data: bytes) -> bool:
@@ -142,6 +168,15 @@ class Marked(tuple[Disguise, ...]):
                 if marker in lowered:
                     return False
         return True
+
+
+def held(markers: tuple[bytes, ...], data: bytes) -> bool:
+    """Whether any of `markers` is in `data` (a loop: any() over a generator costs a frame
+    per call, on every answer's head and body)."""
+    for marker in markers:  # noqa: SIM110
+        if marker in data:
+            return True
+    return False
 
 
 def _escaped_byte(byte: int) -> bytes:
@@ -163,9 +198,7 @@ def _escaped_byte(byte: int) -> bytes:
     ]
     if byte == ord(" "):
         forms.append(rb"\+")  # a query's form encoding
-    named = {b"&": b"&amp;", b"<": b"&lt;", b">": b"&gt;", b'"': b"&quot;", b"'": b"&apos;"}
-    if bytes([byte]) in named:
-        forms.append(named[bytes([byte])])
+    forms += [re.escape(name) for name in _NAMED.get(byte, ())]  # &amp;, &sol;, &lowbar; ...
     return b"(?:" + b"|".join(forms) + b")"
 
 
@@ -179,8 +212,8 @@ def escaped(value: bytes, stand_in: bytes) -> Disguise:
         stand_in,
         # What a stream holds back: a letter or digit is one byte, only the rest widen (a
         # token of letters and a few '-' holds back little more than the exact forms did).
-        sum(1 if bytes([b]).isalnum() else _WIDEST for b in value),
-        marker=marker if len(marker) >= _MIN_MARKER else b"",
+        sum(1 if bytes([b]).isalnum() else _widest(b) for b in value),
+        markers=(marker,) if len(marker) >= _MIN_MARKER else (),
         fold=True,
         # Every byte's shortest form is itself (a letter, or the byte without a backslash).
         shortest=len(value),
@@ -217,6 +250,33 @@ def _letter_of(text: bytes) -> bytes:
     return b"+" if low.endswith((b"+", b"2b", b"2b;", b"43;")) else b"/"
 
 
+# Base64 as encoders write it in lines: Ruby's Base64.encode64 every 60 letters, PEM and
+# OpenSSL 64, MIME and Python's encodebytes 76, each line ended by LF or CRLF, written `\n` in
+# a JSON string (escaped again inside JSON, `\\n`). A line end between two of the value's
+# letters hid it from a pattern of contiguous letters, and `base64 -d` skips it
+# (tests/secrets/test_attacks_wrapped.py). _LINE: the shortest line those write.
+_BREAK = rb"(?:\r?\n|(?:\\{1,2}r)?\\{1,2}n)?"
+_WIDEST_BREAK = 6
+_LINE = 60
+
+
+def _markers_of(core: bytes) -> tuple[bytes, ...]:
+    """Pieces of the letters the value alone fixes (`core`), none holding a letter a server
+    escapes ('+' and '/' may come back as %2B, \\/, ...: a marker holding one was absent from
+    the escaped blob, and the pattern never ran), one more than the line ends the core's
+    letters can hold: a line end cuts at most one piece, so every match holds one whole.
+    () when the pieces would be shorter than _MIN_MARKER (the pattern runs on every text)."""
+    need = len(core) // _LINE + 2
+    pieces = sorted(re.split(rb"[+/]", core), key=len, reverse=True)
+    while len(pieces[:need]) < need or len(pieces[need - 1]) < _MIN_MARKER:
+        longest = pieces.pop(0)
+        if len(longest) < 2 * _MIN_MARKER:
+            return ()
+        half = len(longest) // 2
+        pieces = sorted([*pieces, longest[:half], longest[half:]], key=len, reverse=True)
+    return tuple(pieces[:need])
+
+
 def in_base64(value: bytes, stand_in: bytes) -> list[Disguise]:
     """The value inside any base64 text (standard or URL-safe, any prefix and suffix):
     six patterns, each replaced by the stand-in encoded at the same alignment."""
@@ -235,23 +295,26 @@ def in_base64(value: bytes, stand_in: bytes) -> list[Disguise]:
             instead = b"".join(
                 _letters(pad + stand_in + b"\0\0", start, start + 8 * len(stand_in), alphabet, True)
             )
-            # The marker: the longest run of the letters the value alone fixes that no server
-            # escapes ('+' and '/' may come back as %2B, \/, ...: a marker holding one was
-            # absent from the escaped blob, and the pattern never ran).
             core = b"".join(k for k, m in zip(known, mixed, strict=True) if not m)
-            marker = max(re.split(rb"[+/]", core), key=len)
-            # Then its padding, and whether the blob ends there (no letter follows).
-            after = b"(?P<pad>=*)(?P<end>(?![" + re.escape(alphabet) + b"]))?"
-            pattern = re.compile(b"(?P<first>" + letters[0] + b")" + b"".join(letters[1:]) + after)
+            # Then its padding, and whether the blob ends there: no letter follows, nor one
+            # on the next line unless padding ended it.
+            letter = b"[" + re.escape(alphabet) + b"]"
+            after = b"(?P<pad>=*)(?P<end>(?!" + letter + b"|(?<!=)" + _BREAK[:-1] + letter + b"))?"
+            pattern = re.compile(
+                b"(?P<first>" + letters[0] + b")" + _BREAK + _BREAK.join(letters[1:]) + after
+            )
             if any(d.pattern == pattern for d in out):  # no '+' or '/' in it: both alike
                 continue
             out.append(
                 Disguise(
                     pattern,
                     instead,
-                    # An escaped '+' or '/' is up to ten characters, any other letter one.
-                    sum(_WIDEST_LETTER if b"|" in part else 1 for part in letters) + 2,
-                    marker=marker if len(marker) >= _MIN_MARKER else b"",
+                    # An escaped '+' or '/' is up to ten characters, any other letter one; a
+                    # line end after each.
+                    sum(_WIDEST_LETTER if b"|" in part else 1 for part in letters)
+                    + _WIDEST_BREAK * (len(letters) - 1)
+                    + 2,
+                    markers=_markers_of(core),
                     alphabet=alphabet,
                     prefix_bits=(0xFC0 >> (8 * shift % 6)) & 63 if shift else 0,
                     padding=-(shift + len(stand_in)) % 3,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, quote_plus
 
-from sprawl_orch.secrets.disguise import Disguise, Marked
+from sprawl_orch.secrets.disguise import Disguise, Marked, held
 
 
 @dataclass(frozen=True)
@@ -187,13 +187,13 @@ def scrub_found(
         # of what scrubbing an answer's head cost (7 disguises for one secret).
         if len(data) < disguise.shortest:
             continue
-        marker = disguise.marker
+        markers = disguise.markers
         if disguise.fold:
             if lowered is None:
                 lowered = data.lower()
-            if marker and marker not in lowered:
+            if markers and not held(markers, lowered):
                 continue
-        elif marker and marker not in data:
+        elif markers and not held(markers, data):
             continue
         data, count = disguise.sub(data, lowered)
         if count:
@@ -208,21 +208,23 @@ def scrub_head(
     needles: dict[bytes, bytes],
     disguises: Sequence[Disguise],
 ) -> tuple[bytes, list[tuple[bytes, bytes]], bool]:
-    """A response's reason and headers scrubbed in one pass over them joined by LF, split
+    """A response's reason and headers scrubbed in one pass over them joined by NUL, split
     back after: scrubbed piece by piece (each form and disguise over each name and value),
     an echoing upstream's head cost 40 us of the request's path, against 6 for the joined
-    head (benchmarks/secrets_proxy.py). No header holds an LF (wire.py refuses one) and
-    nothing put in for a match holds one (a placeholder, base64 letters), so a match across
-    two pieces would lower the count of LFs: then each piece is scrubbed on its own, as
-    before. And whether anything was: an echo in a head is one, as in a body (it went
-    uncounted in `echoes_scrubbed`, tests/secrets/test_attacks_scrub.py)."""
+    head (benchmarks/secrets_proxy.py). No header holds a NUL (wire.py refuses one), nothing
+    put in for a match holds one (a placeholder, base64 letters) and no pattern matches one,
+    so a piece holding one, or a match across two pieces, changes the count of NULs: then
+    each piece is scrubbed on its own, as before. Not LF: base64 in lines is matched across
+    a line end (disguise._BREAK), and a blob ending a header name read on into the value.
+    And whether anything was: an echo in a head is one, as in a body (it went uncounted in
+    `echoes_scrubbed`, tests/secrets/test_attacks_scrub.py)."""
     pieces = [reason]
     for key, value in headers:
         pieces += (key, value)
-    scrubbed, found = scrub_found(b"\n".join(pieces), needles, disguises)
+    scrubbed, found = scrub_found(b"\0".join(pieces), needles, disguises)
     if not found:
         return reason, headers, False
-    parts = scrubbed.split(b"\n")
+    parts = scrubbed.split(b"\0")
     if len(parts) != len(pieces):
         each = [scrub_found(piece, needles, disguises) for piece in pieces]
         parts, found = [part for part, _ in each], any(hit for _, hit in each)

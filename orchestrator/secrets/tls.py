@@ -169,9 +169,15 @@ class TlsEnd:
         while len(out) < CHUNK and (self._pending() or self._in.pending):
             try:
                 more = self._read(min(RECORD, CHUNK - len(out)))
-            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                break  # nothing more in hand; the end, if it is one, comes with the next read
+            except ssl.SSLWantReadError:
+                break  # nothing more in hand
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                more = b""
             if not more:
+                # close_notify (b"" from _ssl's read): the peer's last. The next read says
+                # so: it waited at the socket instead, for bytes a peer awaiting our own
+                # close_notify never sends (tests/secrets/test_attacks_close_notify.py).
+                self._in.write_eof()
                 break
             out += more
         return bytes(out)
