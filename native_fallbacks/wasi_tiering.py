@@ -113,7 +113,8 @@ def start_background(state: Path) -> int | None:
         )
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-m", __name__, str(state), str(fd)],
+                # Absolute: it runs in "/", where a relative `[state] dir` names another place.
+                [sys.executable, "-I", "-m", __name__, str(state.absolute()), str(fd)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,

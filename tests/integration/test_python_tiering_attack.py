@@ -1,0 +1,80 @@
+"""Attacks on the python arm's tiering (wasi_tiering.py) that test_python_tiering.py does not
+try: where the background compile writes, and whether it outlives the state it compiles for.
+Real wasmtime, the real module, real processes (the helpers are test_python_tiering.py's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sprawl_orch.native_fallbacks import wasi_module, wasi_tiering
+from tests.integration.test_python_tiering import (
+    CRANELIFT,
+    PASS,
+    WINCH,
+    adopt,
+    compiles,
+    tool_for,
+    winch_source,  # noqa: F401  (a fixture)
+)
+
+
+@pytest.fixture
+def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The caller's cwd, with the tree in it; every background compile started here is
+    killed after the test (a running one is ~1 GB)."""
+    (tmp_path / "tree").mkdir()
+    monkeypatch.chdir(tmp_path)
+    before = {p.pid for p in compiles(Path("/"))}
+    yield tmp_path
+    for proc in psutil.process_iter(["cmdline"]):
+        line = proc.info["cmdline"] or []
+        if proc.pid not in before and "sprawl_orch.native_fallbacks.wasi_tiering" in line:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+def compile_state(proc: psutil.Process) -> Path:
+    """The state directory a background compile writes into: its STATE argument as it
+    resolves in its own working directory."""
+    line = proc.cmdline()
+    state = line[line.index("sprawl_orch.native_fallbacks.wasi_tiering") + 1]
+    return Path(proc.cwd()) / state
+
+
+def test_a_relative_state_dir_gets_its_compile_in_that_state_not_under_the_root(
+    place: Path,
+    winch_source: Path,  # noqa: F811
+) -> None:
+    # `[state] dir = "st"` (a relative path, as a sprawl.toml may say) is the caller's cwd's
+    # st/; the compile runs in "/" and, before the fix, compiled into /st/ (root made it),
+    # never into the caller's entry: every later command started another 12-CPU-s compile.
+    relative = Path(f"st-atkpy-{os.getpid()}")
+    (place / relative).mkdir(mode=0o700)
+    adopt(winch_source, place / relative, WINCH)
+    stray = Path("/") / relative
+    try:
+        with tool_for(place / "tree", relative) as tool:
+            first = tool.exec(PASS)
+            assert first.exit_code == 0 and first.python is not None, first
+            assert first.python["compiler"] == WINCH
+            running = [
+                p
+                for p in psutil.process_iter(["cmdline"])
+                if str(relative) in " ".join(p.info["cmdline"] or [])
+                and "sprawl_orch.native_fallbacks.wasi_tiering" in (p.info["cmdline"] or [])
+            ]
+            assert len(running) == 1, running
+            assert compile_state(running[0]) == place / relative
+    finally:
+        shutil.rmtree(stray, ignore_errors=True)
+    assert not stray.exists()
+    assert wasi_module.compile_in_progress(wasi_module.entry_dir(place / relative, CRANELIFT))
+    assert wasi_tiering.start_background(place / relative) is None  # that one runs
