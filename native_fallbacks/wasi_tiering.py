@@ -92,13 +92,19 @@ def describe(state: Path) -> str:
     )
 
 
+def reap() -> None:
+    """Wait for the compiles of ours that ended: every command's prepare asks, since a tool
+    on Cranelift's entry never starts another, and one finished would stay a zombie."""
+    global _started
+    _started = [p for p in _started if p.poll() is None]
+
+
 def start_background(state: Path) -> int | None:
     """The background compile's pid if this started one; None when one runs already (its
     lock is held) or the entry exists."""
     import fcntl
 
-    global _started
-    _started = [p for p in _started if p.poll() is None]
+    reap()
     entry = wasi_module.entry_dir(state, OPTIMIZED)
     fd = private_file(entry / wasi_module.LOCK_NAME, os.O_RDWR | os.O_CREAT)
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,3 +79,28 @@ def test_a_relative_state_dir_gets_its_compile_in_that_state_not_under_the_root(
     assert not stray.exists()
     assert wasi_module.compile_in_progress(wasi_module.entry_dir(place / relative, CRANELIFT))
     assert wasi_tiering.start_background(place / relative) is None  # that one runs
+
+
+def test_a_finished_background_compile_is_no_zombie_of_the_tool_that_started_it(
+    place: Path,
+    winch_source: Path,  # noqa: F811
+) -> None:
+    # An in-process tool (serve, a Session) is the compile's parent: before the fix it was
+    # reaped only by the next start_background, which never comes once Cranelift's entry is
+    # there, so it stayed a zombie for the tool's life.
+    state = place / "state"
+    state.mkdir(mode=0o700)
+    adopt(winch_source, state, WINCH)
+    with tool_for(place / "tree", state) as tool:
+        first = tool.exec(PASS)
+        assert first.python is not None and first.python["compiler"] == WINCH, first
+        (compile_,) = compiles(state)
+        assert compile_.ppid() == os.getpid()
+        wasi_module.compiled(state)  # waits on its lock: it has written the entry
+        deadline = time.monotonic() + 60  # exited: a zombie (never waited on here)
+        while compile_.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.1)
+        later = tool.exec(PASS)
+        assert later.python is not None and later.python["compiler"] == CRANELIFT, later
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert compile_.status() != psutil.STATUS_ZOMBIE
