@@ -29,6 +29,8 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from sprawl_orch.core.private import private_dirs, private_file
@@ -139,6 +141,23 @@ def start_background(state: Path) -> int | None:
         os.close(fd)  # the flock stays with the child's copy of this open file
 
 
+def _end_when_removed(entry: Path, lock: int) -> None:
+    """Ends this compile once its lock file is no longer at its path (the state or the entry
+    removed, as a refused entry's recovery says): a command then takes the new file's lock and
+    starts another compile, and ours would run beside it for nothing, then rename its module
+    into the new entry."""
+    held = os.fstat(lock)
+    while True:
+        try:
+            now = os.stat(entry / wasi_module.LOCK_NAME)
+            ours = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+        except OSError:
+            ours = False
+        if not ours:
+            os._exit(3)
+        time.sleep(0.5)
+
+
 def main(argv: list[str]) -> int:
     """The background compile: the lock is the inherited fd (never taken again here: a
     second open of the file would wait on our own flock)."""
@@ -151,6 +170,7 @@ def main(argv: list[str]) -> int:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if wasi_module.cached(state, OPTIMIZED) is None:
         entry = wasi_module.entry_dir(state, OPTIMIZED)
+        threading.Thread(target=_end_when_removed, args=(entry, lock), daemon=True).start()
         wasi_module.compile_held(entry, None, OPTIMIZED)
     os.close(lock)
     return 0

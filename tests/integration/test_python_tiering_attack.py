@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +105,29 @@ def test_a_finished_background_compile_is_no_zombie_of_the_tool_that_started_it(
         assert later.python is not None and later.python["compiler"] == CRANELIFT, later
         with contextlib.suppress(psutil.NoSuchProcess):
             assert compile_.status() != psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("removed", ["state", "entry"])
+def test_a_compile_whose_state_or_entry_is_removed_stops(place: Path, removed: str) -> None:
+    # The refusal of a tampered entry says "remove <entry>; the next command compiles it
+    # afresh", and a person may delete the whole state. Before the fix the compile went on
+    # (~10 more CPU s, ~1 GB) for nothing while the next command's lock -- a new file --
+    # was free: a second compile at once, the first renaming its module into the new entry.
+    state = place / "state"
+    state.mkdir(mode=0o700)
+    pid = wasi_tiering.start_background(state)
+    assert pid is not None
+    proc = psutil.Process(pid)
+    deadline = time.monotonic() + 120
+    while sum(proc.cpu_times()[:2]) < 1.0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGSTOP)  # the rest of the compile is still to do
+    try:
+        done = sum(proc.cpu_times()[:2])
+        assert wasi_module.cached(state, CRANELIFT) is None
+        shutil.rmtree(state if removed == "state" else wasi_module.entry_dir(state, CRANELIFT))
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    _, _, usage = os.wait4(pid, 0)
+    # What it spent after the removal: the rest of a compile (~10 CPU s) before the fix.
+    assert usage.ru_utime + usage.ru_stime - done < 4.0
