@@ -9,6 +9,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import psutil
 import pytest
 
 from sprawl_orch.native_fallbacks import wasi_module, wasi_tiering
+from tests.integration.test_python_served import PROGRAM, result, served  # noqa: F401
 from tests.integration.test_python_tiering import (
     CRANELIFT,
     PASS,
@@ -131,3 +133,35 @@ def test_a_compile_whose_state_or_entry_is_removed_stops(place: Path, removed: s
     _, _, usage = os.wait4(pid, 0)
     # What it spent after the removal: the rest of a compile (~10 CPU s) before the fix.
     assert usage.ru_utime + usage.ru_stime - done < 4.0
+
+
+def test_a_relative_state_dir_through_the_exec_server_stays_the_callers(
+    served: tuple[Path, dict[str, str]],  # noqa: F811
+    python_state: Path,
+) -> None:
+    # The server runs in "/" and chdirs each call to its caller's cwd: a relative state must
+    # never become the server's /<relative> (held when tried: the call uses its own).
+    tree, env = served
+    relative = f"st-served-{os.getpid()}"
+    (tree / "sprawl.toml").write_text(f'[sandbox]\narm = "python"\n[state]\ndir = "{relative}"\n')
+    place = tree.parent
+    (place / relative).mkdir(mode=0o700)
+    adopt(python_state, place / relative, CRANELIFT)
+    stray = Path("/") / relative
+    try:
+        for _ in range(2):  # the second is answered after the server's after_call of the first
+            done = subprocess.run(
+                [PROGRAM, "exec", "--json", "--", "python", "-c", "print('ran')"],
+                cwd=place,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+            assert "exec server is not used" not in done.stderr, done.stderr
+            got = result(done)
+            assert got["exit_code"] == 0 and got["stdout"] == "ran\n", got
+        assert not stray.exists()
+    finally:
+        shutil.rmtree(stray, ignore_errors=True)
