@@ -151,7 +151,7 @@ def _end_when_removed(entry: Path, lock: int) -> None:
         try:
             now = os.stat(entry / wasi_module.LOCK_NAME)
             ours = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
-        except OSError:
+        except OSError:  # gone (or its directory): the entry is no longer ours to fill
             ours = False
         if not ours:
             os._exit(3)
