@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sprawl_orch.core.errors import ErrorCode
 from sprawl_orch.native_fallbacks import wasi_module, wasi_tiering
 from tests.integration.test_python_served import PROGRAM, result, served  # noqa: F401
 from tests.integration.test_python_tiering import (
@@ -25,6 +26,7 @@ from tests.integration.test_python_tiering import (
     WINCH,
     adopt,
     compiles,
+    flip_a_byte,
     tool_for,
     winch_source,  # noqa: F401  (a fixture)
 )
@@ -165,3 +167,28 @@ def test_a_relative_state_dir_through_the_exec_server_stays_the_callers(
         assert not stray.exists()
     finally:
         shutil.rmtree(stray, ignore_errors=True)
+
+
+def test_a_refused_entry_removed_as_the_refusal_says_lets_the_same_tool_run_again(
+    place: Path,
+    winch_source: Path,  # noqa: F811
+) -> None:
+    # The refusal says "remove <entry>; the next command compiles it afresh". Before the fix
+    # a tool that had loaded the entry (serve, a Session) kept it: its next command raised a
+    # bare FileNotFoundError out of exec(), and every one after, for the tool's life.
+    state = place / "state"
+    state.mkdir(mode=0o700)
+    adopt(winch_source, state, WINCH)
+    entry = adopt(winch_source, state, CRANELIFT)
+    with tool_for(place / "tree", state) as tool:
+        first = tool.exec(PASS)
+        assert first.python is not None and first.python["compiler"] == CRANELIFT, first
+        flip_a_byte(entry / "module.cwasm")
+        refused = tool.exec(PASS)
+        assert refused.code is ErrorCode.SANDBOX_DENIED, refused
+        assert str(entry) in (refused.recovery or ""), refused
+        shutil.rmtree(entry)
+        again = tool.exec(PASS)
+        assert again.exit_code == 0 and again.stdout == "ran\n", again
+        assert again.python is not None and again.python["compiler"] == WINCH
+    assert len(compiles(state)) == 1  # Cranelift's compiled afresh, in the background
