@@ -192,3 +192,34 @@ def test_a_refused_entry_removed_as_the_refusal_says_lets_the_same_tool_run_agai
         assert again.exit_code == 0 and again.stdout == "ran\n", again
         assert again.python is not None and again.python["compiler"] == WINCH
     assert len(compiles(state)) == 1  # Cranelift's compiled afresh, in the background
+
+
+def test_the_callers_environment_and_cwd_do_not_reach_the_background_compile(
+    place: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Held when tried: a caller whose cwd is a tree with a planted sprawl_orch/ package,
+    # sitecustomize.py and wasmtime.py, PYTHONPATH/PYTHONHOME/PYTHONSTARTUP/LD_PRELOAD/HOME/
+    # XDG_* pointing into it: the compile has none of them, runs in "/", imports none.
+    plant = place / "tree"
+    (plant / "sprawl_orch" / "native_fallbacks").mkdir(parents=True)
+    for name in ("sitecustomize.py", "usercustomize.py", "wasmtime.py", "sprawl_orch/__init__.py"):
+        (plant / name).write_text("open(__file__ + '.ran', 'w')\n")
+    (plant / "sprawl_orch" / "native_fallbacks" / "__init__.py").write_text("")
+    for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(name, str(plant))
+    monkeypatch.setenv("LD_PRELOAD", str(plant / "missing.so"))
+    monkeypatch.chdir(plant)
+    state = place / "state"
+    state.mkdir(mode=0o700)
+    pid = wasi_tiering.start_background(state)
+    assert pid is not None
+    proc = psutil.Process(pid)
+    deadline = time.monotonic() + 120  # past its imports: compiling
+    while sum(proc.cpu_times()[:2]) < 1.5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.environ() == {} and proc.cwd() == "/"
+    proc.kill()
+    os.waitpid(pid, 0)
+    assert not list(plant.rglob("*.ran"))
+    log = state / "wasm-runtime" / wasi_tiering.LOG
+    assert "missing.so" not in log.read_text()
