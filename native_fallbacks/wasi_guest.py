@@ -172,8 +172,8 @@ BLOCKED_TRAP = (
 # (its filename must be in its code; a prepared guest built the AST types in its start) but
 # without runpy (~400M fuel: its imports), kept for a directory or a zip with a __main__.py.
 # A script's sys.argv[0] is as typed, __file__ is the working directory joined to it,
-# unnormalized, sys.path[0] its real directory, and a missing one exits 2 with CPython's
-# message: all as CPython sets them.
+# unnormalized, sys.path[0] its real directory, a missing one exits 2 with CPython's message,
+# and sys.orig_argv is the command's (no bootstrap): all as CPython sets them.
 _BOOT = """\
 import os as _o, sys as _s
 _o.chdir(_s.argv.pop(1))
@@ -196,7 +196,7 @@ class _NativeRefused:
                 )
         return None
 _s.meta_path.append(_NativeRefused)
-_s.argv = _s.argv[1:]
+_s.orig_argv[1:] = _s.argv = _s.argv[1:]
 """
 # The start's objects frozen (gc.freeze): CPython's exit collects every object several times,
 # ~36M of a served -c pass's ~49M fuel after its hand-off; frozen ones are skipped (absent

@@ -130,7 +130,7 @@ def boot(guest: Any) -> str:
         # before the hand-off, not in each served script call (issue 31, pyserve)
         + 'compile("", "", "exec")\n'
         + guest._FREEZE
-        + '_s.argv = _s.stdin.buffer.read().decode("utf-8").split("\\0")\n'
+        + '_s.orig_argv[1:] = _s.argv = _s.stdin.buffer.read().decode("utf-8").split("\\0")\n'
         + 'if _s.argv[0] == "-c":\n'
         + code
         + "else:\n"

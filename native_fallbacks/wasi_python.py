@@ -123,6 +123,9 @@ class WasiPythonArm:
             self._prepare()
 
     def _prepare(self) -> None:
+        wasi_tiering.reap()
+        if self._entry is not None and wasi_module.cached(self.state, self._entry.compiler) is None:
+            self._retire()  # its entry removed (a refusal's recovery): chosen, compiled afresh
         # The first command of a binary pays Winch's compile (~1 s quiet) and starts
         # Cranelift's in the background (wasi_tiering.py); later ones map the cache, and the
         # first after Cranelift's entry exists moves to it (a runtime of its compiler).

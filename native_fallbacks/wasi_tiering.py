@@ -29,6 +29,8 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from sprawl_orch.core.private import private_dirs, private_file
@@ -92,13 +94,19 @@ def describe(state: Path) -> str:
     )
 
 
+def reap() -> None:
+    """Wait for the compiles of ours that ended: every command's prepare asks, since a tool
+    on Cranelift's entry never starts another, and one finished would stay a zombie."""
+    global _started
+    _started = [p for p in _started if p.poll() is None]
+
+
 def start_background(state: Path) -> int | None:
     """The background compile's pid if this started one; None when one runs already (its
     lock is held) or the entry exists."""
     import fcntl
 
-    global _started
-    _started = [p for p in _started if p.poll() is None]
+    reap()
     entry = wasi_module.entry_dir(state, OPTIMIZED)
     fd = private_file(entry / wasi_module.LOCK_NAME, os.O_RDWR | os.O_CREAT)
     try:
@@ -113,7 +121,8 @@ def start_background(state: Path) -> int | None:
         )
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-m", __name__, str(state), str(fd)],
+                # Absolute: it runs in "/", where a relative `[state] dir` names another place.
+                [sys.executable, "-I", "-m", __name__, str(state.absolute()), str(fd)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -132,6 +141,23 @@ def start_background(state: Path) -> int | None:
         os.close(fd)  # the flock stays with the child's copy of this open file
 
 
+def _end_when_removed(entry: Path, lock: int) -> None:
+    """Ends this compile once its lock file is no longer at its path (the state or the entry
+    removed, as a refused entry's recovery says): a command then takes the new file's lock and
+    starts another compile, and ours would run beside it for nothing, then rename its module
+    into the new entry."""
+    held = os.fstat(lock)
+    while True:
+        try:
+            now = os.stat(entry / wasi_module.LOCK_NAME)
+            ours = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+        except OSError:  # gone (or its directory): the entry is no longer ours to fill
+            ours = False
+        if not ours:
+            os._exit(3)
+        time.sleep(0.5)
+
+
 def main(argv: list[str]) -> int:
     """The background compile: the lock is the inherited fd (never taken again here: a
     second open of the file would wait on our own flock)."""
@@ -144,6 +170,7 @@ def main(argv: list[str]) -> int:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if wasi_module.cached(state, OPTIMIZED) is None:
         entry = wasi_module.entry_dir(state, OPTIMIZED)
+        threading.Thread(target=_end_when_removed, args=(entry, lock), daemon=True).start()
         wasi_module.compile_held(entry, None, OPTIMIZED)
     os.close(lock)
     return 0

@@ -30,6 +30,7 @@ SLOW_FILES: dict[str, str] = {
     "tests/integration/test_benchmarks_run.py": "runs the benchmarks",
     "tests/integration/test_images_python.py": "debootstrap images (also marked in the file)",
     "tests/integration/test_python_tiering.py": "a Winch and a Cranelift compile of 26 MB: 20-90 s",
+    "tests/integration/test_python_tiering_attack.py": "background compiles of 26 MB: 60-200 s",
     "tests/integration/test_release.py": "builds the sdist and wheel, installs into a fresh venv",
     "tests/integration/test_action.py": "installs the GitHub Action as a runner account, runs it",
     "tests/integration/test_action_attacks.py": "the Action under hostile inputs: 73 s",
