@@ -32,15 +32,14 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import struct
 from pathlib import Path
 from typing import Any
 
 from sprawl_orch.core import served_memo
+from sprawl_orch.core.exec_place import peer
 
 KIND = "docker-daemon"
 DEFAULT_CONFIG = "/etc/docker/daemon.json"
-_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def _config_file(argv: list[str]) -> str | None:
@@ -107,8 +106,7 @@ def daemon_key(host: str) -> list[Any] | None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
             probe.settimeout(2.0)
             probe.connect(path)
-            cred = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
-        pid, uid, _ = _CRED.unpack(cred)
+            pid, uid = peer(probe)
         if pid <= 1:
             return None
         proc = Path(f"/proc/{pid}")
@@ -134,7 +132,7 @@ def daemon_key(host: str) -> list[Any] | None:
             config,
             _file_stamp(config),
         ]
-    except (OSError, ValueError, IndexError, struct.error):
+    except (OSError, ValueError, IndexError):
         # gone, unreadable or not a daemon we can tell apart: ask it, as before
         return None
 
