@@ -19,7 +19,9 @@ directory, then measures the median of R repetitions of:
   racy-clean rule on the source half of each record entry, the copy half taken from the
   record), both against the both-sides walk; the target is a resync <= 0.6x that walk. The
   sketch runs twice: on the record as loaded, and on the form a server would keep between
-  calls (by directory, only entries the racy-clean rule already vouches for);
+  calls (by directory, only entries the racy-clean rule already vouches for); and the resync
+  itself given that memory (copy/walk_memory.py: sync_with_record with ``memory=``, its gate
+  included), built once from a walk of the copy as the exec server keeps it between calls;
 - the same resync without the stamp record (every same-length file's bytes compared), for
   reference: what the record saves.
 
@@ -54,9 +56,12 @@ from benchmarks.floors.copy_side import (
 from benchmarks.floors.first_sync import floor_copy
 from benchmarks.floors.first_sync_c import build as build_c_floor
 from benchmarks.floors.first_sync_c import c_floor_copy
+from sprawl_orch.changes.record import fs_now_ns
+from sprawl_orch.copy import memory as copy_memory
 from sprawl_orch.copy import pool as copy_pool
 from sprawl_orch.copy import stamps as copy_stamps
-from sprawl_orch.copy.sync import Bounds, FileWork, sync
+from sprawl_orch.copy import sync as copy_sync
+from sprawl_orch.copy.sync import Bounds, FileWork, sync, sync_with_record
 
 Row = tuple[str, str, float, str, float]
 """case, ours, ours' ms, raw, raw's ms: one line of the table."""
@@ -265,6 +270,24 @@ def main() -> None:
         if memory_walk_by_dir(src, by_dir):
             sys.exit("the per-directory sketch could not vouch for every file")
         re_by_dir: list[float] = []
+        # The memory as the server would hold it: the copy walked after a command that changed
+        # nothing (copy/memory.py observe, the `changes` walk's stand-in), built once.
+        _, snap = copy_memory.observe(ours, {}, 1 << 62)
+        seen, _ = copy_memory.observe(ours, snap, fs_now_ns(tmp))
+        kept_mem = copy_memory.build("t", os.lstat(ours), kept, os.stat(record), seen)
+        if kept_mem is None:
+            sys.exit("no memory could be built of the copy")
+        mem: copy_memory.CopyMemory = kept_mem
+        # Once untimed, without the fallback: a copy not as remembered raises here.
+        copy_sync._synced(
+            src, ours, str(src), bounds, record, copy_sync.Excludes(), None, None, mem
+        )
+        re_mem: list[float] = []
+
+        def with_memory() -> None:
+            gated = copy_memory.gate(mem, "t", ours, record, False)
+            work.append(sync_with_record(src, ours, bounds, record=record, memory=gated)[0])
+
         no_change = (
             f"created=0 rewritten=0 removed=0 walked={args.files + len(os.listdir(src))} "
             "excluded=() refused_links=() skipped=()"
@@ -281,7 +304,8 @@ def main() -> None:
             re_one.append(timed(lambda: one_side_walk(src), "one"))
             re_sketch.append(timed(lambda: memory_walk_sketch(src, kept), "sketch"))
             re_by_dir.append(timed(lambda: memory_walk_by_dir(src, by_dir), "by_dir"))
-            for done in work[-2:]:
+            re_mem.append(timed(with_memory, "memory"))
+            for done in work[-3:]:
                 if str(done) != no_change:
                     sys.exit(f"resync was not a no-change resync: {done}")
 
@@ -337,6 +361,7 @@ def main() -> None:
         *against_walk("floor, one side", "one-side walk", med(re_one), CPU["one"]),
         *against_walk("sketch, one side", "memory sketch", med(re_sketch), CPU["sketch"]),
         *against_walk("sketch, kept by dir", "memory by dir", med(re_by_dir), CPU["by_dir"]),
+        *against_walk("resync with a memory", "sync(memory=)", med(re_mem), CPU["memory"]),
     ]
     print(
         f"{args.files} files x {args.size} B in {max(1, args.files // 100)} dirs, "

@@ -74,8 +74,10 @@ from sprawl_orch.copy.bounds import (
     count_files,
 )
 from sprawl_orch.copy.fileops import FdCopy, SourceUnreadable
+from sprawl_orch.copy.memory import CopyMemory
 from sprawl_orch.copy.paths import PathCopy
 from sprawl_orch.copy.walk import CopySide, FileWork, Progress, Walk
+from sprawl_orch.copy.walk_memory import MemoryWrong, memory_walk
 from sprawl_orch.core.credential_places import Guard
 from sprawl_orch.core.errors import ErrorCode, SprawlError, os_errors
 from sprawl_orch.core.removal import delete_path, dir_fds_work
@@ -153,6 +155,7 @@ def sync_with_record(
     touched: list[str] | None = None,
     before: Callable[[str, bool], None] | None = None,
     keep: bool = False,
+    memory: CopyMemory | None = None,
 ) -> tuple[FileWork, copy_stamps.SyncRecord]:
     """Make ``copy`` equal ``source`` file by file (design §5); see the module docstring.
     Returns what the sync did and the new stamp record (saved to ``record`` if given).
@@ -169,6 +172,9 @@ def sync_with_record(
     failure the copy and its record are deleted before
     SprawlError is raised -- but for ``keep``: then only the record goes, and the caller
     puts the copy back (a workspace's base: ``before`` told it every path written).
+    ``memory``: a memory of the copy's side that copy.memory.gate let through (design §5.1):
+    the copy side of remembered directories is not walked; a copy found not as remembered
+    runs today's walk from the start.
     """
     source, copy = Path(source), Path(copy)
     excludes = excludes or Excludes()
@@ -190,6 +196,18 @@ def sync_with_record(
             "put the scratch directory outside the working directory",
         )
     side = COPY_SIDE
+    if memory is not None and (
+        not isinstance(side, FdCopy)
+        or touched is not None
+        or before is not None
+        or copy_stamps.usable(memory.record, src, excludes.patterns) is None
+    ):
+        memory = None
+    if memory is not None:
+        try:
+            return _synced(source, copy, src, bounds, record, excludes, progress, guard, memory)
+        except MemoryWrong:
+            pass  # today's walk, from the start: it is exact from any state of the copy
     old = copy_stamps.usable(copy_stamps.load(record), src, excludes.patterns) if record else None
     if old is None:
         # No kept copy to compare against: every file would be copied. Refuse a tree over the
@@ -213,6 +231,37 @@ def sync_with_record(
         touched=touched,
         before=before,
     )
+    return _run(walk, source, copy, src, record, old, progress, keep)
+
+
+def _synced(
+    source: Path,
+    copy: Path,
+    src: str,
+    bounds: Bounds,
+    record: Path | None,
+    excludes: Excludes,
+    progress: Progress | None,
+    guard: Guard | None,
+    memory: CopyMemory,
+) -> tuple[FileWork, copy_stamps.SyncRecord]:
+    walk = memory_walk(
+        memory, COPY_SIDE, src, bounds, str(source), excludes, memory.record, progress, guard=guard
+    )
+    return _run(walk, source, copy, src, record, memory.record, progress, False)
+
+
+def _run(
+    walk: Walk[Any],
+    source: Path,
+    copy: Path,
+    src: str,
+    record: Path | None,
+    old: copy_stamps.SyncRecord | None,
+    progress: Progress | None,
+    keep: bool,
+) -> tuple[FileWork, copy_stamps.SyncRecord]:
+    side = walk.side
     with os_errors(
         ErrorCode.STORAGE_FATAL,
         copy.parent,
@@ -220,11 +269,15 @@ def sync_with_record(
         "check that the scratch directory exists and is writable",
     ):
         parent = side.open_parent(str(copy.parent))
+    done = True
     try:
         walk.run(side.open_root(copy.name, parent))
         walk.new.total_bytes = walk.bytes
         if record is not None and (walk.dirty or old is None):
             copy_stamps.save(walk.new, record)
+    except MemoryWrong:
+        done = False  # today's walk follows and reports
+        raise
     except SprawlError as err:
         raise _discarding(err, copy, record, keep) from err.__cause__
     except SourceUnreadable as err:
@@ -267,6 +320,6 @@ def sync_with_record(
         ) from err
     finally:
         side.close(parent)
-        if progress is not None:
+        if progress is not None and done:
             progress(walk.files, walk.bytes, True)
     return walk.work(), walk.new
