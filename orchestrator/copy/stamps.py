@@ -49,7 +49,11 @@ from sprawl_orch.core import fs_clock
 # files) and every first sync writes it, and BLAKE2b took 13-34 ms per MB here against 2 ms for
 # SHA-256 (OpenSSL's, with the CPU's SHA instructions) -- 5-15% of a no-change resync. Either
 # finds a torn or corrupt record; a version-3 record fails the magic and is not trusted.
-MAGIC = b"SPRSTMP4"
+# 5: the slot's lock file carries a lease token (copy/store.py) that a memory of the copy's side
+# is checked against (design §5.1); an older sprawl-orch writes none, so it must not load this
+# record: it syncs in full and writes its own (a new inode), which voids any memory through the
+# record's identity (copy/memory.py gate).
+MAGIC = b"SPRSTMP5"
 _U64 = struct.Struct("<Q")
 _DIGEST = 32
 

@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import sys
 import time
 from collections.abc import Iterator
@@ -78,8 +79,19 @@ else:
         return True
 
 
-def _lock(path: Path) -> int | None:
-    """An fd holding an exclusive lock on ``path`` (made if missing), or None if it is held."""
+TOKEN_SIZE = 32  # hex characters of a lease token
+
+
+def _lock(path: Path) -> tuple[int, str | None] | None:
+    """An fd holding an exclusive lock on ``path`` (made if missing) and the lease token the
+    previous holder left in it, or None if it is held.
+
+    Every holder of a slot goes through here (lease, `copies list`, `copies drop`, the exec
+    server's calls, the in-process CLI, another server) and leaves a fresh random token in the
+    lock file: a memory of the copy's side (copy/memory.py) is trusted only by the lease that
+    finds the token of the lease it was made under, so no holder came between (design §5.1).
+    An older sprawl-orch writes none: the stamp record's MAGIC moved so that its syncs void
+    the memory anyway (copy/stamps.py)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         locked = _try_lock(fd)
@@ -96,7 +108,21 @@ def _lock(path: Path) -> int | None:
     except FileNotFoundError:
         os.close(fd)
         return None
-    return fd
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        found = os.read(fd, TOKEN_SIZE + 1).decode("ascii", "replace")
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, secrets.token_hex(TOKEN_SIZE // 2).encode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, (found if len(found) == TOKEN_SIZE else None)
+
+
+def token_of(fd: int) -> str:
+    """The token the holder of ``fd`` left (what the next holder will find)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, TOKEN_SIZE).decode("ascii", "replace")
 
 
 @dataclass
@@ -106,6 +132,10 @@ class Lease:
     slot: Path
     workdir: Path
     _fd: int | None
+    # The token the previous holder left (None: none, or an older version's slot) and this
+    # lease's own: a memory made under this lease carries ``token`` (copy/memory.py).
+    found_token: str | None = None
+    token: str = ""
     # The stamp record the last sync wrote (changes: the source stamps it read).
     last_record: copy_stamps.SyncRecord | None = None
 
@@ -242,9 +272,10 @@ class CopyStore:
                 slot = group / str(n)
                 with contextlib.suppress(FileExistsError):
                     slot.mkdir(mode=0o700)
-                fd = _lock(slot / LOCK)
-                if fd is not None:
-                    return Lease(slot, Path(workdir), fd)
+                held = _lock(slot / LOCK)
+                if held is not None:
+                    fd, found = held
+                    return Lease(slot, Path(workdir), fd, found_token=found, token=token_of(fd))
         raise SprawlError(
             ErrorCode.STORAGE_FATAL,
             str(group),
@@ -263,9 +294,9 @@ class CopyStore:
     def info(self) -> list[CopyInfo]:
         out = []
         for slot in self.slots():
-            fd = _lock(slot / LOCK)
-            if fd is not None:
-                os.close(fd)
+            held = _lock(slot / LOCK)
+            if held is not None:
+                os.close(held[0])
             meta = _read_meta(slot)
             size, released = meta.get("bytes"), meta.get("released")
             out.append(
@@ -275,7 +306,7 @@ class CopyStore:
                     str(meta.get("workdir", "?")),
                     size if isinstance(size, int) else _du(slot / TREE),
                     released if isinstance(released, float) else 0.0,
-                    fd is None,
+                    held is None,
                 )
             )
         return out
@@ -283,11 +314,12 @@ class CopyStore:
     def drop(self, slot: Path) -> bool:
         """Delete one idle slot; False if a command holds it."""
         try:
-            fd = _lock(slot / LOCK)
+            held = _lock(slot / LOCK)
         except FileNotFoundError:
             return False
-        if fd is None:
+        if held is None:
             return False
+        fd = held[0]
         try:
             delete_path(slot / TREE)
             _unlink_bookkeeping(slot)

@@ -36,6 +36,7 @@ from sprawl_orch.container.evidence import Evidence
 from sprawl_orch.copy.store import Lease
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.copy.writers import note_before as note_writers
 from sprawl_orch.core import served_warm
 from sprawl_orch.core.arg_bounds import check_arguments
 from sprawl_orch.core.arms import ArmName
@@ -319,6 +320,7 @@ class ExecTool(ChangesApi, BacklogApi, LifetimeApi):
         work: FileWork | None = None
         cwd = self.workdir
         arm.prepare(self.workdir)
+        note_writers(self.copies.state, arm.assurances())  # before it starts (§5.1)
         watcher: Watcher = NullWatcher()
         copy: Lease | WorkspaceLease | None = None
         changes: Callable[[str], Changes] | None = None
