@@ -77,7 +77,7 @@ def ran(state: Path) -> bool:
     unreadable counts as one)."""
     try:
         noted = (state / NOTE).read_text()
-    except FileNotFoundError:
+    except FileNotFoundError:  # never noted: no such command ran with this state directory
         return False
     except OSError:  # there, but not readable: as if noted, never trusting more than known
         return True
