@@ -38,6 +38,7 @@ from sprawl_orch.changes.record import (
     stamp_of,
 )
 from sprawl_orch.copy.fileops import CHUNK
+from sprawl_orch.copy.memory import Observed
 from sprawl_orch.core.beneath import open_file
 
 ChangeType = Literal["created", "modified", "deleted", "kind_changed", "mode_changed"]
@@ -186,8 +187,12 @@ def equal_files(a: str, b: str, follow_a: bool = True) -> bool | None:
         os.close(fb)
 
 
-def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
-    """Every change the command made in ``copy`` since the sync recorded in ``record``."""
+def compute(
+    record: SyncRecord, workdir: Path, copy: Path, seen: Observed | None = None
+) -> list[ChangeEntry]:
+    """Every change the command made in ``copy`` since the sync recorded in ``record``.
+    ``seen``: filled with what this walk saw of the copy, for a memory of it (copy/memory.py,
+    design §5.1): this walk lstat-s every copy entry, the next sync need not do it again."""
     cmp = _Compare(record, workdir, copy)
     out: list[ChangeEntry] = []
     seen_dirs: set[str] = set()
@@ -198,10 +203,17 @@ def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
     ctimes = record.ctimes
     none: dict[str, int] = {}
     root = None if record.root is None else stamp_of(record.root)
-    stack = [("", str(copy), _untouched(os.lstat(copy), root, line, strict))]
+    top = os.lstat(copy)
+    stack = [("", str(copy), _untouched(top, root, line, strict), top)]
+    linked = False
     while stack:
-        rel_dir, abs_dir, bound = stack.pop()
+        rel_dir, abs_dir, bound, dst = stack.pop()
         seen_dirs.add(rel_dir)
+        if seen is not None:
+            if bound:
+                seen.dirs[rel_dir] = (dst.st_ino, stat.S_IMODE(dst.st_mode), dst.st_mtime_ns)
+            else:
+                seen.changed.add(rel_dir)
         recorded = ctimes.get(rel_dir, none)
         prefix = rel_dir + "/" if rel_dir else ""
         # In a directory whose own inode is untouched (``bound``) every name still holds the
@@ -214,6 +226,8 @@ def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
         with os.scandir(abs_dir) as it:
             for entry in it:
                 st = entry.stat(follow_symlinks=False)
+                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                    linked = True  # a second name a write could come through (§5.1)
                 if get(entry.name) == st.st_ctime_ns:
                     matched += 1
                     continue
@@ -223,7 +237,9 @@ def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
             matched += entry.name in recorded
             same = _untouched(st, was, line, strict)
             if stat.S_ISDIR(st.st_mode):
-                stack.append((prefix + entry.name, entry.path, same))
+                stack.append((prefix + entry.name, entry.path, same, st))
+            elif not same and seen is not None:
+                seen.changed.add(prefix + entry.name)
             if not same:
                 change = _judge(cmp, prefix + entry.name, entry.path, st, was)
                 if change is not None:
@@ -238,6 +254,11 @@ def compute(record: SyncRecord, workdir: Path, copy: Path) -> list[ChangeEntry]:
             prefix = rel_dir + "/" if rel_dir else ""
             out.extend(_deleted(prefix + n, record.was(rel_dir, n)) for n in names)
     out.sort(key=lambda e: e.path.split("/"))
+    if seen is not None:
+        # Paths are "/"-separated here and os.sep-separated in the memory: one on the
+        # platforms that have one (it needs directory fds, copy/sync.py).
+        seen.changed.update(e.path for e in out)
+        seen.linked = linked
     return out
 
 

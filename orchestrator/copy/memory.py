@@ -9,7 +9,7 @@ saw, kept until the next lease of the slot, spares the next sync that second loo
 in this by-directory form, built once (by the per-user exec server, §5.1: a record parsed per
 call costs ~40 ms of 10 000 files, more than the target leaves):
 
-- per copy directory not in ``moved`` (its ctime did not move since the sync set its times:
+- per copy directory whose ctime did not move since the record before the command (
   no entry was added, removed or renamed in it, nor its bits or times set): the kinds of its
   entries (the record's files, links and directories under it), its (inode, permission bits,
   mtime) as observed, and for each file whose record entry the racy-clean rule vouches for
@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sprawl_orch.copy.fileops import Kind
-from sprawl_orch.copy.stamps import ENTRY, SyncRecord
-from sprawl_orch.core import fs_clock
+from sprawl_orch.copy.stamps import ENTRY, SyncRecord, parse
+from sprawl_orch.core import fs_clock, served_memo
+from sprawl_orch.core.served_memo import Json
 
 SOURCE_HALF = struct.Struct("<QqqQQQ")
 """(size, mtime_ns, ctime_ns, inode, device, kind and bits) of a source file: what the memory
@@ -52,18 +53,22 @@ def file_id(st: os.stat_result) -> FileId:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-@dataclass(frozen=True)
-class Observed:
-    """What a walk of the copy after the command saw (the `changes` walk in production; the
-    tests' stand-in walks it themselves): each copy directory's lstat by path relative to the
-    root (``""`` the root, ``os.sep``-separated), the paths the command changed (created,
-    modified, deleted, kind or bits changed), the directories whose ctime moved since the sync
-    set their times, and whether any file had more than one link."""
+DirSeen = tuple[int, int, int]  # (inode, permission bits, mtime_ns) of a copy directory
 
-    dirs: dict[str, os.stat_result]
-    changed: frozenset[str]
-    moved: frozenset[str]
-    linked: bool
+
+@dataclass
+class Observed:
+    """What a walk of the copy after the command saw (the `changes` walk fills it: changes.py
+    compute; the tests' stand-in is :func:`observe`): each copy directory whose own stamp it
+    found untouched since the record taken before the command, by path relative to the root
+    (``""`` the root, ``os.sep``-separated); every path whose stamp was not untouched (created,
+    modified, deleted, kind, bits or times changed, even where the bytes came out the same);
+    and whether any file had more than one link. A directory whose ctime moved is absent from
+    ``dirs``: its listing is not the record's."""
+
+    dirs: dict[str, DirSeen] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)
+    linked: bool = False
 
 
 @dataclass
@@ -113,14 +118,19 @@ def build(
     seen: Observed,
 ) -> CopyMemory | None:
     """The by-directory form (module docstring), or None when no memory may be kept."""
+    return _build(token, (root.st_dev, root.st_ino), record, file_id(record_stat), seen)
+
+
+def _build(
+    token: str, root: Ident, record: SyncRecord, record_id: FileId, seen: Observed
+) -> CopyMemory | None:
     if seen.linked:
         return None
     edge = record.started_ns - record.granularity_ns
     dirs: dict[str, DirMemory] = {}
-    for rel, st in seen.dirs.items():
-        if rel in seen.moved or rel in seen.changed or not stat.S_ISDIR(st.st_mode):
-            continue
-        dirs[rel] = DirMemory({}, st.st_ino, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+    for rel, (ino, mode, mtime) in seen.dirs.items():
+        if rel not in seen.changed:
+            dirs[rel] = DirMemory({}, ino, mode, mtime)
     timed: dict[int, bool] = {}
 
     def known(dev: int) -> bool:
@@ -156,13 +166,90 @@ def build(
     record.offsets()  # the index a walk falling back to the per-entry path looks files up in
     return CopyMemory(
         token,
-        (root.st_dev, root.st_ino),
-        file_id(record_stat),
+        root,
+        record_id,
         record,
         dirs,
-        seen.changed,
+        frozenset(seen.changed),
         edge,
     )
+
+
+# -- kept by the exec server between calls (core/served_memo.py) --------------------------------
+
+KIND = "copy-memory"
+
+
+def value_of(token: str, root: os.stat_result, record_stat: os.stat_result, seen: Observed) -> Json:
+    """The memory as JSON, what a call teaches the server (None: nothing may be kept). The
+    server builds the by-directory form from it and the record file once (_decode), before
+    the next call is forked: a record parsed per call does not fit the target (§5.1)."""
+    if seen.linked:
+        return None
+    changed: list[Json] = [*sorted(seen.changed)]
+    dirs: dict[str, Json] = {rel: [*v] for rel, v in seen.dirs.items()}
+    return {
+        "token": token,
+        "root": [root.st_dev, root.st_ino],
+        "record": list(file_id(record_stat)),
+        "changed": changed,
+        "dirs": dirs,
+    }
+
+
+def _decode(key: Json, value: Json) -> CopyMemory | None:
+    """The by-directory form of a taught memory, the stamp record at ``key`` read through one
+    fd whose identity must be the taught one; None when it is not (or the value is not ours)."""
+    if not isinstance(key, str) or not isinstance(value, dict):
+        return None
+    try:
+        fd = os.open(key, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # the record is gone: nothing to remember against
+        return None
+    try:
+        got = file_id(os.fstat(fd))
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read()
+    except OSError:  # unreadable: no memory, today's walk
+        return None
+    finally:
+        os.close(fd)
+    try:
+        if list(got) != value["record"]:
+            return None
+        record = parse(data)
+        if record is None:
+            return None
+        dirs = value["dirs"]
+        changed = value["changed"]
+        root = value["root"]
+        token = value["token"]
+        assert isinstance(dirs, dict) and isinstance(changed, list) and isinstance(root, list)
+        assert isinstance(token, str)
+        seen = Observed(
+            {str(rel): (int(v[0]), int(v[1]), int(v[2])) for rel, v in dirs.items()},  # type: ignore[index, arg-type]
+            {str(p) for p in changed},
+        )
+        return _build(token, (int(root[0]), int(root[1])), record, got, seen)  # type: ignore[arg-type]
+    except (AssertionError, KeyError, IndexError, TypeError, ValueError, struct.error):
+        return None  # not a memory this version taught
+
+
+served_memo.decoder(KIND, _decode)
+
+
+def recall(key: str) -> CopyMemory | None:
+    """The memory kept for the slot whose stamp record is at ``key`` (the server decoded it
+    before this call was forked), forgotten here and -- when this call ends -- in the server:
+    a memory is used at most once, and a call killed midway leaves none (§5.1)."""
+    got = served_memo.recall_decoded(KIND, key)
+    served_memo.learn(KIND, key, None)
+    return got if isinstance(got, CopyMemory) else None
+
+
+def keep(key: str, value: Json) -> None:
+    """Teach the server the memory of the slot at ``key`` (value_of), for the next lease."""
+    served_memo.learn(KIND, key, value)
 
 
 def gate(
@@ -216,9 +303,13 @@ def observe(
                 linked |= stat.S_ISREG(est.st_mode) and est.st_nlink > 1
                 now[sub] = (est.st_mode, est.st_size, est.st_mtime_ns, est.st_ctime_ns, est.st_ino)
     racy = {rel for rel, v in now.items() if v[3] >= line_ns}
-    changed = _differ(before, now) | racy
-    moved = frozenset(rel for rel in dirs if rel in changed)
-    return Observed(dirs, changed, moved, linked), now
+    changed = set(_differ(before, now) | racy)
+    kept = {
+        rel: (st.st_ino, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+        for rel, st in dirs.items()
+        if rel not in changed
+    }
+    return Observed(kept, changed, linked), now
 
 
 def _differ(a: dict[str, tuple[int, ...]], b: dict[str, tuple[int, ...]]) -> frozenset[str]:

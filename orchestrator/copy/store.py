@@ -39,6 +39,7 @@ from pathlib import Path
 
 from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy.bounds import Bounds, Excludes
+from sprawl_orch.copy.memory import CopyMemory
 from sprawl_orch.copy.sync import FileWork, sync_with_record
 from sprawl_orch.copy.walk import Progress
 from sprawl_orch.core.budget import evict_oldest
@@ -82,16 +83,19 @@ else:
 TOKEN_SIZE = 32  # hex characters of a lease token
 
 
-def _lock(path: Path) -> tuple[int, str | None] | None:
+def _lock(path: Path, lease: bool = False) -> tuple[int, str | None] | None:
     """An fd holding an exclusive lock on ``path`` (made if missing) and the lease token the
     previous holder left in it, or None if it is held.
 
-    Every holder of a slot goes through here (lease, `copies list`, `copies drop`, the exec
-    server's calls, the in-process CLI, another server) and leaves a fresh random token in the
-    lock file: a memory of the copy's side (copy/memory.py) is trusted only by the lease that
-    finds the token of the lease it was made under, so no holder came between (design §5.1).
-    An older sprawl-orch writes none: the stamp record's MAGIC moved so that its syncs void
-    the memory anyway (copy/stamps.py)."""
+    Every lease of a slot (the exec server's calls, the in-process CLI, the library, another
+    server: all through CopyStore.lease) leaves a fresh random token in the lock file: a
+    memory of the copy's side (copy/memory.py) is trusted only by the lease that finds the
+    token of the lease it was made under, so no holder that could write the copy came
+    between (design §5.1). `copies list` and eviction's look (``lease`` False) only test
+    whether a slot is busy and write nothing (eviction runs after every release: a token
+    there voided every memory); `copies drop` deletes the copy, which voids it by the root's
+    identity. An older sprawl-orch writes no token: the stamp record's MAGIC moved so that
+    its syncs void the memory anyway (copy/stamps.py)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         locked = _try_lock(fd)
@@ -108,6 +112,8 @@ def _lock(path: Path) -> tuple[int, str | None] | None:
     except FileNotFoundError:
         os.close(fd)
         return None
+    if not lease:
+        return fd, None
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         found = os.read(fd, TOKEN_SIZE + 1).decode("ascii", "replace")
@@ -154,8 +160,10 @@ class Lease:
         excludes: Excludes,
         progress: Progress | None = None,
         guard: Guard | None = None,
+        memory: CopyMemory | None = None,
     ) -> FileWork:
-        """Resync the copy to ``source``; over a bound the copy and its record are deleted."""
+        """Resync the copy to ``source``; over a bound the copy and its record are deleted.
+        ``memory``: of the copy's side, let through by copy.memory.gate for this lease."""
         work, record = sync_with_record(
             source,
             self.path,
@@ -164,6 +172,7 @@ class Lease:
             excludes=excludes,
             progress=progress,
             guard=guard,
+            memory=memory,
         )
         self._meta(record.total_bytes)
         self.last_record = record
@@ -272,7 +281,7 @@ class CopyStore:
                 slot = group / str(n)
                 with contextlib.suppress(FileExistsError):
                     slot.mkdir(mode=0o700)
-                held = _lock(slot / LOCK)
+                held = _lock(slot / LOCK, lease=True)
                 if held is not None:
                     fd, found = held
                     return Lease(slot, Path(workdir), fd, found_token=found, token=token_of(fd))

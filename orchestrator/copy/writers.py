@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sprawl_orch.core.assurances import Assurances, Kept
 from sprawl_orch.core.errors import ErrorCode, os_errors
+from sprawl_orch.core.private import private_file
 
 NOTE = "copy-writers"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -52,7 +53,11 @@ def note(state: Path) -> None:
         if path.read_text() == now:
             return
     tmp = path.with_name(NOTE + f".{os.getpid()}.tmp")
-    tmp.write_text(now)
+    fd = private_file(tmp)  # 0600, as all the state directory keeps (a default ACL masked)
+    try:
+        os.write(fd, now.encode())
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 

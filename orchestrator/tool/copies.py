@@ -10,6 +10,7 @@ command changed in it afterwards (change_record, changes, change_store).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +21,15 @@ from sprawl_orch.changes.changes import compute as compute_changes
 from sprawl_orch.changes.store import keep as keep_changes
 from sprawl_orch.changes.workspace import Refresh, Workspace
 from sprawl_orch.config import Config
+from sprawl_orch.copy import memory as copy_memory
+from sprawl_orch.copy import writers
 from sprawl_orch.copy.bounds import Bounds, Excludes
+from sprawl_orch.copy.memory import Observed
 from sprawl_orch.copy.store import CopyStore, Lease, copy_key
 from sprawl_orch.copy.sync import FileWork
 from sprawl_orch.copy.walk import Progress
+from sprawl_orch.core.arms import ArmName
+from sprawl_orch.core.assurances import Kept
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.guard_memo import served_copy_guard
 from sprawl_orch.core.protected import protection_for
@@ -52,12 +58,26 @@ class ToolCopies:
         self.protect = (config.apply.protected, config.apply.unprotect)
         # The first eviction failure; never fails a command. (No surface prints it yet.)
         self.problem: str | None = None
+        self.warm = config.sandbox.container.warm
+        # What each slot's `changes` walk saw, until its release keeps it as a memory.
+        self._seen: dict[Path, Observed] = {}
 
     def lease(self, progress: Progress | None = None) -> tuple[Lease, FileWork]:
-        """A free slot, synced with the working directory now."""
+        """A free slot, synced with the working directory now (trusting a memory of its copy's
+        side where the gate lets it through: design §5.1)."""
         lease = self.store.lease(self.workdir, copy_key(self.workdir, self.config_json))
         try:
-            work = lease.sync(self.workdir, self.bounds, self.excludes, progress, self.guard)
+            # recall forgets it before it is used: a resync killed midway leaves no memory
+            memory = copy_memory.gate(
+                copy_memory.recall(os.path.abspath(lease.record_path)),
+                lease.found_token,
+                lease.path,
+                lease.record_path,
+                writers.ran(self.state),
+            )
+            work = lease.sync(
+                self.workdir, self.bounds, self.excludes, progress, self.guard, memory
+            )
         except BaseException:
             lease.release()  # a refused sync already deleted the half-synced copy
             raise
@@ -65,12 +85,33 @@ class ToolCopies:
 
     def release(self, lease: Lease) -> None:
         """A collected command's copy: released for the next command or CLI call; copies past
-        the disk budget are evicted, this one last."""
+        the disk budget are evicted, this one last. What the `changes` walk saw of it is kept
+        as a memory for the next lease (design §5.1), if the command's arm may leave one."""
+        seen = self._seen.pop(lease.slot, None)
+        value = None
+        if seen is not None:
+            # the copy or its record is gone: nothing to remember
+            with contextlib.suppress(OSError):
+                root, rec = os.lstat(lease.path), os.stat(lease.record_path)
+                value = copy_memory.value_of(lease.token, root, rec, seen)
         lease.release()
+        if value is not None:
+            copy_memory.keep(os.path.abspath(lease.record_path), value)
         try:
             self.store.evict(keep=lease.slot)
         except OSError as err:  # design §5: a copy that cannot be deleted never fails a command
             self.problem = self.problem or f"evicting copies failed: {err}"
+
+    def _may_remember(self, arm: Arm) -> bool:
+        """Whether the `changes` walk after a command of ``arm`` may leave a memory of the copy
+        (design §5.1): every process that could write it is known dead by then (process_tree,
+        its clean-up finished before `changes`: runs/backlog.py), it wrote nothing else in
+        place (filesystem), and it shared no socket with another command to pass an open file
+        of the copy over (network). A warm container outlives the command: never."""
+        held = arm.assurances()
+        axes = (held.filesystem, held.process_tree, held.network)
+        warm = arm.name is ArmName.CONTAINER and self.warm
+        return all(a is Kept.YES for a in axes) and not warm
 
     def changes_hook(self, arm: Arm, lease: Lease) -> Callable[[str], Changes]:
         """Record the synced, readied copy now; the returned call computes and keeps the
@@ -81,10 +122,14 @@ class ToolCopies:
         # their stamps: walk the copy again rather than compare the bytes of each.
         reowned = ready is not None and ready(copy) is not False
         record = change_record.finish(copy, lease.last_record, self.workdir, walk=reowned)
+        remember = self._may_remember(arm)
 
         def collect(handle: str) -> Changes:
             try:
-                found = compute_changes(record, self.workdir, copy)
+                seen = Observed() if remember else None
+                found = compute_changes(record, self.workdir, copy, seen)
+                if seen is not None:
+                    self._seen[lease.slot] = seen
                 guard = None
                 if found:  # the person's git config, read now: what it points at is protected
                     guard = protection_for(self.protect[0], self.protect[1], self.workdir)
