@@ -265,3 +265,41 @@ def test_bounds_still_apply_with_a_memory(served: Served) -> None:
     with pytest.raises(Exception, match="max_files = 5"):
         sync_with_record(served.src, served.copy, Bounds(files=5), record=served.record, memory=mem)
     assert not served.copy.exists() and not served.record.exists()
+
+
+def test_the_server_builds_the_form_once_from_what_a_call_taught(served: Served) -> None:
+    """The exec server's side (core/served_memo.py): a call's taught memory goes over the
+    channel, the server decodes it from the record file before the next fork; that fork's
+    recall finds the by-directory form, and a record replaced meanwhile is refused."""
+    from sprawl_orch.core import served_memo
+
+    assert served.before is not None
+    seen, _ = copy_memory.observe(served.copy, served.before, served.line)
+    key = os.path.abspath(served.record)
+    value = copy_memory.value_of(TOKEN, os.lstat(served.copy), os.stat(served.record), seen)
+    server, call = served_memo.channel()
+    try:
+        copy_memory.keep(key, value)
+        served_memo.send_learned(call)
+        served_memo._decoded.pop(json_slot(key), None)  # only what the server decodes counts
+        served_memo.take_learned(server)
+        assert isinstance(served_memo._decoded.get(json_slot(key)), copy_memory.CopyMemory)
+        got = copy_memory.recall(key)
+        assert got is not None and got.token == TOKEN and "d" in got.dirs
+        assert copy_memory.recall(key) is None  # used once
+        # A record replaced between the call and the decode: its identity is not the taught one.
+        copy_memory.keep(key, value)
+        served_memo.send_learned(call)
+        shutil.copy2(served.record, served.record.with_name("x"))
+        os.replace(served.record.with_name("x"), served.record)
+        served_memo.take_learned(server)
+        assert copy_memory.recall(key) is None
+    finally:
+        os.close(server)
+        os.close(call)
+
+
+def json_slot(key: str) -> str:
+    import json
+
+    return json.dumps([copy_memory.KIND, key], sort_keys=True, separators=(",", ":"))
