@@ -3,9 +3,10 @@
 A copy lives in the caller's state directory, so a process of the caller's uid -- a daemon a
 copied_tree command left, the agent's own tools -- can write it between two commands without
 the lock. Today's resync lstat-s the copy side and sees the moved ctime. These tests pin that,
-where a remembered copy side (issue 26 item 4, not built) would sit: after ``release``, before
-the next ``lease``. A memory of the copy trusted without a safeguard against such writers fails
-them. Each write keeps the file's size and puts its mtime back, so only the ctime tells.
+where a remembered copy side (issue 26 item 4, design §5.1) sits: after ``release``, before the
+next ``lease``. Here no memory is kept (the store alone, as the in-process CLI); with one, the
+writer note is the safeguard (test_copy_memory_real: a copied_tree command writing in place).
+Each write keeps the file's size and puts its mtime back, so only the ctime tells.
 """
 
 from __future__ import annotations
