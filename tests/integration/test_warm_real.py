@@ -248,3 +248,35 @@ def test_podman_warm_keeps_its_user_namespace(
     made = list((tmp_path / "state").glob("copies/*/*/tree/made"))
     assert made and all(p.stat().st_uid == owner for p in made), made
     assert not (tree / "made").exists()
+
+
+def test_sysv_ipc_objects_are_removed_and_counted(warm_tool: tuple[str, ExecTool]) -> None:
+    """The reset reads the container's IPC namespace (warm_host.ipc_objects) and runs ipcrm
+    only when it holds something: objects made there (from the host, as busybox has no
+    ipcmk: the namespace is what counts) are counted, removed after the next command, and
+    the container stays warm."""
+    from sprawl_orch.container.warm_host import ipc_objects
+
+    engine, tool = warm_tool
+    first = tool.exec(["true"])
+    assert first.container is not None
+    name = str(first.container["name"])
+    pid = subprocess.run(
+        [engine, "inspect", "-f", "{{.State.Pid}}", name],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert ipc_objects(int(pid)) == 0
+    for kind in ("-M", "-Q", "-S"):
+        made = [kind, "4096"] if kind == "-M" else ([kind, "1"] if kind == "-S" else [kind])
+        subprocess.run(["nsenter", "-t", pid, "--ipc", "ipcmk", *made], check=True)
+    assert ipc_objects(int(pid)) == 3
+    second = tool.exec(["true"])
+    assert second.container and second.container["name"] == name
+    assert "replaced_after" not in second.container, second.container
+    assert ipc_objects(int(pid)) == 0
+    listed = subprocess.run(
+        ["nsenter", "-t", pid, "--ipc", "ipcs"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "0x" not in listed, listed  # every key gone
