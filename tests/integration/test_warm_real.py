@@ -280,3 +280,24 @@ def test_sysv_ipc_objects_are_removed_and_counted(warm_tool: tuple[str, ExecTool
         ["nsenter", "-t", pid, "--ipc", "ipcs"], capture_output=True, text=True, check=True
     ).stdout
     assert "0x" not in listed, listed  # every key gone
+
+
+def test_replaced_when_its_limits_were_changed_from_outside(
+    docker_image: str, tmp_path: Path, tree: Path
+) -> None:
+    """The check before reuse re-reads the container from the engine (asked while the host's
+    own checks run, read before the command enters): an idle container whose memory limit
+    was raised by `docker update` is not entered, it is replaced and the result says why."""
+    tool = ExecTool(make_config(tmp_path, "docker", docker_image), tree, record=False)
+    try:
+        first = tool.exec(["true"])
+        assert first.container
+        name = str(first.container["name"])
+        raised = ["--memory", "900m", "--memory-swap", "900m"]
+        subprocess.run(["docker", "update", *raised, name], capture_output=True, check=True)
+        second = tool.exec(["echo", "ok"])
+        assert second.stdout == "ok\n" and second.container
+        assert "no longer matches what was asked" in str(second.container.get("replaced"))
+        assert second.container["name"] != name
+    finally:
+        tool.close()
