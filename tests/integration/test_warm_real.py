@@ -9,6 +9,7 @@ when its owner is SIGKILLed. About 60 s for both engines.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -299,5 +300,36 @@ def test_replaced_when_its_limits_were_changed_from_outside(
         assert second.stdout == "ok\n" and second.container
         assert "no longer matches what was asked" in str(second.container.get("replaced"))
         assert second.container["name"] != name
+    finally:
+        tool.close()
+
+
+def test_a_refused_program_leaves_no_exec_made_ahead(
+    docker_image: str, tmp_path: Path, tree: Path
+) -> None:
+    """docker's exec is created while the checks before reuse run (warm._create_ahead), but
+    only for a program found in the container: a refused one leaves no unstarted exec in
+    the daemon's record of the kept container, and the container stays warm."""
+    tool = ExecTool(make_config(tmp_path, "docker", docker_image), tree, record=False)
+
+    def execs(name: str) -> int:
+        said = subprocess.run(
+            ["docker", "inspect", "-f", "{{json .ExecIDs}}", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return 0 if said == "null" else len(json.loads(said))
+
+    try:
+        first = tool.exec(["true"])
+        assert first.container
+        name = str(first.container["name"])
+        before = execs(name)
+        refused = tool.exec(["sprawl-no-such-program"])
+        assert refused.outcome == "exceptional" and refused.code == "E_TOOL_UNAVAILABLE", refused
+        assert execs(name) == before
+        after = tool.exec(["echo", "ok"])
+        assert after.stdout == "ok\n" and after.container and after.container["name"] == name
     finally:
         tool.close()
