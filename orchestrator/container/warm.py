@@ -151,7 +151,10 @@ class WarmPool:
             return None
         user = fit_limits(self.arm.config, self.arm.host).user
         env = command_env(launch)
-        engine.api()  # made here: the two threads then share one client, never build two
+        try:
+            engine.api()  # made here: the two threads then share one client, never build two
+        except SprawlError:  # the daemon is not reached: the checks before reuse say so
+            return None
 
         def create(container: str) -> str:
             return create_exec(engine, container, command, env, user, warm.workdir)
