@@ -121,7 +121,7 @@ def serve(path: Path, idle: float) -> int:
     def renew() -> None:
         """A spare for the next call, when one may be used (exec_spare.py)."""
         nonlocal spare
-        if spare is None and not stopping and not served_warm.kept:
+        if spare is None and not stopping:
             spare = exec_spare.fork_spare(ended, leave, call)
 
     renew()
@@ -143,7 +143,7 @@ def serve(path: Path, idle: float) -> int:
                     learned, teach = served_memo.channel()
                     kept, keep = served_warm.channel()
                     ready, spare = spare, None
-                    if ready is not None and (ready.generation != ended or served_warm.kept):
+                    if ready is not None and ready.generation != ended:
                         exec_spare.end(ready)  # not what a fork made now would be
                         ready = None
                     if ready is not None and exec_spare.hand(ready, conn, teach, keep):

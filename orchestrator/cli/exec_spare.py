@@ -13,22 +13,29 @@ next accepted caller's connection and the call's two channel ends are handed to 
 (SCM_RIGHTS) and it runs the call exactly as a fork would (exec_server._call).
 
 It is used only while it is exactly what a fork made now would be: no call ended since it
-was forked (the server's memo, warm containers and shared runtimes are as it saw them), and
-the server holds no warm container (whose owning connections a spare would hold open while
-it waits: the guardian would not see the server let one go). Otherwise it is killed and the
-call forked as before. It holds nothing a call is owed: killed or gone, no caller notices;
-when the server ends (stopped, idled out, killed) the hand-off socket's EOF ends it.
+was forked (the server's memo, warm containers and shared runtimes are as it saw them).
+Otherwise it is killed and the call forked as before. The kept warm containers' owning
+connections (core/served_warm.py) it closes at once after its fork -- held while it waits,
+a container the server let go would live on with the spare -- and the server hands them
+over with the caller (SCM_RIGHTS, their names beside them: a table that is not the spare's
+is dropped, and the call makes its own container). Before that hand-off the warm calls had
+no spare: a fresh fork on every call's path (issue 26). It holds nothing a call is owed:
+killed or gone, no caller notices; when the server ends (stopped, idled out, killed) the
+hand-off socket's EOF ends it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from sprawl_orch.core import served_warm
 
 # What a call imports lazily, inside functions (found by listing sys.modules after one call
 # per arm): 49 modules, ~100 ms a call paid again in every fork until named here.
@@ -125,6 +132,7 @@ def fork_spare(
         try:
             ours.close()
             leave()
+            served_warm.let_go_inherited()
             # only warming: a call handed while it ran is owed its run even if it failed
             with contextlib.suppress(Exception):
                 _rehearse()
@@ -139,9 +147,16 @@ def fork_spare(
 
 
 def hand(spare: Spare, conn: socket.socket, teach: int, keep: int) -> bool:
-    """Give the spare this call; False (the spare ended) when it can't take it."""
+    """Give the spare this call, and the owners of the kept warm containers (it closed its
+    own copies when it was forked); False (the spare ended) when it can't take it."""
+    owners = served_warm.handed()
+    if owners is None:  # more kept containers than one message carries: forked as before
+        end(spare)
+        return False
+    names, fds = owners
     try:
-        socket.send_fds(spare.handoff, [b"call"], [conn.fileno(), teach, keep])
+        data = b"call" + json.dumps(names).encode()
+        socket.send_fds(spare.handoff, [data], [conn.fileno(), teach, keep, *fds])
     except OSError:  # the spare died (EPIPE): reaped, and the call is forked as before
         end(spare)
         return False
@@ -159,9 +174,16 @@ def end(spare: Spare) -> None:
 
 
 def _wait(handoff: socket.socket) -> tuple[socket.socket, int, int]:
-    data, fds, _, _ = socket.recv_fds(handoff, 16, 3)
-    if data != b"call" or len(fds) != 3:
+    data, fds, _, _ = socket.recv_fds(
+        handoff, 1 << 20, 3 + len(served_warm.kept), socket.MSG_CMSG_CLOEXEC
+    )
+    if not data.startswith(b"call") or len(fds) < 3:
         raise EOFError("the server ended without a call for the spare")
+    try:
+        names = json.loads(data[4:])
+    except ValueError:
+        names = None
+    served_warm.adopt(names if isinstance(names, list) else [], fds[3:])
     return socket.socket(fileno=fds[0]), fds[1], fds[2]
 
 

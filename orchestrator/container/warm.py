@@ -29,15 +29,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from sprawl_orch.container.command import command_venv, remove_quietly
+from sprawl_orch.container.argv import fit_limits
+from sprawl_orch.container.command import command_env, command_venv, remove_quietly
 from sprawl_orch.container.ownership import given_away
 from sprawl_orch.container.userns import Userns
 from sprawl_orch.container.verify import Expected, as_command_user, verify
+from sprawl_orch.container.warm_exec import Asked, create_exec
 from sprawl_orch.container.warm_host import HostView
 from sprawl_orch.container.warm_program import cannot_run
 from sprawl_orch.container.warm_run import Warm, WarmArm, WarmRun
 from sprawl_orch.core.errors import ErrorCode, SprawlError
 from sprawl_orch.core.unrunnable import runtime_refusal
+from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.runs.launch import Launch
 
 INIT_USER = "0:0"
@@ -95,10 +98,15 @@ class WarmPool:
         if refused is not None:
             raise refused
         replaced: str | None = None
+        made: Asked | None = None
         warm = self._take(launch)
         if warm is not None:
+            made = self._create_ahead(warm, launch, command)
             replaced = self._still_good(warm)
             if replaced is not None:
+                if made is not None:
+                    made.join()  # never started: it goes with the container
+                made = None
                 self.remove(warm)
                 warm = None
         if warm is None:
@@ -110,7 +118,7 @@ class WarmPool:
             warm.workdir,
         )
         if words is not None:
-            self.release(warm)  # nothing ran in it
+            self.release(warm)  # nothing ran in it (no exec was made for it: _create_ahead)
             refusal = runtime_refusal(words, command[0], command_venv(launch, command))
             assert refusal is not None
             raise refusal
@@ -118,9 +126,40 @@ class WarmPool:
             try:
                 ready(warm.host.init)
             except BaseException:
+                if made is not None:
+                    made.join()  # created, never started: nothing ran in it
                 self.release(warm)  # nothing ran in it
                 raise
-        return WarmRun(self, warm, launch, command, replaced)
+        return WarmRun(self, warm, launch, command, replaced, made)
+
+    def _create_ahead(self, warm: Warm, launch: Launch, command: Sequence[str]) -> Asked | None:
+        """docker: the exec the command will enter by, created while the checks before reuse
+        run (one round trip to the daemon less on the path, issue 26). Creating an exec runs
+        nothing: it is started only after every check passed (warm_run.WarmRun), and one
+        whose container fails them goes with the container. None for podman (its exec is
+        one CLI run) and for a program that can't run (refused, with no exec left behind)."""
+        engine = self.arm.engine
+        if not isinstance(engine, DockerEngine):
+            return None
+        words = cannot_run(
+            f"/proc/{warm.host.init}/root",
+            command[0],
+            str(warm.record.get("path") or "") or None,
+            warm.workdir,
+        )
+        if words is not None:
+            return None
+        user = fit_limits(self.arm.config, self.arm.host).user
+        env = command_env(launch)
+        try:
+            engine.api()  # made here: the two threads then share one client, never build two
+        except SprawlError:  # the daemon is not reached: the checks before reuse say so
+            return None
+
+        def create(container: str) -> str:
+            return create_exec(engine, container, command, env, user, warm.workdir)
+
+        return Asked(create, warm.container)
 
     def _take(self, launch: Launch) -> Warm | None:
         """An idle container of this copy and run, now ours (checked by the caller)."""
@@ -183,17 +222,23 @@ class WarmPool:
 
     def _still_good(self, warm: Warm) -> str | None:
         """None when the idle container may take the next command, else why it is replaced."""
+        # The engine's inspect is asked first and read last: its round trip to the daemon
+        # (4-10 ms of a served warm call, 2026-12-03) runs while the host's own checks below
+        # walk /proc. Every check still comes before the command enters the container.
+        asked = Asked(self.arm.engine.inspect, warm.container)
         if not warm.host.baseline_intact():
+            asked.join()
             return "its init is gone or was replaced"
         left = warm.host.strays()
         if left:
+            asked.join()
             return f"it holds processes besides its init (host pids {sorted(left)[:5]})"
-        admission = self.arm.admission()
-        assert admission.image is not None and admission.runtime_used is not None
         try:
-            inspect = self.arm.engine.inspect(warm.container)
+            inspect = asked.result()  # the engine is this thread's again from here
             if not (inspect.get("State") or {}).get("Running"):
                 return "it is no longer running"
+            admission = self.arm.admission()
+            assert admission.image is not None and admission.runtime_used is not None
             expected = Expected.of(
                 self.arm.engine.name,
                 self.arm.config,

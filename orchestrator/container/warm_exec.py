@@ -12,15 +12,63 @@ import contextlib
 import secrets
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 from sprawl_orch.container.command import write_env_file
 from sprawl_orch.engines.docker import DockerEngine
 from sprawl_orch.engines.docker_attach import close_hijacked, pump_demuxed
 from sprawl_orch.engines.engine import ContainerEngine
 from sprawl_orch.engines.podman import PodmanEngine
+
+
+class Asked:
+    """One engine call run in a thread of its own, its answer (or its error) read later: a
+    round trip to the daemon that overlaps the host's own work (warm.py)."""
+
+    def __init__(self, call: Callable[[str], Any], container: str) -> None:
+        self._answer: Any = None
+        self._error: BaseException | None = None
+
+        def ask() -> None:
+            try:
+                self._answer = call(container)
+            except BaseException as err:  # handed to the reader: raised there, in its thread
+                self._error = err
+
+        self._thread = threading.Thread(target=ask, name="sprawl-warm-ask", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._answer
+
+
+def create_exec(
+    engine: DockerEngine,
+    container: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    user: str,
+    workdir: str,
+) -> str:
+    """The exec's id: made, not started (nothing runs until its start)."""
+    made = engine.api().exec_create(
+        container,
+        list(argv),
+        stdout=True,
+        stderr=True,
+        environment=dict(env),
+        user=user,
+        workdir=workdir,
+    )
+    return str(made["Id"])
 
 
 class Entered(Protocol):
@@ -49,19 +97,18 @@ class DockerEntered:
         workdir: str,
         stdout: Path,
         stderr: Path,
+        made: Asked | None = None,
     ) -> None:
-        api = engine.api()
-        self._api = api
-        made = api.exec_create(
-            container,
-            list(argv),
-            stdout=True,
-            stderr=True,
-            environment=dict(env),
-            user=user,
-            workdir=workdir,
-        )
-        self._id = str(made["Id"])
+        self._api = engine.api()
+        made_id: str | None = None
+        if made is not None:
+            # created ahead, while the checks before reuse ran (warm.py); one that failed
+            # there is made again here, where its error is the command's
+            with contextlib.suppress(Exception):
+                made_id = str(made.result())
+        if made_id is None:
+            made_id = create_exec(engine, container, argv, env, user, workdir)
+        self._id = made_id
         self._out: IO[bytes] = stdout.open("wb")
         self._err: IO[bytes] = stderr.open("wb")
         # the stream client has no read timeout: a quiet command must not lose its output
@@ -155,9 +202,11 @@ def enter(
     workdir: str,
     stdout: Path,
     stderr: Path,
+    made: Asked | None = None,
 ) -> Entered:
+    """`made`: docker's exec created ahead (warm.py's _create_ahead), started here."""
     if isinstance(engine, DockerEngine):
-        return DockerEntered(engine, container, argv, env, user, workdir, stdout, stderr)
+        return DockerEntered(engine, container, argv, env, user, workdir, stdout, stderr, made)
     if isinstance(engine, PodmanEngine):
         return PodmanEntered(engine, container, argv, env, user, workdir, stdout, stderr)
     raise TypeError(f"no exec for engine {engine.name}")

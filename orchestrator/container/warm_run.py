@@ -18,7 +18,7 @@ from sprawl_orch.container.argv import HostLimits, fit_limits
 from sprawl_orch.container.command import command_env
 from sprawl_orch.container.ownership import own_copy
 from sprawl_orch.container.run import SETTLE_SECONDS
-from sprawl_orch.container.warm_exec import Entered, enter
+from sprawl_orch.container.warm_exec import Asked, Entered, enter
 from sprawl_orch.container.warm_host import HostView
 from sprawl_orch.engines.engine import ContainerEngine
 from sprawl_orch.runs.launch import Finished, Launch, Watcher
@@ -89,6 +89,7 @@ class WarmRun:
         launch: Launch,
         command: Sequence[str],
         replaced: str | None,
+        made: Asked | None = None,
     ) -> None:
         self.pool, self.warm, self.launch = pool, warm, launch
         self._killed = False
@@ -117,6 +118,7 @@ class WarmRun:
             warm.workdir,
             launch.outputs / "stdout",
             launch.outputs / "stderr",
+            made,
         )
 
     def wait(self, timeout: float | None) -> bool:

@@ -188,6 +188,42 @@ def _close(name: str, unlink: bool = True) -> None:
             os.unlink(runtime_dir(dict(os.environ)) / "warm" / f"{name}.lock")
 
 
+# -- a spare call (cli/exec_spare.py): forked before its caller, handed the owners then -----
+HAND_LIMIT: Final = 250  # SCM_RIGHTS carries at most 253 descriptors; 3 are the call's own
+
+
+def let_go_inherited() -> None:
+    """In a spare, at once after its fork: its copies of the owning connections closed (the
+    table's records kept). Held while it waits, a container the server let go would live on
+    as long as the spare; the server hands the owners over with the caller (`handed`)."""
+    for entry in kept.values():
+        with contextlib.suppress(OSError):  # closed already
+            os.close(entry.fd)
+        entry.fd = -1
+
+
+def handed() -> tuple[list[str], list[int]] | None:
+    """The server's side of a hand-off: (names, their owning connections) in the table's
+    order; None when there are too many to hand in one message (the call is forked)."""
+    if len(kept) > HAND_LIMIT:
+        return None
+    return list(kept), [entry.fd for entry in kept.values()]
+
+
+def adopt(names: list[str], fds: list[int]) -> None:
+    """In a spare given a call: the owners the server handed, put back in its table. A table
+    that is not the one the spare was forked with (it never is: the server does not hand a
+    spare forked before a call ended) is dropped whole, never guessed at: the call then
+    makes a container of its own, as with no kept one."""
+    if names == list(kept) and len(fds) == len(names):
+        for entry, fd in zip(kept.values(), fds, strict=True):
+            entry.fd = fd
+        return
+    for fd in fds:
+        os.close(fd)
+    kept.clear()
+
+
 def close_all() -> None:
     """The server's end: every kept container's connection closed (the guardian removes
     them)."""

@@ -24,6 +24,7 @@ SMALL: dict[str, tuple[list[str], str]] = {
     "container_steps.py": (["--reps", "1"], "docker create: CLI (our argv)"),
     "guardian.py": (["--runs", "1"], "fastest raw removal"),
     "warm_exec.py": (["--reps", "2"], "ratio warm / exec"),
+    "warm_served_ab.py": (["--reps", "1"], "served (this) / run --rm"),
     "egress_proxy.py": (["--reps", "2", "--mb", "1"], "listener inside a bwrap namespace"),
     "workspace_exec.py": (["--files", "100", "--reps", "1"], "workspace command"),
     "python_arm.py": (["--reps", "1", "--cli-reps", "1"], "ratio CLI python arm / host python"),

@@ -9,6 +9,7 @@ when its owner is SIGKILLed. About 60 s for both engines.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -248,3 +249,87 @@ def test_podman_warm_keeps_its_user_namespace(
     made = list((tmp_path / "state").glob("copies/*/*/tree/made"))
     assert made and all(p.stat().st_uid == owner for p in made), made
     assert not (tree / "made").exists()
+
+
+def test_sysv_ipc_objects_are_removed_and_counted(warm_tool: tuple[str, ExecTool]) -> None:
+    """The reset reads the container's IPC namespace (warm_host.ipc_objects) and runs ipcrm
+    only when it holds something: objects made there (from the host, as busybox has no
+    ipcmk: the namespace is what counts) are counted, removed after the next command, and
+    the container stays warm."""
+    from sprawl_orch.container.warm_host import ipc_objects
+
+    engine, tool = warm_tool
+    first = tool.exec(["true"])
+    assert first.container is not None
+    name = str(first.container["name"])
+    pid = subprocess.run(
+        [engine, "inspect", "-f", "{{.State.Pid}}", name],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert ipc_objects(int(pid)) == 0
+    for kind in ("-M", "-Q", "-S"):
+        made = [kind, "4096"] if kind == "-M" else ([kind, "1"] if kind == "-S" else [kind])
+        subprocess.run(["nsenter", "-t", pid, "--ipc", "ipcmk", *made], check=True)
+    assert ipc_objects(int(pid)) == 3
+    second = tool.exec(["true"])
+    assert second.container and second.container["name"] == name
+    assert "replaced_after" not in second.container, second.container
+    assert ipc_objects(int(pid)) == 0
+    listed = subprocess.run(
+        ["nsenter", "-t", pid, "--ipc", "ipcs"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "0x" not in listed, listed  # every key gone
+
+
+def test_replaced_when_its_limits_were_changed_from_outside(
+    docker_image: str, tmp_path: Path, tree: Path
+) -> None:
+    """The check before reuse re-reads the container from the engine (asked while the host's
+    own checks run, read before the command enters): an idle container whose memory limit
+    was raised by `docker update` is not entered, it is replaced and the result says why."""
+    tool = ExecTool(make_config(tmp_path, "docker", docker_image), tree, record=False)
+    try:
+        first = tool.exec(["true"])
+        assert first.container
+        name = str(first.container["name"])
+        raised = ["--memory", "900m", "--memory-swap", "900m"]
+        subprocess.run(["docker", "update", *raised, name], capture_output=True, check=True)
+        second = tool.exec(["echo", "ok"])
+        assert second.stdout == "ok\n" and second.container
+        assert "no longer matches what was asked" in str(second.container.get("replaced"))
+        assert second.container["name"] != name
+    finally:
+        tool.close()
+
+
+def test_a_refused_program_leaves_no_exec_made_ahead(
+    docker_image: str, tmp_path: Path, tree: Path
+) -> None:
+    """docker's exec is created while the checks before reuse run (warm._create_ahead), but
+    only for a program found in the container: a refused one leaves no unstarted exec in
+    the daemon's record of the kept container, and the container stays warm."""
+    tool = ExecTool(make_config(tmp_path, "docker", docker_image), tree, record=False)
+
+    def execs(name: str) -> int:
+        said = subprocess.run(
+            ["docker", "inspect", "-f", "{{json .ExecIDs}}", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return 0 if said == "null" else len(json.loads(said))
+
+    try:
+        first = tool.exec(["true"])
+        assert first.container
+        name = str(first.container["name"])
+        before = execs(name)
+        refused = tool.exec(["sprawl-no-such-program"])
+        assert refused.outcome == "exceptional" and refused.code == "E_TOOL_UNAVAILABLE", refused
+        assert execs(name) == before
+        after = tool.exec(["echo", "ok"])
+        assert after.stdout == "ok\n" and after.container and after.container["name"] == name
+    finally:
+        tool.close()

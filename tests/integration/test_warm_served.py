@@ -20,9 +20,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.integration.conftest import holding as _holding
+from tests.unit.test_exec_spare import _spares
 
 PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
 # not the last command: busybox sh would exec it, and its line (the token) would be gone
@@ -158,8 +160,14 @@ def test_concurrent_calls_never_share(place: Place) -> None:
 def test_a_killed_client_leaves_no_process_nor_container_and_the_next_call_works(
     place: Place,
 ) -> None:
+    """The call runs in the server's spare (cli/exec_spare.py), forked before it came with
+    its copies of the kept containers' owners closed, and handed them with the caller: the
+    container it takes is owned through what was handed, so the kill still removes it."""
     tree, config = place.tree("t"), place.config("c")
     kept = place.call(tree, config, "true")
+    server = place.server_pid()
+    spares = _spares(server)
+    assert len(spares) == 1, spares
     token = f"warm-served-{secrets.token_hex(6)}"
     client = subprocess.Popen(
         place.argv(tree, config, "sh", "-c", HOLD, token, as_json=False),
@@ -170,6 +178,8 @@ def test_a_killed_client_leaves_no_process_nor_container_and_the_next_call_works
     assert client.stdout is not None
     assert client.stdout.readline() == b"started\n"
     assert any(_in_container(pid, str(kept["id"])) for pid in _holding(token)), "in the kept one"
+    calls = [p.pid for p in psutil.Process(server).children() if p.status() != "zombie"]
+    assert calls == spares, "the call was not the spare"
     os.kill(client.pid, signal.SIGKILL)
     client.wait()
     deadline = time.monotonic() + WAIT

@@ -119,3 +119,29 @@ def test_a_message_that_is_not_ours_keeps_nothing_and_closes_its_descriptor() ->
     os.close(server_end)
     assert _eof(guardian)
     assert served_warm.kept == {}
+
+
+def test_a_spare_lets_go_of_the_owners_and_adopts_only_its_own_table() -> None:
+    """A spare closes its inherited owners at once (the guardian sees EOF when the server
+    closes its own), takes the handed ones back only into the table it was forked with,
+    and drops a table that is not that one whole, closing what it was handed."""
+    guardian, link = _owner()
+    served_warm.kept["a"] = served_warm.Kept(os.dup(link.fileno()), "k", {"x": 1})
+    link.close()
+    inherited = os.dup(served_warm.kept["a"].fd)  # the server's own copy
+    served_warm.let_go_inherited()
+    assert served_warm.kept["a"].fd == -1 and "a" in served_warm.kept
+    os.close(inherited)  # the server lets it go: no copy is left in the spare
+    assert _eof(guardian)
+
+    first, second = socket.socketpair()
+    served_warm.adopt(["a"], [first.detach()])
+    assert served_warm.kept["a"].fd >= 0
+    os.close(served_warm.kept.pop("a").fd)
+    assert second.recv(1) == b""
+
+    served_warm.kept["b"] = served_warm.Kept(-1, "k", {"x": 1})
+    third, fourth = socket.socketpair()
+    served_warm.adopt(["c"], [third.detach()])  # not the table it was forked with
+    assert served_warm.kept == {}
+    assert fourth.recv(1) == b""  # what it was handed is closed
