@@ -1,7 +1,17 @@
-"""An intercepted answer's head scrubbed and written in one pass (benchmarks/secrets_proxy.py),
-beside the way it replaces (swap.scrub_head, then the headers zipped, filtered and written
-again by wire.response_head), which stays for every head this one declines;
-tests/unit/test_secrets_head_once.py holds the two to the same bytes and the same count.
+"""Heads on the intercepted path in one pass each (benchmarks/secrets_proxy.py).
+
+A request to a host with one bound secret (most): its headers walked once, hop-by-hop ones
+skipped, the placeholder replaced in each value that holds it (recorded as swap.swap_headers
+records it), Expect and what makes an answer unscannable left out, written as they go, the
+configured headers and `accept-encoding: identity` last. It declines (the parsed way: the
+hop-by-hop filter, swap.swap_headers, the filters, wire.request_head) where that way does more
+than this: two bound secrets, a `basic ` value (a blob may hide the placeholder), a header the
+config sets (replaced), a line that would not be one.
+
+An answer's head scrubbed and written in one pass, beside the way it replaces
+(swap.scrub_head, then the headers zipped, filtered and written again by wire.response_head),
+which stays for every head this one declines. tests/unit/test_secrets_head_once.py holds each
+shortcut to the way it replaces: the same bytes, the same counts.
 
 The reason and the headers are joined into one text as they will be written, a NUL between a
 name and its value and \\x01 between fields, the framing headers (scanned, as before, never
@@ -9,18 +19,86 @@ sent) after a \\x02; scrubbed once; then the separators become `: ` and CRLF. No
 in a name or a value (llhttp refuses control characters there; a reason holding one declines),
 none is put in for a match (a placeholder, its escapes, base64 letters) and no pattern matches
 one, so a match across two pieces changes a separator's count: then it declines, as
-swap.scrub_head falls back to each piece. And before the body is read: the line written after
-the body only gets its framing headers (the head's work was on the answer's path after the
-body came, while the upstream's body was still on its way it is off it).
+swap.scrub_head falls back to each piece. It runs before the body is read: after the body
+only the framing headers are added (the head was written after the body came, on the
+answer's path; now it is written while the body is still on its way).
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 
 from sprawl_orch.secrets import wire
 from sprawl_orch.secrets.disguise import Disguise
-from sprawl_orch.secrets.swap import scrub_found, scrub_head
+from sprawl_orch.secrets.swap import Bound, scrub_found, scrub_head
+
+
+class Requests:
+    """One connection's bound secrets as a request's one pass uses them (made once)."""
+
+    def __init__(
+        self, bound: tuple[Bound, ...], skipped: frozenset[bytes], silent: frozenset[bytes]
+    ) -> None:
+        self.secret = bound[0] if len(bound) == 1 else None
+        self.skipped = skipped  # never swapped nor sent (hop-by-hop)
+        self.silent = silent  # swapped (counted) but not sent
+        extra: list[tuple[bytes, bytes]] = []
+        self.names: frozenset[bytes] = frozenset()
+        self.used: set[str] = set()
+        if self.secret is not None:
+            secret = self.secret
+            # In swap_headers' order: the configured header, then Basic (replacing an
+            # Authorization the header put).
+            if secret.header is not None:
+                text = secret.format.format(value=secret.value.decode()).encode()
+                extra.append((secret.header, text))
+            if secret.basic_user is not None:
+                blob = base64.b64encode(secret.basic_user + b":" + secret.value)
+                extra = [(k, v) for k, v in extra if k != b"authorization"]
+                extra.append((b"authorization", b"Basic " + blob))
+            self.names = frozenset(k for k, _ in extra)
+            self.used = {secret.name} if extra else set()
+        extra.append((b"accept-encoding", b"identity"))
+        self.tail = b"".join([k + b": " + v + b"\r\n" for k, v in extra]) + b"\r\n"
+        self.extra = len(extra)
+
+    def head(self, request: wire.Head, echoes: dict[bytes, bytes]) -> tuple[bytes, set[str]] | None:
+        """The request's head to send and the secrets put in, or None (the parsed way);
+        `echoes` gets what swap_headers would have given it."""
+        secret = self.secret
+        if secret is None:
+            return None
+        placeholder, value = secret.placeholder, secret.value
+        skipped, silent, names = self.skipped, self.silent, self.names
+        lines = [b"%s %s HTTP/1.1\r\n" % (request.method, request.target)]
+        mine: dict[bytes, bytes] = {}
+        for key, text in request.headers:
+            if key in skipped:
+                continue
+            if key in names or not key:
+                return None
+            if placeholder in text:
+                new = text.replace(placeholder, value)
+                if new != text:
+                    mine[new] = text
+                    old_blob, new_blob = text.partition(b" ")[2], new.partition(b" ")[2]
+                    if old_blob and new_blob and len(new_blob) >= 8:
+                        mine[new_blob] = old_blob
+                    text = new
+            elif text[:6].lower() == b"basic ":
+                return None
+            if key not in silent:
+                lines += (key, b": ", text, b"\r\n")
+        lines.append(self.tail)
+        out = b"".join(lines)
+        # As wire._lines: only its lines' ends (none inside a value; else the parsed way
+        # refuses it).
+        ends = (len(lines) - 2) // 4 + self.extra + 2
+        if out.count(b"\r") != ends or out.count(b"\n") != ends or b"\0" in out:
+            return None
+        echoes.update(mine)
+        return out, ({secret.name} | self.used) if mine else self.used
 
 
 def answer(

@@ -49,16 +49,6 @@ _END = b"\r\n\r\n"  # the last header's line end and the empty line (head.answer
 WHOLE = 64 * 1024
 
 
-def _length(headers: list[tuple[bytes, bytes]]) -> int:
-    """A response's Content-Length (wire.py lets only one plain number through) from its
-    watched headers (Head.special); without one, past WHOLE (a chunked or until-close body
-    is streamed)."""
-    for key, value in headers:
-        if key == b"content-length":
-            return int(value)
-    return WHOLE + 1
-
-
 class Cut(Exception):
     """The intercepted connection ends here (said in the flow's record)."""
 
@@ -74,7 +64,8 @@ class Session:
         # What each request would otherwise work out again (a share of its CPU,
         # benchmarks/secrets_proxy.py): the run's bindings never change, nor the tunnel's host.
         self.bound = run.bound_to(flow.host, flow.port)
-        self.down = wire.Reader(response=False)  # the command's side
+        self.down = wire.Reader(False, _HOP)  # the command's side
+        self.requests = one_pass.Requests(self.bound, _HOP, _UNSCANNABLE | {b"expect"})
         # The real host's side; its reader gathers what decides how a head is written
         # (head.py): the framing headers and Content-Encoding.
         self.up = wire.Reader(True, _FRAMING | {b"content-encoding"})
@@ -142,9 +133,15 @@ class Session:
         host = self.where
         target = request.target
         self._same_host(request)
-        raw = [(k, v) for k, v in request.headers if k not in _HOP]
         echoes: dict[bytes, bytes] = {}
-        headers, used = swap_headers(raw, bound, echoes)
+        fast = self.requests.head(request, echoes)  # head.py, or the parsed way
+        raw = request.headers
+        if any(k in _HOP for k, _ in request.special):
+            raw = [(k, v) for k, v in raw if k not in _HOP]
+        if fast is None:
+            headers, used = swap_headers(raw, bound, echoes)
+        else:
+            out, used = fast
         body: Scanner | None = None  # made for a request that has one
         sent = False
         try:
@@ -159,9 +156,10 @@ class Session:
             # value back in pieces shorter than any needle, 10 bytes at a time. A server may
             # answer any request whole (RFC 9110 §14.2); a resumed download to a bound host
             # starts over.
-            headers = [(k, v) for k, v in headers if k != b"expect" and k not in _UNSCANNABLE]
-            headers.append((b"accept-encoding", b"identity"))
-            out = wire.request_head(request.method, target, headers)  # Malformed: never sent
+            if fast is None:
+                headers = [(k, v) for k, v in headers if k != b"expect" and k not in _UNSCANNABLE]
+                headers.append((b"accept-encoding", b"identity"))
+                out = wire.request_head(request.method, target, headers)  # Malformed: not sent
             sent = True
             self.upstream.write(out)
             while True:
@@ -276,7 +274,7 @@ class Session:
         headers = []  # its framing headers
         whole: bytes | None = None
         echoed = False
-        if chunked and _length(event.special) <= WHOLE:
+        if chunked and wire.length(event.special, WHOLE + 1) <= WHOLE:
             # A small body of a stated length is read to its end first, scrubbed, and sent
             # with its own length and its head in one write: chunked, a head the upstream
             # sent apart from its body went out alone (two writes, two wake-ups of the

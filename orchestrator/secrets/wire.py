@@ -309,6 +309,15 @@ class _Quiet:
 FIELDS_REFUSED = refuses_broken_fields()
 
 
+def length(special: list[tuple[bytes, bytes]], default: int) -> int:
+    """A message's Content-Length from its watched headers (Head.special; _head lets only
+    one plain number through), else `default`."""
+    for key, value in special:
+        if key == b"content-length":
+            return int(value)
+    return default
+
+
 def _forbidden(data: bytes) -> bool:
     return b"\r" in data or b"\n" in data or b"\0" in data
 

@@ -1,18 +1,22 @@
 """This round's shortcuts on the intercepted path (benchmarks/secrets_proxy.py), each against the
 way it replaced: an answer's head scrubbed and written in one pass (head.answer) against
-swap.scrub_head, the headers filtered and wire.response_head; and _head trusting llhttp's own
+swap.scrub_head, the headers filtered and wire.response_head; a request's head in one pass
+(head.Requests) against the hop-by-hop filter, swap_headers, the filters and
+wire.request_head; and _head trusting llhttp's own
 refusal of CR, LF and NUL in a field (wire.FIELDS_REFUSED) against joining and searching every
 field of every message. Same bytes to the command, the same echo count, the same refusals."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sprawl_orch.secrets import head, wire
+from sprawl_orch.secrets import head, intercept, wire
 from sprawl_orch.secrets.disguise import Marked, disguises
-from sprawl_orch.secrets.swap import scrub_head
+from sprawl_orch.secrets.intercept import _UNSCANNABLE
+from sprawl_orch.secrets.swap import Bound, scrub_head, swap_headers
+from tests.unit.test_secrets_path_once import SECRETS, _value
 from tests.unit.test_secrets_scrub_once import PH, _echoes, values
 
 FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
@@ -141,3 +145,105 @@ def test_the_reader_refuses_as_it_did_with_every_field_searched(
         finally:
             wire.FIELDS_REFUSED = wire.refuses_broken_fields()
     assert seen[0] == seen[1]
+
+
+HOP = intercept._HOP
+SILENT = intercept._UNSCANNABLE | {b"expect"}
+
+
+def _request_before(
+    request: wire.Head, bound: tuple[Bound, ...], echoes: dict[bytes, bytes]
+) -> tuple[bytes, set[str]] | None:
+    """intercept._one's request as it was: hop-by-hop headers filtered, swap_headers, Expect
+    and the unscannable ones left out, identity asked, wire.request_head (None: Malformed)."""
+    raw = [(k, v) for k, v in request.headers if k not in HOP]
+    headers, used = swap_headers(raw, bound, echoes)
+    headers = [(k, v) for k, v in headers if k != b"expect" and k not in _UNSCANNABLE]
+    headers.append((b"accept-encoding", b"identity"))
+    try:
+        return wire.request_head(request.method, request.target, headers), used
+    except wire.Malformed:
+        return None
+
+
+REQUEST_NAMES = [
+    b"host",
+    b"authorization",
+    b"x-api",
+    b"accept-encoding",
+    b"connection",
+    b"expect",
+    b"range",
+    b"x-b",
+    b"cookie",
+    b"",
+]
+
+
+def _request_value(kind: int, secret: int, text: bytes) -> bytes:
+    """Mostly values the one pass takes (plain, a placeholder in it, Bearer), some it declines
+    (any Basic form: _value's)."""
+    ph = SECRETS[secret % len(SECRETS)].placeholder
+    if kind < 8:
+        return [text, text + ph + text, b"Bearer " + ph, ph + ph, b"", ph, b"x" + ph][kind % 7]
+    return _value(kind, secret, text)
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(REQUEST_NAMES) - 1),
+            st.integers(0, 12),
+            st.integers(0, 2),
+            st.binary(max_size=12),
+        ),
+        max_size=7,
+    ),
+    st.one_of(
+        st.sampled_from([[0], [1], [2]]),
+        st.lists(st.integers(0, 2), min_size=1, max_size=2, unique=True),
+    ),
+)
+def test_the_request_in_one_pass_is_the_parsed_way(
+    rows: list[tuple[int, int, int, bytes]], which: list[int]
+) -> None:
+    """Same bytes upstream, the same secrets counted as put in, the same echoes recorded (in
+    the same order: the scrub's needles follow it), or declined."""
+    headers = [(REQUEST_NAMES[n], _request_value(kind, s, text)) for n, kind, s, text in rows]
+    request = wire.Head(headers=headers, method=b"GET", target=b"/t?x=1")
+    bound = tuple(SECRETS[i] for i in which)
+    fast: dict[bytes, bytes] = {}
+    got = head.Requests(bound, HOP, SILENT).head(request, fast)
+    plain: dict[bytes, bytes] = {}
+    before = _request_before(request, bound, plain)
+    if got is None:
+        assert fast == {}
+        return
+    assert got == before
+    assert list(fast.items()) == list(plain.items())
+
+
+def test_a_request_with_its_placeholder_goes_the_one_pass_way() -> None:
+    """The benchmark's request (and most): one bound secret, a Bearer placeholder, hop-by-hop
+    and Accept-Encoding lines; not declined."""
+    secret = SECRETS[0]
+    request = wire.Head(
+        headers=[
+            (b"host", b"api.test"),
+            (b"accept-encoding", b"gzip"),
+            (b"connection", b"keep-alive"),
+            (b"authorization", b"Bearer " + secret.placeholder),
+        ],
+        method=b"GET",
+        target=b"/small",
+    )
+    echoes: dict[bytes, bytes] = {}
+    got = head.Requests((secret,), HOP, SILENT).head(request, echoes)
+    assert got == (
+        b"GET /small HTTP/1.1\r\nhost: api.test\r\nauthorization: Bearer "
+        + secret.value
+        + b"\r\naccept-encoding: identity\r\n\r\n",
+        {"A"},
+    )
+    assert echoes[b"Bearer " + secret.value] == b"Bearer " + secret.placeholder
