@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from sprawl_orch.egress.rules import AUTHORITY, normal_host
 from sprawl_orch.secrets import handoff, wire
+from sprawl_orch.secrets import head as one_pass
 from sprawl_orch.secrets.run import SecretRun
-from sprawl_orch.secrets.swap import Scanner, scrub_found, scrub_head, swap_headers
+from sprawl_orch.secrets.swap import Scanner, scrub_found, swap_headers
 from sprawl_orch.secrets.tls import TlsEnd
 
 if TYPE_CHECKING:
@@ -39,19 +40,13 @@ _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"up
 # Response headers the proxy sets itself: the body is re-framed after scrubbing (chunked, or
 # a small one read whole and sent with its new length: _answer).
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
+# ... but for an answer without a body (HEAD's, 304) other than 204: its length is the GET's.
+_FRAMING_EMPTY = _FRAMING - {b"content-length"}
+_END = b"\r\n\r\n"  # the last header's line end and the empty line (head.answer)
 
 
 # The largest body of a stated length read whole before its head goes out (_answer).
 WHOLE = 64 * 1024
-
-
-def _length(headers: list[tuple[bytes, bytes]]) -> int:
-    """A response's Content-Length (wire.py lets only one plain number through); without
-    one, past WHOLE (a chunked or until-close body is streamed)."""
-    for key, value in headers:
-        if key == b"content-length":
-            return int(value)
-    return WHOLE + 1
 
 
 class Cut(Exception):
@@ -66,11 +61,14 @@ class Session:
         self.flow = flow
         self.client = client
         self.upstream = upstream
-        self.down = wire.Reader(response=False)  # the command's side
-        self.up = wire.Reader(response=True)  # the real host's side
         # What each request would otherwise work out again (a share of its CPU,
         # benchmarks/secrets_proxy.py): the run's bindings never change, nor the tunnel's host.
         self.bound = run.bound_to(flow.host, flow.port)
+        self.down = wire.Reader(False, _HOP)  # the command's side
+        self.requests = one_pass.Requests(self.bound, _HOP, _UNSCANNABLE | {b"expect"})
+        # The real host's side; its reader gathers what decides how a head is written
+        # (head.py): the framing headers and Content-Encoding.
+        self.up = wire.Reader(True, _FRAMING | {b"content-encoding"})
         self.others = tuple(s for s in run.secrets if s not in self.bound)
         self.where = f"{flow.host}:{flow.port}"  # how the result names where it went
         self.placeholders = {s.placeholder: s.placeholder for s in run.secrets}
@@ -135,9 +133,15 @@ class Session:
         host = self.where
         target = request.target
         self._same_host(request)
-        raw = [(k, v) for k, v in request.headers if k not in _HOP]
         echoes: dict[bytes, bytes] = {}
-        headers, used = swap_headers(raw, bound, echoes)
+        fast = self.requests.head(request, echoes)  # head.py, or the parsed way
+        raw = request.headers
+        if any(k in _HOP for k, _ in request.special):
+            raw = [(k, v) for k, v in raw if k not in _HOP]
+        if fast is None:
+            headers, used = swap_headers(raw, bound, echoes)
+        else:
+            out, used = fast
         body: Scanner | None = None  # made for a request that has one
         sent = False
         try:
@@ -152,9 +156,10 @@ class Session:
             # value back in pieces shorter than any needle, 10 bytes at a time. A server may
             # answer any request whole (RFC 9110 §14.2); a resumed download to a bound host
             # starts over.
-            headers = [(k, v) for k, v in headers if k != b"expect" and k not in _UNSCANNABLE]
-            headers.append((b"accept-encoding", b"identity"))
-            out = wire.request_head(request.method, target, headers)  # Malformed: never sent
+            if fast is None:
+                headers = [(k, v) for k, v in headers if k != b"expect" and k not in _UNSCANNABLE]
+                headers.append((b"accept-encoding", b"identity"))
+                out = wire.request_head(request.method, target, headers)  # Malformed: not sent
             sent = True
             self.upstream.write(out)
             while True:
@@ -256,25 +261,20 @@ class Session:
         # A HEAD's answer ends the connection too: llhttp cannot be told its response has
         # no body, so the reader stops at its head (wire.Reader.no_body).
         keep = request.keep_alive and event.keep_alive and not head and (empty or chunked)
-        # The head in one pass (most answers hold no form; an echo's head does).
-        reason, scrubbed, in_head = scrub_head(event.reason, event.headers, forms, hidden)
-        headers = []
-        for (key, _), (name, value) in zip(event.headers, scrubbed, strict=True):
-            if key in _FRAMING and not (key == b"content-length" and empty and event.status != 204):
-                continue
-            if name == b"content-encoding" and value.strip().lower() not in (b"identity", b""):
-                # Every Content-Encoding line, not the last one only (a second `identity`
-                # line hid a gzip body), on every response: a stored echo comes back to a
-                # request that carried no value.
-                raise Cut(
-                    "the upstream sent a compressed response (asked for identity) on an "
-                    "intercepted connection; it could hold the value unseen, so it was not "
-                    "passed on"
-                )
-            headers.append((name, value))
+        # The head scrubbed and written in one pass before the body is read (head.py).
+        drop = _FRAMING_EMPTY if empty and event.status != 204 else _FRAMING
+        got = one_pass.answer(event, drop, forms, hidden)
+        if got is None:
+            raise Cut(
+                "the upstream sent a compressed response (asked for identity) on an "
+                "intercepted connection; it could hold the value unseen, so it was not "
+                "passed on"
+            )
+        written, in_head = got
+        headers = []  # its framing headers
         whole: bytes | None = None
         echoed = False
-        if chunked and _length(event.headers) <= WHOLE:
+        if chunked and wire.length(event.special, WHOLE + 1) <= WHOLE:
             # A small body of a stated length is read to its end first, scrubbed, and sent
             # with its own length and its head in one write: chunked, a head the upstream
             # sent apart from its body went out alone (two writes, two wake-ups of the
@@ -289,7 +289,7 @@ class Session:
         if not keep:
             headers.append((b"connection", b"close"))
         # The reason was scrubbed with the head: an error page's "401 bad token …".
-        self.client.write(wire.response_head(event.status, reason, headers))
+        self.client.write(written + b"".join([b"\r\n" + k + b": " + v for k, v in headers]) + _END)
         if whole is not None:
             self.client.write(whole)
         else:

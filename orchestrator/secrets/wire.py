@@ -42,6 +42,9 @@ class Head:
     keep_alive: bool = True
     chunked: bool = False
     expects_continue: bool = False
+    # The headers whose names the Reader watches (FRAMING and its `watch`), in order: what
+    # the framing checks and the answer's head (head.py) look at, not every header.
+    special: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -78,11 +81,18 @@ class _Stop(Exception):
         self.event = event
 
 
+# What _head's framing checks read: gathered as llhttp hands each header over (one set
+# lookup a header), not looked for by a loop over every header in _head.
+FRAMING = frozenset({b"content-length", b"transfer-encoding", b"upgrade", b"expect"})
+
+
 @dataclass
 class Reader:
     """One direction of one connection: fed bytes, hands out events."""
 
     response: bool
+    # Header names gathered into Head.special besides FRAMING.
+    watch: frozenset[bytes] = FRAMING
     events: deque[Event] = field(default_factory=deque)
     # Set before a response to HEAD is read: llhttp cannot be told there is no body, so the
     # reader stops at its head and the connection ends after it (intercept.py).
@@ -96,8 +106,11 @@ class Reader:
     _url: bytes = b""
     _reason: bytes = b""
     _lengths: bool = False  # the last head read had a Content-Length
+    _special: list[tuple[bytes, bytes]] = field(default_factory=list)
+    _fed: int = 0  # the length of the read being parsed
 
     def __post_init__(self) -> None:
+        self.watch = self.watch | FRAMING
         # Each kind kept under its own name too: _head calls the one kind's getters without
         # an isinstance per message.
         self._parser: httptools.HttpRequestParser | httptools.HttpResponseParser
@@ -111,6 +124,7 @@ class Reader:
             return  # nothing after a refusal or a HEAD's answer is read
         if self._in_head:
             self._head_bytes += len(data)
+        self._fed = len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as up:
@@ -152,8 +166,9 @@ class Reader:
     # --- llhttp's callbacks ----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self._in_head, self._head_bytes = True, 0
-        self._headers, self._url, self._reason = [], b"", b""
+        # At most what the head can be: the read it began in and every later one (feed).
+        self._in_head, self._head_bytes = True, self._fed
+        self._headers, self._url, self._reason, self._special = [], b"", b"", []
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -165,7 +180,10 @@ class Reader:
         # After the head, llhttp reports a chunked body's trailer fields here: dropped (never
         # passed on, as h11's path dropped them), so nothing rides past the checks below.
         if self._in_head:
-            self._headers.append((name.lower(), value))
+            key = name.lower()
+            self._headers.append((key, value))
+            if key in self.watch:
+                self._special.append((key, value))
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -205,21 +223,24 @@ class Reader:
             method, status = self._requests.get_method(), 0
             if method == b"CONNECT":
                 return Bad("a CONNECT inside an intercepted connection")
-        # One joined string searched three times, not three searches a header: a share of
-        # the path's CPU on every message (benchmarks/secrets_proxy.py).
-        flat = b"".join(map(b"".join, headers))
-        if b"\r" in flat or b"\n" in flat or b"\0" in flat:  # _forbidden, written out
-            return Bad("a header with CR, LF or NUL in it")
-        if len(self._url) + len(self._reason) + len(flat) + 4 * len(headers) > HEAD_LIMIT:
-            # A head that came whole in one read (feed counts only heads spread over reads).
-            return Bad(f"a message head over {HEAD_LIMIT} bytes")
-        # One pass over the headers for what the framing checks read (four passes were a
-        # share of every message's CPU, benchmarks/secrets_proxy.py).
+        if not FIELDS_REFUSED or self._head_bytes > HEAD_LIMIT:
+            # Every field joined and searched: only where this llhttp was not seen to refuse
+            # CR, LF and NUL in them (FIELDS_REFUSED), or the head may pass the limit (its
+            # reads together do). Joined for every message it was ~1 us of each (two a
+            # request; benchmarks/secrets_proxy.py).
+            flat = b"".join(map(b"".join, headers))
+            if b"\r" in flat or b"\n" in flat or b"\0" in flat:  # _forbidden, written out
+                return Bad("a header with CR, LF or NUL in it")
+            if len(self._url) + len(self._reason) + len(flat) + 4 * len(headers) > HEAD_LIMIT:
+                # A head that came whole in one read (feed refuses one spread over reads).
+                return Bad(f"a message head over {HEAD_LIMIT} bytes")
+        # What the framing checks read, from the watched headers only (every header llhttp
+        # handed over was looked at by name as it came: on_header).
         lengths: list[bytes] = []
         codings: list[bytes] = []
         expect: list[bytes] = []
         upgrade = False
-        for k, v in headers:
+        for k, v in self._special:
             if k == b"content-length":
                 lengths.append(v)
             elif k == b"transfer-encoding":
@@ -253,7 +274,48 @@ class Reader:
             bool(parser.should_keep_alive()),
             bool(codings),
             version == "1.1" and expect == [b"100-continue"],
+            self._special,
         )
+
+
+# Each field's bytes as llhttp must refuse them, in a request's and a response's head: a CR,
+# an LF or a NUL in a header's name or value, an obs-folded line.
+_BROKEN = (b"x\r: a", b"x\n: a", b"x\0: a", b"x: a\rb", b"x: a\nb", b"x: a\0b", b"x: a\r\n b")
+
+
+def refuses_broken_fields() -> bool:
+    """Whether this llhttp (strict, no leniency set) refuses every field in _BROKEN, in a
+    request and in a response. _head searches every field for them itself only where it does
+    not: a later llhttp that let one through is checked per message as before."""
+    for first in (b"GET / HTTP/1.1\r\n", b"HTTP/1.1 200 OK\r\n"):
+        for field_ in _BROKEN:
+            parser: httptools.HttpRequestParser | httptools.HttpResponseParser
+            if first.startswith(b"GET"):
+                parser = httptools.HttpRequestParser(_Quiet())
+            else:
+                parser = httptools.HttpResponseParser(_Quiet())
+            try:
+                parser.feed_data(first + field_ + b"\r\n\r\n")
+            except httptools.HttpParserError:
+                continue
+            return False
+    return True
+
+
+class _Quiet:
+    """A parser's protocol that asks for no callback."""
+
+
+FIELDS_REFUSED = refuses_broken_fields()
+
+
+def length(special: list[tuple[bytes, bytes]], default: int) -> int:
+    """A message's Content-Length from its watched headers (Head.special; _head lets only
+    one plain number through), else `default`."""
+    for key, value in special:
+        if key == b"content-length":
+            return int(value)
+    return default
 
 
 def _forbidden(data: bytes) -> bool:
