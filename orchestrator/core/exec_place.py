@@ -52,10 +52,21 @@ KEY_NAMES = (
     "XDG_DATA_HOME",
 )
 ROOTS = ("orchestrator", "guardian", "native_fallbacks")
-# The environment that chooses which code Python imports: the server gets the caller's (and
-# is keyed by it), else it ran the installed sprawl_orch under a socket named for the code on
-# the caller's PYTHONPATH (atkspare: the code stamp is of the client's code).
-CODE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE")
+# The environment an interpreter reads once, at its start: which code it imports (PYTHONPATH,
+# ...: atkspare, the server ran the installed sprawl_orch for a caller's other code), its
+# locale -- the encoding of argv, environment and paths -- and its clock's zone. A call's
+# environment is set after the server's start and changes none of these, so the server gets
+# the caller's and is keyed by them: a Latin-1 caller's argument `caf\xe9` reached its
+# command as `caf\xc3\xa9` from a server started under UTF-8 (servedfaith).
+START_NAMES = ("LANG", "LANGUAGE", "LOCPATH", "TZ")
+START_PREFIXES = ("LC_", "PYTHON")
+
+
+def start_environment(environ: dict[str, str]) -> dict[str, str]:
+    """What of `environ` an interpreter reads at its start (START_NAMES, START_PREFIXES)."""
+    return {
+        k: v for k, v in sorted(environ.items()) if k in START_NAMES or k.startswith(START_PREFIXES)
+    }
 
 
 class Refused(Exception):
@@ -202,8 +213,8 @@ def _proc_text(path: str) -> str:
 
 
 def socket_path(environ: dict[str, str]) -> Path:
-    names = (*KEY_NAMES, *CODE_NAMES)
-    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in names)]
+    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in KEY_NAMES)]
+    key.append(start_environment(environ))
     # the personality (`setarch -R`), inherited by the command as the context is: in the
     # socket's name only -- it confines nothing, and another process's is not ours to read
     # under Yama's ptrace scope (the server's check of its caller could not read it)
