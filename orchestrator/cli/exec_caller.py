@@ -61,8 +61,8 @@ def _io_priority(pid: int) -> None:
         # a real-time class the caller inherited but may not set itself (no CAP_SYS_NICE):
         # only a process started by it has it
         raise NotServed(
-            f"your I/O priority (class {int(theirs.ioclass)}, level {theirs.value}) needs a privilege "
-            "to be set, which you lack"
+            f"your I/O priority (class {int(theirs.ioclass)}, level {theirs.value}) needs "
+            "a privilege to be set, which you lack"
         ) from err
     except (psutil.Error, ValueError, OSError) as err:  # the caller is gone, or its class odd
         raise NotServed(f"your I/O priority can't be read or set: {err!r}") from err
