@@ -160,6 +160,8 @@ STATUS_FIELDS = (
     # where it may run: a `taskset -c 0` caller's command ran on every CPU (atkspare)
     "Cpus_allowed",
     "Mems_allowed",
+    # PR_SET_THP_DISABLE, kept across fork and exec: a caller's command got THP back (servedfaith)
+    "THP_enabled",
 )
 NAMESPACES = ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup", "time")
 
@@ -219,6 +221,12 @@ def socket_path(environ: dict[str, str]) -> Path:
     # socket's name only -- it confines nothing, and another process's is not ours to read
     # under Yama's ptrace scope (the server's check of its caller could not read it)
     key.append(_proc_text("/proc/self/personality"))
+    # likewise the timer slack (PR_SET_TIMERSLACK, kept across fork and exec): another
+    # process's needs CAP_SYS_NICE to read (servedfaith: a served command had the server's)
+    try:
+        key.append(_proc_text("/proc/self/timerslack_ns"))
+    except FileNotFoundError:  # a kernel before 4.6: every process's slack is the default
+        key.append("")
     name = sha256(repr(key).encode()).hexdigest()[:20]
     return runtime_dir(environ) / f"exec-{name}.sock"
 

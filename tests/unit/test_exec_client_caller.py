@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.integration.conftest import missing
 from tests.unit.test_exec_client import PROGRAM, env, program, tree
@@ -164,4 +165,28 @@ def test_a_caller_s_locale_is_its_call_s(tree: Path, env: dict[str, str], tmp_pa
     latin = {**env, "LOCPATH": str(places), "LC_ALL": "en_US.ISO-8859-1"}
     runs = _both(["printf", os.fsdecode(b"caf\xe9")], tree, env, None, latin)
     assert runs["0"].stdout == b"caf\xe9", runs["0"].stdout
+    assert (runs["1"].returncode, runs["1"].stdout) == (0, runs["0"].stdout), runs["1"].stderr
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes
+
+    assert ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+
+
+INHERITED = {
+    # PR_SET_TIMERSLACK (29): kept across fork and exec; a served command had the server's 50 us
+    "timerslack": (lambda: _prctl(29, 1_000_000), ["cat", "/proc/self/timerslack_ns"]),
+    # PR_SET_THP_DISABLE (41): kept across fork and exec; served, THP came back on
+    "thp": (lambda: _prctl(41, 1), ["grep", "^THP_enabled:", "/proc/self/status"]),
+}
+
+
+@pytest.mark.parametrize("setting", sorted(INHERITED))
+def test_a_caller_s_inherited_process_setting_is_its_command_s(
+    setting: str, tree: Path, env: dict[str, str]
+) -> None:
+    before, shown = INHERITED[setting]
+    runs = _both(shown, tree, env, before)
+    assert runs["0"].stdout in (b"1000000\n", b"THP_enabled:\t0\n"), runs["0"].stdout
     assert (runs["1"].returncode, runs["1"].stdout) == (0, runs["0"].stdout), runs["1"].stderr
