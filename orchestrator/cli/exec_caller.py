@@ -7,10 +7,12 @@ caller's and exec(2) hands them on:
 - the signals the caller ignores (SIG_IGN survives exec: `nohup`'s SIGHUP; and a server
   started under nohup ignored SIGHUP for every later caller's command);
 - the I/O priority (`ionice -c 3 sprawl-orch exec ...`: the CLI's copy and sync of the tree
-  run idle in-process).
+  run idle in-process);
+- the process name (comm: `sprawl-orch` in-process, what `ps`, `pgrep` and `pkill` match; a
+  served call was `python3`, the server's).
 
 The client sends its mask and ignored signals in the call (client/exec_client.py); the I/O
-priority is read from the caller's process by the server's side (SO_PEERCRED's pid:
+priority and the name are read from the caller's process by the server's side (SO_PEERCRED's pid:
 ioprio_get needs no privilege over a process of our uid), so the client pays nothing for it.
 """
 
@@ -23,6 +25,7 @@ import signal
 # caller's Python did the same, so whatever the client reports of them is Python's, not its
 # caller's.
 PYTHON_OWN = (signal.SIGPIPE, signal.SIGXFSZ)
+_PR_SET_NAME = 15  # <linux/prctl.h>
 
 
 class NotServed(Exception):
@@ -35,6 +38,7 @@ def take(blocked: list[int], ignored: list[int], caller: int) -> None:
     mask last, after every disposition is set, and before the call starts any thread (which
     would keep the server's mask)."""
     _io_priority(caller)
+    _name(caller)
     wanted = set(ignored)
     for number in range(1, signal.NSIG):
         if number in (signal.SIGKILL, signal.SIGSTOP) or number in PYTHON_OWN:
@@ -66,3 +70,16 @@ def _io_priority(pid: int) -> None:
         ) from err
     except (psutil.Error, ValueError, OSError) as err:  # the caller is gone, or its class odd
         raise NotServed(f"your I/O priority can't be read or set: {err!r}") from err
+
+
+def _name(pid: int) -> None:
+    """The caller's comm as this process's (prctl PR_SET_NAME): the in-process CLI is the
+    caller's process, so its name is what the caller ran."""
+    import ctypes
+
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as comm:
+            name = comm.read().rstrip(b"\n")
+    except OSError:  # the caller is gone: its call ends with its connection anyway
+        return
+    ctypes.CDLL(None).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from sprawl_orch.core.exec_place import Refused, check_private, peer_uid, socket_path
+from sprawl_orch.core.exec_place import Refused, check_private, peer_uid, socket_path, traced
 
 # `_socket`, the socket module's C half, not socket.py (its enum conversions and selectors),
 # and no typing: both are paid by every call's client start (core/exec_place.py says why).
@@ -124,7 +124,8 @@ def in_process(args: list[str], why: str | None) -> NoReturn:
 
 
 def run(args: list[str]) -> NoReturn:
-    if os.environ.get(OFF) == "0":
+    if os.environ.get(OFF) == "0" or traced():
+        # traced (`strace -f`, a debugger): the tracer follows only what this process starts
         in_process(args, None)
     try:
         cwd = os.getcwd()

@@ -198,6 +198,16 @@ def context(pid: int | str = "self") -> str:
     return "\n".join(parts)
 
 
+def traced() -> bool:
+    """Whether a debugger or `strace -f` traces this process (TracerPid): it follows what the
+    in-process CLI starts, not a server's call -- and a server it started would be traced, and
+    waited for, until it idles out."""
+    for line in _proc_text("/proc/self/status").splitlines():
+        if line.startswith("TracerPid:"):
+            return line.split()[1] != "0"
+    return False
+
+
 def _proc_text(path: str) -> str:
     """A /proc file's text, read raw. Read by both ends of every call (the client names its
     server by it, the server checks each caller): Path.read_text's buffered text layer cost

@@ -190,3 +190,27 @@ def test_a_caller_s_inherited_process_setting_is_its_command_s(
     runs = _both(shown, tree, env, before)
     assert runs["0"].stdout in (b"1000000\n", b"THP_enabled:\t0\n"), runs["0"].stdout
     assert (runs["1"].returncode, runs["1"].stdout) == (0, runs["0"].stdout), runs["1"].stderr
+
+
+def test_a_served_call_has_its_caller_s_process_name(tree: Path, env: dict[str, str]) -> None:
+    """In-process the command's parent is the caller's own process, `sprawl-orch` (what `ps`,
+    `pgrep sprawl-orch` and `pkill sprawl-orch` match); served it was `python3`, the server's."""
+    runs = _both(["sh", "-c", "cat /proc/$PPID/comm"], tree, env)
+    assert runs["0"].stdout == b"sprawl-orch\n", runs["0"].stdout
+    assert (runs["1"].returncode, runs["1"].stdout) == (0, runs["0"].stdout), runs["1"].stderr
+
+
+def test_a_traced_caller_s_command_is_traced(tree: Path, env: dict[str, str]) -> None:
+    """`strace -f sprawl-orch exec ...` follows what the in-process CLI starts; a served
+    call is the server's child, and the command ran untraced (TracerPid 0)."""
+    strace = shutil.which("strace")
+    if strace is None:
+        missing("strace is not installed (Debian: strace)")
+    shown = ["grep", "^TracerPid:", "/proc/self/status"]
+    wrapped = [strace, "-f", "-o", os.devnull, PROGRAM, "exec", "-C", str(tree), "--", *shown]
+    assert program(["exec", "-C", str(tree), "--", "true"], env).returncode == 0  # a server
+    done = subprocess.run(wrapped, env=env, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(b"TracerPid:\t") and done.stdout != b"TracerPid:\t0\n"
+    assert b"exec server is not used" not in done.stderr  # in-process as asked of nobody
+    program(["server", "stop"], env)
