@@ -137,6 +137,13 @@ def run(args: list[str]) -> NoReturn:
         conn = reach()
     except (Refused, OSError) as err:
         in_process(args, str(err))
+    if conn.fileno() <= 2:
+        # we were started with a standard descriptor closed, and the connection took its
+        # number: sent as that stream, the command read or wrote the connection itself (with
+        # -i and stdin closed a served `cat` waited out the window). The in-process CLI is
+        # what such a caller gets.
+        conn.close()
+        in_process(args, None)
     header = call_header(args, cwd, dict(os.environ), _umask(), *_signals())
     saved = _terminal_state()
     try:

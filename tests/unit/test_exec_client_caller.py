@@ -214,3 +214,29 @@ def test_a_traced_caller_s_command_is_traced(tree: Path, env: dict[str, str]) ->
     assert done.stdout.startswith(b"TracerPid:\t") and done.stdout != b"TracerPid:\t0\n"
     assert b"exec server is not used" not in done.stderr  # in-process as asked of nobody
     program(["server", "stop"], env)
+
+
+@pytest.mark.parametrize("closed", [0, 1])
+def test_a_caller_with_a_standard_stream_closed_runs_as_in_process(
+    closed: int, tree: Path, env: dict[str, str]
+) -> None:
+    """`sprawl-orch exec -i -- cat <&-`: the client's connection took the closed number and
+    was sent as the command's stdin -- `cat` read the connection and waited out the window
+    (600 s) where in-process the CLI ends at once; with stdout closed the command wrote into
+    the connection. Such a caller gets the in-process CLI, whatever that does."""
+    assert program(["exec", "-C", str(tree), "--", "true"], env).returncode == 0  # a server
+    shown = ["exec", "-C", str(tree), "-i", "--", "sh", "-c", "echo out >&2; cat"]
+    runs = {}
+    for served in ("1", "0"):
+        done = subprocess.run(
+            [PROGRAM, *shown],
+            env={**env, "SPRAWL_EXEC_SERVER": served},
+            preexec_fn=lambda: os.close(closed),
+            stdout=subprocess.PIPE if closed != 1 else None,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+        runs[served] = (done.returncode, done.stdout, done.stderr.splitlines()[-1:])
+    assert runs["1"] == runs["0"]
+    program(["server", "stop"], env)
