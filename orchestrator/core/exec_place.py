@@ -53,12 +53,14 @@ KEY_NAMES = (
 )
 ROOTS = ("orchestrator", "guardian", "native_fallbacks")
 # The environment an interpreter reads once, at its start: which code it imports (PYTHONPATH,
-# ...: atkspare, the server ran the installed sprawl_orch for a caller's other code), its
-# locale -- the encoding of argv, environment and paths -- and its clock's zone. A call's
+# ...: atkspare, the server ran the installed sprawl_orch for a caller's other code) and its
+# locale -- the encoding of argv, environment and paths. (Not TZ: the command gets the caller's
+# in its environment, and nothing on exec's path reads local time -- a key per zone would only
+# start more servers; test_python_served varies TZ to vary the python arm's key.) A call's
 # environment is set after the server's start and changes none of these, so the server gets
 # the caller's and is keyed by them: a Latin-1 caller's argument `caf\xe9` reached its
 # command as `caf\xc3\xa9` from a server started under UTF-8 (servedfaith).
-START_NAMES = ("LANG", "LANGUAGE", "LOCPATH", "TZ")
+START_NAMES = ("LANG", "LANGUAGE", "LOCPATH")
 START_PREFIXES = ("LC_", "PYTHON")
 
 
