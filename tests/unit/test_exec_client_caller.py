@@ -37,6 +37,7 @@ def _both(
     env: dict[str, str],
     before: Callable[[], object] | None = None,
     caller: dict[str, str] | None = None,
+    status: int = 0,
 ) -> dict[str, subprocess.CompletedProcess[bytes]]:
     """`shown` run in-process ("0") and served ("1") by a caller that runs `before` first, in
     environment `caller` (else `env`); a server already runs, started by a caller in `env`
@@ -52,7 +53,7 @@ def _both(
             timeout=120,
             check=False,
         )
-    assert runs["0"].returncode == 0, runs["0"].stderr[-2000:]
+    assert runs["0"].returncode == status, runs["0"].stderr[-2000:]
     assert b"exec server is not used" not in runs["1"].stderr, runs["1"].stderr[-2000:]
     program(["server", "stop"], env)
     return runs
@@ -240,3 +241,17 @@ def test_a_caller_with_a_standard_stream_closed_runs_as_in_process(
         runs[served] = (done.returncode, done.stdout, done.stderr.splitlines()[-1:])
     assert runs["1"] == runs["0"]
     program(["server", "stop"], env)
+
+
+def test_a_caller_ignoring_sigchld_gets_its_command_s_status(
+    tree: Path, env: dict[str, str]
+) -> None:
+    """With SIGCHLD ignored (inherited) the kernel reaped the command itself, waitpid failed
+    and the CLI reported 0 for `exit 3` -- in-process, and served once the call took its
+    caller's ignored signals."""
+
+    def ignore() -> None:
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+    runs = _both(["sh", "-c", "exit 3"], tree, env, ignore, status=3)
+    assert runs["1"].returncode == 3, runs["1"].stderr[-2000:]
