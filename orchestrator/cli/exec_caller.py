@@ -58,6 +58,9 @@ def _io_priority(pid: int) -> None:
         return
     try:
         theirs = psutil.Process(pid).ionice()
+    except (psutil.Error, OSError) as err:  # the caller is gone: no call to run
+        raise NotServed(f"your I/O priority can't be read: {err!r}") from err
+    try:
         me = psutil.Process()
         if me.ionice() != theirs:
             me.ionice(theirs.ioclass, theirs.value)
@@ -68,8 +71,8 @@ def _io_priority(pid: int) -> None:
             f"your I/O priority (class {int(theirs.ioclass)}, level {theirs.value}) needs "
             "a privilege to be set, which you lack"
         ) from err
-    except (psutil.Error, ValueError, OSError) as err:  # the caller is gone, or its class odd
-        raise NotServed(f"your I/O priority can't be read or set: {err!r}") from err
+    except (psutil.Error, ValueError, OSError) as err:  # a class or level psutil refuses
+        raise NotServed(f"your I/O priority can't be set: {err!r}") from err
 
 
 def _name(pid: int) -> None:

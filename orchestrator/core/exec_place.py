@@ -204,7 +204,11 @@ def traced() -> bool:
     """Whether a debugger or `strace -f` traces this process (TracerPid): it follows what the
     in-process CLI starts, not a server's call -- and a server it started would be traced, and
     waited for, until it idles out."""
-    for line in _proc_text("/proc/self/status").splitlines():
+    try:
+        status = _proc_text("/proc/self/status")
+    except OSError:  # no /proc (macOS): no server there either, reach() says so
+        return False
+    for line in status.splitlines():
         if line.startswith("TracerPid:"):
             return line.split()[1] != "0"
     return False

@@ -255,3 +255,14 @@ def test_a_caller_ignoring_sigchld_gets_its_command_s_status(
 
     runs = _both(["sh", "-c", "exit 3"], tree, env, ignore, status=3)
     assert runs["1"].returncode == 3, runs["1"].stderr[-2000:]
+
+
+def test_a_caller_gone_before_its_call_starts_is_not_served() -> None:
+    """The I/O priority is read from the caller's pid: a caller gone by then (its pid free)
+    leaves the call nothing to take, and it runs nothing (NotServed), not the server's."""
+    from sprawl_orch.cli import exec_caller
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(exec_caller.NotServed, match="can't be read"):
+        exec_caller._io_priority(gone.pid)
