@@ -45,3 +45,11 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="sprawl-orch")
 def main() -> None:
     """Run an AI agent's commands confined, and say which guarantees held."""
+    import signal
+
+    # A caller that ignores SIGCHLD makes the kernel reap our children itself: waitpid then
+    # fails (ECHILD) and subprocess reports status 0 -- `sh -c 'exit 3'` ended 0, in-process
+    # and served alike (servedfaith). The commands we run are ours to reap: it is ours again
+    # (and the command starts with it at its default, as most callers' are).
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import TypedDict
 
-from sprawl_orch.cli import exec_spare
+from sprawl_orch.cli import exec_caller, exec_spare
 from sprawl_orch.cli.exec_spare import preload
 from sprawl_orch.core import served_memo, served_warm
 from sprawl_orch.core.exec_place import context, peer
@@ -230,6 +230,12 @@ def _call(conn: socket.socket, teach: int) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         request = _receive(conn)
+        try:
+            exec_caller.take(request["blocked"], request["ignored"], peer(conn)[0])
+        except exec_caller.NotServed as why:
+            with contextlib.suppress(OSError):  # the caller is gone: no one to tell
+                conn.sendall(f"inprocess {why}\n".encode())
+            os._exit(0)  # nothing ran: the client runs the call itself
         os.umask(request["umask"])
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -269,6 +275,8 @@ class Call(TypedDict):
     cwd: str
     env: dict[str, str]
     umask: int
+    blocked: list[int]  # the caller's signal mask and ignored signals (exec_caller.py)
+    ignored: list[int]
 
 
 def _receive(conn: socket.socket) -> Call:
@@ -298,6 +306,7 @@ def _receive(conn: socket.socket) -> Call:
         and 0 <= request["umask"] <= 0o777
         and isinstance(request.get("env"), dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items())
+        and all(_signals(request.get(k)) for k in ("blocked", "ignored"))
     ):
         raise ValueError("not an exec call")
     return Call(
@@ -306,6 +315,14 @@ def _receive(conn: socket.socket) -> Call:
         cwd=request["cwd"],
         env=request["env"],
         umask=request["umask"],
+        blocked=request["blocked"],
+        ignored=request["ignored"],
+    )
+
+
+def _signals(given: object) -> bool:
+    return isinstance(given, list) and all(
+        isinstance(n, int) and 0 < n < signal.NSIG for n in given
     )
 
 

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from sprawl_orch.core.exec_place import Refused, check_private, peer_uid, socket_path
+from sprawl_orch.core.exec_place import Refused, check_private, peer_uid, socket_path, traced
 
 # `_socket`, the socket module's C half, not socket.py (its enum conversions and selectors),
 # and no typing: both are paid by every call's client start (core/exec_place.py says why).
@@ -72,10 +72,11 @@ def start_server(path: Path) -> subprocess.Popen[bytes]:
     # imports, selectors and threading, were ~10% of every client's start)
     import subprocess
 
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "XDG_RUNTIME_DIR", "SPRAWL_EXEC_SERVER_IDLE")
-    from sprawl_orch.core.exec_place import CODE_NAMES, KEY_NAMES
+    keep = ("PATH", "HOME", "XDG_RUNTIME_DIR", "SPRAWL_EXEC_SERVER_IDLE")
+    from sprawl_orch.core.exec_place import KEY_NAMES, start_environment
 
-    env = {k: os.environ[k] for k in (*keep, *KEY_NAMES, *CODE_NAMES) if k in os.environ}
+    env = {k: os.environ[k] for k in (*keep, *KEY_NAMES) if k in os.environ}
+    env.update(start_environment(dict(os.environ)))  # its interpreter starts as ours did
     return subprocess.Popen(
         [sys.executable, "-m", "sprawl_orch.cli.exec_server", str(path)],
         env=env,
@@ -123,7 +124,8 @@ def in_process(args: list[str], why: str | None) -> NoReturn:
 
 
 def run(args: list[str]) -> NoReturn:
-    if os.environ.get(OFF) == "0":
+    if os.environ.get(OFF) == "0" or traced():
+        # traced (`strace -f`, a debugger): the tracer follows only what this process starts
         in_process(args, None)
     try:
         cwd = os.getcwd()
@@ -135,7 +137,14 @@ def run(args: list[str]) -> NoReturn:
         conn = reach()
     except (Refused, OSError) as err:
         in_process(args, str(err))
-    header = call_header(args, cwd, dict(os.environ), _umask())
+    if conn.fileno() <= 2:
+        # we were started with a standard descriptor closed, and the connection took its
+        # number: sent as that stream, the command read or wrote the connection itself (with
+        # -i and stdin closed a served `cat` waited out the window). The in-process CLI is
+        # what such a caller gets.
+        conn.close()
+        in_process(args, None)
+    header = call_header(args, cwd, dict(os.environ), _umask(), *_signals())
     saved = _terminal_state()
     try:
         _send_fds(conn, len(header).to_bytes(4, "big"), (0, 1, 2))
@@ -143,11 +152,12 @@ def run(args: list[str]) -> NoReturn:
     except OSError as err:
         conn.close()
         in_process(args, f"the server hung up before the call: {err.strerror}")
+    before = {}
     for sig in FORWARDED:
         # one we were started ignoring (nohup's SIGHUP, a script's `&` job's SIGINT) stays
         # ignored, as in-process: forwarded, it killed the call
         if _signal.getsignal(sig) != _signal.SIG_IGN:
-            _signal.signal(sig, lambda signum, frame: _forward(conn, signum))
+            before[sig] = _signal.signal(sig, lambda signum, frame: _forward(conn, signum))
     answer = b""
     while not answer.endswith(b"\n"):
         try:
@@ -158,10 +168,23 @@ def run(args: list[str]) -> NoReturn:
             break
         answer += chunk
     _restore(saved)
+    kind, _, why = answer.decode(errors="replace").strip().partition(" ")
+    if kind == "inprocess":  # the server's side could not take our process's settings
+        conn.close()
+        for sig, handler in before.items():
+            _signal.signal(sig, handler)
+        in_process(args, why)
     _exit(answer.decode(errors="replace").strip())
 
 
-def call_header(args: list[str], cwd: str, env: dict[str, str], umask: int) -> bytes:
+def call_header(
+    args: list[str],
+    cwd: str,
+    env: dict[str, str],
+    umask: int,
+    blocked: list[int] | None = None,
+    ignored: list[int] | None = None,
+) -> bytes:
     """The call as the server reads it (cli/exec_server.py _receive): byte for byte what
     json.dumps gives (ASCII, a lone surrogate of an undecodable name as \\udcXX), by json's
     own C string encoder."""
@@ -170,8 +193,16 @@ def call_header(args: list[str], cwd: str, env: dict[str, str], umask: int) -> b
     names = ", ".join(f"{text(k)}: {text(v)}" for k, v in env.items())
     return (
         f'{{"op": "exec", "args": [{words}], "cwd": {text(cwd)}, "env": {{{names}}}, '
-        f'"umask": {int(umask)}}}'
+        f'"umask": {int(umask)}, "blocked": {blocked or []}, "ignored": {ignored or []}}}'
     ).encode()
+
+
+def _signals() -> tuple[list[int], list[int]]:
+    """Our blocked signals and those we ignore, for the call's process to take
+    (cli/exec_caller.py): exec(2) hands both to what the in-process CLI runs."""
+    blocked = sorted(int(n) for n in _signal.pthread_sigmask(_signal.SIG_BLOCK, ()))
+    ignored = [n for n in range(1, _signal.NSIG) if _signal.getsignal(n) == _signal.SIG_IGN]
+    return blocked, ignored
 
 
 def _send_fds(conn: _socket.socket, data: bytes, fds: tuple[int, ...]) -> None:

@@ -52,10 +52,23 @@ KEY_NAMES = (
     "XDG_DATA_HOME",
 )
 ROOTS = ("orchestrator", "guardian", "native_fallbacks")
-# The environment that chooses which code Python imports: the server gets the caller's (and
-# is keyed by it), else it ran the installed sprawl_orch under a socket named for the code on
-# the caller's PYTHONPATH (atkspare: the code stamp is of the client's code).
-CODE_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE")
+# The environment an interpreter reads once, at its start: which code it imports (PYTHONPATH,
+# ...: atkspare, the server ran the installed sprawl_orch for a caller's other code) and its
+# locale -- the encoding of argv, environment and paths. (Not TZ: the command gets the caller's
+# in its environment, and nothing on exec's path reads local time -- a key per zone would only
+# start more servers; test_python_served varies TZ to vary the python arm's key.) A call's
+# environment is set after the server's start and changes none of these, so the server gets
+# the caller's and is keyed by them: a Latin-1 caller's argument `caf\xe9` reached its
+# command as `caf\xc3\xa9` from a server started under UTF-8 (servedfaith).
+START_NAMES = ("LANG", "LANGUAGE", "LOCPATH")
+START_PREFIXES = ("LC_", "PYTHON")
+
+
+def start_environment(environ: dict[str, str]) -> dict[str, str]:
+    """What of `environ` an interpreter reads at its start (START_NAMES, START_PREFIXES)."""
+    return {
+        k: v for k, v in sorted(environ.items()) if k in START_NAMES or k.startswith(START_PREFIXES)
+    }
 
 
 class Refused(Exception):
@@ -149,6 +162,8 @@ STATUS_FIELDS = (
     # where it may run: a `taskset -c 0` caller's command ran on every CPU (atkspare)
     "Cpus_allowed",
     "Mems_allowed",
+    # PR_SET_THP_DISABLE, kept across fork and exec: a caller's command got THP back (servedfaith)
+    "THP_enabled",
 )
 NAMESPACES = ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup", "time")
 
@@ -185,6 +200,20 @@ def context(pid: int | str = "self") -> str:
     return "\n".join(parts)
 
 
+def traced() -> bool:
+    """Whether a debugger or `strace -f` traces this process (TracerPid): it follows what the
+    in-process CLI starts, not a server's call -- and a server it started would be traced, and
+    waited for, until it idles out."""
+    try:
+        status = _proc_text("/proc/self/status")
+    except OSError:  # no /proc (macOS): no server there either, reach() says so
+        return False
+    for line in status.splitlines():
+        if line.startswith("TracerPid:"):
+            return line.split()[1] != "0"
+    return False
+
+
 def _proc_text(path: str) -> str:
     """A /proc file's text, read raw. Read by both ends of every call (the client names its
     server by it, the server checks each caller): Path.read_text's buffered text layer cost
@@ -202,12 +231,18 @@ def _proc_text(path: str) -> str:
 
 
 def socket_path(environ: dict[str, str]) -> Path:
-    names = (*KEY_NAMES, *CODE_NAMES)
-    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in names)]
+    key = [os.getuid(), code_stamp(), context(), *(environ.get(n, "") for n in KEY_NAMES)]
+    key.append(start_environment(environ))
     # the personality (`setarch -R`), inherited by the command as the context is: in the
     # socket's name only -- it confines nothing, and another process's is not ours to read
     # under Yama's ptrace scope (the server's check of its caller could not read it)
     key.append(_proc_text("/proc/self/personality"))
+    # likewise the timer slack (PR_SET_TIMERSLACK, kept across fork and exec): another
+    # process's needs CAP_SYS_NICE to read (servedfaith: a served command had the server's)
+    try:
+        key.append(_proc_text("/proc/self/timerslack_ns"))
+    except FileNotFoundError:  # a kernel before 4.6: every process's slack is the default
+        key.append("")
     name = sha256(repr(key).encode()).hexdigest()[:20]
     return runtime_dir(environ) / f"exec-{name}.sock"
 

@@ -112,6 +112,8 @@ def _raw_call(env: dict[str, str], token: str) -> socket.socket:
         "cwd": env["TREE"],
         "env": {k: v for k, v in env.items() if k != "TREE"},
         "umask": 0o22,
+        "blocked": [],
+        "ignored": [],
     }
     body = json.dumps(header).encode()
     devnull = os.open(os.devnull, os.O_RDWR)

@@ -17,6 +17,7 @@ from tests.unit.test_exec_client import PROGRAM, env, program, tree
 __all__ = ["env", "tree"]  # the fixtures, shared with test_exec_client
 
 
+@pytest.mark.parametrize("signals", [([2, 10], [1]), ([], []), ([64], list(range(1, 65)))])
 @pytest.mark.parametrize(
     ("args", "cwd", "environ", "umask"),
     [
@@ -32,11 +33,17 @@ __all__ = ["env", "tree"]  # the fixtures, shared with test_exec_client
     ],
 )
 def test_the_call_header_is_what_json_dumps_gives(
-    args: list[str], cwd: str, environ: dict[str, str], umask: int
+    args: list[str],
+    cwd: str,
+    environ: dict[str, str],
+    umask: int,
+    signals: tuple[list[int], list[int]],
 ) -> None:
     """The client encodes with json's C string encoder alone; the server decodes with json."""
+    blocked, ignored = signals
     want = {"op": "exec", "args": args, "cwd": cwd, "env": environ, "umask": umask}
-    header = call_header(args, cwd, environ, umask)
+    want |= {"blocked": blocked, "ignored": ignored}
+    header = call_header(args, cwd, environ, umask, blocked, ignored)
     assert header == json.dumps(want).encode()
     assert json.loads(header) == want
 
