@@ -10,6 +10,15 @@ a copy's side is not trusted from the first such command until the next boot, wh
 process of it is gone. The note is written before the command starts, so a memory gated after
 it cannot predate it unseen.
 
+An arm that keeps the filesystem axis but puts no mount namespace between the command and the
+state directory reaches the copies too: landlock (native_fallbacks/landlock.py) runs every
+command of a root caller as the one sandbox uid, which owns every landlock and bwrap copy, and
+Landlock governs no chmod or utime -- a landlock command of one slot set another slot's copy
+file to mode 0000 and its mtime to 2000 by its path, and the next command there, its memory
+trusted, saw both (tests/integration/test_copy_memory_landlock.py). Only the arms whose
+command sees nothing of the state directory (a container, bwrap's mount namespace, the python
+arm's preopened copy) are left unnoted, and only they may leave a memory.
+
 What this covers is the commands sprawl-orch runs; the person's and the agent's own processes
 on the host are not sprawl-orch's commands and are not noted (README, design §5.1).
 Where there is no boot id (not Linux) a note never expires: it stays until it is deleted.
@@ -21,6 +30,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.assurances import Assurances, Kept
 from sprawl_orch.core.errors import ErrorCode, os_errors
 from sprawl_orch.core.private import private_file
@@ -28,6 +38,11 @@ from sprawl_orch.core.private import private_file
 NOTE = "copy-writers"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _NO_BOOT = "no boot id"
+# Arms whose command cannot name another slot's copy: its view of the host is a mount namespace
+# (a container, bwrap) or the preopened copy alone (the python arm's WebAssembly). Every other
+# arm runs where the state directory's paths resolve (module docstring); a new arm is noted
+# until it is added here.
+HIDES_STATE = frozenset({ArmName.CONTAINER, ArmName.LINUX_NAMESPACES, ArmName.PYTHON})
 
 
 def boot_id() -> str:
@@ -37,10 +52,12 @@ def boot_id() -> str:
         return _NO_BOOT
 
 
-def reaches_copies(assurances: Assurances) -> bool:
-    """Whether a command of an arm holding ``assurances`` can write a copy in place: it keeps
-    no filesystem axis (it runs as the caller, seeing the caller's files)."""
-    return assurances.filesystem is not Kept.YES
+def reaches_copies(arm: ArmName, assurances: Assurances) -> bool:
+    """Whether a command of ``arm`` holding ``assurances`` can write a copy in place: it keeps
+    no filesystem axis (it runs as the caller, seeing the caller's files), or it keeps it with
+    no namespace hiding the state directory (landlock: chmod and utime of another slot's copy
+    by its path, module docstring)."""
+    return assurances.filesystem is not Kept.YES or arm not in HIDES_STATE
 
 
 def note(state: Path) -> None:
@@ -61,11 +78,11 @@ def note(state: Path) -> None:
     os.replace(tmp, path)
 
 
-def note_before(state: Path, assurances: Assurances) -> None:
-    """Before a command of an arm holding ``assurances`` starts: noted when it can write the
+def note_before(state: Path, arm: ArmName, assurances: Assurances) -> None:
+    """Before a command of ``arm`` holding ``assurances`` starts: noted when it can write the
     copies in place (E_STORAGE_FATAL, the command not started, when the note can't be
     written)."""
-    if not reaches_copies(assurances):
+    if not reaches_copies(arm, assurances):
         return
     with os_errors(
         ErrorCode.STORAGE_FATAL,

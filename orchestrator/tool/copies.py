@@ -107,11 +107,14 @@ class ToolCopies:
         (design §5.1): every process that could write it is known dead by then (process_tree,
         its clean-up finished before `changes`: runs/backlog.py), it wrote nothing else in
         place (filesystem), and it shared no socket with another command to pass an open file
-        of the copy over (network). A warm container outlives the command: never."""
+        of the copy over (network). A warm container outlives the command: never. An arm that
+        notes itself a writer of the copies (landlock: copy/writers.py) would void the memory
+        before any lease could trust it: none is kept."""
         held = arm.assurances()
         axes = (held.filesystem, held.process_tree, held.network)
         warm = arm.name is ArmName.CONTAINER and self.warm
-        return all(a is Kept.YES for a in axes) and not warm
+        reaches = writers.reaches_copies(arm.name, held)
+        return all(a is Kept.YES for a in axes) and not warm and not reaches
 
     def changes_hook(self, arm: Arm, lease: Lease) -> Callable[[str], Changes]:
         """Record the synced, readied copy now; the returned call computes and keeps the

@@ -320,7 +320,7 @@ class ExecTool(ChangesApi, BacklogApi, LifetimeApi):
         work: FileWork | None = None
         cwd = self.workdir
         arm.prepare(self.workdir)
-        note_writers(self.copies.state, arm.assurances())  # before it starts (§5.1)
+        note_writers(self.copies.state, arm.name, arm.assurances())  # before it starts (§5.1)
         watcher: Watcher = NullWatcher()
         copy: Lease | WorkspaceLease | None = None
         changes: Callable[[str], Changes] | None = None

@@ -14,6 +14,7 @@ from sprawl_orch.copy import stamps as copy_stamps
 from sprawl_orch.copy import writers
 from sprawl_orch.copy.bounds import Bounds, Excludes
 from sprawl_orch.copy.store import CopyStore, copy_key
+from sprawl_orch.core.arms import ArmName
 from sprawl_orch.core.assurances import Assurances, Kept
 from sprawl_orch.core.errors import SprawlError
 
@@ -80,9 +81,11 @@ def test_the_writer_note_lasts_until_the_next_boot(
         resources=Kept.NO,
     )
     assert not writers.ran(state)
-    writers.note_before(state, confined)  # a command that keeps the filesystem axis
+    writers.note_before(state, ArmName.LINUX_NAMESPACES, confined)  # the filesystem axis kept
     assert not writers.ran(state)
-    writers.note_before(state, confined.model_copy(update={"filesystem": Kept.NO}))
+    writers.note_before(
+        state, ArmName.LINUX_NAMESPACES, confined.model_copy(update={"filesystem": Kept.NO})
+    )
     assert writers.ran(state)
     boot.write_text("boot-2\n")  # rebooted: every process of that command is gone
     assert not writers.ran(state)
@@ -91,13 +94,32 @@ def test_the_writer_note_lasts_until_the_next_boot(
         assert writers.ran(state)  # unreadable: as if noted
 
 
+def test_a_landlock_command_is_noted_though_it_keeps_the_filesystem_axis(tmp_path: Path) -> None:
+    """No namespace hides the state directory from it: as the sandbox uid it chmods and utimes
+    another slot's copy by its path (tests/integration/test_copy_memory_landlock.py)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    every = Assurances(
+        filesystem=Kept.YES,
+        network=Kept.YES,
+        process_tree=Kept.YES,
+        user=Kept.NO,
+        resources=Kept.NO,
+    )
+    for arm in (ArmName.CONTAINER, ArmName.LINUX_NAMESPACES, ArmName.PYTHON):
+        writers.note_before(state, arm, every)
+        assert not writers.ran(state), arm
+    writers.note_before(state, ArmName.LANDLOCK, every)
+    assert writers.ran(state)
+
+
 def test_an_unwritable_note_refuses_the_command(tmp_path: Path) -> None:
     state = tmp_path / "state"  # missing: nothing can be written there
     reaching = Assurances(
         filesystem=Kept.NO, network=Kept.NO, process_tree=Kept.NO, user=Kept.NO, resources=Kept.NO
     )
     with pytest.raises(SprawlError, match="cannot note"):
-        writers.note_before(state, reaching)
+        writers.note_before(state, ArmName.COPIED_TREE, reaching)
 
 
 def test_an_older_versions_sync_voids_the_memory(
