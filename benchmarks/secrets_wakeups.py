@@ -18,7 +18,9 @@ on CLOCK_MONOTONIC), the proxy in this process:
   thread entered its read for a request only after the client had already started sending it
   (it was still busy, or preempted, when the request came).
 Tracing adds ~1 us a call; compare arms within one run. strace on the proxy gives the system
-calls (docs/secrets.md, Numbers).
+calls (docs/secrets.md, Numbers). With --pieces, the intercepted arm's pieces timed in place
+(median per call) and the Reader's feeds replayed: one by one in a warm loop, and with 8 MiB
+written between feeds (what a peer's run between two blocks leaves of the caches).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
+from sprawl_orch.secrets import head, intercept, wire
 from sprawl_orch.secrets.intercept import Interception
 from sprawl_orch.secrets.run import SecretRun
 from sprawl_orch.secrets.spec import Spec
@@ -99,6 +102,64 @@ def trace() -> None:
     os.readv, os.write = _readv, _write
     select.select = _select
     ssl.SSLSocket.recv, ssl.SSLSocket.send = _recv, _send  # type: ignore[method-assign]
+
+
+PIECES: dict[str, list[int]] = {}
+FED: list[tuple[wire.Reader, bytes]] = []
+
+
+def pieces() -> None:
+    """Time the path's pieces per call (intercepted arm), and keep what each Reader was fed."""
+    now = time.perf_counter_ns
+
+    def timed(owner: Any, name: str) -> None:
+        inner = getattr(owner, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = now()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                PIECES.setdefault(name, []).append(now() - start)
+                if name == "feed" and len(FED) < 3000:
+                    FED.append((args[0], bytes(args[1])))
+
+        setattr(owner, name, call)
+
+    timed(wire.Reader, "feed")
+    timed(head.Requests, "head")
+    timed(intercept.one_pass, "answer")
+    timed(intercept, "scrub_found")
+    timed(intercept.Session, "_same_host")
+
+
+def replay() -> str:
+    """The first messages fed in place, fed again to fresh Readers: warm, then cold."""
+    # A request past the first few, and the next two reads of the answer (head, body; the
+    # echo upstream sends them apart).
+    first = next(i for i, (r, _) in enumerate(FED) if i >= 5 and not r.response)
+    fed = [FED[first], *[f for f in FED[first:] if f[0].response][:2]]
+    junk = bytearray(8 << 20)
+    warm: list[list[int]] = [[] for _ in fed]
+    cold: list[list[int]] = [[] for _ in fed]
+    for times, evict in ((warm, False), (cold, True)):
+        for _ in range(300):
+            readers = {}
+            for i, (was, data) in enumerate(fed):
+                reader = readers.setdefault(id(was), wire.Reader(was.response, was.watch))
+                if evict:
+                    junk[:] = junk[::-1]
+                start = time.perf_counter_ns()
+                reader.feed(data)
+                times[i].append(time.perf_counter_ns() - start)
+    return (
+        "\n    the same feeds replayed ("
+        + ", ".join(f"{'answer' if r.response else 'request'} {len(d)} B" for r, d in fed)
+        + "), warm: "
+        + ", ".join(f"{us(t)} us" for t in warm)
+        + "; 8 MiB written before each: "
+        + ", ".join(f"{us(t)} us" for t in cold)
+    )
 
 
 def switches() -> dict[str, tuple[int, int]]:
@@ -186,6 +247,8 @@ def arm(tmp: Path, port: int, which: str, n: int) -> str:
     try:
         client.stdout.readline()  # warmed
         LOG.clear()
+        PIECES.clear()
+        FED.clear()
         before, cpu = switches(), resource.getrusage(resource.RUSAGE_SELF)
         client.stdin.write("\n")
         client.stdin.flush()
@@ -204,10 +267,19 @@ def arm(tmp: Path, port: int, which: str, n: int) -> str:
         if was is not None and (vol - was[0] or inv - was[1]):
             threads.append(f"{(vol - was[0]) / n:.2f}v/{(inv - was[1]) / n:.2f}i")
     median = statistics.median(e - s for s, e in spans) / 1e6
+    placed = ""
+    if PIECES and which == "intercepted":
+        placed = "\n    in place, median per call: " + ", ".join(
+            f"{name} {us(times)} us ({len(times) / n:.2f}/request)"
+            for name, times in PIECES.items()
+        )
+        placed += replay()
+    PIECES.clear()
     return (
         f"{which:11s} {median:.3f} ms, proxy CPU {seconds / n * 1000:.3f} ms/request, "
         f"switches per request by thread (v voluntary, i preempted): {' '.join(threads)}"
         + path(calls, spans)  # type: ignore[arg-type]
+        + placed
     )
 
 
@@ -216,7 +288,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-trace", action="store_true")
+    parser.add_argument("--pieces", action="store_true")
     args = parser.parse_args()
+    if args.pieces:
+        pieces()
     tracing: Callable[[], None] = (lambda: None) if args.no_trace else trace
     tracing()
     print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
