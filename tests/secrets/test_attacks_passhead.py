@@ -128,3 +128,17 @@ def test_a_placeholder_in_a_hop_by_hop_header_is_never_sent(rig: Rig) -> None:
     assert rig.ph.encode() not in rig.received() and VALUE.encode() not in rig.received()
     assert b"HTTP/1.1 200" in got
     _no_value(got)
+
+
+@pytest.mark.parametrize("back", [0, 1, 2, 3, 4, 5, 30])
+def test_a_head_ending_at_a_record_boundary_then_another_is_answered(rig: Rig, back: int) -> None:
+    """Held: the first request's head cut `back` bytes before its end (inside its last
+    CRLFCRLF, or right after it), the rest in the next record with a second request."""
+    first = f"GET /one HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Bearer {rig.ph}\r\n\r\n"
+    second = "GET /two HTTP/1.1\r\nHost: localhost:PORT\r\nX-B: PH\r\nConnection: close\r\n\r\n"
+    at = len(first) - back
+    got = _pieces(rig, [first[:at], first[at:] + second], pause=0.2)
+    assert [h.split(b" ")[1] for h in rig.up.heads] == [b"/one", b"/two"]
+    assert all(VALUE.encode() in h for h in rig.up.heads)
+    assert got.count(b"HTTP/1.1 200 ") == 2
+    _no_value(got)
