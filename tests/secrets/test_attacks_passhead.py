@@ -6,8 +6,9 @@ field). Real proxy, raw TLS upstream on 127.0.0.1 (tests/secrets/raw.py)."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -142,3 +143,44 @@ def test_a_head_ending_at_a_record_boundary_then_another_is_answered(rig: Rig, b
     assert all(VALUE.encode() in h for h in rig.up.heads)
     assert got.count(b"HTTP/1.1 200 ") == 2
     _no_value(got)
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        lambda ph: quote(ph, safe="").replace("_", "%5F"),  # percent-encoded
+        lambda ph: base64.b64encode(ph.encode()).decode(),  # base64, no Basic scheme
+        lambda ph: "Token " + base64.b64encode(b"u:" + ph.encode()).decode(),
+        lambda ph: ph.lower(),
+    ],
+    ids=["percent", "base64", "token-blob", "lower"],
+)
+def test_the_bound_placeholder_disguised_in_a_header_is_counted(
+    rig: Rig, spelled: Callable[[str], str]
+) -> None:
+    """Break (atkpass): the bound secret's own placeholder spelled otherwise in a header to
+    its host is never swapped (only its plain spelling and a Basic blob are) and went out
+    uncounted, where the same spelling in the URL or the body is counted (docs/secrets.md:
+    a placeholder sent where it is never swapped is counted as an attempted leak)."""
+    hidden = spelled(rig.ph)
+    got = rig.send(
+        f"GET / HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Bearer PH\r\n"
+        f"X-A: {hidden}\r\nConnection: close\r\n\r\n"
+    )
+    assert hidden.encode() in rig.received()  # it went out as written
+    assert f"Bearer {VALUE}".encode() in rig.received()
+    leaks = rig.run.report()["attempted_leaks"]
+    assert [(leak["secret"], leak["where"]) for leak in leaks] == [("GH_PAT", "header x-a")]
+    _no_value(got)
+
+
+def test_the_bound_placeholder_swapped_in_a_header_is_not_counted(rig: Rig) -> None:
+    """Held, and the other side of the count above: the plain placeholder and a Basic blob
+    holding it are swapped, so neither is counted."""
+    blob = base64.b64encode(f"git:{rig.ph}".encode()).decode()
+    rig.send(
+        f"GET / HTTP/1.1\r\nHost: localhost:PORT\r\nX-A: Bearer PH\r\nAuthorization: Basic {blob}"
+        "\r\nConnection: close\r\n\r\n"
+    )
+    assert rig.ph.encode() not in rig.received()
+    assert rig.run.report()["attempted_leaks"] == []
