@@ -184,3 +184,17 @@ def test_the_bound_placeholder_swapped_in_a_header_is_not_counted(rig: Rig) -> N
     )
     assert rig.ph.encode() not in rig.received()
     assert rig.run.report()["attempted_leaks"] == []
+
+
+def test_the_bound_placeholder_disguised_is_counted_on_the_parsed_way_too(rig: Rig) -> None:
+    """The same count where the one pass declines (a Basic value sends the request the
+    parsed way): the Basic blob swapped and not counted, the lower-cased placeholder counted,
+    once, and the one in Accept-Encoding (never sent) not."""
+    blob = base64.b64encode(f"git:{rig.ph}".encode()).decode()
+    rig.send(
+        f"GET / HTTP/1.1\r\nHost: localhost:PORT\r\nAuthorization: Basic {blob}\r\n"
+        f"X-A: {rig.ph.lower()}\r\nAccept-Encoding: {rig.ph.lower()}\r\nConnection: close\r\n\r\n"
+    )
+    assert base64.b64encode(f"git:{VALUE}".encode()) in rig.received()
+    leaks = rig.run.report()["attempted_leaks"]
+    assert [(leak["secret"], leak["where"]) for leak in leaks] == [("GH_PAT", "header x-a")]
