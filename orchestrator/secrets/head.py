@@ -125,7 +125,10 @@ def one_pass(
     hidden: Sequence[Disguise],
 ) -> tuple[bytes, bool] | None:
     """answer's head from one scrub of one text; None where it declines (above)."""
-    if b"\x01" in reason or b"\x02" in reason:
+    if 0 in reason or 1 in reason or 2 in reason:
+        # NUL too: llhttp lets one through in a reason; joined, it became `: ` and went out,
+        # where wire.response_head refuses it (atkpass); the parsed way refuses it still.
+        # Bytes as ints: `b"\x01" in` took ~150 ns each (a buffer taken per test), these ~14.
         return None
     kept = [k + b"\0" + v for k, v in headers if k not in drop]
     gone = [k + b"\0" + v for k, v in headers if k in drop]

@@ -185,6 +185,8 @@ class Session:
             # a header's name), is counted.
             self.run.check_plain(host, "url", target, bound)
             self.run.check_headers(host, raw, self.others)
+            if sent:  # the bound secret's placeholder spelled so no swap finds it (run.py)
+                self.run.check_bound(host, out, raw, bound, self.requests.silent)
             for name in used if sent else ():
                 self.run.injected(name, host)
             # Also when the request is cut: its pieces went upstream as they came (a

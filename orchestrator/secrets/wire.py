@@ -99,7 +99,11 @@ class Reader:
     no_body: bool = False
     spent: bool = False
     _in_head: bool = False
-    _head_bytes: int = 0
+    _head_bytes: int = 0  # at most the head's size: what _head's exact measure is skipped by
+    # At least the head's size while it lasts: the reads after the one it began in, each all
+    # head (feed's refusal). _head_bytes counts the whole read it began in, a request before
+    # it too: a pipelined head under the limit that came on in later reads was cut (atkpass).
+    _later: int = 0
     _open: bool = False  # between a head and its message's end
     _until_close: bool = False
     _headers: list[tuple[bytes, bytes]] = field(default_factory=list)
@@ -124,6 +128,7 @@ class Reader:
             return  # nothing after a refusal or a HEAD's answer is read
         if self._in_head:
             self._head_bytes += len(data)
+            self._later += len(data)
         self._fed = len(data)
         try:
             self._parser.feed_data(data)
@@ -149,7 +154,7 @@ class Reader:
             # llhttp's reasons are fixed strings ("Invalid header value char"), never the
             # bytes it read (which could hold the value, on the upstream's side).
             self._refuse(f"malformed HTTP/1.1 ({err})")
-        if self._in_head and self._head_bytes > HEAD_LIMIT and not self.spent:
+        if self._in_head and self._later > HEAD_LIMIT and not self.spent:
             self._refuse(f"a message head over {HEAD_LIMIT} bytes")
 
     def eof(self) -> Event:
@@ -167,7 +172,7 @@ class Reader:
 
     def on_message_begin(self) -> None:
         # At most what the head can be: the read it began in and every later one (feed).
-        self._in_head, self._head_bytes = True, self._fed
+        self._in_head, self._head_bytes, self._later = True, self._fed, 0
         self._headers, self._url, self._reason, self._special = [], b"", b"", []
 
     def on_url(self, url: bytes) -> None:
