@@ -258,7 +258,7 @@ def _write_execute_refused() -> bool:
 
     try:
         mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC).close()
-    except OSError:
+    except OSError:  # EACCES: refused (MDWE, or an LSM's execmem rule), which is the answer
         return True
     return False
 
@@ -341,6 +341,6 @@ def proves(fd: int, pipe: tuple[int, int]) -> bool:
     """The server's side: `fd` is its witness's pipe (witness_proof)."""
     try:
         st = os.fstat(fd)
-    except OSError:
+    except OSError:  # no descriptor there (a hand-made call's number): nothing proven
         return False
     return stat.S_ISFIFO(st.st_mode) and (st.st_dev, st.st_ino) == pipe
