@@ -198,6 +198,14 @@ def context(pid: int | str = "self") -> str:
     # whom the OOM killer takes first: a `choom -n 800` caller's command ran at the 500 of the
     # caller that started the server (atkspare)
     parts.append(f"oom:{_proc_text(f'{proc}/oom_score_adj').strip()}")
+    # the audit login (kept across fork and exec; readable by anyone): a caller of another
+    # login session had its served command audited as the session that started the server
+    # (atkserve). Absent without CONFIG_AUDIT: the same for every process then.
+    for name in ("loginuid", "sessionid"):
+        try:
+            parts.append(f"{name}:{_proc_text(f'{proc}/{name}')}")
+        except FileNotFoundError:  # a kernel without audit: no login to tell apart
+            parts.append(f"{name}:none")
     return "\n".join(parts)
 
 

@@ -301,3 +301,25 @@ def test_a_caller_s_memory_deny_write_execute_is_its_command_s(
     runs = _both([python, "-c", code], tree, env, before=_deny_write_execute)
     assert runs["0"].stdout == b"refused\n", runs["0"]
     assert runs["1"].stdout == runs["0"].stdout, runs["1"].stderr[-2000:]
+
+
+def _log_in_as_1000() -> None:
+    try:  # an audit login of its own: a new loginuid and session id (CAP_AUDIT_CONTROL)
+        with open("/proc/self/loginuid", "w") as loginuid:
+            loginuid.write("1000")
+    except OSError:
+        os._exit(77)
+
+
+def test_a_caller_s_audit_login_is_its_command_s(tree: Path, env: dict[str, str]) -> None:
+    """The audit loginuid and session id (/proc/PID/loginuid, sessionid: kept across fork and
+    exec, what auditd names a process's login by) of a caller in another login session: served,
+    its command had the server's -- the audit trail named the session that started the server
+    for another session's command (atkserve)."""
+    probe = subprocess.run(["true"], preexec_fn=_log_in_as_1000, check=False)
+    if probe.returncode == 77:
+        missing("a settable /proc/self/loginuid (root with CAP_AUDIT_CONTROL, not immutable)")
+    shown = ["sh", "-c", "cat /proc/self/loginuid; echo; cat /proc/self/sessionid"]
+    runs = _both(shown, tree, env, before=_log_in_as_1000)
+    assert runs["0"].stdout.split()[0] == b"1000", runs["0"]
+    assert runs["1"].stdout.split()[0] == b"1000", runs["1"].stderr[-2000:]
