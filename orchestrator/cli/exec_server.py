@@ -39,7 +39,7 @@ from typing import TypedDict
 from sprawl_orch.cli import exec_caller, exec_spare
 from sprawl_orch.cli.exec_spare import preload
 from sprawl_orch.core import served_memo, served_warm
-from sprawl_orch.core.exec_place import context, peer
+from sprawl_orch.core.exec_place import context, peer, proves, start_witness
 from sprawl_orch.native_fallbacks import wasi_shared
 
 IDLE_SECONDS = 300.0
@@ -50,6 +50,7 @@ FORWARDED = {
 HEADER_LIMIT = 8 << 20  # argv + environment; the kernel's ARG_MAX is far below
 _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _PR_GET_DUMPABLE = 3
+_WITNESS = (-1, -1)  # the server's witness's pipe (exec_place.start_witness), set in serve()
 
 
 def serve(path: Path, idle: float) -> int:
@@ -71,6 +72,8 @@ def serve(path: Path, idle: float) -> int:
     os.chdir("/")
     os.umask(0o077)
     own = context()
+    global _WITNESS
+    witness, _WITNESS = start_witness(path)  # before the socket: a caller finds it there
     preload()
     # a dead server's socket, or none (we hold the lock: no live one serves it)
     with contextlib.suppress(FileNotFoundError):
@@ -108,6 +111,7 @@ def serve(path: Path, idle: float) -> int:
         in-process)."""
         listener.close()
         os.close(lock)
+        witness.stdin.close()  # type: ignore[union-attr]  # ends with the server, not with us
         for pidfd, (_, other, theirs, warm) in calls.items():
             os.close(pidfd)
             os.close(theirs)
@@ -186,6 +190,10 @@ def serve(path: Path, idle: float) -> int:
             exec_spare.end(spare)
         served_warm.close_all()  # the guardian removes every kept warm container
         wasi_shared.close_all()
+        witness.kill()  # its pipe's EOF ends it too (a SIGKILLed server's)
+        witness.wait()
+        with contextlib.suppress(FileNotFoundError):  # removed by hand: gone is the aim
+            os.unlink(f"{path}.witness")
         if listener.fileno() >= 0:
             listener.close()
             with contextlib.suppress(FileNotFoundError):  # removed by hand: gone is the aim
@@ -231,6 +239,9 @@ def _call(conn: socket.socket, teach: int) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         request = _receive(conn)
         try:
+            if not proves(request["proof"], _WITNESS):
+                raise exec_caller.NotServed("the server's witness was not handed over")
+            os.close(request["proof"])
             exec_caller.take(request["blocked"], request["ignored"], peer(conn)[0])
         except exec_caller.NotServed as why:
             with contextlib.suppress(OSError):  # the caller is gone: no one to tell
@@ -277,12 +288,16 @@ class Call(TypedDict):
     umask: int
     blocked: list[int]  # the caller's signal mask and ignored signals (exec_caller.py)
     ignored: list[int]
+    proof: int  # the server's witness's pipe, opened by the caller (exec_place.witness_proof)
 
 
 def _receive(conn: socket.socket) -> Call:
-    data, fds, _, _ = socket.recv_fds(conn, 4, 3)
-    if len(data) != 4 or len(fds) != 3:
-        raise ValueError("a call comes with its length and three descriptors")
+    data, fds, _, _ = socket.recv_fds(conn, 4, 4, socket.MSG_CMSG_CLOEXEC)
+    if len(data) != 4 or len(fds) != 4:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("a call comes with its length and four descriptors")
+    proof = fds.pop()
     size = int.from_bytes(data, "big")
     if size > HEADER_LIMIT:
         raise ValueError(f"a call of {size} bytes (limit {HEADER_LIMIT})")
@@ -317,6 +332,7 @@ def _receive(conn: socket.socket) -> Call:
         umask=request["umask"],
         blocked=request["blocked"],
         ignored=request["ignored"],
+        proof=proof,
     )
 
 

@@ -25,7 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-from sprawl_orch.core.exec_place import Refused, check_private, peer_uid, socket_path, traced
+from sprawl_orch.core.exec_place import (
+    Refused,
+    check_private,
+    peer_uid,
+    socket_path,
+    traced,
+    witness_proof,
+)
 
 # `_socket`, the socket module's C half, not socket.py (its enum conversions and selectors),
 # and no typing: both are paid by every call's client start (core/exec_place.py says why).
@@ -89,10 +96,10 @@ def start_server(path: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def reach() -> _socket.socket:
+def reach() -> tuple[_socket.socket, Path]:
     path = socket_path(dict(os.environ))
     try:
-        return connect(path)
+        return connect(path), path
     except (FileNotFoundError, ConnectionRefusedError):
         pass  # none there yet, or a dead one's socket: start ours
     server = start_server(path)
@@ -100,7 +107,7 @@ def reach() -> _socket.socket:
     delay = 0.002
     while True:
         try:
-            return connect(path)
+            return connect(path), path
         except (FileNotFoundError, ConnectionRefusedError):
             # not listening yet; a server that lost the start race exits 0 and the
             # winner's socket appears
@@ -134,7 +141,7 @@ def run(args: list[str]) -> NoReturn:
         # is at its old path now); the in-process CLI runs in it as it is
         in_process(args, f"the working directory can't be named: {err.strerror}")
     try:
-        conn = reach()
+        conn, path = reach()
     except (Refused, OSError) as err:
         in_process(args, str(err))
     if conn.fileno() <= 2:
@@ -144,14 +151,23 @@ def run(args: list[str]) -> NoReturn:
         # what such a caller gets.
         conn.close()
         in_process(args, None)
+    try:
+        # a Landlock domain the server is outside of can't open it: the command would run
+        # outside the caller's domain (exec_place.start_witness says why this is the test)
+        proof = witness_proof(path)
+    except Refused as err:
+        conn.close()
+        in_process(args, str(err))
     header = call_header(args, cwd, dict(os.environ), _umask(), *_signals())
     saved = _terminal_state()
     try:
-        _send_fds(conn, len(header).to_bytes(4, "big"), (0, 1, 2))
+        _send_fds(conn, len(header).to_bytes(4, "big"), (0, 1, 2, proof))
         conn.sendall(header)
     except OSError as err:
+        os.close(proof)
         conn.close()
         in_process(args, f"the server hung up before the call: {err.strerror}")
+    os.close(proof)
     before = {}
     for sig in FORWARDED:
         # one we were started ignoring (nohup's SIGHUP, a script's `&` job's SIGINT) stays

@@ -28,6 +28,7 @@ from pathlib import Path
 # (typing is not imported either: ~3 ms; mypy reads any name TYPE_CHECKING as true.)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
     from hashlib import sha256
 else:
     try:
@@ -197,6 +198,14 @@ def context(pid: int | str = "self") -> str:
     # whom the OOM killer takes first: a `choom -n 800` caller's command ran at the 500 of the
     # caller that started the server (atkspare)
     parts.append(f"oom:{_proc_text(f'{proc}/oom_score_adj').strip()}")
+    # the audit login (kept across fork and exec; readable by anyone): a caller of another
+    # login session had its served command audited as the session that started the server
+    # (atkserve). Absent without CONFIG_AUDIT: the same for every process then.
+    for name in ("loginuid", "sessionid"):
+        try:
+            parts.append(f"{name}:{_proc_text(f'{proc}/{name}')}")
+        except FileNotFoundError:  # a kernel without audit: no login to tell apart
+            parts.append(f"{name}:none")
     return "\n".join(parts)
 
 
@@ -243,8 +252,23 @@ def socket_path(environ: dict[str, str]) -> Path:
         key.append(_proc_text("/proc/self/timerslack_ns"))
     except FileNotFoundError:  # a kernel before 4.6: every process's slack is the default
         key.append("")
+    # and whether a mapping may be writable and executable at once: PR_SET_MDWE (systemd's
+    # MemoryDenyWriteExecute=) is kept across fork and exec and shown in no /proc file
+    # (atkserve: a served command of such a caller mapped W+X; in-process it was refused). A
+    # refusal by another rule (an LSM's execmem) keys a server of its own too: no harm.
+    key.append(_write_execute_refused())
     name = sha256(repr(key).encode()).hexdigest()[:20]
     return runtime_dir(environ) / f"exec-{name}.sock"
+
+
+def _write_execute_refused() -> bool:
+    import mmap  # ~0.2 ms, a C module
+
+    try:
+        mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC).close()
+    except OSError:  # EACCES: refused (MDWE, or an LSM's execmem rule), which is the answer
+        return True
+    return False
 
 
 def peer_uid(conn: _socket.socket) -> int:
@@ -257,3 +281,74 @@ def peer(conn: _socket.socket) -> tuple[int, int]:
     raw = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # struct ucred: 3 ints
     pid, uid = (int.from_bytes(raw[at : at + 4], sys.byteorder, signed=True) for at in (0, 4))
     return pid, uid
+
+
+# -- the server's witness of its Landlock domain (atkserve) -----------------------------------
+# Landlock is kept across fork and exec and shown nowhere in /proc, so context() can't compare
+# a caller's domain with the server's: a caller allowed to make files only beneath /tmp had
+# its served command make one anywhere (its in-process command was refused). What Landlock
+# does show: a process in a domain may not inspect one outside it (ptrace read access, which
+# opening /proc/PID/fd/N needs, whatever its uid or capabilities). So the server keeps one
+# exec'd (dumpable) child in its own domain, its witness, and runs a call only when the caller
+# hands over, opened by itself through /proc, the witness's stdin: the caller's domain is then
+# the server's or one the server's is nested in -- the command no less confined than the
+# caller -- never a domain the server is outside of. A hand-made call can't forge it: the pipe
+# is held only by the witness and the server (not dumpable: closed to a caller's inspection).
+
+
+def start_witness(path: Path) -> tuple[subprocess.Popen[bytes], tuple[int, int]]:
+    """The server's witness (`cat` on a pipe only the server writes: it ends at the server's
+    end, SIGKILL too) with its pid in `<socket>.witness`; (the process, its pipe's identity)."""
+    import contextlib
+    import shutil
+    import subprocess
+
+    cat = shutil.which("cat") or "/bin/cat"
+    witness = subprocess.Popen(
+        [cat],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={},  # readable by the user's other processes (that is its use): it holds nothing
+    )
+    assert witness.stdin is not None
+    pipe = os.fstat(witness.stdin.fileno())
+    place = f"{path}.witness"
+    with contextlib.suppress(FileNotFoundError):  # a dead server's: replaced
+        os.unlink(place)
+    fd = os.open(place, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, f"{witness.pid}\n".encode())
+    finally:
+        os.close(fd)
+    return witness, (pipe.st_dev, pipe.st_ino)
+
+
+def witness_proof(path: Path) -> int:
+    """The client's side: the server's witness's stdin, opened through /proc (a descriptor to
+    send with the call); Refused when this process may not open it -- a Landlock domain the
+    server is outside of, or no witness to see."""
+    try:
+        fd = os.open(f"{path}.witness", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            pid = int(os.read(fd, 32))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as err:
+        raise Refused(f"the server's witness can't be read: {err}") from err
+    try:
+        return os.open(f"/proc/{pid}/fd/0", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise Refused(
+            "the server's domain is not yours: you may not inspect its processes (a Landlock "
+            f"domain of your own?): {err.strerror}"
+        ) from err
+
+
+def proves(fd: int, pipe: tuple[int, int]) -> bool:
+    """The server's side: `fd` is its witness's pipe (witness_proof)."""
+    try:
+        st = os.fstat(fd)
+    except OSError:  # no descriptor there (a hand-made call's number): nothing proven
+        return False
+    return stat.S_ISFIFO(st.st_mode) and (st.st_dev, st.st_ino) == pipe

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from sprawl_orch.core.exec_place import witness_proof
 from tests.integration.conftest import holding as _holding
 from tests.integration.conftest import missing
 
@@ -118,7 +119,9 @@ def _raw_call(env: dict[str, str], token: str) -> socket.socket:
     body = json.dumps(header).encode()
     devnull = os.open(os.devnull, os.O_RDWR)
     try:
-        socket.send_fds(conn, [len(body).to_bytes(4, "big")], [devnull, devnull, devnull])
+        proof = witness_proof(path)  # the server's witness, as a client hands it over
+        socket.send_fds(conn, [len(body).to_bytes(4, "big")], [devnull, devnull, devnull, proof])
+        os.close(proof)
     finally:
         os.close(devnull)
     conn.sendall(body)
@@ -162,7 +165,8 @@ def test_a_call_holds_no_other_caller_s_connection(tree: Path, env: dict[str, st
     try:
         import psutil
 
-        children = psutil.Process(server).children()
+        # the server's witness (exec_place.start_witness) is no call
+        children = [p for p in psutil.Process(server).children() if p.name() != "cat"]
         call_a = min(children, key=lambda p: p.create_time())
         # the server dies; then call A dies by a signal: A's caller learns it at once (EOF),
         # not when call B ends

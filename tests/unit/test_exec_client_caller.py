@@ -266,3 +266,60 @@ def test_a_caller_gone_before_its_call_starts_is_not_served() -> None:
     gone.wait()
     with pytest.raises(exec_caller.NotServed, match="can't be read"):
         exec_caller._io_priority(gone.pid)
+
+
+def _deny_write_execute() -> None:
+    import ctypes
+
+    # PR_SET_MDWE (65), PR_MDWE_REFUSE_EXEC_GAIN: kept across fork and exec, shown in no /proc
+    # file; a kernel before 6.3 says EINVAL
+    if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:
+        os._exit(77)
+
+
+def test_a_caller_s_memory_deny_write_execute_is_its_command_s(
+    tree: Path, env: dict[str, str]
+) -> None:
+    """A caller under PR_SET_MDWE (systemd's MemoryDenyWriteExecute=, prctl form) runs its
+    in-process command under it -- no writable and executable mapping -- and served, its
+    command had the server's none (atkserve)."""
+    probe = subprocess.run(
+        ["true"], preexec_fn=_deny_write_execute, capture_output=True, check=False
+    )
+    if probe.returncode == 77:
+        missing("PR_SET_MDWE (Linux >= 6.3)")
+    code = (
+        "import mmap\n"
+        "try:\n"
+        "    mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "    print('mapped')\n"
+        "except OSError:\n"
+        "    print('refused')\n"
+    )
+    python = shutil.which("python3")
+    assert python is not None
+    runs = _both([python, "-c", code], tree, env, before=_deny_write_execute)
+    assert runs["0"].stdout == b"refused\n", runs["0"]
+    assert runs["1"].stdout == runs["0"].stdout, runs["1"].stderr[-2000:]
+
+
+def _log_in_as_1000() -> None:
+    try:  # an audit login of its own: a new loginuid and session id (CAP_AUDIT_CONTROL)
+        with open("/proc/self/loginuid", "w") as loginuid:
+            loginuid.write("1000")
+    except OSError:
+        os._exit(77)
+
+
+def test_a_caller_s_audit_login_is_its_command_s(tree: Path, env: dict[str, str]) -> None:
+    """The audit loginuid and session id (/proc/PID/loginuid, sessionid: kept across fork and
+    exec, what auditd names a process's login by) of a caller in another login session: served,
+    its command had the server's -- the audit trail named the session that started the server
+    for another session's command (atkserve)."""
+    probe = subprocess.run(["true"], preexec_fn=_log_in_as_1000, check=False)
+    if probe.returncode == 77:
+        missing("a settable /proc/self/loginuid (root with CAP_AUDIT_CONTROL, not immutable)")
+    shown = ["sh", "-c", "cat /proc/self/loginuid; echo; cat /proc/self/sessionid"]
+    runs = _both(shown, tree, env, before=_log_in_as_1000)
+    assert runs["0"].stdout.split()[0] == b"1000", runs["0"]
+    assert runs["1"].stdout.split()[0] == b"1000", runs["1"].stderr[-2000:]

@@ -35,12 +35,14 @@ def _spares(server: int, timeout: float = 30.0) -> list[int]:
     that has just said its status may still be exiting for a moment, so only children seen
     idle on two looks 0.2 s apart count."""
 
+    def waiting(p: psutil.Process) -> bool:
+        try:  # the server's witness (exec_place.start_witness, a `cat`) is no spare
+            return p.status() != "zombie" and not p.children() and p.name() != "cat"
+        except psutil.NoSuchProcess:  # a call that ended between the listing and the look
+            return False
+
     def idle() -> list[int]:
-        return sorted(
-            p.pid
-            for p in psutil.Process(server).children()
-            if p.status() != "zombie" and not p.children()
-        )
+        return sorted(p.pid for p in psutil.Process(server).children() if waiting(p))
 
     deadline = time.monotonic() + timeout
     while True:
