@@ -111,12 +111,7 @@ class WarmPool:
                 warm = None
         if warm is None:
             warm = self._make(launch)
-        words = cannot_run(
-            f"/proc/{warm.host.init}/root",
-            command[0],
-            str(warm.record.get("path") or "") or None,
-            warm.workdir,
-        )
+        words = _cannot_run(warm, command)
         if words is not None:
             self.release(warm)  # nothing ran in it (no exec was made for it: _create_ahead)
             refusal = runtime_refusal(words, command[0], command_venv(launch, command))
@@ -141,12 +136,7 @@ class WarmPool:
         engine = self.arm.engine
         if not isinstance(engine, DockerEngine):
             return None
-        words = cannot_run(
-            f"/proc/{warm.host.init}/root",
-            command[0],
-            str(warm.record.get("path") or "") or None,
-            warm.workdir,
-        )
+        words = _cannot_run(warm, command)
         if words is not None:
             return None
         user = fit_limits(self.arm.config, self.arm.host).user
@@ -286,3 +276,14 @@ class WarmPool:
             idle, self._idle = self._idle, []
         for warm in idle:
             self.remove(warm)
+
+
+def _cannot_run(warm: Warm, command: Sequence[str]) -> str | None:
+    """Why the command's program can't run in the kept container, read through its init's
+    root (None: it can): asked before an exec is made ahead and again before it starts."""
+    return cannot_run(
+        f"/proc/{warm.host.init}/root",
+        command[0],
+        str(warm.record.get("path") or "") or None,
+        warm.workdir,
+    )
