@@ -209,6 +209,20 @@ def exec_command(
             exceptional("unavailable", gone, command=command, shell=shell, where=where), as_json
         )
         return
+    closed = [name for name, stream in _needed(interactive) if stream is None]
+    if closed:
+        # A caller that closed a standard stream (`>&-`, `<&-` under -i) crashed here with an
+        # AttributeError traceback (servedfaith, 2026-12-03): say so with a code instead.
+        shut = SprawlError(
+            ErrorCode.BAD_REQUEST,
+            " and ".join(closed),
+            f"the caller's {' and '.join(closed)} is closed: the command's "
+            f"{'input' if closed == ['stdin'] else 'output'} has nowhere to go",
+            "give sprawl-orch the stream (e.g. `>/dev/null`, or `</dev/null` without -i)",
+        )
+        _finish(
+            exceptional("unavailable", shut, command=command, shell=shell, where=where), as_json
+        )
     try:
         config = find_config(workdir, config_path)
     except SprawlError as err:
@@ -258,3 +272,11 @@ def result_schema() -> dict[str, object]:
     """The one result schema: `exec --json`, serve's `result`, the ledger's lines and the
     Python API's ExecResult all have exactly these keys."""
     return ExecResult.model_json_schema()
+
+
+def _needed(interactive: bool) -> list[tuple[str, object]]:
+    """The standard streams this call writes or reads (stdin only under -i)."""
+    streams: list[tuple[str, object]] = [("stdout", sys.stdout)]
+    if interactive:
+        streams.append(("stdin", sys.stdin))
+    return streams

@@ -238,8 +238,36 @@ def test_a_caller_with_a_standard_stream_closed_runs_as_in_process(
             timeout=60,
             check=False,
         )
-        runs[served] = (done.returncode, done.stdout, done.stderr.splitlines()[-1:])
+        runs[served] = (done.returncode, done.stdout, done.stderr.splitlines()[-2:])
     assert runs["1"] == runs["0"]
+    # ... which refuses with a code a stream the call needs: it crashed with an
+    # AttributeError traceback (sys.stdout / sys.stdin are None) before
+    status, _, said = runs["0"]
+    assert status == 125 and said[0].startswith(b"sprawl-orch: E_BAD_REQUEST: "), said
+    assert b"is closed" in said[0] and said[1].startswith(b"sprawl-orch: what you can do: ")
+    program(["server", "stop"], env)
+
+
+@pytest.mark.parametrize("arm", ["copied_tree", "native"])
+def test_a_closed_stdin_without_i_is_the_command_s_dev_null(
+    arm: str, tree: Path, env: dict[str, str]
+) -> None:
+    """`sprawl-orch exec -- sh -c 'echo ok' <&-`: without -i the command reads /dev/null
+    anyway, so a closed stdin is no reason to refuse. On the native arm it was: fd 0 was
+    free, the landlock helper's spec pipe took it and the command's /dev/null stdin replaced
+    it (E_SANDBOX_DENIED, EOFError in the helper)."""
+    config = tree / "sprawl.toml"
+    config.write_text(config.read_text().replace('arm = "copied_tree"', f'arm = "{arm}"'))
+    for served in ("1", "0"):
+        done = subprocess.run(
+            [PROGRAM, "exec", "-C", str(tree), "--", "sh", "-c", "echo ok; read x; echo $?"],
+            env={**env, "SPRAWL_EXEC_SERVER": served},
+            preexec_fn=lambda: os.close(0),
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert (done.returncode, done.stdout) == (0, b"ok\n1\n"), done.stderr[-2000:]
     program(["server", "stop"], env)
 
 
