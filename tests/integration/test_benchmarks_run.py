@@ -29,6 +29,12 @@ SMALL: dict[str, tuple[list[str], str]] = {
     "workspace_exec.py": (["--files", "100", "--reps", "1"], "workspace command"),
     "python_arm.py": (["--reps", "1", "--cli-reps", "1"], "ratio CLI python arm / host python"),
     "secrets_proxy.py": (["--requests", "20", "--rounds", "1"], "ratio intercepted"),
+    "secrets_wakeups.py": (
+        ["--requests", "20", "--rounds", "1", "--no-trace"],
+        "switches per request",
+    ),
+    # "." as the base tree: this tree against itself (the A/B needs another one to mean anything)
+    "secrets_heads_ab.py": (["--rounds", "1", "--calls", "10", "."], "branch/base"),
     "podman_service_floor.py": (["--reps", "1"], "every guarantee"),
     # Winch alone: its compile is ~1/5 of Cranelift's (the other two would add ~20 CPU s)
     "python_compilers.py": (["--only", "winch", "--reps", "1"], '"limits"'),
