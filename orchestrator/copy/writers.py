@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
 
 from sprawl_orch.core.arms import ArmName
@@ -69,7 +70,10 @@ def note(state: Path) -> None:
     with contextlib.suppress(OSError):  # unreadable or absent: written below
         if path.read_text() == now:
             return
-    tmp = path.with_name(NOTE + f".{os.getpid()}.tmp")
+    # One temporary name per writer, not per process: serve's workers note from threads of one
+    # process, and with a pid-named file one's os.replace took the other's away (ENOENT: a
+    # host command refused E_STORAGE_FATAL in test_serve_load's 200 parallel commands).
+    tmp = path.with_name(NOTE + f".{os.getpid()}.{secrets.token_hex(6)}.tmp")
     fd = private_file(tmp)  # 0600, as all the state directory keeps (a default ACL masked)
     try:
         os.write(fd, now.encode())

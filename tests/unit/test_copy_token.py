@@ -143,3 +143,33 @@ def test_an_older_versions_sync_voids_the_memory(
     assert copy_stamps.load(lease.record_path) is None  # nor we its
     # It wrote no token, but its record is another inode: the memory is void.
     assert copy_memory.gate(made, token, lease.path, lease.record_path, False) is None
+
+
+def test_threads_of_one_process_note_at_once(tmp_path: Path) -> None:
+    """serve's workers are threads of one process: with one temporary name per pid, one
+    thread's os.replace took away the file another was about to move (ENOENT), and a host
+    command was refused E_STORAGE_FATAL (test_serve_load, the clean-clone CI)."""
+    import threading
+
+    from sprawl_orch.copy import writers
+
+    failures: list[BaseException] = []
+    for _ in range(40):
+        (tmp_path / writers.NOTE).unlink(missing_ok=True)
+        gate = threading.Barrier(6)
+
+        def one(gate: threading.Barrier = gate) -> None:
+            gate.wait()
+            try:
+                writers.note(tmp_path)
+            except OSError as err:
+                failures.append(err)
+
+        threads = [threading.Thread(target=one) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not failures, failures[:3]
+    assert writers.ran(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [writers.NOTE]  # no temporary file left
