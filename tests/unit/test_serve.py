@@ -99,7 +99,9 @@ def start(
     out = Out()
     server = Server(config, tree, out, offerings=offerings, backlog=backlog)
     lines = Lines()
-    thread = threading.Thread(target=server.serve, args=(lines,))
+    # daemon: a test that fails before it closes `lines` left this thread waiting for ever,
+    # and pytest's exit joined it -- the clean-clone CI hung after its summary line
+    thread = threading.Thread(target=server.serve, args=(lines,), daemon=True)
     thread.start()
     return server, lines, out, thread
 
