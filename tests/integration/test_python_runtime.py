@@ -51,9 +51,16 @@ def guests(runtime: psutil.Process) -> list[psutil.Process]:
     waits for the next command under its own name."""
     found = []
     for child in runtime.children():
+        # The next guest is forked as the runtime's copy and names itself a moment later
+        # (wasi_prepared._name): seen in between it is `python` (the clean-clone CI caught one
+        # so, 2026-12-03). A command left behind stays; a guest being prepared renames itself.
+        deadline = time.monotonic() + 2.0
         try:
-            if child.name() != wasi_prepared.PREPARED_NAME.decode():
-                found.append(child)
+            while child.name() != wasi_prepared.PREPARED_NAME.decode():
+                if time.monotonic() > deadline:
+                    found.append(child)
+                    break
+                time.sleep(0.02)
         except psutil.NoSuchProcess:
             continue
     return found
