@@ -18,9 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.integration.conftest import missing
+from tests.integration.test_exec_server_attacks import env, tree
+
+__all__ = ["env", "tree"]  # the fixtures, shared with test_exec_server_attacks
 
 PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
 # Run argv[2:] in a Landlock domain that handles only the making of regular files and allows
@@ -51,25 +52,6 @@ def _landlock() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(444, None, 0, 1) < 1:  # LANDLOCK_CREATE_RULESET_VERSION
         missing("Landlock (Linux >= 5.13, enabled) to confine a caller")
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tmp_path / "scratch").mkdir()
-    (tree / "sprawl.toml").write_text(
-        f'[sandbox]\nscratch_dir = "{tmp_path / "scratch"}"\narm = "copied_tree"\n'
-        f'[state]\ndir = "{tmp_path / "state"}"\n'
-    )
-    return tree
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
-    return {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "SPRAWL_EXEC_SERVER_IDLE": "30"}
 
 
 def _exec(
