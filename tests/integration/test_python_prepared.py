@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from sprawl_orch.native_fallbacks import wasi_forked, wasi_prepared
+from tests.integration.stopping import stop_whole
 from tests.integration.test_python_arm import state, tool_for, tree
 from tests.integration.test_python_runtime import prepared_guest, the_runtime
 
@@ -227,7 +228,7 @@ def test_a_stopped_prepared_guest_holds_no_command(tree: Path, state: Path) -> N
     with tool_for(tree, state) as tool:
         assert tool.exec(["python", "-c", "pass"]).exit_code == 0
         guest = prepared_guest(the_runtime())
-        guest.suspend()
+        stop_whole(guest)
         ran = tool.exec(["python", "-c", "print('cold')"])
     assert ran.stdout.strip() == "cold" and ran.python is not None, ran.stderr
     assert ran.python["prepared"] is False

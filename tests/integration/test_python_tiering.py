@@ -29,6 +29,7 @@ from sprawl_orch.core import served_memo
 from sprawl_orch.core.errors import ErrorCode
 from sprawl_orch.core.private import private_file
 from sprawl_orch.native_fallbacks import wasi_forked, wasi_module, wasi_shared, wasi_tiering
+from tests.integration.stopping import stop_whole
 
 WINCH, CRANELIFT = wasi_tiering.QUICK, wasi_tiering.OPTIMIZED
 PASS = ["python", "-c", "print('ran')"]
@@ -114,7 +115,7 @@ def test_first_command_runs_on_winch_starts_one_compile_then_moves_to_cranelift(
         assert wasi_module.cached(fresh, WINCH) is not None
         (compile_,) = compiles(fresh)
         # Stopped where it is: the next command must find it running, whatever the load.
-        compile_.send_signal(signal.SIGSTOP)
+        stop_whole(compile_)
         try:
             second = tool.exec(PASS)
             with tool_for(tree, fresh) as other:  # another tool, as another CLI call
