@@ -115,8 +115,8 @@ def test_first_command_runs_on_winch_starts_one_compile_then_moves_to_cranelift(
         assert wasi_module.cached(fresh, WINCH) is not None
         (compile_,) = compiles(fresh)
         # Stopped where it is: the next command must find it running, whatever the load.
-        stop_whole(compile_)
         try:
+            stop_whole(compile_)  # inside: one that times out is still continued below
             second = tool.exec(PASS)
             with tool_for(tree, fresh) as other:  # another tool, as another CLI call
                 third = other.exec(PASS)
