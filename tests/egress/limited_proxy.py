@@ -4,11 +4,13 @@ clients and the upstream, so every descriptor counted here is the proxy's.
 
 Argv: the upstream's port, optionally a hard limit too (the soft one's 1024). Prints the
 proxy's port; on each empty stdin line, prints how many of 64 files it could still open, then
-how many descriptors it holds; `fill N` leaves it N free descriptors, `free` gives the rest
+how many descriptors it holds; `wait N` waits for N records (each flow's sockets closed
+too) and prints "recorded"; `fill N` leaves it N free descriptors, `free` gives the rest
 back; EOF closes it and prints its records (allowed, bytes up, reason)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import resource
@@ -17,8 +19,17 @@ import sys
 
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
+from tests.unit.test_egress_workers import _until
 
 SOFT = 1024
+
+
+def _recorded(proxy: EgressProxy, count: int) -> None:
+    """`count` records written and their flows' sockets closed. A tunnel's client sees its end
+    before the loop records it (the relay's threads hand the end back first), and the loop
+    closes the flow's sockets a round after the record: a round through the loop then."""
+    assert _until(lambda: len(proxy.records()) >= count)
+    proxy._call(asyncio.sleep(0))
 
 
 def main() -> None:
@@ -34,6 +45,10 @@ def main() -> None:
     proxy.serve(listener)
     filled: list[int] = []
     for line in sys.stdin:
+        if line.startswith("wait "):
+            _recorded(proxy, int(line.split()[1]))
+            print("recorded", flush=True)
+            continue
         if line.startswith("fill "):
             # Leave exactly N descriptors free: a real EMFILE for the proxy's next steps.
             while True:

@@ -94,6 +94,11 @@ def test_a_tunnel_without_descriptors_for_its_pipes_ends_recorded(tls_up: Upstre
         ctx = tls_up.client_context()
         ctx.check_hostname = False
         _get(address, tls_up.port, ctx)  # the proxy's first connection opens what it keeps
+        # Its flow ended and closed its sockets before the fill (else they come free after
+        # it, and its record may come after the next one's: records[1] below).
+        proc.stdin.write("wait 1\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "recorded"
         proc.stdin.write("fill 4\n")
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "filled"
