@@ -5,26 +5,14 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
 from sprawl_orch.egress.workers import NAME, Workers
+from tests.egress.polling import until as _until
 from tests.egress.upstream import connect_through, upstream
-
-
-def _until(check: Callable[[], bool], within: float = 30.0) -> bool:
-    """Polls, for what a thread does on its own clock (not a timing assertion: a generous
-    deadline, the first success ends it)."""
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_a_waiting_thread_takes_the_next_job() -> None:
@@ -100,7 +88,7 @@ def test_a_proxy_s_second_tunnel_starts_no_thread(monkeypatch: pytest.MonkeyPatc
         proxy.serve(listener)
         answers = []
         try:
-            for n in range(2):
+            for _ in range(2):
                 status, sock = connect_through(address, f"localhost:{up.port}")
                 assert status == 200
                 with up.client_context().wrap_socket(sock, server_hostname="localhost") as tls:
@@ -112,7 +100,7 @@ def test_a_proxy_s_second_tunnel_starts_no_thread(monkeypatch: pytest.MonkeyPatc
                 # loop, before the loop writes the record. Closing the proxy in between
                 # cancelled the flow, recorded "the proxy closed (the run ended)" (clean-clone
                 # CI of 380f822, once in 2868).
-                assert _until(lambda: len(proxy.records()) == n + 1)
+                assert _until(lambda: len(proxy.records()) == len(answers))
             assert len(starts) == 2
         finally:
             proxy.close()
