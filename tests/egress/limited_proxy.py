@@ -19,7 +19,7 @@ import sys
 
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
-from tests.egress.polling import until as _until
+from tests.polling import until as _until
 
 SOFT = 1024
 

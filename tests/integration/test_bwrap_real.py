@@ -10,8 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -22,6 +21,7 @@ from sprawl_orch.native_fallbacks.bwrap import bwrap_argv, probe, probe_argv
 from sprawl_orch.native_fallbacks.bwrap_view import system_view
 from sprawl_orch.tool.exec_tool import ExecTool
 from tests.integration.conformance import absent
+from tests.polling import until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bwrap is Linux's")
 
@@ -158,15 +158,6 @@ def escaped(marker: str) -> list[psutil.Process]:
     ]
 
 
-def settles(check: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.mark.parametrize("how", ["window", "halt"])
 def test_ending_a_command_takes_its_escaped_grandchildren(
     bwrap: str, tmp_path: Path, how: str
@@ -193,14 +184,14 @@ def test_ending_a_command_takes_its_escaped_grandchildren(
             assert started.outcome == "backgrounded" and started.handle is not None
             # bwrap sets up its namespaces before the shell forks the grandchild: 0.5 s was
             # not always enough for it to appear under load.
-            assert settles(lambda: bool(escaped(marker))), (
+            assert until(lambda: bool(escaped(marker)), every=0.05), (
                 "the grandchild should be running while backgrounded"
             )
             result = tool.halt(started.handle)
             assert result.killed
         # Killed with the sandbox's pid namespace; it leaves the table when reaped (it would
         # otherwise sleep on for a minute).
-        assert settles(lambda: escaped(marker) == []), escaped(marker)
+        assert until(lambda: escaped(marker) == [], every=0.05), escaped(marker)
 
 
 def test_a_chmod_of_a_parent_between_commands_does_not_lock_the_sandbox_out(

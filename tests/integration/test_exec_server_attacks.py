@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ import pytest
 from sprawl_orch.core.exec_place import witness_proof
 from tests.integration.conftest import holding as _holding
 from tests.integration.conftest import missing
+from tests.polling import until
 
 PROGRAM = str(Path(sys.executable).with_name("sprawl-orch"))
 
@@ -133,13 +135,9 @@ def _token() -> str:
     return f"300.{secrets.randbelow(10**9):09d}"
 
 
-def _until(condition: object, seconds: float = 120.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
+def _until(check: Callable[[], bool], within: float = 120.0) -> bool:
+    # This module's waits are on exec servers and their commands: longer, polled less often.
+    return until(check, within, every=0.05)
 
 
 def test_an_unknown_signal_line_does_not_cut_the_lifeline(tree: Path, env: dict[str, str]) -> None:

@@ -30,7 +30,7 @@ from tlslite.messages import ClientHello
 
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
-from tests.egress.polling import until as _until
+from tests.polling import until as _until
 
 # ServerHello.random of a HelloRetryRequest (RFC 8446 §4.1.3), written out: the test's own.
 RETRY_RANDOM = bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")

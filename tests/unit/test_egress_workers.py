@@ -11,8 +11,8 @@ import pytest
 from sprawl_orch.egress.proxy import EgressProxy
 from sprawl_orch.egress.rules import Rules
 from sprawl_orch.egress.workers import NAME, Workers
-from tests.egress.polling import until as _until
 from tests.egress.upstream import connect_through, upstream
+from tests.polling import until as _until
 
 
 def test_a_waiting_thread_takes_the_next_job() -> None:
