@@ -19,6 +19,7 @@ import pytest
 
 from sprawl_orch.core.errors import ErrorCode
 from sprawl_orch.native_fallbacks import wasi_module, wasi_tiering
+from tests.integration.stopping import stop_whole
 from tests.integration.test_python_served import PROGRAM, result, served  # noqa: F401
 from tests.integration.test_python_tiering import (
     CRANELIFT,
@@ -125,8 +126,8 @@ def test_a_compile_whose_state_or_entry_is_removed_stops(place: Path, removed: s
     deadline = time.monotonic() + 120
     while sum(proc.cpu_times()[:2]) < 1.0 and time.monotonic() < deadline:
         time.sleep(0.1)
-    proc.send_signal(signal.SIGSTOP)  # the rest of the compile is still to do
     try:
+        stop_whole(proc)  # the rest of the compile is still to do; no thread runs on
         done = sum(proc.cpu_times()[:2])
         assert wasi_module.cached(state, CRANELIFT) is None
         shutil.rmtree(state if removed == "state" else wasi_module.entry_dir(state, CRANELIFT))
